@@ -1,0 +1,230 @@
+{{/*
+Names, labels and the two derived documents every template shares: the router's operator
+config and each pool's effective Kubernetes settings.
+*/}}
+
+{{- define "specgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "specgate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "specgate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Common labels; pass (dict "root" $ "component" "router"). */}}
+{{- define "specgate.labels" -}}
+helm.sh/chart: {{ include "specgate.chart" .root }}
+{{ include "specgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: specgate
+{{- end }}
+
+{{- define "specgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "specgate.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "specgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "specgate.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "specgate.routerImage" -}}
+{{- printf "%s:%s" .Values.router.image.repository (default .Chart.AppVersion .Values.router.image.tag) }}
+{{- end }}
+
+{{- define "specgate.configPath" -}}/etc/specgate/config.yaml{{- end }}
+
+{{/* The pool's resource name: <fullname>-pool-<name>. Pass (dict "root" $ "pool" $pool). */}}
+{{- define "specgate.poolFullname" -}}
+{{- printf "%s-pool-%s" (include "specgate.fullname" .root) .pool.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The validated context cap of a pool (tokens): its max_context_tokens, else
+limits.max_context_tokens. The pool's --context-length is exactly this number; an
+engine.context_length that disagrees is an error, not a silent override.
+*/}}
+{{- define "specgate.poolCap" -}}
+{{- $pool := .pool -}}
+{{- $cap := int64 .root.Values.limits.max_context_tokens -}}
+{{- if $pool.max_context_tokens }}
+{{- $cap = int64 $pool.max_context_tokens -}}
+{{- end }}
+{{- if gt $cap (int64 .root.Values.limits.max_context_tokens) }}
+{{- fail (printf "pool %q: max_context_tokens %d exceeds limits.max_context_tokens %d" $pool.name $cap (int64 .root.Values.limits.max_context_tokens)) }}
+{{- end }}
+{{- if and $pool.engine (hasKey $pool.engine "context_length") $pool.engine.context_length }}
+{{- if ne (int64 $pool.engine.context_length) $cap }}
+{{- fail (printf "pool %q: engine.context_length %d differs from the pool's validated cap %d (max_context_tokens, else limits.max_context_tokens); the engine must be capped at exactly the validated length" $pool.name (int64 $pool.engine.context_length) $cap) }}
+{{- end }}
+{{- end }}
+{{- $cap -}}
+{{- end }}
+
+{{/*
+A pool's effective Kubernetes settings as YAML: poolDefaults deep-merged with the pool's own
+k8s block (the pool wins, key by key; lists are replaced whole).
+*/}}
+{{- define "specgate.poolK8s" -}}
+{{- $k8s := mergeOverwrite (deepCopy .root.Values.poolDefaults) (deepCopy (default (dict) .pool.k8s)) -}}
+{{- toYaml $k8s -}}
+{{- end }}
+
+{{/* The pool's discovery label selector: exactly the labels of its HTTP-serving pods. */}}
+{{- define "specgate.poolSelectorString" -}}
+{{- printf "app.kubernetes.io/name=%s,app.kubernetes.io/instance=%s,app.kubernetes.io/component=pool-%s" (include "specgate.name" .root) .root.Release.Name .pool.name -}}
+{{- end }}
+
+{{/*
+The router's operator YAML, built from values. Only keys the router knows are emitted.
+*/}}
+{{- define "specgate.routerConfig" -}}
+{{- $root := . -}}
+{{- $names := list -}}
+{{- $pools := list -}}
+{{- range $pool := .Values.pools }}
+{{- if has $pool.name $names }}
+{{- fail (printf "pools: duplicate pool name %q" $pool.name) }}
+{{- end }}
+{{- $names = append $names $pool.name }}
+{{- $k8s := include "specgate.poolK8s" (dict "root" $root "pool" $pool) | fromYaml }}
+{{- $cap := include "specgate.poolCap" (dict "root" $root "pool" $pool) | int64 }}
+{{- $algo := "" }}
+{{- if $pool.engine.speculative_algorithm }}{{ $algo = $pool.engine.speculative_algorithm }}{{ end }}
+{{- if and $pool.speculative (not $algo) }}
+{{- fail (printf "pool %q: speculative is true but engine.speculative_algorithm is empty" $pool.name) }}
+{{- end }}
+{{- if and (not $pool.speculative) $algo }}
+{{- fail (printf "pool %q: speculative is false but engine.speculative_algorithm is %q" $pool.name $algo) }}
+{{- end }}
+{{- $p := dict "name" $pool.name "speculative" $pool.speculative }}
+{{- if $pool.max_context_tokens }}
+{{- $_ := set $p "max_context_tokens" (int64 $pool.max_context_tokens) }}
+{{- end }}
+{{- if $pool.endpoints }}
+{{- $_ := set $p "endpoints" $pool.endpoints }}
+{{- else if $pool.discovery }}
+{{- $_ := set $p "discovery" $pool.discovery }}
+{{- else if $k8s.enabled }}
+{{- $_ := set $p "discovery" (dict "namespace" $root.Release.Namespace "label_selector" (include "specgate.poolSelectorString" (dict "root" $root "pool" $pool)) "port" (int64 $k8s.port)) }}
+{{- else }}
+{{- fail (printf "pool %q: k8s.enabled is false, so give endpoints or a discovery block" $pool.name) }}
+{{- end }}
+{{- $engine := dict "context_length" $cap }}
+{{- range $key, $value := $pool.engine }}
+{{- if and (ne $key "context_length") (not (kindIs "invalid" $value)) }}
+{{- $_ := set $engine $key $value }}
+{{- end }}
+{{- end }}
+{{- $_ := set $p "engine" $engine }}
+{{- $pools = append $pools $p }}
+{{- end }}
+{{- $cfg := dict
+  "model" .Values.model
+  "limits" .Values.limits
+  "pools" $pools
+  "routing" .Values.routing
+  "scrape" .Values.scrape
+  "server" (dict "host" "0.0.0.0" "port" (int64 .Values.router.port)) }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+The SGLang flags of one pool, one list item per line. Pass (dict "root" $ "pool" $pool
+"k8s" $k8s). Numbers go through int64/toString so Go never prints 2.4576e+05.
+*/}}
+{{- define "specgate.poolArgs" -}}
+{{- $pool := .pool -}}
+{{- $k8s := .k8s -}}
+{{- $engine := $pool.engine -}}
+{{- $cap := include "specgate.poolCap" (dict "root" .root "pool" $pool) | int64 -}}
+- --model-path
+- {{ $engine.model_path | quote }}
+- --served-model-name
+- {{ .root.Values.model.name | quote }}
+- --host
+- "0.0.0.0"
+- --port
+- {{ int64 $k8s.port | quote }}
+- --context-length
+- {{ $cap | quote }}
+- --enable-metrics
+{{- if not (kindIs "invalid" $engine.mem_fraction_static) }}
+- --mem-fraction-static
+- {{ $engine.mem_fraction_static | toString | quote }}
+{{- end }}
+{{- if $engine.tp_size }}
+- --tp-size
+- {{ int64 $engine.tp_size | quote }}
+{{- end }}
+{{- if $engine.speculative_algorithm }}
+- --speculative-algorithm
+- {{ $engine.speculative_algorithm | quote }}
+{{- if $engine.speculative_draft_model_path }}
+- --speculative-draft-model-path
+- {{ $engine.speculative_draft_model_path | quote }}
+{{- end }}
+{{- range $flag := list "speculative_num_steps" "speculative_eagle_topk" "speculative_num_draft_tokens" }}
+{{- $value := index $engine $flag }}
+{{- if not (kindIs "invalid" $value) }}
+- --{{ $flag | replace "_" "-" }}
+- {{ int64 $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $k8s.multiNode.enabled }}
+- --dist-init-addr
+- "$(LWS_LEADER_ADDRESS):{{ int64 $k8s.multiNode.distInitPort }}"
+- --nnodes
+- "$(LWS_GROUP_SIZE)"
+- --node-rank
+- "$(LWS_WORKER_INDEX)"
+{{- end }}
+{{- range $engine.extra_args }}
+- {{ . | toString | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Pool GPU arithmetic: gpus * nodes must equal tp_size when the pool uses GPUs. */}}
+{{- define "specgate.checkPoolGpus" -}}
+{{- $nodes := 1 -}}
+{{- if .k8s.multiNode.enabled }}{{ $nodes = int64 .k8s.multiNode.size }}{{ end -}}
+{{- $tp := 1 -}}
+{{- if .pool.engine.tp_size }}{{ $tp = int64 .pool.engine.tp_size }}{{ end -}}
+{{- if and (gt (int64 .k8s.gpus) 0) (ne (mul (int64 .k8s.gpus) $nodes) $tp) }}
+{{- fail (printf "pool %q: k8s.gpus (%d) x nodes (%d) must equal engine.tp_size (%d)" .pool.name (int64 .k8s.gpus) $nodes $tp) }}
+{{- end }}
+{{- end }}
+
+{{/* Volumes shared by pools and the router: models (and drafters). */}}
+{{- define "specgate.storageVolume" -}}
+- name: {{ .name }}
+{{- if eq .spec.type "pvc" }}
+  persistentVolumeClaim:
+    claimName: {{ .spec.claimName }}
+    readOnly: true
+{{- else }}
+  hostPath:
+    path: {{ .spec.hostPath }}
+    type: Directory
+{{- end }}
+{{- end }}
