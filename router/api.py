@@ -1,0 +1,230 @@
+"""Thin HTTP handlers: read body -> parse -> count (off the loop) -> decide -> proxy.
+
+Every error goes through one handler that writes OpenAI's error envelope
+(:mod:`router.errors`); FastAPI's 422 ``{"detail": [...]}`` shape is never returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+
+from router.errors import (
+    ContextLengthExceeded,
+    InvalidRequest,
+    MethodNotAllowed,
+    NoHealthyUpstream,
+    NotFound,
+    RequestTooLarge,
+    SpecgateError,
+    UnsupportedMediaType,
+)
+from router.features import make_features, parse_chat, parse_completions
+from router.policy import Reason
+from router.proxy import ProxyJob, ProxyResponse
+
+__all__ = ["install_routes"]
+
+access_log = logging.getLogger("specgate.access")
+
+
+def _state(request: Request) -> Any:
+    return request.app.state.specgate
+
+
+async def _read_body(request: Request, cap: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None:
+        try:
+            declared = int(length)
+        except ValueError:
+            raise InvalidRequest("invalid Content-Length header", code="invalid_header") from None
+        if declared > cap:
+            raise RequestTooLarge(f"request body of {declared} bytes exceeds the {cap}-byte limit",
+                                  headers={"connection": "close"})
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > cap:
+            raise RequestTooLarge(f"request body exceeds the {cap}-byte limit", headers={"connection": "close"})
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_json(request: Request, body: bytes) -> Any:
+    ctype = request.headers.get("content-type", "")
+    if ctype.split(";", 1)[0].strip().lower() != "application/json":
+        raise UnsupportedMediaType("Content-Type must be application/json", param=None)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InvalidRequest("the request body is not valid JSON", code="invalid_json") from None
+
+
+async def _generate(request: Request, kind: str) -> Response:
+    state = _state(request)
+    runtime = state.runtime
+    cfg = runtime.config
+    limits = cfg.limits
+    received = time.perf_counter()
+    request_id = state.next_request_id()
+    request.state.request_id = request_id
+    body = await _read_body(request, limits.max_request_bytes)
+    doc = _parse_json(request, body)
+    parsed = (parse_chat if kind == "chat" else parse_completions)(doc, max_n=limits.max_n)
+    request.state.param = parsed.param
+    loop = asyncio.get_running_loop()
+    prompt_tokens = await loop.run_in_executor(state.executor, runtime.counter.count, parsed)
+    request.state.prompt_tokens = prompt_tokens
+    state.metrics.prompt_tokens.observe(prompt_tokens)
+    features = make_features(parsed, prompt_tokens, max_context_tokens=limits.max_context_tokens,
+                             default_max_tokens=limits.default_max_tokens)
+    decision = runtime.decide(features, state.clock())
+    if decision.status == 400:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {limits.max_context_tokens} tokens and no "
+            f"pool can hold {features.sequence_tokens} tokens ({prompt_tokens} in the "
+            f"{parsed.param}, {features.max_new_tokens} in the completion).", param=parsed.param)
+    if decision.status == 503:
+        raise NoHealthyUpstream("no healthy upstream can serve this request",
+                                headers={"retry-after": str(cfg.health.retry_after_s)})
+    lease = runtime.endpoint(decision.endpoint).lease()
+    out = dict(doc)
+    if features.budget_defaulted:
+        out["max_tokens"] = features.max_new_tokens
+    rid = out.get("rid") if isinstance(out.get("rid"), str) else None
+    if rid is None and "rid" not in out and features.n == 1 and features.num_prompts == 1:
+        rid = f"specgate-{request_id}"
+        out["rid"] = rid
+    job = ProxyJob(request_id=request_id, path=request.url.path, body=orjson.dumps(out),
+                   features=features, decision=decision, lease=lease, rid=rid, received_at=received)
+
+    def redecide(excluded: frozenset[str]) -> Any:
+        rt = state.runtime
+        d = rt.decide(features, state.clock(), exclude=excluded)
+        if d.status != 200:
+            return d
+        return d, rt.endpoint(d.endpoint).lease()
+
+    return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
+                         on_done=lambda j: _finish(state, j), spawn=state.spawn,
+                         retry_after_s=cfg.health.retry_after_s)
+
+
+def _finish(state: Any, job: ProxyJob) -> None:
+    m = state.metrics
+    pool = job.decision.pool or "none"
+    m.requests.labels(pool, job.decision.reason.value, str(job.status)).inc()
+    duration = time.perf_counter() - job.received_at
+    m.request_duration.labels(pool).observe(duration)
+    if job.ttfb_s is not None:
+        m.time_to_first_byte.labels(pool).observe(job.ttfb_s)
+    if job.outcome not in ("ok",):
+        m.upstream_failures.labels(pool, job.outcome).inc()
+    if "aborted" in job.extra:
+        m.upstream_aborts.labels(pool).inc()
+    if state.runtime.config.server.log_requests:
+        access_log.info(orjson.dumps({
+            "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
+            "reason": job.decision.reason.value, "status": job.status, "outcome": job.outcome,
+            "prompt_tokens": job.features.prompt_tokens, "max_tokens": job.features.max_new_tokens,
+            "n": job.features.n, "stream": job.features.stream, "attempts": job.attempts,
+            "ttfb_s": None if job.ttfb_s is None else round(job.ttfb_s, 6),
+            "duration_s": round(duration, 6)}).decode())
+
+
+_REJECT_REASON = {
+    ContextLengthExceeded: Reason.CONTEXT_CAP.value,
+    NoHealthyUpstream: Reason.NO_HEALTHY_UPSTREAM.value,
+    RequestTooLarge: "request_too_large",
+}
+
+
+def _error_response(request: Request, err: SpecgateError) -> Response:
+    state = getattr(request.app.state, "specgate", None)
+    reason = _REJECT_REASON.get(type(err), "invalid_request")
+    path = request.url.path
+    if state is not None and path.startswith("/v1/") and path != "/v1/models":
+        state.metrics.requests.labels("none", reason, str(err.status)).inc()
+        if state.runtime.config.server.log_requests:
+            access_log.info(orjson.dumps({
+                "request_id": getattr(request.state, "request_id", None), "pool": "none",
+                "reason": reason, "status": err.status, "code": err.code, "param": err.param,
+                "prompt_tokens": getattr(request.state, "prompt_tokens", None)}).decode())
+    headers = err.response_headers()
+    headers["x-specgate-pool"] = "none"
+    headers["x-specgate-reason"] = reason
+    if getattr(request.state, "request_id", None):
+        headers["x-request-id"] = request.state.request_id
+    return Response(err.body(), status_code=err.status, headers=headers)
+
+
+def install_routes(app: FastAPI) -> None:
+    """Register the OpenAI-compatible routes, probes, metrics and error handlers on ``app``."""
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await _generate(request, "chat")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await _generate(request, "completions")
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        cfg = _state(request).runtime.config
+        return JSONResponse({"object": "list", "data": [{
+            "id": cfg.model.name, "object": "model", "created": 0, "owned_by": "specgate",
+            "root": cfg.model.name, "max_model_len": cfg.limits.max_context_tokens}]})
+
+    @app.get("/health")
+    async def health() -> Response:
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready(request: Request) -> Response:
+        runtime = _state(request).runtime
+        pools = {p.name: {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
+                          "endpoints": len(p.endpoints), "saturated": p.saturated,
+                          "low_acceptance": p.low_acceptance} for p in runtime.pools}
+        ok = runtime.ready()
+        return JSONResponse({"ready": ok, "pools": pools}, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        state = _state(request)
+        state.refresh_gauges()
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.exception_handler(SpecgateError)
+    async def _specgate_error(request: Request, exc: SpecgateError) -> Response:
+        return _error_response(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return _error_response(request, InvalidRequest("invalid request"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            return _error_response(request, NotFound(f"no route {request.url.path}"))
+        if exc.status_code == 405:
+            return _error_response(request, MethodNotAllowed(f"method {request.method} not allowed"))
+        return _error_response(request, SpecgateError(str(exc.detail), status=exc.status_code))
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception) -> Response:
+        logging.getLogger("specgate").exception("internal error")
+        return _error_response(request, SpecgateError("internal router error"))
+
+    del chat_completions, completions, models, health, ready, metrics  # registered

@@ -1,0 +1,167 @@
+"""The FastAPI application: ``create_app`` builds everything in the lifespan.
+
+Nothing lives at module level: the :class:`AppState` (config path, current
+:class:`~router.pools.Runtime`, the shared aiohttp session, the tokenizer thread pool, the
+Prometheus registry, background tasks) is created when the app starts and torn down when it
+stops, so two apps can run in one process (the tests do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from router.config import Config, load_config
+from router.features import PromptCounter
+from router.metrics import RouterMetrics
+from router.pools import Runtime
+from router.scraper import Scraper
+
+__all__ = ["AppState", "create_app"]
+
+log = logging.getLogger("specgate")
+
+
+class AppState:
+    """Per-app state, built in the lifespan.
+
+    Attributes:
+        config_path: the operator YAML (None when built from a Config value).
+        runtime: the current :class:`Runtime`; replaced whole on reload.
+        session: the one upstream HTTP client.
+        executor: threads for tokenisation (off the event loop).
+        metrics: the router's Prometheus series.
+        clock: monotonic clock (s).
+    """
+
+    def __init__(self, runtime: Runtime, *, config_path: Path | None, session: aiohttp.ClientSession,
+                 executor: ThreadPoolExecutor, metrics: RouterMetrics,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.runtime = runtime
+        self.config_path = config_path
+        self.session = session
+        self.executor = executor
+        self.metrics = metrics
+        self.clock = clock
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self._ids = itertools.count(1)
+        self._id_prefix = os.urandom(4).hex()
+
+    def next_request_id(self) -> str:
+        """A request id unique across router processes (random prefix + counter)."""
+        return f"{self._id_prefix}-{next(self._ids)}"
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` in the background, keeping a reference until it ends."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def refresh_gauges(self, runtime: Runtime | None = None) -> None:
+        """Copy pool state into the gauges (after each scrape round and on ``/metrics``)."""
+        runtime = runtime or self.runtime
+        now = self.clock()
+        runtime.update_bypass(now)
+        m = self.metrics
+        stale = runtime.config.scrape.stale_after_s
+        for pool in runtime.pools:
+            m.inflight.labels(pool.name).set(pool.inflight())
+            m.pool_load.labels(pool.name).set(pool.load(now, stale))
+            m.healthy_endpoints.labels(pool.name).set(sum(e.healthy for e in pool.endpoints.values()))
+            if pool.config.speculative:
+                m.bypass.labels(pool.name, "saturated").set(int(pool.saturated))
+                m.bypass.labels(pool.name, "low_acceptance").set(int(pool.low_acceptance))
+                m.accept_length.labels(pool.name).set(pool.accept_length(now, stale) or 0.0)
+
+
+def _build_counter(config: Config, previous: Runtime | None) -> PromptCounter:
+    if previous is not None and getattr(previous.counter, "path", None) == config.model.tokenizer:
+        return previous.counter  # type: ignore[return-value]
+    return PromptCounter(config.model.tokenizer)
+
+
+def build_runtime(config: Config, previous: Runtime | None = None) -> Runtime:
+    """Build a :class:`Runtime` for ``config``, reusing ``previous``'s tokenizer and endpoints.
+
+    Raises:
+        OSError: when the tokenizer cannot be loaded.
+    """
+    return Runtime(config, _build_counter(config, previous), previous)
+
+
+def create_app(config: str | Path | Config, *, session_factory: Callable[[Config], aiohttp.ClientSession] | None = None,
+               clock: Callable[[], float] = time.monotonic, scrape: bool = True, watch: bool = True) -> FastAPI:
+    """Build the router app.
+
+    Args:
+        config: path of the operator YAML (watched for changes) or a :class:`Config` value.
+        session_factory: builds the upstream client (tests may inject one); by default an
+            aiohttp session with ``upstream.max_connections`` connections and no per-host cap.
+        clock: monotonic clock (s).
+        scrape: run the background scrape loop.
+        watch: reload the config file when it changes (paths only).
+
+    Raises:
+        ConfigError: at startup, when the config is invalid.
+    """
+    from router.api import install_routes
+    from router.reload import Reloader
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        path = None if isinstance(config, Config) else Path(config)
+        cfg = config if isinstance(config, Config) else load_config(path)  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        runtime = await loop.run_in_executor(None, build_runtime, cfg)
+        session = (session_factory or _default_session)(cfg)
+        executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize")
+        metrics = RouterMetrics(CollectorRegistry(auto_describe=True))
+        metrics.config_reloads.labels("success").inc(0)
+        metrics.config_reloads.labels("failure").inc(0)
+        metrics.config_info.set(time.time())
+        state = AppState(runtime, config_path=path, session=session, executor=executor,
+                         metrics=metrics, clock=clock)
+        app.state.specgate = state
+        scraper = Scraper(session, lambda: state.runtime, state.refresh_gauges, clock,
+                          on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc())
+        reloader = Reloader(state) if (path is not None and watch) else None
+        if scrape:
+            await scraper.run_once()
+            scraper.start()
+        if reloader is not None:
+            reloader.start()
+        log.info("specgate router ready: pools=%s", [p.name for p in runtime.pools])
+        try:
+            yield
+        finally:
+            await scraper.stop()
+            if reloader is not None:
+                await reloader.stop()
+            for task in list(state.tasks):
+                task.cancel()
+            await asyncio.gather(*state.tasks, return_exceptions=True)
+            await session.close()
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    install_routes(app)
+    return app
+
+
+def _default_session(config: Config) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
+                                     enable_cleanup_closed=False, ttl_dns_cache=300)
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                 timeout=aiohttp.ClientTimeout(total=None))

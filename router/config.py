@@ -1,0 +1,454 @@
+"""The operator YAML as one frozen, strict, typed tree.
+
+Every section is a pydantic model with ``extra="forbid"`` (an unknown key is an error, so a
+typo never silently falls back to a default) and ``frozen=True`` (a loaded config is a value:
+a reload builds a new tree and swaps one reference, see :mod:`router.reload`). Integers are
+strict: ``"8"``, ``8.0`` and ``true`` are rejected where a token count is expected.
+
+Units: every ``*_tokens`` field counts tokens of the served model's tokenizer; every ``*_s``
+field is seconds; ``*_bytes`` is bytes.
+
+Cross-field checks made at load time (:func:`load_config` raises :class:`ConfigError`):
+
+- ``routing.saturation.exit < routing.saturation.enter`` (hysteresis, no flapping);
+- each pool's ``max_context_tokens <= limits.max_context_tokens`` and, when the pool has an
+  ``engine`` section, ``<= engine.context_length``;
+- a speculative pool's ``draft_reserved_tokens`` equals
+  ``max(speculative_eagle_topk * speculative_num_steps, speculative_num_draft_tokens)`` for
+  EAGLE-family engines (SGLang ``compute_num_reserved_tokens``, 0.5.23) when both are given;
+- a drafter's maximum positions (``engine.draft_max_positions``) must cover the pool's
+  context limit (sglang#3574: an EAGLE draft trained at 2048 positions crashed engines on
+  longer inputs);
+- pool names and endpoint URLs are unique; at least one pool.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "EngineConfig",
+    "HealthConfig",
+    "LimitsConfig",
+    "ModelConfig",
+    "PoolConfig",
+    "RoutingConfig",
+    "SaturationConfig",
+    "ScrapeConfig",
+    "ServerConfig",
+    "UpstreamConfig",
+    "load_config",
+    "parse_config",
+]
+
+PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Url = Annotated[str, Field(strict=True, pattern=r"^https?://[^\s/]+(:\d+)?/?$")]
+
+#: SGLang speculative algorithms whose drafts occupy output token slots (EAGLE family).
+EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
+
+
+class ConfigError(ValueError):
+    """The operator YAML is missing, unreadable, or fails validation.
+
+    ``str(exc)`` is a readable multi-line report naming each offending key path.
+    """
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class ModelConfig(_Strict):
+    """The served model: its public name and where its tokenizer lives.
+
+    ``tokenizer`` is a local directory holding ``tokenizer.json``/``tokenizer_config.json``
+    with the chat template (the same files the engine loads), so the router counts prompt
+    tokens exactly as SGLang does. A relative path is resolved against the config file.
+    """
+
+    name: StrictStr
+    tokenizer: StrictStr
+
+
+class LimitsConfig(_Strict):
+    """Admission limits applied before any engine sees a request.
+
+    Attributes:
+        max_context_tokens: the validated safe context S (tokens). A request whose prompt
+            plus per-sequence output budget exceeds S gets HTTP 400 ``context_length_exceeded``.
+        default_max_tokens: output budget D (tokens) applied when the client gives neither
+            ``max_completion_tokens`` nor ``max_tokens``; forwarded explicitly as
+            ``max_tokens = min(D, S - prompt)``.
+        max_request_bytes: request-body cap (bytes); larger bodies get HTTP 413.
+        max_n: the largest accepted ``n`` (choices per request).
+    """
+
+    max_context_tokens: PositiveInt
+    default_max_tokens: PositiveInt = 256
+    max_request_bytes: PositiveInt = 32 * 1024 * 1024
+    max_n: PositiveInt = 128
+
+
+class EngineConfig(_Strict):
+    """How a pool's SGLang server is launched (``specgate serve``); names are SGLang's
+    server arguments (``python -m sglang.launch_server --help``, 0.5.23).
+
+    ``draft_max_positions`` is the drafter's ``max_position_embeddings`` (tokens); when left
+    out it is read from ``speculative_draft_model_path/config.json`` if that file exists.
+    """
+
+    model_path: StrictStr
+    served_model_name: StrictStr | None = None
+    context_length: PositiveInt | None = None
+    mem_fraction_static: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_total_tokens: PositiveInt | None = None
+    tp_size: PositiveInt = 1
+    dtype: StrictStr | None = None
+    speculative_algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"] | None = None
+    speculative_draft_model_path: StrictStr | None = None
+    speculative_num_steps: PositiveInt | None = None
+    speculative_eagle_topk: PositiveInt | None = None
+    speculative_num_draft_tokens: PositiveInt | None = None
+    draft_max_positions: PositiveInt | None = None
+    cpu: StrictBool = False
+    extra_args: tuple[StrictStr, ...] = ()
+
+    def reserved_draft_tokens(self) -> int:
+        """Tokens SGLang adds to every input when checking ``--context-length``.
+
+        Returns ``max(eagle_topk * num_steps, num_draft_tokens)`` for EAGLE-family
+        algorithms (SGLang 0.5.23 ``managers/utils.py: compute_num_reserved_tokens``), else 0.
+        """
+        if self.speculative_algorithm not in EAGLE_FAMILY:
+            return 0
+        topk = self.speculative_eagle_topk or 1
+        steps = self.speculative_num_steps or 1
+        draft = self.speculative_num_draft_tokens or (topk * steps + 1)
+        return max(topk * steps, draft)
+
+
+class DiscoveryConfig(_Strict):
+    """Kubernetes discovery of a pool's endpoints (EndpointSlices with this label selector)."""
+
+    namespace: StrictStr = "default"
+    label_selector: StrictStr
+    port: Annotated[int, Field(strict=True, ge=1, le=65535)]
+    scheme: Literal["http", "https"] = "http"
+
+
+class PoolConfig(_Strict):
+    """One SGLang pool: a set of interchangeable endpoints serving the same model.
+
+    Attributes:
+        name: pool name, used in headers, metrics and logs (``x-specgate-pool``).
+        speculative: whether the pool runs a drafter (speculative decoding).
+        endpoints: base URLs of the pool's SGLang servers.
+        max_context_tokens: the pool's own limit (tokens) for prompt + output budget
+            (+ reserved draft tokens on a speculative pool). Defaults to the engine's
+            ``context_length``, else ``limits.max_context_tokens``.
+        draft_reserved_tokens: tokens a speculative engine reserves per request
+            (K in the cases); derived from ``engine`` when left out.
+        drafter_cost_ratio: c = T_draft / (gamma * T_target), used by the speedup model.
+    """
+
+    name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
+    speculative: StrictBool
+    endpoints: tuple[Url, ...] = ()
+    discovery: DiscoveryConfig | None = None
+    max_context_tokens: PositiveInt | None = None
+    draft_reserved_tokens: NonNegativeInt | None = None
+    drafter_cost_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.05
+    engine: EngineConfig | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> PoolConfig:
+        if not self.endpoints and self.discovery is None:
+            raise ValueError("a pool needs `endpoints` or a `discovery` block")
+        if len(set(self.endpoints)) != len(self.endpoints):
+            raise ValueError("duplicate endpoint URL in pool")
+        if self.engine is not None and self.engine.speculative_algorithm is not None:
+            if not self.speculative:
+                raise ValueError("engine.speculative_algorithm is set on a pool with speculative: false")
+        if self.engine is not None and self.speculative and self.engine.speculative_algorithm is None:
+            raise ValueError("speculative pool's engine has no speculative_algorithm")
+        return self
+
+    @property
+    def reserved_tokens(self) -> int:
+        """Reserved draft tokens K (tokens): explicit, else derived from ``engine``, else 0."""
+        if self.draft_reserved_tokens is not None:
+            return self.draft_reserved_tokens
+        if self.engine is not None:
+            return self.engine.reserved_draft_tokens()
+        return 0
+
+
+class SaturationConfig(_Strict):
+    """Hysteresis thresholds on a speculative pool's load (running + queued requests).
+
+    Speculation is bypassed once load >= ``enter`` and resumes once load < ``exit``.
+    Article 001 advises bypassing at batch 16-32 on GPUs.
+    """
+
+    enter: PositiveInt
+    exit: NonNegativeInt
+
+    @model_validator(mode="after")
+    def _check(self) -> SaturationConfig:
+        if self.exit >= self.enter:
+            raise ValueError(f"saturation.exit ({self.exit}) must be < saturation.enter ({self.enter})")
+        return self
+
+
+class AcceptanceConfig(_Strict):
+    """Acceptance-aware bypass: below ``min_expected_speedup`` speculation is skipped.
+
+    The expected speedup is S = E[tau] / (c*gamma + 1) computed from the pool's live accept
+    length (Leviathan et al. 2023); ``exit_speedup`` > ``min_expected_speedup`` gives
+    hysteresis. ``enabled: false`` turns the check off.
+    """
+
+    enabled: StrictBool = True
+    min_expected_speedup: PositiveFloat = 1.0
+    exit_speedup: PositiveFloat = 1.05
+
+    @model_validator(mode="after")
+    def _check(self) -> AcceptanceConfig:
+        if self.exit_speedup < self.min_expected_speedup:
+            raise ValueError("acceptance.exit_speedup must be >= min_expected_speedup")
+        return self
+
+
+class RoutingConfig(_Strict):
+    """Routing thresholds.
+
+    Attributes:
+        long_prompt_tokens: prompts longer than this (tokens) go to the plain pool
+            (reason ``long_context``): speculation loses at long context (DOMAIN.md section 4).
+        saturation: load thresholds for the saturation bypass.
+        acceptance: acceptance-aware bypass.
+        seed: seed of the endpoint tie-break.
+    """
+
+    long_prompt_tokens: PositiveInt
+    saturation: SaturationConfig
+    acceptance: AcceptanceConfig = AcceptanceConfig()
+    seed: NonNegativeInt = 0
+
+
+class HealthConfig(_Strict):
+    """Endpoint health: consecutive-failure ejection and consecutive-success re-admission."""
+
+    failure_threshold: PositiveInt = 3
+    success_threshold: PositiveInt = 2
+    retry_after_s: PositiveInt = 5
+
+
+class ScrapeConfig(_Strict):
+    """The background scrape of every endpoint's ``/metrics`` (seconds)."""
+
+    interval_s: PositiveFloat = 0.25
+    timeout_s: PositiveFloat = 1.0
+    stale_after_s: PositiveFloat = 2.0
+
+    @model_validator(mode="after")
+    def _check(self) -> ScrapeConfig:
+        if self.stale_after_s < self.interval_s:
+            raise ValueError("scrape.stale_after_s must be >= scrape.interval_s")
+        return self
+
+
+class UpstreamConfig(_Strict):
+    """The shared upstream HTTP client (seconds and connection counts).
+
+    The first-byte timeout scales with the prompt (prefill time grows with it):
+    ``first_byte_timeout_s + first_byte_s_per_1k_tokens * prompt_tokens / 1000``.
+    ``idle_timeout_s`` bounds the gap between two streamed chunks; ``nonstream_timeout_s``
+    bounds a whole non-streaming generation. ``max_attempts`` counts tries of one request
+    across endpoints (failover happens only before anything reached an engine or after an
+    engine answered 5xx).
+    """
+
+    connect_timeout_s: PositiveFloat = 2.0
+    first_byte_timeout_s: PositiveFloat = 60.0
+    first_byte_s_per_1k_tokens: Annotated[float, Field(ge=0)] = 1.0
+    idle_timeout_s: PositiveFloat = 120.0
+    max_connections: PositiveInt = 4096
+    nonstream_timeout_s: PositiveFloat = 600.0
+    max_attempts: PositiveInt = 3
+    abort_timeout_s: PositiveFloat = 2.0
+
+
+class ServerConfig(_Strict):
+    """Where the router listens."""
+
+    host: StrictStr = "127.0.0.1"
+    port: Annotated[int, Field(strict=True, ge=0, le=65535)] = 8000
+    reload_interval_s: PositiveFloat = 1.0
+    log_requests: StrictBool = True
+
+
+class Config(_Strict):
+    """The whole operator YAML. See the module docstring for the cross-field rules."""
+
+    model: ModelConfig
+    limits: LimitsConfig
+    pools: tuple[PoolConfig, ...]
+    routing: RoutingConfig
+    scrape: ScrapeConfig = ScrapeConfig()
+    health: HealthConfig = HealthConfig()
+    upstream: UpstreamConfig = UpstreamConfig()
+    server: ServerConfig = ServerConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> Config:
+        if not self.pools:
+            raise ValueError("at least one pool is required")
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate pool name in {names}")
+        urls = [u for p in self.pools for u in p.endpoints]
+        if len(set(urls)) != len(urls):
+            raise ValueError("an endpoint URL appears in more than one pool")
+        cap = self.limits.max_context_tokens
+        for pool in self.pools:
+            limit = self.pool_limit(pool)
+            if limit > cap:
+                raise ValueError(
+                    f"pools[{pool.name}].max_context_tokens ({limit}) exceeds "
+                    f"limits.max_context_tokens ({cap})"
+                )
+            engine = pool.engine
+            if engine is not None and engine.context_length is not None and limit > engine.context_length:
+                raise ValueError(
+                    f"pools[{pool.name}].max_context_tokens ({limit}) exceeds "
+                    f"engine.context_length ({engine.context_length})"
+                )
+            if pool.speculative and pool.draft_reserved_tokens is not None and engine is not None:
+                derived = engine.reserved_draft_tokens()
+                if engine.speculative_algorithm in EAGLE_FAMILY and derived != pool.draft_reserved_tokens:
+                    raise ValueError(
+                        f"pools[{pool.name}].draft_reserved_tokens ({pool.draft_reserved_tokens}) "
+                        f"differs from the engine's reserved tokens ({derived})"
+                    )
+            if engine is not None and engine.draft_max_positions is not None:
+                if engine.draft_max_positions < limit:
+                    raise ValueError(
+                        f"pools[{pool.name}]: the drafter's max positions "
+                        f"({engine.draft_max_positions}) are below the pool's context limit ({limit})"
+                    )
+            if pool.speculative and pool.reserved_tokens >= limit:
+                raise ValueError(f"pools[{pool.name}]: reserved draft tokens leave no room")
+        return self
+
+    def pool_limit(self, pool: PoolConfig) -> int:
+        """The pool's context limit (tokens): its own, else the engine's, else the global cap."""
+        if pool.max_context_tokens is not None:
+            return pool.max_context_tokens
+        if pool.engine is not None and pool.engine.context_length is not None:
+            return min(pool.engine.context_length, self.limits.max_context_tokens)
+        return self.limits.max_context_tokens
+
+    def pool(self, name: str) -> PoolConfig:
+        """The pool called ``name``; raises ``KeyError`` when there is none."""
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)
+
+
+def _format_errors(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        lines.append(f"  {loc}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def _fill_draft_positions(data: dict[str, Any], base: Path) -> None:
+    """Read ``draft_max_positions`` from the drafter's config.json when the YAML omits it."""
+    import json
+
+    for pool in data.get("pools") or []:
+        engine = pool.get("engine") if isinstance(pool, dict) else None
+        if not isinstance(engine, dict) or "draft_max_positions" in engine:
+            continue
+        draft = engine.get("speculative_draft_model_path")
+        if not isinstance(draft, str):
+            continue
+        cfg = (base / draft) / "config.json"
+        try:
+            positions = json.loads(cfg.read_text()).get("max_position_embeddings")
+        except (OSError, ValueError):
+            continue
+        if isinstance(positions, int) and not isinstance(positions, bool):
+            engine["draft_max_positions"] = positions
+
+
+def parse_config(data: Any, *, base_dir: Path | None = None) -> Config:
+    """Validate an already-parsed YAML document into a :class:`Config`.
+
+    Relative ``model.tokenizer`` and engine paths are resolved against ``base_dir``.
+
+    Raises:
+        ConfigError: on any validation failure, with every offending key path listed.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("config: the document must be a mapping")
+    base = base_dir or Path.cwd()
+    data = _resolve_paths(data, base)
+    _fill_draft_positions(data, base)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError("invalid config:\n" + _format_errors(exc)) from None
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    import copy
+
+    data = copy.deepcopy(data)
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, str) and value and not value.startswith("/") and "://" not in value:
+            candidate = (base / value).resolve()
+            return str(candidate)
+        return value
+
+    model = data.get("model")
+    if isinstance(model, dict) and "tokenizer" in model:
+        model["tokenizer"] = resolve(model["tokenizer"])
+    for pool in data.get("pools") or []:
+        engine = pool.get("engine") if isinstance(pool, dict) else None
+        if isinstance(engine, dict):
+            for key in ("model_path", "speculative_draft_model_path"):
+                if key in engine and isinstance(engine[key], str) and (base / engine[key]).exists():
+                    engine[key] = resolve(engine[key])
+    return data
+
+
+def load_config(path: str | Path) -> Config:
+    """Read, parse and validate the operator YAML at ``path``.
+
+    Raises:
+        ConfigError: when the file cannot be read, is not valid YAML, or fails validation.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
+    return parse_config(data, base_dir=path.resolve().parent)

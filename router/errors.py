@@ -1,0 +1,199 @@
+"""One exception tree, mapped to OpenAI-style error JSON in one place.
+
+::
+
+    SpecgateError                       status  error.type             error.code
+    ├── InvalidRequest                  400     invalid_request_error  (per case) e.g. invalid_value
+    │   ├── ContextLengthExceeded       400     invalid_request_error  context_length_exceeded
+    │   └── UnsupportedMediaType        400     invalid_request_error  invalid_content_type
+    ├── RequestTooLarge                 413     invalid_request_error  request_too_large
+    ├── NotFound                        404     invalid_request_error  not_found
+    ├── MethodNotAllowed                405     invalid_request_error  method_not_allowed
+    ├── UpstreamClientError             4xx     invalid_request_error  (the engine's 4xx, normalised)
+    ├── NoHealthyUpstream               503     server_error           no_healthy_upstream (+ Retry-After)
+    ├── UpstreamError                   502     server_error           upstream_error
+    └── UpstreamTimeout                 504     server_error           upstream_timeout
+
+The envelope is OpenAI's: ``{"error": {"message", "type", "param", "code"}}`` with
+``Content-Type: application/json`` even for ``stream: true`` requests. Client errors carry
+``x-should-retry: false`` so the official SDKs do not retry them (openai-python retries 5xx).
+Messages never echo the request body.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+__all__ = [
+    "ContextLengthExceeded",
+    "InvalidRequest",
+    "MethodNotAllowed",
+    "NoHealthyUpstream",
+    "NotFound",
+    "RequestTooLarge",
+    "SpecgateError",
+    "UnsupportedMediaType",
+    "UpstreamClientError",
+    "UpstreamError",
+    "UpstreamTimeout",
+    "error_body",
+    "map_engine_error",
+]
+
+
+class SpecgateError(Exception):
+    """Base of every error the router turns into an HTTP response.
+
+    Attributes:
+        status: HTTP status code.
+        type: OpenAI ``error.type``.
+        code: OpenAI ``error.code`` (string or None).
+        param: the offending request field, or None.
+        headers: extra response headers.
+    """
+
+    status = 500
+    type = "server_error"
+    code: str | None = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 status: int | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.headers = dict(headers or {})
+
+    def body(self) -> bytes:
+        """The OpenAI error envelope as JSON bytes."""
+        return error_body(self.message, self.type, self.param, self.code)
+
+    def response_headers(self) -> dict[str, str]:
+        """Headers for the error response (client errors are marked not retryable)."""
+        headers = {"content-type": "application/json"}
+        if self.status < 500 and self.status != 429:
+            headers["x-should-retry"] = "false"
+        headers.update(self.headers)
+        return headers
+
+
+class InvalidRequest(SpecgateError):
+    """The request is malformed or violates a limit (HTTP 400)."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_value"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    """Prompt plus output budget exceed the validated safe context (HTTP 400)."""
+
+    code = "context_length_exceeded"
+
+
+class UnsupportedMediaType(InvalidRequest):
+    """The body is not ``application/json`` (HTTP 400, as OpenAI answers)."""
+
+    code = "invalid_content_type"
+
+
+class RequestTooLarge(SpecgateError):
+    """The body exceeds ``limits.max_request_bytes`` (HTTP 413)."""
+
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class NotFound(SpecgateError):
+    """Unknown path (HTTP 404)."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class MethodNotAllowed(SpecgateError):
+    """Known path, wrong method (HTTP 405)."""
+
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class UpstreamClientError(SpecgateError):
+    """The engine answered 4xx before the first byte; same status, normalised envelope."""
+
+    type = "invalid_request_error"
+    code = None
+
+
+class NoHealthyUpstream(SpecgateError):
+    """No healthy pool can take the request (HTTP 503 with ``Retry-After``)."""
+
+    status = 503
+    code = "no_healthy_upstream"
+
+
+class UpstreamError(SpecgateError):
+    """The engine failed (5xx, reset, refused) and no failover was possible (HTTP 502)."""
+
+    status = 502
+    code = "upstream_error"
+
+
+class UpstreamTimeout(SpecgateError):
+    """The engine sent nothing within the first-byte timeout (HTTP 504)."""
+
+    status = 504
+    code = "upstream_timeout"
+
+
+def error_body(message: str, type_: str, param: str | None, code: str | None) -> bytes:
+    """Serialise OpenAI's error envelope ``{"error": {message, type, param, code}}``."""
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
+
+
+#: Wordings SGLang uses for over-length input (0.5.23 tokenizer_manager.py and older).
+_OVERLENGTH_MARKERS = (
+    "longer than the model's context length",
+    "exceeds the model's maximum context length",
+    "exceeds the maximum allowed length",
+    "maximum context length",
+)
+
+
+def map_engine_error(status: int, body: bytes, *, param: str) -> SpecgateError:
+    """Normalise an engine's error response (before the first byte) into our tree.
+
+    SGLang answers with a flat ``{"object": "error", "message", "type", "code": 400}`` body
+    (0.5.23) or a nested ``{"error": {...}}`` one (newer); both are accepted. Over-length
+    wordings become :class:`ContextLengthExceeded` with ``param``; other 4xx keep their
+    status; 5xx become :class:`UpstreamError` (502).
+
+    Args:
+        status: the engine's HTTP status.
+        body: the engine's response body (bytes, possibly not JSON).
+        param: ``messages`` or ``prompt``, used for over-length errors.
+    """
+    message = ""
+    try:
+        doc = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict):
+        inner = doc.get("error") if isinstance(doc.get("error"), dict) else doc
+        raw = inner.get("message")
+        message = raw if isinstance(raw, str) else ""
+    elif body:
+        message = body[:500].decode("utf-8", "replace")
+    message = message[:1000]
+    if status >= 500:
+        return UpstreamError("upstream worker failed")
+    lowered = message.lower()
+    if any(marker in lowered for marker in _OVERLENGTH_MARKERS):
+        return ContextLengthExceeded(message or "context length exceeded", param=param, status=400)
+    return UpstreamClientError(message or f"upstream returned HTTP {status}", status=status)

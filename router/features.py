@@ -1,0 +1,394 @@
+"""Request -> validated fields -> :class:`RequestFeatures` (prompt tokens, output budget, n).
+
+Three steps, so that only the middle one touches the tokenizer and runs off the event loop:
+
+1. :func:`parse_chat` / :func:`parse_completions` validate the JSON document (pure, fast) and
+   raise :class:`~router.errors.InvalidRequest` with ``param`` set on the first problem.
+   Integers are strict: ``true``, ``"100"`` and ``1.5`` are rejected for ``max_tokens``,
+   ``max_completion_tokens`` and ``n`` (pydantic's lax mode would coerce them; HANDED C04).
+2. :class:`PromptCounter` counts prompt tokens with the served model's own tokenizer and
+   chat template, mirroring SGLang 0.5.23's ``serving_chat._apply_jinja_template``: message
+   ``None`` fields dropped, ``content: null`` rendered as ``""``, text parts of a content
+   list joined with ``" "`` (the template's "string" content format), assistant tool-call
+   ``arguments`` parsed from JSON, ``tools`` dumped in SGLang's ``Tool`` model shape and left
+   out when ``tool_choice`` is ``"none"``, the template rendered with
+   ``add_generation_prompt=True`` and then encoded without adding special tokens. Completion
+   prompts are encoded as SGLang's tokenizer manager does (``tokenizer.encode(text)``).
+   The count therefore equals SGLang's ``usage.prompt_tokens``; the documented margin is
+   ``model``-independent and zero for text-only requests (checked against the real server
+   in ``tests/sglang``). Multimodal parts are not counted (the router serves text models).
+3. :func:`make_features` applies the output-budget rule: ``max_completion_tokens`` if given,
+   else ``max_tokens``, else ``min(limits.default_max_tokens, S - P)`` which the router then
+   forwards as ``max_tokens`` (HANDED C04/C05; SGLang 0.5.23 also prefers
+   ``max_completion_tokens``, sglang#17516).
+
+Boundary (SGLang 0.5.23 ``tokenizer_manager._validate_one_request``): an input is refused when
+``P + reserved >= context_length`` and a request when ``P + reserved + max_new_tokens >
+context_length``; so ``P + max_tokens == S`` is served, ``S + 1`` is not.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from router.errors import ContextLengthExceeded, InvalidRequest
+
+__all__ = [
+    "ParsedRequest",
+    "PromptCounter",
+    "RequestFeatures",
+    "make_features",
+    "parse_chat",
+    "parse_completions",
+]
+
+Kind = Literal["chat", "completions"]
+
+_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
+_CONTENT_REQUIRED = frozenset({"system", "user", "developer", "tool"})
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """The validated parts of a request that the decision needs.
+
+    Attributes:
+        kind: ``chat`` or ``completions``.
+        doc: the request document (a dict; forwarded with at most ``max_tokens``/``rid`` added).
+        max_new_tokens: the client's per-sequence budget (tokens) after precedence, or None.
+        n: choices per prompt.
+        stream: whether the client asked for SSE.
+        param: the field over-length errors name (``messages`` or ``prompt``).
+    """
+
+    kind: Kind
+    doc: dict[str, Any]
+    max_new_tokens: int | None
+    n: int
+    stream: bool
+    param: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFeatures:
+    """What the routing decision sees of a request.
+
+    Attributes:
+        prompt_tokens: P, the prompt's length in tokens (the longest prompt of a batch).
+        max_new_tokens: per-sequence output budget (tokens) the engine will be given.
+        n: choices per prompt (``n``).
+        num_prompts: prompts in a completions batch (1 for chat).
+        stream: SSE requested.
+        param: field named by over-length errors.
+        budget_defaulted: True when the router chose the budget (it then forwards it).
+    """
+
+    prompt_tokens: int
+    max_new_tokens: int
+    n: int = 1
+    num_prompts: int = 1
+    stream: bool = False
+    param: str = "messages"
+    budget_defaulted: bool = False
+
+    @property
+    def sequence_tokens(self) -> int:
+        """Tokens one sequence may occupy: ``P + max_new_tokens``."""
+        return self.prompt_tokens + self.max_new_tokens
+
+    @property
+    def weight(self) -> int:
+        """KV weight of the request per prompt (tokens): ``P + n * max_new_tokens`` (HANDED C20)."""
+        return self.prompt_tokens + self.n * self.max_new_tokens
+
+
+def _strict_int(doc: dict[str, Any], key: str, *, minimum: int, maximum: int | None = None) -> int | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if type(value) is not int:  # rejects bool, float, str (HANDED C04)
+        raise InvalidRequest(f"`{key}` must be an integer, got {type(value).__name__}", param=key)
+    if value < minimum:
+        raise InvalidRequest(f"`{key}` must be >= {minimum}, got {value}", param=key)
+    if maximum is not None and value > maximum:
+        raise InvalidRequest(f"`{key}` must be <= {maximum}", param=key)
+    return value
+
+
+def _common(doc: Any, kind: Kind, max_n: int) -> tuple[int | None, int, bool]:
+    if not isinstance(doc, dict):
+        raise InvalidRequest("the request body must be a JSON object", code="invalid_json")
+    model = doc.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidRequest("`model` must be a string", param="model")
+    stream = doc.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("`stream` must be a boolean", param="stream")
+    n = _strict_int(doc, "n", minimum=1, maximum=max_n)
+    max_tokens = _strict_int(doc, "max_tokens", minimum=1)
+    max_completion = _strict_int(doc, "max_completion_tokens", minimum=1)
+    budget = max_completion if max_completion is not None else max_tokens
+    return budget, n or 1, bool(stream)
+
+
+def _check_parts(parts: list[Any], where: str) -> None:
+    if not parts:
+        raise InvalidRequest(f"{where}.content must not be an empty list", param="messages")
+    for part in parts:
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise InvalidRequest(f"{where}.content parts must be objects with a `type`", param="messages")
+        if part["type"] in ("text", "input_text") and not isinstance(part.get("text"), str):
+            raise InvalidRequest(f"{where}.content text parts need a string `text`", param="messages")
+
+
+def _check_tool_calls(calls: Any, where: str) -> list[str]:
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise InvalidRequest(f"{where}.tool_calls must be a list or null", param="messages")
+    ids = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise InvalidRequest(f"{where}.tool_calls entries need function.name", param="messages")
+        args = fn.get("arguments")
+        if args is not None and not isinstance(args, (str, dict)):
+            raise InvalidRequest(f"{where}.tool_calls function.arguments must be a string", param="messages")
+        if isinstance(args, str) and args.strip():
+            try:
+                json.loads(args)
+            except ValueError:
+                raise InvalidRequest(f"{where}.tool_calls function.arguments is not valid JSON",
+                                     param="messages") from None
+        if isinstance(call.get("id"), str):
+            ids.append(call["id"])
+    return ids
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list):
+        raise InvalidRequest("`messages` must be a non-empty array of message objects", param="messages")
+    if not messages:
+        raise InvalidRequest("`messages` must not be empty", param="messages")
+    declared: set[str] = set()
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise InvalidRequest(f"{where} must be an object", param="messages")
+        role = msg.get("role")
+        if role not in _ROLES:
+            raise InvalidRequest(f"{where}.role must be one of {sorted(_ROLES)}", param="messages")
+        content = msg.get("content")
+        if content is None:
+            if role in _CONTENT_REQUIRED:
+                raise InvalidRequest(f"{where}.content is required for role `{role}`", param="messages")
+        elif isinstance(content, list):
+            _check_parts(content, where)
+        elif not isinstance(content, str):
+            raise InvalidRequest(f"{where}.content must be a string, an array of parts or null",
+                                 param="messages")
+        if role == "assistant":
+            declared.update(_check_tool_calls(msg.get("tool_calls"), where))
+        elif "tool_calls" in msg and msg["tool_calls"] is not None:
+            raise InvalidRequest(f"{where}.tool_calls is only allowed on assistant messages", param="messages")
+        if role == "tool":
+            call_id = msg.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise InvalidRequest(f"{where}.tool_call_id must be a string", param="messages")
+            if call_id not in declared:
+                raise InvalidRequest(f"{where}.tool_call_id `{call_id[:64]}` matches no earlier tool call",
+                                     param="messages")
+
+
+def _check_tools(tools: Any) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise InvalidRequest("`tools` must be an array", param="tools")
+    for tool in tools:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise InvalidRequest("each tool needs function.name", param="tools")
+
+
+def parse_chat(doc: Any, *, max_n: int) -> ParsedRequest:
+    """Validate a ``/v1/chat/completions`` document.
+
+    Raises:
+        InvalidRequest: on the first invalid field (``param`` names it).
+    """
+    budget, n, stream = _common(doc, "chat", max_n)
+    _check_messages(doc.get("messages"))
+    _check_tools(doc.get("tools"))
+    return ParsedRequest("chat", doc, budget, n, stream, "messages")
+
+
+def _prompt_kind(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return "text"
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return "texts"
+        if all(type(t) is int and t >= 0 for t in prompt):
+            return "ids"
+        if all(isinstance(p, list) and p and all(type(t) is int and t >= 0 for t in p) for p in prompt):
+            return "id_lists"
+    return ""
+
+
+def parse_completions(doc: Any, *, max_n: int) -> ParsedRequest:
+    """Validate a ``/v1/completions`` document (prompt: string, strings, ids or id lists).
+
+    Raises:
+        InvalidRequest: on the first invalid field (``param`` names it).
+    """
+    budget, n, stream = _common(doc, "completions", max_n)
+    if not _prompt_kind(doc.get("prompt")):
+        raise InvalidRequest(
+            "`prompt` must be a string, an array of strings, an array of token ids, "
+            "or an array of token-id arrays", param="prompt")
+    return ParsedRequest("completions", doc, budget, n, stream, "prompt")
+
+
+def _tool_dump(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool in the shape SGLang's ``Tool.model_dump()`` renders into templates (0.5.23)."""
+    fn = tool["function"]
+    return {
+        "type": tool.get("type", "function"),
+        "function": {
+            "description": fn.get("description"),
+            "name": fn["name"],
+            "parameters": fn.get("parameters"),
+            "strict": fn.get("strict"),
+            "defer_loading": fn.get("defer_loading", tool.get("defer_loading")),
+        },
+        "defer_loading": tool.get("defer_loading"),
+    }
+
+
+def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for msg in messages:
+        m = {k: v for k, v in msg.items() if v is not None}
+        content = msg.get("content")
+        if content is None:
+            m["content"] = ""
+        elif isinstance(content, list):
+            m["content"] = " ".join(p["text"] for p in content if p.get("type") in ("text", "input_text"))
+        if isinstance(m.get("tool_calls"), list):
+            calls = []
+            for call in m["tool_calls"]:
+                call = dict(call)
+                fn = dict(call["function"])
+                if isinstance(fn.get("arguments"), str) and fn["arguments"].strip():
+                    fn["arguments"] = json.loads(fn["arguments"])
+                call["function"] = fn
+                calls.append(call)
+            m["tool_calls"] = calls
+        out.append(m)
+    return out
+
+
+def _template_tools(doc: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = doc.get("tools")
+    choice = doc.get("tool_choice")
+    if not tools or choice == "none":
+        return None
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        wanted = choice["function"].get("name")
+        picked = [_tool_dump(t) for t in tools if t["function"]["name"] == wanted]
+        return picked or None
+    return [_tool_dump(t) for t in tools]
+
+
+class PromptCounter:
+    """Counts prompt tokens with the served model's tokenizer and chat template.
+
+    Loading is slow (hundreds of ms): build one per tokenizer path and share it. ``count`` is
+    CPU-bound (Jinja rendering holds the GIL, BPE encoding releases it): call it from a worker
+    thread, never on the event loop.
+
+    Args:
+        tokenizer_path: local directory with ``tokenizer.json``/``tokenizer_config.json``.
+
+    Raises:
+        OSError: when the tokenizer files cannot be loaded.
+    """
+
+    def __init__(self, tokenizer_path: str | Path) -> None:
+        from transformers import AutoTokenizer
+
+        self.path = str(tokenizer_path)
+        self._tok = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+
+    def count(self, parsed: ParsedRequest) -> int:
+        """Prompt tokens P of ``parsed`` (the longest prompt for a completions batch).
+
+        Raises:
+            InvalidRequest: when the chat template rejects the conversation (e.g. a Jinja
+                ``raise_exception``), as SGLang does with HTTP 400.
+        """
+        doc = parsed.doc
+        if parsed.kind == "chat":
+            return self.count_chat(doc["messages"], tools=_template_tools(doc),
+                                   template_kwargs=doc.get("chat_template_kwargs"))
+        prompt = doc["prompt"]
+        kind = _prompt_kind(prompt)
+        if kind == "text":
+            return len(self._tok.encode(prompt))
+        if kind == "texts":
+            return max(len(ids) for ids in self._tok(prompt)["input_ids"])
+        if kind == "ids":
+            return len(prompt)
+        return max(len(p) for p in prompt)
+
+    def count_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                   template_kwargs: dict[str, Any] | None = None) -> int:
+        """Tokens of ``messages`` rendered with the chat template and generation prompt."""
+        kwargs = template_kwargs if isinstance(template_kwargs, dict) else {}
+        try:
+            text = self._tok.apply_chat_template(
+                _template_messages(messages), tools=tools, tokenize=False,
+                add_generation_prompt=True, **kwargs)
+        except Exception as exc:  # jinja2 errors, TypeError from templates (SGLang -> 400)
+            raise InvalidRequest(f"the chat template rejected the messages: {str(exc)[:200]}",
+                                 param="messages") from None
+        return len(self._tok.encode(text, add_special_tokens=False))
+
+
+def make_features(parsed: ParsedRequest, prompt_tokens: int, *, max_context_tokens: int,
+                  default_max_tokens: int) -> RequestFeatures:
+    """Apply the budget rule and the global cap S (``limits.max_context_tokens``).
+
+    Raises:
+        ContextLengthExceeded: when ``P >= S`` or ``P + budget > S`` (message gives S, the
+            requested total, P and the budget; ``param`` is ``messages``/``prompt``).
+    """
+    cap = max_context_tokens
+    budget = parsed.max_new_tokens
+    defaulted = budget is None
+    if prompt_tokens >= cap:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {cap} tokens. However, your "
+            f"{parsed.param} resulted in {prompt_tokens} tokens, which leaves no room for "
+            f"a completion. Please reduce the length of the {parsed.param}.",
+            param=parsed.param)
+    if budget is None:
+        budget = min(default_max_tokens, cap - prompt_tokens)
+    if prompt_tokens + budget > cap:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {cap} tokens. However, you requested "
+            f"{prompt_tokens + budget} tokens ({prompt_tokens} in the {parsed.param}, {budget} "
+            f"in the completion). Please reduce the length of the {parsed.param} or completion.",
+            param=parsed.param)
+    num_prompts = 1
+    if parsed.kind == "completions":
+        kind = _prompt_kind(parsed.doc["prompt"])
+        if kind in ("texts", "id_lists"):
+            num_prompts = len(parsed.doc["prompt"])
+    return RequestFeatures(prompt_tokens=prompt_tokens, max_new_tokens=budget, n=parsed.n,
+                           num_prompts=num_prompts, stream=parsed.stream, param=parsed.param,
+                           budget_defaulted=defaulted)

@@ -1,0 +1,70 @@
+"""Every router series, under one prefix (``specgate_``), in a registry passed in.
+
+Labels are bounded: ``pool`` (config pool names, or ``none`` for refused requests),
+``reason`` (:class:`router.policy.Reason` values plus the rejection kinds below), ``status``
+(HTTP status codes the router answers), ``endpoint`` (config endpoint URLs), ``result``.
+The engine's own metric names (``sglang:*``) are never reused.
+
+Rejection reasons used with ``pool="none"``: ``context_cap``, ``invalid_request``,
+``request_too_large``, ``no_healthy_upstream``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["RouterMetrics"]
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class RouterMetrics:
+    """The router's Prometheus series.
+
+    Args:
+        registry: where to register (one per app, so two apps can live in one process).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "specgate_requests", "Requests answered, by pool, decision reason and HTTP status.",
+            ["pool", "reason", "status"], registry=registry)
+        self.request_duration = Histogram(
+            "specgate_request_duration_seconds", "Time from request receipt to the last byte sent.",
+            ["pool"], buckets=_LATENCY_BUCKETS, registry=registry)
+        self.time_to_first_byte = Histogram(
+            "specgate_time_to_first_byte_seconds",
+            "Time from request receipt to the first body byte relayed from the engine.",
+            ["pool"], buckets=_LATENCY_BUCKETS, registry=registry)
+        self.prompt_tokens = Histogram(
+            "specgate_prompt_tokens", "Prompt length as counted by the router (tokens).",
+            buckets=(64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144),
+            registry=registry)
+        self.inflight = Gauge(
+            "specgate_inflight_requests", "Requests dispatched by this router and not finished.",
+            ["pool"], registry=registry)
+        self.pool_load = Gauge(
+            "specgate_pool_load", "Load a new request would meet (running + queued, or in-flight).",
+            ["pool"], registry=registry)
+        self.healthy_endpoints = Gauge(
+            "specgate_pool_healthy_endpoints", "Healthy endpoints per pool.", ["pool"], registry=registry)
+        self.bypass = Gauge(
+            "specgate_bypass_active", "1 while speculation is bypassed for a pool, by kind.",
+            ["pool", "kind"], registry=registry)
+        self.accept_length = Gauge(
+            "specgate_pool_accept_length", "Pool's scraped mean accept length (0 when unknown).",
+            ["pool"], registry=registry)
+        self.scrape_failures = Counter(
+            "specgate_scrape_failures", "Failed /metrics scrapes.", ["pool", "endpoint"], registry=registry)
+        self.upstream_failures = Counter(
+            "specgate_upstream_failures", "Upstream failures seen by the proxy, by kind.",
+            ["pool", "kind"], registry=registry)
+        self.upstream_aborts = Counter(
+            "specgate_upstream_aborts", "abort_request calls sent after a client went away or a timeout.",
+            ["pool"], registry=registry)
+        self.config_reloads = Counter(
+            "specgate_config_reloads", "Config reload attempts, by result.", ["result"], registry=registry)
+        self.config_info = Gauge(
+            "specgate_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful config load.", registry=registry)

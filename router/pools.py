@@ -1,0 +1,255 @@
+"""Endpoint and pool state: health, in-flight leases, scraped load, bypass hysteresis.
+
+State lives on instances built by the app's lifespan (never module globals). The policy
+never reaches in here: it reads :class:`~router.policy.PoolSnapshot` values built by
+:meth:`Runtime.snapshots`.
+
+Health (HANDED C23, sgl-project/sglang#9198): an endpoint starts *unknown* (not routable);
+its first successful scrape admits it. Afterwards ``health.failure_threshold`` consecutive
+failures eject it and ``health.success_threshold`` consecutive successes re-admit it. A
+*slow* failure (timeout) never ejects the last healthy endpoint of its pool: busy is not
+dead. A connection failure seen by the proxy ejects at once (passive health, HANDED C02).
+
+In-flight accounting: :meth:`Endpoint.lease` returns a :class:`Lease` that increments the
+count; :meth:`Lease.release` decrements it exactly once however often it is called.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from router.config import Config, PoolConfig
+from router.features import RequestFeatures
+from router.policy import (
+    Decision,
+    EndpointSnapshot,
+    PoolSnapshot,
+    decide,
+    next_low_acceptance,
+    next_saturated,
+)
+from router.scraper import EngineLoad
+
+__all__ = ["Endpoint", "Lease", "Pool", "Runtime"]
+
+
+class Lease:
+    """One request's hold on an endpoint's in-flight count; release is idempotent."""
+
+    __slots__ = ("endpoint", "released")
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.released = False
+        endpoint.inflight += 1
+
+    def release(self) -> None:
+        """Decrement the endpoint's in-flight count, once."""
+        if not self.released:
+            self.released = True
+            self.endpoint.inflight -= 1
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@dataclass(eq=False)
+class Endpoint:
+    """One SGLang server.
+
+    Attributes:
+        url: base URL; pool: owning pool's name.
+        inflight: requests the router has dispatched and not finished.
+        healthy: routable; state: ``unknown``/``healthy``/``unhealthy``.
+        engine: last scraped :class:`EngineLoad`; scraped_at: its monotonic time (s).
+    """
+
+    url: str
+    pool: str
+    failure_threshold: int = 3
+    success_threshold: int = 2
+    inflight: int = 0
+    state: str = "unknown"
+    consecutive_failures: int = 0
+    consecutive_successes: int = 0
+    engine: EngineLoad | None = None
+    scraped_at: float | None = None
+    scrape_failures: int = 0
+    _siblings: list[Endpoint] = field(default_factory=list, repr=False)
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "healthy"
+
+    def lease(self) -> Lease:
+        """Take a lease (in-flight + 1); release it when the response ends."""
+        return Lease(self)
+
+    def load(self, now: float, stale_after_s: float) -> int:
+        """``max(scraped running + queued, in-flight)``; in-flight alone when stale (requests)."""
+        if self.engine is not None and self.scraped_at is not None and now - self.scraped_at <= stale_after_s:
+            return max(self.engine.load, self.inflight)
+        return self.inflight
+
+    def accept_length(self, now: float, stale_after_s: float) -> float | None:
+        """The scraped ``spec_accept_length`` if fresh and positive, else None (unknown)."""
+        if self.engine is None or self.scraped_at is None or now - self.scraped_at > stale_after_s:
+            return None
+        return self.engine.spec_accept_length
+
+    def record_success(self, engine: EngineLoad, *, now: float) -> None:
+        """A successful scrape: store the load; count towards (re-)admission."""
+        self.engine = engine
+        self.scraped_at = now
+        self.consecutive_failures = 0
+        self.consecutive_successes += 1
+        if self.state == "unknown" or (
+            self.state == "unhealthy" and self.consecutive_successes >= self.success_threshold
+        ):
+            self.state = "healthy"
+
+    def record_failure(self, *, slow: bool, now: float) -> None:
+        """A failed scrape; ``slow`` for a timeout (busy), else dead (refused, reset, 5xx)."""
+        self.scrape_failures += 1
+        self.consecutive_successes = 0
+        self.consecutive_failures += 1
+        if self.consecutive_failures < self.failure_threshold:
+            return
+        if slow and self.state == "healthy" and not any(s.healthy for s in self._siblings if s is not self):
+            return  # busy, and the last healthy endpoint of its pool: keep it
+        self.state = "unhealthy"
+
+    def mark_down(self) -> None:
+        """Passive health: the proxy could not connect or the connection broke; eject now."""
+        self.state = "unhealthy"
+        self.consecutive_successes = 0
+        self.consecutive_failures = max(self.consecutive_failures, self.failure_threshold)
+
+
+class Pool:
+    """A pool's endpoints plus its bypass hysteresis state."""
+
+    def __init__(self, config: PoolConfig, limit: int, endpoints: Iterable[Endpoint]) -> None:
+        self.config = config
+        self.name = config.name
+        self.limit = limit
+        self.reserved = config.reserved_tokens if config.speculative else 0
+        self.endpoints: dict[str, Endpoint] = {e.url: e for e in endpoints}
+        siblings = list(self.endpoints.values())
+        for e in siblings:
+            e._siblings = siblings
+        self.saturated = False
+        self.low_acceptance = False
+
+    def load(self, now: float, stale_after_s: float) -> int:
+        """The load a new request would meet: that of the least-loaded healthy endpoint.
+
+        With one endpoint this is ``max(running + queued, in-flight)`` of the engine; with
+        several, saturation is judged per engine batch (speculation turns compute-bound per
+        engine, not per pool). With no healthy endpoint, the sum over endpoints.
+        """
+        loads = [e.load(now, stale_after_s) for e in self.endpoints.values() if e.healthy]
+        if not loads:
+            return sum(e.load(now, stale_after_s) for e in self.endpoints.values())
+        return min(loads)
+
+    def inflight(self) -> int:
+        """Router in-flight requests over all endpoints."""
+        return sum(e.inflight for e in self.endpoints.values())
+
+    def accept_length(self, now: float, stale_after_s: float) -> float | None:
+        """Mean fresh positive accept length over healthy endpoints, or None."""
+        vals = [a for e in self.endpoints.values() if e.healthy
+                for a in [e.accept_length(now, stale_after_s)] if a]
+        return sum(vals) / len(vals) if vals else None
+
+
+class Runtime:
+    """Everything built from one config: pools, endpoints, thresholds, tokenizer.
+
+    A reload builds a new Runtime (carrying over the :class:`Endpoint` objects of unchanged
+    URLs, so in-flight counts and health survive) and swaps one reference.
+    """
+
+    def __init__(self, config: Config, counter: object, previous: Runtime | None = None) -> None:
+        self.config = config
+        self.counter = counter
+        self._tie = itertools.count()
+        old: dict[tuple[str, str], Endpoint] = {}
+        if previous is not None:
+            for pool in previous.pools:
+                for ep in pool.endpoints.values():
+                    old[(pool.name, ep.url)] = ep
+        health = config.health
+        pools = []
+        for pc in config.pools:
+            eps = []
+            for url in pc.endpoints:
+                url = url.rstrip("/")
+                ep = old.get((pc.name, url)) or Endpoint(url=url, pool=pc.name)
+                ep.failure_threshold = health.failure_threshold
+                ep.success_threshold = health.success_threshold
+                eps.append(ep)
+            pools.append(Pool(pc, config.pool_limit(pc), eps))
+        self.pools: tuple[Pool, ...] = tuple(pools)
+        if previous is not None:
+            for pool in self.pools:
+                prev = next((p for p in previous.pools if p.name == pool.name), None)
+                if prev is not None:
+                    pool.saturated, pool.low_acceptance = prev.saturated, prev.low_acceptance
+        self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
+
+    def all_endpoints(self) -> list[Endpoint]:
+        """Every endpoint of every pool."""
+        return list(self._by_url.values())
+
+    def endpoint(self, url: str) -> Endpoint:
+        """The endpoint with this URL; raises ``KeyError``."""
+        return self._by_url[url]
+
+    def update_bypass(self, now: float) -> None:
+        """Advance every speculative pool's saturation and acceptance hysteresis."""
+        cfg = self.config
+        stale = cfg.scrape.stale_after_s
+        sat = cfg.routing.saturation
+        acc = cfg.routing.acceptance
+        for pool in self.pools:
+            if not pool.config.speculative:
+                continue
+            pool.saturated = next_saturated(pool.saturated, pool.load(now, stale), enter=sat.enter, exit=sat.exit)
+            if acc.enabled:
+                engine = pool.config.engine
+                gamma = (engine.speculative_num_steps if engine and engine.speculative_num_steps else
+                         max(1, pool.reserved - 1))
+                pool.low_acceptance = next_low_acceptance(
+                    pool.low_acceptance, pool.accept_length(now, stale), gamma=gamma,
+                    c=pool.config.drafter_cost_ratio, enter_below=acc.min_expected_speedup,
+                    exit_above=acc.exit_speedup)
+
+    def snapshots(self, now: float) -> tuple[PoolSnapshot, ...]:
+        """Immutable views of every pool for :func:`router.policy.decide`."""
+        stale = self.config.scrape.stale_after_s
+        return tuple(
+            PoolSnapshot(
+                name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
+                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load(now, stale))
+                                for e in p.endpoints.values()),
+                saturated=p.saturated, low_acceptance=p.low_acceptance)
+            for p in self.pools)
+
+    def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset()) -> Decision:
+        """Update hysteresis, snapshot the pools and run the pure policy."""
+        self.update_bypass(now)
+        return decide(features, self.snapshots(now),
+                      max_context_tokens=self.config.limits.max_context_tokens,
+                      long_prompt_tokens=self.config.routing.long_prompt_tokens,
+                      exclude=exclude, seed=self.config.routing.seed, tie_break=next(self._tie))
+
+    def ready(self) -> bool:
+        """True while at least one pool has a healthy endpoint."""
+        return any(e.healthy for e in self._by_url.values())

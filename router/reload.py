@@ -1,0 +1,84 @@
+"""Config reload: watch the file -> validate -> build a new runtime -> swap one reference.
+
+The file is polled every ``server.reload_interval_s`` (stat: mtime, size, inode; Kubernetes
+ConfigMap volumes swap a symlink, which inotify-style watchers miss). On a change the whole
+file is validated and a new :class:`~router.pools.Runtime` built (endpoints of unchanged URLs
+keep their health and in-flight counts); only then is ``state.runtime`` replaced. An invalid
+file keeps the last good config and counts ``specgate_config_reloads_total{result="failure"}``.
+``server.host``/``server.port`` changes need a restart and are only logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from typing import Any
+
+from router.config import ConfigError, load_config
+
+__all__ = ["Reloader"]
+
+log = logging.getLogger("specgate.reload")
+
+
+def _stamp(path: os.PathLike[str]) -> tuple[float, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime, st.st_size, st.st_ino)
+
+
+class Reloader:
+    """Polls the config file of ``state`` and swaps ``state.runtime`` on a valid change."""
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+        self._path = state.config_path
+        self._stamp = _stamp(self._path)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start polling."""
+        self._task = asyncio.create_task(self._loop(), name="specgate-reload")
+
+    async def stop(self) -> None:
+        """Stop polling."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._state.runtime.config.server.reload_interval_s)
+            stamp = _stamp(self._path)
+            if stamp is None or stamp == self._stamp:
+                continue
+            self._stamp = stamp
+            await self.reload()
+
+    async def reload(self) -> bool:
+        """Validate the file and swap the runtime; returns True on success."""
+        from router.app import build_runtime
+
+        state = self._state
+        loop = asyncio.get_running_loop()
+        try:
+            config = await loop.run_in_executor(None, load_config, self._path)
+            runtime = await loop.run_in_executor(None, build_runtime, config, state.runtime)
+        except (ConfigError, OSError) as exc:
+            state.metrics.config_reloads.labels("failure").inc()
+            log.error("config reload rejected, keeping the last good config: %s", exc)
+            return False
+        old = state.runtime.config.server
+        if (old.host, old.port) != (config.server.host, config.server.port):
+            log.warning("server.host/port changed; restart the router to apply")
+        state.runtime = runtime
+        state.metrics.config_reloads.labels("success").inc()
+        state.metrics.config_info.set(time.time())
+        log.info("config reloaded: pools=%s", [p.name for p in runtime.pools])
+        return True

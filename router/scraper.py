@@ -1,0 +1,192 @@
+"""Live load: one background task scrapes every endpoint's SGLang ``/metrics``.
+
+:func:`parse_sglang_metrics` is pure (text in, :class:`EngineLoad` out). It reads SGLang's
+gauges (``python/sglang/srt/metrics/collector.py``, 0.5.23): ``num_running_reqs``,
+``num_queue_reqs``, ``token_usage``, ``spec_accept_length``, ``spec_accept_rate``, under the
+``sglang:`` prefix or the ``sglang_`` spelling some versions emit. Data-parallel ranks emit one
+series each: running and queued requests are summed, token usage is the maximum, accept
+length and rate are averaged over the series that report a positive value (the spec gauges
+read 0 until 40 decode steps have run, ``decode_log_interval``; 0 means unknown).
+
+:class:`Scraper` runs the loop: every ``scrape.interval_s`` it fetches all endpoints
+concurrently, each with ``scrape.timeout_s``; a success feeds the endpoint's load and health,
+a failure feeds health only (the load becomes unknown once ``stale_after_s`` passes, and the
+router's in-flight count stands in). A refused connection is a *dead* failure; a timeout is a
+*slow* one, which never ejects the last healthy endpoint of a pool (HANDED C23).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+__all__ = ["EngineLoad", "Scraper", "parse_sglang_metrics"]
+
+_WANTED = {
+    "num_running_reqs": "sum",
+    "num_queue_reqs": "sum",
+    "token_usage": "max",
+    "spec_accept_length": "mean",
+    "spec_accept_rate": "mean",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """One scrape of an SGLang server.
+
+    Attributes:
+        num_running_reqs: requests in the running batch (summed over DP ranks).
+        num_queue_reqs: requests waiting (summed over DP ranks).
+        token_usage: KV-cache usage fraction in [0, 1] (max over ranks).
+        spec_accept_length: mean accepted tokens per verify step, None when unknown.
+        spec_accept_rate: mean acceptance rate, None when unknown.
+    """
+
+    num_running_reqs: int = 0
+    num_queue_reqs: int = 0
+    token_usage: float = 0.0
+    spec_accept_length: float | None = None
+    spec_accept_rate: float | None = None
+
+    @property
+    def load(self) -> int:
+        """Running plus queued requests."""
+        return self.num_running_reqs + self.num_queue_reqs
+
+
+def parse_sglang_metrics(text: str) -> EngineLoad:
+    """Parse SGLang's Prometheus exposition text into an :class:`EngineLoad`.
+
+    Unknown series, comments, histograms and malformed lines are ignored; missing gauges
+    read 0 (running/queued/usage) or None (accept length/rate).
+    """
+    values: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        if not line.startswith("sglang"):
+            continue
+        name_end = len(line)
+        for i, ch in enumerate(line):
+            if ch in "{ ":
+                name_end = i
+                break
+        name = line[:name_end]
+        if len(name) < 8 or name[6] not in ":_":
+            continue
+        key = name[7:]
+        if key not in _WANTED:
+            continue
+        rest = line[name_end:]
+        if rest.startswith("{"):
+            close = rest.rfind("}")
+            if close < 0:
+                continue
+            rest = rest[close + 1:]
+        parts = rest.split()
+        if not parts:
+            continue
+        try:
+            value = float(parts[0])
+        except ValueError:
+            continue
+        if value != value:  # NaN
+            continue
+        values.setdefault(key, []).append(value)
+
+    def agg(key: str) -> float | None:
+        vals = values.get(key)
+        if not vals:
+            return None
+        how = _WANTED[key]
+        if how == "sum":
+            return sum(vals)
+        if how == "max":
+            return max(vals)
+        positive = [v for v in vals if v > 0]
+        return sum(positive) / len(positive) if positive else None
+
+    return EngineLoad(
+        num_running_reqs=int(agg("num_running_reqs") or 0),
+        num_queue_reqs=int(agg("num_queue_reqs") or 0),
+        token_usage=float(agg("token_usage") or 0.0),
+        spec_accept_length=agg("spec_accept_length"),
+        spec_accept_rate=agg("spec_accept_rate"),
+    )
+
+
+class Scraper:
+    """The background scrape loop (one asyncio task).
+
+    Args:
+        session: the shared aiohttp session (all outbound HTTP goes through it).
+        get_runtime: returns the current runtime (re-read every round, so reloads apply).
+        on_round: called after each round with the runtime (metrics, bypass update).
+        clock: monotonic clock (seconds).
+        on_failure: called with the endpoint after each failed scrape (metrics).
+    """
+
+    def __init__(self, session: aiohttp.ClientSession, get_runtime: Callable[[], object],
+                 on_round: Callable[[object], None], clock: Callable[[], float] = time.monotonic,
+                 on_failure: Callable[[object], None] = lambda endpoint: None) -> None:
+        self._session = session
+        self._on_failure = on_failure
+        self._get_runtime = get_runtime
+        self._on_round = on_round
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the loop task."""
+        self._task = asyncio.create_task(self._loop(), name="specgate-scraper")
+
+    async def stop(self) -> None:
+        """Cancel the loop task and wait for it."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def run_once(self) -> None:
+        """Scrape every endpoint of the current runtime once, concurrently."""
+        runtime = self._get_runtime()
+        cfg = runtime.config  # type: ignore[attr-defined]
+        endpoints = runtime.all_endpoints()  # type: ignore[attr-defined]
+        await asyncio.gather(*(self._scrape(ep, cfg) for ep in endpoints))
+        self._on_round(runtime)
+
+    async def _loop(self) -> None:
+        while True:
+            started = self._clock()
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in one round must not stop scraping
+                import logging
+
+                logging.getLogger("specgate.scraper").exception("scrape round failed")
+            interval = self._get_runtime().config.scrape.interval_s  # type: ignore[attr-defined]
+            await asyncio.sleep(max(0.0, interval - (self._clock() - started)))
+
+    async def _scrape(self, endpoint, cfg) -> None:  # type: ignore[no-untyped-def]
+        timeout = aiohttp.ClientTimeout(total=cfg.scrape.timeout_s)
+        try:
+            async with self._session.get(endpoint.url + "/metrics", timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
+                text = await resp.text()
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            endpoint.record_failure(slow=True, now=self._clock())
+            self._on_failure(endpoint)
+            return
+        except (aiohttp.ClientError, OSError):
+            endpoint.record_failure(slow=False, now=self._clock())
+            self._on_failure(endpoint)
+            return
+        endpoint.record_success(parse_sglang_metrics(text), now=self._clock())
