@@ -1,0 +1,123 @@
+"""Operator YAML validation (router.config)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from router.cli import main
+from router.config import ConfigError, load_config, parse_config
+
+BASE = {
+    "model": {"name": "tiny-llama", "tokenizer": "/tmp/tok"},
+    "limits": {"max_context_tokens": 4096, "default_max_tokens": 256, "max_request_bytes": 33554432},
+    "pools": [
+        {"name": "spec", "speculative": True, "endpoints": ["http://127.0.0.1:30001"],
+         "max_context_tokens": 2048, "draft_reserved_tokens": 4},
+        {"name": "plain", "speculative": False, "endpoints": ["http://127.0.0.1:30002"]},
+    ],
+    "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}},
+    "scrape": {"interval_s": 0.25, "timeout_s": 1.0, "stale_after_s": 2.0},
+}
+
+
+def with_(path: str, value):
+    import copy
+
+    doc = copy.deepcopy(BASE)
+    node = doc
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if k.isdigit() else node[k]
+    last = keys[-1]
+    if value is KeyError:
+        del node[last]
+    elif last.isdigit():
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return doc
+
+
+def test_issue_example_is_valid():
+    cfg = parse_config(BASE)
+    assert cfg.pool_limit(cfg.pool("spec")) == 2048
+    assert cfg.pool_limit(cfg.pool("plain")) == 4096
+    assert cfg.pool("spec").reserved_tokens == 4
+    assert cfg.health.failure_threshold == 3
+
+
+@pytest.mark.parametrize("path,value,fragment", [
+    ("routing.saturation.exit", 8, "must be < saturation.enter"),
+    ("routing.saturation.exit", 9, "must be < saturation.enter"),
+    ("pools.0.max_context_tokens", 5000, "exceeds limits.max_context_tokens"),
+    ("limits.max_context_tokens", "4096", "limits.max_context_tokens"),
+    ("limits.max_context_tokens", 4096.0, "limits.max_context_tokens"),
+    ("limits.max_context_tokens", True, "limits.max_context_tokens"),
+    ("limits.max_context_tokens", 0, "limits.max_context_tokens"),
+    ("routing.long_prompt_tokens", KeyError, "routing.long_prompt_tokens"),
+    ("routing.typo", 1, "routing.typo"),
+    ("extra", {}, "extra"),
+    ("pools.1.endpoints", ["http://127.0.0.1:30001"], "more than one pool"),
+    ("pools.1.endpoints", ["not a url"], "pools.1.endpoints.0"),
+    ("pools.1.name", "spec", "duplicate pool name"),
+    ("pools", [], "at least one pool"),
+    ("scrape.stale_after_s", 0.1, "stale_after_s"),
+])
+def test_invalid_configs_name_the_key(path, value, fragment):
+    with pytest.raises(ConfigError) as exc:
+        parse_config(with_(path, value))
+    assert fragment in str(exc.value)
+
+
+def test_engine_reserved_tokens_and_draft_positions(tmp_path):
+    engine = {"model_path": "/m", "context_length": 2048, "speculative_algorithm": "EAGLE3",
+              "speculative_draft_model_path": str(tmp_path / "draft"), "speculative_num_steps": 3,
+              "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+    doc = with_("pools.0", {"name": "spec", "speculative": True, "endpoints": ["http://127.0.0.1:1"],
+                            "engine": engine})
+    cfg = parse_config(doc)
+    assert cfg.pool("spec").reserved_tokens == 4   # max(1*3, 4)
+    assert cfg.pool_limit(cfg.pool("spec")) == 2048
+    # a declared reserved count that disagrees with the engine is refused
+    bad = with_("pools.0", {"name": "spec", "speculative": True, "endpoints": ["http://127.0.0.1:1"],
+                            "engine": engine, "draft_reserved_tokens": 3})
+    with pytest.raises(ConfigError, match="differs from the engine"):
+        parse_config(bad)
+    # the drafter's max positions (read from its config.json) must cover the pool's limit (sglang#3574)
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").write_text(json.dumps({"max_position_embeddings": 1024}))
+    with pytest.raises(ConfigError, match="max positions"):
+        parse_config(doc)
+    (tmp_path / "draft" / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    assert parse_config(doc).pool("spec").engine.draft_max_positions == 4096
+
+
+def test_load_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_relative_tokenizer_resolved_against_file(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(with_("model.tokenizer", "models/tok")))
+    assert load_config(f).model.tokenizer == str((tmp_path / "models/tok").resolve())
+
+
+def test_config_check_cli(tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(BASE))
+    assert main(["config", "check", str(f)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pools"][0]["effective_max_context_tokens"] == 2048
+    assert out["pools"][1]["effective_draft_reserved_tokens"] == 0
+    f.write_text(yaml.safe_dump(with_("routing.saturation.exit", 8)))
+    assert main(["config", "check", str(f)]) == 2
+    assert "saturation.exit" in capsys.readouterr().err

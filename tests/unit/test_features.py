@@ -1,0 +1,166 @@
+"""Request validation, budget precedence and prompt counting (router.features)."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.errors import ContextLengthExceeded, InvalidRequest
+from router.features import PromptCounter, make_features, parse_chat, parse_completions
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def chat(**kw):
+    return parse_chat({"model": "m", "messages": MSG, **kw}, max_n=128)
+
+
+@pytest.mark.parametrize("value", [-5, 0, "100", True, False, 1.5, 1.0, [], {}])
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_budget_fields_are_strict_positive_integers(field, value):  # HANDED C04
+    with pytest.raises(InvalidRequest) as exc:
+        chat(**{field: value})
+    assert exc.value.status == 400
+    assert exc.value.param == field
+    assert exc.value.type == "invalid_request_error"
+
+
+@pytest.mark.parametrize("value", [0, -1, 9223372036854775807, 129, "4", True, 2.0])
+def test_n_validation(value):  # HANDED C20
+    with pytest.raises(InvalidRequest) as exc:
+        chat(n=value)
+    assert exc.value.param == "n"
+
+
+def test_max_completion_tokens_wins_over_max_tokens():  # HANDED C05, sglang#17516
+    assert chat(max_tokens=16, max_completion_tokens=100_000_000).max_new_tokens == 100_000_000
+    assert chat(max_tokens=100_000_000, max_completion_tokens=16).max_new_tokens == 16
+    assert chat(max_completion_tokens=7).max_new_tokens == 7
+    assert chat(max_tokens=9).max_new_tokens == 9
+    assert chat(max_tokens=None).max_new_tokens is None
+
+
+@pytest.mark.parametrize("doc", [
+    {"model": "m", "messages": []},
+    {"model": "m"},
+    {"model": "m", "messages": "hi"},
+    {"model": "m", "messages": [{"role": "user"}]},
+    {"model": "m", "messages": [{"role": "wizard", "content": "hi"}]},
+    {"model": "m", "messages": [None]},
+    {"model": "m", "messages": [{"role": "user", "content": 123}]},
+    {"model": "m", "messages": [{"role": "user", "content": []}]},
+    {"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]},
+    {"model": "m", "messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]},
+    {"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": "x"}]},
+    {"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": [{"function": {}}]}]},
+    {"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]},
+])
+def test_malformed_messages_are_400_messages(doc):  # HANDED C09, C07
+    with pytest.raises(InvalidRequest) as exc:
+        parse_chat(doc, max_n=8)
+    assert exc.value.param == "messages"
+    assert exc.value.status == 400
+
+
+@pytest.mark.parametrize("doc", [[], None, "str", 123, 1.5])
+def test_non_object_bodies(doc):  # HANDED C10
+    with pytest.raises(InvalidRequest) as exc:
+        parse_chat(doc, max_n=8)
+    assert exc.value.code == "invalid_json"
+
+
+def test_error_message_does_not_echo_huge_input():  # HANDED C10
+    doc = {"model": "m", "messages": [{"role": "user", "content": 123}] * 10_000}
+    with pytest.raises(InvalidRequest) as exc:
+        parse_chat(doc, max_n=8)
+    assert len(exc.value.body()) < 300
+
+
+@pytest.mark.parametrize("prompt,ok", [
+    ("hello", True), (["a", "b"], True), ([1, 2, 3], True), ([[1, 2], [3]], True),
+    ([], False), ([[]], False), ([1, "a"], False), (None, False), (5, False), ([-1], False), ([True], False),
+])
+def test_completion_prompt_shapes(prompt, ok):
+    if ok:
+        assert parse_completions({"prompt": prompt}, max_n=8).param == "prompt"
+    else:
+        with pytest.raises(InvalidRequest) as exc:
+            parse_completions({"prompt": prompt}, max_n=8)
+        assert exc.value.param == "prompt"
+
+
+def test_make_features_boundaries():  # HANDED C03 / C04
+    p = chat(max_tokens=96)
+    f = make_features(p, 4000, max_context_tokens=4096, default_max_tokens=256)
+    assert (f.prompt_tokens, f.max_new_tokens, f.budget_defaulted) == (4000, 96, False)
+    with pytest.raises(ContextLengthExceeded) as exc:
+        make_features(chat(max_tokens=97), 4000, max_context_tokens=4096, default_max_tokens=256)
+    assert exc.value.param == "messages"
+    assert exc.value.code == "context_length_exceeded"
+    assert "4096" in exc.value.message and "4097" in exc.value.message and "4000" in exc.value.message
+    # missing budget: min(D, S - P), forwarded explicitly
+    f = make_features(chat(), 4086, max_context_tokens=4096, default_max_tokens=256)
+    assert (f.max_new_tokens, f.budget_defaulted) == (10, True)
+    f = make_features(chat(), 10, max_context_tokens=4096, default_max_tokens=256)
+    assert f.max_new_tokens == 256
+    # prompt alone over (or at) the cap
+    for prompt in (4096, 4196):
+        with pytest.raises(ContextLengthExceeded):
+            make_features(chat(), prompt, max_context_tokens=4096, default_max_tokens=256)
+    with pytest.raises(ContextLengthExceeded):
+        make_features(chat(max_tokens=10**12), 5, max_context_tokens=4096, default_max_tokens=256)
+
+
+def test_counter_counts_template_tools_and_null_content(tokenizer_dir):  # HANDED C07
+    counter = PromptCounter(tokenizer_dir)
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp_c\":21}"},
+        {"role": "assistant", "content": "It is 21 C.", "tool_calls": None},
+        {"role": "user", "content": "Thanks"},
+    ]
+    doc = {"messages": messages, "tools": tools}
+    parsed = parse_chat(doc, max_n=8)
+    with_tools = counter.count(parsed)
+    # The same text the template would render, counted by hand through the tokenizer.
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    dumped = [{"type": "function", "function": {"description": "Weather for a city", "name": "get_weather",
+               "parameters": tools[0]["function"]["parameters"], "strict": None, "defer_loading": None},
+               "defer_loading": None}]
+    rendered = tok.apply_chat_template(
+        [messages[0],
+         {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+          "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+         messages[2], {"role": "assistant", "content": "It is 21 C."}, messages[4]],
+        tools=dumped, tokenize=False, add_generation_prompt=True)
+    assert with_tools == len(tok.encode(rendered, add_special_tokens=False))
+    without = counter.count(parse_chat({"messages": messages, "tools": tools, "tool_choice": "none"}, max_n=8))
+    assert with_tools > without
+
+
+def test_counter_completions_variants(tokenizer_dir):
+    counter = PromptCounter(tokenizer_dir)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    assert counter.count(parse_completions({"prompt": "lorem ipsum"}, max_n=8)) == len(tok.encode("lorem ipsum"))
+    assert counter.count(parse_completions({"prompt": ["lorem", "lorem ipsum dolor"]}, max_n=8)) == len(
+        tok.encode("lorem ipsum dolor"))
+    assert counter.count(parse_completions({"prompt": [5, 6, 7]}, max_n=8)) == 3
+    assert counter.count(parse_completions({"prompt": [[5], [6, 7, 8, 9]]}, max_n=8)) == 4
+    f = make_features(parse_completions({"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 5}, max_n=8), 3,
+                      max_context_tokens=100, default_max_tokens=10)
+    assert (f.num_prompts, f.n, f.weight, f.param) == (3, 2, 13, "prompt")
+
+
+def test_list_content_is_joined_like_sglang(tokenizer_dir):
+    counter = PromptCounter(tokenizer_dir)
+    a = counter.count(parse_chat({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "lorem"}, {"type": "text", "text": "ipsum"}]}]}, max_n=8))
+    b = counter.count(parse_chat({"messages": [{"role": "user", "content": "lorem ipsum"}]}, max_n=8))
+    assert a == b

@@ -1,0 +1,116 @@
+"""Table-driven tests of the pure routing decision (router.policy)."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.features import RequestFeatures
+from router.policy import (
+    Decision,
+    EndpointSnapshot,
+    PoolSnapshot,
+    Reason,
+    decide,
+    expected_speedup,
+    next_low_acceptance,
+    next_saturated,
+)
+
+S = 4096          # limits.max_context_tokens
+SPEC_LIMIT = 2048  # spec pool max_context_tokens
+K = 4             # reserved draft tokens
+LONG = 1024       # routing.long_prompt_tokens
+
+
+def spec(healthy=True, saturated=False, low_acceptance=False, loads=(0,), urls=None):
+    urls = urls or [f"http://s{i}" for i in range(len(loads))]
+    return PoolSnapshot("spec", True, SPEC_LIMIT, K,
+                        tuple(EndpointSnapshot(u, healthy, load) for u, load in zip(urls, loads)),
+                        saturated=saturated, low_acceptance=low_acceptance)
+
+
+def plain(healthy=True, limit=S, loads=(0,)):
+    return PoolSnapshot("plain", False, limit, 0,
+                        tuple(EndpointSnapshot(f"http://p{i}", healthy, load) for i, load in enumerate(loads)))
+
+
+def run(p, m, pools, n=1, **kw):
+    return decide(RequestFeatures(prompt_tokens=p, max_new_tokens=m, n=n), pools,
+                  max_context_tokens=S, long_prompt_tokens=LONG, **kw)
+
+
+CASES = [
+    # id, prompt, budget, n, pools, expected decision
+    ("short->spec", 100, 100, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
+    ("cap exactly S is served", 4000, 96, 1, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
+    ("cap S+1 refused", 4000, 97, 1, [spec(), plain()], Decision(None, None, Reason.CONTEXT_CAP, 400)),
+    # spec eligibility boundary: P + n*M + K <= 2048 (HANDED C01 sweep L-K-1, L-K, L-K+1)
+    ("L-K-1 -> spec", 1000, SPEC_LIMIT - K - 1 - 1000, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
+    ("L-K -> spec", 1000, SPEC_LIMIT - K - 1000, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
+    ("L-K+1 -> plain", 1000, SPEC_LIMIT - K + 1 - 1000, 1, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
+    ("L -> plain", 1000, SPEC_LIMIT - 1000, 1, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
+    ("L+1 -> plain", 1000, SPEC_LIMIT + 1 - 1000, 1, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
+    ("prompt == long threshold -> spec", LONG, 10, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
+    ("prompt > long threshold -> plain", LONG + 1, 10, 1, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
+    # n weights spec eligibility (C20) but each sequence fits the plain pool
+    ("n weights spec pool", 100, 400, 8, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
+    ("n small fits spec", 100, 400, 4, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
+    ("n huge per-seq fits -> no 400", 96, 4000, 8, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
+    ("saturated -> plain", 100, 100, 1, [spec(saturated=True), plain()], Decision("plain", "http://p0", Reason.SATURATED)),
+    ("low acceptance -> plain", 100, 100, 1, [spec(low_acceptance=True), plain()], Decision("plain", "http://p0", Reason.LOW_ACCEPTANCE)),
+    ("spec unhealthy -> plain", 100, 100, 1, [spec(healthy=False), plain()], Decision("plain", "http://p0", Reason.SPEC_UNHEALTHY)),
+    ("both unhealthy -> 503", 100, 100, 1, [spec(healthy=False), plain(healthy=False)], Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, 503)),
+    ("plain down, spec saturated -> spec", 100, 100, 1, [spec(saturated=True), plain(healthy=False)], Decision("spec", "http://s0", Reason.PLAIN_UNHEALTHY)),
+    ("plain down, long -> 503", 3000, 100, 1, [spec(), plain(healthy=False)], Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, 503)),
+    ("plain only config", 100, 100, 1, [plain()], Decision("plain", "http://p0", Reason.PLAIN_ONLY)),
+    ("fits no pool limit -> 400", 3000, 100, 1, [spec(), plain(limit=3000)], Decision(None, None, Reason.CONTEXT_CAP, 400)),
+    ("least loaded endpoint", 100, 100, 1, [spec(loads=(5, 2, 7)), plain()], Decision("spec", "http://s1", Reason.SPECULATIVE)),
+]
+
+
+@pytest.mark.parametrize("name,p,m,n,pools,expected", CASES, ids=[c[0] for c in CASES])
+def test_decide_table(name, p, m, n, pools, expected):
+    assert run(p, m, pools, n=n) == expected
+
+
+def test_excluded_endpoint_fails_over_within_pool_then_to_plain():
+    pools = [spec(loads=(0, 0)), plain()]
+    assert run(100, 10, pools, exclude=frozenset({"http://s0"})) == Decision("spec", "http://s1", Reason.SPECULATIVE)
+    assert run(100, 10, pools, exclude=frozenset({"http://s0", "http://s1"})) == Decision(
+        "plain", "http://p0", Reason.SPEC_UNHEALTHY)
+
+
+def test_seeded_tie_break_is_round_robin_over_sorted_urls():
+    pools = [spec(loads=(3, 3, 3), urls=["http://c", "http://a", "http://b"]), plain()]
+    picks = [run(100, 10, pools, seed=1, tie_break=i).endpoint for i in range(6)]
+    assert picks == ["http://b", "http://c", "http://a", "http://b", "http://c", "http://a"]
+
+
+@pytest.mark.parametrize("prev,load,expected", [
+    (False, 7, False), (False, 8, True), (True, 8, True), (True, 7, True), (True, 6, True),
+    (True, 5, False), (False, 6, False), (False, 100, True), (True, 0, False),
+])
+def test_saturation_hysteresis(prev, load, expected):
+    assert next_saturated(prev, load, enter=8, exit=6) is expected
+
+
+def test_saturation_does_not_flap_on_a_load_trace():
+    trace = [0, 4, 8, 7, 6, 7, 8, 6, 5, 6, 7, 8]
+    state, states = False, []
+    for load in trace:
+        state = next_saturated(state, load, enter=8, exit=6)
+        states.append(state)
+    assert states == [False, False, True, True, True, True, True, True, False, False, False, True]
+
+
+def test_expected_speedup_and_low_acceptance_hysteresis():
+    # gamma 3, c 0.05: S = tau / 1.15
+    assert expected_speedup(2.3, gamma=3, c=0.05) == pytest.approx(2.0)
+    kw = dict(gamma=3, c=0.05, enter_below=1.0, exit_above=1.05)
+    assert next_low_acceptance(False, 1.10, **kw) is True      # S = 0.957 < 1.0
+    assert next_low_acceptance(True, 1.17, **kw) is True       # S = 1.017 in the band: stays on
+    assert next_low_acceptance(True, 1.21, **kw) is False      # S = 1.052 >= 1.05
+    assert next_low_acceptance(False, 1.17, **kw) is False     # in the band: stays off
+    # unknown (stale, or the gauge's 0 before 40 decode steps) is never "bad"
+    assert next_low_acceptance(True, None, **kw) is False
+    assert next_low_acceptance(True, 0.0, **kw) is False
