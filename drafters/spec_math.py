@@ -106,8 +106,10 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     g = _check_gamma(gamma)
     if a == 1.0:
         return float(g + 1)
-    # Geometric series 1 + a + ... + a^g; this form is exact near a -> 1 as well.
-    return (1.0 - a ** (g + 1)) / (1.0 - a)
+    if a == 0.0:
+        return 1.0
+    # (1 - a^(g+1)) / (1 - a) via expm1/log: no cancellation as a -> 1 (1 - a is exact there).
+    return -math.expm1((g + 1) * math.log(a)) / (1.0 - a)
 
 
 def speedup(alpha: float, gamma: int, c: float) -> float:
@@ -233,6 +235,8 @@ def break_even_alpha(c: float, gamma: int) -> float:
     g = _check_gamma(gamma)
     if cc > 1.0:
         raise ValueError(f"c={c!r} > 1: S(gamma) < 1 for every alpha, there is no break-even")
+    if cc == 1.0:  # 1 + a + ... + a^g = 1 + g only at a = 1
+        return 1.0
     target = 1.0 + cc * g
     lo, hi = 0.0, 1.0
     for _ in range(200):

@@ -360,21 +360,29 @@ def tree_links_from_parents(
     """
     b = len(parents)
     n = len(parents[0]) if b else 0
-    index = torch.arange(b * n, dtype=torch.int64).reshape(b, n)
-    next_token = torch.full((b, n), -1, dtype=torch.int64)
-    next_sibling = torch.full((b, n), -1, dtype=torch.int64)
-    for row, par in enumerate(parents):
+    next_token: list[list[int]] = []
+    next_sibling: list[list[int]] = []
+    for par in parents:
         if len(par) != n:
             raise ValueError("every parent list must have the same length")
         if n and par[0] != -1:
             raise ValueError("node 0 is the root and must have parent -1")
+        first = [-1] * n
+        sibling = [-1] * n
         for i in range(n - 1, 0, -1):  # link back to front so children end up ascending
             pi = par[i]
             if not 0 <= pi < i:
                 raise ValueError(f"parent of node {i} must be in [0, {i}), got {pi}")
-            next_sibling[row, i] = next_token[row, pi]
-            next_token[row, pi] = i
-    return index.to(device), next_token.to(device), next_sibling.to(device)
+            sibling[i] = first[pi]
+            first[pi] = i
+        next_token.append(first)
+        next_sibling.append(sibling)
+    index = torch.arange(b * n, dtype=torch.int64, device=device).reshape(b, n)
+    return (
+        index,
+        torch.tensor(next_token, dtype=torch.int64, device=device).reshape(b, n),
+        torch.tensor(next_sibling, dtype=torch.int64, device=device).reshape(b, n),
+    )
 
 
 def _check_tree_args(
