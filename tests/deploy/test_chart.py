@@ -1,0 +1,667 @@
+"""helm/specgate rendered by Helm's own engine: exact objects for each value set."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from . import k8s
+
+VALUE_SETS = {
+    "default": {},
+    "cpu-dev": k8s.values_file("cpu-dev-values.yaml"),
+    "gpu-eagle3-redis": k8s.values_file("gpu-eagle3-redis-values.yaml"),
+    "lws": k8s.values_file("lws-values.yaml"),
+    "static-endpoints": k8s.values_file("static-endpoints-values.yaml"),
+}
+
+
+def kinds(objects: list[dict]) -> list[str]:
+    return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
+
+
+# ----------------------------------------------------------------------------- every set
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_lint_strict_is_clean(name: str) -> None:
+    report = k8s.lint(VALUE_SETS[name])
+    assert report["errors"] == []
+    # Only informational findings (severity 1: "icon is recommended") are tolerated.
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rendering_keeps_the_stack_invariants(name: str) -> None:
+    objects = k8s.render(VALUE_SETS[name])
+    k8s.check_stack(objects)
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rendered_objects_validate_against_kubernetes_schemas(name: str) -> None:
+    objects = k8s.render(VALUE_SETS[name])
+    expected_crds = {
+        "default": [],
+        "cpu-dev": [],
+        "gpu-eagle3-redis": [
+            "PrometheusRule/sg-specgate",
+            "ServiceMonitor/sg-specgate-pools",
+            "ServiceMonitor/sg-specgate-router",
+        ],
+        "lws": ["LeaderWorkerSet/sg-specgate-pool-spec"],
+        "static-endpoints": [],
+    }[name]
+    assert k8s.validate_k8s(objects) == expected_crds
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_object_is_namespaced_and_labelled(name: str) -> None:
+    for obj in k8s.render(VALUE_SETS[name], namespace="llm"):
+        meta = obj["metadata"]
+        assert meta["namespace"] == "llm", obj["kind"]
+        assert meta["labels"]["app.kubernetes.io/instance"] == "sg"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+
+# ----------------------------------------------------------------------------- defaults
+
+
+def test_default_objects() -> None:
+    assert kinds(k8s.render()) == [
+        "ConfigMap/sg-specgate-config",
+        "Deployment/sg-specgate-pool-plain",
+        "Deployment/sg-specgate-pool-spec",
+        "Deployment/sg-specgate-router",
+        "HorizontalPodAutoscaler/sg-specgate-router",
+        "PodDisruptionBudget/sg-specgate-router",
+        "Role/sg-specgate-discovery",
+        "RoleBinding/sg-specgate-discovery",
+        "Service/sg-specgate-pool-plain",
+        "Service/sg-specgate-pool-spec",
+        "Service/sg-specgate-router",
+        "ServiceAccount/sg-specgate",
+    ]
+
+
+def test_default_router_config_is_exact() -> None:
+    assert k8s.router_config(k8s.render()) == {
+        "model": {"name": "tiny-llama", "tokenizer": "/models/tiny-llama"},
+        "limits": {
+            "max_context_tokens": 4096,
+            "default_max_tokens": 256,
+            "max_request_bytes": 33554432,
+        },
+        "pools": [
+            {
+                "name": "spec",
+                "speculative": True,
+                "max_context_tokens": 2048,
+                "discovery": {
+                    "namespace": "llm",
+                    "label_selector": "app.kubernetes.io/name=specgate,"
+                    "app.kubernetes.io/instance=sg,app.kubernetes.io/component=pool-spec",
+                    "port": 30000,
+                },
+                "engine": {
+                    "model_path": "/models/tiny-llama",
+                    "context_length": 2048,
+                    "mem_fraction_static": 0.8,
+                    "tp_size": 1,
+                    "speculative_algorithm": "EAGLE3",
+                    "speculative_draft_model_path": "/models/tiny-llama-eagle3",
+                    "speculative_num_steps": 3,
+                    "speculative_eagle_topk": 1,
+                    "speculative_num_draft_tokens": 4,
+                    "extra_args": [],
+                },
+            },
+            {
+                "name": "plain",
+                "speculative": False,
+                "discovery": {
+                    "namespace": "llm",
+                    "label_selector": "app.kubernetes.io/name=specgate,"
+                    "app.kubernetes.io/instance=sg,app.kubernetes.io/component=pool-plain",
+                    "port": 30000,
+                },
+                "engine": {
+                    "model_path": "/models/tiny-llama",
+                    "context_length": 4096,
+                    "mem_fraction_static": 0.8,
+                    "tp_size": 1,
+                    "extra_args": [],
+                },
+            },
+        ],
+        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}},
+        "scrape": {"interval_s": 0.25, "timeout_s": 1.0, "stale_after_s": 2.0},
+        "server": {"host": "0.0.0.0", "port": 8000},
+    }
+
+
+def test_default_spec_pool_container() -> None:
+    dep = k8s.one(k8s.render(), "Deployment", "sg-specgate-pool-spec")
+    pod = dep["spec"]["template"]["spec"]
+    c = k8s.container(dep["spec"]["template"], "sglang")
+    assert c["image"] == "lmsysorg/sglang:v0.5.23"
+    assert c["command"] == ["python3", "-m", "sglang.launch_server"]
+    assert c["args"] == [
+        "--model-path", "/models/tiny-llama",
+        "--served-model-name", "tiny-llama",
+        "--host", "0.0.0.0",
+        "--port", "30000",
+        "--context-length", "2048",
+        "--enable-metrics",
+        "--mem-fraction-static", "0.8",
+        "--tp-size", "1",
+        "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", "/models/tiny-llama-eagle3",
+        "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4",
+    ]  # fmt: skip
+    assert c["resources"] == {
+        "requests": {"cpu": "4", "memory": "32Gi"},
+        "limits": {"memory": "64Gi", "nvidia.com/gpu": 1},
+    }
+    assert c["startupProbe"] == {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": 10,
+        "timeoutSeconds": 25,
+        "failureThreshold": 180,
+    }
+    assert c["readinessProbe"] == {
+        "httpGet": {"path": "/health_generate", "port": "http"},
+        "periodSeconds": 10,
+        "timeoutSeconds": 25,
+        "failureThreshold": 3,
+    }
+    assert c["livenessProbe"] == {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": 30,
+        "timeoutSeconds": 25,
+        "failureThreshold": 5,
+    }
+    assert c["volumeMounts"] == [
+        {"name": "models", "mountPath": "/models", "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    assert pod["volumes"] == [
+        {"name": "models", "persistentVolumeClaim": {"claimName": "specgate-models", "readOnly": True}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+    ]
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["automountServiceAccountToken"] is False
+    assert dep["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+
+
+def test_plain_pool_has_no_speculative_flags() -> None:
+    dep = k8s.one(k8s.render(), "Deployment", "sg-specgate-pool-plain")
+    args = k8s.container(dep["spec"]["template"], "sglang")["args"]
+    assert not [a for a in args if a.startswith("--speculative")]
+    assert k8s.flags(args)["--context-length"] == "4096"
+
+
+def test_context_length_is_the_validated_cap_245760() -> None:
+    values = {
+        "limits": {"max_context_tokens": 245760},
+        "pools": [
+            {"name": "long", "speculative": False, "max_context_tokens": 245760,
+             "engine": {"model_path": "/models/target", "context_length": 245760}},
+            {"name": "spec", "speculative": True, "max_context_tokens": 32768,
+             "engine": {"model_path": "/models/target", "speculative_algorithm": "EAGLE3",
+                        "speculative_draft_model_path": "/models/target-eagle3"}},
+        ],
+    }  # fmt: skip
+    objects = k8s.render(values)
+    args = k8s.container(k8s.one(objects, "Deployment", "sg-specgate-pool-long")["spec"]["template"], "sglang")["args"]
+    i = args.index("--context-length")
+    assert args[i : i + 2] == ["--context-length", "245760"]
+    cfg = k8s.check_stack(objects)
+    assert [p["engine"]["context_length"] for p in cfg["pools"]] == [245760, 32768]
+
+
+def test_router_deployment() -> None:
+    dep = k8s.one(k8s.render(), "Deployment", "sg-specgate-router")
+    tpl = dep["spec"]["template"]
+    c = k8s.container(tpl, "router")
+    assert "replicas" not in dep["spec"]  # the HPA owns it
+    assert c["image"] == "specgate/router:0.1.0"
+    assert c["args"] == ["router", "--config", "/etc/specgate/config.yaml"]
+    assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    assert c["startupProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert tpl["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert tpl["spec"]["serviceAccountName"] == "sg-specgate"
+    assert {m["name"]: m["mountPath"] for m in c["volumeMounts"]} == {
+        "config": "/etc/specgate",
+        "tmp": "/tmp",
+        "models": "/models",
+    }
+    assert [e["name"] for e in c["env"]] == ["POD_NAMESPACE", "HF_HOME"]
+    assert k8s.one(k8s.render(), "HorizontalPodAutoscaler")["spec"] == {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sg-specgate-router"},
+        "minReplicas": 2,
+        "maxReplicas": 6,
+        "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}],
+    }  # fmt: skip
+    assert k8s.one(k8s.render(), "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_autoscaling_off_sets_replicas() -> None:
+    objects = k8s.render({"router": {"autoscaling": {"enabled": False}, "replicas": 3}})
+    assert k8s.find(objects, "HorizontalPodAutoscaler") == []
+    assert k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["replicas"] == 3
+
+
+# ----------------------------------------------------------------------------- config change
+
+
+def _router_annotations(values: dict) -> dict:
+    dep = k8s.one(k8s.render(values), "Deployment", "sg-specgate-router")
+    return dep["spec"]["template"]["metadata"].get("annotations") or {}
+
+
+def test_config_change_reload_keeps_the_pod_template_stable() -> None:
+    # reload: a config edit must not touch the pod template (no rollout); the watcher reloads.
+    a = _router_annotations({})
+    b = _router_annotations({"routing": {"long_prompt_tokens": 2048}})
+    assert a == b == {}
+    cm_a = k8s.one(k8s.render(), "ConfigMap")["metadata"]["annotations"]["specgate.dev/config-sha256"]
+    cm_b = k8s.one(k8s.render({"routing": {"long_prompt_tokens": 2048}}), "ConfigMap")
+    assert cm_b["metadata"]["annotations"]["specgate.dev/config-sha256"] != cm_a
+
+
+def test_config_change_rollout_checksums_the_config() -> None:
+    a = _router_annotations({"router": {"configChange": "rollout"}})
+    b = _router_annotations({"router": {"configChange": "rollout"}, "routing": {"long_prompt_tokens": 2048}})
+    assert set(a) == {"checksum/config"} and len(a["checksum/config"]) == 64
+    assert a["checksum/config"] != b["checksum/config"]
+    cm = k8s.one(k8s.render({"router": {"configChange": "rollout"}}), "ConfigMap")
+    assert a["checksum/config"] == cm["metadata"]["annotations"]["specgate.dev/config-sha256"]
+
+
+# ----------------------------------------------------------------------------- RBAC
+
+
+def test_rbac_is_least_privilege_read_only_discovery() -> None:
+    objects = k8s.render()
+    role = k8s.one(objects, "Role")
+    assert role["rules"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    ]  # fmt: skip
+    binding = k8s.one(objects, "RoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sg-specgate-discovery"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sg-specgate", "namespace": "llm"}]
+    assert k8s.find(objects, "ClusterRole") == [] and k8s.find(objects, "ClusterRoleBinding") == []
+    assert k8s.one(objects, "ServiceAccount")["automountServiceAccountToken"] is True
+
+
+def test_rbac_extra_namespaces() -> None:
+    objects = k8s.render({"rbac": {"create": True, "extraNamespaces": ["gpu-a", "llm"]}})
+    assert sorted(r["metadata"]["namespace"] for r in k8s.find(objects, "Role")) == ["gpu-a", "llm"]
+    for rb in k8s.find(objects, "RoleBinding"):
+        assert rb["subjects"][0]["namespace"] == "llm"
+
+
+def test_rbac_off_no_token() -> None:
+    objects = k8s.render(VALUE_SETS["static-endpoints"])
+    assert k8s.find(objects, "Role") == [] and k8s.find(objects, "RoleBinding") == []
+    dep = k8s.one(objects, "Deployment", "sg-specgate-router")
+    assert dep["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+# ----------------------------------------------------------------------------- discovery vs static
+
+
+def test_static_endpoints_render_no_pool_workloads() -> None:
+    objects = k8s.render(VALUE_SETS["static-endpoints"])
+    cfg = k8s.router_config(objects)
+    assert [(p["name"], p.get("endpoints"), "discovery" in p) for p in cfg["pools"]] == [
+        ("spec", ["http://10.0.0.11:30000", "http://10.0.0.12:30000"], False),
+        ("plain", ["http://10.0.0.21:30000"], False),
+    ]
+    assert [d["metadata"]["name"] for d in k8s.find(objects, "Deployment")] == ["sg-specgate-router"]
+    assert [s["metadata"]["name"] for s in k8s.find(objects, "Service")] == ["sg-specgate-router"]
+
+
+def test_explicit_discovery_block_is_passed_through() -> None:
+    disc = {"namespace": "gpu-a", "label_selector": "app=sglang-spec", "port": 31000}
+    values = {
+        "pools": [
+            {"name": "spec", "speculative": True, "discovery": disc, "k8s": {"enabled": False},
+             "engine": {"model_path": "/m", "speculative_algorithm": "EAGLE3"}},
+            {"name": "plain", "speculative": False, "engine": {"model_path": "/m"}},
+        ],
+        "rbac": {"create": True, "extraNamespaces": ["gpu-a"]},
+    }  # fmt: skip
+    objects = k8s.render(values)
+    cfg = k8s.check_stack(objects)
+    assert cfg["pools"][0]["discovery"] == disc
+    assert "discovery" in cfg["pools"][1]
+
+
+def test_static_endpoints_alongside_a_chart_managed_pool() -> None:
+    values = {
+        "pools": [
+            {"name": "spec", "speculative": True, "endpoints": ["http://sg-specgate-pool-spec:30000"],
+             "engine": {"model_path": "/m", "speculative_algorithm": "EAGLE3"}},
+        ],
+    }  # fmt: skip
+    objects = k8s.render(values)
+    k8s.check_stack(objects)
+    assert k8s.router_config(objects)["pools"][0]["endpoints"] == ["http://sg-specgate-pool-spec:30000"]
+    assert k8s.pool_workload(objects, "spec") is not None
+
+
+# ----------------------------------------------------------------------------- Redis
+
+
+def test_redis_off_by_default() -> None:
+    objects = k8s.render()
+    assert [o for o in objects if k8s.component(o) == "redis"] == []
+    env = k8s.container(k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["template"], "router")["env"]
+    assert "SPECGATE_REDIS_URL" not in {e["name"] for e in env}
+
+
+def test_redis_on() -> None:
+    objects = k8s.render({"redis": {"enabled": True}})
+    dep = k8s.one(objects, "Deployment", "sg-specgate-redis")
+    c = k8s.container(dep["spec"]["template"], "redis")
+    assert c["image"] == "redis:7.4-alpine"
+    assert c["args"] == ["--port", "6379", "--save", "", "--appendonly", "no"]
+    svc = k8s.one(objects, "Service", "sg-specgate-redis")
+    assert svc["spec"]["ports"] == [{"name": "redis", "port": 6379, "targetPort": "redis", "protocol": "TCP"}]
+    env = k8s.container(k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["template"], "router")["env"]
+    assert {"name": "SPECGATE_REDIS_URL", "value": "redis://sg-specgate-redis:6379/0"} in env
+
+
+# ----------------------------------------------------------------------------- LeaderWorkerSet
+
+
+def test_leaderworkerset_pool() -> None:
+    objects = k8s.render(VALUE_SETS["lws"])
+    lws = k8s.one(objects, "LeaderWorkerSet", "sg-specgate-pool-spec")
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    assert k8s.find(objects, "Deployment", "sg-specgate-pool-spec") == []
+    spec = lws["spec"]
+    assert (spec["replicas"], spec["startupPolicy"]) == (1, "LeaderCreated")
+    lwt = spec["leaderWorkerTemplate"]
+    assert (lwt["size"], lwt["restartPolicy"]) == (2, "RecreateGroupOnPodRestart")
+    leader = k8s.container(lwt["leaderTemplate"], "sglang")
+    worker = k8s.container(lwt["workerTemplate"], "sglang")
+    f = k8s.flags(leader["args"])
+    assert (f["--dist-init-addr"], f["--nnodes"], f["--node-rank"]) == (
+        "$(LWS_LEADER_ADDRESS):20000",
+        "$(LWS_GROUP_SIZE)",
+        "$(LWS_WORKER_INDEX)",
+    )
+    assert f["--tp-size"] == "16" and f["--context-length"] == "16384"
+    assert leader["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert [p["name"] for p in leader["ports"]] == ["http", "dist-init"]
+    # Workers serve no HTTP: no ports, no HTTP probes.
+    assert not {"ports", "startupProbe", "readinessProbe", "livenessProbe"} & set(worker)
+    assert lwt["workerTemplate"]["metadata"]["labels"]["app.kubernetes.io/component"] == "pool-spec-worker"
+    svc = k8s.one(objects, "Service", "sg-specgate-pool-spec")
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "pool-spec"
+    # The plain pool stays one node per replica.
+    plain = k8s.container(k8s.one(objects, "Deployment", "sg-specgate-pool-plain")["spec"]["template"], "sglang")
+    assert "--nnodes" not in plain["args"]
+
+
+# ----------------------------------------------------------------------------- storage
+
+
+def test_hostpath_models_and_separate_drafter_volume() -> None:
+    values = {
+        "storage": {
+            "models": {"mountPath": "/models", "type": "hostPath", "hostPath": "/mnt/m"},
+            "drafters": {"enabled": True, "mountPath": "/drafters", "type": "pvc", "claimName": "drafts"},
+        }
+    }
+    objects = k8s.render(values)
+    pod = k8s.one(objects, "Deployment", "sg-specgate-pool-spec")["spec"]["template"]["spec"]
+    assert pod["volumes"][:2] == [
+        {"name": "models", "hostPath": {"path": "/mnt/m", "type": "Directory"}},
+        {"name": "drafters", "persistentVolumeClaim": {"claimName": "drafts", "readOnly": True}},
+    ]
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "drafters", "mountPath": "/drafters", "readOnly": True} in mounts
+    router = k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["template"]["spec"]
+    assert {"name": "models", "hostPath": {"path": "/mnt/m", "type": "Directory"}} in router["volumes"]
+
+
+def test_cpu_dev_pool_has_no_gpu() -> None:
+    objects = k8s.render(VALUE_SETS["cpu-dev"])
+    dep = k8s.one(objects, "Deployment", "sg-specgate-pool-spec")
+    c = k8s.container(dep["spec"]["template"], "sglang")
+    assert c["image"] == "specgate/cpu-pool:0.1.0"
+    assert c["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
+    assert "tolerations" not in dep["spec"]["template"]["spec"]
+    f = k8s.flags(c["args"])
+    assert (f["--speculative-algorithm"], f["--speculative-num-draft-tokens"], f["--device"]) == ("NGRAM", "4", "cpu")
+    assert "--speculative-draft-model-path" not in f
+
+
+# ----------------------------------------------------------------------------- monitoring
+
+
+def _parse_promql(expr: str) -> None:
+    import promql_parser
+
+    promql_parser.parse(expr.replace("$__rate_interval", "5m"))
+
+
+def test_service_monitors() -> None:
+    objects = k8s.render(VALUE_SETS["gpu-eagle3-redis"])
+    router_sm = k8s.one(objects, "ServiceMonitor", "sg-specgate-router")
+    assert router_sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert router_sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert router_sm["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "specgate",
+        "app.kubernetes.io/instance": "sg",
+        "app.kubernetes.io/component": "router",
+    }
+    assert router_sm["spec"]["endpoints"] == [
+        {"port": "http", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s", "honorLabels": True}
+    ]
+    router_svc = k8s.one(objects, "Service", "sg-specgate-router")
+    assert all(router_svc["metadata"]["labels"][k] == v for k, v in router_sm["spec"]["selector"]["matchLabels"].items())
+    pools_sm = k8s.one(objects, "ServiceMonitor", "sg-specgate-pools")
+    selected = [
+        s["metadata"]["name"]
+        for s in k8s.find(objects, "Service")
+        if all(s["metadata"]["labels"].get(k) == v for k, v in pools_sm["spec"]["selector"]["matchLabels"].items())
+        and "specgate.dev/pool" in s["metadata"]["labels"]
+    ]
+    assert sorted(selected) == ["sg-specgate-pool-plain", "sg-specgate-pool-spec"]
+
+
+def test_prometheus_rule_alerts() -> None:
+    objects = k8s.render(VALUE_SETS["gpu-eagle3-redis"])
+    rule = k8s.one(objects, "PrometheusRule")
+    (group,) = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert sorted(alerts) == [
+        "SpecgateBypassStuckOn",
+        "SpecgateOverLengthRejectionsSpiking",
+        "SpecgatePoolDown",
+        "SpecgateRouterDown",
+        "SpecgateScrapeFailures",
+    ]
+    sel = 'namespace="llm", job="sg-specgate-router"'
+    assert alerts["SpecgatePoolDown"]["expr"] == (
+        f"max by (namespace, pool) (specgate_pool_healthy_endpoints{{{sel}}}) == 0"
+    )
+    assert alerts["SpecgatePoolDown"]["for"] == "2m"
+    assert alerts["SpecgateBypassStuckOn"]["expr"] == (
+        f"min by (namespace, pool) (min_over_time(specgate_bypass_active{{{sel}}}[30m])) >= 1"
+    )
+    assert alerts["SpecgateScrapeFailures"]["expr"] == (
+        f"sum by (namespace, pool, endpoint) (rate(specgate_scrape_failures_total{{{sel}}}[5m])) > 0.5"
+    )
+    over = alerts["SpecgateOverLengthRejectionsSpiking"]["expr"]
+    assert f'specgate_requests_total{{{sel}, reason="context_cap"}}[5m]' in over
+    assert ") > 0.05" in over and "> 0.1" in over
+    for alert in alerts.values():
+        _parse_promql(alert["expr"])
+        assert alert["labels"]["severity"] in {"critical", "warning"}
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+    assert "{{ $labels.pool }}" in alerts["SpecgatePoolDown"]["annotations"]["summary"]
+
+
+def test_grafana_dashboard() -> None:
+    objects = k8s.render(VALUE_SETS["gpu-eagle3-redis"])
+    cm = k8s.one(objects, "ConfigMap", "sg-specgate-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dash = json.loads(cm["data"]["specgate.json"])
+    assert dash["uid"] == "specgate-overview"
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    for expr in exprs:
+        _parse_promql(expr)
+    joined = "\n".join(exprs)
+    for metric in (
+        "specgate_requests_total",
+        "specgate_bypass_active",
+        "specgate_scrape_failures_total",
+        "specgate_pool_healthy_endpoints",
+        "sglang:num_running_reqs",
+        "sglang:spec_accept_length",
+        "sglang:token_usage",
+    ):
+        assert metric in joined, metric
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_notes_name_the_router_service() -> None:
+    text = k8s.notes()
+    assert "svc/sg-specgate-router" in text and "1800 s" in text
+
+
+# ----------------------------------------------------------------------------- rejections
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"bogus": 1}, "additional properties 'bogus' not allowed"),
+        ({"routing": {"long_prompt_tokens": "1k"}}, "/routing/long_prompt_tokens"),
+        ({"routing": {"saturation": {"enter": 0}}}, "/routing/saturation/enter"),
+        ({"limits": {"max_context_tokens": 0}}, "/limits/max_context_tokens"),
+        ({"scrape": {"interval_s": 0}}, "/scrape/interval_s"),
+        ({"router": {"configChange": "sometimes"}}, "/router/configChange"),
+        ({"router": {"replicaz": 2}}, "additional properties 'replicaz'"),
+        ({"storage": {"models": {"mountPath": "/models", "type": "nfs"}}}, "/storage/models/type"),
+        ({"storage": {"models": {"mountPath": "/models", "type": "pvc", "claimName": ""}}}, "/storage/models"),
+        ({"monitoring": {"prometheusRule": {"poolDownFor": "two minutes"}}}, "/monitoring/prometheusRule/poolDownFor"),
+        ({"pools": []}, "/pools"),
+        ({"pools": [{"name": "Spec_1", "speculative": False, "engine": {"model_path": "/m"}}]}, "/pools/0/name"),
+        ({"pools": [{"name": "s", "speculative": True, "engine": {"model_path": "/m"}}]}, "speculative_algorithm"),
+        ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m", "speculative_algorithm": "EAGLE3"}}]}, "/pools/0"),
+        ({"pools": [{"name": "s", "speculative": True, "engine": {"model_path": "/m", "speculative_algorithm": "MAGIC"}}]}, "speculative_algorithm"),
+        ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m", "dtype": "half"}}]}, "additional properties 'dtype'"),
+        ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m", "mem_fraction_static": 1.5}}]}, "mem_fraction_static"),
+        ({"pools": [{"name": "s", "speculative": False, "endpoints": ["10.0.0.1:30000"], "engine": {"model_path": "/m"}}]}, "/pools/0/endpoints/0"),
+        ({"pools": [{"name": "s", "speculative": False, "endpoints": ["http://a:1"], "discovery": {"namespace": "n", "label_selector": "a=b", "port": 1}, "engine": {"model_path": "/m"}}]}, "/pools/0"),
+        ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m"}, "k8s": {"gpus": -1}}]}, "/pools/0/k8s/gpus"),
+        ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m"}, "k8s": {"multiNode": {"size": 1}}}]}, "multiNode/size"),
+        ({"poolDefaults": {"probes": {"startup": {"httpGet": {"path": "/health"}, "periodSeconds": 0}}}}, "periodSeconds"),
+    ],
+)  # fmt: skip
+def test_schema_rejects_bad_values(values: dict, message: str) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmValuesError) as info:
+        k8s.validate_schema(values)
+    assert message in str(info.value)
+    with pytest.raises(helm_python.HelmValuesError):  # `helm template` refuses them too
+        k8s.render(values)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"pools": [{"name": "s", "speculative": False, "max_context_tokens": 2048,
+                        "engine": {"model_path": "/m", "context_length": 4096}}]},
+            'pool "s": engine.context_length 4096 differs from the pool\'s validated cap 2048',
+        ),
+        (
+            {"pools": [{"name": "s", "speculative": False, "max_context_tokens": 8192, "engine": {"model_path": "/m"}}]},
+            'pool "s": max_context_tokens 8192 exceeds limits.max_context_tokens 4096',
+        ),
+        (
+            {"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m", "tp_size": 4}}]},
+            'pool "s": k8s.gpus (1) x nodes (1) must equal engine.tp_size (4)',
+        ),
+        (
+            {"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m", "tp_size": 16}},
+                       ],
+             "poolDefaults": {"gpus": 8, "multiNode": {"enabled": True, "size": 4}}},
+            'pool "s": k8s.gpus (8) x nodes (4) must equal engine.tp_size (16)',
+        ),
+        (
+            {"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m"}},
+                       {"name": "s", "speculative": False, "engine": {"model_path": "/m"}}]},
+            'pools: duplicate pool name "s"',
+        ),
+        (
+            {"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m"}, "k8s": {"enabled": False}}]},
+            'pool "s": k8s.enabled is false, so give endpoints or a discovery block',
+        ),
+    ],
+)  # fmt: skip
+def test_render_refuses_inconsistent_pools(values: dict, message: str) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError) as info:
+        k8s.render(values)
+    assert message in str(info.value)
+
+
+def test_values_yaml_documents_every_routing_threshold_with_its_unit() -> None:
+    text = (k8s.CHART / "values.yaml").read_text()
+    lines = text.splitlines()
+
+    def comment_above(key: str) -> str:
+        i = next(n for n, line in enumerate(lines) if line.strip().startswith(f"{key}:"))
+        block = []
+        while i > 0 and lines[i - 1].strip().startswith("#"):
+            i -= 1
+            block.append(lines[i])
+        return " ".join(block)
+
+    for key, unit in [
+        ("max_context_tokens", "tokens"),
+        ("default_max_tokens", "tokens"),
+        ("max_request_bytes", "bytes"),
+        ("long_prompt_tokens", "tokens"),
+        ("enter", "requests"),
+        ("exit", "requests"),
+        ("interval_s", "Seconds"),
+        ("timeout_s", "Seconds"),
+        ("stale_after_s", "Seconds"),
+    ]:
+        assert unit in comment_above(key), (key, unit)
+    # Every key of the routing-related blocks has a schema description too.
+    schema = json.loads((k8s.CHART / "values.schema.json").read_text())
+    for block in ("limits", "scrape"):
+        for key, prop in schema["properties"][block]["properties"].items():
+            assert prop.get("description"), (block, key)
+    for key, prop in schema["properties"]["routing"]["properties"]["saturation"]["properties"].items():
+        assert prop.get("description"), key
+    assert yaml.safe_load(text)["routing"] == {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}}
