@@ -99,15 +99,19 @@ async def _generate(request: Request, kind: str) -> Response:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
     lease = runtime.endpoint(decision.endpoint).lease()
-    out = dict(doc)
-    if features.budget_defaulted:
-        out["max_tokens"] = features.max_new_tokens
-    rid = out.get("rid") if isinstance(out.get("rid"), str) else None
-    if rid is None and "rid" not in out and features.n == 1 and features.num_prompts == 1:
-        rid = f"specgate-{request_id}"
-        out["rid"] = rid
-    job = ProxyJob(request_id=request_id, path=request.url.path, body=orjson.dumps(out),
-                   features=features, decision=decision, lease=lease, rid=rid, received_at=received)
+    try:
+        out = dict(doc)
+        if features.budget_defaulted:
+            out["max_tokens"] = features.max_new_tokens
+        rid = out.get("rid") if isinstance(out.get("rid"), str) else None
+        if rid is None and "rid" not in out and features.n == 1 and features.num_prompts == 1:
+            rid = f"specgate-{request_id}"
+            out["rid"] = rid
+        job = ProxyJob(request_id=request_id, path=request.url.path, body=orjson.dumps(out),
+                       features=features, decision=decision, lease=lease, rid=rid, received_at=received)
+    except BaseException:
+        lease.release()
+        raise
 
     def redecide(excluded: frozenset[str]) -> Any:
         rt = state.runtime

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from starlette.responses import Response
 
 from router.errors import (
     NoHealthyUpstream,
@@ -99,8 +100,11 @@ class ProxyJob:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class ProxyResponse:
+class ProxyResponse(Response):
     """ASGI response that performs the upstream call (see the module docstring).
+
+    A Starlette ``Response`` subclass only so that FastAPI passes it through untouched; it
+    does not use the base class's body machinery.
 
     Args:
         job: the admitted request.
@@ -122,7 +126,7 @@ class ProxyResponse:
         self._on_done = on_done
         self._spawn = spawn
         self._retry_after = retry_after_s
-        self._headers_sent = False
+        self.background = None
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         job = self.job
@@ -276,7 +280,6 @@ class ProxyResponse:
             headers.append((b"content-length", str(length).encode()))
         else:
             headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
-        self._headers_sent = True
         await send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def _send_error(self, send: Callable[..., Any], err: SpecgateError) -> None:

@@ -1,0 +1,129 @@
+"""Pool launch specs: the router's operator YAML -> ``python -m sglang.launch_server`` argv.
+
+One description serves the router (limits, reserved draft tokens) and the engines (launch
+arguments), so the two cannot disagree. Rules:
+
+- ``--enable-metrics`` is always on (the router reads ``sglang:num_running_reqs`` & co.).
+- ``--context-length`` is ``min(engine.context_length, limits.max_context_tokens)``: never
+  above the validated safe context (article 003: a ~300k-token request killed an engine that
+  advertised 1M; capping the engine at the validated length turned that into a clean 400).
+- ``--served-model-name`` defaults to ``model.name``, so clients see one model name.
+- Speculative arguments are passed under SGLang's own names (``--speculative-algorithm``,
+  ``--speculative-draft-model-path``, ``--speculative-num-steps``,
+  ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``).
+- ``engine.cpu: true`` adds the CPU-engine flags known to run SGLang 0.5.23 on a CPU
+  (``../shared/SGLANG_CPU.md``): ``--device cpu --attention-backend intel_amx
+  --sampling-backend pytorch --disable-overlap-schedule`` and ``SGLANG_USE_CPU_ENGINE=1``.
+
+When SGLang is importable, :func:`check_with_sglang` parses the argv with SGLang's own
+argument parser (``ServerArgs.add_cli_args``) before launch, so a typo fails here, not in a
+crash-looping pod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+from urllib.parse import urlparse
+
+from router.config import Config, PoolConfig
+
+__all__ = ["LaunchError", "check_with_sglang", "engine_argv", "engine_env", "CPU_FLAGS"]
+
+#: Flags that let SGLang 0.5.23 run on a CPU with specgate's sgl_kernel stand-in.
+CPU_FLAGS = ("--device", "cpu", "--attention-backend", "intel_amx", "--sampling-backend", "pytorch",
+             "--disable-overlap-schedule")
+
+
+class LaunchError(ValueError):
+    """The pool has no ``engine`` section, or SGLang's parser rejects the arguments."""
+
+
+def _listen(pool: PoolConfig) -> tuple[str, int]:
+    if pool.endpoints:
+        url = urlparse(pool.endpoints[0])
+        return url.hostname or "0.0.0.0", url.port or 30000
+    port = pool.discovery.port if pool.discovery else 30000
+    return "0.0.0.0", port
+
+
+def engine_argv(config: Config, pool_name: str, *, host: str | None = None, port: int | None = None) -> list[str]:
+    """The ``sglang.launch_server`` arguments (without the interpreter) for one pool.
+
+    Args:
+        config: the validated operator config.
+        pool_name: which pool.
+        host, port: where the engine listens; default: the pool's first endpoint URL.
+
+    Raises:
+        LaunchError: when the pool has no ``engine`` section.
+        KeyError: when there is no such pool.
+    """
+    pool = config.pool(pool_name)
+    engine = pool.engine
+    if engine is None:
+        raise LaunchError(f"pool {pool_name!r} has no `engine` section")
+    default_host, default_port = _listen(pool)
+    cap = config.limits.max_context_tokens
+    context = min(engine.context_length or cap, cap)
+    argv = ["--model-path", engine.model_path,
+            "--served-model-name", engine.served_model_name or config.model.name,
+            "--host", host or default_host, "--port", str(port or default_port),
+            "--context-length", str(context), "--tp-size", str(engine.tp_size), "--enable-metrics"]
+    if engine.mem_fraction_static is not None:
+        argv += ["--mem-fraction-static", repr(engine.mem_fraction_static)]
+    if engine.max_total_tokens is not None:
+        argv += ["--max-total-tokens", str(engine.max_total_tokens)]
+    if engine.dtype is not None:
+        argv += ["--dtype", engine.dtype]
+    if engine.speculative_algorithm is not None:
+        argv += ["--speculative-algorithm", engine.speculative_algorithm]
+        for flag, value in (("--speculative-draft-model-path", engine.speculative_draft_model_path),
+                            ("--speculative-num-steps", engine.speculative_num_steps),
+                            ("--speculative-eagle-topk", engine.speculative_eagle_topk),
+                            ("--speculative-num-draft-tokens", engine.speculative_num_draft_tokens)):
+            if value is not None:
+                argv += [flag, str(value)]
+    if engine.cpu:
+        argv += list(CPU_FLAGS)
+    argv += list(engine.extra_args)
+    return argv
+
+
+def engine_env(config: Config, pool_name: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for the engine process (adds ``SGLANG_USE_CPU_ENGINE=1`` in CPU mode)."""
+    env = dict(os.environ if base is None else base)
+    engine = config.pool(pool_name).engine
+    if engine is not None and engine.cpu:
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+    return env
+
+
+def check_with_sglang(argv: list[str]) -> bool:
+    """Parse ``argv`` with SGLang's own CLI parser; returns False when SGLang is not installed.
+
+    Raises:
+        LaunchError: with SGLang's parser message when it rejects the arguments.
+    """
+    try:
+        from sglang.srt.server_args import ServerArgs
+    except Exception:  # not installed (router-only images), or unusable here
+        return False
+    parser = argparse.ArgumentParser(prog="sglang.launch_server", exit_on_error=False)
+    ServerArgs.add_cli_args(parser)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args(argv)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        detail = err.getvalue().strip().splitlines()[-1:] or [str(exc)]
+        raise LaunchError(f"SGLang rejects the launch arguments: {detail[0]}") from None
+    return True
+
+
+def launch_command(argv: list[str]) -> list[str]:
+    """The full command line: this interpreter, ``-m sglang.launch_server``, then ``argv``."""
+    return [sys.executable, "-m", "sglang.launch_server", *argv]
