@@ -285,8 +285,11 @@ def test_tree_hand_worked_example() -> None:
     # thresholds 1: coin 0.7 > p(5) = 0.3; 0.7 <= 0.3 + 0.5 -> take node 2 (token 6); node 2's
     # coin 0.55 <= p(2) = 0.6 -> take node 4 (token 2); S - 1 = 2 accepted -> bonus from row 4:
     # weights [0, .5, 0, 0, .5, 0, 0, 0], final coin 0.75 -> threshold 0.75 -> token 4.
+    # The bonus ignores draft_probs (the op reads them only after a rejection): a stray value
+    # in row 4 must not change it.
     pred, acc, num = _outputs(1, 5, 3)
     draft = torch.zeros_like(tp)
+    draft[0, 4, 4] = 0.5
     tree_speculative_sampling(
         pred, acc, num, cand, ri, nt, ns, uni, torch.tensor([0.75]), tp, draft
     )
@@ -295,6 +298,7 @@ def test_tree_hand_worked_example() -> None:
     assert num.tolist() == [2]
     expected_draft = torch.zeros_like(tp)
     expected_draft[0, 0, 5] = 0.3  # the rejected sibling is written into draft_probs in place
+    expected_draft[0, 4, 4] = 0.5
     assert torch.equal(draft, expected_draft)
 
     # Coin 0.9 at the root rejects both children: residual = p_root without tokens 5 and 6 = {0}.
