@@ -242,9 +242,20 @@ def selector_matches(selector: str, labels: Mapping[str, str]) -> bool:
 # ----------------------------------------------------------------------------- invariants
 
 
+def router_validate(objects: list[dict[str, Any]]) -> Any:
+    """The ConfigMap's config.yaml through the router's own strict loader
+    (router.config.parse_config, what `specgate config check` and the router run)."""
+    from router.config import parse_config
+
+    return parse_config(router_config(objects))
+
+
 def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
     """Assert the cross-object invariants of one rendering; returns the router config.
 
+    - the router's own loader accepts the ConfigMap's config.yaml;
+    - every pool's container args are exactly serving.launch.engine_argv (what
+      `specgate serve --pool NAME` would exec), then the LeaderWorkerSet flags;
     - the router mounts the ConfigMap as a directory (no subPath: the kubelet's symlink swap
       must reach the router's watcher) and runs ``router --config`` on it;
     - every pool: engine.context_length == cap == the workload's ``--context-length``, where
@@ -255,7 +266,10 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
       in the workload's namespace, on the serving port; static endpoints are URLs;
     - a pool without a workload here runs elsewhere and is only checked for its shape.
     """
+    from serving.launch import engine_argv
+
     cfg = router_config(objects)
+    parsed = router_validate(objects)
     limit = cfg["limits"]["max_context_tokens"]
 
     router = [d for d in find(objects, "Deployment") if component(d) == "router"]
@@ -286,14 +300,26 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
         tpl = serving_template(workload)
         sg = container(tpl, "sglang")
+        args = list(sg["args"])
+        if workload["kind"] == "LeaderWorkerSet":
+            assert args[-6:] == [
+                "--dist-init-addr", args[-5], "--nnodes", "$(LWS_GROUP_SIZE)",
+                "--node-rank", "$(LWS_WORKER_INDEX)",
+            ], args[-6:]  # fmt: skip
+            assert args[-5].startswith("$(LWS_LEADER_ADDRESS):")
+            args = args[:-6]
+        port = int(flags(args)["--port"])
+        assert args == engine_argv(parsed, name, host="0.0.0.0", port=port), (
+            f"pool {name}: pod args differ from engine_argv"
+        )
+        env = {e["name"]: e.get("value") for e in sg.get("env", [])}
+        assert (env.get("SGLANG_USE_CPU_ENGINE") == "1") == bool(engine.get("cpu")), env
         f = flags(sg["args"])
         assert f["--context-length"] == str(cap), f"pool {name}: {f['--context-length']} != {cap}"
         assert "--enable-metrics" in f and f["--enable-metrics"] is None
         assert f["--model-path"] == engine["model_path"]
-        assert f["--served-model-name"] == cfg["model"]["name"]
-        if "tp_size" in engine:
-            assert f["--tp-size"] == str(engine["tp_size"])
-        port = int(f["--port"])
+        assert f["--served-model-name"] == engine.get("served_model_name", cfg["model"]["name"])
+        assert f["--tp-size"] == str(engine.get("tp_size", 1))
         assert sg["ports"][0] == {"name": "http", "containerPort": port, "protocol": "TCP"}
 
         algo = engine.get("speculative_algorithm")

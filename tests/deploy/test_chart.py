@@ -92,6 +92,7 @@ def test_default_router_config_is_exact() -> None:
             "max_context_tokens": 4096,
             "default_max_tokens": 256,
             "max_request_bytes": 33554432,
+            "max_n": 128,
         },
         "pools": [
             {
@@ -135,9 +136,25 @@ def test_default_router_config_is_exact() -> None:
                 },
             },
         ],
-        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}},
+        "routing": {
+            "long_prompt_tokens": 1024,
+            "saturation": {"enter": 8, "exit": 6},
+            "acceptance": {"enabled": True, "min_expected_speedup": 1.0, "exit_speedup": 1.05},
+            "seed": 0,
+        },
         "scrape": {"interval_s": 0.25, "timeout_s": 1.0, "stale_after_s": 2.0},
-        "server": {"host": "0.0.0.0", "port": 8000},
+        "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 5},
+        "upstream": {
+            "connect_timeout_s": 2.0,
+            "first_byte_timeout_s": 60.0,
+            "first_byte_s_per_1k_tokens": 1.0,
+            "idle_timeout_s": 120.0,
+            "nonstream_timeout_s": 600.0,
+            "max_connections": 4096,
+            "max_attempts": 3,
+            "abort_timeout_s": 2.0,
+        },
+        "server": {"host": "0.0.0.0", "port": 8000, "reload_interval_s": 1.0, "log_requests": True},
     }
 
 
@@ -153,9 +170,9 @@ def test_default_spec_pool_container() -> None:
         "--host", "0.0.0.0",
         "--port", "30000",
         "--context-length", "2048",
+        "--tp-size", "1",
         "--enable-metrics",
         "--mem-fraction-static", "0.8",
-        "--tp-size", "1",
         "--speculative-algorithm", "EAGLE3",
         "--speculative-draft-model-path", "/models/tiny-llama-eagle3",
         "--speculative-num-steps", "3",
@@ -452,8 +469,12 @@ def test_cpu_dev_pool_has_no_gpu() -> None:
     assert c["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
     assert "tolerations" not in dep["spec"]["template"]["spec"]
     f = k8s.flags(c["args"])
-    assert (f["--speculative-algorithm"], f["--speculative-num-draft-tokens"], f["--device"]) == ("NGRAM", "4", "cpu")
+    assert (f["--speculative-algorithm"], f["--speculative-num-draft-tokens"]) == ("NGRAM", "4")
     assert "--speculative-draft-model-path" not in f
+    # engine.cpu: SGLang's CPU-engine flags (shared/SGLANG_CPU.md) and its switch.
+    assert c["args"][-7:] == ["--device", "cpu", "--attention-backend", "intel_amx",
+                              "--sampling-backend", "pytorch", "--disable-overlap-schedule"]
+    assert c["env"] == [{"name": "SGLANG_USE_CPU_ENGINE", "value": "1"}]
 
 
 # ----------------------------------------------------------------------------- monitoring
@@ -497,6 +518,7 @@ def test_prometheus_rule_alerts() -> None:
     alerts = {r["alert"]: r for r in group["rules"]}
     assert sorted(alerts) == [
         "SpecgateBypassStuckOn",
+        "SpecgateConfigReloadFailing",
         "SpecgateOverLengthRejectionsSpiking",
         "SpecgatePoolDown",
         "SpecgateRouterDown",
@@ -508,7 +530,7 @@ def test_prometheus_rule_alerts() -> None:
     )
     assert alerts["SpecgatePoolDown"]["for"] == "2m"
     assert alerts["SpecgateBypassStuckOn"]["expr"] == (
-        f"min by (namespace, pool) (min_over_time(specgate_bypass_active{{{sel}}}[30m])) >= 1"
+        f"min by (namespace, pool, kind) (min_over_time(specgate_bypass_active{{{sel}}}[30m])) >= 1"
     )
     assert alerts["SpecgateScrapeFailures"]["expr"] == (
         f"sum by (namespace, pool, endpoint) (rate(specgate_scrape_failures_total{{{sel}}}[5m])) > 0.5"
@@ -516,6 +538,9 @@ def test_prometheus_rule_alerts() -> None:
     over = alerts["SpecgateOverLengthRejectionsSpiking"]["expr"]
     assert f'specgate_requests_total{{{sel}, reason="context_cap"}}[5m]' in over
     assert ") > 0.05" in over and "> 0.1" in over
+    assert alerts["SpecgateConfigReloadFailing"]["expr"] == (
+        f'sum by (namespace, pod) (increase(specgate_config_reloads_total{{{sel}, result="failure"}}[15m])) > 0'
+    )
     for alert in alerts.values():
         _parse_promql(alert["expr"])
         assert alert["labels"]["severity"] in {"critical", "warning"}
@@ -573,7 +598,7 @@ def test_notes_name_the_router_service() -> None:
         ({"pools": [{"name": "s", "speculative": True, "engine": {"model_path": "/m"}}]}, "speculative_algorithm"),
         ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m", "speculative_algorithm": "EAGLE3"}}]}, "/pools/0"),
         ({"pools": [{"name": "s", "speculative": True, "engine": {"model_path": "/m", "speculative_algorithm": "MAGIC"}}]}, "speculative_algorithm"),
-        ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m", "dtype": "half"}}]}, "additional properties 'dtype'"),
+        ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m", "quantization": "fp8"}}]}, "additional properties 'quantization'"),
         ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m", "mem_fraction_static": 1.5}}]}, "mem_fraction_static"),
         ({"pools": [{"name": "s", "speculative": False, "endpoints": ["10.0.0.1:30000"], "engine": {"model_path": "/m"}}]}, "/pools/0/endpoints/0"),
         ({"pools": [{"name": "s", "speculative": False, "endpoints": ["http://a:1"], "discovery": {"namespace": "n", "label_selector": "a=b", "port": 1}, "engine": {"model_path": "/m"}}]}, "/pools/0"),
@@ -633,35 +658,105 @@ def test_render_refuses_inconsistent_pools(values: dict, message: str) -> None:
     assert message in str(info.value)
 
 
-def test_values_yaml_documents_every_routing_threshold_with_its_unit() -> None:
-    text = (k8s.CHART / "values.yaml").read_text()
+def _documented_leaves(text: str, sections: tuple[str, ...]) -> dict[str, str]:
+    """{dotted key: comment block directly above it} for every leaf under the sections."""
     lines = text.splitlines()
-
-    def comment_above(key: str) -> str:
-        i = next(n for n, line in enumerate(lines) if line.strip().startswith(f"{key}:"))
-        block = []
+    out: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    for n, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or ":" not in stripped:
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, _, rest = stripped.partition(":")
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = ".".join([k for _, k in stack] + [key])
+        stack.append((indent, key))
+        if path.split(".")[0] not in sections or not rest.strip():
+            continue
+        block, i = [], n
         while i > 0 and lines[i - 1].strip().startswith("#"):
             i -= 1
-            block.append(lines[i])
-        return " ".join(block)
+            block.append(lines[i].strip())
+        out[path] = " ".join(reversed(block))
+    return out
 
-    for key, unit in [
-        ("max_context_tokens", "tokens"),
-        ("default_max_tokens", "tokens"),
-        ("max_request_bytes", "bytes"),
-        ("long_prompt_tokens", "tokens"),
-        ("enter", "requests"),
-        ("exit", "requests"),
-        ("interval_s", "Seconds"),
-        ("timeout_s", "Seconds"),
-        ("stale_after_s", "Seconds"),
-    ]:
-        assert unit in comment_above(key), (key, unit)
-    # Every key of the routing-related blocks has a schema description too.
+
+def test_values_yaml_documents_every_routing_threshold_with_its_unit() -> None:
+    text = (k8s.CHART / "values.yaml").read_text()
+    values = yaml.safe_load(text)
+    sections = ("limits", "routing", "scrape", "health", "upstream", "server")
+    leaves = _documented_leaves(text, sections)
+    units = ("tokens", "bytes", "requests", "seconds", "count", "ratio", "integer")
+    expected = set()
+    for section in sections:
+        def walk(node: object, path: str) -> None:
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    walk(value, f"{path}.{key}")
+            else:
+                expected.add(path)
+        walk(values[section], section)
+    assert set(leaves) == expected
+    for path, comment in sorted(leaves.items()):
+        value = values
+        for part in path.split("."):
+            value = value[part]
+        assert comment, f"{path} has no comment"
+        if not isinstance(value, bool):
+            assert any(u in comment.lower() for u in units), f"{path}: no unit in {comment!r}"
+    # The schema describes the routing thresholds too (helm show values / IDE hints).
     schema = json.loads((k8s.CHART / "values.schema.json").read_text())
-    for block in ("limits", "scrape"):
+    for block in ("limits", "scrape", "health", "upstream", "server"):
         for key, prop in schema["properties"][block]["properties"].items():
             assert prop.get("description"), (block, key)
-    for key, prop in schema["properties"]["routing"]["properties"]["saturation"]["properties"].items():
-        assert prop.get("description"), key
-    assert yaml.safe_load(text)["routing"] == {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}}
+    routing = schema["properties"]["routing"]["properties"]
+    for key in ("long_prompt_tokens", "seed"):
+        assert routing[key].get("description"), key
+    for sub in ("saturation", "acceptance"):
+        for key, prop in routing[sub]["properties"].items():
+            assert prop.get("description"), (sub, key)
+
+
+# ----------------------------------------------------------------------------- router + SGLang
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_configmap_passes_specgate_config_check(name: str, tmp_path) -> None:
+    import subprocess
+
+    path = tmp_path / "config.yaml"
+    path.write_text(k8s.router_config_text(k8s.render(VALUE_SETS[name])))
+    proc = subprocess.run(
+        [str(k8s.VENV_BIN / "specgate"), "config", "check", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    effective = json.loads(proc.stdout)
+    for pool in effective["pools"]:
+        # The router's own limit for the pool is the engine's --context-length, exactly.
+        assert pool["effective_max_context_tokens"] == pool["engine"]["context_length"], pool["name"]
+
+
+LWS_ENV = {"$(LWS_LEADER_ADDRESS)": "10.0.0.1", "$(LWS_GROUP_SIZE)": "2", "$(LWS_WORKER_INDEX)": "0"}
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_pool_args_parse_with_sglangs_own_parser(name: str) -> None:
+    import importlib.util
+
+    from serving.launch import check_with_sglang
+
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("SGLang is not installed in this venv (make cpu-engine installs it)")
+    objects = k8s.render(VALUE_SETS[name])
+    for pool in k8s.router_config(objects)["pools"]:
+        workload = k8s.pool_workload(objects, pool["name"])
+        if workload is None:
+            continue
+        args = k8s.container(k8s.serving_template(workload), "sglang")["args"]
+        for ref, value in LWS_ENV.items():
+            args = [a.replace(ref, value) for a in args]
+        assert check_with_sglang(args) is True, pool["name"]

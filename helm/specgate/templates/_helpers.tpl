@@ -117,8 +117,12 @@ The router's operator YAML, built from values. Only keys the router knows are em
 {{- fail (printf "pool %q: speculative is false but engine.speculative_algorithm is %q" $pool.name $algo) }}
 {{- end }}
 {{- $p := dict "name" $pool.name "speculative" $pool.speculative }}
-{{- if $pool.max_context_tokens }}
-{{- $_ := set $p "max_context_tokens" (int64 $pool.max_context_tokens) }}
+{{- range $key := list "max_context_tokens" "draft_reserved_tokens" "drafter_cost_ratio" }}
+{{- if hasKey $pool $key }}
+{{- if not (kindIs "invalid" (index $pool $key)) }}
+{{- $_ := set $p $key (index $pool $key) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if $pool.endpoints }}
 {{- $_ := set $p "endpoints" $pool.endpoints }}
@@ -138,18 +142,29 @@ The router's operator YAML, built from values. Only keys the router knows are em
 {{- $_ := set $p "engine" $engine }}
 {{- $pools = append $pools $p }}
 {{- end }}
+{{- $sat := .Values.routing.saturation }}
+{{- if ge (int64 $sat.exit) (int64 $sat.enter) }}
+{{- fail (printf "routing.saturation.exit (%d) must be < routing.saturation.enter (%d)" (int64 $sat.exit) (int64 $sat.enter)) }}
+{{- end }}
+{{- if lt (float64 .Values.scrape.stale_after_s) (float64 .Values.scrape.interval_s) }}
+{{- fail "scrape.stale_after_s must be >= scrape.interval_s" }}
+{{- end }}
+{{- $server := merge (dict "host" "0.0.0.0" "port" (int64 .Values.router.port)) .Values.server }}
 {{- $cfg := dict
   "model" .Values.model
   "limits" .Values.limits
   "pools" $pools
   "routing" .Values.routing
   "scrape" .Values.scrape
-  "server" (dict "host" "0.0.0.0" "port" (int64 .Values.router.port)) }}
+  "health" .Values.health
+  "upstream" .Values.upstream
+  "server" $server }}
 {{- toYaml $cfg }}
 {{- end }}
 
 {{/*
-The SGLang flags of one pool, one list item per line. Pass (dict "root" $ "pool" $pool
+The SGLang flags of one pool, one list item per line, in the order of serving/launch.py's
+engine_argv (the argv `specgate serve` would exec), then the LeaderWorkerSet flags. Pass (dict "root" $ "pool" $pool
 "k8s" $k8s). Numbers go through int64/toString so Go never prints 2.4576e+05.
 */}}
 {{- define "specgate.poolArgs" -}}
@@ -160,21 +175,27 @@ The SGLang flags of one pool, one list item per line. Pass (dict "root" $ "pool"
 - --model-path
 - {{ $engine.model_path | quote }}
 - --served-model-name
-- {{ .root.Values.model.name | quote }}
+- {{ default .root.Values.model.name $engine.served_model_name | quote }}
 - --host
 - "0.0.0.0"
 - --port
 - {{ int64 $k8s.port | quote }}
 - --context-length
 - {{ $cap | quote }}
+- --tp-size
+- {{ int64 (default 1 $engine.tp_size) | quote }}
 - --enable-metrics
 {{- if not (kindIs "invalid" $engine.mem_fraction_static) }}
 - --mem-fraction-static
 - {{ $engine.mem_fraction_static | toString | quote }}
 {{- end }}
-{{- if $engine.tp_size }}
-- --tp-size
-- {{ int64 $engine.tp_size | quote }}
+{{- if $engine.max_total_tokens }}
+- --max-total-tokens
+- {{ int64 $engine.max_total_tokens | quote }}
+{{- end }}
+{{- if $engine.dtype }}
+- --dtype
+- {{ $engine.dtype | quote }}
 {{- end }}
 {{- if $engine.speculative_algorithm }}
 - --speculative-algorithm
@@ -191,6 +212,14 @@ The SGLang flags of one pool, one list item per line. Pass (dict "root" $ "pool"
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if $engine.cpu }}
+{{- range list "--device" "cpu" "--attention-backend" "intel_amx" "--sampling-backend" "pytorch" "--disable-overlap-schedule" }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- range $engine.extra_args }}
+- {{ . | quote }}
+{{- end }}
 {{- if $k8s.multiNode.enabled }}
 - --dist-init-addr
 - "$(LWS_LEADER_ADDRESS):{{ int64 $k8s.multiNode.distInitPort }}"
@@ -198,9 +227,6 @@ The SGLang flags of one pool, one list item per line. Pass (dict "root" $ "pool"
 - "$(LWS_GROUP_SIZE)"
 - --node-rank
 - "$(LWS_WORKER_INDEX)"
-{{- end }}
-{{- range $engine.extra_args }}
-- {{ . | toString | quote }}
 {{- end }}
 {{- end }}
 

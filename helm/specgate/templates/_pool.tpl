@@ -37,7 +37,11 @@ containers:
         protocol: TCP
     {{- end }}
     {{- end }}
-    {{- with $k8s.env }}
+    {{- $env := $k8s.env }}
+    {{- if .pool.engine.cpu }}
+    {{- $env = prepend $env (dict "name" "SGLANG_USE_CPU_ENGINE" "value" "1") }}
+    {{- end }}
+    {{- with $env }}
     env:
       {{- toYaml . | nindent 6 }}
     {{- end }}
