@@ -46,9 +46,11 @@ import torch
 
 __all__ = [
     "ChainVerifyResult",
+    "TreeVerifyResult",
     "sample_from_weights",
     "sampling_probs",
     "speculative_sample_chain",
+    "speculative_sample_tree",
     "top_k_renorm_probs",
     "top_p_renorm_probs",
     "tree_links_from_parents",
@@ -382,6 +384,83 @@ def tree_links_from_parents(
         index,
         torch.tensor(next_token, dtype=torch.int64, device=device).reshape(b, n),
         torch.tensor(next_sibling, dtype=torch.int64, device=device).reshape(b, n),
+    )
+
+
+@dataclass(frozen=True)
+class TreeVerifyResult:
+    """Outcome of verifying a batch of draft trees (B rows, N nodes, at most S - 1 accepted).
+
+    Attributes:
+        tokens: [B, S] int64, emitted tokens left-aligned (accepted drafts along the accepted
+            path, then the correction or bonus token), padded with -1.
+        accepted_nodes: [B, S] int64, local node indices of the accepted path (column 0 is the
+            root, 0), padded with -1; these are the KV slots to keep, the others roll back.
+        num_accepted: [B] int64, accepted draft tokens, 0..S-1.
+        num_emitted: [B] int64, num_accepted + 1.
+    """
+
+    tokens: torch.Tensor
+    accepted_nodes: torch.Tensor
+    num_accepted: torch.Tensor
+    num_emitted: torch.Tensor
+
+
+def speculative_sample_tree(
+    parents: Sequence[Sequence[int]],
+    candidates: torch.Tensor,
+    target_probs: torch.Tensor,
+    max_accept: int,
+    *,
+    generator: torch.Generator | None = None,
+) -> TreeVerifyResult:
+    """Lossless verification of B draft trees; a readable front end to
+    :func:`tree_speculative_sampling` (same implementation, thresholds 1.0, zero draft_probs).
+
+    Args:
+        parents: B lists of N parent indices (see :func:`tree_links_from_parents`); sibling
+            tokens must be distinct for the result to be lossless.
+        candidates: [B, N] int64, the token of each node (node 0's is not used).
+        target_probs: [B, N, V] float32, target distribution after each node.
+        max_accept: at most this many drafts are accepted per row (S - 1 in SGLang terms).
+        generator: source of the uniforms.
+
+    Returns:
+        :class:`TreeVerifyResult`.
+
+    Raises:
+        ValueError: invalid parents, shapes, or max_accept < 0.
+    """
+    if max_accept < 0:
+        raise ValueError(f"max_accept must be >= 0, got {max_accept}")
+    device = target_probs.device
+    ri, nt, ns = tree_links_from_parents(parents, device)
+    b, n = ri.shape
+    s = max_accept + 1
+    predicts = torch.full((b * n,), -1, dtype=torch.int32, device=device)
+    accept_index = torch.full((b, s), -1, dtype=torch.int32, device=device)
+    accept_num = torch.zeros(b, dtype=torch.int32, device=device)
+    probs = target_probs.to(torch.float32).contiguous()
+    tree_speculative_sampling(
+        predicts,
+        accept_index,
+        accept_num,
+        candidates.to(torch.int64),
+        ri,
+        nt,
+        ns,
+        torch.rand((b, n), generator=generator, device=device),
+        torch.rand((b,), generator=generator, device=device),
+        probs,
+        torch.zeros_like(probs),
+    )
+    num_acc = accept_num.to(torch.int64)
+    path = accept_index.to(torch.int64)
+    on_path = path >= 0
+    tokens = torch.where(on_path, predicts.to(torch.int64)[path.clamp_min(0)], -1)
+    local = torch.where(on_path, path - ri[:, :1], -1)
+    return TreeVerifyResult(
+        tokens=tokens, accepted_nodes=local, num_accepted=num_acc, num_emitted=num_acc + 1
     )
 
 

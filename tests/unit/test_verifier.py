@@ -9,6 +9,7 @@ Every random draw is seeded through an explicit torch.Generator.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -19,6 +20,7 @@ from drafters.verifier import (
     sample_from_weights,
     sampling_probs,
     speculative_sample_chain,
+    speculative_sample_tree,
     top_k_renorm_probs,
     top_p_renorm_probs,
     tree_links_from_parents,
@@ -380,7 +382,9 @@ def test_tree_sampling_is_lossless_with_siblings() -> None:
     g = torch.Generator().manual_seed(42)
     b, n, s = 50_000, 7, 3
     parents = [-1, 0, 0, 0, 1, 1, 2]
-    ri, nt, ns = tree_links_from_parents([parents] * b)
+    _, nt1, ns1 = tree_links_from_parents([parents])
+    ri = torch.arange(b * n).reshape(b, n)
+    nt, ns = nt1.repeat(b, 1), ns1.repeat(b, 1)
     tokens = torch.tensor([0, 3, 4, 0, 1, 2, 5])  # a=3, b=4, c=0; d=1, e=2; f=5
     cand = tokens.repeat(b, 1)
     rows = torch.stack([P.roll(i) for i in range(n)])  # a different p after every node
@@ -449,3 +453,31 @@ def test_chain_shape_errors() -> None:
         speculative_sample_chain(x, q, torch.full((2, 3, V), 1 / V))
     with pytest.raises(ValueError, match="draft token ids"):
         speculative_sample_chain(x + V, q, torch.full((2, 4, V), 1 / V))
+
+
+def test_speculative_sample_tree_front_end() -> None:
+    """The readable front end: emitted tokens follow the accepted path, then p at its end."""
+    g = torch.Generator().manual_seed(5)
+    b = 20_000
+    parents = [-1, 0, 0, 1, 1, 3]
+    tokens = torch.tensor([0, 2, 5, 1, 3, 4])
+    rows = torch.stack([P.roll(2 * i) for i in range(6)])
+    r = speculative_sample_tree([parents] * 2, tokens.repeat(2, 1), rows.repeat(2, 1, 1), 3)
+    assert r.tokens.shape == (2, 4) and r.accepted_nodes.shape == (2, 4)
+
+    r = speculative_sample_tree(
+        [parents] * b, tokens.repeat(b, 1), rows.repeat(b, 1, 1), 3, generator=g
+    )
+    assert_follows(r.tokens[:, 0], rows[0], tv_max=0.02)
+    assert torch.equal(r.num_emitted, r.num_accepted + 1)
+    assert (r.accepted_nodes[:, 0] == 0).all()
+    for row in range(200):
+        k = int(r.num_accepted[row])
+        nodes = r.accepted_nodes[row, : k + 1].tolist()
+        assert r.accepted_nodes[row, k + 1 :].eq(-1).all() and r.tokens[row, k + 1 :].eq(-1).all()
+        assert all(parents[child] == par for par, child in itertools.pairwise(nodes))
+        assert r.tokens[row, :k].tolist() == [int(tokens[i]) for i in nodes[1:]]
+    # the deepest path (0 -> 1 -> 3 -> 5) is reached: p_root(2) p_1(1) p_3(4) > 0
+    assert int(r.num_accepted.max()) == 3
+    with pytest.raises(ValueError, match="max_accept"):
+        speculative_sample_tree([parents], tokens.unsqueeze(0), rows.unsqueeze(0), -1)
