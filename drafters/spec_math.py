@@ -29,7 +29,7 @@ break-even  the alpha at which S(gamma) = 1, i.e. 1 + alpha + ... + alpha^gamma 
 compute     (1 - alpha)(gamma * c_hat + gamma + 1) / (1 - alpha^(gamma+1)): expected FLOPs per
             emitted token relative to plain decoding; > 1 except at alpha = 1 with c_hat = 0.
 
-Speculative speculative decoding (SSD; article 004, Kumar et al.), times in units of one
+Speculative speculative decoding (SSD; this project's article 004), times in units of one
 target forward pass:
 speedup_SSD = (p_hit E_hit + (1 - p_hit) E_miss) / (p_hit max(1, T_p) + (1 - p_hit)(1 + T_b))
 and, against plain speculative decoding with E_SD tokens per cycle and draft time T_SD,
