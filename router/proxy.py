@@ -41,7 +41,6 @@ import aiohttp
 from starlette.responses import Response
 
 from router.errors import (
-    NoHealthyUpstream,
     SpecgateError,
     UpstreamError,
     UpstreamTimeout,
@@ -168,11 +167,8 @@ class ProxyResponse(Response):
                     await self._send_error(send, fo.error)
                     return
                 nxt = self._redecide(frozenset(excluded))
-                if isinstance(nxt, Decision):
-                    err = fo.error if nxt.status != 503 else NoHealthyUpstream(
-                        "no healthy upstream can serve this request",
-                        headers={"retry-after": str(self._retry_after)})
-                    await self._send_error(send, err)
+                if isinstance(nxt, Decision):  # nowhere left to go: the engine's failure stands
+                    await self._send_error(send, fo.error)
                     return
                 job.lease.release()
                 job.decision, job.lease = nxt

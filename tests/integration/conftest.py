@@ -99,9 +99,10 @@ class Stack:
         self.spec.stop()
         self.plain.stop()
 
-    def backend_requests(self, fake: FakeServer, path: str = "/v1/chat/completions") -> list[dict[str, Any]]:
-        return httpx.get(fake.base_url + "/_fake/requests").json()["requests"] if path is None else [
-            r for r in httpx.get(fake.base_url + "/_fake/requests").json()["requests"] if r["path"] == path]
+    def backend_requests(self, fake: FakeServer, path: str | None = "/v1/chat/completions") -> list[dict[str, Any]]:
+        """Requests the fake received on ``path`` (None: any generation path)."""
+        paths = {path} if path else {"/v1/chat/completions", "/v1/completions", "/generate"}
+        return [r for r in httpx.get(fake.base_url + "/_fake/requests").json()["requests"] if r["path"] in paths]
 
     def fake_log(self, fake: FakeServer) -> dict[str, Any]:
         return httpx.get(fake.base_url + "/_fake/requests").json()
