@@ -563,6 +563,8 @@ def test_grafana_dashboard() -> None:
         "specgate_bypass_active",
         "specgate_scrape_failures_total",
         "specgate_pool_healthy_endpoints",
+        "specgate_pool_load",
+        "specgate_config_reloads_total",
         "sglang:num_running_reqs",
         "sglang:spec_accept_length",
         "sglang:token_usage",
@@ -760,3 +762,47 @@ def test_pool_args_parse_with_sglangs_own_parser(name: str) -> None:
         for ref, value in LWS_ENV.items():
             args = [a.replace(ref, value) for a in args]
         assert check_with_sglang(args) is True, pool["name"]
+
+
+def test_alerts_and_dashboard_use_only_series_the_router_exports() -> None:
+    """Every specgate_* series (and label) the rules and the dashboard read exists in
+    router.metrics, so a renamed metric breaks this test, not a silent alert."""
+    import re
+
+    from prometheus_client import CollectorRegistry
+
+    from router.metrics import RouterMetrics
+
+    registry = CollectorRegistry()
+    RouterMetrics(registry)
+    exported: dict[str, set[str]] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            exported.setdefault(sample.name, set()).update(sample.labels)
+        names = {family.name, family.name + "_total"} if family.type == "counter" else {family.name}
+        for name in names:
+            exported.setdefault(name, set())
+    # Label names come from the metric definitions (a fresh registry has no samples yet).
+    for collector in list(registry._collector_to_names):  # noqa: SLF001 - test introspection
+        labelnames = getattr(collector, "_labelnames", ())
+        for name in registry._collector_to_names[collector]:  # noqa: SLF001
+            exported.setdefault(name, set()).update(labelnames)
+
+    objects = k8s.render(VALUE_SETS["gpu-eagle3-redis"])
+    exprs = [r["expr"] for r in k8s.one(objects, "PrometheusRule")["spec"]["groups"][0]["rules"]]
+    dash = json.loads(k8s.one(objects, "ConfigMap", "sg-specgate-dashboard")["data"]["specgate.json"])
+    exprs += [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = set()
+    for expr in exprs:
+        for metric, labels in re.findall(r"(specgate_(?!dev_pool)[a-z_]+)(?:\{([^}]*)\})?", expr):
+            used.add(metric)
+            assert metric in exported, f"{metric} is not exported by router.metrics"
+            for label in re.findall(r'([a-z_]+)\s*=~?\s*"', labels or ""):
+                if label not in {"namespace", "job"}:  # added by Prometheus
+                    assert label in exported[metric], f"{metric} has no label {label}"
+        for grouping in re.findall(r"by \(([^)]*)\) \((?:[a-z_]+\()*(specgate_(?!dev_pool)[a-z_]+)", expr):
+            for label in (g.strip() for g in grouping[0].split(",")):
+                if label not in {"namespace", "job", "pod"}:
+                    assert label in exported[grouping[1]], f"{grouping[1]} has no label {label}"
+    assert {"specgate_requests_total", "specgate_bypass_active", "specgate_scrape_failures_total",
+            "specgate_pool_healthy_endpoints"} <= used  # fmt: skip
