@@ -783,9 +783,9 @@ def test_alerts_and_dashboard_use_only_series_the_router_exports() -> None:
         for name in names:
             exported.setdefault(name, set())
     # Label names come from the metric definitions (a fresh registry has no samples yet).
-    for collector in list(registry._collector_to_names):  # noqa: SLF001 - test introspection
+    for collector in list(registry._collector_to_names):
         labelnames = getattr(collector, "_labelnames", ())
-        for name in registry._collector_to_names[collector]:  # noqa: SLF001
+        for name in registry._collector_to_names[collector]:
             exported.setdefault(name, set()).update(labelnames)
 
     objects = k8s.render(VALUE_SETS["gpu-eagle3-redis"])
