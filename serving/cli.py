@@ -64,3 +64,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     w.add_argument("--count", type=int, default=3, help="warm-up generations (default 3)")
     w.add_argument("--timeout", type=float, default=600.0, help="seconds")
     w.set_defaults(func=_warmup)
+
+    from serving.demo import add_demo_command
+
+    add_demo_command(sub)

@@ -1,0 +1,353 @@
+"""The main job, end to end on this machine: ``specgate demo --config examples/demo.yaml``.
+
+1. Rewrites the config's endpoints to free ports of 127.0.0.1 (a copy in a temp dir).
+2. Starts every pool's **real SGLang server** with ``specgate serve`` (the launch spec from the
+   same YAML), waits for ``/health`` and the warm-up generations (:mod:`serving.warmup`).
+3. Starts the router (``specgate router``) and waits for ``/ready``.
+4. Sends a real workload through the official ``openai`` client: short prompts (streamed and
+   not), long prompts, a burst of concurrent streams past the saturation threshold, and one
+   over-length request.
+5. Prints each request's pool, reason, status, time to first token and tokens/s, the
+   speculative pool's accept length as SGLang reports it (``/server_info``
+   ``internal_states[0].avg_spec_accept_length``, else ``sglang:spec_accept_length``), and a
+   summary; writes the same as JSON (``--report``); stops every process it started.
+
+Timings are wall-clock seconds on this machine's CPU: they show the routing, not GPU speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["run_demo", "DemoRequest"]
+
+PROMPTS_SHORT = [
+    "def fibonacci(n):",
+    "import os\nimport sys\n\ndef main():",
+    "class Stack:\n    def __init__(self):",
+    "for i in range(10):",
+]
+
+
+@dataclass
+class DemoRequest:
+    """One request of the demo workload and what came back."""
+
+    name: str
+    stream: bool
+    pool: str | None = None
+    reason: str | None = None
+    status: int = 0
+    ttft_s: float | None = None
+    tokens_per_s: float | None = None
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    error_code: str | None = None
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class _Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    url: str
+
+
+@dataclass
+class _Stack:
+    procs: list[_Proc] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for p in self.procs:
+            try:
+                p.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.popen.pid, signal.SIGKILL)
+                p.popen.wait(5)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _prepare_config(src: Path, workdir: Path) -> tuple[Path, dict[str, Any]]:
+    doc = yaml.safe_load(src.read_text())
+    base = src.resolve().parent
+
+    def absolute(p: str) -> str:
+        return p if p.startswith("/") else str((base / p).resolve())
+
+    doc["model"]["tokenizer"] = absolute(doc["model"]["tokenizer"])
+    for pool in doc["pools"]:
+        pool["endpoints"] = [f"http://127.0.0.1:{_free_port()}"]
+        engine = pool.get("engine") or {}
+        for key in ("model_path", "speculative_draft_model_path"):
+            if key in engine:
+                engine[key] = absolute(engine[key])
+    doc.setdefault("server", {})["port"] = _free_port()
+    doc["server"]["host"] = "127.0.0.1"
+    out = workdir / "demo-config.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out, doc
+
+
+def _spawn(name: str, argv: list[str], log: Path, url: str) -> _Proc:
+    fh = log.open("wb")
+    popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    return _Proc(name, popen, log, url)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+async def _wait_router(url: str, proc: _Proc, timeout_s: float) -> None:
+    import aiohttp
+
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as s:
+        while time.monotonic() < deadline:
+            if proc.popen.poll() is not None:
+                raise RuntimeError(f"router exited:\n{_tail(proc.log)}")
+            with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                async with s.get(url + "/ready", timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.25)
+    raise RuntimeError("router not ready in time")
+
+
+async def _one(client: Any, req: DemoRequest, messages: list[dict[str, str]], max_tokens: int) -> DemoRequest:
+    import openai
+
+    t0 = time.perf_counter()
+    try:
+        if req.stream:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="tiny-llama", messages=messages, max_tokens=max_tokens, temperature=0,
+                stream=True, stream_options={"include_usage": True})
+            req.pool, req.reason = raw.headers.get("x-specgate-pool"), raw.headers.get("x-specgate-reason")
+            req.status = raw.http_response.status_code
+            stream = raw.parse()
+            first = None
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content and first is None:
+                    first = time.perf_counter()
+                if chunk.usage is not None:
+                    req.completion_tokens = chunk.usage.completion_tokens
+                    req.prompt_tokens = chunk.usage.prompt_tokens
+            end = time.perf_counter()
+            if first is not None:
+                req.ttft_s = first - t0
+                if req.completion_tokens and end > first:
+                    req.tokens_per_s = max(req.completion_tokens - 1, 1) / (end - first)
+        else:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="tiny-llama", messages=messages, max_tokens=max_tokens, temperature=0)
+            req.pool, req.reason = raw.headers.get("x-specgate-pool"), raw.headers.get("x-specgate-reason")
+            req.status = raw.http_response.status_code
+            resp = raw.parse()
+            end = time.perf_counter()
+            req.ttft_s = end - t0
+            req.completion_tokens = resp.usage.completion_tokens
+            req.prompt_tokens = resp.usage.prompt_tokens
+            req.tokens_per_s = resp.usage.completion_tokens / (end - t0)
+    except openai.APIStatusError as exc:
+        req.status = exc.status_code
+        req.pool = exc.response.headers.get("x-specgate-pool")
+        req.reason = exc.response.headers.get("x-specgate-reason")
+        body = exc.body if isinstance(exc.body, dict) else {}
+        req.error_code = (body.get("error") or body).get("code") if isinstance(body, dict) else None
+    req.elapsed_s = time.perf_counter() - t0
+    return req
+
+
+async def _workload(router_url: str, long_prompt_tokens: int, burst: int) -> list[DemoRequest]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=router_url + "/v1", api_key="demo", max_retries=0, timeout=300)
+    out: list[DemoRequest] = []
+    user = lambda text: [{"role": "user", "content": text}]  # noqa: E731
+    for i, prompt in enumerate(PROMPTS_SHORT):
+        out.append(await _one(client, DemoRequest(f"short-{i}", stream=bool(i % 2)), user(prompt), 48))
+    long_text = "\n".join(f"def function_{i}(x):\n    return x * {i}\n" for i in range(long_prompt_tokens // 6))
+    out.append(await _one(client, DemoRequest("long-stream", stream=True), user(long_text), 32))
+    out.append(await _one(client, DemoRequest("long", stream=False), user(long_text), 32))
+    burst_reqs = [DemoRequest(f"burst-{i}", stream=True) for i in range(burst)]
+    out += await asyncio.gather(*(_one(client, r, user(PROMPTS_SHORT[i % 4]), 48)
+                                  for i, r in enumerate(burst_reqs)))
+    huge = "x " * 6000
+    out.append(await _one(client, DemoRequest("over-length", stream=True), user(huge), 16))
+    await client.close()
+    return out
+
+
+async def _accept_length(url: str) -> tuple[float | None, str]:
+    import aiohttp
+
+    from router.scraper import parse_sglang_metrics
+
+    async with aiohttp.ClientSession() as s:
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError):
+            async with s.get(url + "/server_info", timeout=aiohttp.ClientTimeout(total=10)) as r:
+                info = await r.json()
+                value = info["internal_states"][0].get("avg_spec_accept_length")
+                if value:
+                    return float(value), "server_info.internal_states[0].avg_spec_accept_length"
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+            async with s.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=10)) as r:
+                value = parse_sglang_metrics(await r.text()).spec_accept_length
+                if value:
+                    return value, "metrics.sglang:spec_accept_length"
+    return None, "unavailable"
+
+
+def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, keep_logs: Path | None = None) -> int:
+    """Run the demo; returns 0 when every expectation held, 1 otherwise.
+
+    Raises:
+        RuntimeError: when a server fails to start (its log tail is included).
+    """
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from serving.warmup import wait_ready
+
+    console = Console()
+    workdir = Path(tempfile.mkdtemp(prefix="specgate-demo-"))
+    logs = keep_logs or workdir
+    logs.mkdir(parents=True, exist_ok=True)
+    cfg_path, doc = _prepare_config(config, workdir)
+    stack = _Stack()
+    py = sys.executable
+    t_start = time.monotonic()
+    try:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            tasks = {}
+            for pool in doc["pools"]:
+                url = pool["endpoints"][0]
+                proc = _spawn(pool["name"], [py, "-m", "router.cli", "serve", "--config", str(cfg_path),
+                                             "--pool", pool["name"]], logs / f"pool-{pool['name']}.log", url)
+                stack.procs.append(proc)
+                tasks[pool["name"]] = progress.add_task(f"starting SGLang pool [bold]{pool['name']}[/] at {url}")
+
+            async def warm_all() -> dict[str, Any]:
+                async def warm(proc: _Proc) -> Any:
+                    try:
+                        res = await wait_ready(proc.url, count=warmup, timeout_s=600,
+                                               alive=lambda: proc.popen.poll() is None)
+                    except Exception as exc:
+                        raise RuntimeError(f"pool {proc.name} failed: {exc}\n{_tail(proc.log)}") from None
+                    progress.update(tasks[proc.name], description=(
+                        f"pool [bold]{proc.name}[/] ready: healthy after {res.health_s:.1f} s, warm-up "
+                        + ", ".join(f"{t:.2f}s" for t in res.generation_s)))
+                    return res
+                return dict(zip([p.name for p in stack.procs], await asyncio.gather(*(warm(p) for p in stack.procs))))
+
+            warm = asyncio.run(warm_all())
+            router_url = f"http://127.0.0.1:{doc['server']['port']}"
+            rtask = progress.add_task(f"starting router at {router_url}")
+            router = _spawn("router", [py, "-m", "router.cli", "router", "--config", str(cfg_path), "--json-logs"],
+                            logs / "router.log", router_url)
+            stack.procs.append(router)
+            asyncio.run(_wait_router(router_url, router, 120))
+            progress.update(rtask, description=f"router ready at {router_url}")
+            wtask = progress.add_task("sending the workload through the openai client")
+            results = asyncio.run(_workload(router_url, doc["routing"]["long_prompt_tokens"], burst))
+            progress.update(wtask, description=f"workload done: {len(results)} requests")
+
+        spec_pools = [p for p in doc["pools"] if p.get("speculative")]
+        pools: dict[str, Any] = {}
+        for pool in doc["pools"]:
+            served = sum(1 for r in results if r.pool == pool["name"] and r.status == 200)
+            entry: dict[str, Any] = {"served": served, "speculative": bool(pool.get("speculative")),
+                                     "warmup_s": list(warm[pool["name"]].generation_s)}
+            if pool in spec_pools:
+                value, source = asyncio.run(_accept_length(pool["endpoints"][0]))
+                entry["accept_length"], entry["accept_length_source"] = value, source
+                entry["speculative_algorithm"] = (pool.get("engine") or {}).get("speculative_algorithm")
+            else:
+                entry["accept_length"] = None
+            pools[pool["name"]] = entry
+
+        table = Table(title="specgate demo: each request")
+        for col in ("request", "stream", "pool", "reason", "status", "TTFT s", "tok/s", "prompt tok", "out tok"):
+            table.add_column(col)
+        for r in results:
+            table.add_row(r.name, "yes" if r.stream else "no", r.pool or "-", r.reason or "-", str(r.status),
+                          "-" if r.ttft_s is None else f"{r.ttft_s:.3f}",
+                          "-" if r.tokens_per_s is None else f"{r.tokens_per_s:.1f}",
+                          str(r.prompt_tokens or "-"), str(r.completion_tokens or (r.error_code or "-")))
+        console.print(table)
+        reasons: dict[str, int] = {}
+        for r in results:
+            reasons[r.reason or "none"] = reasons.get(r.reason or "none", 0) + 1
+        checks = {
+            "both_pools_served": all(p["served"] > 0 for p in pools.values()),
+            "over_length_rejected": any(r.name == "over-length" and r.status == 400
+                                        and r.error_code == "context_length_exceeded" for r in results),
+            "saturation_bypass_seen": reasons.get("saturated", 0) > 0,
+            "long_context_routed_plain": all(r.pool == "plain" for r in results if r.name.startswith("long")),
+            "spec_accept_length_reported": all(p.get("accept_length") for n, p in pools.items()
+                                               if p["speculative"]),
+        }
+        summary = {"requests": len(results), "by_reason": reasons,
+                   "ok": sum(r.status == 200 for r in results), "elapsed_s": round(time.monotonic() - t_start, 1),
+                   "checks": checks}
+        for name, p in pools.items():
+            console.print(f"pool [bold]{name}[/]: served {p['served']}"
+                          + (f", accept length {p['accept_length']:.2f} ({p['accept_length_source']})"
+                             if p.get("accept_length") else ""))
+        console.print(f"summary: {json.dumps(summary)}")
+        report.write_text(json.dumps({"requests": [asdict(r) for r in results], "pools": pools,
+                                      "summary": summary, "config": str(config)}, indent=2))
+        console.print(f"report written to {report}; logs in {logs}")
+        return 0 if all(checks.values()) else 1
+    finally:
+        stack.stop()
+
+
+def _demo(args: argparse.Namespace) -> int:
+    return run_demo(Path(args.config), Path(args.report), warmup=args.warmup, burst=args.burst,
+                    keep_logs=Path(args.logs) if args.logs else None)
+
+
+def add_demo_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``specgate demo``."""
+    d = sub.add_parser("demo", help="run the router and local SGLang pools on a real workload")
+    d.add_argument("--config", default="examples/demo.yaml")
+    d.add_argument("--report", default="demo-report.json")
+    d.add_argument("--warmup", type=int, default=3, help="warm-up generations per pool")
+    d.add_argument("--burst", type=int, default=12, help="concurrent streams in the saturation burst")
+    d.add_argument("--logs", default=None, help="directory for server logs (default: a temp dir)")
+    d.set_defaults(func=_demo)
