@@ -66,5 +66,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     w.set_defaults(func=_warmup)
 
     from serving.demo import add_demo_command
+    from serving.probe import add_commands as add_probe_commands
 
     add_demo_command(sub)
+    add_probe_commands(sub)
