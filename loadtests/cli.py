@@ -1,0 +1,320 @@
+"""``specgate loadtest``, ``specgate calibrate`` and ``specgate loadtest-fakes``.
+
+Registered on the ``specgate`` parser by :func:`add_commands` (``router/cli.py`` imports this
+module). Each sub-command sets ``func(args) -> int`` (exit code: 0 done, 1 the load test ran
+but no request succeeded, 2 bad arguments/config/report).
+
+See ``docs/loadtests.md`` for the walk-through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_commands", "parse_grid"]
+
+
+def parse_grid(text: str) -> dict[str, Any]:
+    """``"ctx=1k-2k,8k-16k;conc=1,4,8"`` (or ``rate=0.5,2``) -> workload keys.
+
+    Keys: ``ctx``/``context``/``buckets`` (token ranges), ``conc``/``concurrency`` (closed
+    loop), ``rate`` (open loop, requests/s).
+
+    Raises:
+        loadtests.workload.WorkloadError: unknown key or bad value.
+    """
+    from loadtests.workload import WorkloadError, parse_buckets, parse_loads
+
+    out: dict[str, Any] = {}
+    for part in text.split(";"):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        if not sep:
+            raise WorkloadError(f"grid part {part!r} is not KEY=VALUES")
+        if key in ("ctx", "context", "buckets"):
+            out["buckets"] = parse_buckets(value)
+        elif key in ("conc", "concurrency"):
+            out["loads"], out["mode"] = parse_loads(value), "closed"
+        elif key == "rate":
+            out["loads"], out["mode"] = parse_loads(value), "open"
+        else:
+            raise WorkloadError(f"unknown grid key {key!r} (ctx, conc, rate)")
+    return out
+
+
+def _workload_from_args(args: argparse.Namespace) -> Any:
+    import yaml
+
+    from loadtests.workload import Workload, WorkloadError, parse_buckets, parse_loads, parse_range
+
+    data: dict[str, Any] = {}
+    if args.workload:
+        try:
+            loaded = yaml.safe_load(Path(args.workload).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise WorkloadError(f"cannot read workload {args.workload}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise WorkloadError(f"workload {args.workload} must be a mapping")
+        data.update(loaded)
+    w = Workload.from_dict(data)
+    kw: dict[str, Any] = {}
+    if args.grid:
+        kw.update(parse_grid(args.grid))
+    if args.buckets:
+        kw["buckets"] = parse_buckets(args.buckets)
+    if args.concurrency:
+        kw["loads"], kw["mode"] = parse_loads(args.concurrency), "closed"
+    if args.rate:
+        kw["loads"], kw["mode"] = parse_loads(args.rate), "open"
+    simple = {
+        "context_length": args.context_length, "model": args.model, "tokenizer": args.tokenizer,
+        "copy_fraction": args.copy_fraction, "corpus": args.corpus, "trace": args.trace,
+        "requests_per_run": args.requests, "warmup_runs": args.warmup, "repetitions": args.repetitions,
+        "seed": args.seed, "max_duration_s": args.max_duration_s,
+        "request_timeout_s": args.request_timeout_s, "metrics_interval_s": args.metrics_interval_s,
+    }
+    kw.update({k: v for k, v in simple.items() if v is not None})
+    if args.output_tokens:
+        kw["output_tokens"] = parse_range(args.output_tokens)
+    if args.no_stream:
+        kw["stream"] = False
+    if args.no_ignore_eos:
+        kw["ignore_eos"] = False
+    merged = w.as_dict()
+    merged.update({k: v for k, v in kw.items()})
+    if isinstance(merged.get("buckets"), tuple):
+        merged["buckets"] = [b.as_dict() for b in merged["buckets"]]
+    return Workload.from_dict(merged)
+
+
+def _targets_from_args(args: argparse.Namespace) -> list[Any]:
+    from loadtests.runner import LoadTestError, Target
+
+    def metrics(url: str) -> str:
+        return url.rstrip("/") + "/metrics"
+
+    overrides: dict[str, list[str]] = {}
+    for item in args.metrics or ():
+        name, sep, url = item.partition("=")
+        if not sep:
+            raise LoadTestError(f"--metrics expects NAME=URL, got {item!r}")
+        overrides.setdefault(name, []).append(url)
+    if args.target:
+        if args.spec or args.plain or args.router:
+            raise LoadTestError("give --target alone, or --spec/--plain/--router for a comparison")
+        urls = tuple(overrides.get("target", [metrics(args.target)]))
+        return [Target("target", args.target, "target", urls)]
+    given = [(n, u) for n, u in (("spec", args.spec), ("plain", args.plain), ("router", args.router)) if u]
+    if len(given) < 2:
+        raise LoadTestError("a comparison needs at least two of --spec, --plain, --router "
+                            "(or give --target)")
+    out = []
+    for name, url in given:
+        if name == "router":
+            default = [metrics(u) for u in (args.spec, args.plain) if u]
+        else:
+            default = [metrics(url)]
+        out.append(Target(name, url, name, tuple(overrides.get(name, default))))
+    return out
+
+
+def _loadtest(args: argparse.Namespace) -> int:
+    from loadtests.report import build_report, write_report
+    from loadtests.runner import LoadTest, LoadTestError
+    from loadtests.workload import WorkloadError
+
+    try:
+        workload = _workload_from_args(args)
+        targets = _targets_from_args(args)
+    except (WorkloadError, LoadTestError) as exc:
+        print(f"specgate loadtest: {exc}", file=sys.stderr)
+        return 2
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), disable=args.quiet, transient=False)
+    task = progress.add_task("starting", total=None)
+
+    def tick(done: int, total: int, desc: str) -> None:
+        progress.update(task, completed=done, total=total, description=desc)
+
+    test = LoadTest(workload, targets, progress=tick)
+    try:
+        with progress:
+            asyncio.run(test.run())
+    except (WorkloadError, LoadTestError) as exc:
+        print(f"specgate loadtest: {exc}", file=sys.stderr)
+        return 2
+    speculation = {"gamma": args.gamma, "drafter_cost_ratio": args.drafter_cost}
+    report = build_report(test, speculation=speculation)
+    results = [r for rec in test.records for r in rec.results]
+    paths = write_report(report, args.out, results=results, plots=not args.no_plots)
+    c = report["counts"]
+    print(f"wrote {', '.join(str(p) for p in paths)}")
+    print(f"requests: {c['sent']} sent, {c['ok']} ok, {c['warmup']} warm-up; "
+          f"stopped: {report['stopped']['reason']}")
+    for name, table in report["tables"].items():
+        if "_vs_" in name:
+            for row in table["rows"]:
+                vals = ", ".join(f"{k}: {'-' if v is None else f'{v:.2f}x'}"
+                                 for k, v in row["values"].items())
+                print(f"{name} {row['bucket']}: {vals}")
+    return 0 if c["ok"] > 0 else 1
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    import yaml
+
+    from loadtests.calibrate import CalibrationError, calibrate, speculation_from_config, validate_patch
+    from loadtests.report import ReportError, load_report
+
+    try:
+        report = load_report(args.report)
+        base = None
+        base_dir = None
+        gamma, cost = args.gamma, args.drafter_cost
+        if args.config:
+            try:
+                base = yaml.safe_load(Path(args.config).read_text())
+            except (OSError, yaml.YAMLError) as exc:
+                raise CalibrationError(f"cannot read config {args.config}: {exc}") from None
+            if not isinstance(base, dict):
+                raise CalibrationError(f"config {args.config} must be a mapping")
+            base_dir = Path(args.config).resolve().parent
+            from_cfg = speculation_from_config(base)
+            spec_block = report.get("speculation") or {}
+            if gamma is None and spec_block.get("gamma") is None:
+                gamma = from_cfg["gamma"]
+            if cost is None and spec_block.get("drafter_cost_ratio") is None:
+                cost = from_cfg["drafter_cost_ratio"]
+        cal = calibrate(report, min_speedup=args.min_speedup, hysteresis=args.hysteresis,
+                        gamma=gamma, drafter_cost_ratio=cost, saturation_bucket=args.saturation_bucket)
+        merged, _cfg = validate_patch(cal, base, base_dir)
+    except (ReportError, CalibrationError) as exc:
+        print(f"specgate calibrate: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path(args.report).with_name("calibration.yaml")
+    text = cal.patch_yaml(str(args.report))
+    out.write_text(text)
+    evidence = Path(args.evidence) if args.evidence else out.with_suffix(".json")
+    evidence.write_text(json.dumps({"patch": cal.patch(), "evidence": cal.evidence}, indent=2,
+                                   default=str) + "\n")
+    if args.merged_config:
+        Path(args.merged_config).write_text(yaml.safe_dump(merged, sort_keys=False))
+    sys.stdout.write(text)
+    for key in ("long_prompt_tokens", "saturation"):
+        summary = (cal.evidence.get(key) or {}).get("summary")
+        if summary:
+            print(f"{key}: {summary}", file=sys.stderr)
+    for w in cal.evidence.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"wrote {out} and {evidence}" + (f" and {args.merged_config}" if args.merged_config else ""),
+          file=sys.stderr)
+    return 0
+
+
+def _fakes(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from loadtests.simulate import SimModel, serve_pair
+
+    model = SimModel(t0_s=args.t0_s, batch_knee=args.batch_knee, alpha_short=args.alpha,
+                     alpha_knee_tokens=args.alpha_knee_tokens,
+                     alpha_drop_per_doubling=args.alpha_drop_per_doubling, gamma=args.gamma, c=args.c,
+                     prefill_s_per_token=args.prefill_s_per_token)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with serve_pair(model, model_name=args.model_name, context_length=args.context_length,
+                    ports=(args.spec_port, args.plain_port)) as (spec, plain):
+        print(json.dumps({"spec": spec.base_url, "plain": plain.base_url,
+                          "crossover_context_at_1": model.crossover_context(1.0),
+                          "crossover_load_at_1k": model.crossover_load(1024.0)}), flush=True)
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``loadtest``, ``calibrate`` and ``loadtest-fakes`` on the ``specgate`` parser."""
+    p = sub.add_parser("loadtest", help="measure operating points (context x load) of one target "
+                       "or compare spec/plain/router")
+    tg = p.add_argument_group("targets")
+    tg.add_argument("--target", help="one OpenAI-compatible base URL (router, pool or SGLang)")
+    tg.add_argument("--spec", help="compare mode: the speculative pool's base URL")
+    tg.add_argument("--plain", help="compare mode: the plain pool's base URL")
+    tg.add_argument("--router", help="compare mode: the router's base URL")
+    tg.add_argument("--metrics", action="append", metavar="NAME=URL",
+                    help="a /metrics URL to sample for target NAME (target, spec, plain, router); "
+                         "repeatable; default: each pool's own, the router's pools for the router")
+    wg = p.add_argument_group("workload (a --workload YAML file, overridden by these flags)")
+    wg.add_argument("--workload", help="workload YAML (keys of loadtests.workload.Workload)")
+    wg.add_argument("--grid", help='"ctx=1k-2k,8k-16k;conc=1,4,8" or "...;rate=0.5,2"')
+    wg.add_argument("--buckets", help="prompt-token buckets, e.g. 1k-2k,8k-16k (k = 1024)")
+    wg.add_argument("--concurrency", help="closed-loop concurrency levels, e.g. 1,4,8")
+    wg.add_argument("--rate", help="open-loop Poisson arrival rates (requests/s), e.g. 0.5,2")
+    wg.add_argument("--context-length", type=int, help="model context (tokens) for scaled buckets")
+    wg.add_argument("--model", help="model name (default: from /v1/models)")
+    wg.add_argument("--tokenizer", help="local tokenizer dir for exact prompt lengths")
+    wg.add_argument("--output-tokens", help="output tokens per request: N or LO-HI")
+    wg.add_argument("--copy-fraction", type=float, help="share of copy-style prompts in [0, 1]")
+    wg.add_argument("--corpus", help="text file to cut passages from")
+    wg.add_argument("--trace", help="JSONL/CSV of real prompt_tokens[,output_tokens]")
+    wg.add_argument("--no-stream", action="store_true", help="non-streamed requests")
+    wg.add_argument("--no-ignore-eos", action="store_true", help="let the model stop at EOS")
+    wg.add_argument("--requests", type=int, help="measured requests per run")
+    wg.add_argument("--warmup", type=int, help="warm-up runs per point and target (default 3)")
+    wg.add_argument("--repetitions", type=int, help="measured runs per point and target (default 3)")
+    wg.add_argument("--seed", type=int)
+    wg.add_argument("--max-duration-s", type=float, help="stop starting requests after this (s)")
+    wg.add_argument("--request-timeout-s", type=float)
+    wg.add_argument("--metrics-interval-s", type=float)
+    og = p.add_argument_group("output")
+    og.add_argument("--out", required=True, help="output directory")
+    og.add_argument("--gamma", type=int, help="draft length, recorded for calibrate's model")
+    og.add_argument("--drafter-cost", type=float, help="drafter cost ratio c, recorded for calibrate")
+    og.add_argument("--no-plots", action="store_true")
+    og.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_loadtest)
+
+    c = sub.add_parser("calibrate", help="propose routing thresholds from a comparison report")
+    c.add_argument("report", help="report.json from `specgate loadtest --spec ... --plain ...`")
+    c.add_argument("--config", help="router YAML to patch and validate (and to read gamma, c from)")
+    c.add_argument("--out", help="patch file (default: calibration.yaml next to the report)")
+    c.add_argument("--evidence", help="evidence JSON (default: the patch path with .json)")
+    c.add_argument("--merged-config", help="also write the whole patched config here")
+    c.add_argument("--min-speedup", type=float, default=1.0, help="S below which speculation "
+                   "stops paying (default 1.0)")
+    c.add_argument("--hysteresis", type=float, default=0.25, help="exit = floor(enter * (1 - h))")
+    c.add_argument("--gamma", type=int, help="draft length for the speedup model")
+    c.add_argument("--drafter-cost", type=float, help="drafter cost ratio c for the speedup model")
+    c.add_argument("--saturation-bucket", help="bucket whose load axis sets saturation "
+                   "(default: the shortest)")
+    c.set_defaults(func=_calibrate)
+
+    f = sub.add_parser("loadtest-fakes", help="serve a spec and a plain fake SGLang paced by the "
+                       "speed model (for trying loadtest/calibrate without GPUs)")
+    f.add_argument("--model-name", default="sim-model")
+    f.add_argument("--spec-port", type=int, default=0, help="0: a free port")
+    f.add_argument("--plain-port", type=int, default=0, help="0: a free port")
+    f.add_argument("--context-length", type=int, default=131072)
+    f.add_argument("--t0-s", type=float, default=0.004, help="plain per-token time at batch 0 (s)")
+    f.add_argument("--batch-knee", type=float, default=16.0)
+    f.add_argument("--alpha", type=float, default=0.8, help="acceptance rate at short context")
+    f.add_argument("--alpha-knee-tokens", type=float, default=4096.0)
+    f.add_argument("--alpha-drop-per-doubling", type=float, default=0.1)
+    f.add_argument("--gamma", type=int, default=4)
+    f.add_argument("--c", type=float, default=0.05, help="drafter cost ratio")
+    f.add_argument("--prefill-s-per-token", type=float, default=0.0)
+    f.set_defaults(func=_fakes)
