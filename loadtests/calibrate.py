@@ -95,6 +95,8 @@ def alpha_from_accept_length(accept_length: float, gamma: int) -> float:
     target = min(max(accept_length, 1.0), gamma + 1.0)
     if target >= gamma + 1.0:
         return 1.0
+    if target <= 1.0:
+        return 0.0
     lo, hi = 0.0, 1.0
     for _ in range(200):
         mid = (lo + hi) / 2
@@ -248,7 +250,7 @@ def _crossing(xs: Sequence[float], ss: Sequence[float], m: float, log: bool) -> 
         if s < m:
             if i == 0:
                 return {"kind": "never_pays", "index": 0}
-            x0, x1, s0, s1 = xs[i - 1], xs[i], ss[i - 1], ss[i]
+            x0, x1, s0, s1 = xs[i - 1], xs[i], ss[i - 1], s
             frac = (s0 - m) / (s0 - s1)
             if log:
                 x = math.exp(math.log(x0) + frac * (math.log(x1) - math.log(x0)))

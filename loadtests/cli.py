@@ -173,7 +173,12 @@ def _loadtest(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     import yaml
 
-    from loadtests.calibrate import CalibrationError, calibrate, speculation_from_config, validate_patch
+    from loadtests.calibrate import (
+        CalibrationError,
+        calibrate,
+        speculation_from_config,
+        validate_patch,
+    )
     from loadtests.report import ReportError, load_report
 
     try:

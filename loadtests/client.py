@@ -30,6 +30,7 @@ stream ended without ``[DONE]``), ``stream_error`` (an error event or an unparsa
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -96,7 +97,7 @@ def _finish(r: RequestResult, t0: float, t_end: float, events: list[float], text
         r.output_tokens = text_events
     if events:
         r.ttft_s = events[0] - t0
-        r.itl_s = [b - a for a, b in zip(events, events[1:])]
+        r.itl_s = [b - a for a, b in itertools.pairwise(events)]
         if r.output_tokens >= 2 and events[-1] > events[0]:
             span = events[-1] - events[0]
             r.tpot_s = span / (r.output_tokens - 1)

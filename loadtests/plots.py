@@ -13,6 +13,7 @@ global state, no display needed).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ def _heatmaps(report: Mapping[str, Any], path: Path) -> None:
         data = [[(r["values"].get(k) if r["values"].get(k) is not None else float("nan"))
                  for k in loads] for r in rows]
         is_ratio = "_vs_" in name
-        finite = [v for row in data for v in row if v == v]
+        finite = [v for row in data for v in row if not math.isnan(v)]
         if is_ratio and finite:
             lo, hi = min(finite + [0.99]), max(finite + [1.01])
             norm = TwoSlopeNorm(vmin=min(lo, 0.999), vcenter=1.0, vmax=max(hi, 1.001))
@@ -52,7 +53,7 @@ def _heatmaps(report: Mapping[str, Any], path: Path) -> None:
             im = ax.imshow(data, cmap="viridis", aspect="auto")
         for y, row in enumerate(data):
             for x, v in enumerate(row):
-                if v == v:
+                if not math.isnan(v):
                     ax.text(x, y, f"{v:.2f}x" if is_ratio else f"{v:.0f}", ha="center", va="center",
                             fontsize=9, color="black")
         ax.set_xticks(range(len(loads)), loads)

@@ -350,16 +350,16 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"- model: `{report.get('model')}`; created {report['created_at']}",
         "- targets: " + ", ".join(f"{t['name']} ({t['role']}) {t['url']}" for t in report["targets"]),
         f"- mode: {w['mode']} loop; loads ({kind}): {', '.join(load_key(x) for x in grid['loads'])}",
-        f"- buckets (prompt tokens): " + ", ".join(f"{b['name']} [{b['lo']}..{b['hi']}]"
-                                                     for b in grid["buckets"]),
-        f"- output tokens {w['output_tokens'][0]}-{w['output_tokens'][1]}, copy fraction "
-        f"{w['copy_fraction']}, stream {w['stream']}, seed {w['seed']}",
-        f"- warm-up runs {w['warmup_runs']} (discarded), measured runs {w['repetitions']} per point "
-        "and target, interleaved",
-        f"- requests: {report['counts']['sent']} sent of {report['counts']['planned']} planned "
-        f"({report['counts']['warmup']} warm-up, {report['counts']['measured']} measured, "
-        f"{report['counts']['ok']} ok); stopped: {report['stopped']['reason']} after "
-        f"{_fmt(report['stopped']['elapsed_s'], 1)} s",
+        "- buckets (prompt tokens): " + ", ".join(f"{b['name']} [{b['lo']}..{b['hi']}]"
+                                                    for b in grid["buckets"]),
+        (f"- output tokens {w['output_tokens'][0]}-{w['output_tokens'][1]}, copy fraction "
+         f"{w['copy_fraction']}, stream {w['stream']}, seed {w['seed']}"),
+        (f"- warm-up runs {w['warmup_runs']} (discarded), measured runs {w['repetitions']} per "
+         "point and target, interleaved"),
+        (f"- requests: {report['counts']['sent']} sent of {report['counts']['planned']} planned "
+         f"({report['counts']['warmup']} warm-up, {report['counts']['measured']} measured, "
+         f"{report['counts']['ok']} ok); stopped: {report['stopped']['reason']} after "
+         f"{_fmt(report['stopped']['elapsed_s'], 1)} s"),
         "",
     ]
     for name, table in report["tables"].items():
@@ -376,9 +376,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             lines.append(f"| {row['bucket']} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Per operating point", "",
-              "| bucket | load | target | ok/sent | errors | TTFT p50/p90/p99 ms | ITL p50/p90/p99 ms "
-              "| E2E p50/p90/p99 ms | decode tok/s p50 | total tok/s | accept len | queue max | "
-              "spread |",
+              ("| bucket | load | target | ok/sent | errors | TTFT p50/p90/p99 ms | ITL p50/p90/p99 ms "
+               "| E2E p50/p90/p99 ms | decode tok/s p50 | total tok/s | accept len | queue max | "
+               "spread |"),
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     flags = []
     for p in report["points"]:

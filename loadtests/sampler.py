@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 
@@ -89,7 +89,7 @@ class MetricsSampler:
             await asyncio.sleep(self.interval_s)
             await self.sample_once()
 
-    async def __aenter__(self) -> MetricsSampler:
+    async def __aenter__(self) -> Self:
         self._t0 = time.perf_counter()
         if self.urls:
             await self.sample_once()

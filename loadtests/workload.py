@@ -87,7 +87,7 @@ _WORDS = tuple(
     year off come since against go came right used take three small large next early young light
     water river stone house road field market city winter summer morning evening story song game
     table window garden letter paper number line point place hand side part head eye face door
-    room name word group order family child king ship sea land tree bird fire wind rain snow""".split()
+    room name word group order family child king ship sea land tree bird fire wind rain snow""".split()  # noqa: SIM905
 )
 
 _COPY_INSTRUCTION = "Copy the following text exactly, word for word, without any change:\n\n"
@@ -208,8 +208,8 @@ def scaled_buckets(
     cap = context_tokens - output_tokens - max(64, context_tokens // 64)
     out = []
     for lo_f, hi_f in fractions:
-        lo = max(1, int(round(context_tokens * lo_f)))
-        hi = min(cap, int(round(context_tokens * hi_f)))
+        lo = max(1, round(context_tokens * lo_f))
+        hi = min(cap, round(context_tokens * hi_f))
         if hi < lo:
             raise WorkloadError(
                 f"context {context_tokens} tokens leaves no room for bucket {lo_f:.4f}-{hi_f:.4f}"

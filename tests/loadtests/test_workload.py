@@ -137,3 +137,19 @@ def test_plan_interleaves_and_rotates() -> None:
                      ("measure", 2, "router"), ("measure", 2, "spec"), ("measure", 2, "plain")]
     assert [p.n for p in plans[:3]] == [2, 2, 2] and all(p.n == 5 for p in plans[3:])
     assert expected_requests(w, 3) == {"warmup": 6, "measured": 45, "total": 51}
+
+
+def test_locustfile_imports_without_locust_and_shares_the_workload(tmp_path: Path) -> None:
+    import loadtests.locustfile as lf
+
+    wfile = tmp_path / "w.yaml"
+    wfile.write_text("buckets: 10-20,30-40\noutput_tokens: 5\nseed: 2\n")
+    shared = lf.LocustWorkload.from_env({"SPECGATE_WORKLOAD": str(wfile), "SPECGATE_BUCKETS": "30-40"})
+    bucket, body = shared.request(3, 0, "m")
+    assert bucket.name == "30-40" and body["max_tokens"] == 5 and body["model"] == "m"
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    spec = shared.factory.make(bucket, 0.0, "locust", 3, 0, salt="locust-3")
+    assert body["messages"] == [dict(m) for m in spec.messages]
+    assert shared.request(3, 0, "m") == (bucket, body)
+    with pytest.raises(WorkloadError, match="unknown buckets"):
+        lf.LocustWorkload.from_env({"SPECGATE_WORKLOAD": str(wfile), "SPECGATE_BUCKETS": "1-2"})
