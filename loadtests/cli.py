@@ -241,8 +241,9 @@ def _fakes(args: argparse.Namespace) -> int:
     with serve_pair(model, model_name=args.model_name, context_length=args.context_length,
                     ports=(args.spec_port, args.plain_port)) as (spec, plain):
         print(json.dumps({"spec": spec.base_url, "plain": plain.base_url,
-                          "crossover_context_at_1": model.crossover_context(1.0),
-                          "crossover_load_at_1k": model.crossover_load(1024.0)}), flush=True)
+                          "crossover_context_tokens_at_load_1": model.crossover_context(1.0),
+                          "crossover_load_at_short_context": model.crossover_load(1.0)}),
+              flush=True)
         try:
             while not stop.wait(0.5):
                 pass

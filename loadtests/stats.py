@@ -23,17 +23,17 @@ decreases, "shrink" is judged by comparing the runs' first half with their secon
 
 1. ``n < 2``: verdict ``single``.
 2. spread of all runs ``<= threshold`` (default 1.10, just above article 003's 1.09x):
-   ``stable``; otherwise with only 2 runs: ``unsettled`` (rerun with more repetitions).
+   ``stable``; otherwise, with fewer than 4 runs: ``unsettled`` (too few runs to tell two
+   modes from noise: rerun with more repetitions).
 3. Split the runs into a low and a high cluster at the largest gap between consecutive
-   sorted values (on a log scale). If that gap is at least half of the whole log range and
-   *both* clusters have members among the first-half runs *and* among the second-half runs,
-   the spread recurred instead of fading: verdict ``bimodal`` (``bimodal: true``), with the
-   two cluster means as ``modes``.
+   sorted values (on a log scale). The runs are ``bimodal`` (``bimodal: true``, the two
+   cluster means as ``modes``) when each cluster holds at least 2 runs, the gap is at least
+   half of the whole log range and at least twice the log range inside either cluster, and
+   *both* clusters have members among the first-half runs *and* among the second-half runs:
+   the spread recurred instead of fading.
 4. Otherwise, if the second half's spread is at most the square root of the first half's
    (its log-spread halved), the disturbance faded (warm-up, a co-tenant job ending):
    ``converging``. Else ``noisy`` (wide but without two recurring modes).
-
-With ``n = 3`` a bimodal verdict needs the pattern low-high-low or high-low-high.
 """
 
 from __future__ import annotations
@@ -180,14 +180,15 @@ def spread_verdict(values: Sequence[float], threshold: float = DEFAULT_SPREAD_TH
 
     if s_all <= threshold:
         return make("stable")
-    if n == 2:
+    if n < 4:
         return make("unsettled")
     logs = sorted(math.log(v) for v in xs)
     gaps = [(logs[i + 1] - logs[i], i) for i in range(n - 1)]
     gap, at = max(gaps)
     cut = math.exp((logs[at] + logs[at + 1]) / 2)  # between the two clusters
     total = logs[-1] - logs[0]
-    if gap >= 0.5 * total:
+    inside = max(logs[at] - logs[0], logs[-1] - logs[at + 1])
+    if gap >= 0.5 * total and gap >= 2 * inside and 2 <= at + 1 <= n - 2:
         def both(run: list[float]) -> bool:
             return any(v < cut for v in run) and any(v > cut for v in run)
 

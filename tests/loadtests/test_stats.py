@@ -55,8 +55,14 @@ def test_bimodal_copy_task_like_article_003() -> None:
     assert len(v.spread_curve) == 10 and v.spread_curve[0] == 1.0
 
 
-def test_bimodal_with_three_runs() -> None:
-    assert spread_verdict([1.0, 1.5, 1.02]).verdict == "bimodal"
+def test_bimodal_needs_two_runs_per_mode() -> None:
+    assert spread_verdict([1.0, 1.5, 1.02]).verdict == "unsettled"  # 3 runs cannot tell
+    v = spread_verdict([1.0, 1.5, 1.02, 1.52])
+    assert v.verdict == "bimodal" and v.modes == (pytest.approx(1.01), pytest.approx(1.51))
+    # One outlier run is not a mode: noise that did not fade.
+    assert spread_verdict([1.0, 1.01, 1.02, 1.0, 1.5, 1.01]).verdict == "noisy"
+    # Two clusters whose gap is no wider than their own spread are not two modes.
+    assert spread_verdict([1.0, 1.1, 1.2, 1.35, 1.0, 1.1, 1.2, 1.35]).verdict == "noisy"
 
 
 def test_warmup_outlier_converges() -> None:
@@ -85,5 +91,5 @@ def test_verdict_rejects_bad_values() -> None:
 
 
 def test_verdict_as_dict_is_json_ready() -> None:
-    d = spread_verdict([1.0, 1.5, 1.0]).as_dict()
+    d = spread_verdict([1.0, 1.5, 1.0, 1.5]).as_dict()
     assert d["verdict"] == "bimodal" and isinstance(d["modes"], list) and isinstance(d["spread_curve"], list)
