@@ -29,7 +29,8 @@ same text (as greedy decoding would). Stop strings in ``stop`` end a choice with
 ``finish_reason "stop"`` and ``matched_stop`` = the string (trimmed from the text, as SGLang does
 without ``no_stop_trim``). A choice that reaches its token limit ends with ``"length"`` and
 ``matched_stop: null``; with ``FakeConfig.eos_after_tokens = k`` a choice whose limit is larger
-than ``k`` ends after ``k`` tokens with ``"stop"`` and ``matched_stop`` = ``eos_token_id``.
+than ``k`` ends after ``k`` tokens with ``"stop"`` and ``matched_stop`` = ``eos_token_id``
+(unless the request sets SGLang's ``ignore_eos: true``).
 
 Token limit (SGLang's precedence and clipping):
 - chat: ``max_completion_tokens or max_tokens`` (Python ``or``: ``max_completion_tokens`` wins
@@ -339,8 +340,10 @@ class Behaviour:
         headers: extra response headers for the ``status`` answer.
         delay_s: seconds to wait before the response headers (like a long prefill; the
             request counts as running meanwhile).
-        chunk_delay_s: seconds between two SSE events (stream) or two tokens (non-stream),
-            replacing ``FakeConfig.decode_step_s``.
+        chunk_delay_s: streamed: seconds between two SSE events as written (each event, the role
+            and ``[DONE]`` included, waits this long after the previous one; decode steps then
+            take no time of their own); not streamed: seconds per decode step. Replaces
+            ``FakeConfig.decode_step_s``.
         fault: one of
             "reset": reset the TCP connection (RST, SO_LINGER 0);
             "close": close the connection abruptly (FIN without ending the chunked body);
@@ -571,6 +574,7 @@ class _Job:
     ignore_disconnect: bool = False
     admitted: bool = False
     prompt_error: str | None = None  # scheduler-level abort message (check 4)
+    ignore_eos: bool = False
     single: bool = True  # one prompt and n == 1 (/generate answers an object, not a list)
 
 
@@ -1020,6 +1024,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         counts = [prompts[i // n] for i in range(len(prompts) * n)]
         body2 = dict(body)
         body2["stop"] = sp.get("stop")
+        body2["ignore_eos"] = sp.get("ignore_eos", False)
         job = _new_job(entry, "/generate", body2, rids, counts, n, limit, behaviour)
         return job, prompts
 
@@ -1098,6 +1103,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             ),
             prompt_error=error,
         )
+        job.ignore_eos = bool(body.get("ignore_eos", False))
         state.num_requests_total += 1
         return job
 
@@ -1173,7 +1179,9 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         disconnect) end a sample with ``{"type": "abort", ...}``.
         """
         b = job.behaviour
-        step_delay = cfg.decode_step_s if b is None or b.chunk_delay_s is None else b.chunk_delay_s
+        step_delay = cfg.decode_step_s
+        if b is not None and b.chunk_delay_s is not None:
+            step_delay = 0.0 if job.stream else b.chunk_delay_s
         await state.admit(job)
         prefill = cfg.prefill_delay_s + cfg.prefill_s_per_token * max(
             s.prompt_tokens for s in job.samples
@@ -1243,6 +1251,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     _finish(job, s, {"type": "stop", "matched": matched})
                 elif (
                     cfg.eos_after_tokens is not None
+                    and not job.ignore_eos
                     and s.generated >= cfg.eos_after_tokens
                     and s.limit > cfg.eos_after_tokens
                 ):
@@ -1618,6 +1627,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                         return
                     if not headers_sent:
                         await start(200, _SSE_CT)
+                    if sent and b is not None and b.chunk_delay_s:
+                        await asyncio.sleep(b.chunk_delay_s)
                     await body(ev, True)
                     sent += 1
             finally:

@@ -1,0 +1,131 @@
+"""The ``backend`` fixture: one SGLang-compatible server per parameter, shared by a session.
+
+Parameters:
+- ``fake``: ``serving.fake_sglang`` in a background thread (context length 512, 1 ms per decode
+  step so a long stream can be aborted mid-way, simple word count for prompt tokens).
+- ``sglang`` (marked ``sglang``): the real SGLang 0.5.23 CPU server on the tiny Llama of
+  ``serving.tinymodel`` (``models/tiny-llama``, built on first use), started and stopped with
+  ``serving.local``. Skipped when ``sglang`` is not installed or ``serving.local`` is missing.
+
+``Backend`` carries what a test needs to predict the server's numbers: the context length, the
+reserved draft tokens, and a prompt-token counter that counts the way that server does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from serving.fake_sglang import FakeConfig, FakeServer, simple_chat_tokens, simple_text_tokens
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_MODEL = "contract-model"
+FAKE_CONTEXT = 512
+#: Context length the real server is launched with in the contract suite (tokens).
+SGLANG_CONTEXT = int(os.environ.get("SPECGATE_CONTRACT_CONTEXT", "1024"))
+
+
+@dataclass
+class Backend:
+    """A running SGLang-compatible server and how it counts tokens.
+
+    kind: "fake" or "sglang". base_url: ``http://127.0.0.1:PORT``. model: served model name.
+    context_length: the server's context length in tokens. reserved_tokens: draft tokens
+    SGLang adds to the input length in its length check (0 without EAGLE). tokenizer: a
+    Hugging Face tokenizer for exact counts, or None for the fake's simple count.
+    """
+
+    kind: str
+    base_url: str
+    model: str
+    context_length: int
+    reserved_tokens: int = 0
+    tokenizer: Any = None
+
+    def chat_tokens(self, messages: list[dict[str, Any]], tools: list[Any] | None = None) -> int:
+        """Prompt tokens of a chat request as this server counts them."""
+        if self.tokenizer is None:
+            return simple_chat_tokens(messages, tools)
+        rendered = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, tools=tools
+        )
+        return len(self.tokenizer.encode(rendered, add_special_tokens=False))
+
+    def text_tokens(self, text: str) -> int:
+        """Prompt tokens of a completions string prompt as this server counts them."""
+        if self.tokenizer is None:
+            return simple_text_tokens(text)
+        return len(self.tokenizer.encode(text))
+
+    def client(self, timeout_s: float = 60.0) -> httpx.Client:
+        """A fresh httpx client on the server (caller closes it)."""
+        return httpx.Client(base_url=self.base_url, timeout=timeout_s)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def fake_backend() -> Iterator[Backend]:
+    """The fake, served for the whole session."""
+    cfg = FakeConfig(model_name=FAKE_MODEL, context_length=FAKE_CONTEXT, decode_step_s=0.001)
+    with FakeServer(cfg) as srv:
+        yield Backend("fake", srv.base_url, FAKE_MODEL, FAKE_CONTEXT)
+
+
+def _tiny_model_dir() -> Path:
+    out = Path(os.environ.get("SPECGATE_TINY_MODEL", REPO / "models" / "tiny-llama"))
+    if not (out / "manifest.json").exists():
+        tinymodel = importlib.import_module("serving.tinymodel")
+        tinymodel.build(out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sglang_backend() -> Iterator[Backend]:
+    """The real SGLang CPU server on the tiny model, for the whole session."""
+    pytest.importorskip("sglang", reason="SGLang is not installed (make cpu-engine)")
+    try:
+        local = importlib.import_module("serving.local")
+    except ModuleNotFoundError:
+        pytest.skip("serving.local (the local SGLang launcher) is not available")
+    from transformers import AutoTokenizer
+
+    model_dir = _tiny_model_dir()
+    name = "tiny-llama"
+    port = _free_port()
+    server = local.start_sglang(
+        model_path=str(model_dir),
+        port=port,
+        served_model_name=name,
+        context_length=SGLANG_CONTEXT,
+    )
+    try:
+        base_url = getattr(server, "base_url", f"http://127.0.0.1:{port}")
+        yield Backend(
+            "sglang",
+            base_url,
+            name,
+            SGLANG_CONTEXT,
+            0,
+            AutoTokenizer.from_pretrained(str(model_dir)),
+        )
+    finally:
+        local.stop_sglang(server)
+
+
+@pytest.fixture(params=["fake", pytest.param("sglang", marks=pytest.mark.sglang)])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Each contract test runs once per backend."""
+    return request.getfixturevalue(f"{request.param}_backend")
