@@ -215,9 +215,21 @@ def _tables(points: list[dict[str, Any]], buckets: list[dict[str, Any]], loads: 
     return tables
 
 
+def _tool_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specgate")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_report(test: LoadTest, *, speculation: Mapping[str, Any] | None = None,
-                 version: str = "0.1.0") -> dict[str, Any]:
-    """Aggregate a finished :class:`LoadTest` into the schema-1 report (module docstring)."""
+                 version: str | None = None) -> dict[str, Any]:
+    """Aggregate a finished :class:`LoadTest` into the schema-1 report (module docstring).
+
+    ``version`` is the tool version recorded (default: the installed specgate's).
+    """
     w = test.workload
     threshold = w.spread_threshold
     roles = {t.name: t.role for t in test.targets}
@@ -247,7 +259,7 @@ def build_report(test: LoadTest, *, speculation: Mapping[str, Any] | None = None
     report = {
         "schema": {"name": SCHEMA_NAME, "version": SCHEMA_VERSION},
         "created_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "tool": {"name": "specgate", "version": version},
+        "tool": {"name": "specgate", "version": version or _tool_version()},
         "model": test.model,
         "workload": w.as_dict(),
         "targets": [t.as_dict() for t in test.targets],
