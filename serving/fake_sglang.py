@@ -70,9 +70,12 @@ EAGLE/EAGLE3 and 0 otherwise, ``compute_num_reserved_tokens``):
    in the input messages or the completion to fit within the limit."`` (equality passes).
 4. ``P >= max_req_len - 5`` (``max_req_input_len``) -> the scheduler aborts the request with
    ``"Input length (P tokens) exceeds the maximum allowed length (M tokens). Use a shorter input
-   or enable --allow-auto-truncate."``: HTTP 400 when not streamed; when streamed the status code
-   crosses SGLang's msgpack IPC as a plain int, so the chat/completions stream treats it as a
-   graceful abort: HTTP 200, the role chunk, a ``finish_reason: "abort"`` chunk, ``[DONE]``.
+   or enable --allow-auto-truncate."``: HTTP 400 with the flat body when not streamed; when
+   streamed, HTTP 200 and an in-stream error event
+   ``data: {"error": {"object": "error", "message": ..., "type": "BAD_REQUEST", "param": null,
+   "code": 400}}`` (``json.dumps`` spacing, no role chunk), then, with ``include_usage``, a usage
+   chunk counting 1 prompt and 1 completion token per sample, then ``[DONE]`` (measured on the
+   real 0.5.23 CPU server).
 Checks 1-3 answer HTTP 400 *before any SSE byte*, streamed or not, with SGLang's flat body
 ``{"object":"error","message":...,"type":"BadRequestError","param":null,"code":400}``
 (``create_error_response``); ``/generate`` answers ``{"error":{"message":...}}`` instead.
@@ -103,8 +106,9 @@ Metrics (``/metrics``): Prometheus text of SGLang's scheduler gauges ``num_runni
 collector's labels ``engine_type="unified"``, ``model_name``, ``moe_ep_rank``, ``pp_rank``,
 ``tp_rank`` (+ ``dp_rank`` when ``dp_size > 1``, one series per rank), sorted by name as
 prometheus_client's multiprocess collector prints them, and the tokenizer counters
-``prompt_tokens_total``, ``generation_tokens_total``, ``num_requests_total``,
-``num_aborted_requests_total`` (labels ``engine_type``, ``model_name``). The prefix is
+``prompt_tokens_total``, ``generation_tokens_total``, ``num_requests_total`` (labels
+``engine_type``, ``is_streaming``, ``model_name``) and ``num_aborted_requests_total`` (labels
+``engine_type``, ``model_name``). The prefix is
 ``sglang:`` or, with ``metrics_prefix="sglang_"``, ``sglang_``.
 ``num_running_reqs`` counts samples (a request with ``n = 4`` counts 4) in flight right now;
 ``num_queue_reqs`` counts samples waiting for a slot when ``max_running_requests`` is set;
@@ -115,9 +119,13 @@ Differences from real SGLang (deliberate or unverified):
   live. Its ``/health`` runs a 1-token generation and takes >= 1 s; the fake answers at once
   unless ``health_delay_s`` is set.
 - Request-body validation is partial: malformed bodies get SGLang's 400 shape with
-  ``"type":"Bad Request"`` but not pydantic's exact message text. ``n < 1`` is refused with a
-  fake-specific message (SGLang itself fails on it in odd ways). Logprobs, tools parsing,
-  reasoning, ``continuous_usage_stats``, ``echo`` and ``sglext`` are not modelled.
+  ``"type":"Bad Request"`` but not pydantic's exact message text (SGLang's also embeds a Python
+  traceback excerpt). Roles other than system/user/assistant/tool/function/developer are refused
+  the same way (``"root"``: ``"unsupported chat role: root"``, type ``"BadRequest"``, as
+  measured). ``n = 0`` not streamed -> 400 ``"range() arg 3 must not be zero"`` (type
+  ``"BadRequest"``), ``n < 0`` -> one choice with ``prompt_tokens`` 0, as SGLang 0.5.23 does.
+  Logprobs, tool-call parsing, reasoning, ``continuous_usage_stats``, ``echo`` and ``sglext``
+  are not modelled.
 - A client disconnect stops the fake's generation at once (``FakeConfig.on_disconnect =
   "abort"``, after ``disconnect_abort_delay_s``); SGLang aborts a streamed request 2 s after the
   disconnect (``create_abort_task``) and sometimes not at all (sglang#37833): set
@@ -164,6 +172,7 @@ __all__ = [
 
 SGLANG_VERSION = "0.5.23"
 _CYCLE_KEY = "fake_sglang.cycle"
+_ROLES = frozenset({"system", "user", "assistant", "tool", "function", "developer"})
 _GEN_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 _SSE_CT = b"text/event-stream; charset=utf-8"
 _DONE = b"data: [DONE]\n\n"
@@ -600,9 +609,10 @@ class FakeState:
         self.health: dict[str, Any] = {}
         self.metrics_override: dict[str, Any] = {}
         self.avg_spec_accept_length: float | None = None
-        self.prompt_tokens_total = 0
-        self.generation_tokens_total = 0
-        self.num_requests_total = 0
+        # tokenizer counters, keyed by SGLang's ``is_streaming`` label value
+        self.prompt_tokens_total = {"false": 0, "true": 0}
+        self.generation_tokens_total = {"false": 0, "true": 0}
+        self.num_requests_total = {"false": 0, "true": 0}
         self.num_aborted_requests_total = 0
         self.flushes = 0
         self.closing = asyncio.Event()
@@ -623,8 +633,10 @@ class FakeState:
         self.health.clear()
         self.metrics_override.clear()
         self.avg_spec_accept_length = None
-        self.prompt_tokens_total = self.generation_tokens_total = 0
-        self.num_requests_total = self.num_aborted_requests_total = 0
+        self.prompt_tokens_total = {"false": 0, "true": 0}
+        self.generation_tokens_total = {"false": 0, "true": 0}
+        self.num_requests_total = {"false": 0, "true": 0}
+        self.num_aborted_requests_total = 0
         self.flushes = 0
 
     def requests(self, path: str | None = None) -> dict[str, Any]:
@@ -952,15 +964,25 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 "Bad Request",
             )
         for m in messages:
-            if not isinstance(m.get("role"), str):
+            role = m.get("role")
+            if role == "root":
+                raise _ClientError("unsupported chat role: root", "BadRequest")
+            if role not in _ROLES:
                 raise _ClientError(
-                    "1 validation error: messages.role: Field required", "Bad Request"
+                    "1 validation error: messages.role: 'role' must be one of "
+                    + ", ".join(f"'{r}'" for r in sorted(_ROLES)),
+                    "Bad Request",
                 )
         if not messages:
             raise _ClientError("Messages cannot be empty.")
         n = _as_int(body.get("n", 1), "n")
-        if n is None or n < 1:
-            raise _ClientError(f"n must be at least 1, got {n}.")
+        if n is None:
+            raise _ClientError(
+                "1 validation error: n: Input should be a valid integer", "Bad Request"
+            )
+        if n == 0 and not body.get("stream"):
+            # SGLang 0.5.23 runs one choice, then fails on range(0, 1, n) in its usage sum
+            raise _ClientError("range() arg 3 must not be zero", "BadRequest")
         mct = _as_int(body.get("max_completion_tokens"), "max_completion_tokens")
         mt = _as_int(body.get("max_tokens"), "max_tokens")
         limit = mct or mt  # SGLang: `max_completion_tokens or max_tokens`
@@ -975,7 +997,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         else:
             p = state.counter.chat(messages, tools)
         _check_lengths(cfg, p, limit)
-        rids = _make_rids(body.get("rid"), 1, n, True)
+        rids = _make_rids(body.get("rid"), 1, max(n, 1), True)
         job = _new_job(
             entry, "/v1/chat/completions", body, rids, [p] * len(rids), n, limit, behaviour
         )
@@ -990,8 +1012,12 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
             raise _ClientError("Prompt cannot be empty")
         n = _as_int(body.get("n", 1), "n")
-        if n is None or n < 1:
-            raise _ClientError(f"n must be at least 1, got {n}.")
+        if n is None:
+            raise _ClientError(
+                "1 validation error: n: Input should be a valid integer", "Bad Request"
+            )
+        if n == 0 and not body.get("stream"):
+            raise _ClientError("range() arg 3 must not be zero", "BadRequest")
         mt = _as_int(body.get("max_tokens", 16), "max_tokens")
         if mt is not None and mt <= 0:
             raise _ClientError(
@@ -1001,8 +1027,9 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         prompts, single = await _prompt_counts(prompt)
         for p in prompts:
             _check_lengths(cfg, p, mt)
-        rids = _make_rids(body.get("rid"), len(prompts), n, single and n == 1)
-        counts = [prompts[i // n] for i in range(len(prompts) * n)]
+        en = max(n, 1)
+        rids = _make_rids(body.get("rid"), len(prompts), en, single and en == 1)
+        counts = [prompts[i // en] for i in range(len(prompts) * en)]
         job = _new_job(entry, "/v1/completions", body, rids, counts, n, mt, behaviour)
         return job, prompts
 
@@ -1104,7 +1131,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             prompt_error=error,
         )
         job.ignore_eos = bool(body.get("ignore_eos", False))
-        state.num_requests_total += 1
+        state.num_requests_total["true" if job.stream else "false"] += 1
         return job
 
     # ---------------------------------------------------------------- scripted answers
@@ -1208,8 +1235,9 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 )
                 yield s, ""
             return
-        state.prompt_tokens_total += sum(
-            job.samples[i].prompt_tokens for i in range(0, len(job.samples), job.n)
+        stream_key = "true" if job.stream else "false"
+        state.prompt_tokens_total[stream_key] += sum(
+            job.samples[i].prompt_tokens for i in range(0, len(job.samples), max(job.n, 1))
         )
         active = list(job.samples)
         first = True
@@ -1239,7 +1267,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 i = s.generated
                 delta = f"tok{i}" if i == 0 else f" tok{i}"
                 s.generated += 1
-                state.generation_tokens_total += 1
+                state.generation_tokens_total[stream_key] += 1
                 if state.avg_spec_accept_length is None and cfg.speculative_algorithm:
                     state.avg_spec_accept_length = cfg.spec_accept_length
                 new_text = s.text + delta
@@ -1268,8 +1296,37 @@ def create_fake_app(config: FakeConfig) -> Starlette:
 
     # ---------------------------------------------------------------- rendering
 
+    def _stream_error(message: str) -> bytes:
+        """SGLang's in-stream error event (``create_streaming_error_response``): ``json.dumps``
+        spacing, ``type`` = the ``HTTPStatus`` name."""
+        err = {
+            "object": "error",
+            "message": message,
+            "type": "BAD_REQUEST",
+            "param": None,
+            "code": 400,
+        }
+        return b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
+
     def _usage(job: _Job) -> dict[str, Any]:
-        p = sum(job.samples[i].prompt_tokens for i in range(0, len(job.samples), job.n))
+        if job.prompt_error is not None:
+            # the scheduler swapped the prompt for one token and ran one forward step
+            p = len(job.samples) // max(job.n, 1)
+            c = len(job.samples)
+            return {
+                "prompt_tokens": p,
+                "total_tokens": p + c,
+                "completion_tokens": c,
+                "prompt_tokens_details": None,
+                "reasoning_tokens": 0,
+                "completion_tokens_details": None,
+            }
+        step = job.n if job.n > 0 else 1
+        p = (
+            0
+            if job.n < 0
+            else sum(job.samples[i].prompt_tokens for i in range(0, len(job.samples), step))
+        )
         c = sum(s.generated for s in job.samples)
         return {
             "prompt_tokens": p,
@@ -1318,6 +1375,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         last_id = job.samples[0].rid
         async for s, delta in _steps(job):
             last_id = s.rid
+            if job.prompt_error is not None:
+                break
             if s.index not in seen:
                 seen.add(s.index)
                 yield _chat_chunk(
@@ -1337,6 +1396,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 )
             if s.finish is not None:
                 finished.append(s)
+        if job.prompt_error is not None:
+            yield _stream_error(job.prompt_error)
         for s in finished:
             assert s.finish is not None
             yield _chat_chunk(
@@ -1371,6 +1432,9 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         last_id = job.samples[0].rid
         async for s, delta in _steps(job):
             last_id = s.rid
+            if job.prompt_error is not None:
+                yield _stream_error(job.prompt_error)
+                break
             fin = s.finish
             yield (
                 b"data: "
@@ -1422,6 +1486,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             "num_retractions": 0,
             "completion_tokens": s.generated,
             "cached_tokens": 0,
+            "weight_versions": [{"version": cfg.weight_version, "start": 0, "end": s.generated}],
         }
 
     async def _generate_events(job: _Job) -> AsyncIterator[bytes]:
@@ -1489,7 +1554,12 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             "model": job.model,
             "choices": choices,
             "usage": _usage(job),
-            "metadata": {"weight_version": cfg.weight_version},
+            "metadata": {
+                "weight_version": cfg.weight_version,
+                "weight_versions": [
+                    {"version": cfg.weight_version, "start": 0, "end": s0.generated}
+                ],
+            },
         }
 
     # ---------------------------------------------------------------- serving one job
@@ -1912,7 +1982,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 else:
                     v = per_rank[rank][name]
                 lines.append(f"{px}{name}{{{labels(rank)}}} {_fmt(v)}")
-        tok_labels = f'engine_type="unified",model_name="{_esc(cfg.model_name)}"'
+        model = _esc(cfg.model_name)
         for name, value, doc in (
             ("prompt_tokens", state.prompt_tokens_total, "Number of prefill tokens processed."),
             (
@@ -1927,9 +1997,19 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 "Number of requests aborted.",
             ),
         ):
-            lines.append(f"# HELP {px}{name} {doc}")
-            lines.append(f"# TYPE {px}{name} counter")
-            lines.append(f"{px}{name}_total{{{tok_labels}}} {_fmt(float(value))}")
+            lines.append(f"# HELP {px}{name}_total {doc}")
+            lines.append(f"# TYPE {px}{name}_total counter")
+            if isinstance(value, dict):
+                for streaming, v in value.items():
+                    lines.append(
+                        f'{px}{name}_total{{engine_type="unified",is_streaming="{streaming}",'
+                        f'model_name="{model}"}} {_fmt(float(v))}'
+                    )
+            else:
+                lines.append(
+                    f'{px}{name}_total{{engine_type="unified",model_name="{model}"}} '
+                    f"{_fmt(float(value))}"
+                )
         return "\n".join(lines) + "\n"
 
     async def loads(request: Request) -> Response:
@@ -1967,10 +2047,12 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         raw = await request.body()
         try:
             body = orjson.loads(raw) if raw else {}
-        except orjson.JSONDecodeError:
-            body = {}
+        except orjson.JSONDecodeError as e:
+            return _sglang_error(f"1 validation error: JSON decode error: {e}", "Bad Request")
         if not isinstance(body, dict):
-            body = {}
+            return _sglang_error(
+                "1 validation error: body: Input should be a valid dictionary", "Bad Request"
+            )
         rid = body.get("rid") or ""
         if body.get("abort_all"):
             for s in list(state.running.values()):
@@ -2163,7 +2245,9 @@ class FakeServer:
         """Bind, start uvicorn in a thread, wait until it serves; returns self."""
         import uvicorn
 
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(
+            socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+        )  # IPPROTO_TCP: asyncio then sets TCP_NODELAY
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self._want_port))
         sock.listen(2048)

@@ -6,6 +6,10 @@ Parameters:
 - ``sglang`` (marked ``sglang``): the real SGLang 0.5.23 CPU server on the tiny Llama of
   ``serving.tinymodel`` (``models/tiny-llama``, built on first use), started and stopped with
   ``serving.local``. Skipped when ``sglang`` is not installed or ``serving.local`` is missing.
+  With ``SPECGATE_SGLANG_URL=http://127.0.0.1:PORT`` (and ``SPECGATE_SGLANG_TOKENIZER=DIR``,
+  default: the server's ``/model_info`` ``tokenizer_path``) the suite runs against an SGLang
+  server that is already running instead; its model name and context length are read from
+  ``/v1/models``.
 
 ``Backend`` carries what a test needs to predict the server's numbers: the context length, the
 reserved draft tokens, and a prompt-token counter that counts the way that server does.
@@ -92,9 +96,39 @@ def _tiny_model_dir() -> Path:
     return out
 
 
+def _external_sglang(url: str) -> Backend:
+    from transformers import AutoTokenizer
+
+    with httpx.Client(base_url=url, timeout=30) as c:
+        card = c.get("/v1/models").json()["data"][0]
+        tok_dir = (
+            os.environ.get("SPECGATE_SGLANG_TOKENIZER")
+            or c.get("/model_info").json()["tokenizer_path"]
+        )
+        info = c.get("/server_info").json()
+    reserved = 0
+    if (info.get("speculative_algorithm") or "").upper() in ("EAGLE", "EAGLE3"):
+        reserved = max(
+            info["speculative_eagle_topk"] * info["speculative_num_steps"],
+            info["speculative_num_draft_tokens"],
+        )
+    return Backend(
+        "sglang",
+        url,
+        card["id"],
+        card["max_model_len"],
+        reserved,
+        AutoTokenizer.from_pretrained(tok_dir),
+    )
+
+
 @pytest.fixture(scope="session")
 def sglang_backend() -> Iterator[Backend]:
     """The real SGLang CPU server on the tiny model, for the whole session."""
+    external = os.environ.get("SPECGATE_SGLANG_URL")
+    if external:
+        yield _external_sglang(external.rstrip("/"))
+        return
     pytest.importorskip("sglang", reason="SGLang is not installed (make cpu-engine)")
     try:
         local = importlib.import_module("serving.local")

@@ -600,7 +600,11 @@ def test_metrics_exposition_exact_line(srv: FakeServer) -> None:
         'sglang:num_running_reqs{engine_type="unified",model_name="fault-model",'
         'moe_ep_rank="0",pp_rank="0",tp_rank="0"} 0.0'
     ) in text.splitlines()
-    assert "# TYPE sglang:prompt_tokens counter" in text
+    assert "# TYPE sglang:prompt_tokens_total counter" in text
+    assert (
+        'sglang:num_requests_total{engine_type="unified",is_streaming="false",'
+        'model_name="fault-model"} 0.0'
+    ) in text.splitlines()
 
 
 def test_data_parallel_series_and_underscore_prefix() -> None:
@@ -675,9 +679,13 @@ def test_scheduler_input_check_streamed_and_not() -> None:
             s.base_url + "/v1/chat/completions",
             json={"messages": msgs, "max_tokens": 2, "stream": True},
         )
-        chunks, done = sse_events(r.content)
-        assert r.status_code == 200 and done
-        assert [ch["choices"][0]["finish_reason"] for ch in chunks] == [None, "abort"]
+        assert r.status_code == 200
+        assert r.content == (
+            b'data: {"error": {"object": "error", "message": "Input length (60 tokens) exceeds '
+            b"the maximum allowed length (58 tokens). Use a shorter input or enable "
+            b'--allow-auto-truncate.", "type": "BAD_REQUEST", "param": null, "code": 400}}\n\n'
+            b"data: [DONE]\n\n"
+        )
 
 
 def test_stop_string_and_eos(srv: FakeServer) -> None:

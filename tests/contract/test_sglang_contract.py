@@ -52,6 +52,17 @@ def _messages_of_at_least(backend: Backend, tokens: int) -> tuple[list[dict[str,
         n += max(1, (tokens - p) // 2 + 1)
 
 
+def _messages_of_exactly(backend: Backend, tokens: int) -> tuple[list[dict[str, Any]], int]:
+    """A one-message chat of exactly ``tokens`` prompt tokens ("a a a ..." adds 1 per word on
+    both backends); ``pytest.skip`` if the tokenizer cannot hit it."""
+    n = 1
+    while (p := backend.chat_tokens(_msgs(words(n, "a")))) < tokens:
+        n += max(1, tokens - p)
+    if p != tokens:
+        pytest.skip(f"cannot build a prompt of exactly {tokens} tokens")
+    return _msgs(words(n, "a")), p
+
+
 def _error_body(backend: Backend, message: str) -> dict[str, Any]:
     return {
         "object": "error",
@@ -157,7 +168,10 @@ def test_chat_non_streaming_shape_and_usage(backend: Backend) -> None:
     assert u["prompt_tokens"] == backend.chat_tokens(msgs)
     assert u["completion_tokens"] == 8
     assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
-    assert body["metadata"] == {"weight_version": "default"}
+    assert body["metadata"] == {
+        "weight_version": "default",
+        "weight_versions": [{"version": "default", "start": 0, "end": 8}],
+    }
 
 
 def test_chat_rid_becomes_response_id(backend: Backend) -> None:
@@ -457,9 +471,10 @@ def test_chat_max_tokens_above_context_is_400(backend: Backend) -> None:
 def test_prompt_plus_max_tokens_equal_to_context_is_clipped_by_two(backend: Backend) -> None:
     """Equality passes the check, then the scheduler clips to max_req_len - P - 1 (sglang#33814)."""
     c_len = backend.context_length
-    msgs, p = _messages_of_at_least(backend, 20)
-    max_tokens = c_len - p - backend.reserved_tokens
     with backend.client() as c:
+        limit = c.get("/server_info").json()["max_req_input_len"]
+        msgs, p = _messages_of_exactly(backend, limit - 12)  # a long prompt: a short answer
+        max_tokens = c_len - p - backend.reserved_tokens
         r = c.post(
             "/v1/chat/completions", json=_chat(backend, messages=msgs, max_tokens=max_tokens)
         )
@@ -487,6 +502,88 @@ def test_completions_prompt_longer_than_context_is_400(backend: Backend) -> None
     )
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_prompt_over_scheduler_input_limit(backend: Backend, stream: bool) -> None:
+    """P >= max_req_input_len passes the tokenizer checks but the scheduler aborts it: a 400
+    when not streamed, an in-stream error event after HTTP 200 when streamed."""
+    c_len = backend.context_length
+    with backend.client() as c:
+        limit = c.get("/server_info").json()["max_req_input_len"]
+        msgs, p = _messages_of_exactly(backend, limit + 1)
+        max_tokens = c_len - p - backend.reserved_tokens
+        assert max_tokens >= 1
+        body = _chat(
+            backend,
+            messages=msgs,
+            max_tokens=max_tokens,
+            stream=stream,
+            stream_options={"include_usage": True} if stream else None,
+        )
+        r = c.post("/v1/chat/completions", json=body)
+    message = (
+        f"Input length ({p} tokens) exceeds the maximum allowed length ({limit} tokens). "
+        f"Use a shorter input or enable --allow-auto-truncate."
+    )
+    if not stream:
+        assert r.status_code == 400
+        assert r.json() == _error_body(backend, message)
+        return
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    payloads = split_sse(r.content)
+    assert payloads[0] == json.dumps(
+        {
+            "error": {
+                "object": "error",
+                "message": message,
+                "type": "BAD_REQUEST",
+                "param": None,
+                "code": 400,
+            }
+        }
+    )
+    usage = json.loads(payloads[1])
+    assert usage["choices"] == []
+    assert (usage["usage"]["prompt_tokens"], usage["usage"]["completion_tokens"]) == (1, 1)
+    assert payloads[2:] == ["[DONE]"]
+
+
+def test_n_zero_and_odd_roles(backend: Backend) -> None:
+    with backend.client() as c:
+        r = c.post("/v1/chat/completions", json=_chat(backend, messages=_msgs(), max_tokens=2, n=0))
+        assert r.status_code == 400
+        assert r.json() == {
+            "object": "error",
+            "message": "range() arg 3 must not be zero",
+            "type": "BadRequest",
+            "param": None,
+            "code": 400,
+        }
+        r = c.post(
+            "/v1/chat/completions",
+            json=_chat(backend, messages=[{"role": "root", "content": "x"}], max_tokens=2),
+        )
+        assert r.status_code == 400
+        assert r.json()["message"] == "unsupported chat role: root"
+        for messages in ([{"role": "wizard", "content": "x"}], [None], "hi"):
+            r = c.post("/v1/chat/completions", json=_chat(backend, messages=messages, max_tokens=2))
+            assert r.status_code == 400
+            assert (r.json()["object"], r.json()["type"]) == ("error", "Bad Request")
+
+
+def test_metrics_counters_carry_is_streaming(backend: Backend) -> None:
+    with backend.client() as c:
+        c.post("/v1/chat/completions", json=_chat(backend, messages=_msgs(), max_tokens=2))
+        text = c.get("/metrics").text
+    assert "# TYPE sglang:num_requests_total counter" in text
+    line = next(
+        ln
+        for ln in text.splitlines()
+        if ln.startswith("sglang:num_requests_total{") and 'is_streaming="false"' in ln
+    )
+    assert f'model_name="{backend.model}"' in line and float(line.rsplit(" ", 1)[1]) >= 1
+
+
 # --------------------------------------------------------------------------------------------
 # abort
 # --------------------------------------------------------------------------------------------
@@ -495,7 +592,12 @@ def test_completions_prompt_longer_than_context_is_400(backend: Backend) -> None
 def test_abort_request_answers_200_for_unknown_rid(backend: Backend) -> None:
     with backend.client() as c:
         r = c.post("/abort_request", json={"rid": f"nobody-{uuid.uuid4().hex}"})
-    assert r.status_code == 200
+        assert (r.status_code, r.content) == (200, b"")
+        assert c.post("/abort_request", json={}).status_code == 200
+        r = c.post(
+            "/abort_request", content=b"garbage", headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 400
 
 
 def test_abort_request_ends_a_long_stream(backend: Backend) -> None:
