@@ -114,6 +114,13 @@ prometheus_client's multiprocess collector prints them, and the tokenizer counte
 ``num_queue_reqs`` counts samples waiting for a slot when ``max_running_requests`` is set;
 ``token_usage`` = (sum of prompt + generated tokens of running samples) / ``max_total_num_tokens``.
 
+Measured: ``tests/contract/test_sglang_contract.py`` runs the same checks against this fake and
+the real SGLang 0.5.23 CPU server (tiny Llama); all of them pass on both (the boundary clipping,
+the three over-length wordings, the in-stream scheduler error, ``n``, ``rid``, abort, metrics).
+Two real-server facts a client must expect: under load SGLang coalesces several tokens into one
+SSE content chunk (the fake sends one chunk per token), and ``/v1/models`` answers while the
+server still warms up, ``/health`` being 503 until it is up.
+
 Differences from real SGLang (deliberate or unverified):
 - SGLang refreshes its gauges every 40 decode steps (``decode_log_interval``); the fake's are
   live. Its ``/health`` runs a 1-token generation and takes >= 1 s; the fake answers at once
@@ -165,7 +172,9 @@ __all__ = [
     "FakeState",
     "create_fake_app",
     "main",
+    "overlength_body",
     "run_fake_server",
+    "sglang_error_body",
     "simple_chat_tokens",
     "simple_text_tokens",
 ]
@@ -510,6 +519,21 @@ def _dumps(obj: Any) -> bytes:
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(_dumps(obj), status_code=status, media_type="application/json", headers=headers)
+
+
+def sglang_error_body(
+    message: str, kind: str = "BadRequestError", code: int = 400
+) -> dict[str, Any]:
+    """SGLang 0.5.23's flat error body, e.g. for ``Behaviour(status=400, body=...)``."""
+    return {"object": "error", "message": message, "type": kind, "param": None, "code": code}
+
+
+def overlength_body(input_tokens: int, context_length: int) -> dict[str, Any]:
+    """SGLang's 400 body for an input of ``input_tokens`` >= ``context_length`` (tokens)."""
+    return sglang_error_body(
+        f"The input ({input_tokens} tokens) is longer than the model's context length "
+        f"({context_length} tokens)."
+    )
 
 
 def _sglang_error(message: str, kind: str = "BadRequestError", status: int = 400) -> Response:

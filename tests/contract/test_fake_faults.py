@@ -26,7 +26,13 @@ import aiohttp
 import httpx
 import pytest
 
-from serving.fake_sglang import Behaviour, FakeConfig, FakeServer, run_fake_server
+from serving.fake_sglang import (
+    Behaviour,
+    FakeConfig,
+    FakeServer,
+    overlength_body,
+    run_fake_server,
+)
 from tests.fakes_util import make_test_tokenizer, split_sse, sse_events, words
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,10 +150,11 @@ def test_scripted_500_json_before_first_byte(srv: FakeServer) -> None:
 
 
 def test_scripted_400_with_sglang_overlength_body(srv: FakeServer) -> None:
-    body = {
+    body = overlength_body(4012, 2048)
+    assert body == {
         "object": "error",
-        "message": "The input (4012 tokens) is longer than the model's "
-        "context length (2048 tokens).",
+        "message": "The input (4012 tokens) is longer than the model's context length "
+        "(2048 tokens).",
         "type": "BadRequestError",
         "param": None,
         "code": 400,
