@@ -326,30 +326,42 @@ def tree_speculative_sampling_target_only(
     Same tree inputs and outputs as ``verify_tree_greedy_cpu``, plus ``uniform_samples
     [bs, n]`` (rejection coins), ``uniform_samples_for_final_sampling [bs]`` (coin of the
     final draw), ``target_probs [bs, n, V]`` and ``draft_probs [bs, n, V]`` (zeros for
-    target-only drafters such as EAGLE's tree and NGRAM), ``threshold_single`` /
+    target-only drafters such as EAGLE's tree and NGRAM; mutated), ``threshold_single`` /
     ``threshold_acc`` (1.0 = exact, lossless rejection sampling). The computation is
     ``drafters.verifier.tree_speculative_sampling``, the project's single implementation of
-    SGLang's ``tree_speculative_sampling_target_only``; this op only forwards to it.
+    SGLang's ``tree_speculative_sampling_target_only``; this op only forwards to it, converting
+    dtypes to that function's contract (int32 outputs, int64 tree tensors, float32
+    probabilities) and copying outputs back when the caller's dtypes differ.
     Raises ImportError when ``drafters.verifier`` is not importable.
     """
     from drafters.verifier import tree_speculative_sampling
 
+    outs = [
+        t if t.dtype == torch.int32 else t.to(torch.int32)
+        for t in (predicts, accept_index, accept_token_num)
+    ]
+    probs = draft_probs if draft_probs.dtype == torch.float32 else draft_probs.float()
     tree_speculative_sampling(
-        predicts,
-        accept_index,
-        accept_token_num,
-        candidates,
-        retrive_index,
-        retrive_next_token,
-        retrive_next_sibling,
-        uniform_samples,
-        uniform_samples_for_final_sampling,
-        target_probs,
-        draft_probs,
+        outs[0],
+        outs[1],
+        outs[2],
+        candidates.long(),
+        retrive_index.long(),
+        retrive_next_token.long(),
+        retrive_next_sibling.long(),
+        uniform_samples.float(),
+        uniform_samples_for_final_sampling.float(),
+        target_probs.float(),
+        probs,
         threshold_single,
         threshold_acc,
         deterministic,
     )
+    for original, computed in zip((predicts, accept_index, accept_token_num), outs, strict=True):
+        if computed is not original:
+            original.copy_(computed)
+    if probs is not draft_probs:
+        draft_probs.copy_(probs)
 
 
 register(
