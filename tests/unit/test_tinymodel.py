@@ -12,7 +12,7 @@ import pytest
 
 from serving import tinymodel
 
-STEPS_SECONDS = 0.75  # --train-seconds 0.75 -> 3 steps at the reference rate of 4 steps/s
+STEPS_SECONDS = 1.0  # --train-seconds 1 -> 3 steps at the reference rate of 3 steps/s
 
 
 @pytest.fixture(scope="module")
