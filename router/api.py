@@ -18,7 +18,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
+from router.admin import install_admin_routes
 from router.errors import (
+    AuthenticationError,
     ContextLengthExceeded,
     InvalidRequest,
     MethodNotAllowed,
@@ -79,6 +81,8 @@ async def _generate(request: Request, kind: str) -> Response:
     received = time.perf_counter()
     request_id = state.next_request_id()
     request.state.request_id = request_id
+    if runtime.auth is not None:
+        runtime.auth.check_client(request.headers.get("authorization"))
     body = await _read_body(request, limits.max_request_bytes)
     doc = _parse_json(request, body)
     parsed = (parse_chat if kind == "chat" else parse_completions)(doc, max_n=limits.max_n)
@@ -151,6 +155,7 @@ _REJECT_REASON = {
     ContextLengthExceeded: Reason.CONTEXT_CAP.value,
     NoHealthyUpstream: Reason.NO_HEALTHY_UPSTREAM.value,
     RequestTooLarge: "request_too_large",
+    AuthenticationError: "unauthorized",
 }
 
 
@@ -186,7 +191,10 @@ def install_routes(app: FastAPI) -> None:
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        cfg = _state(request).runtime.config
+        runtime = _state(request).runtime
+        if runtime.auth is not None:
+            runtime.auth.check_client(request.headers.get("authorization"))
+        cfg = runtime.config
         return JSONResponse({"object": "list", "data": [{
             "id": cfg.model.name, "object": "model", "created": 0, "owned_by": "specgate",
             "root": cfg.model.name, "max_model_len": cfg.limits.max_context_tokens}]})
@@ -197,12 +205,15 @@ def install_routes(app: FastAPI) -> None:
 
     @app.get("/ready")
     async def ready(request: Request) -> Response:
-        runtime = _state(request).runtime
+        """Ready while a pool has a healthy endpoint; a degraded shared state is shown, not fatal."""
+        state = _state(request)
+        runtime = state.runtime
         pools = {p.name: {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
                           "endpoints": len(p.endpoints), "saturated": p.saturated,
                           "low_acceptance": p.low_acceptance} for p in runtime.pools}
         ok = runtime.ready()
-        return JSONResponse({"ready": ok, "pools": pools}, status_code=200 if ok else 503)
+        return JSONResponse({"ready": ok, "pools": pools, "shared_state": state.shared.status()},
+                            status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
@@ -232,3 +243,4 @@ def install_routes(app: FastAPI) -> None:
         return _error_response(request, SpecgateError("internal router error"))
 
     del chat_completions, completions, models, health, ready, metrics  # registered
+    install_admin_routes(app)

@@ -2,8 +2,11 @@
 
 Nothing lives at module level: the :class:`AppState` (config path, current
 :class:`~router.pools.Runtime`, the shared aiohttp session, the tokenizer thread pool, the
-Prometheus registry, background tasks) is created when the app starts and torn down when it
-stops, so two apps can run in one process (the tests do).
+Prometheus registry, the shared state, background tasks) is created when the app starts and
+torn down when it stops, so two apps can run in one process (the tests do).
+
+With ``state.backend: redis`` the start makes one bounded attempt to reach Redis and goes on
+degraded when it fails (:mod:`router.state`); it never waits for Redis.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import aiohttp
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from router.auth import load_auth
 from router.config import Config, load_config
 from router.features import PromptCounter
 from router.metrics import RouterMetrics
-from router.pools import Runtime
+from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
+from router.state import MemoryState, RedisState, build_shared_state
 
 __all__ = ["AppState", "create_app"]
 
@@ -43,13 +48,16 @@ class AppState:
         session: the one upstream HTTP client.
         executor: threads for tokenisation (off the event loop).
         metrics: the router's Prometheus series.
+        shared: the shared state (:mod:`router.state`).
         clock: monotonic clock (s).
     """
 
     def __init__(self, runtime: Runtime, *, config_path: Path | None, session: aiohttp.ClientSession,
                  executor: ThreadPoolExecutor, metrics: RouterMetrics,
+                 shared: MemoryState | RedisState | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.runtime = runtime
+        self.shared = shared if shared is not None else MemoryState()
         self.config_path = config_path
         self.session = session
         self.executor = executor
@@ -78,12 +86,21 @@ class AppState:
         stale = runtime.config.scrape.stale_after_s
         for pool in runtime.pools:
             m.inflight.labels(pool.name).set(pool.inflight())
+            m.shared_inflight.labels(pool.name).set(pool.shared_inflight(now, stale))
             m.pool_load.labels(pool.name).set(pool.load(now, stale))
             m.healthy_endpoints.labels(pool.name).set(sum(e.healthy for e in pool.endpoints.values()))
             if pool.config.speculative:
                 m.bypass.labels(pool.name, "saturated").set(int(pool.saturated))
                 m.bypass.labels(pool.name, "low_acceptance").set(int(pool.low_acceptance))
                 m.accept_length.labels(pool.name).set(pool.accept_length(now, stale) or 0.0)
+        routing, active = runtime.routing, runtime.overrides.flat()
+        for key, value, path in (
+                ("long_prompt_tokens", routing.long_prompt_tokens, "routing.long_prompt_tokens"),
+                ("saturation_enter", routing.saturation.enter, "routing.saturation.enter"),
+                ("saturation_exit", routing.saturation.exit, "routing.saturation.exit")):
+            m.routing_threshold.labels(key).set(value)
+            m.routing_override_active.labels(key).set(int(path in active and runtime.override_error is None))
+        m.shared_state_degraded.set(int(self.shared.degraded))
 
 
 def _build_counter(config: Config, previous: Runtime | None) -> PromptCounter:
@@ -92,13 +109,17 @@ def _build_counter(config: Config, previous: Runtime | None) -> PromptCounter:
     return PromptCounter(config.model.tokenizer)
 
 
-def build_runtime(config: Config, previous: Runtime | None = None) -> Runtime:
-    """Build a :class:`Runtime` for ``config``, reusing ``previous``'s tokenizer and endpoints.
+def build_runtime(config: Config, previous: Runtime | None = None,
+                  ledger: LeaseLedger | None = None) -> Runtime:
+    """Build a :class:`Runtime` for ``config``, reusing ``previous``'s tokenizer, endpoints,
+    ledger and overrides; reads the API key files and variables (``auth``).
 
     Raises:
         OSError: when the tokenizer cannot be loaded.
+        ConfigError: when a configured API key source is missing or empty.
     """
-    return Runtime(config, _build_counter(config, previous), previous)
+    auth = load_auth(config.auth)
+    return Runtime(config, _build_counter(config, previous), previous, ledger=ledger, auth=auth)
 
 
 def create_app(config: str | Path | Config, *, session_factory: Callable[[Config], aiohttp.ClientSession] | None = None,
@@ -124,16 +145,19 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         path = None if isinstance(config, Config) else Path(config)
         cfg = config if isinstance(config, Config) else load_config(path)  # type: ignore[arg-type]
         loop = asyncio.get_running_loop()
-        runtime = await loop.run_in_executor(None, build_runtime, cfg)
+        metrics = RouterMetrics(CollectorRegistry(auto_describe=True))
+        shared = build_shared_state(cfg.state, metrics=metrics, clock=clock)
+        runtime = await loop.run_in_executor(None, build_runtime, cfg, None, shared.ledger)
         session = (session_factory or _default_session)(cfg)
         executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize")
-        metrics = RouterMetrics(CollectorRegistry(auto_describe=True))
         metrics.config_reloads.labels("success").inc(0)
         metrics.config_reloads.labels("failure").inc(0)
+        metrics.shared_state_degraded_entries.inc(0)
         metrics.config_info.set(time.time())
         state = AppState(runtime, config_path=path, session=session, executor=executor,
-                         metrics=metrics, clock=clock)
+                         metrics=metrics, shared=shared, clock=clock)
         app.state.specgate = state
+        await shared.start(lambda: state.runtime)
         scraper = Scraper(session, lambda: state.runtime, state.refresh_gauges, clock,
                           on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc())
         reloader = Reloader(state) if (path is not None and watch) else None
@@ -152,6 +176,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             for task in list(state.tasks):
                 task.cancel()
             await asyncio.gather(*state.tasks, return_exceptions=True)
+            await shared.stop()
             await session.close()
             executor.shutdown(wait=False, cancel_futures=True)
 

@@ -19,7 +19,17 @@ Cross-field checks made at load time (:func:`load_config` raises :class:`ConfigE
 - a drafter's maximum positions (``engine.draft_max_positions``) must cover the pool's
   context limit (sglang#3574: an EAGLE draft trained at 2048 positions crashed engines on
   longer inputs);
-- pool names and endpoint URLs are unique; at least one pool.
+- pool names and endpoint URLs are unique; at least one pool;
+- ``state.renew_interval_s * 2 <= state.lease_ttl_s`` (a lease is renewed at least twice per
+  TTL) and ``state.op_timeout_s < state.renew_interval_s``;
+- ``auth``: inline keys are non-empty without whitespace, and the admin key is not also a
+  client key.
+
+Secrets (``auth.*``) are :class:`pydantic.SecretStr`: they print as ``**********`` in reprs,
+logs and ``specgate config check``.
+
+Runtime overrides (:class:`Overrides`, set through ``PUT /admin/config``) are validated by the
+same models: :meth:`Overrides.apply` merges them into ``routing`` and re-validates the result.
 """
 
 from __future__ import annotations
@@ -28,29 +38,44 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 __all__ = [
+    "AuthConfig",
+    "CircuitBreakerConfig",
     "Config",
     "ConfigError",
     "EngineConfig",
     "HealthConfig",
     "LimitsConfig",
     "ModelConfig",
+    "Overrides",
     "PoolConfig",
     "RoutingConfig",
     "SaturationConfig",
     "ScrapeConfig",
     "ServerConfig",
+    "StateConfig",
     "UpstreamConfig",
     "load_config",
     "parse_config",
+    "parse_overrides",
 ]
 
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Url = Annotated[str, Field(strict=True, pattern=r"^https?://[^\s/]+(:\d+)?/?$")]
+EnvName = Annotated[str, Field(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 #: SGLang speculative algorithms whose drafts occupy output token slots (EAGLE family).
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
@@ -297,6 +322,107 @@ class ServerConfig(_Strict):
     log_requests: StrictBool = True
 
 
+class CircuitBreakerConfig(_Strict):
+    """The circuit breaker in front of every shared-state (Redis) call.
+
+    Attributes:
+        failure_threshold: consecutive failed calls (timeout, refused, error) that open it.
+        reset_after_s: seconds it stays open (no call is made) before one probe call is let
+            through (half-open); the probe's success closes it, its failure reopens it.
+    """
+
+    failure_threshold: PositiveInt = 3
+    reset_after_s: PositiveFloat = 1.0
+
+
+class StateConfig(_Strict):
+    """Where replicas share in-flight leases, bypass flags and routing overrides.
+
+    ``memory`` (default) keeps everything in the process: right for one replica. ``redis``
+    shares it through one Redis (see :mod:`router.state` for the algorithm and key layout); a
+    Redis that is down, refusing or blackholed makes the router *degraded* (local counts), never
+    unavailable. ``state`` changes need a restart (a reload only logs them).
+
+    Attributes:
+        backend: ``memory`` or ``redis``.
+        redis_url: ``redis://[user:password@]host:port/db``, ``rediss://...`` or
+            ``unix:///path``; when left out, the environment variable named by
+            ``redis_url_env`` is read at start (the Helm chart sets ``SPECGATE_REDIS_URL``).
+        redis_url_env: that variable's name.
+        key_prefix: prefix of every key, used as a Redis Cluster hash tag (``{prefix}:...``);
+            deployments sharing one Redis need distinct prefixes.
+        op_timeout_s: bound on every Redis call, connecting included (seconds).
+        lease_ttl_s: a request's lease expires this long after its last renewal unless
+            released (seconds): how long a crashed replica's requests keep counting.
+        renew_interval_s: how often open leases are renewed (seconds).
+        circuit_breaker: see :class:`CircuitBreakerConfig`.
+    """
+
+    backend: Literal["memory", "redis"] = "memory"
+    redis_url: Annotated[str, Field(strict=True, pattern=r"^(redis|rediss|unix)://\S+$")] | None = None
+    redis_url_env: EnvName = "SPECGATE_REDIS_URL"
+    key_prefix: Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")] = "specgate"
+    op_timeout_s: PositiveFloat = 0.05
+    lease_ttl_s: PositiveFloat = 15.0
+    renew_interval_s: PositiveFloat = 5.0
+    circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> StateConfig:
+        if self.renew_interval_s * 2 > self.lease_ttl_s:
+            raise ValueError("state.renew_interval_s must be <= lease_ttl_s / 2")
+        if self.op_timeout_s >= self.renew_interval_s:
+            raise ValueError("state.op_timeout_s must be < renew_interval_s")
+        return self
+
+
+class AuthConfig(_Strict):
+    """API keys: clients on ``/v1/*``, the operator on ``/admin/*`` (``Authorization: Bearer``).
+
+    Each key set can come from the YAML, a file (a Kubernetes Secret mounted as a volume: one
+    key per line; blank lines and lines starting with ``#`` are ignored) and an environment
+    variable (a Secret exposed with ``secretKeyRef``: keys separated by commas or newlines);
+    the sources add up. Client authentication is on as soon as one client source is named;
+    a named file or variable that is missing or holds no key fails the start (and a reload
+    keeps the last good keys). Without an admin key ``/admin/*`` answers 403. Files and
+    variables are read at start and on every config reload. Relative paths are resolved
+    against the config file.
+
+    Attributes:
+        api_keys: client keys given inline.
+        api_keys_file: path of a file of client keys.
+        api_keys_env: name of an environment variable holding client keys.
+        admin_api_key: the admin key given inline.
+        admin_api_key_file: path of a file holding admin keys.
+        admin_api_key_env: name of an environment variable holding admin keys.
+    """
+
+    api_keys: tuple[SecretStr, ...] = ()
+    api_keys_file: StrictStr | None = None
+    api_keys_env: EnvName | None = None
+    admin_api_key: SecretStr | None = None
+    admin_api_key_file: StrictStr | None = None
+    admin_api_key_env: EnvName | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> AuthConfig:
+        inline = [k.get_secret_value() for k in self.api_keys]
+        if self.admin_api_key is not None:
+            inline.append(self.admin_api_key.get_secret_value())
+        for key in inline:
+            if not key or any(ch.isspace() for ch in key):
+                raise ValueError("an API key must be non-empty and hold no whitespace")
+        admin = self.admin_api_key.get_secret_value() if self.admin_api_key is not None else None
+        if admin is not None and admin in {k.get_secret_value() for k in self.api_keys}:
+            raise ValueError("auth.admin_api_key must not also be a client key")
+        return self
+
+    @property
+    def client_auth(self) -> bool:
+        """True when at least one client key source is configured."""
+        return bool(self.api_keys) or self.api_keys_file is not None or self.api_keys_env is not None
+
+
 class Config(_Strict):
     """The whole operator YAML. See the module docstring for the cross-field rules."""
 
@@ -308,6 +434,8 @@ class Config(_Strict):
     health: HealthConfig = HealthConfig()
     upstream: UpstreamConfig = UpstreamConfig()
     server: ServerConfig = ServerConfig()
+    state: StateConfig = StateConfig()
+    auth: AuthConfig = AuthConfig()
 
     @model_validator(mode="after")
     def _check(self) -> Config:
@@ -366,10 +494,86 @@ class Config(_Strict):
         raise KeyError(name)
 
 
-def _format_errors(exc: ValidationError) -> str:
+class SaturationOverride(_Strict):
+    """Overrides of ``routing.saturation`` (requests); a missing key keeps the YAML value."""
+
+    enter: PositiveInt | None = None
+    exit: NonNegativeInt | None = None
+
+
+class RoutingOverride(_Strict):
+    """Overrides of ``routing`` (``long_prompt_tokens`` in tokens)."""
+
+    long_prompt_tokens: PositiveInt | None = None
+    saturation: SaturationOverride | None = None
+
+
+class Overrides(_Strict):
+    """Runtime overrides of routing thresholds (``PUT /admin/config``), shared by all replicas.
+
+    The document is ``{"routing": {"long_prompt_tokens": N, "saturation": {"enter": E,
+    "exit": X}}}`` with every key optional; the YAML stays the base and ``Overrides()`` (empty)
+    means "YAML values". Validation is the YAML's: strict integers, unknown keys refused, and
+    :meth:`apply` re-checks the merged ``routing`` (``exit < enter``).
+    """
+
+    routing: RoutingOverride = RoutingOverride()
+
+    def flat(self) -> dict[str, int]:
+        """The set values by dotted key, e.g. ``{"routing.saturation.enter": 16}``."""
+        out: dict[str, int] = {}
+        r = self.routing
+        if r.long_prompt_tokens is not None:
+            out["routing.long_prompt_tokens"] = r.long_prompt_tokens
+        if r.saturation is not None:
+            if r.saturation.enter is not None:
+                out["routing.saturation.enter"] = r.saturation.enter
+            if r.saturation.exit is not None:
+                out["routing.saturation.exit"] = r.saturation.exit
+        return out
+
+    def apply(self, routing: RoutingConfig) -> RoutingConfig:
+        """``routing`` with these overrides merged in, validated like the YAML.
+
+        Raises:
+            ConfigError: when the merged thresholds are invalid (e.g. ``exit >= enter``).
+        """
+        if not self.flat():
+            return routing
+        data = routing.model_dump()
+        r = self.routing
+        if r.long_prompt_tokens is not None:
+            data["long_prompt_tokens"] = r.long_prompt_tokens
+        if r.saturation is not None:
+            for key in ("enter", "exit"):
+                value = getattr(r.saturation, key)
+                if value is not None:
+                    data["saturation"][key] = value
+        try:
+            return RoutingConfig.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError("invalid overrides:\n" + _format_errors(exc, prefix="routing")) from None
+
+
+def parse_overrides(data: Any) -> Overrides:
+    """Validate a JSON document into :class:`Overrides`.
+
+    Raises:
+        ConfigError: on unknown keys or non-integer / out-of-range values, naming each path.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("overrides: the document must be a JSON object")
+    try:
+        return Overrides.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError("invalid overrides:\n" + _format_errors(exc)) from None
+
+
+def _format_errors(exc: ValidationError, prefix: str = "") -> str:
     lines = []
     for err in exc.errors(include_url=False, include_input=False):
-        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        parts = ([prefix] if prefix else []) + [str(p) for p in err["loc"]]
+        loc = ".".join(parts) or "<root>"
         lines.append(f"  {loc}: {err['msg']}")
     return "\n".join(lines)
 
@@ -427,6 +631,11 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     model = data.get("model")
     if isinstance(model, dict) and "tokenizer" in model:
         model["tokenizer"] = resolve(model["tokenizer"])
+    auth = data.get("auth")
+    if isinstance(auth, dict):
+        for key in ("api_keys_file", "admin_api_key_file"):
+            if isinstance(auth.get(key), str):
+                auth[key] = resolve(auth[key])
     for pool in data.get("pools") or []:
         engine = pool.get("engine") if isinstance(pool, dict) else None
         if isinstance(engine, dict):

@@ -9,15 +9,18 @@
     ├── RequestTooLarge                 413     invalid_request_error  request_too_large
     ├── NotFound                        404     invalid_request_error  not_found
     ├── MethodNotAllowed                405     invalid_request_error  method_not_allowed
+    ├── AuthenticationError             401     invalid_request_error  invalid_api_key
+    ├── PermissionDenied                403     invalid_request_error  permission_denied
     ├── UpstreamClientError             4xx     invalid_request_error  (the engine's 4xx, normalised)
     ├── NoHealthyUpstream               503     server_error           no_healthy_upstream (+ Retry-After)
+    ├── SharedStateUnavailable          503     server_error           shared_state_unavailable
     ├── UpstreamError                   502     server_error           upstream_error
     └── UpstreamTimeout                 504     server_error           upstream_timeout
 
 The envelope is OpenAI's: ``{"error": {"message", "type", "param", "code"}}`` with
 ``Content-Type: application/json`` even for ``stream: true`` requests. Client errors carry
 ``x-should-retry: false`` so the official SDKs do not retry them (openai-python retries 5xx).
-Messages never echo the request body.
+Messages never echo the request body, and never an API key.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ from __future__ import annotations
 import orjson
 
 __all__ = [
+    "AuthenticationError",
     "ContextLengthExceeded",
     "InvalidRequest",
     "MethodNotAllowed",
     "NoHealthyUpstream",
     "NotFound",
+    "PermissionDenied",
     "RequestTooLarge",
+    "SharedStateUnavailable",
     "SpecgateError",
     "UnsupportedMediaType",
     "UpstreamClientError",
@@ -122,6 +128,29 @@ class MethodNotAllowed(SpecgateError):
     status = 405
     type = "invalid_request_error"
     code = "method_not_allowed"
+
+
+class AuthenticationError(SpecgateError):
+    """No or an unknown ``Authorization: Bearer`` key (HTTP 401, OpenAI's shape)."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(SpecgateError):
+    """A valid key without the right to this route, or the admin API is off (HTTP 403)."""
+
+    status = 403
+    type = "invalid_request_error"
+    code = "permission_denied"
+
+
+class SharedStateUnavailable(SpecgateError):
+    """A change that must reach every replica could not be stored (Redis down, HTTP 503)."""
+
+    status = 503
+    code = "shared_state_unavailable"
 
 
 class UpstreamClientError(SpecgateError):

@@ -6,7 +6,13 @@ Labels are bounded: ``pool`` (config pool names, or ``none`` for refused request
 The engine's own metric names (``sglang:*``) are never reused.
 
 Rejection reasons used with ``pool="none"``: ``context_cap``, ``invalid_request``,
-``request_too_large``, ``no_healthy_upstream``.
+``request_too_large``, ``no_healthy_upstream``, ``unauthorized``.
+
+Shared state (:mod:`router.state`): ``op`` is ``sync`` (the batched lease/flag/override script)
+or ``overrides`` (an admin write); ``result`` is ``ok``, ``timeout``, ``connection_error``,
+``error`` or ``short_circuit`` (refused by the open circuit breaker). ``key`` of the routing
+threshold series is ``long_prompt_tokens``, ``saturation_enter`` or ``saturation_exit``.
+API keys never appear in any series.
 """
 
 from __future__ import annotations
@@ -65,6 +71,31 @@ class RouterMetrics:
             ["pool"], registry=registry)
         self.config_reloads = Counter(
             "specgate_config_reloads", "Config reload attempts, by result.", ["result"], registry=registry)
+        self.shared_inflight = Gauge(
+            "specgate_shared_inflight_requests",
+            "In-flight requests of all replicas (shared state; this router's own when not shared).",
+            ["pool"], registry=registry)
+        self.shared_state_degraded = Gauge(
+            "specgate_shared_state_degraded",
+            "1 while the shared state (Redis) is unreachable and routing uses local counts.",
+            registry=registry)
+        self.shared_state_degraded_entries = Counter(
+            "specgate_shared_state_degraded_entries", "Times the router entered degraded mode.",
+            registry=registry)
+        self.shared_state_ops = Counter(
+            "specgate_shared_state_ops", "Shared-state (Redis) calls, by operation and result.",
+            ["op", "result"], registry=registry)
+        self.shared_state_op_duration = Histogram(
+            "specgate_shared_state_op_duration_seconds", "Duration of successful shared-state calls.",
+            ["op"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
+            registry=registry)
+        self.routing_threshold = Gauge(
+            "specgate_routing_threshold",
+            "Effective routing threshold (tokens or requests): the YAML's or a runtime override.",
+            ["key"], registry=registry)
+        self.routing_override_active = Gauge(
+            "specgate_routing_override_active", "1 while a runtime override replaces the YAML value.",
+            ["key"], registry=registry)
         self.config_info = Gauge(
             "specgate_config_last_reload_success_timestamp_seconds",
             "Unix time of the last successful config load.", registry=registry)

@@ -11,16 +11,26 @@ failures eject it and ``health.success_threshold`` consecutive successes re-admi
 dead. A connection failure seen by the proxy ejects at once (passive health, HANDED C02).
 
 In-flight accounting: :meth:`Endpoint.lease` returns a :class:`Lease` that increments the
-count; :meth:`Lease.release` decrements it exactly once however often it is called.
+count; :meth:`Lease.release` decrements it exactly once however often it is called. With a
+shared state (``state.backend: redis``) the endpoint's *ledger* (:class:`router.state.RedisState`)
+is told of both, in memory only (no I/O on the request path); its writer task brings back
+``shared_inflight``, the count over all replicas, and :meth:`Endpoint.inflight_view` adds this
+replica's own changes since. The load a decision sees is ``max(scraped engine load, that)``.
+
+Routing overrides (``PUT /admin/config``) live on the :class:`Runtime`: ``Runtime.routing`` is
+the YAML's ``routing`` with :class:`~router.config.Overrides` merged in; a reload carries them
+over to the new runtime.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from router.config import Config, PoolConfig
+from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingConfig
 from router.features import RequestFeatures
 from router.policy import (
     Decision,
@@ -32,24 +42,43 @@ from router.policy import (
 )
 from router.scraper import EngineLoad
 
-__all__ = ["Endpoint", "Lease", "Pool", "Runtime"]
+__all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
+
+log = logging.getLogger("specgate")
+
+
+class LeaseLedger(Protocol):
+    """Told of every lease taken and released (the shared state); in-memory calls only."""
+
+    def acquired(self, endpoint: Endpoint) -> str:
+        """Record a new lease on ``endpoint``; returns its id."""
+        ...
+
+    def released(self, endpoint: Endpoint, lease_id: str) -> None:
+        """Record the release of lease ``lease_id`` (called once per lease)."""
+        ...
 
 
 class Lease:
     """One request's hold on an endpoint's in-flight count; release is idempotent."""
 
-    __slots__ = ("endpoint", "released")
+    __slots__ = ("endpoint", "lease_id", "released")
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.released = False
         endpoint.inflight += 1
+        ledger = endpoint.ledger
+        self.lease_id = ledger.acquired(endpoint) if ledger is not None else None
 
     def release(self) -> None:
-        """Decrement the endpoint's in-flight count, once."""
+        """Decrement the endpoint's in-flight count (and tell the ledger), once."""
         if not self.released:
             self.released = True
             self.endpoint.inflight -= 1
+            ledger = self.endpoint.ledger
+            if ledger is not None and self.lease_id is not None:
+                ledger.released(self.endpoint, self.lease_id)
 
     def __enter__(self) -> Lease:
         return self
@@ -64,7 +93,11 @@ class Endpoint:
 
     Attributes:
         url: base URL; pool: owning pool's name.
-        inflight: requests the router has dispatched and not finished.
+        inflight: requests this router has dispatched and not finished.
+        shared_inflight: in-flight requests of all replicas at the last shared-state sync
+            (None: unknown, e.g. memory backend or degraded); shared_base: this replica's
+            ``inflight`` when that sync's batch was taken; shared_at: its monotonic time (s).
+        ledger: the shared state told of leases (None: memory backend).
         healthy: routable; state: ``unknown``/``healthy``/``unhealthy``.
         engine: last scraped :class:`EngineLoad`; scraped_at: its monotonic time (s).
     """
@@ -80,6 +113,10 @@ class Endpoint:
     engine: EngineLoad | None = None
     scraped_at: float | None = None
     scrape_failures: int = 0
+    shared_inflight: int | None = None
+    shared_base: int = 0
+    shared_at: float | None = None
+    ledger: LeaseLedger | None = field(default=None, repr=False)
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
 
     @property
@@ -90,11 +127,25 @@ class Endpoint:
         """Take a lease (in-flight + 1); release it when the response ends."""
         return Lease(self)
 
+    def inflight_view(self, now: float, stale_after_s: float) -> int:
+        """In-flight requests over all replicas (requests).
+
+        ``max(local, shared + local - shared_base)`` while the last shared sync is fresh
+        (within ``stale_after_s``), else the local count alone.
+        """
+        if self.shared_inflight is None or self.shared_at is None or now - self.shared_at > stale_after_s:
+            return self.inflight
+        return max(self.inflight, self.shared_inflight + self.inflight - self.shared_base)
+
     def load(self, now: float, stale_after_s: float) -> int:
-        """``max(scraped running + queued, in-flight)``; in-flight alone when stale (requests)."""
+        """``max(scraped running + queued, in-flight)``; in-flight alone when stale (requests).
+
+        In-flight is :meth:`inflight_view` (all replicas when shared).
+        """
+        inflight = self.inflight_view(now, stale_after_s)
         if self.engine is not None and self.scraped_at is not None and now - self.scraped_at <= stale_after_s:
-            return max(self.engine.load, self.inflight)
-        return self.inflight
+            return max(self.engine.load, inflight)
+        return inflight
 
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
         """The scraped ``spec_accept_length`` if fresh and positive, else None (unknown)."""
@@ -162,6 +213,10 @@ class Pool:
         """Router in-flight requests over all endpoints."""
         return sum(e.inflight for e in self.endpoints.values())
 
+    def shared_inflight(self, now: float, stale_after_s: float) -> int:
+        """In-flight requests of all replicas over all endpoints (the local count when not shared)."""
+        return sum(e.inflight_view(now, stale_after_s) for e in self.endpoints.values())
+
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
         """Mean fresh positive accept length over healthy endpoints, or None."""
         vals = [a for e in self.endpoints.values() if e.healthy
@@ -170,15 +225,29 @@ class Pool:
 
 
 class Runtime:
-    """Everything built from one config: pools, endpoints, thresholds, tokenizer.
+    """Everything built from one config: pools, endpoints, thresholds, tokenizer, API keys.
 
     A reload builds a new Runtime (carrying over the :class:`Endpoint` objects of unchanged
-    URLs, so in-flight counts and health survive) and swaps one reference.
+    URLs, so in-flight counts and health survive, the ledger and the routing overrides) and
+    swaps one reference.
+
+    Args:
+        config: the validated YAML.
+        counter: the prompt token counter.
+        previous: the runtime being replaced (reload), or None.
+        ledger: the shared state told of leases (default: ``previous``'s; None: memory).
+        auth: the resolved API keys (:class:`router.auth.Auth`), or None (no auth).
     """
 
-    def __init__(self, config: Config, counter: object, previous: Runtime | None = None) -> None:
+    def __init__(self, config: Config, counter: object, previous: Runtime | None = None, *,
+                 ledger: LeaseLedger | None = None, auth: Any = None) -> None:
         self.config = config
         self.counter = counter
+        self.auth = auth
+        self.ledger = ledger if ledger is not None else (previous.ledger if previous is not None else None)
+        self.overrides = Overrides()
+        self.routing: RoutingConfig = config.routing
+        self.override_error: str | None = None
         self._tie = itertools.count()
         old: dict[tuple[str, str], Endpoint] = {}
         if previous is not None:
@@ -192,6 +261,7 @@ class Runtime:
             for url in pc.endpoints:
                 url = url.rstrip("/")
                 ep = old.get((pc.name, url)) or Endpoint(url=url, pool=pc.name)
+                ep.ledger = self.ledger
                 ep.failure_threshold = health.failure_threshold
                 ep.success_threshold = health.success_threshold
                 eps.append(ep)
@@ -202,7 +272,23 @@ class Runtime:
                 prev = next((p for p in previous.pools if p.name == pool.name), None)
                 if prev is not None:
                     pool.saturated, pool.low_acceptance = prev.saturated, prev.low_acceptance
+            self.set_overrides(previous.overrides)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
+
+    def set_overrides(self, overrides: Overrides) -> None:
+        """Apply routing overrides on top of the YAML (an empty one restores the YAML values).
+
+        Overrides that do not validate against this YAML (possible after a reload) are kept
+        but not applied: ``routing`` stays the YAML's and ``override_error`` says why.
+        """
+        self.overrides = overrides
+        try:
+            self.routing = overrides.apply(self.config.routing)
+            self.override_error = None
+        except ConfigError as exc:
+            self.routing = self.config.routing
+            self.override_error = str(exc)
+            log.error("routing overrides not applied: %s", exc)
 
     def all_endpoints(self) -> list[Endpoint]:
         """Every endpoint of every pool."""
@@ -212,24 +298,54 @@ class Runtime:
         """The endpoint with this URL; raises ``KeyError``."""
         return self._by_url[url]
 
+    def _next_bypass(self, pool: Pool, now: float, saturated: bool, low: bool) -> tuple[bool, bool]:
+        stale = self.config.scrape.stale_after_s
+        sat = self.routing.saturation
+        acc = self.routing.acceptance
+        saturated = next_saturated(saturated, pool.load(now, stale), enter=sat.enter, exit=sat.exit)
+        if acc.enabled:
+            engine = pool.config.engine
+            gamma = (engine.speculative_num_steps if engine and engine.speculative_num_steps else
+                     max(1, pool.reserved - 1))
+            low = next_low_acceptance(
+                low, pool.accept_length(now, stale), gamma=gamma,
+                c=pool.config.drafter_cost_ratio, enter_below=acc.min_expected_speedup,
+                exit_above=acc.exit_speedup)
+        return saturated, low
+
     def update_bypass(self, now: float) -> None:
         """Advance every speculative pool's saturation and acceptance hysteresis."""
-        cfg = self.config
-        stale = cfg.scrape.stale_after_s
-        sat = cfg.routing.saturation
-        acc = cfg.routing.acceptance
+        for pool in self.pools:
+            if pool.config.speculative:
+                pool.saturated, pool.low_acceptance = self._next_bypass(
+                    pool, now, pool.saturated, pool.low_acceptance)
+
+    def sync_bypass(self, shared: Mapping[str, bool], now: float) -> list[tuple[str, bool | None, bool]]:
+        """Continue each speculative pool's hysteresis from the *shared* flags.
+
+        Args:
+            shared: flags read from the shared state, keyed ``"<pool>:saturated"`` and
+                ``"<pool>:low_acceptance"``; a missing key starts from the local flag.
+            now: monotonic time (s).
+
+        Returns:
+            ``(key, shared value or None, new value)`` for each flag whose new value differs
+            from the shared one (to be written back with compare-and-set).
+        """
+        writes: list[tuple[str, bool | None, bool]] = []
         for pool in self.pools:
             if not pool.config.speculative:
                 continue
-            pool.saturated = next_saturated(pool.saturated, pool.load(now, stale), enter=sat.enter, exit=sat.exit)
-            if acc.enabled:
-                engine = pool.config.engine
-                gamma = (engine.speculative_num_steps if engine and engine.speculative_num_steps else
-                         max(1, pool.reserved - 1))
-                pool.low_acceptance = next_low_acceptance(
-                    pool.low_acceptance, pool.accept_length(now, stale), gamma=gamma,
-                    c=pool.config.drafter_cost_ratio, enter_below=acc.min_expected_speedup,
-                    exit_above=acc.exit_speedup)
+            sat_key, low_key = f"{pool.name}:saturated", f"{pool.name}:low_acceptance"
+            sat_prev, low_prev = shared.get(sat_key), shared.get(low_key)
+            pool.saturated, pool.low_acceptance = self._next_bypass(
+                pool, now, pool.saturated if sat_prev is None else sat_prev,
+                pool.low_acceptance if low_prev is None else low_prev)
+            if pool.saturated != sat_prev:
+                writes.append((sat_key, sat_prev, pool.saturated))
+            if pool.low_acceptance != low_prev:
+                writes.append((low_key, low_prev, pool.low_acceptance))
+        return writes
 
     def snapshots(self, now: float) -> tuple[PoolSnapshot, ...]:
         """Immutable views of every pool for :func:`router.policy.decide`."""
@@ -247,8 +363,8 @@ class Runtime:
         self.update_bypass(now)
         return decide(features, self.snapshots(now),
                       max_context_tokens=self.config.limits.max_context_tokens,
-                      long_prompt_tokens=self.config.routing.long_prompt_tokens,
-                      exclude=exclude, seed=self.config.routing.seed, tie_break=next(self._tie))
+                      long_prompt_tokens=self.routing.long_prompt_tokens,
+                      exclude=exclude, seed=self.routing.seed, tie_break=next(self._tie))
 
     def ready(self) -> bool:
         """True while at least one pool has a healthy endpoint."""

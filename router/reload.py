@@ -5,7 +5,8 @@ ConfigMap volumes swap a symlink, which inotify-style watchers miss). On a chang
 file is validated and a new :class:`~router.pools.Runtime` built (endpoints of unchanged URLs
 keep their health and in-flight counts); only then is ``state.runtime`` replaced. An invalid
 file keeps the last good config and counts ``specgate_config_reloads_total{result="failure"}``.
-``server.host``/``server.port`` changes need a restart and are only logged.
+``server.host``/``server.port`` and ``state`` changes need a restart and are only logged;
+API key files and variables (``auth``) are re-read; routing overrides carry over.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class Reloader:
         old = state.runtime.config.server
         if (old.host, old.port) != (config.server.host, config.server.port):
             log.warning("server.host/port changed; restart the router to apply")
+        if state.runtime.config.state != config.state:
+            log.warning("state changed; restart the router to apply")
         state.runtime = runtime
         state.metrics.config_reloads.labels("success").inc()
         state.metrics.config_info.set(time.time())

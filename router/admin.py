@@ -1,0 +1,108 @@
+"""The admin API: read, change and clear routing thresholds at run time.
+
+``GET /admin/config`` shows the YAML values, the overrides and the effective values;
+``PUT /admin/config`` replaces the overrides with the body
+``{"routing": {"long_prompt_tokens": N, "saturation": {"enter": E, "exit": X}}}`` (every key
+optional; a missing key keeps the YAML value); ``DELETE /admin/config`` clears them, back to the
+YAML. Every call needs ``Authorization: Bearer <admin key>`` (:mod:`router.auth`: 401 without a
+valid key, 403 with a client key or when no admin key is configured).
+
+A change is validated like the YAML (strict integers, unknown keys refused,
+``saturation.exit < saturation.enter`` after merging: 400 ``invalid_value``), stored in the
+shared state so that every replica applies it at its next sync (:mod:`router.state`; with the
+memory backend it applies to this process), then applied here at once. When Redis cannot take
+the write the answer is 503 ``shared_state_unavailable`` and nothing changes. The YAML stays
+the base: a config reload keeps the overrides on top of the new YAML.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, Response
+
+from router.config import ConfigError, Overrides, RoutingConfig, parse_overrides
+from router.errors import InvalidRequest, PermissionDenied, RequestTooLarge
+
+__all__ = ["install_admin_routes"]
+
+log = logging.getLogger("specgate.admin")
+
+_MAX_BODY = 64 * 1024
+
+
+def _thresholds(routing: RoutingConfig) -> dict[str, Any]:
+    return {"routing": {"long_prompt_tokens": routing.long_prompt_tokens,
+                        "saturation": {"enter": routing.saturation.enter,
+                                       "exit": routing.saturation.exit}}}
+
+
+def _view(state: Any) -> dict[str, Any]:
+    runtime = state.runtime
+    return {
+        "yaml": _thresholds(runtime.config.routing),
+        "overrides": runtime.overrides.model_dump(exclude_none=True),
+        "effective": _thresholds(runtime.routing),
+        "override_error": runtime.override_error,
+        "shared_state": state.shared.status(),
+    }
+
+
+def _authorize(request: Request) -> Any:
+    state = request.app.state.specgate
+    auth = state.runtime.auth
+    if auth is None:
+        raise PermissionDenied("the admin API is disabled (no auth.admin_api_key configured)")
+    auth.check_admin(request.headers.get("authorization"))
+    return state
+
+
+async def _read_overrides(request: Request) -> Overrides:
+    body = await request.body()
+    if len(body) > _MAX_BODY:
+        raise RequestTooLarge(f"request body exceeds the {_MAX_BODY}-byte limit")
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InvalidRequest("the request body is not valid JSON", code="invalid_json") from None
+    try:
+        return parse_overrides(doc)
+    except ConfigError as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+async def _store(state: Any, overrides: Overrides) -> None:
+    runtime = state.runtime
+    try:
+        overrides.apply(runtime.config.routing)
+    except ConfigError as exc:
+        raise InvalidRequest(str(exc)) from None
+    await state.shared.store_overrides(overrides)
+    runtime.set_overrides(overrides)
+    state.refresh_gauges(runtime)
+    log.warning("routing overrides %s", overrides.flat() or "cleared")
+
+
+def install_admin_routes(app: FastAPI) -> None:
+    """Register ``GET/PUT/DELETE /admin/config`` on ``app``."""
+
+    @app.get("/admin/config")
+    async def get_config(request: Request) -> Response:
+        return JSONResponse(_view(_authorize(request)))
+
+    @app.put("/admin/config")
+    async def put_config(request: Request) -> Response:
+        state = _authorize(request)
+        await _store(state, await _read_overrides(request))
+        return JSONResponse(_view(state))
+
+    @app.delete("/admin/config")
+    async def delete_config(request: Request) -> Response:
+        state = _authorize(request)
+        await _store(state, Overrides())
+        return JSONResponse(_view(state))
+
+    del get_config, put_config, delete_config  # registered

@@ -1,0 +1,565 @@
+"""State shared by router replicas: in-flight leases, bypass flags, routing overrides.
+
+Backends (``state.backend``):
+
+- ``memory`` (:class:`MemoryState`): one replica, nothing shared. In-flight counts are the
+  replica's own leases; routing overrides live on the runtime.
+- ``redis`` (:class:`RedisState`): every replica reads and writes one Redis.
+
+Redis key layout (``P`` = ``state.key_prefix``; the braces are a Redis Cluster hash tag, so
+all keys of one deployment share a slot and one Lua script may touch them all)::
+
+    {P}:inflight:<pool>:<endpoint url>   ZSET    member "<replica id>:<n>", one per lease;
+                                                 score = lease expiry (ms, Redis server clock)
+    {P}:bypass                           HASH    "<pool>:saturated", "<pool>:low_acceptance"
+                                                 -> "1" / "0"
+    {P}:overrides                        STRING  JSON of router.config.Overrides (absent: none)
+
+Algorithm, per replica:
+
+1. Taking or releasing a :class:`~router.pools.Lease` changes process memory only: the local
+   count, the set of open leases, a queue of ZADDs / ZREMs. No request waits for Redis.
+2. One writer task sends what is queued as **one Lua script call** (atomic): ZADD new leases
+   with score ``now + lease_ttl_s`` (``now`` from Redis ``TIME``, so replica clocks do not
+   matter); ZREM released ones; re-ZADD every open lease when a renewal is due (every
+   ``renew_interval_s``) or after a failure (reconciliation); compare-and-set changed bypass
+   flags; then per endpoint ZREMRANGEBYSCORE(-inf, now) (expired leases of crashed replicas
+   vanish) and ZCARD; HGETALL the flags; GET the overrides. A batch goes out 2 ms after a
+   lease change (a burst shares one call, one call is in flight at a time, and a lease taken
+   and released within those 2 ms costs no call) and at least once per ``scrape.interval_s``
+   (a *round*).
+3. The result gives each endpoint the count C over all replicas, paired with this replica's
+   local count B when the batch was taken; until the next batch the policy sees
+   ``max(local, C + local - B)`` (own changes exact, other replicas' as of the batch), and the
+   load is ``max(scraped engine load, that)`` (:meth:`router.pools.Endpoint.load`).
+4. Bypass: after each batch every speculative pool's hysteresis continues *from the shared
+   flag* (:meth:`router.pools.Runtime.sync_bypass`, the pure ``next_saturated`` /
+   ``next_low_acceptance``); a differing result is written back with compare-and-set. When one
+   replica flips a flag the others follow at their next batch (within one scrape interval),
+   and since all see the same shared loads they leave together.
+5. Overrides are read each batch and applied when they change.
+
+Failures (HANDED C25): every call is bounded by ``op_timeout_s`` (socket connect and read
+timeouts, plus ``asyncio.timeout``) and passes a :class:`CircuitBreaker`. *Degraded* means the
+breaker is not closed or no call has succeeded yet (a replica starts while Redis is down):
+shared counts are dropped and routing uses local counts, ``/ready`` says so (and stays ready),
+``specgate_shared_state_degraded`` is 1 and each entry is counted. Leases keep working
+locally. On recovery the first successful batch re-adds every open lease (fresh expiry) and
+removes every lease released meanwhile (tombstones); ZADD / ZREM of one member are idempotent,
+so counts are neither negative nor doubled. A command sent just before an outage may still run
+late (a SIGSTOPped Redis runs its buffered commands on SIGCONT), so tombstones are re-sent for
+``lease_ttl_s`` after a recovery. A crashed replica's leases expire after ``lease_ttl_s``.
+
+Sources: BerriAI/litellm#35273 (no socket timeout: every request hung), #34299 (swallowed
+errors never opened the breaker), #3400 (no start while Redis was down); the circuit breaker
+is M. Nygard's, *Release It!* (2007), chapter 5.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from redis.exceptions import RedisError
+
+from router.config import ConfigError, Overrides, StateConfig, parse_overrides
+from router.errors import SharedStateUnavailable
+from router.metrics import RouterMetrics
+
+__all__ = ["CircuitBreaker", "MemoryState", "RedisState", "build_shared_state", "redis_keys"]
+
+log = logging.getLogger("specgate.state")
+
+#: KEYS[1] bypass hash, KEYS[2] overrides, KEYS[3..] in-flight ZSETs.
+#: ARGV[1] lease TTL (ms); then per ZSET: nadd, members..., nrem, members...; then nflags and
+#: (field, expected, new) triples (expected "" = absent).
+#: Returns {counts, HGETALL bypass, GET overrides, now_ms}.
+SYNC_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local i = 2
+local counts = {}
+for k = 3, #KEYS do
+  local key = KEYS[k]
+  local n = tonumber(ARGV[i]); i = i + 1
+  for j = 1, n do redis.call('ZADD', key, now + ttl, ARGV[i]); i = i + 1 end
+  if n > 0 then redis.call('PEXPIRE', key, ttl) end
+  n = tonumber(ARGV[i]); i = i + 1
+  for j = 1, n do redis.call('ZREM', key, ARGV[i]); i = i + 1 end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  counts[#counts + 1] = redis.call('ZCARD', key)
+end
+local n = tonumber(ARGV[i]); i = i + 1
+for j = 1, n do
+  local field, expected, new = ARGV[i], ARGV[i + 1], ARGV[i + 2]; i = i + 3
+  local cur = redis.call('HGET', KEYS[1], field)
+  if (cur == false and expected == '') or cur == expected then
+    redis.call('HSET', KEYS[1], field, new)
+  end
+end
+return {counts, redis.call('HGETALL', KEYS[1]), redis.call('GET', KEYS[2]), now}
+"""
+
+
+#: How long the writer waits after a wake-up so that one call carries a burst of lease changes
+#: (seconds); negligible next to the scrape interval, and it keeps Redis calls per second
+#: bounded by ~1/_COALESCE_S however many requests arrive.
+_COALESCE_S = 0.002
+
+
+def redis_keys(prefix: str) -> dict[str, str]:
+    """The key names of a deployment: ``bypass``, ``overrides`` and the ``inflight`` prefix."""
+    tag = "{" + prefix + "}"
+    return {"bypass": f"{tag}:bypass", "overrides": f"{tag}:overrides", "inflight": f"{tag}:inflight:"}
+
+
+class CircuitBreaker:
+    """Consecutive-failure circuit breaker (Nygard, *Release It!*).
+
+    closed -> open after ``failure_threshold`` consecutive failures; while open :meth:`allow`
+    refuses every call; ``reset_after_s`` seconds later one probe is allowed (half-open): its
+    success closes the breaker, its failure reopens it for another ``reset_after_s``.
+
+    Args:
+        failure_threshold: consecutive failures that open it.
+        reset_after_s: seconds open before the probe.
+        clock: monotonic clock (s).
+    """
+
+    def __init__(self, failure_threshold: int, reset_after_s: float, clock: Callable[[], float]) -> None:
+        self.failure_threshold = failure_threshold
+        self.reset_after_s = reset_after_s
+        self._clock = clock
+        self.state = "closed"
+        self.failures = 0
+        self._opened_at = 0.0
+        self._probing = False
+
+    def allow(self) -> bool:
+        """May a call go out now? (In half-open, only the one probe.)"""
+        if self.state == "closed":
+            return True
+        if self.state == "open":
+            if self._clock() - self._opened_at < self.reset_after_s:
+                return False
+            self.state = "half_open"
+            self._probing = False
+        if self._probing:
+            return False
+        self._probing = True
+        return True
+
+    def success(self) -> None:
+        """A call succeeded: close."""
+        self.state = "closed"
+        self.failures = 0
+        self._probing = False
+
+    def failure(self) -> None:
+        """A call failed: count it; open at the threshold or when the probe failed."""
+        self.failures += 1
+        self._probing = False
+        if self.state == "half_open" or self.failures >= self.failure_threshold:
+            self.state = "open"
+            self._opened_at = self._clock()
+
+
+class MemoryState:
+    """The single-replica backend: nothing is shared, nothing can fail."""
+
+    backend = "memory"
+    degraded = False
+    ledger = None
+
+    async def start(self, get_runtime: Callable[[], Any]) -> None:
+        """Nothing to start."""
+
+    async def stop(self) -> None:
+        """Nothing to stop."""
+
+    async def store_overrides(self, overrides: Overrides) -> None:
+        """Overrides live on the runtime alone (carried over by reloads)."""
+
+    def status(self) -> dict[str, Any]:
+        """The readiness detail."""
+        return {"backend": "memory", "status": "ok"}
+
+
+@dataclass(slots=True)
+class _Batch:
+    seq: int
+    keys: list[str]
+    endpoints: dict[str, Any]
+    bases: dict[str, int]
+    adds: dict[str, list[str]]
+    rems: dict[str, set[str]]
+    flags: dict[str, tuple[bool | None, bool]]
+    full: bool
+
+
+def _failure_kind(exc: BaseException) -> str:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    if isinstance(exc, (TimeoutError, RedisTimeoutError)):
+        return "timeout"
+    if isinstance(exc, (RedisConnectionError, OSError)):
+        return "connection_error"
+    return "error"
+
+
+class RedisState:
+    """The Redis backend (see the module docstring); also the runtime's lease ledger.
+
+    Args:
+        config: the ``state`` section.
+        url: the Redis URL (never logged with its password).
+        metrics: the router's series.
+        clock: monotonic clock (s).
+        client: a ``redis.asyncio.Redis`` to use (tests); by default one is built from ``url``
+            with ``op_timeout_s`` socket timeouts and no retries.
+    """
+
+    backend = "redis"
+
+    def __init__(self, config: StateConfig, url: str, *, metrics: RouterMetrics,
+                 clock: Callable[[], float] = time.monotonic, client: Any = None) -> None:
+        from redis.asyncio import Redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        self._cfg = config
+        self._metrics = metrics
+        self._clock = clock
+        try:
+            self._client = client or Redis.from_url(
+                url, socket_timeout=config.op_timeout_s, socket_connect_timeout=config.op_timeout_s,
+                retry=Retry(NoBackoff(), 0), health_check_interval=0)
+        except ValueError as exc:
+            raise ConfigError(f"state.redis_url is not a Redis URL: {exc}") from None
+        parts = urlsplit(url)
+        self.target = f"{parts.scheme}://{parts.hostname or ''}{':' + str(parts.port) if parts.port else ''}{parts.path}"
+        self._script = self._client.register_script(SYNC_LUA)
+        keys = redis_keys(config.key_prefix)
+        self._bypass_key, self._overrides_key, self._inflight_prefix = (
+            keys["bypass"], keys["overrides"], keys["inflight"])
+        self.replica_id = f"{socket.gethostname()}-{os.urandom(3).hex()}"
+        self._breaker = CircuitBreaker(config.circuit_breaker.failure_threshold,
+                                       config.circuit_breaker.reset_after_s, clock)
+        self._ids = 0
+        self._open: dict[str, str] = {}                  # lease id -> ZSET key
+        self._sent: set[str] = set()                     # lease ids possibly in Redis
+        self._adds: dict[str, dict[str, None]] = {}      # key -> lease ids not sent yet
+        self._rems: dict[str, set[str]] = {}             # key -> tombstones not confirmed
+        self._linger: dict[str, tuple[str, float]] = {}  # tombstone -> (key, re-send until)
+        self._flag_writes: dict[str, tuple[bool | None, bool]] = {}
+        self._full = True
+        self._renew_at = 0.0
+        self._seq = 0
+        self._overrides_min_seq = 0
+        self._last_ok: float | None = None
+        self._last_error: str | None = None
+        self._failed_since_ok = False
+        self._linger_until = 0.0
+        self._linger_mark = 0
+        self._was_degraded = False
+        self._wake = asyncio.Event()
+        self._round_due = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._get_runtime: Callable[[], Any] = lambda: None
+
+    # -- the lease ledger (called on the request path: memory only) -------------------
+    @property
+    def ledger(self) -> RedisState:
+        """This object (it records leases)."""
+        return self
+
+    def _key(self, endpoint: Any) -> str:
+        return f"{self._inflight_prefix}{endpoint.pool}:{endpoint.url}"
+
+    def acquired(self, endpoint: Any) -> str:
+        """Record a new lease; queue its ZADD unless degraded (then recovery re-adds it)."""
+        self._ids += 1
+        lease_id = f"{self.replica_id}:{self._ids}"
+        key = self._key(endpoint)
+        self._open[lease_id] = key
+        if not self._full:
+            self._adds.setdefault(key, {})[lease_id] = None
+            self._wake.set()
+        return lease_id
+
+    def released(self, endpoint: Any, lease_id: str) -> None:
+        """Record a release; queue a ZREM if the lease may have reached Redis."""
+        key = self._open.pop(lease_id, None)
+        if key is None:
+            return
+        pending = self._adds.get(key)
+        if pending is not None and lease_id in pending:
+            del pending[lease_id]   # never sent: nothing to undo
+            return
+        if lease_id in self._sent:
+            self._rems.setdefault(key, set()).add(lease_id)
+            if self._breaker.state == "closed":
+                self._wake.set()
+
+    # -- status -------------------------------------------------------------------------
+    @property
+    def degraded(self) -> bool:
+        """True while routing on local counts (breaker not closed, or never reached Redis)."""
+        return self._last_ok is None or self._breaker.state != "closed"
+
+    def status(self) -> dict[str, Any]:
+        """The readiness detail (no secrets: the URL is shown without credentials)."""
+        return {
+            "backend": "redis",
+            "status": "degraded" if self.degraded else "ok",
+            "target": self.target,
+            "breaker": self._breaker.state,
+            "consecutive_failures": self._breaker.failures,
+            "last_error": self._last_error,
+            "last_success_age_s": None if self._last_ok is None else round(self._clock() - self._last_ok, 3),
+            "open_leases": len(self._open),
+            "pending_releases": sum(len(v) for v in self._rems.values()),
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self, get_runtime: Callable[[], Any]) -> None:
+        """One bounded first sync (a failure only makes the start degraded), then the tasks."""
+        self._get_runtime = get_runtime
+        await self._batch_once()
+        self._update_degraded()
+        self._tasks = [asyncio.create_task(self._writer(), name="specgate-state-writer"),
+                       asyncio.create_task(self._rounds(), name="specgate-state-rounds")]
+
+    async def stop(self) -> None:
+        """Stop the tasks, send the last releases (one bounded try), close the client."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if any(self._rems.values()) or any(self._adds.values()):
+            await self._batch_once()
+        with contextlib.suppress(Exception):
+            await self._client.aclose()
+
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(_COALESCE_S)   # gather the lease changes of a burst into one call
+            self._wake.clear()
+            if not self._round_due and not self._pending():
+                continue   # e.g. a lease taken and released within the coalescing window
+            self._round_due = False
+            try:
+                await self._batch_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in one batch must not stop the writer
+                log.exception("shared-state batch failed")
+
+    async def _rounds(self) -> None:
+        while True:
+            await asyncio.sleep(self._get_runtime().config.scrape.interval_s)
+            self._round_due = True
+            self._wake.set()
+
+    def _pending(self) -> bool:
+        return self._full or bool(self._flag_writes) or any(self._adds.values()) or any(self._rems.values())
+
+    # -- one batch ----------------------------------------------------------------------
+    async def _batch_once(self) -> None:
+        if not self._breaker.allow():
+            self._metrics.shared_state_ops.labels("sync", "short_circuit").inc()
+            self._update_degraded()
+            return
+        batch = self._take()
+        keys, args = self._encode(batch)
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self._cfg.op_timeout_s):
+                reply = await self._script(keys=keys, args=args)
+            counts, flags, overrides = self._decode(reply, len(batch.keys))
+        except (RedisError, OSError, TimeoutError, ValueError) as exc:  # every failure counts
+            self._failed(batch, exc, "sync")
+        else:
+            self._metrics.shared_state_op_duration.labels("sync").observe(time.perf_counter() - started)
+            self._succeeded(batch, counts, flags, overrides)
+
+    def _take(self) -> _Batch:
+        runtime = self._get_runtime()
+        now = self._clock()
+        self._seq += 1
+        full = self._full or now >= self._renew_at
+        self._full = False   # leases taken while this batch is out are queued (set back on failure)
+        adds: dict[str, list[str]] = {}
+        if full:
+            for lease_id, key in self._open.items():
+                adds.setdefault(key, []).append(lease_id)
+        else:
+            adds = {key: list(ids) for key, ids in self._adds.items() if ids}
+        self._adds = {}
+        rems, self._rems = self._rems, {}
+        for lease_id, (key, until) in list(self._linger.items()):
+            if until <= now:
+                del self._linger[lease_id]
+            else:
+                rems.setdefault(key, set()).add(lease_id)
+        flags, self._flag_writes = self._flag_writes, {}
+        endpoints = {self._key(ep): ep for ep in runtime.all_endpoints()} if runtime is not None else {}
+        bases = {key: ep.inflight for key, ep in endpoints.items()}
+        keys = list(endpoints) + sorted({*adds, *rems} - set(endpoints))
+        for ids in adds.values():
+            self._sent.update(ids)
+        return _Batch(self._seq, keys, endpoints, bases, adds, rems, flags, full)
+
+    def _encode(self, batch: _Batch) -> tuple[list[str], list[Any]]:
+        keys = [self._bypass_key, self._overrides_key, *batch.keys]
+        args: list[Any] = [int(self._cfg.lease_ttl_s * 1000)]
+        for key in batch.keys:
+            adds = batch.adds.get(key, [])
+            rems = sorted(batch.rems.get(key, ()))
+            args += [len(adds), *adds, len(rems), *rems]
+        args.append(len(batch.flags))
+        for field_, (expected, new) in batch.flags.items():
+            args += [field_, "" if expected is None else str(int(expected)), str(int(new))]
+        return keys, args
+
+    @staticmethod
+    def _decode(reply: Any, n: int) -> tuple[list[int], dict[str, bool], Overrides | None]:
+        """Parse the sync script's reply; raises ``ValueError`` when it is malformed."""
+        try:
+            counts = [int(c) for c in reply[0]]
+            flat = reply[1] or []
+            flags = {bytes(flat[i]).decode(): bytes(flat[i + 1]) == b"1" for i in range(0, len(flat) - 1, 2)}
+            raw = reply[2]
+        except (TypeError, IndexError, KeyError, UnicodeDecodeError) as exc:
+            raise ValueError(f"unexpected reply from the sync script: {type(exc).__name__}") from None
+        if len(counts) != n:
+            raise ValueError("unexpected count list from the sync script")
+        overrides: Overrides | None = Overrides()
+        if raw:
+            try:
+                overrides = parse_overrides(orjson.loads(raw))
+            except (ConfigError, orjson.JSONDecodeError) as exc:
+                log.error("ignoring invalid shared overrides: %s", exc)
+                overrides = None
+        return counts, flags, overrides
+
+    def _failed(self, batch: _Batch, exc: BaseException, op: str) -> None:
+        for key, ids in batch.rems.items():
+            self._rems.setdefault(key, set()).update(ids)
+        self._full = True   # the next success re-adds every open lease
+        self._failed_since_ok = True
+        self._breaker.failure()
+        kind = _failure_kind(exc)
+        self._last_error = f"{kind}: {type(exc).__name__}"
+        self._metrics.shared_state_ops.labels(op, kind).inc()
+        self._update_degraded()
+
+    def _succeeded(self, batch: _Batch, counts: list[int], flags: dict[str, bool],
+                   overrides: Overrides | None) -> None:
+        now = self._clock()
+        self._breaker.success()
+        self._last_ok = now
+        self._metrics.shared_state_ops.labels("sync", "ok").inc()
+        if self._failed_since_ok:
+            self._failed_since_ok = False
+            self._linger_until = now + self._cfg.lease_ttl_s
+            self._linger_mark = self._ids   # leases a late (pre-outage) command may name
+        if batch.full:
+            self._renew_at = now + self._cfg.renew_interval_s
+        for key, ids in batch.rems.items():
+            self._sent.difference_update(ids)
+            if now < self._linger_until:
+                for lease_id in ids:
+                    if int(lease_id.rsplit(":", 1)[1]) <= self._linger_mark:
+                        self._linger.setdefault(lease_id, (key, self._linger_until))
+        for key, count in zip(batch.keys, counts):
+            ep = batch.endpoints.get(key)
+            if ep is not None:
+                ep.shared_inflight, ep.shared_base, ep.shared_at = count, batch.bases[key], now
+        self._update_degraded()
+        runtime = self._get_runtime()
+        if runtime is None:
+            return
+        if overrides is not None and batch.seq >= self._overrides_min_seq and overrides != runtime.overrides:
+            log.info("routing overrides from the shared state: %s", overrides.flat())
+            runtime.set_overrides(overrides)
+        for field_, expected, new in runtime.sync_bypass(flags, now):
+            self._flag_writes[field_] = (expected, new)
+            self._wake.set()
+
+    def _update_degraded(self) -> None:
+        degraded = self.degraded
+        if degraded and not self._was_degraded:
+            self._metrics.shared_state_degraded_entries.inc()
+            log.warning("shared state degraded (%s): routing on local counts", self._last_error)
+            runtime = self._get_runtime()
+            for ep in runtime.all_endpoints() if runtime is not None else ():
+                ep.shared_inflight = None
+        elif not degraded and self._was_degraded:
+            log.warning("shared state recovered: leases reconciled")
+        self._was_degraded = degraded
+        self._metrics.shared_state_degraded.set(int(degraded))
+
+    # -- admin ----------------------------------------------------------------------------
+    async def store_overrides(self, overrides: Overrides) -> None:
+        """Write (or, when empty, delete) the shared overrides, bounded by ``op_timeout_s``.
+
+        Raises:
+            SharedStateUnavailable: the breaker is open or the write failed (nothing is
+                applied; a write that timed out may still land, so re-read with GET).
+        """
+        if not self._breaker.allow():
+            self._metrics.shared_state_ops.labels("overrides", "short_circuit").inc()
+            raise SharedStateUnavailable("the shared state (Redis) is unavailable; overrides unchanged")
+        try:
+            async with asyncio.timeout(self._cfg.op_timeout_s):
+                if overrides.flat():
+                    await self._client.set(self._overrides_key,
+                                           orjson.dumps(overrides.model_dump(exclude_none=True)))
+                else:
+                    await self._client.delete(self._overrides_key)
+        except (RedisError, OSError, TimeoutError) as exc:  # every failure counts
+            self._breaker.failure()
+            kind = _failure_kind(exc)
+            self._last_error = f"{kind}: {type(exc).__name__}"
+            self._metrics.shared_state_ops.labels("overrides", kind).inc()
+            self._update_degraded()
+            raise SharedStateUnavailable("the shared state (Redis) is unavailable; overrides unchanged") from None
+        self._breaker.success()
+        self._metrics.shared_state_ops.labels("overrides", "ok").inc()
+        self._overrides_min_seq = self._seq + 1
+
+
+def build_shared_state(config: StateConfig, *, metrics: RouterMetrics,
+                       clock: Callable[[], float] = time.monotonic,
+                       environ: Mapping[str, str] | None = None) -> MemoryState | RedisState:
+    """The backend ``config.backend`` names (nothing connects yet).
+
+    Raises:
+        ConfigError: ``redis`` without ``redis_url`` and with the ``redis_url_env`` variable
+            unset or empty, or a malformed URL.
+    """
+    if config.backend == "memory":
+        return MemoryState()
+    env = os.environ if environ is None else environ
+    url = config.redis_url or env.get(config.redis_url_env, "")
+    if not url:
+        raise ConfigError(f"state.backend is redis but neither state.redis_url nor "
+                          f"${config.redis_url_env} is set")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"${config.redis_url_env} is not a redis://, rediss:// or unix:// URL")
+    return RedisState(config, url, metrics=metrics, clock=clock)
