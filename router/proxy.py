@@ -188,7 +188,8 @@ class ProxyResponse(Response):
                                         else up.nonstream_timeout_s)
         timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=up.connect_timeout_s,
                                         sock_read=None)
-        headers = {"content-type": "application/json", "x-request-id": job.request_id}
+        headers = {"content-type": "application/json", "x-request-id": job.request_id,
+                   "accept-encoding": "identity"}
         resp: aiohttp.ClientResponse | None = None
         try:
             try:

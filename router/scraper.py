@@ -177,10 +177,13 @@ class Scraper:
     async def _scrape(self, endpoint, cfg) -> None:  # type: ignore[no-untyped-def]
         timeout = aiohttp.ClientTimeout(total=cfg.scrape.timeout_s)
         try:
-            async with self._session.get(endpoint.url + "/metrics", timeout=timeout) as resp:
+            # identity: the shared session does not decompress (the proxy relays bytes), and
+            # prometheus_client gzips /metrics for clients that accept it.
+            async with self._session.get(endpoint.url + "/metrics", timeout=timeout,
+                                         headers={"accept-encoding": "identity"}) as resp:
                 if resp.status != 200:
                     raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
-                text = await resp.text()
+                text = (await resp.read()).decode("utf-8", "replace")
         except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
             endpoint.record_failure(slow=True, now=self._clock())
             self._on_failure(endpoint)

@@ -43,6 +43,7 @@ def test_short_request_goes_speculative_with_headers(stack):
     # The router's count equals the engine's usage.prompt_tokens (same tokenizer and template).
     sent = stack.backend_requests(stack.spec)
     assert len(sent) == 1 and sent[0]["body"]["max_tokens"] == 5
+    assert sent[0]["headers"]["accept-encoding"] == "identity"  # SSE must never come back compressed
     assert doc["id"] == sent[0]["body"]["rid"]
     assert stack.router.metric("specgate_requests_total", pool="spec", reason="speculative", status="200") == 1
     assert stack.inflight() == 0
