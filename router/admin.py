@@ -75,12 +75,12 @@ async def _read_overrides(request: Request) -> Overrides:
 
 
 async def _store(state: Any, overrides: Overrides) -> None:
-    runtime = state.runtime
     try:
-        overrides.apply(runtime.config.routing)
+        overrides.apply(state.runtime.config.routing)
     except ConfigError as exc:
         raise InvalidRequest(str(exc)) from None
     await state.shared.store_overrides(overrides)
+    runtime = state.runtime   # re-read: a reload may have swapped it meanwhile
     runtime.set_overrides(overrides)
     state.refresh_gauges(runtime)
     log.warning("routing overrides %s", overrides.flat() or "cleared")

@@ -93,7 +93,7 @@ for k = 3, #KEYS do
   local key = KEYS[k]
   local n = tonumber(ARGV[i]); i = i + 1
   for j = 1, n do redis.call('ZADD', key, now + ttl, ARGV[i]); i = i + 1 end
-  if n > 0 then redis.call('PEXPIRE', key, ttl) end
+  if n > 0 and redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
   n = tonumber(ARGV[i]); i = i + 1
   for j = 1, n do redis.call('ZREM', key, ARGV[i]); i = i + 1 end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
@@ -267,6 +267,7 @@ class RedisState:
         self._renew_at = 0.0
         self._seq = 0
         self._overrides_min_seq = 0
+        self._bad_overrides: bytes | None = None
         self._last_ok: float | None = None
         self._last_error: str | None = None
         self._failed_since_ok = False
@@ -390,12 +391,12 @@ class RedisState:
         try:
             async with asyncio.timeout(self._cfg.op_timeout_s):
                 reply = await self._script(keys=keys, args=args)
-            counts, flags, overrides = self._decode(reply, len(batch.keys))
+            counts, flags, raw = self._decode(reply, len(batch.keys))
         except (RedisError, OSError, TimeoutError, ValueError) as exc:  # every failure counts
             self._failed(batch, exc, "sync")
         else:
             self._metrics.shared_state_op_duration.labels("sync").observe(time.perf_counter() - started)
-            self._succeeded(batch, counts, flags, overrides)
+            self._succeeded(batch, counts, flags, self._parse_overrides(raw))
 
     def _take(self) -> _Batch:
         runtime = self._get_runtime()
@@ -437,7 +438,7 @@ class RedisState:
         return keys, args
 
     @staticmethod
-    def _decode(reply: Any, n: int) -> tuple[list[int], dict[str, bool], Overrides | None]:
+    def _decode(reply: Any, n: int) -> tuple[list[int], dict[str, bool], bytes | None]:
         """Parse the sync script's reply; raises ``ValueError`` when it is malformed."""
         try:
             counts = [int(c) for c in reply[0]]
@@ -448,14 +449,19 @@ class RedisState:
             raise ValueError(f"unexpected reply from the sync script: {type(exc).__name__}") from None
         if len(counts) != n:
             raise ValueError("unexpected count list from the sync script")
-        overrides: Overrides | None = Overrides()
-        if raw:
-            try:
-                overrides = parse_overrides(orjson.loads(raw))
-            except (ConfigError, orjson.JSONDecodeError) as exc:
-                log.error("ignoring invalid shared overrides: %s", exc)
-                overrides = None
-        return counts, flags, overrides
+        return counts, flags, raw
+
+    def _parse_overrides(self, raw: bytes | None) -> Overrides | None:
+        """The shared overrides (empty when absent); None when invalid (logged once per value)."""
+        if not raw:
+            return Overrides()
+        try:
+            return parse_overrides(orjson.loads(raw))
+        except (ConfigError, orjson.JSONDecodeError) as exc:
+            if raw != self._bad_overrides:
+                self._bad_overrides = raw
+                log.error("ignoring invalid shared overrides at %s: %s", self._overrides_key, exc)
+            return None
 
     def _failed(self, batch: _Batch, exc: BaseException, op: str) -> None:
         for key, ids in batch.rems.items():

@@ -463,3 +463,21 @@ def test_memory_state_is_inert(tmp_path: Path):
     asyncio.run(m.store_overrides(Overrides()))
     asyncio.run(m.stop())
     assert (m.degraded, m.ledger, m.status()) == (False, None, {"backend": "memory", "status": "ok"})
+
+
+def test_shared_overrides_apply_and_invalid_ones_are_ignored(caplog):
+    clock = Clock()
+    st, rt, _client, model = _setup(clock)
+    key = "{specgate}:overrides"
+    model.kv[key] = b'{"routing": {"long_prompt_tokens": 77}}'
+    asyncio.run(st._batch_once())
+    assert rt.routing.long_prompt_tokens == 77 and rt.overrides.flat() == {"routing.long_prompt_tokens": 77}
+    model.kv[key] = b'{"routing": {"long_prompt_tokens": "x"}}'
+    with caplog.at_level("ERROR", logger="specgate.state"):
+        for _ in range(3):
+            asyncio.run(st._batch_once())
+    assert rt.routing.long_prompt_tokens == 77       # the last good overrides stay
+    assert sum("ignoring invalid shared overrides" in r.getMessage() for r in caplog.records) == 1
+    del model.kv[key]
+    asyncio.run(st._batch_once())
+    assert rt.routing.long_prompt_tokens == 1024 and rt.overrides == Overrides()
