@@ -242,7 +242,7 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
 
     from serving.warmup import wait_ready
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     workdir = Path(tempfile.mkdtemp(prefix="specgate-demo-"))
     logs = keep_logs or workdir
     logs.mkdir(parents=True, exist_ok=True)
