@@ -40,9 +40,11 @@ sys.path.insert(0, str(REPO))
 from tests.helpers import free_port, make_test_tokenizer
 
 
-def _wait(url: str, timeout: float = 60.0) -> None:
+def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with {proc.returncode} (see its log)")
         try:
             if httpx.get(url, timeout=1).status_code == 200:
                 return
@@ -52,8 +54,9 @@ def _wait(url: str, timeout: float = 60.0) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _config(tok: Path, spec: str, plain: str, state: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +124,8 @@ def main() -> int:
         fakes = {}
         for name, extra in (("spec", ["--speculative"]), ("plain", [])):
             procs.append(_spawn([sys.executable, "-m", "serving.fake_sglang", "--host", "127.0.0.1", "--port",
-                                 str(ports[name]), "--model-name", "tiny-llama", "--tokenizer", str(tok), *extra]))
+                                 str(ports[name]), "--model-name", "tiny-llama", "--tokenizer", str(tok), *extra],
+                                tmp / f"{name}.log"))
             fakes[name] = f"http://127.0.0.1:{ports[name]}"
         redis_proc = subprocess.Popen(["redis-server", "--port", str(ports["redis"]), "--bind", "127.0.0.1",
                                        "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
@@ -132,10 +136,15 @@ def main() -> int:
             path = tmp / f"{name}.yaml"
             path.write_text(yaml.safe_dump(_config(tok, fakes["spec"], fakes["plain"], state)))
             procs.append(_spawn([sys.executable, "-m", "router.cli", "router", "--config", str(path),
-                                 "--port", str(ports[name])]))
+                                 "--port", str(ports[name])], tmp / f"{name}.log"))
             routers[name] = f"http://127.0.0.1:{ports[name]}"
-        for url in [*fakes.values(), *routers.values()]:
-            _wait(url + ("/ready" if url in routers.values() else "/health"))
+        names = [*fakes, *routers]
+        for name, url, proc in zip(names, [*fakes.values(), *routers.values()], procs):
+            try:
+                _wait(url + ("/ready" if name in routers else "/health"), proc)
+            except RuntimeError:
+                print((tmp / f"{name}.log").read_text()[-3000:], file=sys.stderr)
+                raise
         for base in routers.values():
             asyncio.run(_batch(base, 200, 8))   # warm-up
         report: dict[str, Any] = {"requests": args.requests, "rounds": args.rounds, "phases": {}}
