@@ -253,20 +253,27 @@ def parse_completions(doc: Any, *, max_n: int) -> ParsedRequest:
     return ParsedRequest("completions", doc, budget, n, stream, "prompt")
 
 
+_FUNCTION_FIELDS = ("description", "name", "parameters", "strict", "defer_loading")
+
+
 def _tool_dump(tool: dict[str, Any]) -> dict[str, Any]:
-    """A tool in the shape SGLang's ``Tool.model_dump()`` renders into templates (0.5.23)."""
+    """A tool in the shape SGLang 0.5.23 renders into templates (``Tool.model_dump()``).
+
+    ``Function`` keeps the client's key order, drops unknown keys and ``strict`` /
+    ``defer_loading`` when null, and appends ``description``/``name``/``parameters`` (null
+    when absent); ``Tool`` always carries ``defer_loading`` (``protocol.py: Function._serialize``).
+    """
     fn = tool["function"]
-    return {
-        "type": tool.get("type", "function"),
-        "function": {
-            "description": fn.get("description"),
-            "name": fn["name"],
-            "parameters": fn.get("parameters"),
-            "strict": fn.get("strict"),
-            "defer_loading": fn.get("defer_loading", tool.get("defer_loading")),
-        },
-        "defer_loading": tool.get("defer_loading"),
-    }
+    defer = tool.get("defer_loading")
+    values = {k: fn.get(k) for k in _FUNCTION_FIELDS}
+    if values["defer_loading"] is None and defer is not None:
+        values["defer_loading"] = defer
+    for key in ("strict", "defer_loading"):
+        if values[key] is None:
+            del values[key]
+    order = [k for k in fn if k in values]
+    function = {k: values[k] for k in order + [k for k in values if k not in order]}
+    return {"type": tool.get("type", "function"), "function": function, "defer_loading": defer}
 
 
 def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -129,9 +129,8 @@ def test_counter_counts_template_tools_and_null_content(tokenizer_dir):  # HANDE
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    dumped = [{"type": "function", "function": {"description": "Weather for a city", "name": "get_weather",
-               "parameters": tools[0]["function"]["parameters"], "strict": None, "defer_loading": None},
-               "defer_loading": None}]
+    dumped = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+               "parameters": tools[0]["function"]["parameters"]}, "defer_loading": None}]
     rendered = tok.apply_chat_template(
         [messages[0],
          {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
@@ -164,3 +163,16 @@ def test_list_content_is_joined_like_sglang(tokenizer_dir):
         {"type": "text", "text": "lorem"}, {"type": "text", "text": "ipsum"}]}]}, max_n=8))
     b = counter.count(parse_chat({"messages": [{"role": "user", "content": "lorem ipsum"}]}, max_n=8))
     assert a == b
+
+
+def test_tool_dump_matches_sglang_function_serializer():
+    from router.features import _tool_dump
+
+    tool = {"type": "function", "function": {"parameters": {"type": "object"}, "name": "f", "strict": True,
+                                             "extra": 1}}
+    assert _tool_dump(tool) == {"type": "function", "defer_loading": None, "function": {
+        "parameters": {"type": "object"}, "name": "f", "strict": True, "description": None}}
+    assert list(_tool_dump(tool)["function"]) == ["parameters", "name", "strict", "description"]
+    lazy = {"type": "function", "defer_loading": True, "function": {"name": "g"}}
+    assert _tool_dump(lazy)["function"] == {"name": "g", "description": None, "parameters": None,
+                                            "defer_loading": True}
