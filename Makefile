@@ -6,8 +6,10 @@ BIN := $(VENV)/bin
 BASE_STAMP := $(VENV)/.specgate-base
 CPU_STAMP := $(VENV)/.specgate-sglang-cpu
 MODEL_DIR ?= models/tiny-llama
+DRAFT_DIR ?= models/tiny-llama-eagle3
+PYTEST_ARGS ?=
 
-.PHONY: venv cpu-engine models test test-fast demo lint clean
+.PHONY: venv cpu-engine models system-deps test test-fast demo lint clean
 
 venv: $(BASE_STAMP)
 $(BASE_STAMP): pyproject.toml
@@ -16,19 +18,28 @@ $(BASE_STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]' torch==2.13.0
 	touch $@
 
+# The real SGLang 0.5.23 in CPU mode, with specgate's pure-PyTorch sgl_kernel stand-in.
 cpu-engine: $(CPU_STAMP)
 $(CPU_STAMP): $(BASE_STAMP) serving/cpu/install.sh serving/cpu/requirements.txt
 	bash serving/cpu/install.sh $(VENV)
 	touch $@
 
+# The tiny target model and its EAGLE-3 drafter, built locally and deterministically
+# (both steps return at once when their manifest matches).
 models: cpu-engine
 	$(BIN)/python -m serving.tinymodel --out $(MODEL_DIR)
+	$(BIN)/python -m drafters.eagle3.train --target $(MODEL_DIR) --out $(DRAFT_DIR)
 
-test: models
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+# Servers the tests start themselves (redis-server) and the deploy toolchain (Helm SDK, kubectl).
+system-deps: venv
+	bash scripts/ensure-redis.sh
+	bash deploy/install-helm.sh $(VENV)
+
+test: models system-deps
+	SPECGATE_REQUIRE_SGLANG=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not sglang and not slow"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not sglang and not slow" $(PYTEST_ARGS)
 
 demo: models
 	$(BIN)/specgate demo --config examples/demo.yaml --report demo-report.json
