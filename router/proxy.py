@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 from starlette.responses import Response
 
 from router.errors import (
@@ -62,6 +63,7 @@ UPSTREAM_TIMEOUT_EVENT = (
     b'"param":null,"code":"upstream_timeout"}}\n\n'
 )
 _DONE = b"data: [DONE]"
+_ERROR_EVENT = b'data: {"error"'
 _MAX_ERROR_BODY = 64 * 1024
 
 
@@ -218,6 +220,8 @@ class ProxyResponse(Response):
             if not first:
                 job.outcome = "upstream_empty"
                 raise UpstreamError("upstream worker failed")
+            if job.features.stream and first.startswith(_ERROR_EVENT):
+                await self._raise_stream_error(resp, first)
             job.ttfb_s = time.perf_counter() - job.received_at
             ctype = resp.headers.get("content-type", "application/json")
             if not job.features.stream:
@@ -232,6 +236,36 @@ class ProxyResponse(Response):
         finally:
             if resp is not None:
                 resp.close()
+
+    async def _raise_stream_error(self, resp: aiohttp.ClientResponse, first: bytes) -> None:
+        """The engine's first SSE event is an error (SGLang streams scheduler-side refusals,
+        e.g. "Input length ... exceeds the maximum allowed length", as HTTP 200 plus one
+        ``data: {"error": ...}`` event; so did SGLang before PR #21900 for over-length input).
+        Nothing reached the client yet, so answer with a real HTTP status instead.
+        """
+        event = first
+        with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+            async with asyncio.timeout(self._up.idle_timeout_s):
+                while b"\n\n" not in event and len(event) < _MAX_ERROR_BODY:
+                    more = await resp.content.readany()
+                    if not more:
+                        break
+                    event += more
+        payload = event[len(b"data: "):].split(b"\n\n", 1)[0]
+        status = 400
+        try:
+            inner = orjson.loads(payload).get("error")
+            code = inner.get("code") if isinstance(inner, dict) else None
+            if type(code) is int and 400 <= code <= 599:
+                status = code
+            payload = orjson.dumps(inner) if isinstance(inner, dict) else payload
+        except (orjson.JSONDecodeError, AttributeError):
+            pass
+        self.job.outcome = "upstream_stream_error"
+        err = map_engine_error(status, payload, param=self.job.features.param)
+        if status >= 500:
+            raise _Failover(err)
+        raise err
 
     async def _relay(self, resp: aiohttp.ClientResponse, first: bytes, endpoint: Any,
                      send: Callable[..., Any]) -> None:

@@ -121,6 +121,14 @@ class Stack:
     def inflight(self) -> int:
         return sum(ep.inflight for ep in self.router.state.runtime.all_endpoints())
 
+    def settled_inflight(self, timeout_s: float = 2.0) -> int:
+        """In-flight count once the router finished its responses (the client may see the last
+        byte a moment before the router's ``finally`` releases the lease)."""
+        deadline = time.monotonic() + timeout_s
+        while self.inflight() != 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.inflight()
+
 
 @pytest.fixture
 def stack(tmp_path: Path, tokenizer_dir: Path) -> Iterator[Stack]:

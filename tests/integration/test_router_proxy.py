@@ -46,7 +46,7 @@ def test_short_request_goes_speculative_with_headers(stack):
     assert sent[0]["headers"]["accept-encoding"] == "identity"  # SSE must never come back compressed
     assert doc["id"] == sent[0]["body"]["rid"]
     assert stack.router.metric("specgate_requests_total", pool="spec", reason="speculative", status="200") == 1
-    assert stack.inflight() == 0
+    assert stack.settled_inflight() == 0
 
 
 def test_prompt_count_matches_engine_usage(stack):
@@ -202,7 +202,7 @@ def test_upstream_400_normalised_and_not_retried(stack):  # HANDED C02 step 4, C
     stack.script(stack.spec, {"status": 400, "message": "bad sampling param"})
     r = stack.client.post(CHAT, json=body(max_tokens=5))
     assert_e400(r, 400, None, None)
-    assert stack.inflight() == 0
+    assert stack.settled_inflight() == 0
 
 
 def test_upstream_500_before_first_byte_fails_over(stack):  # HANDED C02 step 4
@@ -219,7 +219,7 @@ def test_upstream_500_everywhere_is_502(stack):
     stack.script(stack.plain, {"status": 503})
     r = stack.client.post(CHAT, json=body(max_tokens=5, stream=True))
     assert_e400(r, 502, "upstream_error", None, type_="server_error")
-    assert stack.inflight() == 0
+    assert stack.settled_inflight() == 0
 
 
 @pytest.mark.parametrize("fault", ["reset", "close", "truncate", "omit_done", "raw_text"])
@@ -232,7 +232,7 @@ def test_midstream_failure_sends_one_error_event_and_no_done(stack, fault):  # H
     assert b"[DONE]" not in raw
     assert raw.count(b'"error"') == 1
     assert b'"finish_reason":"stop"' not in raw
-    assert stack.inflight() == 0
+    assert stack.settled_inflight() == 0
     assert len(stack.backend_requests(stack.spec)) == 1  # never retried after the first byte
 
 
@@ -245,7 +245,7 @@ def test_dead_spec_pool_fails_over_and_is_marked_down(stack):  # HANDED C02 step
         assert r.headers["x-specgate-reason"] in ("speculative", "spec_unhealthy")
     ep = stack.router.state.runtime.endpoint(stack.spec.base_url)
     assert not ep.healthy
-    assert stack.inflight() == 0
+    assert stack.settled_inflight() == 0
 
 
 def test_all_pools_down_is_503_with_retry_after_and_not_ready(stack):  # HANDED C23 step 3
@@ -281,7 +281,7 @@ def test_inflight_counts_drive_saturation(stack):
         r = stack.client.post(CHAT, json=body(max_tokens=2))
         assert (r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == ("plain", "saturated")
         assert all(f.result().status_code == 200 for f in futs)
-    assert stack.inflight() == 0
+    assert stack.settled_inflight() == 0
 
 
 def test_client_disconnect_aborts_upstream(stack):  # HANDED C17
@@ -299,7 +299,7 @@ def test_client_disconnect_aborts_upstream(stack):  # HANDED C17
         time.sleep(0.05)
     assert len(log["aborts"]) == 1 and log["aborts"][0]["matched"] is True
     assert log["aborts"][0]["rid"] == stack.backend_requests(stack.spec)[0]["body"]["rid"]
-    assert stack.inflight() == 0
+    assert stack.settled_inflight() == 0
     assert stack.router.metric("specgate_upstream_aborts_total", pool="spec") == 1
 
 
@@ -311,7 +311,7 @@ def test_client_disconnect_during_prefill_aborts(stack):  # HANDED C17 step 1
     while time.monotonic() < deadline and not stack.fake_log(stack.spec)["aborts"]:
         time.sleep(0.05)
     assert len(stack.fake_log(stack.spec)["aborts"]) == 1
-    assert stack.inflight() == 0
+    assert stack.settled_inflight() == 0
 
 
 def test_first_byte_timeout_is_504_and_aborts(stack):  # HANDED C18
@@ -389,3 +389,15 @@ def test_low_acceptance_bypass_with_unknown_as_not_bad(stack):  # issue 4 item 6
     assert seen == [(2.5, "spec", "speculative"), (1.0, "plain", "low_acceptance"),
                     (1.17, "plain", "low_acceptance"), (1.25, "spec", "speculative"),
                     (0.0, "spec", "speculative")]
+
+
+def test_in_stream_engine_error_becomes_a_real_400(stack):
+    # SGLang 0.5.23 refuses P >= context - 6 in the scheduler; streamed, that is HTTP 200 plus
+    # one `data: {"error": ...}` event. The router has sent nothing yet, so it answers 400.
+    doc = {"model": "tiny-llama", "prompt": [5] * 4093, "max_tokens": 1, "stream": True}
+    r = stack.client.post("/v1/completions", json=doc)
+    err = assert_e400(r, 400, "context_length_exceeded", "prompt")
+    assert "exceeds the maximum allowed length" in err["message"]
+    assert r.headers["x-specgate-pool"] == "plain"
+    assert len(stack.backend_requests(stack.plain, "/v1/completions")) == 1
+    assert stack.settled_inflight() == 0
