@@ -30,12 +30,10 @@ import sys
 from urllib.parse import urlparse
 
 from router.config import Config, PoolConfig
+from serving.local import CPU_FLAGS
 
 __all__ = ["LaunchError", "check_with_sglang", "engine_argv", "engine_env", "CPU_FLAGS"]
 
-#: Flags that let SGLang 0.5.23 run on a CPU with specgate's sgl_kernel stand-in.
-CPU_FLAGS = ("--device", "cpu", "--attention-backend", "intel_amx", "--sampling-backend", "pytorch",
-             "--disable-overlap-schedule")
 
 
 class LaunchError(ValueError):
@@ -108,9 +106,13 @@ def check_with_sglang(argv: list[str]) -> bool:
     Raises:
         LaunchError: with SGLang's parser message when it rejects the arguments.
     """
+    import warnings
+
     try:
-        from sglang.srt.server_args import ServerArgs
-    except Exception:  # not installed (router-only images), or unusable here
+        with warnings.catch_warnings():  # SGLang's import chain warns (requests, triton on CPU)
+            warnings.simplefilter("ignore")
+            from sglang.srt.server_args import ServerArgs
+    except ImportError:  # not installed (router-only images)
         return False
     parser = argparse.ArgumentParser(prog="sglang.launch_server", exit_on_error=False)
     ServerArgs.add_cli_args(parser)

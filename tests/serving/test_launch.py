@@ -1,0 +1,83 @@
+"""Pool launch specs from the operator YAML (serving.launch, `specgate serve`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import sys
+
+import pytest
+import yaml
+
+from router.cli import main
+from router.config import parse_config
+from serving.launch import LaunchError, check_with_sglang, engine_argv, engine_env
+
+DOC = {
+    "model": {"name": "tiny-llama", "tokenizer": "/m/tok"},
+    "limits": {"max_context_tokens": 245760},
+    "pools": [
+        {"name": "spec", "speculative": True, "endpoints": ["http://10.0.0.5:30001"], "max_context_tokens": 65536,
+         "engine": {"model_path": "/m/target", "context_length": 65536, "tp_size": 8, "mem_fraction_static": 0.8,
+                    "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/m/draft",
+                    "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
+                    "draft_max_positions": 65536, "extra_args": ["--chunked-prefill-size", "8192"]}},
+        {"name": "plain", "speculative": False, "endpoints": ["http://10.0.0.6:30002"],
+         "engine": {"model_path": "/m/target", "context_length": 1048576, "tp_size": 8}},
+        {"name": "noengine", "speculative": False, "endpoints": ["http://10.0.0.7:1"]},
+    ],
+    "routing": {"long_prompt_tokens": 16384, "saturation": {"enter": 16, "exit": 12}},
+}
+
+
+def test_spec_argv():
+    cfg = parse_config(DOC)
+    assert engine_argv(cfg, "spec") == [
+        "--model-path", "/m/target", "--served-model-name", "tiny-llama", "--host", "10.0.0.5", "--port", "30001",
+        "--context-length", "65536", "--tp-size", "8", "--enable-metrics", "--mem-fraction-static", "0.8",
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/m/draft",
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+        "--chunked-prefill-size", "8192"]
+    assert cfg.pool("spec").reserved_tokens == 4
+
+
+def test_context_length_never_above_the_validated_cap():
+    # the engine advertises 1M; the validated cap is 245,760 (article 003)
+    argv = engine_argv(parse_config(DOC), "plain", host="0.0.0.0", port=30000)
+    i = argv.index("--context-length")
+    assert argv[i + 1] == "245760"
+    assert argv[argv.index("--host") + 1] == "0.0.0.0" and argv[argv.index("--port") + 1] == "30000"
+    assert "--enable-metrics" in argv
+
+
+def test_pool_without_engine_and_cpu_env():
+    cfg = parse_config(DOC)
+    with pytest.raises(LaunchError, match="no `engine` section"):
+        engine_argv(cfg, "noengine")
+    assert "SGLANG_USE_CPU_ENGINE" not in engine_env(cfg, "plain", base={})
+    doc = yaml.safe_load(yaml.safe_dump(DOC))
+    doc["pools"][1]["engine"]["cpu"] = True
+    cfg = parse_config(doc)
+    assert engine_env(cfg, "plain", base={}) == {"SGLANG_USE_CPU_ENGINE": "1"}
+    assert engine_argv(cfg, "plain")[-7:] == ["--device", "cpu", "--attention-backend", "intel_amx",
+                                              "--sampling-backend", "pytorch", "--disable-overlap-schedule"]
+
+
+def test_serve_print_args(tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(DOC))
+    assert main(["serve", "--config", str(f), "--pool", "spec", "--print-args"]) == 0
+    cmd = shlex.split(capsys.readouterr().out)
+    assert cmd[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    assert cmd[3:] == engine_argv(parse_config(DOC), "spec")
+    assert main(["serve", "--config", str(f), "--pool", "nope", "--print-args"]) == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="needs SGLang (make cpu-engine)")
+def test_sglang_parser_checks_the_args():
+    cfg = parse_config(DOC)
+    assert check_with_sglang(engine_argv(cfg, "spec")) is True
+    with pytest.raises(LaunchError, match="SGLang rejects"):
+        check_with_sglang(engine_argv(cfg, "plain") + ["--no-such-flag"])
+    with pytest.raises(LaunchError, match="SGLang rejects"):
+        check_with_sglang(["--model-path", "/m", "--tp-size", "eight"])
