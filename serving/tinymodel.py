@@ -9,9 +9,10 @@ What it writes into ``--out`` (all loadable by ``transformers`` and by SGLang):
   ``tokenizers`` on the held-in corpus below. Every encode prepends ``<|begin_of_text|>``
   (like Llama 3). ``tokenizer_config.json`` carries ``CHAT_TEMPLATE``: ChatML-style turns
   (``<|im_start|>ROLE\\n...<|im_end|>\\n``) for the roles system/user/assistant/tool, a
-  ``tools`` block in the system turn, assistant ``tool_calls`` rendered as
-  ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` (the Hermes/Qwen 2.5 layout,
-  which SGLang's ``qwen25`` tool parser reads), and ``add_generation_prompt``.
+  ``tools`` block in the system turn (one JSON line per tool's ``function`` object),
+  assistant ``tool_calls`` rendered as ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``
+  (the Hermes/Qwen 2.5 layout, which SGLang's ``qwen25`` tool parser reads), and
+  ``add_generation_prompt``.
 - ``config.json`` (``LlamaForCausalLM``, float32, rope_theta 10000, ``max_position_embeddings``
   8192 so a router can validate a 4096-token context below it) and
   ``generation_config.json`` (stop on ``<|end_of_text|>`` or ``<|im_end|>``).
@@ -102,7 +103,10 @@ HELD_OUT_FIRST_BYTE_BELOW = 32  # sha256(filename)[0] < 32: ~1/8 of files are he
 # A Jinja chat template (rendered by transformers' sandboxed environment, which supplies
 # `raise_exception` and a `tojson` filter). Content may be a string or a list of OpenAI
 # content parts (only "text" parts are kept). Tool-call arguments may be a JSON string (as
-# the OpenAI API sends them) or an object.
+# the OpenAI API sends them) or an object. Each tool renders as its `function` object only
+# (name, description, parameters): SGLang 0.5.23 passes tools through its pydantic `Tool`,
+# whose dump adds `"defer_loading": null` at the top level, so rendering the whole tool would
+# make the engine's prompt longer than a client-side count (10 tokens per tool here).
 CHAT_TEMPLATE = (
     "{%- macro text(content) -%}"
     "{%- if content is none -%}"
@@ -120,7 +124,10 @@ CHAT_TEMPLATE = (
     "{{- '<|im_start|>system\\n' -}}"
     "{%- if system -%}{{- system + '\\n\\n' -}}{%- endif -%}"
     "{{- '# Tools\\n\\nYou may call one or more functions. Available functions:\\n<tools>' -}}"
-    "{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}"
+    "{%- for tool in tools -%}"
+    "{%- set fn = tool['function'] if (tool is mapping and tool.get('function')) else tool -%}"
+    "{{- '\\n' + (fn | tojson) -}}"
+    "{%- endfor -%}"
     "{{- '\\n</tools>\\n\\nTo call a function, answer with one JSON object per call inside "
     "<tool_call></tool_call> tags:\\n<tool_call>\\n"
     '{"name": <function-name>, "arguments": <arguments-object>}\\n</tool_call>'

@@ -136,7 +136,12 @@ def test_chat_template_renders_tools_calls_and_results(built: tuple[Path, Path])
         messages, tools=tools, tokenize=False, add_generation_prompt=True
     )
     assert text.startswith("<|begin_of_text|><|im_start|>system\nUse tools.\n\n# Tools\n")
-    assert '"name": "get_weather"' in text and "<tools>" in text and "</tools>" in text
+    assert (
+        "<tools>\n"
+        '{"name": "get_weather", "description": "Weather for a city", "parameters": '
+        '{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}'
+        "\n</tools>"
+    ) in text
     assert (
         "<|im_start|>assistant\n<tool_call>\n"
         '{"name": "get_weather", "arguments": {"city": "Seoul"}}\n'
@@ -148,6 +153,10 @@ def test_chat_template_renders_tools_calls_and_results(built: tuple[Path, Path])
     messages[2]["tool_calls"][0]["function"]["arguments"] = {"city": "Seoul"}
     text2 = tok.apply_chat_template(messages[1:], tools=tools, tokenize=False)
     assert text2.startswith("<|begin_of_text|><|im_start|>system\n# Tools\n")
+    # SGLang's pydantic Tool dump adds top-level keys; only the function object is rendered.
+    wrapped = [{**tools[0], "defer_loading": None}]
+    text3 = tok.apply_chat_template(messages[1:], tools=wrapped, tokenize=False)
+    assert text3 == text2
     assert '{"name": "get_weather", "arguments": {"city": "Seoul"}}' in text2
 
 
@@ -170,3 +179,49 @@ def test_corpus_split_is_disjoint_and_stable() -> None:
         tinymodel.stdlib_corpus("test")
     with pytest.raises(ValueError):
         tinymodel._steps_for(0, None)
+
+
+@pytest.mark.sglang
+def test_sglang_chat_uses_the_template(built: tuple[Path, Path], tmp_path: Path) -> None:
+    """SGLang's OpenAI chat endpoint renders messages + tools with our template: its
+    ``prompt_tokens`` equals transformers' token count for the same conversation."""
+    pytest.importorskip("sglang")
+    import httpx
+    from transformers import AutoTokenizer
+
+    from serving.local import free_port, start_sglang
+
+    model_dir = built[0]
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    messages = [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "Weather in Seoul?"},
+    ]
+    ids = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True)
+    ids = ids["input_ids"] if not isinstance(ids, list) else ids
+    plain = tok.apply_chat_template(messages, add_generation_prompt=True)
+    plain = plain["input_ids"] if not isinstance(plain, list) else plain
+    port = free_port()
+    with (
+        start_sglang(
+            model_path=model_dir, port=port, log_path=tmp_path / "sglang.log", ready_timeout_s=600
+        ) as server,
+        httpx.Client(timeout=300) as client,
+    ):
+        usage = []
+        for extra in ({"tools": tools}, {}):
+            body = {"model": "m", "messages": messages, "max_tokens": 4, "temperature": 0}
+            r = client.post(f"{server.base_url}/v1/chat/completions", json={**body, **extra})
+            assert r.status_code == 200, r.text
+            usage.append(r.json()["usage"]["prompt_tokens"])
+    assert usage == [len(ids), len(plain)]
