@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["EvalResult", "evaluate", "main", "simulate_sequence"]
+__all__ = ["EvalResult", "evaluate", "greedy_sequence", "main", "simulate_sequence"]
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,14 @@ class EvalResult:
 
 
 def simulate_sequence(
-    draft: Any, aux: torch.Tensor, seq: list[int], first_new: int, gamma: int
+    draft: Any,
+    aux: torch.Tensor,
+    seq: list[int],
+    first_new: int,
+    gamma: int,
+    max_new_tokens: int | None = None,
 ) -> list[int]:
-    """Accepted-draft counts per cycle for one greedy sequence.
+    """Accepted-draft counts per verify cycle for one greedy sequence.
 
     Args:
         draft: an ``Eagle3Draft``.
@@ -68,20 +73,47 @@ def simulate_sequence(
         seq: prompt + greedy continuation (target token ids).
         first_new: index of the first generated token (= prompt length).
         gamma: draft tokens per cycle.
+        max_new_tokens: None: count only cycles with ``gamma + 1`` reference tokens left (the
+            offline metric). An int: run as the engine does for a request with that
+            ``max_new_tokens`` (cycles until that many tokens or the end of ``seq``; a cycle
+            at the end may be cut short), so ``len(result)`` is SGLang's ``spec_verify_ct``.
     """
     counts: list[int] = []
     cur = first_new + 1  # prefill emitted seq[first_new]
     tokens = torch.tensor(seq)
-    while cur + gamma < len(seq):
+
+    def more() -> bool:
+        if max_new_tokens is None:
+            return cur + gamma < len(seq)
+        return cur - first_new < max_new_tokens and cur < len(seq)
+
+    while more():
         drafted = draft.draft_chain(aux[: cur - 1], tokens[:cur], gamma)
         accepted = 0
         for i, tok in enumerate(drafted):
-            if seq[cur + i] != tok:
+            if cur + i >= len(seq) or seq[cur + i] != tok:
                 break
             accepted += 1
         counts.append(accepted)
         cur += accepted + 1
     return counts
+
+
+@torch.no_grad()
+def greedy_sequence(model: Any, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+    """Prompt + the target's unbatched greedy continuation (stops at any config EOS id)."""
+    cfg = model.config
+    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
+    ids = torch.tensor([list(prompt_ids)])
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=eos,
+        pad_token_id=cfg.pad_token_id,
+    )
+    return out[0].tolist()
 
 
 @torch.no_grad()
@@ -106,22 +138,12 @@ def evaluate(
     try:
         model, tok = load_target(target)
         draft = load_draft(Path(draft_dir), model.get_input_embeddings().weight)
-        cfg = model.config
-        eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
+        pad = model.config.pad_token_id
         held = make_prompts(tok, "heldout", prompts, seed, prompt_tokens=prompt_tokens)
         per_kind: dict[bool, list[int]] = {True: [], False: []}
         for p in held:
-            ids = torch.tensor([p.ids])
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=eos,
-                pad_token_id=cfg.pad_token_id,
-            )
-            seq = out[0].tolist()
-            _, aux, _ = capture(model, [seq], draft.spec.aux_layer_ids, cfg.pad_token_id)
+            seq = greedy_sequence(model, p.ids, max_new_tokens)
+            _, aux, _ = capture(model, [seq], draft.spec.aux_layer_ids, pad)
             per_kind[p.chat].extend(simulate_sequence(draft, aux[0], seq, len(p.ids), gamma))
     finally:
         torch.set_num_threads(prev)

@@ -168,3 +168,53 @@ def test_load_and_evaluate(trained: tuple[Path, dict], target: Path) -> None:
     assert res.prompts == 4 and res.cycles == sum(res.accepted_histogram) > 0
     assert 1.0 <= res.accept_length <= 4.0
     assert len(res.position_acceptance) == 3
+
+
+@pytest.mark.sglang
+def test_sglang_serves_the_export_with_the_offline_verify_counts(
+    trained: tuple[Path, dict], target: Path, tmp_path: Path
+) -> None:
+    """The real SGLang CPU server loads the export (EAGLE3, topk 1, 3 steps, 4 draft tokens),
+    answers greedy requests with the target's greedy tokens, and needs exactly as many verify
+    passes per request as the PyTorch simulation of the same draft head predicts."""
+    pytest.importorskip("sglang")
+    import httpx
+
+    from drafters.eagle3.data import capture, make_prompts
+    from drafters.eagle3.evaluate import greedy_sequence, simulate_sequence
+    from serving.local import free_port, start_sglang
+
+    out, _ = trained
+    new_tokens = 24
+    model, tok = train_mod.load_target(target)
+    draft = load_draft(out, model.get_input_embeddings().weight)
+    prompts = make_prompts(tok, "heldout", 4, 0, prompt_tokens=24)
+    expected = []
+    for p in prompts:
+        seq = greedy_sequence(model, p.ids, new_tokens)
+        _, aux, _ = capture(model, [seq], (0, 1, 2), model.config.pad_token_id)
+        cycles = simulate_sequence(draft, aux[0], seq, len(p.ids), 3, new_tokens)
+        expected.append((seq[len(p.ids) :], len(cycles)))
+    port = free_port()
+    spec_args = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(out)]
+    spec_args += ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
+    spec_args += ["--speculative-num-draft-tokens", "4"]
+    with (
+        start_sglang(
+            model_path=target,
+            port=port,
+            extra_args=spec_args,
+            log_path=tmp_path / "sglang.log",
+            ready_timeout_s=600,
+        ) as server,
+        httpx.Client(timeout=300) as client,
+    ):
+        got = []
+        for p in prompts:
+            body = {
+                "input_ids": list(p.ids),
+                "sampling_params": {"temperature": 0, "max_new_tokens": new_tokens},
+            }
+            r = client.post(f"{server.base_url}/generate", json=body).json()
+            got.append((r["output_ids"], r["meta_info"]["spec_verify_ct"]))
+    assert got == expected
