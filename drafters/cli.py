@@ -58,6 +58,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=_run_spec_math)
 
+    from drafters.lossless import add_verify_command  # aiohttp only; no torch
+
+    add_verify_command(subparsers)
+
 
 def _run_spec_math(args: argparse.Namespace) -> int:
     """Compute and print the table; returns the exit code (2 on invalid input)."""
