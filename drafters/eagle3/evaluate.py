@@ -26,6 +26,14 @@ k+1 accepted) (unconditional); ``accepted_histogram[a]`` = cycles with a accepte
 Prompts: ``drafters.eagle3.data.make_prompts(tokenizer, "heldout", ...)``: held-out stdlib
 files (``serving.tinymodel.stdlib_corpus("heldout")``), which neither the tokenizer, the target
 nor the drafter saw; one prompt in 4 is chat-formatted.
+
+Measured (seed 0; ``models/tiny-llama`` 450 steps, drafter 300 steps; Python 3.11.7):
+64 held-out prompts, 2185 cycles, mean accepted length 2.727 (code 2.869, chat 2.373),
+conditional acceptance per draft position [0.750, 0.728, 0.792], reach [0.750, 0.546, 0.432].
+The real SGLang 0.5.23 CPU server with the export (EAGLE3, topk 1, 3 steps, 4 draft tokens),
+same 64 prompts, ``max_new_tokens`` 96: greedy tokens equal to ``transformers`` on 64/64,
+``spec_verify_ct`` equal to ``simulate_sequence(..., max_new_tokens=96)`` on 64/64, and
+``/server_info`` ``avg_spec_accept_length`` 2.725 (this simulation in that mode: 2.708).
 """
 
 from __future__ import annotations
