@@ -189,6 +189,8 @@ class SGLangProcess:
         log_path: file that receives stdout and stderr (appended); default: a new temporary
             file, left in place for post-mortems.
         python: interpreter (default: ``sys.executable``).
+        module: the module run with ``python -m`` (default ``sglang.launch_server``; tests run
+            ``serving.fake_sglang``, which answers ``/health`` like SGLang).
         stop_timeout_s: seconds to wait after SIGTERM before SIGKILL.
 
     Use :meth:`start` (or :func:`start_sglang`), then :meth:`stop`, or the object as a context
@@ -204,9 +206,10 @@ class SGLangProcess:
         env: Mapping[str, str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
         python: str | None = None,
+        module: str = "sglang.launch_server",
         stop_timeout_s: float = 20.0,
     ) -> None:
-        self.argv = [python or sys.executable, "-m", "sglang.launch_server", *argv]
+        self.argv = [python or sys.executable, "-m", module, *argv]
         self.host = host
         self.port = port
         self.env = dict(os.environ if env is None else env)
@@ -271,7 +274,7 @@ class SGLangProcess:
             if code is not None:
                 self.stop()
                 raise SGLangStartError(
-                    f"SGLang exited with status {code} before it was ready "
+                    f"{self.argv[2]} exited with status {code} before it was ready "
                     f"(log: {self.log_path})",
                     log_tail=self.log_tail(),
                     returncode=code,
@@ -282,7 +285,8 @@ class SGLangProcess:
             if time.monotonic() > deadline:
                 self.stop()
                 raise SGLangStartError(
-                    f"SGLang was not ready within {ready_timeout_s:.0f} s (log: {self.log_path})",
+                    f"{self.argv[2]} was not ready within {ready_timeout_s:.0f} s "
+                    f"(log: {self.log_path})",
                     log_tail=self.log_tail(),
                     returncode=None,
                 )
