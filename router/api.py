@@ -30,7 +30,7 @@ from router.errors import (
     SpecgateError,
     UnsupportedMediaType,
 )
-from router.features import make_features, parse_chat, parse_completions
+from router.features import ParsedRequest, make_features, needs_exact, parse_chat, parse_completions
 from router.policy import Reason
 from router.proxy import ProxyJob, ProxyResponse
 
@@ -73,6 +73,55 @@ def _parse_json(request: Request, body: bytes) -> Any:
         raise InvalidRequest("the request body is not valid JSON", code="invalid_json") from None
 
 
+#: Bodies up to this size are rendered on the event loop (a chat template over a few KB takes
+#: tens of microseconds, less than a thread hop); larger ones are rendered in a worker thread.
+_INLINE_RENDER_BYTES = 16 * 1024
+
+
+def _thresholds(parsed: ParsedRequest, runtime: Any) -> list[int]:
+    """Every prompt length ``t`` at which some decision ``P <= t`` flips (tokens).
+
+    From :func:`router.features.make_features` and :func:`router.policy.decide`: the cap
+    (``P < S`` and ``P + M <= S``), the default budget's switch (``S - D``), the long-prompt
+    threshold, each speculative pool's ``P + n*M + K <= limit`` and each pool's
+    ``P + M <= limit``. A defaulted budget ``M = min(D, S - P)`` is constant (``D``) only
+    below ``S - D``; above it the exact count is always taken.
+    """
+    cfg = runtime.config
+    cap, default = cfg.limits.max_context_tokens, cfg.limits.default_max_tokens
+    m = parsed.max_new_tokens
+    out = [cap - 1, runtime.routing.long_prompt_tokens]
+    if m is None:
+        m = default
+        out.append(cap - default)
+    out.append(cap - m)
+    for pool in runtime.pools:
+        out.append(pool.limit - m)
+        if pool.config.speculative:
+            out.append(pool.limit - parsed.n * m - pool.reserved)
+    return out
+
+
+async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest, body_bytes: int) -> int:
+    """Prompt tokens for the decision: exact, or the upper bound when it cannot change it.
+
+    Rendering runs on the loop for small bodies, in the tokeniser threads for large ones;
+    exact BPE encoding always runs in the threads, and only when a decision threshold falls
+    inside the byte-length bounds (:class:`router.features.PromptCounter`). Never an
+    under-count: the value used is exact or ``hi >= P``.
+    """
+    counter = runtime.counter
+    loop = asyncio.get_running_loop()
+    if body_bytes <= _INLINE_RENDER_BYTES:
+        rendered = counter.render(parsed)
+    else:
+        rendered = await loop.run_in_executor(state.executor, counter.render, parsed)
+    lo, hi = counter.bounds(rendered)
+    if not needs_exact(lo, hi, _thresholds(parsed, runtime)):
+        return hi
+    return await loop.run_in_executor(state.executor, counter.exact, rendered)
+
+
 async def _generate(request: Request, kind: str) -> Response:
     state = _state(request)
     runtime = state.runtime
@@ -87,8 +136,7 @@ async def _generate(request: Request, kind: str) -> Response:
     doc = _parse_json(request, body)
     parsed = (parse_chat if kind == "chat" else parse_completions)(doc, max_n=limits.max_n)
     request.state.param = parsed.param
-    loop = asyncio.get_running_loop()
-    prompt_tokens = await loop.run_in_executor(state.executor, runtime.counter.count, parsed)
+    prompt_tokens = await _size_prompt(state, runtime, parsed, len(body))
     request.state.prompt_tokens = prompt_tokens
     state.metrics.prompt_tokens.observe(prompt_tokens)
     features = make_features(parsed, prompt_tokens, max_context_tokens=limits.max_context_tokens,

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from router.errors import ContextLengthExceeded, InvalidRequest
@@ -314,9 +315,22 @@ def _template_tools(doc: dict[str, Any]) -> list[dict[str, Any]] | None:
 class PromptCounter:
     """Counts prompt tokens with the served model's tokenizer and chat template.
 
-    Loading is slow (hundreds of ms): build one per tokenizer path and share it. ``count`` is
-    CPU-bound (Jinja rendering holds the GIL, BPE encoding releases it): call it from a worker
-    thread, never on the event loop.
+    Two stages, so that exact tokenisation (the expensive part: BPE over the whole prompt)
+    runs only when the decision depends on it:
+
+    1. :meth:`render` applies the chat template (or collects the completion prompts) and
+       :meth:`bounds` turns the rendered text into ``lo <= P <= hi`` from its byte length:
+       every token of a byte-level BPE (or SentencePiece with byte fallback) covers at least
+       one byte of the text, so ``hi = bytes + added special tokens + 1``; no token covers
+       more than ``max_token_bytes`` bytes (the longest vocabulary entry, UTF-8), so
+       ``lo = ceil(bytes / max_token_bytes)``. Token-id prompts are exact (``lo == hi``).
+    2. :meth:`exact` encodes the rendered text (call it from a worker thread).
+
+    :func:`needs_exact` says whether any decision threshold lies in ``[lo, hi)``; if none
+    does, every ``P`` in the interval gives the same decision and ``hi`` (an upper bound, so
+    never an under-count against the cap) stands in for ``P``.
+
+    Loading is slow (hundreds of ms): build one per tokenizer path and share it.
 
     Args:
         tokenizer_path: local directory with ``tokenizer.json``/``tokenizer_config.json``.
@@ -330,9 +344,11 @@ class PromptCounter:
 
         self.path = str(tokenizer_path)
         self._tok = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        self.max_token_bytes = max(len(t.encode("utf-8")) for t in self._tok.get_vocab()) or 1
+        self._added = self._tok.num_special_tokens_to_add(pair=False)
 
-    def count(self, parsed: ParsedRequest) -> int:
-        """Prompt tokens P of ``parsed`` (the longest prompt for a completions batch).
+    def render(self, parsed: ParsedRequest) -> Rendered:
+        """The prompt(s) as the engine will tokenise them (chat template applied).
 
         Raises:
             InvalidRequest: when the chat template rejects the conversation (e.g. a Jinja
@@ -340,30 +356,77 @@ class PromptCounter:
         """
         doc = parsed.doc
         if parsed.kind == "chat":
-            return self.count_chat(doc["messages"], tools=_template_tools(doc),
-                                   template_kwargs=doc.get("chat_template_kwargs"))
+            kwargs = doc.get("chat_template_kwargs")
+            return Rendered(texts=(self.render_chat(doc["messages"], tools=_template_tools(doc),
+                                                    template_kwargs=kwargs),), special=False)
         prompt = doc["prompt"]
         kind = _prompt_kind(prompt)
         if kind == "text":
-            return len(self._tok.encode(prompt))
+            return Rendered(texts=(prompt,), special=True)
         if kind == "texts":
-            return max(len(ids) for ids in self._tok(prompt)["input_ids"])
+            return Rendered(texts=tuple(prompt), special=True)
         if kind == "ids":
-            return len(prompt)
-        return max(len(p) for p in prompt)
+            return Rendered(ids_len=len(prompt))
+        return Rendered(ids_len=max(len(p) for p in prompt))
 
-    def count_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                   template_kwargs: dict[str, Any] | None = None) -> int:
-        """Tokens of ``messages`` rendered with the chat template and generation prompt."""
+    def render_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                    template_kwargs: dict[str, Any] | None = None) -> str:
+        """``messages`` rendered with the chat template and the generation prompt."""
         kwargs = template_kwargs if isinstance(template_kwargs, dict) else {}
         try:
-            text = self._tok.apply_chat_template(
+            return self._tok.apply_chat_template(
                 _template_messages(messages), tools=tools, tokenize=False,
                 add_generation_prompt=True, **kwargs)
         except Exception as exc:  # jinja2 errors, TypeError from templates (SGLang -> 400)
             raise InvalidRequest(f"the chat template rejected the messages: {str(exc)[:200]}",
                                  param="messages") from None
+
+    def bounds(self, rendered: Rendered) -> tuple[int, int]:
+        """``(lo, hi)`` with ``lo <= P <= hi`` (tokens), from byte lengths only."""
+        if rendered.ids_len is not None:
+            return rendered.ids_len, rendered.ids_len
+        size = max(len(t.encode("utf-8")) for t in rendered.texts)
+        extra = self._added if rendered.special else 0
+        return -(-size // self.max_token_bytes), size + extra + 1
+
+    def exact(self, rendered: Rendered) -> int:
+        """The exact prompt tokens P (the longest prompt of a batch)."""
+        if rendered.ids_len is not None:
+            return rendered.ids_len
+        if rendered.special:
+            return max(len(self._tok.encode(t)) for t in rendered.texts)
+        return max(len(self._tok.encode(t, add_special_tokens=False)) for t in rendered.texts)
+
+    def count(self, parsed: ParsedRequest) -> int:
+        """Exact prompt tokens P of ``parsed`` (render + encode; CPU-bound, call off the loop)."""
+        return self.exact(self.render(parsed))
+
+    def count_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                   template_kwargs: dict[str, Any] | None = None) -> int:
+        """Exact tokens of ``messages`` rendered with the chat template and generation prompt."""
+        text = self.render_chat(messages, tools=tools, template_kwargs=template_kwargs)
         return len(self._tok.encode(text, add_special_tokens=False))
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A rendered prompt: the text(s) the engine encodes, or the length of token-id prompts.
+
+    ``special``: the engine encodes with the tokenizer's special tokens added (completions).
+    """
+
+    texts: tuple[str, ...] = ()
+    special: bool = False
+    ids_len: int | None = None
+
+
+def needs_exact(lo: int, hi: int, thresholds: Iterable[int]) -> bool:
+    """True when some threshold ``t`` (a decision ``P <= t``) lies in ``[lo, hi)``.
+
+    If none does, ``P <= t`` has the same truth value for every ``P`` in ``[lo, hi]``, so the
+    decision made with ``hi`` equals the one made with the exact count.
+    """
+    return lo < hi and any(lo <= t < hi for t in thresholds)
 
 
 def make_features(parsed: ParsedRequest, prompt_tokens: int, *, max_context_tokens: int,

@@ -1,0 +1,92 @@
+"""Byte-length bounds on prompt tokens never under-count, and skip exact counts only when safe."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from router.features import PromptCounter, make_features, needs_exact, parse_chat, parse_completions
+from router.policy import EndpointSnapshot, PoolSnapshot, decide
+
+ALPHABET = list("abcdefghij klmnop\n\t{}()[]:;,.'\"=+-*/#_0123456789") + ["é", "ü", "中", "文", "🙂", "∑", "\u00a0"]
+
+
+def random_text(rng: random.Random, n: int) -> str:
+    return "".join(rng.choice(ALPHABET) for _ in range(n))
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_bounds_contain_the_exact_count(tokenizer_dir, seed):
+    counter = PromptCounter(tokenizer_dir)
+    rng = random.Random(seed)
+    for _ in range(25):
+        text = random_text(rng, rng.randint(0, 3000))
+        for parsed in (parse_chat({"messages": [{"role": "user", "content": text}]}, max_n=8),
+                       parse_completions({"prompt": text or "x"}, max_n=8)):
+            rendered = counter.render(parsed)
+            lo, hi = counter.bounds(rendered)
+            exact = counter.exact(rendered)
+            assert lo <= exact <= hi, (lo, exact, hi)
+            assert exact == counter.count(parsed)
+
+
+def test_token_id_prompts_are_exact(tokenizer_dir):
+    counter = PromptCounter(tokenizer_dir)
+    assert counter.bounds(counter.render(parse_completions({"prompt": [1, 2, 3]}, max_n=8))) == (3, 3)
+    assert counter.bounds(counter.render(parse_completions({"prompt": [[1], [1, 2]]}, max_n=8))) == (2, 2)
+
+
+def test_needs_exact():
+    assert needs_exact(10, 20, [5, 25]) is False
+    assert needs_exact(10, 20, [10]) is True      # P <= 10 true at lo, false at hi
+    assert needs_exact(10, 20, [19]) is True
+    assert needs_exact(10, 20, [20]) is False     # true over the whole interval
+    assert needs_exact(7, 7, [7]) is False
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_decision_with_upper_bound_equals_exact_when_no_threshold_straddles(seed):
+    # For random intervals: whenever needs_exact is False, deciding with hi gives the same
+    # decision (and the same 400s) as deciding with any P in [lo, hi].
+    from router.api import _thresholds
+
+    class Pool:
+        def __init__(self, name, spec, limit, reserved):
+            self.name, self.limit, self.reserved = name, limit, reserved
+            self.config = type("C", (), {"speculative": spec})()
+
+    class Runtime:
+        config = type("Cfg", (), {"limits": type("L", (), {"max_context_tokens": 4096, "default_max_tokens": 256})()})()
+        routing = type("R", (), {"long_prompt_tokens": 1024})()
+        pools = [Pool("spec", True, 2048, 4), Pool("plain", False, 4096, 0)]
+
+    snaps = [PoolSnapshot("spec", True, 2048, 4, (EndpointSnapshot("http://s", True, 0),)),
+             PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, 0),))]
+    rng = random.Random(seed)
+    checked = 0
+    for _ in range(1500):
+        m = rng.choice([None, 1, 16, 256, 1000, 3000])
+        n = rng.choice([1, 2, 8])
+        doc = {"messages": [{"role": "user", "content": "x"}], "n": n}
+        if m is not None:
+            doc["max_tokens"] = m
+        parsed = parse_chat(doc, max_n=8)
+        lo = rng.randint(1, 4500)
+        hi = lo + rng.randint(0, 600)
+        if needs_exact(lo, hi, _thresholds(parsed, Runtime())):
+            continue
+
+        def outcome(p):
+            try:
+                f = make_features(parsed, p, max_context_tokens=4096, default_max_tokens=256)
+            except Exception as exc:
+                return type(exc).__name__
+            d = decide(f, snaps, max_context_tokens=4096, long_prompt_tokens=1024)
+            return (d.pool, d.reason, d.status, f.max_new_tokens if m is not None else None)
+
+        ref = outcome(hi)
+        for p in {lo, (lo + hi) // 2, hi}:
+            assert outcome(p) == ref, (m, n, lo, hi, p)
+        checked += 1
+    assert checked > 500
