@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from router.auth import load_auth
 from router.config import Config, load_config
+from router.discovery import Discovery, DiscoverySettings
 from router.features import PromptCounter
 from router.metrics import RouterMetrics
 from router.pools import LeaseLedger, Runtime
@@ -50,6 +51,8 @@ class AppState:
         metrics: the router's Prometheus series.
         shared: the shared state (:mod:`router.state`).
         clock: monotonic clock (s).
+        discovery: the Kubernetes endpoint watchers (:mod:`router.discovery`; idle when no
+            pool has a ``discovery`` block).
     """
 
     def __init__(self, runtime: Runtime, *, config_path: Path | None, session: aiohttp.ClientSession,
@@ -64,6 +67,7 @@ class AppState:
         self.metrics = metrics
         self.clock = clock
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.discovery: Discovery | None = None
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
 
@@ -101,6 +105,8 @@ class AppState:
             m.routing_threshold.labels(key).set(value)
             m.routing_override_active.labels(key).set(int(path in active and runtime.override_error is None))
         m.shared_state_degraded.set(int(self.shared.degraded))
+        if self.discovery is not None:
+            self.discovery.refresh_gauges(runtime)
 
 
 def _build_counter(config: Config, previous: Runtime | None) -> PromptCounter:
@@ -123,7 +129,8 @@ def build_runtime(config: Config, previous: Runtime | None = None,
 
 
 def create_app(config: str | Path | Config, *, session_factory: Callable[[Config], aiohttp.ClientSession] | None = None,
-               clock: Callable[[], float] = time.monotonic, scrape: bool = True, watch: bool = True) -> FastAPI:
+               clock: Callable[[], float] = time.monotonic, scrape: bool = True, watch: bool = True,
+               discovery: DiscoverySettings | None = None) -> FastAPI:
     """Build the router app.
 
     Args:
@@ -133,6 +140,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         clock: monotonic clock (s).
         scrape: run the background scrape loop.
         watch: reload the config file when it changes (paths only).
+        discovery: Kubernetes API access for pools with a ``discovery`` block (tests point
+            ``api_url`` at a fake API server); watchers run only when such a pool exists.
 
     Raises:
         ConfigError: at startup, when the config is invalid.
@@ -161,6 +170,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         scraper = Scraper(session, lambda: state.runtime, state.refresh_gauges, clock,
                           on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc())
         reloader = Reloader(state) if (path is not None and watch) else None
+        state.discovery = Discovery(lambda: state.runtime, metrics, discovery or DiscoverySettings())
+        state.discovery.start()
         if scrape:
             await scraper.run_once()
             scraper.start()
@@ -173,6 +184,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             await scraper.stop()
             if reloader is not None:
                 await reloader.stop()
+            await state.discovery.stop()
             for task in list(state.tasks):
                 task.cancel()
             await asyncio.gather(*state.tasks, return_exceptions=True)

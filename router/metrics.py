@@ -12,6 +12,10 @@ Shared state (:mod:`router.state`): ``op`` is ``sync`` (the batched lease/flag/o
 or ``overrides`` (an admin write); ``result`` is ``ok``, ``timeout``, ``connection_error``,
 ``error`` or ``short_circuit`` (refused by the open circuit breaker). ``key`` of the routing
 threshold series is ``long_prompt_tokens``, ``saturation_enter`` or ``saturation_exit``.
+
+Discovery (:mod:`router.discovery`): ``state`` is ``ready`` or ``draining``; ``reason`` of a
+watch restart is ``expired`` (410, re-list) or ``error`` (backoff). Discovered endpoint URLs
+(pod IPs) appear only in ``specgate_scrape_failures_total``.
 API keys never appear in any series.
 """
 
@@ -96,6 +100,17 @@ class RouterMetrics:
         self.routing_override_active = Gauge(
             "specgate_routing_override_active", "1 while a runtime override replaces the YAML value.",
             ["key"], registry=registry)
+        self.discovered_endpoints = Gauge(
+            "specgate_discovered_endpoints",
+            "Endpoints of a discovered pool: ready (routable once healthy) or draining.",
+            ["pool", "state"], registry=registry)
+        self.discovery_lists = Counter(
+            "specgate_discovery_lists", "EndpointSlice list calls (start, then after each 410).",
+            ["pool"], registry=registry)
+        self.discovery_watch_restarts = Counter(
+            "specgate_discovery_watch_restarts",
+            "EndpointSlice watches restarted, by reason (expired: 410 re-list; error: backoff).",
+            ["pool", "reason"], registry=registry)
         self.config_info = Gauge(
             "specgate_config_last_reload_success_timestamp_seconds",
             "Unix time of the last successful config load.", registry=registry)

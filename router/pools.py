@@ -17,6 +17,15 @@ is told of both, in memory only (no I/O on the request path); its writer task br
 ``shared_inflight``, the count over all replicas, and :meth:`Endpoint.inflight_view` adds this
 replica's own changes since. The load a decision sees is ``max(scraped engine load, that)``.
 
+Discovered endpoints (pools with a ``discovery`` block, :mod:`router.discovery`): the watcher
+hands :meth:`Runtime.set_discovered` the pool's ready URL set whenever it changes (no reload).
+A new URL gets a new endpoint (health *unknown* until its first scrape); a URL that leaves the
+set is *draining*: not routable (``healthy`` is False, so snapshots and the policy skip it),
+its in-flight leases run to their end, and the release of its last lease drops it from the pool
+(at once when it has none). A URL that comes back while draining keeps its endpoint (health,
+in-flight). The pool's endpoint map is replaced, never mutated, so a snapshot is one consistent
+view.
+
 Routing overrides (``PUT /admin/config``) live on the :class:`Runtime`: ``Runtime.routing`` is
 the YAML's ``routing`` with :class:`~router.config.Overrides` merged in; a reload carries them
 over to the new runtime.
@@ -26,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,10 +84,13 @@ class Lease:
         """Decrement the endpoint's in-flight count (and tell the ledger), once."""
         if not self.released:
             self.released = True
-            self.endpoint.inflight -= 1
-            ledger = self.endpoint.ledger
+            endpoint = self.endpoint
+            endpoint.inflight -= 1
+            ledger = endpoint.ledger
             if ledger is not None and self.lease_id is not None:
-                ledger.released(self.endpoint, self.lease_id)
+                ledger.released(endpoint, self.lease_id)
+            if endpoint.draining and endpoint.inflight == 0 and endpoint.on_drained is not None:
+                endpoint.on_drained(endpoint)
 
     def __enter__(self) -> Lease:
         return self
@@ -98,8 +110,11 @@ class Endpoint:
             (None: unknown, e.g. memory backend or degraded); shared_base: this replica's
             ``inflight`` when that sync's batch was taken; shared_at: its monotonic time (s).
         ledger: the shared state told of leases (None: memory backend).
-        healthy: routable; state: ``unknown``/``healthy``/``unhealthy``.
+        healthy: routable (state ``healthy`` and not draining); state:
+            ``unknown``/``healthy``/``unhealthy``.
         engine: last scraped :class:`EngineLoad`; scraped_at: its monotonic time (s).
+        draining: left its discovered pool; in-flight requests finish, no new ones come.
+        on_drained: called once the last lease of a draining endpoint is released.
     """
 
     url: str
@@ -117,11 +132,13 @@ class Endpoint:
     shared_base: int = 0
     shared_at: float | None = None
     ledger: LeaseLedger | None = field(default=None, repr=False)
+    draining: bool = False
+    on_drained: Callable[[Endpoint], None] | None = field(default=None, repr=False)
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
 
     @property
     def healthy(self) -> bool:
-        return self.state == "healthy"
+        return self.state == "healthy" and not self.draining
 
     def lease(self) -> Lease:
         """Take a lease (in-flight + 1); release it when the response ends."""
@@ -190,12 +207,17 @@ class Pool:
         self.name = config.name
         self.limit = limit
         self.reserved = config.reserved_tokens if config.speculative else 0
-        self.endpoints: dict[str, Endpoint] = {e.url: e for e in endpoints}
+        self.endpoints: dict[str, Endpoint] = {}
+        self.replace_endpoints(endpoints)
+        self.saturated = False
+        self.low_acceptance = False
+
+    def replace_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
+        """Swap in a new endpoint map (never mutated in place: snapshots stay consistent)."""
+        self.endpoints = {e.url: e for e in endpoints}
         siblings = list(self.endpoints.values())
         for e in siblings:
             e._siblings = siblings
-        self.saturated = False
-        self.low_acceptance = False
 
     def load(self, now: float, stale_after_s: float) -> int:
         """The load a new request would meet: that of the least-loaded healthy endpoint.
@@ -258,9 +280,16 @@ class Runtime:
         pools = []
         for pc in config.pools:
             eps = []
+            if pc.discovery is not None and previous is not None:
+                # discovered endpoints stay until the watcher says otherwise (it re-applies its
+                # current set to this runtime right after the swap, see router.discovery)
+                prev = next((p for p in previous.pools if p.name == pc.name), None)
+                if prev is not None and prev.config.discovery == pc.discovery:
+                    eps.extend(prev.endpoints.values())
             for url in pc.endpoints:
                 url = url.rstrip("/")
                 ep = old.get((pc.name, url)) or Endpoint(url=url, pool=pc.name)
+                ep.draining, ep.on_drained = False, None  # a static endpoint never drains
                 ep.ledger = self.ledger
                 ep.failure_threshold = health.failure_threshold
                 ep.success_threshold = health.success_threshold
@@ -273,6 +302,60 @@ class Runtime:
                 if prev is not None:
                     pool.saturated, pool.low_acceptance = prev.saturated, prev.low_acceptance
             self.set_overrides(previous.overrides)
+        self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
+
+    def set_discovered(self, pool_name: str, urls: Iterable[str]) -> tuple[list[str], list[str]]:
+        """Make ``urls`` (base URLs, ready endpoints) the routable set of a discovered pool.
+
+        New URLs get new endpoints; present ones keep theirs (and stop draining); the others
+        start draining and are dropped once idle (see the module docstring). A URL already
+        serving another pool is ignored (logged).
+
+        Returns:
+            ``(added, draining)`` URLs, each sorted (endpoints that started draining now).
+        Raises:
+            KeyError: when there is no pool ``pool_name``.
+        """
+        pool = next((p for p in self.pools if p.name == pool_name), None)
+        if pool is None:
+            raise KeyError(pool_name)
+        wanted = {u.rstrip("/") for u in pool.config.endpoints}  # static ones never drain
+        for url in urls:
+            url = url.rstrip("/")
+            other = self._by_url.get(url)
+            if other is not None and other.pool != pool_name:
+                log.warning("discovered %s for pool %s already serves pool %s; ignored",
+                            url, pool_name, other.pool)
+                continue
+            wanted.add(url)
+        health = self.config.health
+        added, draining, eps = [], [], []
+        for url in sorted(wanted | set(pool.endpoints)):
+            ep = pool.endpoints.get(url)
+            if ep is None:
+                ep = Endpoint(url=url, pool=pool_name, failure_threshold=health.failure_threshold,
+                              success_threshold=health.success_threshold, ledger=self.ledger)
+                added.append(url)
+            ep.on_drained = self._drop_drained
+            if url in wanted:
+                ep.draining = False
+            elif not ep.draining:
+                ep.draining = True
+                draining.append(url)
+            if not (ep.draining and ep.inflight == 0):
+                eps.append(ep)
+        pool.replace_endpoints(eps)
+        self._index()
+        return added, draining
+
+    def _drop_drained(self, endpoint: Endpoint) -> None:
+        for pool in self.pools:
+            if pool.endpoints.get(endpoint.url) is endpoint and endpoint.draining and endpoint.inflight == 0:
+                pool.replace_endpoints(e for e in pool.endpoints.values() if e is not endpoint)
+                self._index()
+                log.info("endpoint %s of pool %s drained and dropped", endpoint.url, pool.name)
+
+    def _index(self) -> None:
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
 
     def set_overrides(self, overrides: Overrides) -> None:

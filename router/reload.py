@@ -7,6 +7,15 @@ keep their health and in-flight counts); only then is ``state.runtime`` replaced
 file keeps the last good config and counts ``specgate_config_reloads_total{result="failure"}``.
 ``server.host``/``server.port`` and ``state`` changes need a restart and are only logged;
 API key files and variables (``auth``) are re-read; routing overrides carry over.
+
+Kubernetes mounts a ConfigMap as a directory whose ``config.yaml`` is a symlink to
+``..data/config.yaml`` and ``..data`` a symlink to a timestamped directory (``..2026_...``); the
+kubelet writes a new timestamped directory and renames a new ``..data`` link over the old one
+(atomic). ``os.stat`` follows the links, so the new file's inode shows the swap even when size
+and mtime match; the file is read once per change, through the links, so a half-written file is
+never seen. Mount the directory, never ``subPath`` (a subPath mount never sees the swap).
+Discovered endpoints (:mod:`router.discovery`) are re-applied to the new runtime in the same
+event-loop step as the swap.
 """
 
 from __future__ import annotations
@@ -81,6 +90,8 @@ class Reloader:
         if state.runtime.config.state != config.state:
             log.warning("state changed; restart the router to apply")
         state.runtime = runtime
+        if getattr(state, "discovery", None) is not None:
+            state.discovery.sync(runtime)
         state.metrics.config_reloads.labels("success").inc()
         state.metrics.config_info.set(time.time())
         log.info("config reloaded: pools=%s", [p.name for p in runtime.pools])

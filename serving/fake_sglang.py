@@ -2230,8 +2230,9 @@ def _fmt(v: float) -> str:
 class FakeServer:
     """Serve a fake app with uvicorn in a background thread on 127.0.0.1.
 
-    ``FakeServer(config, port=0)``: port 0 picks a free port (the listening socket is bound
-    before the thread starts, so there is no race). Use as a context manager or call
+    ``FakeServer(config, port=0, host="127.0.0.1")``: port 0 picks a free port (the listening
+    socket is bound before the thread starts, so there is no race); another loopback ``host``
+    (``127.0.0.2``...) lets several fakes share one port, like pods behind one Service. Use as a context manager or call
     ``start()`` then ``stop()``/``kill()``. Attributes once started: ``base_url``
     (``http://127.0.0.1:PORT``), ``port``, ``app``, ``state`` (``FakeState``).
 
@@ -2245,12 +2246,14 @@ class FakeServer:
     """
 
     def __init__(
-        self, config: FakeConfig | None = None, *, port: int = 0, start_timeout_s: float = 10.0
+        self, config: FakeConfig | None = None, *, port: int = 0, start_timeout_s: float = 10.0,
+        host: str = "127.0.0.1",
     ) -> None:
         self.config = config or FakeConfig()
         self.app = create_fake_app(self.config)
         self.state: FakeState = self.app.state.fake
         self._want_port = port
+        self.host = host
         self._timeout = start_timeout_s
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -2273,11 +2276,11 @@ class FakeServer:
             socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
         )  # IPPROTO_TCP: asyncio then sets TCP_NODELAY
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self._want_port))
+        sock.bind((self.host, self._want_port))
         sock.listen(2048)
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.base_url = f"http://{self.host}:{self.port}"
         config = uvicorn.Config(
             self.app,
             log_level="warning",

@@ -1,0 +1,326 @@
+"""Kubernetes discovery: a pool's endpoints from the EndpointSlices its label selector matches.
+
+Algorithm (the list/watch "reflector" of client-go, one asyncio task per discovered pool, with
+the official client's asyncio API, ``kubernetes.aio``):
+
+1. **List** ``discovery.k8s.io/v1`` EndpointSlices in ``discovery.namespace`` with
+   ``discovery.label_selector``; the list *replaces* the pool's known slices (so nothing missed
+   while not watching survives, and nothing is counted twice) and gives a resourceVersion.
+2. **Watch** from that resourceVersion (``timeoutSeconds`` = ``watch_timeout_s``, bookmarks
+   asked for): ``ADDED``/``MODIFIED`` replace one slice, ``DELETED`` removes it, ``BOOKMARK``
+   only advances the resourceVersion. When the server ends the watch (its timeout), watch again
+   from the last resourceVersion seen.
+3. **410 Gone** (``Expired``: the resourceVersion left the server's history, e.g. after an
+   API-server restart or a long disconnect), as an HTTP status or a watch ``ERROR`` event:
+   list again at once (step 1) with a fresh resourceVersion.
+4. **Any other error** (refused/reset connection, timeout, 5xx, 403): back off
+   ``backoff_initial_s * 2**k`` capped at ``backoff_max_s`` (seconds, with +-20% jitter from a
+   seeded RNG), then watch again from the last resourceVersion (a 410 then leads to step 1).
+   Known endpoints keep serving meanwhile: an unreachable API server removes nothing.
+
+A slice contributes ``{discovery.scheme}://{address}:{discovery.port}`` for every endpoint whose
+``conditions.ready`` is true (the API says a missing ``ready`` means ready; terminating pods are
+not ready); IPv6 addresses are bracketed. The pool's set is the union over its slices
+(:func:`ready_urls` is pure). Each change is handed to the current runtime's
+:meth:`router.pools.Runtime.set_discovered`: new URLs are added (health *unknown* until the
+first scrape), vanished or not-ready ones drain (no new requests, in-flight ones finish, then
+the endpoint is dropped). A config reload calls :meth:`Discovery.sync`: watchers of changed or
+removed discovery blocks are stopped, new ones started, and the known sets re-applied to the
+new runtime in the same event-loop step as the swap.
+
+Access: ``api_url`` (tests) when given, else in-cluster config when ``KUBERNETES_SERVICE_HOST``
+is set (the pod's service account; the Helm chart grants get/list/watch on EndpointSlices),
+else the kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``). A failure to load it is retried
+with the same backoff.
+
+Metrics: ``specgate_discovered_endpoints{pool,state}`` (``ready``/``draining``),
+``specgate_discovery_lists_total{pool}``, ``specgate_discovery_watch_restarts_total{pool,reason}``
+(``expired``: a 410 forced a re-list; ``error``: a failure forced a backoff).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import random
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from router.config import DiscoveryConfig, PoolConfig
+
+__all__ = ["Discovery", "DiscoverySettings", "ready_urls"]
+
+log = logging.getLogger("specgate.discovery")
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoverySettings:
+    """How the router talks to the API server (seconds).
+
+    Attributes:
+        api_url: API server base URL overriding in-cluster/kubeconfig access (tests).
+        watch_timeout_s: ``timeoutSeconds`` asked of each watch (the server ends it then).
+        request_timeout_s: bound on a list call; a watch gets ``watch_timeout_s`` plus this.
+        backoff_initial_s: first wait after an error; doubles per failure up to
+            ``backoff_max_s``; reset by a successful list or watch event.
+        seed: seed of the backoff jitter.
+    """
+
+    api_url: str | None = None
+    watch_timeout_s: float = 300.0
+    request_timeout_s: float = 10.0
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 10.0
+    seed: int = 0
+
+
+def _host(address: str) -> str:
+    try:
+        if ipaddress.ip_address(address).version == 6:
+            return f"[{address}]"
+    except ValueError:
+        pass
+    return address
+
+
+def ready_urls(slice_: Mapping[str, Any], discovery: DiscoveryConfig) -> frozenset[str]:
+    """The base URLs of the ready endpoints of one EndpointSlice (its JSON form).
+
+    ``conditions.ready`` true or absent (the API's "nil means ready") counts; false does not.
+    """
+    out = set()
+    for ep in slice_.get("endpoints") or ():
+        ready = (ep.get("conditions") or {}).get("ready")
+        if ready is False:
+            continue
+        for address in ep.get("addresses") or ():
+            out.add(f"{discovery.scheme}://{_host(address)}:{discovery.port}")
+    return frozenset(out)
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion expired (410): list again."""
+
+
+class _PoolWatch:
+    """The list/watch loop of one pool (see the module docstring)."""
+
+    def __init__(self, owner: Discovery, pool: PoolConfig) -> None:
+        assert pool.discovery is not None
+        self.owner = owner
+        self.name = pool.name
+        self.discovery: DiscoveryConfig = pool.discovery
+        self.slices: dict[str, frozenset[str]] = {}
+        self.urls: frozenset[str] = frozenset()
+        self.synced = False
+        self.task: asyncio.Task[None] | None = None
+        self._rv: str | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._loop(), name=f"specgate-discovery-{self.name}")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+            self.task = None
+
+    def _set(self, slices: dict[str, frozenset[str]]) -> None:
+        self.slices = slices
+        urls = frozenset().union(*slices.values()) if slices else frozenset()
+        self.synced = True
+        if urls != self.urls:
+            self.urls = urls
+            if self.owner.watches.get(self.name) is self:  # not a watcher a reload replaced
+                self.owner.apply(self.name)
+
+    async def _loop(self) -> None:
+        owner, m = self.owner, self.owner.metrics
+        failures = 0
+        while True:
+            try:
+                api = await owner.api()
+                if self._rv is None:
+                    await self._list(api)
+                    failures = 0
+                await self._watch(api)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except _Gone:
+                log.info("discovery %s: resourceVersion %s expired; re-listing", self.name, self._rv)
+                self._rv = None
+                m.discovery_watch_restarts.labels(self.name, "expired").inc()
+            except Exception as exc:  # noqa: BLE001  (connection, timeout, 5xx, 403, kubeconfig)
+                delay = owner.backoff(failures)
+                failures += 1
+                m.discovery_watch_restarts.labels(self.name, "error").inc()
+                log.warning("discovery %s: %s: %s; retrying in %.2f s", self.name,
+                            type(exc).__name__, exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _list(self, api: Any) -> None:
+        settings = self.owner.settings
+        result = await api.list_namespaced_endpoint_slice(
+            self.discovery.namespace, label_selector=self.discovery.label_selector,
+            _request_timeout=float(settings.request_timeout_s))
+        raw = self.owner.client.sanitize_for_serialization(result)
+        self.owner.metrics.discovery_lists.labels(self.name).inc()
+        self._rv = (raw.get("metadata") or {}).get("resourceVersion") or None
+        self._set({item["metadata"]["name"]: ready_urls(item, self.discovery)
+                   for item in raw.get("items") or ()})
+        log.info("discovery %s: listed %d slices, %d ready endpoints (resourceVersion %s)",
+                 self.name, len(self.slices), len(self.urls), self._rv)
+        if self._rv is None:
+            raise RuntimeError("list without a resourceVersion")
+
+    async def _watch(self, api: Any) -> None:
+        from kubernetes.aio import watch
+        from kubernetes.aio.client.exceptions import ApiException
+
+        settings = self.owner.settings
+        w = watch.Watch()
+        try:
+            stream = w.stream(
+                api.list_namespaced_endpoint_slice, self.discovery.namespace,
+                label_selector=self.discovery.label_selector, resource_version=self._rv,
+                allow_watch_bookmarks=True, timeout_seconds=max(1, int(settings.watch_timeout_s)),
+                _request_timeout=float(settings.watch_timeout_s + settings.request_timeout_s))
+            async for event in stream:
+                kind, obj = event["type"], event["raw_object"]
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind == "BOOKMARK":
+                    self._rv = rv or self._rv
+                    continue
+                name = obj["metadata"]["name"]
+                slices = dict(self.slices)
+                if kind == "DELETED":
+                    slices.pop(name, None)
+                elif kind in ("ADDED", "MODIFIED"):
+                    slices[name] = ready_urls(obj, self.discovery)
+                self._rv = rv or self._rv
+                self._set(slices)
+        except ApiException as exc:
+            if exc.status == 410:
+                raise _Gone() from None
+            raise
+        finally:
+            await w.close()
+
+
+class Discovery:
+    """The discovery watchers of every pool with a ``discovery`` block.
+
+    Args:
+        get_runtime: returns the current :class:`router.pools.Runtime`.
+        metrics: the router's :class:`router.metrics.RouterMetrics`.
+        settings: API access and timing (:class:`DiscoverySettings`).
+    """
+
+    def __init__(self, get_runtime: Callable[[], Any], metrics: Any,
+                 settings: DiscoverySettings | None = None) -> None:
+        settings = settings or DiscoverySettings()
+        self._get_runtime = get_runtime
+        self.metrics = metrics
+        self.settings = settings
+        self.watches: dict[str, _PoolWatch] = {}
+        self.client: Any = None
+        self._api: Any = None
+        self._rng = random.Random(settings.seed)
+
+    # -- API access ---------------------------------------------------------------------
+    async def api(self) -> Any:
+        """The shared ``DiscoveryV1Api`` (built on first use: api_url, in-cluster or kubeconfig)."""
+        if self._api is None:
+            from kubernetes.aio import client, config
+
+            cfg = client.Configuration()
+            if self.settings.api_url is not None:
+                cfg.host = self.settings.api_url.rstrip("/")
+            elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+                config.load_incluster_config(client_configuration=cfg)
+            else:
+                await config.load_kube_config(client_configuration=cfg)
+            self.client = client.ApiClient(cfg)
+            self._api = client.DiscoveryV1Api(self.client)
+        return self._api
+
+    def backoff(self, failures: int) -> float:
+        """Seconds to wait after ``failures`` consecutive failures (capped, +-20% jitter)."""
+        s = self.settings
+        base = min(s.backoff_max_s, s.backoff_initial_s * (2 ** min(failures, 30)))
+        return base * self._rng.uniform(0.8, 1.2)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start a watcher for every discovered pool of the current runtime."""
+        self.sync(self._get_runtime())
+
+    def sync(self, runtime: Any) -> None:
+        """Match the watchers to ``runtime``'s pools and apply the known sets to it.
+
+        Called right after a reload swapped ``runtime`` in (same event-loop step). A watcher
+        whose pool is gone or whose discovery block changed is cancelled (and replaced).
+        """
+        wanted = {p.name: p for p in runtime.pools if p.config.discovery is not None}
+        for name, w in list(self.watches.items()):
+            pool = wanted.get(name)
+            if pool is None or pool.config.discovery != w.discovery:
+                del self.watches[name]
+                if w.task is not None:
+                    w.task.cancel()
+                self._gauges(name, (), ())
+        for name, pool in wanted.items():
+            if name not in self.watches:
+                w = _PoolWatch(self, pool.config)
+                self.watches[name] = w
+                w.start()
+            elif self.watches[name].synced:
+                self.apply(name)
+
+    async def stop(self) -> None:
+        """Cancel every watcher and close the API client."""
+        for w in list(self.watches.values()):
+            await w.stop()
+        self.watches.clear()
+        if self.client is not None:
+            await self.client.close()
+            self.client, self._api = None, None
+
+    # -- applying -----------------------------------------------------------------------
+    def apply(self, name: str) -> None:
+        """Hand pool ``name``'s ready URL set to the current runtime; update the gauges."""
+        w = self.watches.get(name)
+        runtime = self._get_runtime()
+        if w is None:
+            return
+        try:
+            added, draining = runtime.set_discovered(name, w.urls)
+        except KeyError:
+            return
+        if added or draining:
+            log.info("discovery %s: added %s, draining %s", name, added, draining)
+        pool = next(p for p in runtime.pools if p.name == name)
+        self._gauges(name, [e for e in pool.endpoints.values() if not e.draining],
+                     [e for e in pool.endpoints.values() if e.draining])
+
+    def refresh_gauges(self, runtime: Any) -> None:
+        """Recount ready/draining endpoints of every discovered pool (drops happen on release)."""
+        for pool in runtime.pools:
+            if pool.name in self.watches:
+                eps = list(pool.endpoints.values())
+                self._gauges(pool.name, [e for e in eps if not e.draining], [e for e in eps if e.draining])
+
+    def _gauges(self, name: str, ready: Iterable[Any], draining: Iterable[Any]) -> None:
+        g = self.metrics.discovered_endpoints
+        g.labels(name, "ready").set(len(list(ready)))
+        g.labels(name, "draining").set(len(list(draining)))
+
+    def known(self) -> dict[str, frozenset[str]]:
+        """Each watched pool's current ready URL set (for ``/ready``-style introspection and tests)."""
+        return {name: w.urls for name, w in self.watches.items()}

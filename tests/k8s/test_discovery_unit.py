@@ -1,0 +1,100 @@
+"""Pure parts of discovery: slice -> URLs, and the runtime's add/drain/drop of endpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from router.config import DiscoveryConfig, parse_config
+from router.discovery import ready_urls
+from router.pools import Runtime
+
+D = DiscoveryConfig(namespace="ns", label_selector="a=b", port=30000)
+
+
+@pytest.mark.parametrize(("endpoints", "want"), [
+    ([{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}], {"http://10.0.0.1:30000"}),
+    ([{"addresses": ["10.0.0.1"], "conditions": {"ready": False}}], set()),
+    ([{"addresses": ["10.0.0.1"], "conditions": {}}], {"http://10.0.0.1:30000"}),  # nil means ready
+    ([{"addresses": ["10.0.0.1"]}], {"http://10.0.0.1:30000"}),
+    ([{"addresses": ["fd00::1"], "conditions": {"ready": True}}], {"http://[fd00::1]:30000"}),
+    ([{"addresses": ["10.0.0.1", "10.0.0.2"], "conditions": {"ready": True, "terminating": False}},
+      {"addresses": ["10.0.0.3"], "conditions": {"ready": False, "serving": True, "terminating": True}}],
+     {"http://10.0.0.1:30000", "http://10.0.0.2:30000"}),
+    (None, set()),
+])
+def test_ready_urls(endpoints: Any, want: set[str]) -> None:
+    assert ready_urls({"endpoints": endpoints}, D) == want
+
+
+def test_ready_urls_https() -> None:
+    d = DiscoveryConfig(label_selector="a=b", port=8443, scheme="https")
+    assert ready_urls({"endpoints": [{"addresses": ["10.1.2.3"]}]}, d) == {"https://10.1.2.3:8443"}
+
+
+def _config(tmp: Path, *, selector: str = "a=b", static: list[str] | None = None) -> Any:
+    pool: dict[str, Any] = {"name": "spec", "speculative": False,
+                            "discovery": {"label_selector": selector, "port": 30000}}
+    if static:
+        pool["endpoints"] = static
+    return parse_config({
+        "model": {"name": "m", "tokenizer": str(tmp)},
+        "limits": {"max_context_tokens": 4096},
+        "pools": [pool, {"name": "plain", "speculative": False, "endpoints": ["http://10.9.9.9:1"]}],
+        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}},
+    })
+
+
+A, B, C = "http://10.0.0.1:30000", "http://10.0.0.2:30000", "http://10.0.0.3:30000"
+
+
+def test_set_discovered_adds_drains_and_drops_on_last_release(tmp_path: Path) -> None:
+    rt = Runtime(_config(tmp_path), counter=None)
+    assert rt.set_discovered("spec", [A, B]) == ([A, B], [])
+    pool = rt.pools[0]
+    a, b = pool.endpoints[A], pool.endpoints[B]
+    assert (a.state, a.healthy) == ("unknown", False)  # routable only after its first scrape
+    a.state = b.state = "healthy"
+    lease = a.lease()
+    snap_before = rt.snapshots(0.0)
+    assert rt.set_discovered("spec", [B, C]) == ([C], [A])
+    assert a.draining and not a.healthy and A in pool.endpoints and rt.endpoint(A) is a
+    assert [e.url for e in rt.snapshots(0.0)[0].endpoints if e.healthy] == [B]
+    assert [e.url for e in snap_before[0].endpoints if e.healthy] == [A, B]  # snapshots are values
+    lease.release()
+    assert A not in pool.endpoints and sorted(pool.endpoints) == [B, C]
+    with pytest.raises(KeyError):
+        rt.endpoint(A)
+    # an idle endpoint that leaves is dropped at once; one that returns while draining is kept
+    assert rt.set_discovered("spec", [B]) == ([], [C])
+    assert sorted(pool.endpoints) == [B]
+    lease = b.lease()
+    rt.set_discovered("spec", [])
+    assert b.draining
+    rt.set_discovered("spec", [B])
+    assert pool.endpoints[B] is b and not b.draining and b.healthy
+    lease.release()
+    assert pool.endpoints[B] is b
+
+
+def test_static_endpoints_never_drain_and_foreign_urls_are_ignored(tmp_path: Path) -> None:
+    rt = Runtime(_config(tmp_path, static=["http://10.5.5.5:30000"]), counter=None)
+    assert rt.set_discovered("spec", ["http://10.9.9.9:1", A]) == ([A], [])  # plain's URL ignored
+    assert sorted(rt.pools[0].endpoints) == [A, "http://10.5.5.5:30000"]
+    rt.set_discovered("spec", [])
+    assert sorted(rt.pools[0].endpoints) == ["http://10.5.5.5:30000"]
+    assert rt.endpoint("http://10.9.9.9:1").pool == "plain"
+    with pytest.raises(KeyError):
+        rt.set_discovered("nope", [A])
+
+
+def test_reload_carries_discovered_endpoints_unless_the_block_changed(tmp_path: Path) -> None:
+    old = Runtime(_config(tmp_path), counter=None)
+    old.set_discovered("spec", [A])
+    a = old.pools[0].endpoints[A]
+    same = Runtime(_config(tmp_path), counter=None, previous=old)
+    assert same.pools[0].endpoints[A] is a and same.endpoint(A) is a
+    other = Runtime(_config(tmp_path, selector="a=c"), counter=None, previous=old)
+    assert other.pools[0].endpoints == {}
