@@ -52,7 +52,7 @@ def test_readiness_false_drains_and_inflight_stream_finishes(cluster: Cluster) -
             started.set()
             events.extend(line for line in resp.iter_lines() if line.startswith("data: "))
 
-    # the tie-break sends the first request to pod 1 (lowest URL) -- make sure of it
+    # one stream in flight on whichever pod the tie-break chose ("busy"), then that pod turns not ready
     t = threading.Thread(target=stream)
     t.start()
     started.wait(10)
