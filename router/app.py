@@ -12,6 +12,7 @@ degraded when it fails (:mod:`router.state`); it never waits for Redis.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import os
@@ -177,6 +178,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             scraper.start()
         if reloader is not None:
             reloader.start()
+        gc.collect()
+        gc.freeze()  # startup objects (tokenizer, config, app) never need scanning again
         log.info("specgate router ready: pools=%s", [p.name for p in runtime.pools])
         try:
             yield
