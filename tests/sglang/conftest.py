@@ -2,7 +2,8 @@
 
 - ``tiny_model_dir``: the target model, ``$SPECGATE_MODEL_DIR`` or ``models/tiny-llama``, built
   with ``python -m serving.tinymodel`` when missing.
-- ``eagle3_draft_dir``: a seeded random EAGLE-3 head for it (``_eagle3.py``).
+- ``eagle3_draft_dir``: an EAGLE-3 draft for it: the trained ``models/tiny-llama-eagle3`` when
+  present, else a seeded random head (``_eagle3.py``).
 - ``hf_model``: the same target in ``transformers`` (float32, eager attention), the reference.
 - ``prompts``: token-id prompts (code, a repetitive block, a chat turn).
 - ``cpu_server``: a factory that starts one SGLang CPU server (``serving.local``) with extra
@@ -45,7 +46,16 @@ def tiny_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def eagle3_draft_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A seeded random EAGLE-3 head for the tiny target (a fresh temporary directory)."""
+    """An EAGLE-3 draft for the tiny target: ``$SPECGATE_EAGLE3_DIR``, else the trained
+    ``models/tiny-llama-eagle3`` (``drafters/eagle3``) when it exists, else a seeded random
+    head in a temporary directory. Any drafter keeps greedy output exact; a trained one also
+    gets drafts accepted, so the tree masks and accepted-path bookkeeping are exercised."""
+    env = os.environ.get("SPECGATE_EAGLE3_DIR")
+    if env:
+        return Path(env)
+    trained = ROOT / "models" / "tiny-llama-eagle3"
+    if (trained / "config.json").exists() and (trained / "model.safetensors").exists():
+        return trained
     return build_random_eagle3_head(tiny_model_dir, tmp_path_factory.mktemp("eagle3-head"))
 
 
