@@ -141,9 +141,10 @@ def _external_sglang(url: str) -> Backend:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sglang_backend() -> Iterator[Backend]:
-    """The real SGLang CPU server on the tiny model, for the whole session."""
+    """The real SGLang CPU server on the tiny model, for one test module (an idle SGLang CPU
+    scheduler still keeps most of a core busy, so it must not outlive the module)."""
     external = os.environ.get("SPECGATE_SGLANG_URL")
     if external:
         yield _external_sglang(external.rstrip("/"))
