@@ -409,3 +409,38 @@ def test_post_import_hook_runs_after_module_execution(tmp_path, monkeypatch):
 
     assert seen == [1] and specgate_hook_target.VALUE == 2
     monkeypatch.delitem(sys.modules, "specgate_hook_target")
+
+
+def _murmur3_x86_32(data: bytes, seed: int = 0) -> int:
+    """Textbook MurmurHash3_x86_32 for a length that is a multiple of 4."""
+    h = seed
+    for i in range(0, len(data), 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * 0xCC9E2D51) & 0xFFFFFFFF
+        k = ((k << 15) | (k >> 17)) & 0xFFFFFFFF
+        k = (k * 0x1B873593) & 0xFFFFFFFF
+        h ^= k
+        h = ((h << 13) | (h >> 19)) & 0xFFFFFFFF
+        h = (h * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= len(data)
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def test_murmur_hash32_equals_textbook_murmur3(sk):
+    seeds = [0, 42, 2**40 + 5, 2**64 - 1]
+    positions = [0, 7, 123456, 2**31 + 3]
+    cols = torch.tensor([0, 1, 999, 2047])
+    got = torch.ops.sgl_kernel.murmur_hash32_cpu(
+        torch.tensor(seeds, dtype=torch.uint64), torch.tensor(positions), cols
+    )
+    assert got.dtype == torch.uint32 and got.shape == (4, 4)
+    for i, (s, p) in enumerate(zip(seeds, positions, strict=True)):
+        for j, c in enumerate(cols.tolist()):
+            key = b"".join(
+                v.to_bytes(4, "little") for v in (s & 0xFFFFFFFF, s >> 32, p & 0xFFFFFFFF, c)
+            )
+            assert int(got[i, j]) == _murmur3_x86_32(key)

@@ -60,3 +60,4 @@ def test_check_rejects_greedy_output_read_as_samples(server, hf_model, prompts):
     )
     _, p = ks_uniform(u)
     assert p < 1e-6
+

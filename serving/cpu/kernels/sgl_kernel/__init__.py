@@ -14,7 +14,7 @@ Contents (each module's docstring gives every op's shapes, semantics and SGLang 
 - ``ops_basic``: ``apply_rotary_pos_emb_cpu``, ``convert_weight_packed``, ``weight_packed_linear``, ``rmsnorm_cpu``,
   ``fused_add_rmsnorm_cpu``, ``l2norm_cpu``, ``silu_and_mul_cpu``, ``gelu_and_mul_cpu``,
   ``gelu_tanh_and_mul_cpu``, ``rotary_embedding_cpu``, ``store_cache_cpu``,
-  ``init_cpu_threads_env``, ``initialize``.
+  ``init_cpu_threads_env``, ``initialize``, ``murmur_hash32_cpu``.
 - ``ops_attention``: ``decode_attention_cpu``, ``extend_attention_cpu`` (tree masks included).
 - ``ops_memory``: ``assign_req_to_token_pool_cpu``, ``assign_extend_cache_locs_cpu``,
   ``assign_draft_cache_locs_contiguous_cpu``, ``copy_all_layer_kv_cache_cpu``.
@@ -46,6 +46,7 @@ from .ops_basic import (
     init_cpu_threads_env,
     initialize,
     l2norm_cpu,
+    murmur_hash32_cpu,
     rmsnorm_cpu,
     rotary_embedding_cpu,
     silu_and_mul_cpu,
@@ -109,6 +110,7 @@ __all__ = [
     "init_cpu_threads_env",
     "initialize",
     "l2norm_cpu",
+    "murmur_hash32_cpu",
     "reconstruct_indices_from_tree_mask",
     "rmsnorm_cpu",
     "rotary_embedding_cpu",

@@ -22,6 +22,7 @@ Shapes use T = tokens, H = hidden size, D = head size.
 | ``init_cpu_threads_env(cpu_ids)`` | ``srt/distributed/bootstrap.py`` | sets torch's intra-op threads to the number of listed CPUs; binds nothing |
 | ``initialize(size, rank)`` | same | shared-memory all-reduce setup: only world size 1 is supported |
 | ``l2norm_cpu(input, eps)`` | ``srt/layers/layernorm.py`` | ``x * rsqrt(sum(x^2) + eps)`` over the last dim, float32 |
+| ``murmur_hash32_cpu(seed, positions, col_indices)`` | ``kernels/ops/sampling/murmur_hash.py`` (per-request ``sampling_seed``, used only under ``--enable-deterministic-inference``) | ``[n, m]`` uint32: MurmurHash3_x86_32 (hash seed 0) of the four 32-bit blocks seed_low, seed_high, position, column |
 """
 
 from __future__ import annotations
@@ -234,3 +235,46 @@ def initialize(size: int, rank: int) -> None:
         raise NotImplementedError(
             f"shared-memory all-reduce across {size} ranks is not implemented by the CPU stand-in"
         )
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _rotl32(x: torch.Tensor, r: int) -> torch.Tensor:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _murmur3_mix(h: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    k = (k * 0xCC9E2D51) & _M32
+    k = _rotl32(k, 15)
+    k = (k * 0x1B873593) & _M32
+    h = h ^ k
+    h = _rotl32(h, 13)
+    return (h * 5 + 0xE6546B64) & _M32
+
+
+@register("murmur_hash32_cpu(Tensor seed, Tensor positions, Tensor col_indices) -> Tensor")
+def murmur_hash32_cpu(
+    seed: torch.Tensor, positions: torch.Tensor, col_indices: torch.Tensor
+) -> torch.Tensor:
+    """Seeded per-(row, column) 32-bit hashes for deterministic sampling.
+
+    ``seed [n]`` (uint64 or int64), ``positions [n]``, ``col_indices [m]`` -> ``[n, m]`` uint32:
+    the Triton kernel's MurmurHash3 over the 32-bit blocks (seed & 0xFFFFFFFF, seed >> 32,
+    position, column), then ``h ^= 16`` and the fmix32 finalizer. Computed in int64 with
+    32-bit masks (products wrap, their low 32 bits are exact). Source:
+    ``sglang/kernels/ops/sampling/murmur_hash.py: murmur_hash32_kernel``.
+    """
+    s = seed.view(torch.int64) if seed.dtype == torch.uint64 else seed.to(torch.int64)
+    h = torch.zeros_like(s)
+    h = _murmur3_mix(h, s & _M32)
+    h = _murmur3_mix(h, (s >> 32) & _M32)
+    h = _murmur3_mix(h, positions.to(torch.int64) & _M32)
+    h = _murmur3_mix(h.view(-1, 1), (col_indices.to(torch.int64) & _M32).view(1, -1))
+    h = h ^ 16
+    h = h ^ (h >> 16)
+    h = (h * 0x85EBCA6B) & _M32
+    h = h ^ (h >> 13)
+    h = (h * 0xC2B2AE35) & _M32
+    h = h ^ (h >> 16)
+    return h.to(torch.uint32)
