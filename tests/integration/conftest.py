@@ -91,6 +91,11 @@ class Stack:
         self.config_path = write_config(tmp / "router.yaml", tokenizer, self.spec.base_url,
                                         self.plain.base_url, **overrides)
         self.router = RouterServer(self.config_path).start()
+        deadline = time.monotonic() + 15   # the first scrape may time out on a loaded machine
+        while not all(ep.healthy for ep in self.router.state.runtime.all_endpoints()):
+            if time.monotonic() > deadline:
+                raise RuntimeError("fake endpoints did not become healthy")
+            time.sleep(0.02)
         self.client = httpx.Client(base_url=self.router.base_url, timeout=30)
 
     def close(self) -> None:

@@ -93,7 +93,7 @@ def test_three_hundred_concurrent_streams_reach_the_engine(tmp_path, tokenizer_d
 
 
 def _three_hundred(stack):
-    httpx.post(stack.spec.base_url + "/_fake/script", json={"chunk_delay_s": 1.0, "count": 300, "max_tokens": 6})
+    httpx.post(stack.spec.base_url + "/_fake/script", json={"chunk_delay_s": 2.0, "count": 300, "max_tokens": 6})
     peak = {"running": 0}
 
     async def run():
@@ -104,7 +104,7 @@ def _three_hundred(stack):
                     return await r.read()
 
             async def watch():
-                for _ in range(100):
+                for _ in range(200):
                     async with s.get(stack.spec.base_url + "/_fake/state") as r:
                         st = await r.json()
                     peak["running"] = max(peak["running"], len(st["running"]))

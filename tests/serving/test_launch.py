@@ -58,7 +58,7 @@ def test_pool_without_engine_and_cpu_env():
     doc = yaml.safe_load(yaml.safe_dump(DOC))
     doc["pools"][1]["engine"]["cpu"] = True
     cfg = parse_config(doc)
-    assert engine_env(cfg, "plain", base={}) == {"SGLANG_USE_CPU_ENGINE": "1"}
+    assert engine_env(cfg, "plain", base={}) == {"SGLANG_USE_CPU_ENGINE": "1", "SGLANG_CPU_OMP_THREADS_BIND": "0"}
     assert engine_argv(cfg, "plain")[-7:] == ["--device", "cpu", "--attention-backend", "intel_amx",
                                               "--sampling-backend", "pytorch", "--disable-overlap-schedule"]
 
