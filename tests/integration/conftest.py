@@ -21,11 +21,11 @@ from tests.helpers import free_port
 class RouterServer:
     """The real router app under uvicorn in a background thread (real HTTP on 127.0.0.1)."""
 
-    def __init__(self, config_path: Path) -> None:
+    def __init__(self, config_path: Path, **app_kwargs: Any) -> None:
         self.config_path = config_path
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.app = create_app(config_path)
+        self.app = create_app(config_path, **app_kwargs)
         cfg = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
                              loop="asyncio", http="httptools", lifespan="on", access_log=False)
         self.server = uvicorn.Server(cfg)

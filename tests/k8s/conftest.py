@@ -6,7 +6,6 @@ behind one Service do, so the pool's ``discovery.port`` is the same for all of t
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,13 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 import yaml
 
-from router.app import create_app
 from router.discovery import DiscoverySettings
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.helpers import free_port
+from tests.integration.conftest import RouterServer
 from tests.k8s.fake_kube import FakeKubeAPI, endpoint_slice
 
 CHAT = "/v1/chat/completions"
@@ -38,38 +36,16 @@ def wait_until(pred: Callable[[], Any], timeout_s: float = 10.0, what: str = "co
         time.sleep(0.02)
 
 
-class Router:
-    """The router app under uvicorn in a thread (real HTTP on 127.0.0.1)."""
+class Router(RouterServer):
+    """The router app under uvicorn in a thread (real HTTP on 127.0.0.1), with discovery."""
 
     def __init__(self, config_path: Path, settings: DiscoverySettings | None = None) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.app = create_app(config_path, discovery=settings)
-        cfg = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                             loop="asyncio", http="httptools", lifespan="on", access_log=False)
-        self.server = uvicorn.Server(cfg)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        super().__init__(config_path, discovery=settings)
         self.client = httpx.Client(base_url=self.base_url, timeout=30)
-
-    def start(self) -> Router:
-        self.thread.start()
-        wait_until(lambda: self.server.started or not self.thread.is_alive(), 30, "router start")
-        if not self.server.started:
-            raise RuntimeError("router did not start")
-        return self
 
     def stop(self) -> None:
         self.client.close()
-        self.server.should_exit = True
-        self.thread.join(15)
-
-    @property
-    def state(self) -> Any:
-        return self.app.state.specgate
-
-    def metric(self, name: str, **labels: str) -> float:
-        value = self.state.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        super().stop()
 
     def pool(self, name: str) -> Any:
         return next(p for p in self.state.runtime.pools if p.name == name)
