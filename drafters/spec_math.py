@@ -26,6 +26,8 @@ gamma*      solves alpha^(gamma+1) * (c - (c*gamma + 1) * ln alpha) = c  (d S / 
             the left side minus c is strictly decreasing in gamma, so S is unimodal in gamma
             and the best integer is floor(gamma*) or ceil(gamma*).
 break-even  the alpha at which S(gamma) = 1, i.e. 1 + alpha + ... + alpha^gamma = 1 + c*gamma.
+inverse     alpha_from_expected_tokens: the alpha whose E[tau] equals a measured mean accepted
+            length (exact only if acceptances are i.i.d. across positions; an average otherwise).
 compute     (1 - alpha)(gamma * c_hat + gamma + 1) / (1 - alpha^(gamma+1)): expected FLOPs per
             emitted token relative to plain decoding; > 1 except at alpha = 1 with c_hat = 0.
 
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "SpeedupRow",
+    "alpha_from_expected_tokens",
     "break_even_alpha",
     "compute_cost_ratio",
     "expected_tokens",
@@ -242,6 +245,43 @@ def break_even_alpha(c: float, gamma: int) -> float:
     for _ in range(200):
         mid = 0.5 * (lo + hi)
         if expected_tokens(mid, g) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-15:
+            break
+    return 0.5 * (lo + hi)
+
+
+def alpha_from_expected_tokens(tokens: float, gamma: int) -> float:
+    """The acceptance rate alpha whose E[tau](alpha, gamma) equals ``tokens`` (the inverse of
+    :func:`expected_tokens` in alpha; a measured mean accepted length -> the i.i.d. alpha).
+
+    Args:
+        tokens: tokens per cycle (accepted drafts + 1), in [1, gamma + 1].
+        gamma: draft length, int >= 1.
+
+    Returns:
+        alpha in [0, 1]: 0 at tokens = 1, 1 at tokens = gamma + 1; bisection to 1e-15 on the
+        strictly increasing E[tau].
+
+    Raises:
+        ValueError: gamma not an int >= 1, or tokens not a number in [1, gamma + 1].
+    """
+    g = _check_gamma(gamma)
+    if isinstance(tokens, bool) or not isinstance(tokens, (int, float)):
+        raise ValueError(f"tokens must be a number in [1, {g + 1}], got {tokens!r}")  # noqa: TRY004
+    t = float(tokens)
+    if not 1.0 <= t <= g + 1.0:  # also rejects NaN
+        raise ValueError(f"tokens must be in [1, {g + 1}] for gamma={g}, got {tokens!r}")
+    if t == 1.0:
+        return 0.0
+    if t == g + 1.0:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if expected_tokens(mid, g) < t:
             lo = mid
         else:
             hi = mid
