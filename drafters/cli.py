@@ -9,6 +9,10 @@
     without bound (c = 0, or alpha = 1 with c < 1) ``--gamma-max`` is required.
     Exit codes: 0 on success, 2 on invalid input (message on stderr).
 
+``drafter eval ...``
+    Acceptance of a drafter offline (the verifier) and online (SGLang), per draft position, tau,
+    alpha and the implied S(gamma); see :mod:`drafters.drafter_eval`.
+
 This module imports only the standard library and :mod:`drafters.spec_math`, so ``specgate
 --help`` stays fast (no torch import).
 """
@@ -61,6 +65,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     from drafters.lossless import add_verify_command  # aiohttp only; no torch
 
     add_verify_command(subparsers)
+
+    from drafters.drafter_eval import add_eval_command  # torch etc. load inside the command
+
+    add_eval_command(subparsers)
 
 
 def _run_spec_math(args: argparse.Namespace) -> int:
