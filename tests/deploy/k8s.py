@@ -264,7 +264,13 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
     - --model-path, --served-model-name, --tp-size, --port, --enable-metrics as configured;
     - a discovery block selects the pool's serving pods (and its Service), not LWS workers,
       in the workload's namespace, on the serving port; static endpoints are URLs;
-    - a pool without a workload here runs elsewhere and is only checked for its shape.
+    - a pool without a workload here runs elsewhere and is only checked for its shape;
+    - more than one router pod (the HPA's maxReplicas, else the Deployment's replicas) means
+      state.backend redis; an inline Redis URL with a bare host names a Service of this
+      rendering (right port) that selects a running Deployment, else the router's env sets
+      state.redis_url_env;
+    - no API key sits in the ConfigMap; every auth.*_file is a key of a Secret volume
+      mounted (as a directory) exactly where the file is.
     """
     from serving.launch import engine_argv
 
@@ -283,6 +289,11 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
     cm_names = {o["metadata"]["name"] for o in find(objects, "ConfigMap") if component(o) == "router"}
     assert volume["configMap"]["name"] in cm_names
     assert rc["ports"][0]["containerPort"] == cfg["server"]["port"]
+    check_router_state(objects, router[0], parsed)
+    assert not parsed.auth.api_keys and parsed.auth.admin_api_key is None, "keys in the ConfigMap"
+    for path in (parsed.auth.api_keys_file, parsed.auth.admin_api_key_file):
+        if path is not None:
+            secret_source(objects, path)
 
     for pool in cfg["pools"]:
         name = pool["name"]
@@ -359,6 +370,72 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
             assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items())
             assert svc["spec"]["ports"][0]["port"] == port
     return cfg
+
+
+def router_max_replicas(objects: list[dict[str, Any]], deployment: dict[str, Any]) -> int:
+    """The most router pods that can run: the HPA's maxReplicas, else spec.replicas (1)."""
+    hpas = [
+        h
+        for h in find(objects, "HorizontalPodAutoscaler")
+        if h["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    ]
+    if hpas:
+        return int(hpas[0]["spec"]["maxReplicas"])
+    return int(deployment["spec"].get("replicas", 1))
+
+
+def check_router_state(objects: list[dict[str, Any]], deployment: dict[str, Any], parsed: Any) -> None:
+    """Replicas vs state backend, and where the router's Redis URL comes from (see check_stack)."""
+    from urllib.parse import urlsplit
+
+    state = parsed.state
+    pods = router_max_replicas(objects, deployment)
+    assert pods == 1 or state.backend == "redis", f"{pods} router pods with {state.backend} state"
+    if state.backend != "redis":
+        return
+    rc = container(deployment["spec"]["template"], "router")
+    env = {e["name"] for e in rc.get("env", [])}
+    if state.redis_url is None:
+        assert state.redis_url_env in env, f"no redis_url and no ${state.redis_url_env}"
+        return
+    assert state.redis_url_env not in env, "a Redis URL both in the ConfigMap and in the env"
+    url = urlsplit(state.redis_url)
+    assert url.username is None and url.password is None, "credentials in the ConfigMap"
+    if url.scheme == "redis" and url.hostname and "." not in url.hostname:
+        svc = one(objects, "Service", url.hostname)
+        assert url.port in [p["port"] for p in svc["spec"]["ports"]], (url.port, svc["spec"]["ports"])
+        backends = [
+            d
+            for d in find(objects, "Deployment")
+            if all(
+                d["spec"]["template"]["metadata"]["labels"].get(k) == v
+                for k, v in svc["spec"]["selector"].items()
+            )
+        ]
+        assert len(backends) == 1, f"Service {url.hostname} selects {len(backends)} Deployments"
+
+
+def secret_source(objects: list[dict[str, Any]], path: str) -> tuple[str, str]:
+    """(Secret name, key) that the router pod sees as the file ``path``: a Secret volume
+    mounted (a directory mount, no subPath) at the file's directory with an item ``key`` ->
+    the file's name. Fails when there is none. When the Secret is one of ``objects``, the key
+    must be in it."""
+    deployment = next(d for d in find(objects, "Deployment") if component(d) == "router")
+    tpl = deployment["spec"]["template"]
+    rc = container(tpl, "router")
+    file = Path(path)
+    mounts = [m for m in rc["volumeMounts"] if m["mountPath"] == str(file.parent)]
+    assert len(mounts) == 1, f"{path}: {len(mounts)} mounts at {file.parent}"
+    assert "subPath" not in mounts[0] and mounts[0].get("readOnly") is True, mounts[0]
+    volume = next(v for v in tpl["spec"]["volumes"] if v["name"] == mounts[0]["name"])
+    assert "secret" in volume, f"{path}: volume {volume['name']} is not a Secret"
+    keys = [i["key"] for i in volume["secret"]["items"] if i["path"] == file.name]
+    assert len(keys) == 1, f"{path}: no item of Secret {volume['secret']['secretName']} is {file.name}"
+    name = volume["secret"]["secretName"]
+    rendered = find(objects, "Secret", name)
+    if rendered:
+        assert keys[0] in rendered[0].get("data", {}), f"Secret {name} has no key {keys[0]}"
+    return name, keys[0]
 
 
 # ----------------------------------------------------------------------------- schemas

@@ -73,6 +73,7 @@ def test_default_objects() -> None:
         "ConfigMap/sg-specgate-config",
         "Deployment/sg-specgate-pool-plain",
         "Deployment/sg-specgate-pool-spec",
+        "Deployment/sg-specgate-redis",
         "Deployment/sg-specgate-router",
         "HorizontalPodAutoscaler/sg-specgate-router",
         "PodDisruptionBudget/sg-specgate-router",
@@ -80,6 +81,7 @@ def test_default_objects() -> None:
         "RoleBinding/sg-specgate-discovery",
         "Service/sg-specgate-pool-plain",
         "Service/sg-specgate-pool-spec",
+        "Service/sg-specgate-redis",
         "Service/sg-specgate-router",
         "ServiceAccount/sg-specgate",
     ]
@@ -155,6 +157,15 @@ def test_default_router_config_is_exact() -> None:
             "abort_timeout_s": 2.0,
         },
         "server": {"host": "0.0.0.0", "port": 8000, "reload_interval_s": 1.0, "log_requests": True},
+        "state": {
+            "backend": "redis",
+            "redis_url": "redis://sg-specgate-redis:6379/0",
+            "key_prefix": "sg-specgate",
+            "op_timeout_s": 0.05,
+            "lease_ttl_s": 15.0,
+            "renew_interval_s": 5.0,
+            "circuit_breaker": {"failure_threshold": 3, "reset_after_s": 1.0},
+        },
     }
 
 
@@ -292,9 +303,10 @@ def _router_annotations(values: dict) -> dict:
 
 def test_config_change_reload_keeps_the_pod_template_stable() -> None:
     # reload: a config edit must not touch the pod template (no rollout); the watcher reloads.
+    # Only the state block, which the router applies at start alone, is checksummed.
     a = _router_annotations({})
     b = _router_annotations({"routing": {"long_prompt_tokens": 2048}})
-    assert a == b == {}
+    assert a == b and set(a) == {"checksum/state"}
     cm_a = k8s.one(k8s.render(), "ConfigMap")["metadata"]["annotations"]["specgate.dev/config-sha256"]
     cm_b = k8s.one(k8s.render({"routing": {"long_prompt_tokens": 2048}}), "ConfigMap")
     assert cm_b["metadata"]["annotations"]["specgate.dev/config-sha256"] != cm_a
@@ -303,7 +315,7 @@ def test_config_change_reload_keeps_the_pod_template_stable() -> None:
 def test_config_change_rollout_checksums_the_config() -> None:
     a = _router_annotations({"router": {"configChange": "rollout"}})
     b = _router_annotations({"router": {"configChange": "rollout"}, "routing": {"long_prompt_tokens": 2048}})
-    assert set(a) == {"checksum/config"} and len(a["checksum/config"]) == 64
+    assert set(a) == {"checksum/config", "checksum/state"} and len(a["checksum/config"]) == 64
     assert a["checksum/config"] != b["checksum/config"]
     cm = k8s.one(k8s.render({"router": {"configChange": "rollout"}}), "ConfigMap")
     assert a["checksum/config"] == cm["metadata"]["annotations"]["specgate.dev/config-sha256"]
@@ -350,8 +362,9 @@ def test_static_endpoints_render_no_pool_workloads() -> None:
         ("spec", ["http://10.0.0.11:30000", "http://10.0.0.12:30000"], False),
         ("plain", ["http://10.0.0.21:30000"], False),
     ]
-    assert [d["metadata"]["name"] for d in k8s.find(objects, "Deployment")] == ["sg-specgate-router"]
-    assert [s["metadata"]["name"] for s in k8s.find(objects, "Service")] == ["sg-specgate-router"]
+    # No pool workloads; the routers' shared-state Redis still runs here.
+    assert [d["metadata"]["name"] for d in k8s.find(objects, "Deployment")] == ["sg-specgate-redis", "sg-specgate-router"]
+    assert [s["metadata"]["name"] for s in k8s.find(objects, "Service")] == ["sg-specgate-redis", "sg-specgate-router"]
 
 
 def test_explicit_discovery_block_is_passed_through() -> None:
@@ -383,26 +396,271 @@ def test_static_endpoints_alongside_a_chart_managed_pool() -> None:
     assert k8s.pool_workload(objects, "spec") is not None
 
 
-# ----------------------------------------------------------------------------- Redis
+# ----------------------------------------------------------------------------- shared state
 
 
-def test_redis_off_by_default() -> None:
-    objects = k8s.render()
-    assert [o for o in objects if k8s.component(o) == "redis"] == []
-    env = k8s.container(k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["template"], "router")["env"]
-    assert "SPECGATE_REDIS_URL" not in {e["name"] for e in env}
+ONE_ROUTER = {"router": {"replicas": 1, "autoscaling": {"enabled": False}}}
+MEMORY = {"state": {"backend": "memory"}, "redis": {"enabled": False}}
 
 
-def test_redis_on() -> None:
-    objects = k8s.render({"redis": {"enabled": True}})
-    dep = k8s.one(objects, "Deployment", "sg-specgate-redis")
-    c = k8s.container(dep["spec"]["template"], "redis")
+def _router_env(objects: list[dict]) -> list[dict]:
+    tpl = k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["template"]
+    return k8s.container(tpl, "router")["env"]
+
+
+def _kubelet_env(env: list[dict], secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The container's variables as the kubelet sets them: secretKeyRef values looked up in
+    ``secrets`` ({name: {key: value}}), ``$(VAR)`` expanded from variables declared earlier
+    (a reference to a later or unknown one stays as it is); fieldRefs are left out."""
+    import re
+
+    out: dict[str, str] = {}
+    for entry in env:
+        if "value" in entry:
+            out[entry["name"]] = re.sub(
+                r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: out.get(m[1], m[0]), entry["value"]
+            )
+        elif "secretKeyRef" in entry.get("valueFrom", {}):
+            ref = entry["valueFrom"]["secretKeyRef"]
+            out[entry["name"]] = secrets[ref["name"]][ref["key"]]
+    return out
+
+
+def _shared_state(objects: list[dict], environ: dict[str, str] | None = None) -> tuple:
+    """(router.config.Config, the router's state backend) for the rendered config.yaml, built by
+    router.state.build_shared_state exactly as the router builds it at start (no connection)."""
+    from prometheus_client import CollectorRegistry
+
+    from router.metrics import RouterMetrics
+    from router.state import build_shared_state
+
+    cfg = k8s.router_validate(objects)
+    metrics = RouterMetrics(CollectorRegistry())
+    return cfg, build_shared_state(cfg.state, metrics=metrics, environ=environ or {})
+
+
+def _redis_connection(shared) -> tuple:
+    kwargs = shared._client.connection_pool.connection_kwargs
+    return kwargs["host"], kwargs["port"], kwargs["db"], kwargs.get("password")
+
+
+@pytest.mark.parametrize(
+    ("release", "values", "url"),
+    [
+        ("sg", {}, "redis://sg-specgate-redis:6379/0"),
+        ("edge", {"redis": {"port": 6380}}, "redis://edge-specgate-redis:6380/0"),
+    ],
+)
+def test_default_state_is_shared_through_the_charts_redis(release: str, values: dict, url: str) -> None:
+    objects = k8s.render(values, name=release)
+    cfg, shared = _shared_state(objects)
+    assert (cfg.state.backend, cfg.state.redis_url, cfg.state.key_prefix) == ("redis", url, f"{release}-specgate")
+    assert (shared.backend, shared.target) == ("redis", url)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    assert _redis_connection(shared) == (f"{release}-specgate-redis", port, 0, None)
+    svc = k8s.one(objects, "Service", f"{release}-specgate-redis")
+    assert svc["spec"]["ports"] == [{"name": "redis", "port": port, "targetPort": "redis", "protocol": "TCP"}]
+    c = k8s.container(k8s.one(objects, "Deployment", f"{release}-specgate-redis")["spec"]["template"], "redis")
     assert c["image"] == "redis:7.4-alpine"
-    assert c["args"] == ["--port", "6379", "--save", "", "--appendonly", "no"]
-    svc = k8s.one(objects, "Service", "sg-specgate-redis")
-    assert svc["spec"]["ports"] == [{"name": "redis", "port": 6379, "targetPort": "redis", "protocol": "TCP"}]
-    env = k8s.container(k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["template"], "router")["env"]
-    assert {"name": "SPECGATE_REDIS_URL", "value": "redis://sg-specgate-redis:6379/0"} in env
+    assert c["args"] == ["--port", str(port), "--save", "", "--appendonly", "no"]
+    assert "env" not in c
+    tpl = k8s.one(objects, "Deployment", f"{release}-specgate-router")["spec"]["template"]
+    assert [e["name"] for e in k8s.container(tpl, "router")["env"]] == ["POD_NAMESPACE", "HF_HOME"]
+
+
+def test_state_tuning_is_passed_through() -> None:
+    values = {"state": {"key_prefix": "team-a", "op_timeout_s": 0.1, "lease_ttl_s": 30.0, "renew_interval_s": 10.0,
+                        "circuit_breaker": {"failure_threshold": 5, "reset_after_s": 2.5}}}  # fmt: skip
+    cfg = k8s.router_validate(k8s.render(values))
+    assert cfg.state.model_dump() == {
+        "backend": "redis",
+        "redis_url": "redis://sg-specgate-redis:6379/0",
+        "redis_url_env": "SPECGATE_REDIS_URL",
+        "key_prefix": "team-a",
+        "op_timeout_s": 0.1,
+        "lease_ttl_s": 30.0,
+        "renew_interval_s": 10.0,
+        "circuit_breaker": {"failure_threshold": 5, "reset_after_s": 2.5},
+    }
+
+
+def test_redis_password_from_an_existing_secret() -> None:
+    objects = k8s.render({"redis": {"auth": {"existingSecret": "redis-pw", "passwordKey": "pw"}}})
+    env = _router_env(objects)
+    # The password variable comes first: Kubernetes expands $(VAR) only from earlier entries.
+    assert env[2:] == [
+        {"name": "SPECGATE_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "redis-pw", "key": "pw"}}},
+        {"name": "SPECGATE_REDIS_URL", "value": "redis://:$(SPECGATE_REDIS_PASSWORD)@sg-specgate-redis:6379/0"},
+    ]  # fmt: skip
+    redis = k8s.container(k8s.one(objects, "Deployment", "sg-specgate-redis")["spec"]["template"], "redis")
+    assert redis["args"][-2:] == ["--requirepass", "$(REDISCLI_AUTH)"]
+    assert redis["env"] == [{"name": "REDISCLI_AUTH", "valueFrom": {"secretKeyRef": {"name": "redis-pw", "key": "pw"}}}]
+    secrets = {"redis-pw": {"pw": "0f3a9c77e2b14d08"}}
+    assert _kubelet_env(redis["env"], secrets)["REDISCLI_AUTH"] == "0f3a9c77e2b14d08"
+    # No password in the ConfigMap: the router reads the whole URL from its environment.
+    cfg, shared = _shared_state(objects, _kubelet_env(env, secrets))
+    assert (cfg.state.redis_url, cfg.state.redis_url_env) == (None, "SPECGATE_REDIS_URL")
+    assert "0f3a9c77e2b14d08" not in k8s.router_config_text(objects)
+    assert _redis_connection(shared) == ("sg-specgate-redis", 6379, 0, "0f3a9c77e2b14d08")
+    assert shared.target == "redis://sg-specgate-redis:6379/0"
+
+
+def test_external_redis_url() -> None:
+    objects = k8s.render({"redis": {"enabled": False, "external": {"url": "rediss://cache.example.com:6380/2"}}})
+    assert [o for o in objects if k8s.component(o) == "redis"] == []
+    cfg, shared = _shared_state(objects)
+    assert (cfg.state.backend, cfg.state.redis_url) == ("redis", "rediss://cache.example.com:6380/2")
+    assert _redis_connection(shared) == ("cache.example.com", 6380, 2, None)
+    assert [e["name"] for e in _router_env(objects)] == ["POD_NAMESPACE", "HF_HOME"]
+
+
+def test_external_redis_url_with_credentials_from_an_existing_secret() -> None:
+    objects = k8s.render({"redis": {"enabled": False, "external": {"existingSecret": "cache-url"}}})
+    assert [o for o in objects if k8s.component(o) == "redis"] == []
+    env = _router_env(objects)
+    assert env[2:] == [
+        {"name": "SPECGATE_REDIS_URL", "valueFrom": {"secretKeyRef": {"name": "cache-url", "key": "redis-url"}}},
+    ]  # fmt: skip
+    secrets = {"cache-url": {"redis-url": "rediss://ops:p%40ss@cache.example.com:6380/1"}}
+    cfg, shared = _shared_state(objects, _kubelet_env(env, secrets))
+    assert (cfg.state.redis_url, cfg.state.redis_url_env) == (None, "SPECGATE_REDIS_URL")
+    assert _redis_connection(shared) == ("cache.example.com", 6380, 1, "p@ss")
+
+
+@pytest.mark.parametrize(
+    "router",
+    [
+        ONE_ROUTER["router"],
+        {"autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 1}},
+    ],
+)
+def test_memory_state_with_one_router_pod(router: dict) -> None:
+    objects = k8s.render({**MEMORY, "router": router})
+    assert k8s.router_config(objects)["state"] == {"backend": "memory"}
+    cfg, shared = _shared_state(objects)
+    assert (cfg.state.backend, shared.backend) == ("memory", "memory")
+    assert [o for o in objects if k8s.component(o) == "redis"] == []
+    assert k8s.router_max_replicas(objects, k8s.one(objects, "Deployment", "sg-specgate-router")) == 1
+
+
+def test_a_state_change_rolls_the_router() -> None:
+    # The router applies `state` at start only, so even with configChange=reload a state
+    # change must reach the pod template.
+    a = _router_annotations({})
+    b = _router_annotations({"state": {"key_prefix": "team-a"}})
+    c = _router_annotations({"redis": {"port": 6380}})
+    assert len({a["checksum/state"], b["checksum/state"], c["checksum/state"]}) == 3
+
+
+# ----------------------------------------------------------------------------- API keys
+
+
+def _mounted_auth(objects: list[dict], root, secrets: dict[str, dict[str, str]] | None = None):
+    """router.auth.load_auth over the files the router pod would see: each auth.*_file of the
+    rendered config.yaml is materialised under ``root`` from the Secret volume mounted there
+    (a Secret this rendering creates, decoded, or one of ``secrets``: {name: {key: text}})."""
+    import base64
+
+    from router.auth import load_auth
+
+    cfg = k8s.router_validate(objects)
+    update = {}
+    for field in ("api_keys_file", "admin_api_key_file"):
+        path = getattr(cfg.auth, field)
+        if path is None:
+            continue
+        name, key = k8s.secret_source(objects, path)
+        rendered = k8s.find(objects, "Secret", name)
+        if rendered:
+            text = base64.b64decode(rendered[0]["data"][key]).decode()
+        else:
+            text = (secrets or {})[name][key]
+        local = root / path.lstrip("/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(text)
+        update[field] = str(local)
+    return load_auth(cfg.auth.model_copy(update=update), environ={})
+
+
+def test_no_api_keys_by_default() -> None:
+    objects = k8s.render()
+    assert "auth" not in k8s.router_config(objects)
+    assert k8s.find(objects, "Secret") == []
+
+
+def test_dev_keys_become_a_chart_secret_the_router_reads(tmp_path) -> None:
+    import base64
+
+    from router.errors import AuthenticationError, PermissionDenied
+
+    values = {"auth": {"apiKeys": {"devKeys": ["sk-client-1", "sk-client-2"]},
+                       "adminApiKeys": {"devKeys": ["sk-admin"]}}}  # fmt: skip
+    objects = k8s.render(values)
+    secret = k8s.one(objects, "Secret", "sg-specgate-auth")
+    assert secret["type"] == "Opaque"
+    assert {k: base64.b64decode(v).decode() for k, v in secret["data"].items()} == {
+        "api-keys": "sk-client-1\nsk-client-2\n",
+        "admin-api-keys": "sk-admin\n",
+    }
+    assert k8s.router_config(objects)["auth"] == {
+        "api_keys_file": "/etc/specgate-auth/api-keys/api-keys",
+        "admin_api_key_file": "/etc/specgate-auth/admin-api-keys/admin-api-keys",
+    }
+    assert k8s.secret_source(objects, "/etc/specgate-auth/api-keys/api-keys") == ("sg-specgate-auth", "api-keys")
+    assert k8s.secret_source(objects, "/etc/specgate-auth/admin-api-keys/admin-api-keys") == (
+        "sg-specgate-auth", "admin-api-keys",
+    )  # fmt: skip
+    auth = _mounted_auth(objects, tmp_path)
+    auth.check_client("Bearer sk-client-2")
+    auth.check_admin("Bearer sk-admin")
+    with pytest.raises(AuthenticationError):
+        auth.check_client("Bearer sk-admin")
+    with pytest.raises(PermissionDenied):
+        auth.check_admin("Bearer sk-client-1")
+    # The keys file is re-read only on config reloads: a change of the chart's Secret rolls.
+    a = _router_annotations(values)["checksum/auth"]
+    b = _router_annotations({"auth": {"apiKeys": {"devKeys": ["sk-client-3"]}}})["checksum/auth"]
+    assert len(a) == 64 and a != b
+
+
+def test_existing_secrets_are_mounted_where_the_config_says(tmp_path) -> None:
+    from router.errors import PermissionDenied
+
+    objects = k8s.render(VALUE_SETS["gpu-eagle3-redis"])
+    assert k8s.find(objects, "Secret") == []
+    assert k8s.router_config(objects)["auth"] == {
+        "api_keys_file": "/etc/specgate-auth/api-keys/api-keys",
+        "admin_api_key_file": "/etc/specgate-auth/admin-api-keys/admin-api-keys",
+    }
+    tpl = k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["template"]
+    assert "checksum/auth" not in tpl["metadata"]["annotations"]
+    assert tpl["spec"]["volumes"][-2:] == [
+        {"name": "api-keys", "secret": {"secretName": "specgate-api-keys",
+                                        "items": [{"key": "api-keys", "path": "api-keys"}], "defaultMode": 0o440}},
+        {"name": "admin-api-keys", "secret": {"secretName": "specgate-api-keys",
+                                              "items": [{"key": "admin-api-keys", "path": "admin-api-keys"}],
+                                              "defaultMode": 0o440}},
+    ]  # fmt: skip
+    assert k8s.container(tpl, "router")["volumeMounts"][-2:] == [
+        {"name": "api-keys", "mountPath": "/etc/specgate-auth/api-keys", "readOnly": True},
+        {"name": "admin-api-keys", "mountPath": "/etc/specgate-auth/admin-api-keys", "readOnly": True},
+    ]
+    secrets = {"specgate-api-keys": {"api-keys": "# team a\nk-a\n\nk-b\n", "admin-api-keys": "k-ops\n"}}
+    auth = _mounted_auth(objects, tmp_path, secrets)
+    auth.check_client("Bearer k-b")
+    auth.check_admin("Bearer k-ops")
+    with pytest.raises(PermissionDenied):
+        auth.check_admin("Bearer k-a")
+
+
+def test_admin_keys_alone_leave_the_client_routes_open(tmp_path) -> None:
+    objects = k8s.render({"auth": {"adminApiKeys": {"existingSecret": "ops", "key": "admin"}}})
+    assert k8s.router_config(objects)["auth"] == {"admin_api_key_file": "/etc/specgate-auth/admin-api-keys/admin"}
+    assert k8s.secret_source(objects, "/etc/specgate-auth/admin-api-keys/admin") == ("ops", "admin")
+    auth = _mounted_auth(objects, tmp_path, {"ops": {"admin": "k-ops\n"}})
+    assert auth.client is None
+    auth.check_client(None)
+    auth.check_admin("Bearer k-ops")
 
 
 # ----------------------------------------------------------------------------- LeaderWorkerSet
@@ -607,6 +865,18 @@ def test_notes_name_the_router_service() -> None:
         ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m"}, "k8s": {"gpus": -1}}]}, "/pools/0/k8s/gpus"),
         ({"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m"}, "k8s": {"multiNode": {"size": 1}}}]}, "multiNode/size"),
         ({"poolDefaults": {"probes": {"startup": {"httpGet": {"path": "/health"}, "periodSeconds": 0}}}}, "periodSeconds"),
+        ({"state": {"backend": "etcd"}}, "at '/state/backend': value must be one of 'memory', 'redis'"),
+        # The chart owns the URL (from redis.*): no way around the replica/Redis checks.
+        ({"state": {"redis_url": "redis://x:6379/0"}}, "at '/state': additional properties 'redis_url' not allowed"),
+        ({"state": {"op_timeout_s": 0}}, "at '/state/op_timeout_s'"),
+        ({"state": {"circuit_breaker": {"failure_threshold": 0, "reset_after_s": 1.0}}}, "at '/state/circuit_breaker/failure_threshold'"),
+        # Credentials would land in the ConfigMap: they belong in redis.external.existingSecret.
+        ({"redis": {"external": {"url": "redis://:secret@cache:6379/0"}}}, "at '/redis/external/url'"),
+        ({"redis": {"auth": {"existingSecret": "x", "password": "p"}}}, "at '/redis/auth': additional properties 'password' not allowed"),
+        ({"auth": {"apiKeys": {"devKeys": ["two words"]}}}, "at '/auth/apiKeys/devKeys/0'"),
+        ({"auth": {"apiKeys": {"devKeys": ["k", "k"]}}}, "at '/auth/apiKeys/devKeys': items at 0 and 1 are equal"),
+        ({"auth": {"adminApiKeys": {"existingSecret": "Bad_Name"}}}, "at '/auth/adminApiKeys/existingSecret'"),
+        ({"auth": {"apiKeys": {"keys": ["k"]}}}, "at '/auth/apiKeys': additional properties 'keys' not allowed"),
     ],
 )  # fmt: skip
 def test_schema_rejects_bad_values(values: dict, message: str) -> None:
@@ -660,6 +930,50 @@ def test_render_refuses_inconsistent_pools(values: dict, message: str) -> None:
     assert message in str(info.value)
 
 
+MEMORY_STATE_SPREAD = (
+    "each router replica would count only its own in-flight requests, so the saturation bypass "
+    "and admin overrides would differ between replicas. Set state.backend=redis (with "
+    "redis.enabled=true or redis.external), or run one replica (router.replicas=1, "
+    "router.autoscaling.enabled=false)"
+)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        # Per-process state on more than one router pod: the default router autoscales to 6.
+        ({**MEMORY}, "state.backend is memory but router.autoscaling.maxReplicas is 6: " + MEMORY_STATE_SPREAD),
+        ({**MEMORY, "router": {"replicas": 2, "autoscaling": {"enabled": False}}},
+         "state.backend is memory but router.replicas is 2: " + MEMORY_STATE_SPREAD),
+        ({**MEMORY, "router": {"autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 2}}},
+         "state.backend is memory but router.autoscaling.maxReplicas is 2: " + MEMORY_STATE_SPREAD),
+        ({"state": {"backend": "memory"}, **ONE_ROUTER},
+         "redis.enabled is true but state.backend is memory: the router would not use that Redis"),
+        ({**MEMORY, **ONE_ROUTER, "redis": {"enabled": False, "external": {"url": "redis://cache:6379/0"}}},
+         "redis.external is set but state.backend is memory"),
+        ({"redis": {"enabled": False}}, "state.backend is redis but no Redis is configured"),
+        ({"redis": {"external": {"url": "redis://cache:6379/0"}}},
+         "redis.enabled (the chart's Redis) and redis.external are exclusive"),
+        ({"redis": {"enabled": False, "external": {"url": "redis://cache:6379/0", "existingSecret": "cache"}}},
+         "redis.external.url and redis.external.existingSecret are exclusive"),
+        ({"state": {"lease_ttl_s": 15.0, "renew_interval_s": 8.0}}, "state.renew_interval_s must be <= state.lease_ttl_s / 2"),
+        ({"state": {"op_timeout_s": 5.0, "renew_interval_s": 5.0}}, "state.op_timeout_s must be < state.renew_interval_s"),
+        ({"auth": {"apiKeys": {"existingSecret": "keys", "devKeys": ["k"]}}},
+         "auth.apiKeys: existingSecret and devKeys are exclusive"),
+        ({"auth": {"apiKeys": {"existingSecret": "keys", "key": "all"}, "adminApiKeys": {"existingSecret": "keys", "key": "all"}}},
+         'auth.apiKeys and auth.adminApiKeys both read key "all" of Secret "keys"'),
+        ({"auth": {"apiKeys": {"devKeys": ["a", "b"]}, "adminApiKeys": {"devKeys": ["b"]}}},
+         "auth: a key is in both auth.apiKeys.devKeys and auth.adminApiKeys.devKeys"),
+    ],
+)  # fmt: skip
+def test_render_refuses_inconsistent_state_and_auth(values: dict, message: str) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError) as info:
+        k8s.render(values)
+    assert message in str(info.value)
+
+
 def _documented_leaves(text: str, sections: tuple[str, ...]) -> dict[str, str]:
     """{dotted key: comment block directly above it} for every leaf under the sections."""
     lines = text.splitlines()
@@ -688,7 +1002,7 @@ def _documented_leaves(text: str, sections: tuple[str, ...]) -> dict[str, str]:
 def test_values_yaml_documents_every_routing_threshold_with_its_unit() -> None:
     text = (k8s.CHART / "values.yaml").read_text()
     values = yaml.safe_load(text)
-    sections = ("limits", "routing", "scrape", "health", "upstream", "server")
+    sections = ("limits", "routing", "scrape", "health", "upstream", "server", "state")
     leaves = _documented_leaves(text, sections)
     units = ("tokens", "bytes", "requests", "seconds", "count", "ratio", "integer")
     expected = set()
@@ -706,13 +1020,16 @@ def test_values_yaml_documents_every_routing_threshold_with_its_unit() -> None:
         for part in path.split("."):
             value = value[part]
         assert comment, f"{path} has no comment"
-        if not isinstance(value, bool):
+        if not isinstance(value, (bool, str)):
             assert any(u in comment.lower() for u in units), f"{path}: no unit in {comment!r}"
     # The schema describes the routing thresholds too (helm show values / IDE hints).
     schema = json.loads((k8s.CHART / "values.schema.json").read_text())
-    for block in ("limits", "scrape", "health", "upstream", "server"):
+    for block in ("limits", "scrape", "health", "upstream", "server", "state"):
         for key, prop in schema["properties"][block]["properties"].items():
-            assert prop.get("description"), (block, key)
+            if key != "circuit_breaker":
+                assert prop.get("description"), (block, key)
+    for key, prop in schema["properties"]["state"]["properties"]["circuit_breaker"]["properties"].items():
+        assert prop.get("description"), ("state.circuit_breaker", key)
     routing = schema["properties"]["routing"]["properties"]
     for key in ("long_prompt_tokens", "seed"):
         assert routing[key].get("description"), key

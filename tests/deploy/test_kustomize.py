@@ -103,6 +103,10 @@ def test_cpu_dev() -> None:
     assert router["spec"]["replicas"] == 1
     cm = k8s.one(objects, "ConfigMap", "specgate-config")
     assert "specgate.dev/config-sha256" not in cm["metadata"].get("annotations", {})
+    # One router, per-process state: the base's Redis and its state checksum are gone.
+    assert k8s.router_validate(objects).state.backend == "memory"
+    assert [o for o in objects if k8s.component(o) == "redis"] == []
+    assert router["spec"]["template"]["metadata"]["annotations"] == {}
 
 
 def test_gpu_prod() -> None:
@@ -129,3 +133,12 @@ def test_gpu_prod() -> None:
             assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert k8s.one(objects, "ConfigMap", "specgate-dashboard")["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert k8s.one(objects, "HorizontalPodAutoscaler")["spec"]["minReplicas"] == 2
+    # The autoscaled routers (up to 6) share their state through the base's Redis, in this
+    # namespace (a bare Service name resolves in the pod's own namespace).
+    state = k8s.router_validate(objects).state
+    assert (state.backend, state.redis_url, state.key_prefix) == ("redis", "redis://specgate-redis:6379/0", "specgate")
+    router = k8s.one(objects, "Deployment", "specgate-router")
+    assert k8s.router_max_replicas(objects, router) == 6
+    for kind in ("Deployment", "Service"):
+        assert k8s.one(objects, kind, "specgate-redis")["metadata"]["namespace"] == "specgate"
+    assert k8s.one(objects, "Service", "specgate-redis")["spec"]["ports"][0]["port"] == 6379

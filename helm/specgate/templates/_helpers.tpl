@@ -158,8 +158,158 @@ The router's operator YAML, built from values. Only keys the router knows are em
   "scrape" .Values.scrape
   "health" .Values.health
   "upstream" .Values.upstream
-  "server" $server }}
+  "server" $server
+  "state" (include "specgate.stateConfig" . | fromYaml) }}
+{{- $auth := dict }}
+{{- range $src := (include "specgate.authSources" . | fromYaml).sources }}
+{{- $_ := set $auth $src.configKey $src.file }}
+{{- end }}
+{{- if $auth }}
+{{- $_ := set $cfg "auth" $auth }}
+{{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+The most router pods that can run at once: the HPA's maxReplicas when autoscaling is on,
+else router.replicas.
+*/}}
+{{- define "specgate.routerMaxReplicas" -}}
+{{- if .Values.router.autoscaling.enabled }}
+{{- int64 .Values.router.autoscaling.maxReplicas }}
+{{- else }}
+{{- int64 .Values.router.replicas }}
+{{- end }}
+{{- end }}
+
+{{/*
+How the router learns its Redis URL (router/state.py reads state.redis_url, else the variable
+named by state.redis_url_env; a password can only travel inside the URL):
+  ""          state.backend is memory;
+  "inline"    no credentials: the URL is state.redis_url in config.yaml (the chart's Redis
+              without a password, or redis.external.url);
+  "password"  the chart's Redis with redis.auth.existingSecret: the router's
+              SPECGATE_REDIS_URL is composed from SPECGATE_REDIS_PASSWORD (secretKeyRef);
+  "secret"    redis.external.existingSecret: SPECGATE_REDIS_URL is that Secret's whole URL.
+*/}}
+{{- define "specgate.redisMode" -}}
+{{- if eq .Values.state.backend "redis" }}
+{{- if .Values.redis.enabled }}
+{{- if .Values.redis.auth.existingSecret }}password{{ else }}inline{{ end }}
+{{- else if .Values.redis.external.existingSecret }}secret
+{{- else }}inline
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* HOST:PORT/DB of the chart's Redis Service (no scheme, no credentials). */}}
+{{- define "specgate.chartRedisAddress" -}}
+{{- printf "%s-redis:%d/0" (include "specgate.fullname" .) (int64 .Values.redis.port) }}
+{{- end }}
+
+{{/*
+The router config's `state:` block, after the checks that keep replicas and Redis consistent:
+per-process (memory) state with more than one router pod would make every replica count only
+its own in-flight requests, so the saturation bypass and admin overrides would diverge.
+*/}}
+{{- define "specgate.stateConfig" -}}
+{{- $s := .Values.state -}}
+{{- $r := .Values.redis -}}
+{{- $ext := $r.external -}}
+{{- $max := include "specgate.routerMaxReplicas" . | int64 -}}
+{{- if eq $s.backend "memory" }}
+{{- if gt $max 1 }}
+{{- $where := printf "router.replicas is %d" $max }}
+{{- if .Values.router.autoscaling.enabled }}{{ $where = printf "router.autoscaling.maxReplicas is %d" $max }}{{ end }}
+{{- fail (printf "state.backend is memory but %s: each router replica would count only its own in-flight requests, so the saturation bypass and admin overrides would differ between replicas. Set state.backend=redis (with redis.enabled=true or redis.external), or run one replica (router.replicas=1, router.autoscaling.enabled=false)" $where) }}
+{{- end }}
+{{- if $r.enabled }}
+{{- fail "redis.enabled is true but state.backend is memory: the router would not use that Redis. Set state.backend=redis, or redis.enabled=false" }}
+{{- end }}
+{{- if or $ext.url $ext.existingSecret }}
+{{- fail "redis.external is set but state.backend is memory: set state.backend=redis, or clear redis.external" }}
+{{- end }}
+backend: memory
+{{- else }}
+{{- if and $r.enabled (or $ext.url $ext.existingSecret) }}
+{{- fail "redis.enabled (the chart's Redis) and redis.external are exclusive: set one" }}
+{{- end }}
+{{- if and $ext.url $ext.existingSecret }}
+{{- fail "redis.external.url and redis.external.existingSecret are exclusive: set one" }}
+{{- end }}
+{{- if not (or $r.enabled $ext.url $ext.existingSecret) }}
+{{- fail "state.backend is redis but no Redis is configured: set redis.enabled=true (the chart's Redis), redis.external.url or redis.external.existingSecret" }}
+{{- end }}
+{{- if gt (mulf (float64 $s.renew_interval_s) 2.0) (float64 $s.lease_ttl_s) }}
+{{- fail "state.renew_interval_s must be <= state.lease_ttl_s / 2" }}
+{{- end }}
+{{- if ge (float64 $s.op_timeout_s) (float64 $s.renew_interval_s) }}
+{{- fail "state.op_timeout_s must be < state.renew_interval_s" }}
+{{- end }}
+{{- $out := deepCopy $s }}
+{{- $_ := set $out "key_prefix" (default (include "specgate.fullname" .) $s.key_prefix) }}
+{{- if eq (include "specgate.redisMode" .) "inline" }}
+{{- $_ := set $out "redis_url" (ternary (printf "redis://%s" (include "specgate.chartRedisAddress" .)) $ext.url $r.enabled) }}
+{{- else }}
+{{- $_ := set $out "redis_url_env" "SPECGATE_REDIS_URL" }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+{{- end }}
+
+{{/* The router's env entries for its Redis URL (modes "password" and "secret"). */}}
+{{- define "specgate.routerRedisEnv" -}}
+{{- $mode := include "specgate.redisMode" . }}
+{{- if eq $mode "password" }}
+# Declared before SPECGATE_REDIS_URL, which refers to it ($(VAR) expansion).
+- name: SPECGATE_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.redis.auth.existingSecret | quote }}, key: {{ .Values.redis.auth.passwordKey | quote }}}
+- name: SPECGATE_REDIS_URL
+  value: {{ printf "redis://:$(SPECGATE_REDIS_PASSWORD)@%s" (include "specgate.chartRedisAddress" .) | quote }}
+{{- else if eq $mode "secret" }}
+- name: SPECGATE_REDIS_URL
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.redis.external.existingSecret | quote }}, key: {{ .Values.redis.external.urlKey | quote }}}
+{{- end }}
+{{- end }}
+
+{{/*
+The API key sources as YAML {sources: [...]}, one entry per configured key set (client
+`api-keys`, admin `admin-api-keys`): the Secret (existingSecret, else the chart's
+<fullname>-auth built from devKeys), its key, the volume, the directory it is mounted at and
+the file the router config names (auth.api_keys_file / auth.admin_api_key_file). router/auth.py
+reads such a file as one key per line and re-reads it on every config reload.
+*/}}
+{{- define "specgate.authSources" -}}
+{{- $root := . -}}
+{{- $sources := list -}}
+{{- $chartSecret := printf "%s-auth" (include "specgate.fullname" .) -}}
+{{- range $set := list (dict "name" "api-keys" "values" .Values.auth.apiKeys "path" "auth.apiKeys" "configKey" "api_keys_file") (dict "name" "admin-api-keys" "values" .Values.auth.adminApiKeys "path" "auth.adminApiKeys" "configKey" "admin_api_key_file") }}
+{{- $v := $set.values }}
+{{- if and $v.existingSecret $v.devKeys }}
+{{- fail (printf "%s: existingSecret and devKeys are exclusive: set one" $set.path) }}
+{{- end }}
+{{- if or $v.existingSecret $v.devKeys }}
+{{- $secret := $chartSecret }}
+{{- $key := $set.name }}
+{{- if $v.existingSecret }}{{ $secret = $v.existingSecret }}{{ $key = $v.key }}{{ end }}
+{{- $dir := printf "/etc/specgate-auth/%s" $set.name }}
+{{- $sources = append $sources (dict "name" $set.name "configKey" $set.configKey "secret" $secret "key" $key "mountPath" $dir "file" (printf "%s/%s" $dir $key)) }}
+{{- end }}
+{{- end }}
+{{- if eq (len $sources) 2 }}
+{{- $a := index $sources 0 }}{{ $b := index $sources 1 }}
+{{- if and (eq $a.secret $b.secret) (eq $a.key $b.key) }}
+{{- fail (printf "auth.apiKeys and auth.adminApiKeys both read key %q of Secret %q: an admin key must not also be a client key" $a.key $a.secret) }}
+{{- end }}
+{{- end }}
+{{- range $k := .Values.auth.apiKeys.devKeys }}
+{{- if has $k $root.Values.auth.adminApiKeys.devKeys }}
+{{- fail "auth: a key is in both auth.apiKeys.devKeys and auth.adminApiKeys.devKeys: an admin key must not also be a client key" }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "sources" $sources) }}
 {{- end }}
 
 {{/*
@@ -253,4 +403,19 @@ engine_argv (the argv `specgate serve` would exec), then the LeaderWorkerSet fla
     path: {{ .spec.hostPath }}
     type: Directory
 {{- end }}
+{{- end }}
+
+{{/*
+The data of the chart-created key Secret <fullname>-auth (from auth.*.devKeys; dev only):
+`api-keys` and/or `admin-api-keys`, one key per line, base64.
+*/}}
+{{- define "specgate.authSecretData" -}}
+{{- $data := dict }}
+{{- if .Values.auth.apiKeys.devKeys }}
+{{- $_ := set $data "api-keys" (printf "%s\n" (join "\n" .Values.auth.apiKeys.devKeys) | b64enc) }}
+{{- end }}
+{{- if .Values.auth.adminApiKeys.devKeys }}
+{{- $_ := set $data "admin-api-keys" (printf "%s\n" (join "\n" .Values.auth.adminApiKeys.devKeys) | b64enc) }}
+{{- end }}
+{{- toYaml $data }}
 {{- end }}
