@@ -6,15 +6,18 @@ Setup (all on 127.0.0.1): ``benchmarks/fast_backend.py`` (canned answers, SSE ev
 apart) pinned with its load generator ``wrk`` to the last core; the router under test pinned
 alone to core 0: specgate (``specgate router``, one process, uvloop + httptools, token counting
 with a real tokenizer, the decision and metrics included) or ``sglang-router`` 0.3.2 from PyPI
-(``--policy round_robin``), installed by this script into ``.bench/rust-venv``. For every
+(``--policy round_robin``), installed by this script into ``.bench/rust-venv`` and run with
+TCP_NODELAY on its sockets through ``benchmarks/nodelay_shim.c`` (LD_PRELOAD, compiled with
+gcc; ``--rust-as-shipped`` runs it without). For every
 (mode, concurrency) cell the three targets run interleaved, ``--runs`` times; medians are
 reported. Measured per run:
 
 - req/s and latency p50/p99 (ms) from ``wrk --latency`` (for streams: the whole stream);
 - router CPU per request (us): the router process's utime+stime (``/proc/PID/stat``) during
   the run divided by the requests wrk completed;
-- time to first byte at concurrency 1 (ms, median of 200 sequential requests on a kept-alive
-  connection, from a small socket client), for the added-TTFB figures.
+- time to first body byte at concurrency 1 (ms, median of 200 sequential requests on a
+  kept-alive connection, from a small socket client; for streams the first ``data:`` event,
+  see :func:`ttfb_ms`), for the added-TTFB figures.
 
 Prints a table with the ratios specgate/Rust and specgate/direct, and writes JSON.
 """
@@ -67,6 +70,17 @@ def ensure_rust_router() -> Path:
     return py
 
 
+def ensure_nodelay_shim() -> Path:
+    """Compile ``benchmarks/nodelay_shim.c`` (LD_PRELOAD: TCP_NODELAY on accepted/connected
+    TCP sockets) into ``.bench/`` once; the Rust router runs with it (issue 8's baseline)."""
+    src = ROOT / "benchmarks" / "nodelay_shim.c"
+    out = ROOT / ".bench" / "nodelay_shim.so"
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(out), str(src), "-ldl"], check=True)
+    return out
+
+
 def wait_http(url: str, timeout_s: float = 60) -> None:
     import urllib.request
 
@@ -101,15 +115,30 @@ def parse_wrk(out: str) -> dict[str, float]:
 
 
 def ttfb_ms(port: int, body: str, n: int = 200) -> float:
+    """Median time (ms) from sending a request to receiving its first *body* byte.
+
+    For a stream that is the first ``data:`` event (the first token), not the response
+    headers: specgate holds its headers until the engine's first event so that an engine
+    refusal still becomes a real HTTP status (``router/proxy.py``), so a header-only TTFB
+    would charge it for the engine's time to first token while a router that forwards
+    headers at once would look free. For a non-streamed answer it is the first byte after
+    the headers.
+    """
     req = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
            f"content-length: {len(body)}\r\n\r\n{body}").encode()
+    stream = '"stream": true' in body
     samples = []
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for _ in range(n):
             t0 = time.perf_counter()
             s.sendall(req)
-            buf = s.recv(65536)
+            buf = b""
+            while True:
+                buf += s.recv(65536)
+                head, sep, rest = buf.partition(b"\r\n\r\n")
+                if sep and ((b"data:" in rest) if stream else rest):
+                    break
             samples.append((time.perf_counter() - t0) * 1e3)
             # drain the rest of the response (chunked end or content-length)
             while not (buf.endswith(b"0\r\n\r\n") or (b"content-length" in buf.lower() and _complete(buf))):
@@ -129,6 +158,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--concurrency", default="1,16,64")
     ap.add_argument("--out", default="bench-router.json")
+    ap.add_argument("--modes", default="nonstream,stream", help="comma-separated: nonstream, stream")
+    ap.add_argument("--rust-as-shipped", action="store_true",
+                    help="run the Rust router without the TCP_NODELAY shim (its streams stall on delayed ACK)")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
     args = ap.parse_args()
     ncpu = os.cpu_count() or 2
@@ -144,9 +176,10 @@ def main() -> int:
         tokenizer = make_test_tokenizer(work / "tokenizer")
     procs: list[subprocess.Popen[bytes]] = []
 
-    def spawn(cmd: list[str], cpu: str, log: str) -> subprocess.Popen[bytes]:
+    def spawn(cmd: list[str], cpu: str, log: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         p = subprocess.Popen(["taskset", "-c", cpu, *cmd], stdout=open(work / log, "wb"),
-                             stderr=subprocess.STDOUT, start_new_session=True)
+                             stderr=subprocess.STDOUT, start_new_session=True,
+                             env={**os.environ, **env} if env else None)
         procs.append(p)
         return p
 
@@ -169,7 +202,8 @@ def main() -> int:
                    router_cpu, "specgate.log")
         rust = spawn([str(rust_py), "-m", "sglang_router.launch_router", "--worker-urls", backend,
                       "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(rust_port)],
-                     router_cpu, "rust.log")
+                     router_cpu, "rust.log",
+                     env=None if args.rust_as_shipped else {"LD_PRELOAD": str(ensure_nodelay_shim())})
         wait_http(f"http://127.0.0.1:{sg_port}/ready")
         wait_http(f"http://127.0.0.1:{rust_port}/health")
         targets = {"direct": (backend_port, None), "specgate": (sg_port, sg.pid), "rust": (rust_port, rust.pid)}
@@ -181,7 +215,8 @@ def main() -> int:
             lua[mode] = path
         results: dict[str, dict[str, dict[str, list[dict[str, float]]]]] = {}
         levels = [int(c) for c in args.concurrency.split(",")]
-        for mode in ("nonstream", "stream"):
+        modes = args.modes.split(",")
+        for mode in modes:
             for c in levels:
                 cell = results.setdefault(mode, {}).setdefault(str(c), {})
                 for run in range(args.runs):
@@ -200,6 +235,8 @@ def main() -> int:
                               + (f" errors {res['errors']}" if res["errors"] else ""), flush=True)
         ttfb = {}
         for mode, body in (("nonstream", CHAT_BODY), ("stream", STREAM_BODY)):
+            if mode not in modes:
+                continue
             ttfb[mode] = {name: ttfb_ms(port, body) for name, (port, _) in targets.items()}
         summary = summarise(results, ttfb)
         Path(args.out).write_text(json.dumps({"results": results, "ttfb_ms": ttfb, "summary": summary}, indent=2))
@@ -229,7 +266,7 @@ def summarise(results: dict, ttfb: dict) -> list[dict]:  # type: ignore[type-arg
             row["rps_specgate_over_direct"] = med["specgate"]["rps"] / med["direct"]["rps"]
             row["cpu_specgate_over_rust"] = med["specgate"]["cpu_us_per_req"] / med["rust"]["cpu_us_per_req"]
             row["p99_over_p50_specgate"] = med["specgate"]["p99_ms"] / med["specgate"]["p50_ms"]
-            if int(c) == 1:
+            if int(c) == 1 and mode in ttfb:
                 row["added_p50_ms_specgate"] = med["specgate"]["p50_ms"] - med["direct"]["p50_ms"]
                 row["added_p50_ms_rust"] = med["rust"]["p50_ms"] - med["direct"]["p50_ms"]
                 row["added_ttfb_ms_specgate"] = ttfb[mode]["specgate"] - ttfb[mode]["direct"]

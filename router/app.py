@@ -27,6 +27,7 @@ import aiohttp
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from router.api import GENERATE_ROUTES, serve_generate
 from router.auth import load_auth
 from router.config import Config, load_config
 from router.discovery import Discovery, DiscoverySettings
@@ -36,7 +37,7 @@ from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
 
-__all__ = ["AppState", "create_app"]
+__all__ = ["AppState", "RouterApp", "create_app"]
 
 log = logging.getLogger("specgate")
 
@@ -110,6 +111,25 @@ class AppState:
             self.discovery.refresh_gauges(runtime)
 
 
+class RouterApp(FastAPI):
+    """The router's FastAPI app, with a direct path for the two generation routes.
+
+    ``POST /v1/chat/completions`` and ``POST /v1/completions`` go straight to
+    :func:`router.api.serve_generate`; everything else (probes, ``/metrics``, admin, lifespan,
+    404/405) goes through FastAPI as usual. The routes stay registered on the FastAPI router
+    too, so the app behaves the same when mounted elsewhere.
+    """
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:  # type: ignore[override]
+        if scope["type"] == "http" and scope["method"] == "POST":
+            kind = GENERATE_ROUTES.get(scope["path"])
+            if kind is not None:
+                scope["app"] = self
+                await serve_generate(scope, receive, send, kind)
+                return
+        await super().__call__(scope, receive, send)
+
+
 def _build_counter(config: Config, previous: Runtime | None) -> PromptCounter:
     if previous is not None and getattr(previous.counter, "path", None) == config.model.tokenizer:
         return previous.counter  # type: ignore[return-value]
@@ -131,7 +151,7 @@ def build_runtime(config: Config, previous: Runtime | None = None,
 
 def create_app(config: str | Path | Config, *, session_factory: Callable[[Config], aiohttp.ClientSession] | None = None,
                clock: Callable[[], float] = time.monotonic, scrape: bool = True, watch: bool = True,
-               discovery: DiscoverySettings | None = None) -> FastAPI:
+               discovery: DiscoverySettings | None = None) -> RouterApp:
     """Build the router app.
 
     Args:
@@ -195,7 +215,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             await session.close()
             executor.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = RouterApp(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_routes(app)
     return app
 

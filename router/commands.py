@@ -31,7 +31,10 @@ def _router(args: argparse.Namespace) -> int:
     host = args.host or cfg.server.host
     port = args.port if args.port is not None else cfg.server.port
     uvicorn.run(create_app(args.config), host=host, port=port, loop="uvloop", http="httptools",
-                log_level="warning", access_log=False, timeout_keep_alive=30)
+                log_level="warning", access_log=False, timeout_keep_alive=30,
+                # no X-Forwarded-* rewriting (nothing reads the client address) and no
+                # `server` header: both cost CPU on every request (issue 8).
+                proxy_headers=False, server_header=False)
     return 0
 
 

@@ -21,9 +21,101 @@ API keys never appear in any series.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 
-__all__ = ["RouterMetrics"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
+__all__ = ["LoopCounter", "LoopHistogram", "RouterMetrics"]
+
+
+class LoopCounter:
+    """A labelled counter written only from the event-loop thread, so without locks.
+
+    prometheus_client's ``Counter`` takes a mutex in ``labels()`` and in ``inc()``; on the
+    proxy's hot path (every request) that is avoidable work (issue 8). The values live in a
+    plain dict keyed by the label tuple and are exported by :class:`_LoopCollector` when
+    ``/metrics`` is read (on the same loop, so no torn reads). Not for use from other
+    threads.
+
+    Args:
+        name: series name without ``_total`` (exported as ``<name>_total``).
+        documentation: help text.
+        labelnames: label names; :meth:`inc` takes the values in this order.
+    """
+
+    __slots__ = ("name", "documentation", "labelnames", "values")
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        """Add ``amount`` (>= 0) to the series with label values ``labels``."""
+        self.values[labels] = self.values.get(labels, 0.0) + amount
+
+    def collect(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, value in self.values.items():
+            family.add_metric(labels, value)
+        return family
+
+
+class LoopHistogram:
+    """A labelled histogram written only from the event-loop thread (see :class:`LoopCounter`).
+
+    Args:
+        name: series name (exported as ``<name>_bucket``, ``_sum`` and ``_count``).
+        documentation: help text.
+        labelnames: label names.
+        buckets: increasing finite upper bounds; ``+Inf`` is added. A value ``v`` counts in
+            every bucket with ``le >= v`` (Prometheus semantics).
+    """
+
+    __slots__ = ("name", "documentation", "labelnames", "bounds", "series")
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
+                 buckets: Sequence[float]) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.bounds = tuple(float(b) for b in buckets)
+        self.series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+
+    def observe(self, labels: tuple[str, ...], value: float) -> None:
+        """Record ``value`` in the series with label values ``labels``."""
+        entry = self.series.get(labels)
+        if entry is None:
+            entry = self.series[labels] = ([0] * (len(self.bounds) + 1), [0.0])
+        entry[0][bisect_left(self.bounds, value)] += 1
+        entry[1][0] += value
+
+    def collect(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, (counts, total) in self.series.items():
+            cumulative, running = [], 0
+            for bound, count in zip((*self.bounds, float("inf")), counts):
+                running += count
+                cumulative.append((floatToGoString(bound), running))
+            family.add_metric(labels, cumulative, total[0])
+        return family
+
+
+class _LoopCollector:
+    """Exports :class:`LoopCounter`/:class:`LoopHistogram` series from a registry."""
+
+    def __init__(self, metrics: Sequence[LoopCounter | LoopHistogram]) -> None:
+        self._metrics = tuple(metrics)
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._metrics:
+            yield metric.collect()
+
+    def describe(self) -> Iterator[Metric]:
+        for metric in self._metrics:
+            family = (CounterMetricFamily if isinstance(metric, LoopCounter) else HistogramMetricFamily)(
+                metric.name, metric.documentation, labels=metric.labelnames)
+            yield family
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -37,20 +129,27 @@ class RouterMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.requests = Counter(
+        # Per-request series: lock-free, written on the event loop only (LoopCounter).
+        self.requests = LoopCounter(
             "specgate_requests", "Requests answered, by pool, decision reason and HTTP status.",
-            ["pool", "reason", "status"], registry=registry)
-        self.request_duration = Histogram(
+            ["pool", "reason", "status"])
+        self.request_duration = LoopHistogram(
             "specgate_request_duration_seconds", "Time from request receipt to the last byte sent.",
-            ["pool"], buckets=_LATENCY_BUCKETS, registry=registry)
-        self.time_to_first_byte = Histogram(
+            ["pool"], _LATENCY_BUCKETS)
+        self.time_to_first_byte = LoopHistogram(
             "specgate_time_to_first_byte_seconds",
             "Time from request receipt to the first body byte relayed from the engine.",
-            ["pool"], buckets=_LATENCY_BUCKETS, registry=registry)
-        self.prompt_tokens = Histogram(
-            "specgate_prompt_tokens", "Prompt length as counted by the router (tokens).",
-            buckets=(64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144),
-            registry=registry)
+            ["pool"], _LATENCY_BUCKETS)
+        self.prompt_tokens = LoopHistogram(
+            "specgate_prompt_tokens", "Prompt length as counted by the router (tokens).", [],
+            (64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144))
+        self.upstream_failures = LoopCounter(
+            "specgate_upstream_failures", "Upstream failures seen by the proxy, by kind.", ["pool", "kind"])
+        self.upstream_aborts = LoopCounter(
+            "specgate_upstream_aborts", "abort_request calls sent after a client went away or a timeout.",
+            ["pool"])
+        registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
+                                          self.prompt_tokens, self.upstream_failures, self.upstream_aborts]))
         self.inflight = Gauge(
             "specgate_inflight_requests", "Requests dispatched by this router and not finished.",
             ["pool"], registry=registry)
@@ -67,12 +166,6 @@ class RouterMetrics:
             ["pool"], registry=registry)
         self.scrape_failures = Counter(
             "specgate_scrape_failures", "Failed /metrics scrapes.", ["pool", "endpoint"], registry=registry)
-        self.upstream_failures = Counter(
-            "specgate_upstream_failures", "Upstream failures seen by the proxy, by kind.",
-            ["pool", "kind"], registry=registry)
-        self.upstream_aborts = Counter(
-            "specgate_upstream_aborts", "abort_request calls sent after a client went away or a timeout.",
-            ["pool"], registry=registry)
         self.config_reloads = Counter(
             "specgate_config_reloads", "Config reload attempts, by result.", ["result"], registry=registry)
         self.shared_inflight = Gauge(

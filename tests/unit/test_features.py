@@ -176,3 +176,31 @@ def test_tool_dump_matches_sglang_function_serializer():
     lazy = {"type": "function", "defer_loading": True, "function": {"name": "g"}}
     assert _tool_dump(lazy)["function"] == {"name": "g", "description": None, "parameters": None,
                                             "defer_loading": True}
+
+
+def test_compiled_template_path_renders_like_apply_chat_template(tokenizer_dir, tmp_path):
+    """The counter renders with the compiled template (issue 8); the text must be exactly
+    transformers' apply_chat_template's, including special tokens and the tool_use variant."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tok.chat_template = {
+        "default": "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+                   "{% if add_generation_prompt %}[assistant]{% endif %}",
+        "tool_use": "{{ bos_token }}TOOLS {{ tools | tojson }}{% for m in messages %}[{{ m.role }}]"
+                    "{{ m.content }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}",
+    }
+    tok.save_pretrained(tmp_path)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    counter = PromptCounter(tmp_path)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "héllo \u2028 {{x}}"}]
+    for with_tools in (None, tools):
+        expected = tok.apply_chat_template(messages, tools=with_tools, tokenize=False, add_generation_prompt=True)
+        got = counter.render_chat(messages, tools=with_tools)
+        assert got == expected
+        assert got.startswith(tok.bos_token) and ("TOOLS" in got) == (with_tools is not None)
+    # template kwargs take transformers' own path (they may override special tokens)
+    assert counter.render_chat(messages, template_kwargs={"bos_token": "<B>"}).startswith("<B>")
+    with pytest.raises(InvalidRequest):
+        counter.render_chat([])
