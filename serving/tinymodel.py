@@ -44,7 +44,8 @@ with 1 under load; 1 thread costs < 2x on an idle machine).
   excerpt, assistant: the code that follows it, then ``<|im_end|>``), so chat requests get a
   code continuation that ends with a stop token.
 - loss: next-token cross entropy, AdamW (lr 3e-3, betas 0.9/0.95, weight decay 0.01),
-  linear warm-up then cosine decay to 10 %, gradient clipping at 1.0.
+  linear warm-up then cosine decay to 10 %, gradient clipping at 1.0 (schedule, update step
+  and progress bar: ``serving.training``, shared with the EAGLE-3 drafter's trainer).
 - length: a fixed number of optimizer steps. ``--train-seconds N`` is converted to steps
   with the reference rate ``REFERENCE_STEPS_PER_SECOND`` (steps per second on one idle x86
   core: ``steps = round(N * rate)``), never with a clock, so the result does not depend on
@@ -64,9 +65,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
-import shutil
 import sys
 import sysconfig
 import time
@@ -74,6 +73,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from serving.training import (
+    Progress,
+    adamw,
+    optimizer_step,
+    publish,
+    staging_dir,
+    torch_threads,
+    warmup_cosine_lr,
+)
 
 __all__ = [
     "BUILDER_VERSION",
@@ -400,86 +409,44 @@ def _train(
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
+    opt = adamw(
         [
             {"params": decay, "weight_decay": spec.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ],
         lr=spec.lr,
-        betas=(0.9, 0.95),
     )
-
-    def lr_at(step: int) -> float:
-        if step < spec.warmup_steps:
-            return spec.lr * (step + 1) / spec.warmup_steps
-        t = (step - spec.warmup_steps) / max(1, steps - spec.warmup_steps)
-        return spec.lr * (
-            spec.min_lr_ratio + (1 - spec.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
-        )
 
     body = spec.seq_len - 1
     losses: list[float] = []
-    bar = _progress(steps, "train target", progress)
-    for step in range(steps):
-        batch = torch.full((spec.batch_size, spec.seq_len), pad_id, dtype=torch.long)
-        offsets = torch.randint(len(data) - body, (spec.batch_size,), generator=gen)
-        for row in range(spec.batch_size):
-            if chat and (step * spec.batch_size + row) % spec.chat_every == spec.chat_every - 1:
-                ids = chat[int(torch.randint(len(chat), (1,), generator=gen))]
-                batch[row, : len(ids)] = torch.tensor(ids)
-            else:
-                o = int(offsets[row])
-                batch[row, 0] = bos_id
-                batch[row, 1:] = data[o : o + body]
-        labels = batch.masked_fill(batch == pad_id, -100)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        loss = model(input_ids=batch, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
-        opt.step()
-        losses.append(loss.item())
-        bar.advance(f"loss {losses[-1]:.3f}")
-    bar.close()
+    with Progress(progress) as bar:
+        task = bar.task("train target", steps)
+        for step in range(steps):
+            batch = torch.full((spec.batch_size, spec.seq_len), pad_id, dtype=torch.long)
+            offsets = torch.randint(len(data) - body, (spec.batch_size,), generator=gen)
+            for row in range(spec.batch_size):
+                sample = step * spec.batch_size + row
+                if chat and sample % spec.chat_every == spec.chat_every - 1:
+                    ids = chat[int(torch.randint(len(chat), (1,), generator=gen))]
+                    batch[row, : len(ids)] = torch.tensor(ids)
+                else:
+                    o = int(offsets[row])
+                    batch[row, 0] = bos_id
+                    batch[row, 1:] = data[o : o + body]
+            labels = batch.masked_fill(batch == pad_id, -100)
+            loss = model(input_ids=batch, labels=labels).loss
+            lr = warmup_cosine_lr(
+                step,
+                lr=spec.lr,
+                warmup_steps=spec.warmup_steps,
+                total_steps=steps,
+                min_lr_ratio=spec.min_lr_ratio,
+            )
+            optimizer_step(opt, loss, model.parameters(), lr=lr, grad_clip=spec.grad_clip)
+            losses.append(loss.item())
+            bar.advance(task, 1, f"loss {losses[-1]:.3f}")
     model.eval()
     return model, losses
-
-
-class _progress:
-    """A rich progress bar (or nothing when disabled); ``advance`` one step at a time."""
-
-    def __init__(self, total: int, label: str, enabled: bool) -> None:
-        self._p = None
-        if enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._p = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[info]}"),
-                transient=False,
-            )
-            self._p.start()
-            self._task = self._p.add_task(label, total=total, info="")
-
-    def advance(self, info: str = "") -> None:
-        if self._p is not None:
-            self._p.update(self._task, advance=1, info=info)
-
-    def close(self) -> None:
-        if self._p is not None:
-            self._p.stop()
 
 
 # ----------------------------------------------------------------------------- build
@@ -569,7 +536,6 @@ def build(
     ``train_steps`` overrides it. ``force`` rebuilds even when the manifest matches.
     The manifest has ``skipped: true`` when an up-to-date build was found.
     """
-    import torch
     from transformers import GenerationConfig
 
     spec = spec or TinyModelSpec()
@@ -583,19 +549,13 @@ def build(
             return {**found, "skipped": True}
 
     t0 = time.monotonic()
-    prev_threads = torch.get_num_threads()
-    torch.set_num_threads(spec.threads)
-    try:
+    with torch_threads(spec.threads):
         texts = [_read(p) for p in files]
         tok = _train_tokenizer(texts, spec.vocab_size)
         hf_tok = _hf_tokenizer(tok, spec)
         model, losses = _train(spec, tok, hf_tok, texts, steps, seed, progress)
-    finally:
-        torch.set_num_threads(prev_threads)
 
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    tmp = staging_dir(out)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp, safe_serialization=True)
     gen_config = GenerationConfig(
@@ -626,10 +586,7 @@ def build(
         "weights_sha256": weights_sha256(tmp),
     }
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(out)
+    publish(tmp, out)
     return {**manifest, "skipped": False}
 
 

@@ -37,7 +37,9 @@ Pipeline (EAGLE-3: Li et al. 2025, arXiv:2503.01840; SpecForge: github.com/sgl-p
    cosine decay to 10 %, grad-norm clip 0.5 (SpecForge's ``max_grad_norm``), fixed ``steps``
    of ``batch_size`` sequences drawn by a seeded generator: deterministic for a seed on one
    machine (``torch.set_num_threads(1)``: results can depend on the thread count, and one
-   thread is also the fastest on a shared 2-core machine; see ``serving.tinymodel``).
+   thread is also the fastest on a shared 2-core machine; see ``serving.tinymodel``). The
+   schedule, the update step and the progress bar are ``serving.training``'s, shared with
+   the target's trainer.
 7. Export to ``--out``: ``config.json`` (``architectures: ["LlamaForCausalLMEagle3"]``,
    ``num_hidden_layers: 1``, ``draft_vocab_size``, ``eagle_config``, the target's
    ``max_position_embeddings``), ``model.safetensors`` (float32: ``fc.weight``,
@@ -63,9 +65,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -74,6 +74,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from serving.training import (
+    Progress,
+    adamw,
+    optimizer_step,
+    publish,
+    staging_dir,
+    torch_threads,
+    warmup_cosine_lr,
+)
 
 __all__ = ["TrainConfig", "default_aux_layers", "main", "train", "ttt_loss"]
 
@@ -221,43 +231,6 @@ def _plot(log: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-class _Bar:
-    def __init__(self, enabled: bool) -> None:
-        self._p = None
-        if enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._p = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[info]}"),
-            )
-            self._p.start()
-
-    def task(self, label: str, total: int) -> Any:
-        if self._p is None:
-            return None
-        return self._p.add_task(label, total=total, info="")
-
-    def advance(self, task: Any, n: int = 1, info: str = "") -> None:
-        if self._p is not None and task is not None:
-            self._p.update(task, advance=n, info=info)
-
-    def close(self) -> None:
-        if self._p is not None:
-            self._p.stop()
-
-
 def load_target(target: str | os.PathLike[str]) -> tuple[Any, Any]:
     """(model float32 eval, tokenizer) of a Hugging Face Llama directory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -292,10 +265,7 @@ def train(
             return {**found, "skipped": True}
 
     t0 = time.monotonic()
-    prev_threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
-    bar = _Bar(progress)
-    try:
+    with torch_threads(cfg.threads), Progress(progress) as bar:
         torch.manual_seed(cfg.seed)
         model, tok = load_target(target_dir)
         tcfg = model.config
@@ -324,15 +294,7 @@ def train(
             draft.lm_head.weight.copy_(model.lm_head.weight[vocab])
             draft.norm.weight.copy_(model.model.norm.weight)
         params = [p for p in draft.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-
-        def lr_at(step: int) -> float:
-            if step < cfg.warmup_steps:
-                return cfg.lr * (step + 1) / cfg.warmup_steps
-            t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-            cos = 0.5 * (1 + math.cos(math.pi * t))
-            return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cos)
-
+        opt = adamw(params, lr=cfg.lr)
         gen = torch.Generator().manual_seed(cfg.seed + 1)
         log: dict[str, Any] = {
             "loss": [],
@@ -346,8 +308,6 @@ def train(
         for step in range(cfg.steps):
             idx = torch.randint(n, (cfg.batch_size,), generator=gen)
             width = int(ro.lengths[idx].max())
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step)
             loss, stats = ttt_loss(
                 draft,
                 model.lm_head,
@@ -358,10 +318,14 @@ def train(
                 ro.prompt_lengths[idx],
                 cfg.ttt_steps,
             )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            opt.step()
+            lr = warmup_cosine_lr(
+                step,
+                lr=cfg.lr,
+                warmup_steps=cfg.warmup_steps,
+                total_steps=cfg.steps,
+                min_lr_ratio=cfg.min_lr_ratio,
+            )
+            optimizer_step(opt, loss, params, lr=lr, grad_clip=cfg.grad_clip)
             log["loss"].append(loss.item())
             for k in range(cfg.ttt_steps):
                 log["step_loss"][k].append(stats["ce"][k])
@@ -370,13 +334,8 @@ def train(
             info = f"loss {log['loss'][-1]:.3f} acc0 {stats['acc'][0]:.2f}"
             bar.advance(train_task, 1, info)
         draft.eval()
-    finally:
-        bar.close()
-        torch.set_num_threads(prev_threads)
 
-    tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    tmp = staging_dir(out_dir)
     target_config = json.loads((target_dir / "config.json").read_text())
     save_draft(draft, tmp, target_config)
     (tmp / "train_log.json").write_text(json.dumps(log) + "\n")
@@ -411,10 +370,7 @@ def train(
         "total_seconds": round(time.monotonic() - t0, 1),
     }
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(out_dir)
+    publish(tmp, out_dir)
     return {**manifest, "skipped": False}
 
 
