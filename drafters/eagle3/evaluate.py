@@ -29,7 +29,8 @@ Counting (both paths): a cycle that starts ``s`` tokens into the continuation (s
 prefill emitted token 0) counts iff its whole window fits the final continuation of ``L``
 tokens, ``s + gamma + 1 <= L``, so no cycle is cut short by EOS or the budget (no end-of-text
 bias). :func:`simulate_sequence` with an int ``max_new_tokens`` instead runs as the engine
-does and returns every cycle (``len`` = SGLang's ``spec_verify_ct``).
+does and returns every cycle (``len`` = SGLang's ``spec_verify_ct``); :func:`engine_counts`
+gives each cycle's accepted count as SGLang reports it (``spec_correct_drafts_histogram``).
 
 Reported (``EvalResult``): the fields of :class:`drafters.acceptance.AcceptanceStats`
 (cycles; ``accept_length`` = mean tokens emitted per cycle = accepted + 1, SGLang's
@@ -49,7 +50,10 @@ The real SGLang 0.5.23 CPU server with the export (EAGLE3, topk 1, 3 steps, 4 dr
 same 64 prompts, ``max_new_tokens`` 96: greedy tokens equal to ``transformers`` on 64/64,
 ``spec_verify_ct`` equal to ``simulate_sequence(..., max_new_tokens=96)`` on 64/64, and
 ``/server_info`` ``avg_spec_accept_length`` 2.725 (this simulation in that mode: 2.708).
-``specgate drafter eval`` reports this next to SGLang's own figures, at T = 0 and T = 1.
+``specgate drafter eval --launch --temperature 0 --temperature 1`` (same prompts and server
+settings): T = 0 offline 2.727 (2185 cycles), SGLang per-request 2.724 (2260 cycles, every
+one; its histogram equals :func:`engine_counts` cycle for cycle); T = 1 offline 1.168 (4729
+cycles, seed 0), SGLang 1.179 (4872 cycles).
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ __all__ = [
     "PROMPT_SOURCE",
     "EvalResult",
     "OfflineRun",
+    "engine_counts",
     "evaluate",
     "greedy_sequence",
     "main",
@@ -150,6 +155,7 @@ def simulate_sequence(
     first_new: int,
     gamma: int,
     max_new_tokens: int | None = None,
+    end: int | None = None,
 ) -> list[int]:
     """Accepted-draft counts per verify cycle for one greedy sequence (temperature 0).
 
@@ -164,16 +170,22 @@ def simulate_sequence(
             request with that ``max_new_tokens`` (cycles until that many tokens or the end of
             ``seq``; a cycle at the end may be cut short), so ``len(result)`` is SGLang's
             ``spec_verify_ct``.
+        end: where the request's text ends in ``seq`` (exclusive; default ``len(seq)``).
+            ``seq`` may run on past it (the target's greedy tokens, see
+            :func:`engine_counts`): drafts are verified against those too, as the engine does
+            in a request's last cycle, whose accepted count SGLang reports uncut by
+            ``max_new_tokens``.
     """
     counts: list[int] = []
     cur = first_new + 1  # prefill emitted seq[first_new]
     tokens = torch.tensor(seq)
     vocab = draft.spec.vocab_size
+    stop = len(seq) if end is None else end
 
     def more() -> bool:
         if max_new_tokens is None:
-            return cur + gamma < len(seq)
-        return cur - first_new < max_new_tokens and cur < len(seq)
+            return cur + gamma < stop
+        return cur - first_new < max_new_tokens and cur < stop
 
     while more():
         drafted = draft.draft_chain(aux[: cur - 1], tokens[:cur], gamma)
@@ -311,6 +323,28 @@ def greedy_sequence(model: Any, prompt_ids: Sequence[int], max_new_tokens: int) 
         pad_token_id=cfg.pad_token_id,
     )
     return out[0].tolist()
+
+
+@torch.no_grad()
+def engine_counts(
+    model: Any, draft: Any, prompt_ids: Sequence[int], gamma: int, max_new_tokens: int
+) -> list[int]:
+    """Accepted-draft counts of every verify cycle of a greedy SGLang request (``temperature``
+    0, ``max_new_tokens``, stops at EOS): what the engine reports for it in
+    ``meta_info.spec_correct_drafts_histogram`` (``len`` = ``spec_verify_ct``). The last
+    cycle's drafts are verified against the target's greedy tokens past the request's end,
+    as SGLang does (its accepted count is not cut at ``max_new_tokens``); an EOS inside that
+    overhang ends the reference early (the engine would verify past it)."""
+    from drafters.eagle3.data import capture
+
+    cfg = model.config
+    eos = set(cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id])
+    first_new = len(prompt_ids)
+    seq = greedy_sequence(model, prompt_ids, max_new_tokens + gamma)
+    end = min(len(seq), first_new + max_new_tokens)
+    end = next((i + 1 for i in range(first_new, end) if seq[i] in eos), end)
+    _, aux, _ = capture(model, [seq], draft.spec.aux_layer_ids, cfg.pad_token_id)
+    return simulate_sequence(draft, aux[0], seq, first_new, gamma, max_new_tokens, end=end)
 
 
 def result_from_run(run: OfflineRun) -> EvalResult:
