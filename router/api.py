@@ -110,6 +110,30 @@ def _thresholds(parsed: ParsedRequest, runtime: Any) -> list[int]:
     return out
 
 
+def _render_bounds(counter: Any, parsed: ParsedRequest) -> tuple[Any, tuple[int, int]]:
+    rendered = counter.render(parsed)
+    return rendered, counter.bounds(rendered)
+
+
+def _add_fields(body: bytes, doc: dict[str, Any], fields: dict[str, Any]) -> bytes:
+    """``body`` (the JSON object ``doc``) with ``fields`` added, without re-serialising it.
+
+    The fields are spliced in before the closing brace (a 234k-token body is ~0.7-1 MB;
+    dumping it again would cost the event loop about a millisecond, issue 8). Falls back to
+    ``orjson.dumps`` when a field's key is already in ``doc`` (e.g. ``"max_tokens": null``)
+    or the body does not end with ``}``.
+    """
+    if not fields:
+        return body
+    end = len(body)
+    while end and body[end - 1] in b" \t\r\n":  # JSON's whitespace
+        end -= 1
+    if end < 2 or body[end - 1] != 0x7D or any(k in doc for k in fields):  # 0x7D: "}"
+        return orjson.dumps({**doc, **fields})
+    extra = b",".join(orjson.dumps(k) + b":" + orjson.dumps(v) for k, v in fields.items())
+    return body[:end - 1] + (b"," if doc else b"") + extra + b"}"
+
+
 async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest, body_bytes: int) -> int:
     """Prompt tokens for the decision: exact, or the upper bound when it cannot change it.
 
@@ -122,9 +146,9 @@ async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest, body_byt
     loop = asyncio.get_running_loop()
     if body_bytes <= _INLINE_RENDER_BYTES:
         rendered = counter.render(parsed)
+        lo, hi = counter.bounds(rendered)
     else:
-        rendered = await loop.run_in_executor(state.executor, counter.render, parsed)
-    lo, hi = counter.bounds(rendered)
+        rendered, (lo, hi) = await loop.run_in_executor(state.executor, _render_bounds, counter, parsed)
     if not needs_exact(lo, hi, _thresholds(parsed, runtime)):
         return hi
     return await loop.run_in_executor(state.executor, counter.exact, rendered)
@@ -160,14 +184,14 @@ async def _generate(request: Request, kind: str) -> Response:
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
     lease = runtime.endpoint(decision.endpoint).lease()
     try:
-        out = dict(doc)
+        fields: dict[str, Any] = {}
         if features.budget_defaulted:
-            out["max_tokens"] = features.max_new_tokens
-        rid = out.get("rid") if isinstance(out.get("rid"), str) else None
-        if rid is None and "rid" not in out and features.n == 1 and features.num_prompts == 1:
+            fields["max_tokens"] = features.max_new_tokens
+        rid = doc.get("rid") if isinstance(doc.get("rid"), str) else None
+        if rid is None and "rid" not in doc and features.n == 1 and features.num_prompts == 1:
             rid = f"specgate-{request_id}"
-            out["rid"] = rid
-        job = ProxyJob(request_id=request_id, path=request.scope["path"], body=orjson.dumps(out),
+            fields["rid"] = rid
+        job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, rid=rid, received_at=received)
     except BaseException:
         lease.release()

@@ -16,6 +16,7 @@ import gc
 import itertools
 import logging
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +38,7 @@ from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
 
-__all__ = ["AppState", "RouterApp", "create_app"]
+__all__ = ["AppState", "RouterApp", "create_app", "tune_interpreter"]
 
 log = logging.getLogger("specgate")
 
@@ -109,6 +110,21 @@ class AppState:
         m.shared_state_degraded.set(int(self.shared.degraded))
         if self.discovery is not None:
             self.discovery.refresh_gauges(runtime)
+
+
+def tune_interpreter() -> None:
+    """Process-wide interpreter settings for a router process (``specgate router``; issue 8).
+
+    - ``gc.set_threshold(50_000, 50, 100)``: fewer, later generation-0 collections; Python's
+      collector made the proxy's p99 tail (p99 30 ms -> 6 ms at c=16, with ``gc.freeze`` of
+      the startup objects in the lifespan).
+    - ``sys.setswitchinterval(0.0005)``: while a tokeniser thread renders or counts a huge
+      prompt, the event loop waits at most ~0.5 ms for the GIL instead of the default 5 ms
+      per hand-over (``benchmarks/huge_prompt.py``: the longest loop stall for a
+      234k-token prompt fell from ~10 ms to ~1.5 ms). With one busy thread it costs nothing.
+    """
+    gc.set_threshold(50_000, 50, 100)
+    sys.setswitchinterval(0.0005)
 
 
 class RouterApp(FastAPI):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import sys
@@ -16,7 +15,7 @@ __all__ = ["add_commands"]
 def _router(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from router.app import create_app
+    from router.app import create_app, tune_interpreter
 
     try:
         cfg = load_config(args.config)
@@ -25,9 +24,7 @@ def _router(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s" if args.json_logs else
                         "%(asctime)s %(levelname)s %(name)s %(message)s")
-    # Fewer, later gen-0 collections: Python's collector made the proxy's p99 tail (issue 8:
-    # p99 30 ms -> 6 ms at c=16 with a larger threshold and gc.freeze of startup objects).
-    gc.set_threshold(50_000, 50, 100)
+    tune_interpreter()
     host = args.host or cfg.server.host
     port = args.port if args.port is not None else cfg.server.port
     uvicorn.run(create_app(args.config), host=host, port=port, loop="uvloop", http="httptools",

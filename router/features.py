@@ -406,7 +406,7 @@ class PromptCounter:
         """``(lo, hi)`` with ``lo <= P <= hi`` (tokens), from byte lengths only."""
         if rendered.ids_len is not None:
             return rendered.ids_len, rendered.ids_len
-        size = max(len(t.encode("utf-8")) for t in rendered.texts)
+        size = max(len(t) if t.isascii() else len(t.encode("utf-8")) for t in rendered.texts)
         extra = self._added if rendered.special else 0
         return -(-size // self.max_token_bytes), size + extra + 1
 
@@ -414,6 +414,13 @@ class PromptCounter:
         """The exact prompt tokens P (the longest prompt of a batch)."""
         if rendered.ids_len is not None:
             return rendered.ids_len
+        backend = getattr(self._tok, "_tokenizer", None)
+        if backend is not None:
+            # The Rust tokenizer directly: encode_batch releases the GIL while it runs (encode
+            # does not), and len(Encoding) needs no Python list of ids (issue 8: a 234k-token
+            # prompt is counted in a worker thread without stalling the event loop).
+            return max(len(e) for e in backend.encode_batch(list(rendered.texts),
+                                                            add_special_tokens=rendered.special))
         if rendered.special:
             return max(len(self._tok.encode(t)) for t in rendered.texts)
         return max(len(self._tok.encode(t, add_special_tokens=False)) for t in rendered.texts)

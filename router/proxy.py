@@ -131,23 +131,34 @@ class ProxyResponse(Response):
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         job = self.job
-        main = asyncio.create_task(self._run(send))
-        watcher = asyncio.create_task(_wait_disconnect(receive))
+        task = asyncio.current_task()
+        assert task is not None
+        gone = running = False
+
+        async def watch() -> None:  # the client's disconnect cancels the upstream call
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if running:  # (uvicorn also answers "disconnect" once the response is complete)
+                gone = True
+                task.cancel()
+
+        # One watcher task; the relay runs in the handler's own task (a second task and an
+        # asyncio.wait per request are avoidable work on the hot path, issue 8).
+        watcher = asyncio.create_task(watch())
+        running = True
         try:
-            done, _ = await asyncio.wait({main, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if main not in done:
-                job.outcome = "client_disconnect"
-                main.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await main
-                if job.status == 0:
-                    job.status = 499
-            else:
-                main.result()
+            await self._run(send)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()
+            job.outcome = "client_disconnect"
+            if job.status == 0:
+                job.status = 499
         finally:
+            running = False
             watcher.cancel()
-            if not main.done():
-                main.cancel()
             job.lease.release()
             self._on_done(job)
 
@@ -341,13 +352,6 @@ class _Failover(Exception):
     def __init__(self, error: SpecgateError) -> None:
         super().__init__(error.message)
         self.error = error
-
-
-async def _wait_disconnect(receive: Callable[..., Any]) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 async def _abort_request(session: aiohttp.ClientSession, base_url: str, rid: str, timeout_s: float) -> None:
