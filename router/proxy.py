@@ -282,19 +282,21 @@ class ProxyResponse(Response):
                      send: Callable[..., Any]) -> None:
         job = self.job
         loop = asyncio.get_running_loop()
-        idle = self._up.idle_timeout_s
         tail = first[-32:]
         read = resp.content.readany
+        watch = _IdleWatch(self._up.idle_timeout_s)
         try:
-            async with asyncio.timeout(idle) as cm:
-                while True:
-                    chunk = await read()
-                    if not chunk:
-                        break
-                    cm.reschedule(loop.time() + idle)
-                    tail = (tail + chunk)[-32:]
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except TimeoutError:
+            while True:
+                chunk = await read()
+                if not chunk:
+                    break
+                watch.last = loop.time()
+                tail = (tail + chunk)[-32:]
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except asyncio.CancelledError:
+            if not watch.fired:
+                raise
+            watch.task.uncancel()
             self._abort(endpoint)
             job.outcome = "upstream_idle_timeout"
             await send({"type": "http.response.body", "body": UPSTREAM_TIMEOUT_EVENT, "more_body": False})
@@ -304,6 +306,8 @@ class ProxyResponse(Response):
             job.outcome = "upstream_reset_midstream"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
             return
+        finally:
+            watch.close()
         if _DONE not in tail:
             job.outcome = "upstream_truncated"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
@@ -346,6 +350,40 @@ class ProxyResponse(Response):
             return
         self.job.extra["aborted"] = endpoint.url
         self._spawn(_abort_request(self._session, endpoint.url, self.job.rid, self._up.abort_timeout_s))
+
+
+class _IdleWatch:
+    """Cancels the current task when ``last`` (loop time, s) is ``idle`` seconds old.
+
+    The relay stores ``loop.time()`` in :attr:`last` per chunk, and one timer per idle period
+    checks it, instead of re-arming a timer per chunk as ``asyncio.timeout().reschedule``
+    does (a timer-heap push and a cancelled handle per relayed event, issue 8). After the
+    cancellation :attr:`fired` is True; the relay calls ``task.uncancel()`` and reports the
+    idle timeout.
+    """
+
+    __slots__ = ("fired", "handle", "idle", "last", "loop", "task")
+
+    def __init__(self, idle: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.idle = idle
+        self.fired = False
+        self.last = self.loop.time()
+        self.handle = self.loop.call_at(self.last + idle, self._check)
+
+    def _check(self) -> None:
+        due = self.last + self.idle
+        if self.loop.time() >= due:
+            self.fired = True
+            self.task.cancel()
+        else:
+            self.handle = self.loop.call_at(due, self._check)
+
+    def close(self) -> None:
+        self.handle.cancel()
 
 
 class _Failover(Exception):

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from router.config import ConfigError, load_config
@@ -42,13 +44,26 @@ def _stamp(path: os.PathLike[str]) -> tuple[float, int, int] | None:
     return (st.st_mtime, st.st_size, st.st_ino)
 
 
+def _digest(path: os.PathLike[str]) -> bytes | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).digest()
+    except OSError:
+        return None
+
+
 class Reloader:
-    """Polls the config file of ``state`` and swaps ``state.runtime`` on a valid change."""
+    """Polls the config file of ``state`` and swaps ``state.runtime`` on a valid change.
+
+    A change is a new (mtime, size, inode) whose bytes differ from the last applied file's:
+    a file rewritten with the same bytes (an editor's save, a non-atomic write seen twice)
+    is not reloaded again.
+    """
 
     def __init__(self, state: Any) -> None:
         self._state = state
         self._path = state.config_path
         self._stamp = _stamp(self._path)
+        self._applied = _digest(self._path)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -69,7 +84,11 @@ class Reloader:
             if stamp is None or stamp == self._stamp:
                 continue
             self._stamp = stamp
-            await self.reload()
+            digest = _digest(self._path)
+            if digest is not None and digest == self._applied:
+                continue  # touched or rewritten with the same bytes (an editor, a non-atomic write)
+            if await self.reload():
+                self._applied = digest
 
     async def reload(self) -> bool:
         """Validate the file and swap the runtime; returns True on success."""

@@ -18,6 +18,13 @@ def body(**kw):
     return {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], **kw}
 
 
+def _replace(path, text):
+    """Write ``text`` to ``path`` atomically (as a ConfigMap update or an editor's rename does)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def wait_for(cond, timeout=5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -30,14 +37,14 @@ def wait_for(cond, timeout=5.0):
 def test_reload_applies_valid_changes_and_keeps_last_good(stack):
     doc = yaml.safe_load(stack.config_path.read_text())
     doc["routing"]["long_prompt_tokens"] = 5
-    stack.config_path.write_text(yaml.safe_dump(doc))
+    _replace(stack.config_path, yaml.safe_dump(doc))
     assert wait_for(lambda: stack.router.state.runtime.config.routing.long_prompt_tokens == 5)
     r = stack.client.post(CHAT, json=body(max_tokens=2))
     assert (r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == ("plain", "long_context")
     assert stack.router.metric("specgate_config_reloads_total", result="success") == 1
     # an invalid file is refused, counted, and the last good config stays
     doc["routing"]["saturation"]["exit"] = 99
-    stack.config_path.write_text(yaml.safe_dump(doc) + "\n# bad\n")
+    _replace(stack.config_path, yaml.safe_dump(doc) + "\n# bad\n")
     assert wait_for(lambda: stack.router.metric("specgate_config_reloads_total", result="failure") == 1)
     assert stack.router.state.runtime.config.routing.saturation.exit == 6
     r = stack.client.post(CHAT, json=body(max_tokens=2))
@@ -49,7 +56,7 @@ def test_reload_keeps_endpoint_state_and_inflight(stack):
     lease = old.lease()
     doc = yaml.safe_load(stack.config_path.read_text())
     doc["routing"]["saturation"] = {"enter": 1, "exit": 0}
-    stack.config_path.write_text(yaml.safe_dump(doc))
+    _replace(stack.config_path, yaml.safe_dump(doc))
     assert wait_for(lambda: stack.router.state.runtime.config.routing.saturation.enter == 1)
     assert stack.router.state.runtime.endpoint(stack.spec.base_url) is old
     r = stack.client.post(CHAT, json=body(max_tokens=2))

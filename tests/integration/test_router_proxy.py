@@ -401,3 +401,35 @@ def test_in_stream_engine_error_becomes_a_real_400(stack):
     assert r.headers["x-specgate-pool"] == "plain"
     assert len(stack.backend_requests(stack.plain, "/v1/completions")) == 1
     assert stack.settled_inflight() == 0
+
+
+def test_stream_idle_midstream_sends_timeout_event_and_aborts(tmp_path, tokenizer_dir):
+    """An engine that goes silent mid-stream: after upstream.idle_timeout_s the client gets one
+    upstream_timeout error event (no [DONE]), the engine an abort_request, the lease is freed;
+    chunks arriving faster than the idle timeout never trip it, however long the stream."""
+    from router.proxy import UPSTREAM_TIMEOUT_EVENT
+    from tests.integration.conftest import Stack
+
+    stack = Stack(tmp_path, tokenizer_dir, **{"upstream.idle_timeout_s": 0.6})
+    try:
+        stack.script(stack.spec, {"chunk_delay_s": 0.2, "max_tokens": 12})  # 2.6 s of stream, gaps < 0.6 s
+        with stack.client.stream("POST", CHAT, json=body(max_tokens=12, stream=True)) as r:
+            raw = r.read()
+        assert raw.rstrip().endswith(b"data: [DONE]") and b'"error"' not in raw
+        stack.script(stack.spec, {"fault": "hang", "after_chunks": 2})
+        t0 = time.monotonic()
+        with stack.client.stream("POST", CHAT, json=body(max_tokens=50, stream=True)) as r:
+            assert r.status_code == 200
+            raw = r.read()
+        waited = time.monotonic() - t0
+        assert raw.endswith(UPSTREAM_TIMEOUT_EVENT)
+        assert b"[DONE]" not in raw and raw.count(b'"error"') == 1
+        assert 0.6 <= waited < 3.0
+        assert stack.settled_inflight() == 0
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and stack.router.metric("specgate_upstream_aborts_total", pool="spec") < 1:
+            time.sleep(0.05)
+        assert stack.router.metric("specgate_upstream_aborts_total", pool="spec") == 1
+        assert stack.router.metric("specgate_upstream_failures_total", pool="spec", kind="upstream_idle_timeout") == 1
+    finally:
+        stack.close()
