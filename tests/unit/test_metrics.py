@@ -1,0 +1,45 @@
+"""router.metrics' lock-free per-request series export what prometheus_client's would."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Histogram
+
+from router.metrics import LoopCounter, LoopHistogram, RouterMetrics
+
+
+def test_loop_histogram_matches_prometheus_client_histogram():
+    reg = CollectorRegistry()
+    ref = Histogram("ref_seconds", "ref", ["pool"], buckets=(0.005, 0.01, 0.1), registry=reg)
+    ours = LoopHistogram("ours_seconds", "ours", ["pool"], (0.005, 0.01, 0.1))
+    values = [0.0, 0.005, 0.0050001, 0.01, 0.05, 0.1, 0.2, 7.0]  # bucket edges are inclusive (le)
+    for v in values:
+        ref.labels("spec").observe(v)
+        ours.observe(("spec",), v)
+    want = {(s.labels["le"] if "le" in s.labels else None, s.name.rsplit("_", 1)[-1]): s.value
+            for s in next(iter(ref.collect())).samples if not s.name.endswith("_created")}
+    got = {(s.labels["le"] if "le" in s.labels else None, s.name.rsplit("_", 1)[-1]): s.value
+           for s in ours.collect().samples}
+    assert got == want
+    assert got[("0.005", "bucket")] == 2 and got[("+Inf", "bucket")] == len(values)
+    assert got[(None, "sum")] == sum(values)
+
+
+def test_loop_counter_series_and_registry_export():
+    m = RouterMetrics(CollectorRegistry(auto_describe=True))
+    m.requests.inc(("spec", "speculative", "200"))
+    m.requests.inc(("spec", "speculative", "200"), 2)
+    m.requests.inc(("none", "context_cap", "400"))
+    m.prompt_tokens.observe((), 300)
+    get = m.registry.get_sample_value
+    assert get("specgate_requests_total", {"pool": "spec", "reason": "speculative", "status": "200"}) == 3.0
+    assert get("specgate_requests_total", {"pool": "none", "reason": "context_cap", "status": "400"}) == 1.0
+    assert get("specgate_prompt_tokens_bucket", {"le": "256.0"}) == 0.0
+    assert get("specgate_prompt_tokens_bucket", {"le": "1024.0"}) == 1.0
+    assert get("specgate_upstream_aborts_total", {"pool": "spec"}) is None  # no series before the first event
+
+
+def test_loop_counter_labels_are_positional():
+    c = LoopCounter("x", "doc", ["a", "b"])
+    c.inc(("1", "2"))
+    (sample,) = c.collect().samples
+    assert (sample.name, sample.labels, sample.value) == ("x_total", {"a": "1", "b": "2"}, 1.0)
