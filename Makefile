@@ -9,7 +9,7 @@ MODEL_DIR ?= models/tiny-llama
 DRAFT_DIR ?= models/tiny-llama-eagle3
 PYTEST_ARGS ?=
 
-.PHONY: venv cpu-engine models system-deps test test-fast demo lint clean
+.PHONY: venv cpu-engine models system-deps test test-fast demo loadtest lint clean
 
 venv: $(BASE_STAMP)
 $(BASE_STAMP): pyproject.toml
@@ -43,6 +43,11 @@ test-fast: venv
 
 demo: models
 	$(BIN)/specgate demo --config examples/demo.yaml --report demo-report.json
+
+# The operating-point table of the demo stack (spec/plain/router, 2 buckets x 3 concurrencies),
+# report + calibration patch in runs/loadtest-local/; bounded to 10 minutes (docs/loadtests.md).
+loadtest: models
+	$(BIN)/specgate loadtest-local --config examples/demo.yaml --out runs/loadtest-local
 
 lint: venv
 	$(BIN)/ruff check router serving drafters loadtests tests

@@ -53,6 +53,7 @@ config rejects), :class:`loadtests.report.ReportError` (not a valid report).
 from __future__ import annotations
 
 import copy
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ __all__ = [
     "Cell",
     "alpha_from_accept_length",
     "calibrate",
+    "calibrate_report",
     "merge_patch",
     "speculation_from_config",
     "validate_patch",
@@ -442,3 +444,62 @@ def validate_patch(cal: Calibration, base_config: Mapping[str, Any] | None = Non
     except ConfigError as exc:
         raise CalibrationError(f"the patched config is invalid:\n{exc}") from None
     return merged, cfg
+
+
+# --------------------------------------------------------------------------- files
+def calibrate_report(report_path: Path, *, config: Path | None = None, out: Path | None = None,
+                     evidence: Path | None = None, merged_config: Path | None = None,
+                     min_speedup: float = 1.0, hysteresis: float = 0.25, gamma: int | None = None,
+                     drafter_cost: float | None = None,
+                     saturation_bucket: str | None = None) -> tuple[Calibration, dict[str, Any], str, list[Path]]:
+    """``specgate calibrate``: propose thresholds from ``report_path`` and validate the patch.
+
+    ``gamma``/``drafter_cost`` default to the report's, else ``config``'s speculative pool.
+    The patch is merged into ``config`` (paths resolved against its directory, so the merged
+    file can live anywhere) or into a skeleton, and validated with the router's loader.
+
+    Returns:
+        ``(Calibration, merged config mapping, patch YAML text, paths written)``: the patch
+        (``out``, default ``calibration.yaml`` next to the report), the evidence JSON
+        (``evidence``, default the patch path with ``.json``) and ``merged_config`` if given.
+
+    Raises:
+        loadtests.report.ReportError: not a valid report.
+        loadtests.calibrate.CalibrationError: nothing to calibrate, unreadable config, or a
+            patch the router's config loader rejects.
+    """
+    from loadtests.report import load_report
+    from router.config import _resolve_paths  # the loader's own path rules
+
+    report = load_report(report_path)
+    base = None
+    base_dir = None
+    if config is not None:
+        try:
+            base = yaml.safe_load(Path(config).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise CalibrationError(f"cannot read config {config}: {exc}") from None
+        if not isinstance(base, dict):
+            raise CalibrationError(f"config {config} must be a mapping")
+        base_dir = Path(config).resolve().parent
+        base = _resolve_paths(base, base_dir)
+        from_cfg = speculation_from_config(base)
+        spec_block = report.get("speculation") or {}
+        if gamma is None and spec_block.get("gamma") is None:
+            gamma = from_cfg["gamma"]
+        if drafter_cost is None and spec_block.get("drafter_cost_ratio") is None:
+            drafter_cost = from_cfg["drafter_cost_ratio"]
+    cal = calibrate(report, min_speedup=min_speedup, hysteresis=hysteresis, gamma=gamma,
+                    drafter_cost_ratio=drafter_cost, saturation_bucket=saturation_bucket)
+    merged, _cfg = validate_patch(cal, base, base_dir)
+    out = Path(out) if out else Path(report_path).with_name("calibration.yaml")
+    text = cal.patch_yaml(str(report_path))
+    out.write_text(text)
+    evidence = Path(evidence) if evidence else out.with_suffix(".json")
+    evidence.write_text(json.dumps({"patch": cal.patch(), "evidence": cal.evidence}, indent=2,
+                                   default=str) + "\n")
+    written = [out, evidence]
+    if merged_config:
+        Path(merged_config).write_text(yaml.safe_dump(merged, sort_keys=False))
+        written.append(Path(merged_config))
+    return cal, merged, text, written

@@ -1,8 +1,10 @@
-"""``specgate loadtest``, ``specgate calibrate`` and ``specgate loadtest-fakes``.
+"""``specgate loadtest``, ``specgate calibrate``, ``specgate loadtest-local`` and ``specgate loadtest-fakes``.
 
 Registered on the ``specgate`` parser by :func:`add_commands` (``router/cli.py`` imports this
 module). Each sub-command sets ``func(args) -> int`` (exit code: 0 done, 1 the load test ran
-but no request succeeded, 2 bad arguments/config/report).
+but no request succeeded, 2 bad arguments/config/report; ``loadtest-local``: 1 when the grid
+stopped early, a request failed, calibration failed or a server did not start, 130 when
+interrupted by Ctrl-C or SIGTERM, its servers stopped).
 
 See ``docs/loadtests.md`` for the walk-through.
 """
@@ -76,7 +78,9 @@ def _workload_from_args(args: argparse.Namespace) -> Any:
     simple = {
         "context_length": args.context_length, "model": args.model, "tokenizer": args.tokenizer,
         "copy_fraction": args.copy_fraction, "corpus": args.corpus, "trace": args.trace,
-        "requests_per_run": args.requests, "warmup_runs": args.warmup, "repetitions": args.repetitions,
+        "requests_per_run": args.requests, "requests_per_load": args.requests_per_load,
+        "min_requests_per_run": args.min_requests,
+        "warmup_runs": args.warmup, "repetitions": args.repetitions,
         "seed": args.seed, "max_duration_s": args.max_duration_s,
         "request_timeout_s": args.request_timeout_s, "metrics_interval_s": args.metrics_interval_s,
     }
@@ -171,49 +175,20 @@ def _loadtest(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    import yaml
-
-    from loadtests.calibrate import (
-        CalibrationError,
-        calibrate,
-        speculation_from_config,
-        validate_patch,
-    )
-    from loadtests.report import ReportError, load_report
+    from loadtests.calibrate import CalibrationError, calibrate_report
+    from loadtests.report import ReportError
 
     try:
-        report = load_report(args.report)
-        base = None
-        base_dir = None
-        gamma, cost = args.gamma, args.drafter_cost
-        if args.config:
-            try:
-                base = yaml.safe_load(Path(args.config).read_text())
-            except (OSError, yaml.YAMLError) as exc:
-                raise CalibrationError(f"cannot read config {args.config}: {exc}") from None
-            if not isinstance(base, dict):
-                raise CalibrationError(f"config {args.config} must be a mapping")
-            base_dir = Path(args.config).resolve().parent
-            from_cfg = speculation_from_config(base)
-            spec_block = report.get("speculation") or {}
-            if gamma is None and spec_block.get("gamma") is None:
-                gamma = from_cfg["gamma"]
-            if cost is None and spec_block.get("drafter_cost_ratio") is None:
-                cost = from_cfg["drafter_cost_ratio"]
-        cal = calibrate(report, min_speedup=args.min_speedup, hysteresis=args.hysteresis,
-                        gamma=gamma, drafter_cost_ratio=cost, saturation_bucket=args.saturation_bucket)
-        merged, _cfg = validate_patch(cal, base, base_dir)
+        cal, _merged, text, written = calibrate_report(
+            Path(args.report), config=Path(args.config) if args.config else None,
+            out=Path(args.out) if args.out else None,
+            evidence=Path(args.evidence) if args.evidence else None,
+            merged_config=Path(args.merged_config) if args.merged_config else None,
+            min_speedup=args.min_speedup, hysteresis=args.hysteresis, gamma=args.gamma,
+            drafter_cost=args.drafter_cost, saturation_bucket=args.saturation_bucket)
     except (ReportError, CalibrationError) as exc:
         print(f"specgate calibrate: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path(args.report).with_name("calibration.yaml")
-    text = cal.patch_yaml(str(args.report))
-    out.write_text(text)
-    evidence = Path(args.evidence) if args.evidence else out.with_suffix(".json")
-    evidence.write_text(json.dumps({"patch": cal.patch(), "evidence": cal.evidence}, indent=2,
-                                   default=str) + "\n")
-    if args.merged_config:
-        Path(args.merged_config).write_text(yaml.safe_dump(merged, sort_keys=False))
     sys.stdout.write(text)
     for key in ("long_prompt_tokens", "saturation"):
         summary = (cal.evidence.get(key) or {}).get("summary")
@@ -221,9 +196,81 @@ def _calibrate(args: argparse.Namespace) -> int:
             print(f"{key}: {summary}", file=sys.stderr)
     for w in cal.evidence.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
-    print(f"wrote {out} and {evidence}" + (f" and {args.merged_config}" if args.merged_config else ""),
-          file=sys.stderr)
+    print(f"wrote {' and '.join(str(p) for p in written)}", file=sys.stderr)
     return 0
+
+
+def _local(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+    import time
+
+    from loadtests.local import LocalRunError, LocalSettings, run_local
+    from loadtests.workload import WorkloadError
+
+    settings = LocalSettings(
+        config=Path(args.config), out=Path(args.out), grid=args.grid, output_tokens=args.output_tokens,
+        warmup_runs=args.warmup, repetitions=args.repetitions,
+        requests_per_run=args.requests, requests_per_load=args.requests_per_load,
+        min_requests_per_run=args.min_requests, copy_fraction=args.copy_fraction,
+        seed=args.seed, time_limit_s=args.time_limit_s, engine_warmup=args.engine_warmup,
+        plots=not args.no_plots)
+
+    def terminate(signum: int, _frame: Any) -> None:  # SIGTERM: unwind so the servers get stopped
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second one must not cut the cleanup
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    main_thread = threading.current_thread() is threading.main_thread()  # signals: main thread only
+    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), disable=args.quiet, transient=False, console=console)
+    task = progress.add_task("starting the local stack", total=None)
+
+    def tick(done: int, total: int, desc: str) -> None:
+        progress.update(task, completed=done, total=total, description=desc)
+
+    def note(line: str) -> None:
+        if args.quiet:
+            print(line, file=sys.stderr)
+        else:
+            progress.console.print(line, highlight=False, markup=False)
+
+    t0 = time.monotonic()
+    try:
+        with progress:
+            result = run_local(settings, note=note, progress=tick)
+    except KeyboardInterrupt as exc:
+        print(f"specgate loadtest-local: interrupted ({exc or 'Ctrl-C'}); every server it started is "
+              f"stopped", file=sys.stderr)
+        return 130
+    except (LocalRunError, WorkloadError) as exc:
+        print(f"specgate loadtest-local: {exc}", file=sys.stderr)
+        print(f"wall time {time.monotonic() - t0:.0f} s; details in {Path(args.out) / 'run.json'}")
+        return 2 if isinstance(exc, WorkloadError) else 1
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    report = result.report or {}
+    for name, table in (report.get("tables") or {}).items():
+        if "_vs_" in name:
+            for row in table["rows"]:
+                vals = ", ".join(f"c={k}: {'-' if v is None else f'{v:.2f}x'}" for k, v in row["values"].items())
+                print(f"{name} {row['bucket']}: {vals}")
+    phases = ", ".join(f"{k} {v:.0f} s" for k, v in result.phases_s.items())
+    load = result.load
+    print(f"load average (1 min) on {load.get('cpus')} CPUs: {load.get('baseline_1m', 0):.2f} before start, "
+          f"mean {load.get('mean_1m') or 0:.2f}, max {load.get('max_1m') or 0:.2f} during the run")
+    for p in result.problems:
+        print(f"problem: {p}")
+    print(f"wrote {', '.join(result.paths)}")
+    if result.patch is not None:
+        print(f"`specgate config check {Path(args.out) / 'merged-config.yaml'}` accepts the patched config")
+    print(f"wall time {result.wall_s:.0f} s ({phases})")
+    return result.exit_code
 
 
 def _fakes(args: argparse.Namespace) -> int:
@@ -279,7 +326,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     wg.add_argument("--trace", help="JSONL/CSV of real prompt_tokens[,output_tokens]")
     wg.add_argument("--no-stream", action="store_true", help="non-streamed requests")
     wg.add_argument("--no-ignore-eos", action="store_true", help="let the model stop at EOS")
-    wg.add_argument("--requests", type=int, help="measured requests per run")
+    wg.add_argument("--requests", type=int, help="measured requests per run (default: "
+                    "max(--min-requests, --requests-per-load x load))")
+    wg.add_argument("--requests-per-load", type=float, help="requests per run per unit of load "
+                    "(closed loop: waves; default 4)")
+    wg.add_argument("--min-requests", type=int, help="floor of a run's requests (default 8)")
     wg.add_argument("--warmup", type=int, help="warm-up runs per point and target (default 3)")
     wg.add_argument("--repetitions", type=int, help="measured runs per point and target (default 3)")
     wg.add_argument("--seed", type=int)
@@ -308,6 +359,30 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     c.add_argument("--saturation-bucket", help="bucket whose load axis sets saturation "
                    "(default: the shortest)")
     c.set_defaults(func=_calibrate)
+
+    from loadtests.local import DEFAULT_GRID as DEFAULT_GRID_LOCAL
+
+    loc = sub.add_parser("loadtest-local", help="start the config's local SGLang CPU pools and router, "
+                         "run the spec/plain/router grid, report, calibrate, stop (time-bounded)")
+    loc.add_argument("--config", default="examples/demo.yaml", help="operator YAML whose pools have engines")
+    loc.add_argument("--out", default="runs/loadtest-local", help="output directory")
+    loc.add_argument("--grid", default=DEFAULT_GRID_LOCAL, help=f"default {DEFAULT_GRID_LOCAL!r}")
+    loc.add_argument("--output-tokens", type=int, default=32, help="max_tokens of every request")
+    loc.add_argument("--warmup", type=int, default=1, help="warm-up runs per point and target")
+    loc.add_argument("--repetitions", type=int, default=5, help="measured runs per point and target")
+    loc.add_argument("--requests", type=int, default=None, help="measured requests per run "
+                     "(default: max(--min-requests, --requests-per-load x concurrency))")
+    loc.add_argument("--requests-per-load", type=float, default=1.0,
+                     help="requests per run per unit of concurrency (waves; default 1)")
+    loc.add_argument("--min-requests", type=int, default=4, help="floor of a run's requests (default 4)")
+    loc.add_argument("--copy-fraction", type=float, default=0.0)
+    loc.add_argument("--seed", type=int, default=0)
+    loc.add_argument("--engine-warmup", type=int, default=1, help="warm-up generations per pool")
+    loc.add_argument("--time-limit-s", type=float, default=600.0,
+                     help="bound on the whole command, start-up and shutdown included (s)")
+    loc.add_argument("--no-plots", action="store_true")
+    loc.add_argument("--quiet", action="store_true", help="no progress bar")
+    loc.set_defaults(func=_local)
 
     f = sub.add_parser("loadtest-fakes", help="serve a spec and a plain fake SGLang paced by the "
                        "speed model (for trying loadtest/calibrate without GPUs)")

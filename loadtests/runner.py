@@ -56,6 +56,7 @@ from loadtests.workload import (
 
 __all__ = [
     "GRACE_S",
+    "KEEPALIVE_S",
     "LoadTest",
     "LoadTestError",
     "RunPlan",
@@ -69,6 +70,12 @@ __all__ = [
 
 #: Seconds after ``max_duration_s`` at which requests still running are cut.
 GRACE_S = 10.0
+
+#: Seconds an idle pooled connection is kept. Below the servers' own keep-alive (SGLang's
+#: uvicorn: 5 s), so the client always drops an idle connection first: with aiohttp's default
+#: (15 s), a run that followed another target's run of more than 5 s reused connections the
+#: server had closed and lost its first requests as ``connection`` errors.
+KEEPALIVE_S = 2.0
 
 ROLES = ("spec", "plain", "router", "target")
 
@@ -238,7 +245,7 @@ class LoadTest:
         loads = self.workload.loads
         limit = max(64, int(max(loads) * 2) + 16) if self.workload.mode == "closed" else \
             self.workload.max_inflight + 16
-        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=KEEPALIVE_S)
         async with aiohttp.ClientSession(connector=connector) as session:
             w = await self.resolve(session)
             factory = self._factory or PromptFactory.from_workload(w)

@@ -285,8 +285,12 @@ class Workload:
         ignore_eos: ask the engine to generate exactly ``max_tokens`` (SGLang extension).
         temperature: sampling temperature (0 = greedy).
         cache_bust: prepend a unique line to every prompt (defeats prefix caching).
-        requests_per_run: measured requests per run; None: ``max(8, 4 * concurrency)``
-            (closed) or ``max(8, ceil(4 * rate))`` (open).
+        requests_per_run: measured requests per run; None: ``max(min_requests_per_run,
+            ceil(requests_per_load * load))``, by default ``max(8, 4 * concurrency)`` (closed)
+            or ``max(8, ceil(4 * rate))`` (open).
+        requests_per_load: with ``requests_per_run`` None, requests per unit of load (closed
+            loop: waves, each worker sends this many; open loop: seconds of arrivals).
+        min_requests_per_run: with ``requests_per_run`` None, the floor of a run's requests.
         warmup_runs: discarded runs per point and target before measuring (article 003: >= 3).
         warmup_requests: requests per warm-up run; None: one wave (``ceil(load)``, at most 64).
         repetitions: measured runs per point and target (>= 1; >= 3 to judge the spread).
@@ -313,6 +317,8 @@ class Workload:
     temperature: float = 0.0
     cache_bust: bool = True
     requests_per_run: int | None = None
+    requests_per_load: float = 4.0
+    min_requests_per_run: int = 8
     warmup_runs: int = 3
     warmup_requests: int | None = None
     repetitions: int = 3
@@ -335,7 +341,9 @@ class Workload:
             raise WorkloadError(f"output_tokens must satisfy 1 <= lo <= hi, got {self.output_tokens}")
         if not 0.0 <= self.copy_fraction <= 1.0:
             raise WorkloadError("copy_fraction must be in [0, 1]")
-        for name in ("repetitions", "max_inflight"):
+        if not (self.requests_per_load > 0 and math.isfinite(self.requests_per_load)):
+            raise WorkloadError("requests_per_load must be a positive number")
+        for name in ("repetitions", "max_inflight", "min_requests_per_run"):
             if getattr(self, name) < 1:
                 raise WorkloadError(f"{name} must be >= 1")
         if self.warmup_runs < 0:
@@ -420,7 +428,7 @@ class Workload:
         """Measured requests in one run at ``load`` (see ``requests_per_run``)."""
         if self.requests_per_run is not None:
             return self.requests_per_run
-        return max(8, math.ceil(4 * load))
+        return max(self.min_requests_per_run, math.ceil(self.requests_per_load * load - 1e-9))
 
     def warmup_requests_for(self, load: float) -> int:
         """Requests in one warm-up run at ``load``: one wave unless set."""

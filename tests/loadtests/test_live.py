@@ -141,3 +141,25 @@ def test_cli_single_target(sim_pair: tuple[SimServer, SimServer], tmp_path: Path
     assert specgate(["loadtest", "--spec", spec.base_url, "--out", str(out), "--quiet"]) == 2
     assert specgate(["loadtest", "--target", spec.base_url, "--grid", "ctx=1-2;bogus=1",
                      "--out", str(out)]) == 2
+
+
+def test_client_drops_idle_connections_before_sglang_does() -> None:
+    """Regression: with aiohttp's default 15 s keep-alive, a run that started just as SGLang's
+    uvicorn (5 s keep-alive) closed the pooled connections lost its first requests as
+    ``connection`` errors (10 of 12 at concurrency 12 in the first local-stack grid; a
+    uvicorn server with a 1 s keep-alive and idle gaps scanned across 1 s reproduced 61
+    failures with a 15 s client keep-alive and none with 0.5 s). The client must always be
+    the side that closes an idle connection."""
+    import importlib.util
+    import re
+
+    from loadtests.runner import KEEPALIVE_S
+
+    sglang_keepalive_s = 5.0
+    spec = importlib.util.find_spec("sglang")
+    if spec is not None and spec.submodule_search_locations:
+        environ = Path(next(iter(spec.submodule_search_locations))) / "srt" / "environ.py"
+        m = re.search(r"SGLANG_TIMEOUT_KEEP_ALIVE = EnvInt\((\d+)\)", environ.read_text())
+        assert m, "SGLang's keep-alive setting moved: recheck KEEPALIVE_S"
+        sglang_keepalive_s = float(m.group(1))
+    assert 0 < KEEPALIVE_S <= sglang_keepalive_s / 2
