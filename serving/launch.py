@@ -13,7 +13,7 @@ arguments), so the two cannot disagree. Rules:
   ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``).
 - ``engine.cpu: true`` adds the CPU-engine flags known to run SGLang 0.5.23 on a CPU
   (``../shared/SGLANG_CPU.md``): ``--device cpu --attention-backend intel_amx
-  --sampling-backend pytorch --disable-overlap-schedule`` and ``SGLANG_USE_CPU_ENGINE=1``.
+  --sampling-backend pytorch --disable-overlap-schedule --sleep-on-idle`` and ``SGLANG_USE_CPU_ENGINE=1``.
 
 When SGLang is importable, :func:`check_with_sglang` parses the argv with SGLang's own
 argument parser (``ServerArgs.add_cli_args``) before launch, so a typo fails here, not in a

@@ -730,8 +730,9 @@ def test_cpu_dev_pool_has_no_gpu() -> None:
     assert (f["--speculative-algorithm"], f["--speculative-num-draft-tokens"]) == ("NGRAM", "4")
     assert "--speculative-draft-model-path" not in f
     # engine.cpu: SGLang's CPU-engine flags (shared/SGLANG_CPU.md) and its switch.
-    assert c["args"][-7:] == ["--device", "cpu", "--attention-backend", "intel_amx",
-                              "--sampling-backend", "pytorch", "--disable-overlap-schedule"]
+    assert c["args"][-8:] == ["--device", "cpu", "--attention-backend", "intel_amx",
+                              "--sampling-backend", "pytorch", "--disable-overlap-schedule",
+                                              "--sleep-on-idle"]
     assert c["env"] == [{"name": "SGLANG_USE_CPU_ENGINE", "value": "1"}]
 
 

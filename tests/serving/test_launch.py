@@ -59,8 +59,9 @@ def test_pool_without_engine_and_cpu_env():
     doc["pools"][1]["engine"]["cpu"] = True
     cfg = parse_config(doc)
     assert engine_env(cfg, "plain", base={}) == {"SGLANG_USE_CPU_ENGINE": "1", "SGLANG_CPU_OMP_THREADS_BIND": "0"}
-    assert engine_argv(cfg, "plain")[-7:] == ["--device", "cpu", "--attention-backend", "intel_amx",
-                                              "--sampling-backend", "pytorch", "--disable-overlap-schedule"]
+    assert engine_argv(cfg, "plain")[-8:] == ["--device", "cpu", "--attention-backend", "intel_amx",
+                                              "--sampling-backend", "pytorch", "--disable-overlap-schedule",
+                                              "--sleep-on-idle"]
 
 
 def test_serve_print_args(tmp_path, capsys):

@@ -363,7 +363,7 @@ engine_argv (the argv `specgate serve` would exec), then the LeaderWorkerSet fla
 {{- end }}
 {{- end }}
 {{- if $engine.cpu }}
-{{- range list "--device" "cpu" "--attention-backend" "intel_amx" "--sampling-backend" "pytorch" "--disable-overlap-schedule" }}
+{{- range list "--device" "cpu" "--attention-backend" "intel_amx" "--sampling-backend" "pytorch" "--disable-overlap-schedule" "--sleep-on-idle" }}
 - {{ . | quote }}
 {{- end }}
 {{- end }}
