@@ -239,5 +239,6 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
 def _default_session(config: Config) -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
                                      enable_cleanup_closed=False, ttl_dns_cache=300)
-    return aiohttp.ClientSession(connector=connector, auto_decompress=False,
+    # No cookie jar: engines set no cookies, and a real jar filters cookies on every request.
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
                                  timeout=aiohttp.ClientTimeout(total=None))

@@ -135,6 +135,17 @@ class Endpoint:
     draining: bool = False
     on_drained: Callable[[Endpoint], None] | None = field(default=None, repr=False)
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
+    _targets: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def target(self, path: str) -> Any:
+        """``url + path`` as a parsed ``yarl.URL``, built once per path (aiohttp would
+        otherwise parse the string on every request)."""
+        url = self._targets.get(path)
+        if url is None:
+            from yarl import URL
+
+            url = self._targets[path] = URL(self.url + path)
+        return url
 
     @property
     def healthy(self) -> bool:

@@ -207,7 +207,7 @@ class ProxyResponse(Response):
         try:
             try:
                 async with asyncio.timeout_at(first_deadline):
-                    resp = await self._session.post(endpoint.url + job.path, data=job.body,
+                    resp = await self._session.post(endpoint.target(job.path), data=job.body,
                                                     headers=headers, timeout=timeout)
                     if resp.status >= 400:
                         body = await resp.content.read(_MAX_ERROR_BODY)
