@@ -2,19 +2,22 @@
 
     .venv/bin/python benchmarks/huge_prompt.py [--tokens 234063] [--duration 8] [--out huge.json]
 
-Two measurements, both against ``benchmarks/fast_backend.py`` (canned answers) with the
+Three measurements, against ``benchmarks/fast_backend.py`` (canned answers) with the
 router configured like a long-context deployment (``limits.max_context_tokens`` 262,144,
 ``routing.long_prompt_tokens`` 32,768, a speculative pool limited to 65,536 tokens and a
 plain pool), and a chat prompt of exactly ``--tokens`` tokens as the router's tokenizer and
 chat template count them (the tiny local model's tokenizer; words drawn with a fixed seed):
 
-1. **Time on the event loop.** The router runs in this process on asyncio's own loop in
+1. **Sizing on the loop thread** (:func:`sizing_cpu`): the loop thread's CPU time
+   (``time.thread_time``) to parse, validate, size and decide the big request; the tokenizer
+   thread's work is not on the loop.
+2. **Time on the event loop, whole request.** The router runs in this process on asyncio's own loop in
    debug mode with ``slow_callback_duration = 0``, so the loop reports the duration of every
    callback it runs (``asyncio`` logger, "Executing ... took ... seconds"). With nothing else
    in flight, the sum of those durations from the big request's arrival to its answer is
    the loop time its sizing and proxying cost; the longest one is the worst single stall.
    Debug mode adds its own overhead to every callback, so both figures are upper bounds.
-2. **Small requests while it is sized.** The router runs as in production (``specgate
+3. **Small requests while it is sized.** The router runs as in production (``specgate
    router``: uvloop, httptools, one process pinned to core 0). ``wrk`` sends small chat
    requests at concurrency 4 for ``--duration`` seconds, once alone and once while a client
    sends the big prompt back to back; the p50/p99 of the small requests are compared.
@@ -164,6 +167,49 @@ def loop_time(cfg: Path, big: bytes, repeats: int, verbose: bool = False) -> dic
         thread.join(15)
 
 
+def sizing_cpu(cfg: Path, big: bytes, repeats: int) -> dict[str, float]:
+    """Measurement 1b: the event-loop thread's CPU time (``time.thread_time``) to admit the big
+    request: parse the JSON, validate, size the prompt (:func:`router.api._size_prompt`: render
+    and bounds in the tokenizer thread, exact count there when a threshold falls inside the
+    bounds) and decide. The tokenizer thread's own work is not on the loop and not counted."""
+    import types
+
+    import orjson
+
+    from router.api import _size_prompt
+    from router.app import build_runtime
+    from router.config import load_config
+    from router.features import make_features, parse_chat
+
+    config = load_config(cfg)
+    runtime = build_runtime(config)
+    from concurrent.futures import ThreadPoolExecutor
+
+    from router.app import _background_priority
+
+    state = types.SimpleNamespace(executor=ThreadPoolExecutor(2, initializer=_background_priority))
+    limits = config.limits
+
+    async def admit() -> tuple[float, int]:
+        t0 = time.thread_time()
+        doc = orjson.loads(big)
+        parsed = parse_chat(doc, max_n=limits.max_n)
+        tokens = await _size_prompt(state, runtime, parsed, len(big))
+        features = make_features(parsed, tokens, max_context_tokens=limits.max_context_tokens,
+                                 default_max_tokens=limits.default_max_tokens)
+        runtime.decide(features, time.monotonic())
+        return time.thread_time() - t0, tokens
+
+    samples = []
+    for _ in range(repeats + 1):
+        cpu, tokens = asyncio.run(admit())
+        samples.append(cpu)
+    samples = sorted(samples[1:])
+    state.executor.shutdown()
+    return {"sizing_loop_cpu_ms": 1e3 * samples[len(samples) // 2], "sizing_loop_cpu_ms_max": 1e3 * samples[-1],
+            "counted_tokens": tokens}
+
+
 def small_p99(cfg: Path, big: bytes, backend_port: int, duration: int) -> dict[str, float]:
     """Measurement 2: small requests' latency alone and while the big prompt is sized."""
     wrk = ensure_wrk()
@@ -235,6 +281,9 @@ def main() -> int:
         wait_http(f"http://127.0.0.1:{backend_port}/health")
         cfg = work / "router.yaml"
         write_config(cfg, tokenizer, f"http://127.0.0.1:{backend_port}")
+        sizing = sizing_cpu(cfg, big, args.repeats)
+        print(f"sizing on the loop thread: {sizing['sizing_loop_cpu_ms']:.2f} ms CPU (median of {args.repeats}, max "
+              f"{sizing['sizing_loop_cpu_ms_max']:.2f}); counted {sizing['counted_tokens']} tokens", flush=True)
         loop = loop_time(cfg, big, args.repeats, args.verbose)
         if args.loop_only:
             return 0
@@ -246,7 +295,7 @@ def main() -> int:
               f"while sizing ({small['big_requests_sized']} big requests, median {small['big_request_ms_median']:.0f} ms "
               f"each) p50 {small['with_big_p50_ms']:.2f} ms p99 {small['with_big_p99_ms']:.2f} ms "
               f"(p99 ratio {small['p99_ratio']:.2f})", flush=True)
-        Path(args.out).write_text(json.dumps({"tokens": args.tokens, "body_bytes": len(big), "loop": loop,
+        Path(args.out).write_text(json.dumps({"tokens": args.tokens, "body_bytes": len(big), "sizing": sizing, "loop": loop,
                                               "small_requests": small}, indent=2))
         print(f"JSON written to {args.out}")
         return 0
