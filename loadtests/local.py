@@ -7,8 +7,8 @@ What it does, in order, bounded by ``time_limit_s`` seconds of wall time in all:
    and validates it (:func:`router.config.load_config`).
 2. Starts, all at once, the speculative and the plain pool's **real SGLang servers** with the
    arguments and environment ``specgate serve`` execs (:func:`serving.launch.engine_argv`,
-   :func:`serving.launch.engine_env`) plus ``--sleep-on-idle`` for CPU engines
-   (:data:`SLEEP_ON_IDLE`), and the router (``python -m router.cli router``); each is owned
+   :func:`serving.launch.engine_env`; CPU engines include SGLang's ``--sleep-on-idle``, see
+   :data:`serving.local.CPU_FLAGS`), and the router (``python -m router.cli router``); each is owned
    by a :class:`serving.local.SGLangProcess` (own process group; SIGTERM, then SIGKILL).
    Meanwhile it loads the served model's tokenizer (exact prompt lengths). Then it waits for
    ``/health``, ``engine_warmup`` warm-up generations per pool
@@ -67,11 +67,6 @@ __all__ = [
 #: The default grid: 2 context buckets scaled to the tiny model x 3 concurrency levels.
 DEFAULT_GRID = "ctx=100-300,1000-1400;conc=1,4,12"
 
-#: SGLang's flag that makes an idle scheduler block on its input sockets (``zmq.Poller``,
-#: woken at once by a request) instead of spinning. Measured on this 2-core machine: an idle
-#: CPU pool used 92% of a core without it, 2% with it. Without it, whichever pool is not being
-#: measured steals a core from the one that is (and from the router and the load generator).
-SLEEP_ON_IDLE = "--sleep-on-idle"
 
 
 class LocalRunError(RuntimeError):
@@ -102,7 +97,6 @@ class LocalSettings:
         min_speedup, hysteresis: passed to :func:`loadtests.calibrate.calibrate`.
         plots: write the PNGs.
         load_sample_s: how often the machine's load average is sampled.
-        sleep_on_idle: add ``--sleep-on-idle`` to CPU pools (:data:`SLEEP_ON_IDLE`).
     """
 
     config: Path
@@ -124,7 +118,6 @@ class LocalSettings:
     hysteresis: float = 0.25
     plots: bool = True
     load_sample_s: float = 5.0
-    sleep_on_idle: bool = True
 
 
 @dataclass
@@ -183,7 +176,6 @@ class LocalStack:
     Args:
         config: the operator YAML.
         workdir: where the rewritten config and the server logs go.
-        sleep_on_idle: add SGLang's ``--sleep-on-idle`` to CPU pools (see :data:`SLEEP_ON_IDLE`).
 
     :meth:`start` launches everything (or raises :class:`LocalRunError` after stopping what
     it started); :meth:`stop` is idempotent. Attributes: ``config_path``/``doc``/``config``
@@ -195,12 +187,11 @@ class LocalStack:
         LocalRunError: the config is invalid or lacks a speculative or plain engine pool.
     """
 
-    def __init__(self, config: Path, workdir: Path, *, sleep_on_idle: bool = True) -> None:
+    def __init__(self, config: Path, workdir: Path) -> None:
         from router.config import ConfigError, load_config
         from serving.demo import _prepare_config
 
         self.workdir = workdir
-        self.sleep_on_idle = sleep_on_idle
         workdir.mkdir(parents=True, exist_ok=True)
         try:
             self.config_path, self.doc = _prepare_config(Path(config), workdir)
@@ -219,15 +210,10 @@ class LocalStack:
         self._aborted = threading.Event()
 
     def pool_argv(self, name: str) -> list[str]:
-        """``sglang.launch_server`` arguments of pool ``name``: what ``specgate serve`` execs,
-        plus :data:`SLEEP_ON_IDLE` for a CPU engine (unless ``sleep_on_idle`` is off)."""
+        """``sglang.launch_server`` arguments of pool ``name``: what ``specgate serve`` execs."""
         from serving.launch import engine_argv
 
-        argv = engine_argv(self.config, name)
-        engine = self.config.pool(name).engine
-        if self.sleep_on_idle and engine is not None and engine.cpu and SLEEP_ON_IDLE not in argv:
-            argv.append(SLEEP_ON_IDLE)
-        return argv
+        return engine_argv(self.config, name)
 
     def _launch(self, name: str, deadline: float) -> float:
         """Start one process (``router`` or a pool name) and wait for ``/health``; returns
@@ -404,7 +390,7 @@ def run_local(settings: LocalSettings, *, note: Callable[[str], None] = print,
     out.mkdir(parents=True, exist_ok=True)
     result = LocalRunResult()
     result.load = {"cpus": os.cpu_count(), "baseline_1m": os.getloadavg()[0]}
-    stack = LocalStack(settings.config, out / "stack", sleep_on_idle=settings.sleep_on_idle)
+    stack = LocalStack(settings.config, out / "stack")
     # fail on a bad grid before minutes of server start-up
     _workload(settings, stack, max_duration_s=1.0)
     counter: list[Any] = []
