@@ -241,10 +241,16 @@ def break_even_alpha(c: float, gamma: int) -> float:
     if cc == 1.0:  # 1 + a + ... + a^g = 1 + g only at a = 1
         return 1.0
     target = 1.0 + cc * g
+    return _invert_expected_tokens(target, g)
+
+
+def _invert_expected_tokens(tokens: float, g: int) -> float:
+    """alpha in [0, 1] with E[tau](alpha, g) = tokens, by bisection to 1e-15 (E[tau] is
+    strictly increasing in alpha); ``tokens`` must lie in [1, g + 1]."""
     lo, hi = 0.0, 1.0
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        if expected_tokens(mid, g) < target:
+        if expected_tokens(mid, g) < tokens:
             lo = mid
         else:
             hi = mid
@@ -278,16 +284,7 @@ def alpha_from_expected_tokens(tokens: float, gamma: int) -> float:
         return 0.0
     if t == g + 1.0:
         return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if expected_tokens(mid, g) < t:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-15:
-            break
-    return 0.5 * (lo + hi)
+    return _invert_expected_tokens(t, g)
 
 
 def compute_cost_ratio(alpha: float, gamma: int, c_hat: float) -> float:

@@ -62,7 +62,7 @@ from typing import Any
 
 import yaml
 
-from drafters.spec_math import expected_tokens, speedup
+from drafters.spec_math import alpha_from_expected_tokens, expected_tokens, speedup
 from loadtests.report import load_key, validate_report
 
 __all__ = [
@@ -85,30 +85,16 @@ class CalibrationError(ValueError):
 def alpha_from_accept_length(accept_length: float, gamma: int) -> float:
     """The acceptance rate alpha whose E[tau](alpha, gamma) equals ``accept_length``.
 
-    ``accept_length`` (tokens per verify step) is clamped to [1, gamma + 1], the range of
-    E[tau]; bisection to 1e-12 on the increasing function
-    :func:`drafters.spec_math.expected_tokens`.
+    ``accept_length`` (tokens per verify step, as SGLang reports it) is clamped to
+    [1, gamma + 1], the range of E[tau] (a scraped gauge may stray outside it), then inverted
+    with :func:`drafters.spec_math.alpha_from_expected_tokens`.
 
     Raises:
         ValueError: gamma < 1 or a non-finite accept length.
     """
     if not math.isfinite(accept_length):
         raise ValueError(f"accept_length must be finite, got {accept_length!r}")
-    target = min(max(accept_length, 1.0), gamma + 1.0)
-    if target >= gamma + 1.0:
-        return 1.0
-    if target <= 1.0:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if expected_tokens(mid, gamma) < target:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12:
-            break
-    return (lo + hi) / 2
+    return alpha_from_expected_tokens(min(max(float(accept_length), 1.0), gamma + 1.0), gamma)
 
 
 @dataclass(frozen=True)
