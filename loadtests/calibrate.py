@@ -62,7 +62,7 @@ from typing import Any
 
 import yaml
 
-from drafters.spec_math import alpha_from_expected_tokens, expected_tokens, speedup
+from drafters.spec_math import alpha_from_expected_tokens, speedup
 from loadtests.report import load_key, validate_report
 
 __all__ = [
