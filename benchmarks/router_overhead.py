@@ -81,6 +81,21 @@ def ensure_nodelay_shim() -> Path:
     return out
 
 
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process group (started with ``start_new_session=True``), wait up to 10 s
+    each, then SIGKILL the groups still alive."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
 def wait_http(url: str, timeout_s: float = 60) -> None:
     import urllib.request
 
@@ -107,7 +122,7 @@ def parse_wrk(out: str) -> dict[str, float]:
 
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.M))
+    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.MULTILINE))
     errors = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {"rps": rps, "requests": total, "p50_ms": ms(lat["50"]), "p99_ms": ms(lat["99"]),
@@ -136,7 +151,7 @@ def ttfb_ms(port: int, body: str, n: int = 200) -> float:
             buf = b""
             while True:
                 buf += s.recv(65536)
-                head, sep, rest = buf.partition(b"\r\n\r\n")
+                _, sep, rest = buf.partition(b"\r\n\r\n")
                 if sep and ((b"data:" in rest) if stream else rest):
                     break
             samples.append((time.perf_counter() - t0) * 1e3)
@@ -148,7 +163,7 @@ def ttfb_ms(port: int, body: str, n: int = 200) -> float:
 
 def _complete(buf: bytes) -> bool:
     head, _, body = buf.partition(b"\r\n\r\n")
-    m = re.search(rb"content-length: (\d+)", head, re.I)
+    m = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
     return bool(m) and len(body) >= int(m.group(1))
 
 
@@ -244,16 +259,7 @@ def main() -> int:
         print(f"JSON written to {args.out}")
         return 0
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_processes(procs)
 
 
 def summarise(results: dict, ttfb: dict) -> list[dict]:  # type: ignore[type-arg]

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,13 +34,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.router_overhead import CHAT_BODY, ensure_wrk, free_port, parse_wrk, wait_http  # noqa: E402
+from benchmarks.router_overhead import (
+    CHAT_BODY,
+    ensure_wrk,
+    free_port,
+    parse_wrk,
+    stop_processes,
+    wait_http,
+)
 
 
 def metric(port: int, name: str, pool: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
-    m = re.search(rf'^{name}{{pool="{pool}"}} (\S+)$', text, re.M)
+    m = re.search(rf'^{name}{{pool="{pool}"}} (\S+)$', text, re.MULTILINE)
     return float(m.group(1)) if m else float("nan")
 
 
@@ -95,7 +101,7 @@ def main() -> int:
                 wait_http(f"http://127.0.0.1:{p}/ready")
             outs: list[str] = [""] * n
 
-            def drive(i: int, port: int) -> None:
+            def drive(i: int, port: int, outs: list[str] = outs) -> None:
                 outs[i] = subprocess.run(
                     ["taskset", "-c", load_cores, wrk, "-t1", f"-c{args.concurrency}", f"-d{args.duration}s",
                      "--latency", "-s", str(lua), f"http://127.0.0.1:{port}/v1/chat/completions"],
@@ -120,10 +126,8 @@ def main() -> int:
                   f"{row['total_rps']:.0f} req/s total ({', '.join(f'{r:.0f}' for r in row['replica_rps'])}), "
                   f"errors {row['errors']}; mid-run in-flight: own {own} (sum {sum(own):.0f}), "
                   f"shared view per replica {shared}", flush=True)
+            stop_processes(routers)
             for r in routers:
-                os.killpg(r.pid, signal.SIGTERM)
-            for r in routers:
-                r.wait(15)
                 procs.remove(r)
         base = results[0]["total_rps"]
         for row in results:
@@ -136,16 +140,7 @@ def main() -> int:
         print(f"JSON written to {args.out}")
         return 0
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_processes(procs)
 
 
 if __name__ == "__main__":

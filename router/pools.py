@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from yarl import URL
+
 from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingConfig
 from router.features import RequestFeatures
 from router.policy import (
@@ -135,15 +137,13 @@ class Endpoint:
     draining: bool = False
     on_drained: Callable[[Endpoint], None] | None = field(default=None, repr=False)
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
-    _targets: dict[str, Any] = field(default_factory=dict, repr=False)
+    _targets: dict[str, URL] = field(default_factory=dict, repr=False)
 
-    def target(self, path: str) -> Any:
+    def target(self, path: str) -> URL:
         """``url + path`` as a parsed ``yarl.URL``, built once per path (aiohttp would
         otherwise parse the string on every request)."""
         url = self._targets.get(path)
         if url is None:
-            from yarl import URL
-
             url = self._targets[path] = URL(self.url + path)
         return url
 
