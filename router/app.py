@@ -124,8 +124,9 @@ def tune_interpreter() -> None:
       (low-priority) tokeniser thread, not in the tokenizer's rayon pool.
     - ``sys.setswitchinterval(0.0005)``: while a tokeniser thread renders or counts a huge
       prompt, the event loop waits at most ~0.5 ms for the GIL instead of the default 5 ms
-      per hand-over (``benchmarks/huge_prompt.py``: the longest loop stall for a
-      234k-token prompt fell from ~10 ms to ~1.5 ms). With one busy thread it costs nothing.
+      per hand-over (``benchmarks/huge_prompt.py``, one A/B on a loaded 2-core machine:
+      longest loop callback while a 234k-token prompt was counted 11.8 ms at the default
+      interval, 1.5 ms at 0.5 ms). Without a second busy thread it changes nothing.
     """
     gc.set_threshold(50_000, 50, 100)
     sys.setswitchinterval(0.0005)
