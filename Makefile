@@ -50,7 +50,7 @@ loadtest: models
 	$(BIN)/specgate loadtest-local --config examples/demo.yaml --out runs/loadtest-local
 
 lint: venv
-	$(BIN)/ruff check router serving drafters loadtests tests
+	$(BIN)/ruff check router serving drafters loadtests benchmarks scripts tests
 
 clean:
 	rm -rf $(VENV) models build *.egg-info

@@ -200,9 +200,8 @@ class PoolConfig(_Strict):
             raise ValueError("a pool needs `endpoints` or a `discovery` block")
         if len(set(self.endpoints)) != len(self.endpoints):
             raise ValueError("duplicate endpoint URL in pool")
-        if self.engine is not None and self.engine.speculative_algorithm is not None:
-            if not self.speculative:
-                raise ValueError("engine.speculative_algorithm is set on a pool with speculative: false")
+        if self.engine is not None and self.engine.speculative_algorithm is not None and not self.speculative:
+            raise ValueError("engine.speculative_algorithm is set on a pool with speculative: false")
         if self.engine is not None and self.speculative and self.engine.speculative_algorithm is None:
             raise ValueError("speculative pool's engine has no speculative_algorithm")
         return self
@@ -468,12 +467,12 @@ class Config(_Strict):
                         f"pools[{pool.name}].draft_reserved_tokens ({pool.draft_reserved_tokens}) "
                         f"differs from the engine's reserved tokens ({derived})"
                     )
-            if engine is not None and engine.draft_max_positions is not None:
-                if engine.draft_max_positions < limit:
-                    raise ValueError(
-                        f"pools[{pool.name}]: the drafter's max positions "
-                        f"({engine.draft_max_positions}) are below the pool's context limit ({limit})"
-                    )
+            if (engine is not None and engine.draft_max_positions is not None
+                    and engine.draft_max_positions < limit):
+                raise ValueError(
+                    f"pools[{pool.name}]: the drafter's max positions "
+                    f"({engine.draft_max_positions}) are below the pool's context limit ({limit})"
+                )
             if pool.speculative and pool.reserved_tokens >= limit:
                 raise ValueError(f"pools[{pool.name}]: reserved draft tokens leave no room")
         return self

@@ -30,9 +30,9 @@ context_length``; so ``P + max_tokens == S`` is served, ``S + 1`` is not.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any, Literal
 
 from router.errors import ContextLengthExceeded, InvalidRequest
@@ -385,7 +385,7 @@ class PromptCounter:
                                        add_generation_prompt=True, **self._special)
             return self._tok.apply_chat_template(chat, tools=tools, tokenize=False,
                                                  add_generation_prompt=True, **kwargs)
-        except Exception as exc:  # jinja2 errors, TypeError from templates (SGLang -> 400)
+        except Exception as exc:  # noqa: BLE001  jinja2 errors, TypeError... from templates (SGLang -> 400)
             raise InvalidRequest(f"the chat template rejected the messages: {str(exc)[:200]}",
                                  param="messages") from None
 

@@ -46,7 +46,7 @@ class LoopCounter:
         labelnames: label names; :meth:`inc` takes the values in this order.
     """
 
-    __slots__ = ("name", "documentation", "labelnames", "values")
+    __slots__ = ("documentation", "labelnames", "name", "values")
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
@@ -74,7 +74,7 @@ class LoopHistogram:
             every bucket with ``le >= v`` (Prometheus semantics).
     """
 
-    __slots__ = ("name", "documentation", "labelnames", "bounds", "series")
+    __slots__ = ("bounds", "documentation", "labelnames", "name", "series")
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
                  buckets: Sequence[float]) -> None:

@@ -37,7 +37,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from yarl import URL
 
@@ -94,7 +94,7 @@ class Lease:
             if endpoint.draining and endpoint.inflight == 0 and endpoint.on_drained is not None:
                 endpoint.on_drained(endpoint)
 
-    def __enter__(self) -> Lease:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

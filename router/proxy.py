@@ -48,10 +48,10 @@ from router.errors import (
     map_engine_error,
 )
 from router.features import RequestFeatures
-from router.pools import Lease
 from router.policy import Decision
+from router.pools import Lease
 
-__all__ = ["ProxyJob", "ProxyResponse", "UPSTREAM_FAILED_EVENT"]
+__all__ = ["UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse"]
 
 #: The one terminal SSE event sent when the engine fails mid-stream (HANDED C02).
 UPSTREAM_FAILED_EVENT = (

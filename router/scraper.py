@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,7 +95,7 @@ def parse_sglang_metrics(text: str) -> EngineLoad:
             value = float(parts[0])
         except ValueError:
             continue
-        if value != value:  # NaN
+        if math.isnan(value):
             continue
         values.setdefault(key, []).append(value)
 
@@ -184,7 +185,7 @@ class Scraper:
                 if resp.status != 200:
                     raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
                 text = (await resp.read()).decode("utf-8", "replace")
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+        except (TimeoutError, aiohttp.ServerTimeoutError):
             endpoint.record_failure(slow=True, now=self._clock())
             self._on_failure(endpoint)
             return

@@ -13,7 +13,13 @@ __all__ = ["add_commands"]
 
 def _serve(args: argparse.Namespace) -> int:
     from router.config import ConfigError, load_config
-    from serving.launch import LaunchError, check_with_sglang, engine_argv, engine_env, launch_command
+    from serving.launch import (
+        LaunchError,
+        check_with_sglang,
+        engine_argv,
+        engine_env,
+        launch_command,
+    )
 
     try:
         cfg = load_config(args.config)

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["run_demo", "DemoRequest"]
+__all__ = ["DemoRequest", "run_demo"]
 
 PROMPTS_SHORT = [
     "def fibonacci(n):",
@@ -195,7 +195,7 @@ async def _workload(router_url: str, long_prompt_tokens: int, burst: int) -> lis
 
     client = openai.AsyncOpenAI(base_url=router_url + "/v1", api_key="demo", max_retries=0, timeout=300)
     out: list[DemoRequest] = []
-    user = lambda text: [{"role": "user", "content": text}]  # noqa: E731
+    user = lambda text: [{"role": "user", "content": text}]
     for i, prompt in enumerate(PROMPTS_SHORT):
         out.append(await _one(client, DemoRequest(f"short-{i}", stream=bool(i % 2)), user(prompt), 48))
     long_text = "\n".join(f"def function_{i}(x):\n    return x * {i}\n" for i in range(long_prompt_tokens // 6))
@@ -266,7 +266,7 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
                     try:
                         res = await wait_ready(proc.url, count=warmup, timeout_s=600,
                                                alive=lambda: proc.popen.poll() is None)
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001  any failure: report it with the pool's log
                         raise RuntimeError(f"pool {proc.name} failed: {exc}\n{_tail(proc.log)}") from None
                     progress.update(tasks[proc.name], description=(
                         f"pool [bold]{proc.name}[/] ready: healthy after {res.health_s:.1f} s, warm-up "

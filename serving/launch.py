@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 from router.config import Config, PoolConfig
 from serving.local import CPU_FLAGS, cpu_env
 
-__all__ = ["LaunchError", "check_with_sglang", "engine_argv", "engine_env", "CPU_FLAGS"]
+__all__ = ["CPU_FLAGS", "LaunchError", "check_with_sglang", "engine_argv", "engine_env"]
 
 
 

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import aiohttp
 
-__all__ = ["Probe", "ProbeReport", "probe_context", "add_commands"]
+__all__ = ["Probe", "ProbeReport", "add_commands", "probe_context"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ async def _healthy(session: aiohttp.ClientSession, url: str, timeout_s: float) -
     try:
         async with session.get(url + "/health", timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
             return r.status == 200
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+    except (TimeoutError, aiohttp.ClientError, OSError):
         return False
 
 
@@ -93,7 +93,7 @@ async def _probe_once(session: aiohttp.ClientSession, url: str, model: str | Non
             status = r.status
             text = await r.text()
             detail = text[:200]
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         detail = type(exc).__name__
     seconds = time.monotonic() - t0
     alive = await _healthy(session, url, 10.0)
@@ -109,7 +109,7 @@ async def _probe_once(session: aiohttp.ClientSession, url: str, model: str | Non
 async def probe_context(url: str, low: int, high: int, *, model: str | None = None, max_tokens: int = 1,
                         resolution: int = 1, margin: float = 0.05, token_id: int = 100,
                         request_timeout_s: float = 600.0, recovery_timeout_s: float = 60.0,
-                        on_probe: "callable | None" = None) -> ProbeReport:  # type: ignore[valid-type]
+                        on_probe: callable | None = None) -> ProbeReport:  # type: ignore[valid-type]
     """Bisect ``[low, high]`` (prompt tokens) for the largest prompt served ``ok``.
 
     Args:

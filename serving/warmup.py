@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-__all__ = ["WarmupResult", "WarmupError", "wait_ready"]
+__all__ = ["WarmupError", "WarmupResult", "wait_ready"]
 
 
 class WarmupError(RuntimeError):
@@ -37,7 +37,7 @@ class WarmupResult:
 
 
 async def wait_ready(url: str, *, count: int = 3, timeout_s: float = 600.0, max_new_tokens: int = 8,
-                     poll_s: float = 0.5, alive: "callable | None" = None) -> WarmupResult:  # type: ignore[valid-type]
+                     poll_s: float = 0.5, alive: callable | None = None) -> WarmupResult:  # type: ignore[valid-type]
     """Wait for ``url`` to be healthy, then send ``count`` warm-up generations.
 
     Args:
@@ -62,7 +62,7 @@ async def wait_ready(url: str, *, count: int = 3, timeout_s: float = 600.0, max_
                 async with session.get(url + "/health", timeout=aiohttp.ClientTimeout(total=5)) as resp:
                     if resp.status == 200:
                         break
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, aiohttp.ClientError, OSError):
                 pass
             if time.monotonic() > deadline:
                 raise WarmupError(f"{url}: /health not ready after {timeout_s:.0f} s")
@@ -79,7 +79,7 @@ async def wait_ready(url: str, *, count: int = 3, timeout_s: float = 600.0, max_
                     await resp.read()
                     if resp.status != 200:
                         raise WarmupError(f"{url}: warm-up generation {i} got HTTP {resp.status}")
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise WarmupError(f"{url}: warm-up generation {i} failed: {exc!r}") from None
             times.append(time.monotonic() - t0)
     return WarmupResult(url, health_s, tuple(times))

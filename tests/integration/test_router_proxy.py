@@ -253,7 +253,7 @@ def test_all_pools_down_is_503_with_retry_after_and_not_ready(stack):  # HANDED 
     stack.plain.kill()
     time.sleep(0.6)
     r = stack.client.post(CHAT, json=body(max_tokens=5))
-    err = assert_e400(r, 503, "no_healthy_upstream", None, type_="server_error")
+    assert_e400(r, 503, "no_healthy_upstream", None, type_="server_error")
     assert r.headers["retry-after"] == "3"
     assert stack.client.get("/health").status_code == 200
     assert stack.client.get("/ready").status_code == 503
@@ -286,11 +286,11 @@ def test_inflight_counts_drive_saturation(stack):
 
 def test_client_disconnect_aborts_upstream(stack):  # HANDED C17
     stack.script(stack.spec, {"chunk_delay_s": 0.05, "ignore_disconnect": True})
-    with httpx.Client(base_url=stack.router.base_url, timeout=10) as c:
-        with c.stream("POST", CHAT, json=body(max_tokens=400, stream=True)) as r:
-            it = r.iter_raw()
-            for _ in range(5):
-                next(it)
+    with httpx.Client(base_url=stack.router.base_url, timeout=10) as c, \
+            c.stream("POST", CHAT, json=body(max_tokens=400, stream=True)) as r:
+        it = r.iter_raw()
+        for _ in range(5):
+            next(it)
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         log = stack.fake_log(stack.spec)

@@ -96,7 +96,7 @@ def test_stream_framing_and_headers(real):
 
 
 def test_overlength_refused_by_router_not_engine(real):
-    router, engine = real
+    router, _engine = real
     doc = {"model": "tiny-llama", "messages": [{"role": "user", "content": "x " * 2000}], "max_tokens": 4,
            "stream": True}
     r = httpx.post(router.base_url + "/v1/chat/completions", json=doc, timeout=60)
@@ -107,7 +107,7 @@ def test_overlength_refused_by_router_not_engine(real):
 
 
 def test_client_disconnect_aborts_on_the_engine(real):
-    router, engine = real
+    router, _engine = real
     before = router.metric("specgate_upstream_aborts_total", pool="plain")
     doc = {"model": "tiny-llama", "messages": CONVERSATIONS[0], "max_tokens": 900, "temperature": 0,
            "stream": True, "ignore_eos": True}

@@ -15,9 +15,9 @@ def test_loop_histogram_matches_prometheus_client_histogram():
     for v in values:
         ref.labels("spec").observe(v)
         ours.observe(("spec",), v)
-    want = {(s.labels["le"] if "le" in s.labels else None, s.name.rsplit("_", 1)[-1]): s.value
+    want = {(s.labels.get("le"), s.name.rsplit("_", 1)[-1]): s.value
             for s in next(iter(ref.collect())).samples if not s.name.endswith("_created")}
-    got = {(s.labels["le"] if "le" in s.labels else None, s.name.rsplit("_", 1)[-1]): s.value
+    got = {(s.labels.get("le"), s.name.rsplit("_", 1)[-1]): s.value
            for s in ours.collect().samples}
     assert got == want
     assert got[("0.005", "bucket")] == 2 and got[("+Inf", "bucket")] == len(values)

@@ -106,7 +106,7 @@ def test_saturation_does_not_flap_on_a_load_trace():
 def test_expected_speedup_and_low_acceptance_hysteresis():
     # gamma 3, c 0.05: S = tau / 1.15
     assert expected_speedup(2.3, gamma=3, c=0.05) == pytest.approx(2.0)
-    kw = dict(gamma=3, c=0.05, enter_below=1.0, exit_above=1.05)
+    kw = {"gamma": 3, "c": 0.05, "enter_below": 1.0, "exit_above": 1.05}
     assert next_low_acceptance(False, 1.10, **kw) is True      # S = 0.957 < 1.0
     assert next_low_acceptance(True, 1.17, **kw) is True       # S = 1.017 in the band: stays on
     assert next_low_acceptance(True, 1.21, **kw) is False      # S = 1.052 >= 1.05

@@ -19,7 +19,7 @@ def test_colon_spelling():
 
 
 def test_underscore_spelling_and_dp_ranks_summed():
-    text = "\n".join([
+    text = "\n".join([  # noqa: FLY002  one exposition line per item
         'sglang_num_running_reqs{dp_rank="0"} 4', 'sglang_num_running_reqs{dp_rank="1"} 5',
         'sglang_num_queue_reqs{dp_rank="0"} 1', 'sglang_num_queue_reqs{dp_rank="1"} 0',
         'sglang_token_usage{dp_rank="0"} 0.1', 'sglang_token_usage{dp_rank="1"} 0.7',

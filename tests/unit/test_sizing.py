@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from router.errors import ContextLengthExceeded
 from router.features import PromptCounter, make_features, needs_exact, parse_chat, parse_completions
 from router.policy import EndpointSnapshot, PoolSnapshot, decide
 
@@ -59,7 +60,7 @@ def test_decision_with_upper_bound_equals_exact_when_no_threshold_straddles(seed
     class Runtime:
         config = type("Cfg", (), {"limits": type("L", (), {"max_context_tokens": 4096, "default_max_tokens": 256})()})()
         routing = type("R", (), {"long_prompt_tokens": 1024})()
-        pools = [Pool("spec", True, 2048, 4), Pool("plain", False, 4096, 0)]
+        pools = (Pool("spec", True, 2048, 4), Pool("plain", False, 4096, 0))
 
     snaps = [PoolSnapshot("spec", True, 2048, 4, (EndpointSnapshot("http://s", True, 0),)),
              PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, 0),))]
@@ -77,10 +78,10 @@ def test_decision_with_upper_bound_equals_exact_when_no_threshold_straddles(seed
         if needs_exact(lo, hi, _thresholds(parsed, Runtime())):
             continue
 
-        def outcome(p):
+        def outcome(p, parsed=parsed, m=m):
             try:
                 f = make_features(parsed, p, max_context_tokens=4096, default_max_tokens=256)
-            except Exception as exc:
+            except ContextLengthExceeded as exc:
                 return type(exc).__name__
             d = decide(f, snaps, max_context_tokens=4096, long_prompt_tokens=1024)
             return (d.pool, d.reason, d.status, f.max_new_tokens if m is not None else None)
