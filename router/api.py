@@ -131,7 +131,8 @@ def _add_fields(body: bytes, doc: dict[str, Any], fields: dict[str, Any]) -> byt
     if end < 2 or body[end - 1] != 0x7D or any(k in doc for k in fields):  # 0x7D: "}"
         return orjson.dumps({**doc, **fields})
     extra = b",".join(orjson.dumps(k) + b":" + orjson.dumps(v) for k, v in fields.items())
-    return body[:end - 1] + (b"," if doc else b"") + extra + b"}"
+    # One copy of the body (a memoryview slice is not a copy; `body[:end - 1] + ...` was two).
+    return b"".join((memoryview(body)[:end - 1], b"," if doc else b"", extra, b"}"))
 
 
 async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest, body_bytes: int) -> int:
