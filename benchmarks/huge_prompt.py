@@ -196,7 +196,7 @@ def sizing_cpu(cfg: Path, big: bytes, repeats: int) -> dict[str, float]:
         t0 = time.thread_time()
         doc = orjson.loads(big)
         parsed = parse_chat(doc, max_n=limits.max_n)
-        tokens = await _size_prompt(state, runtime, parsed, len(big))
+        tokens, _lower = await _size_prompt(state, runtime, parsed, len(big))
         features = make_features(parsed, tokens, max_context_tokens=limits.max_context_tokens,
                                  default_max_tokens=limits.default_max_tokens)
         runtime.decide(features, time.monotonic())

@@ -135,8 +135,10 @@ def _add_fields(body: bytes, doc: dict[str, Any], fields: dict[str, Any]) -> byt
     return b"".join((memoryview(body)[:end - 1], b"," if doc else b"", extra, b"}"))
 
 
-async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest, body_bytes: int) -> int:
-    """Prompt tokens for the decision: exact, or the upper bound when it cannot change it.
+async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest,
+                       body_bytes: int) -> tuple[int, int | None]:
+    """Prompt tokens for the decision: ``(P, None)`` exact, or ``(hi, lo)`` when no decision
+    threshold lies between the byte-length bounds (then ``hi`` decides as P would).
 
     Rendering runs on the loop for small bodies, in the tokeniser threads for large ones;
     exact BPE encoding always runs in the threads, and only when a decision threshold falls
@@ -150,9 +152,11 @@ async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest, body_byt
         lo, hi = counter.bounds(rendered)
     else:
         rendered, (lo, hi) = await loop.run_in_executor(state.executor, _render_bounds, counter, parsed)
+    if lo == hi:  # token-id prompts
+        return hi, None
     if not needs_exact(lo, hi, _thresholds(parsed, runtime)):
-        return hi
-    return await loop.run_in_executor(state.executor, counter.exact, rendered)
+        return hi, lo
+    return await loop.run_in_executor(state.executor, counter.exact, rendered), None
 
 
 async def _generate(request: Request, kind: str) -> Response:
@@ -169,17 +173,19 @@ async def _generate(request: Request, kind: str) -> Response:
     doc = _parse_json(request, body)
     parsed = (parse_chat if kind == "chat" else parse_completions)(doc, max_n=limits.max_n)
     request.state.param = parsed.param
-    prompt_tokens = await _size_prompt(state, runtime, parsed, len(body))
+    prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body))
     request.state.prompt_tokens = prompt_tokens
-    state.metrics.prompt_tokens.observe((), prompt_tokens)
+    request.state.prompt_exact = lower is None
+    state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
     features = make_features(parsed, prompt_tokens, max_context_tokens=limits.max_context_tokens,
-                             default_max_tokens=limits.default_max_tokens)
+                             default_max_tokens=limits.default_max_tokens, prompt_tokens_lower=lower)
     decision = runtime.decide(features, state.clock())
     if decision.status == 400:
         raise ContextLengthExceeded(
             f"This model's maximum context length is {limits.max_context_tokens} tokens and no "
-            f"pool can hold {features.sequence_tokens} tokens ({prompt_tokens} in the "
-            f"{parsed.param}, {features.max_new_tokens} in the completion).", param=parsed.param)
+            f"pool can hold {features.prompt_phrase(features.max_new_tokens)} tokens "
+            f"({features.prompt_phrase()} in the {parsed.param}, {features.max_new_tokens} in the "
+            f"completion).", param=parsed.param)
     if decision.status == 503:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
@@ -226,7 +232,8 @@ def _finish(state: Any, job: ProxyJob) -> None:
         access_log.info(orjson.dumps({
             "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
             "reason": job.decision.reason.value, "status": job.status, "outcome": job.outcome,
-            "prompt_tokens": job.features.prompt_tokens, "max_tokens": job.features.max_new_tokens,
+            "prompt_tokens": job.features.prompt_tokens, "prompt_tokens_exact": job.features.prompt_exact,
+            "max_tokens": job.features.max_new_tokens,
             "n": job.features.n, "stream": job.features.stream, "attempts": job.attempts,
             "ttfb_s": None if job.ttfb_s is None else round(job.ttfb_s, 6),
             "duration_s": round(duration, 6)}).decode())
@@ -250,7 +257,8 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
             access_log.info(orjson.dumps({
                 "request_id": getattr(request.state, "request_id", None), "pool": "none",
                 "reason": reason, "status": err.status, "code": err.code, "param": err.param,
-                "prompt_tokens": getattr(request.state, "prompt_tokens", None)}).decode())
+                "prompt_tokens": getattr(request.state, "prompt_tokens", None),
+                "prompt_tokens_exact": getattr(request.state, "prompt_exact", None)}).decode())
     headers = err.response_headers()
     headers["x-specgate-pool"] = "none"
     headers["x-specgate-reason"] = reason

@@ -85,6 +85,10 @@ class RequestFeatures:
         stream: SSE requested.
         param: field named by over-length errors.
         budget_defaulted: True when the router chose the budget (it then forwards it).
+        prompt_tokens_lower: None when ``prompt_tokens`` is the exact count; otherwise
+            ``prompt_tokens`` is the byte-length upper bound and this is the lower bound
+            (``lower <= P <= prompt_tokens``), used where no decision threshold lies between
+            them (docs/performance.md, "Sizing a prompt").
     """
 
     prompt_tokens: int
@@ -94,6 +98,19 @@ class RequestFeatures:
     stream: bool = False
     param: str = "messages"
     budget_defaulted: bool = False
+    prompt_tokens_lower: int | None = None
+
+    @property
+    def prompt_exact(self) -> bool:
+        """True when :attr:`prompt_tokens` is the exact count P."""
+        return self.prompt_tokens_lower is None
+
+    def prompt_phrase(self, extra: int = 0) -> str:
+        """``"P + extra"`` as a true statement for messages: ``"1234"`` when exact,
+        ``"at least 1200"`` (from the lower bound) when P was bounded, not counted."""
+        if self.prompt_tokens_lower is None:
+            return str(self.prompt_tokens + extra)
+        return f"at least {self.prompt_tokens_lower + extra}"
 
     @property
     def sequence_tokens(self) -> int:
@@ -458,8 +475,13 @@ def needs_exact(lo: int, hi: int, thresholds: Iterable[int]) -> bool:
 
 
 def make_features(parsed: ParsedRequest, prompt_tokens: int, *, max_context_tokens: int,
-                  default_max_tokens: int) -> RequestFeatures:
+                  default_max_tokens: int, prompt_tokens_lower: int | None = None) -> RequestFeatures:
     """Apply the budget rule and the global cap S (``limits.max_context_tokens``).
+
+    Args:
+        prompt_tokens: P (tokens), exact or an upper bound (see ``prompt_tokens_lower``).
+        prompt_tokens_lower: None when ``prompt_tokens`` is exact, else the lower bound;
+            error messages then state "at least <lower>" instead of an uncounted figure.
 
     Raises:
         ContextLengthExceeded: when ``P >= S`` or ``P + budget > S`` (message gives S, the
@@ -468,20 +490,22 @@ def make_features(parsed: ParsedRequest, prompt_tokens: int, *, max_context_toke
     cap = max_context_tokens
     budget = parsed.max_new_tokens
     defaulted = budget is None
+    exact = prompt_tokens_lower is None
+    shown = prompt_tokens if exact else f"at least {prompt_tokens_lower}"
     if prompt_tokens >= cap:
+        no_room = ", which leaves no room for a completion" if exact and prompt_tokens == cap else ""
         raise ContextLengthExceeded(
             f"This model's maximum context length is {cap} tokens. However, your "
-            f"{parsed.param} resulted in {prompt_tokens} tokens, which leaves no room for "
-            f"a completion. Please reduce the length of the {parsed.param}.",
-            param=parsed.param)
+            f"{parsed.param} resulted in {shown} tokens{no_room}. Please reduce the length of "
+            f"the {parsed.param}.", param=parsed.param)
     if budget is None:
         budget = min(default_max_tokens, cap - prompt_tokens)
     if prompt_tokens + budget > cap:
+        total = prompt_tokens + budget if exact else f"at least {prompt_tokens_lower + budget}"  # type: ignore[operator]
         raise ContextLengthExceeded(
             f"This model's maximum context length is {cap} tokens. However, you requested "
-            f"{prompt_tokens + budget} tokens ({prompt_tokens} in the {parsed.param}, {budget} "
-            f"in the completion). Please reduce the length of the {parsed.param} or completion.",
-            param=parsed.param)
+            f"{total} tokens ({shown} in the {parsed.param}, {budget} in the completion). "
+            f"Please reduce the length of the {parsed.param} or completion.", param=parsed.param)
     num_prompts = 1
     if parsed.kind == "completions":
         kind = _prompt_kind(parsed.doc["prompt"])
@@ -489,4 +513,4 @@ def make_features(parsed: ParsedRequest, prompt_tokens: int, *, max_context_toke
             num_prompts = len(parsed.doc["prompt"])
     return RequestFeatures(prompt_tokens=prompt_tokens, max_new_tokens=budget, n=parsed.n,
                            num_prompts=num_prompts, stream=parsed.stream, param=parsed.param,
-                           budget_defaulted=defaulted)
+                           budget_defaulted=defaulted, prompt_tokens_lower=prompt_tokens_lower)

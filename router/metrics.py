@@ -141,7 +141,10 @@ class RouterMetrics:
             "Time from request receipt to the first body byte relayed from the engine.",
             ["pool"], _LATENCY_BUCKETS)
         self.prompt_tokens = LoopHistogram(
-            "specgate_prompt_tokens", "Prompt length as counted by the router (tokens).", [],
+            "specgate_prompt_tokens",
+            "Prompt length used for the decision (tokens): kind=exact (counted with the model's "
+            "tokenizer) or kind=upper_bound (byte-length bound, where no threshold lay within "
+            "the bounds).", ["kind"],
             (64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144))
         self.upstream_failures = LoopCounter(
             "specgate_upstream_failures", "Upstream failures seen by the proxy, by kind.", ["pool", "kind"])

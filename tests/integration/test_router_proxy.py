@@ -123,6 +123,33 @@ def test_exact_boundary(stack):  # HANDED C03 steps 1-2
     assert_e400(r, 400, "context_length_exceeded", "messages")
 
 
+def test_reported_prompt_tokens_are_true_statements(stack):
+    """A prompt far over the cap is bounded, not counted: the 400 states "at least lo" with
+    lo <= the exact count; the metric says which prompts were counted and which bounded."""
+    import re
+
+    from router.features import parse_chat
+
+    long_text = "lorem ipsum " * 20000  # 240 kB: even its byte lower bound is over the cap
+    exact = stack.router.state.runtime.counter.count(parse_chat(body(long_text), max_n=8))
+    r = stack.client.post(CHAT, json=body(long_text, max_tokens=10))
+    err = assert_e400(r, 400, "context_length_exceeded", "messages")
+    m = re.fullmatch(r"This model's maximum context length is 4096 tokens\. However, your messages "
+                     r"resulted in at least (\d+) tokens\. Please reduce the length of the messages\.",
+                     err["message"])
+    assert m is not None, err["message"]
+    assert 4096 <= int(m.group(1)) <= exact
+    bounded = stack.router.metric("specgate_prompt_tokens_count", kind="upper_bound")
+    counted = stack.router.metric("specgate_prompt_tokens_count", kind="exact")
+    stack.client.post(CHAT, json=body("hi", max_tokens=2))  # far below every threshold: bounded
+    assert stack.router.metric("specgate_prompt_tokens_count", kind="upper_bound") == bounded + 1
+    text = "lorem ipsum " * 200  # the cap minus max_tokens lies inside its bounds: counted
+    p = stack.router.state.runtime.counter.count(parse_chat(body(text), max_n=8))
+    r = stack.client.post(CHAT, json=body(text, max_tokens=4096 - p))
+    assert r.status_code == 200, r.text
+    assert stack.router.metric("specgate_prompt_tokens_count", kind="exact") == counted + 1
+
+
 def test_spec_eligibility_boundary_uses_reserved_tokens(stack):  # HANDED C01
     from router.features import parse_chat
 

@@ -110,6 +110,33 @@ def test_make_features_boundaries():  # HANDED C03 / C04
         make_features(chat(max_tokens=10**12), 5, max_context_tokens=4096, default_max_tokens=256)
 
 
+def test_over_length_messages_state_only_what_was_counted():
+    def message(prompt, lower=None, **kw):
+        with pytest.raises(ContextLengthExceeded) as exc:
+            make_features(chat(**kw), prompt, max_context_tokens=4096, default_max_tokens=256,
+                          prompt_tokens_lower=lower)
+        return exc.value.message
+
+    head = "This model's maximum context length is 4096 tokens. However, "
+    assert message(4096) == (head + "your messages resulted in 4096 tokens, which leaves no room for a "
+                             "completion. Please reduce the length of the messages.")
+    assert message(5000) == head + "your messages resulted in 5000 tokens. Please reduce the length of the messages."
+    # bounded, not counted (4100 <= P <= 9000): only the lower bound is a true statement
+    assert message(9000, lower=4100) == (head + "your messages resulted in at least 4100 tokens. Please "
+                                         "reduce the length of the messages.")
+    assert message(4000, max_tokens=97) == (head + "you requested 4097 tokens (4000 in the messages, 97 in "
+                                            "the completion). Please reduce the length of the messages or "
+                                            "completion.")
+    assert message(4050, lower=4001, max_tokens=97) == (
+        head + "you requested at least 4098 tokens (at least 4001 in the messages, 97 in the completion). "
+        "Please reduce the length of the messages or completion.")
+    f = make_features(chat(max_tokens=8), 300, max_context_tokens=4096, default_max_tokens=256,
+                      prompt_tokens_lower=40)
+    assert (f.prompt_exact, f.prompt_phrase(), f.prompt_phrase(8)) == (False, "at least 40", "at least 48")
+    f = make_features(chat(max_tokens=8), 300, max_context_tokens=4096, default_max_tokens=256)
+    assert (f.prompt_exact, f.prompt_phrase(), f.prompt_phrase(8)) == (True, "300", "308")
+
+
 def test_counter_counts_template_tools_and_null_content(tokenizer_dir):  # HANDED C07
     counter = PromptCounter(tokenizer_dir)
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",

@@ -29,12 +29,12 @@ def test_loop_counter_series_and_registry_export():
     m.requests.inc(("spec", "speculative", "200"))
     m.requests.inc(("spec", "speculative", "200"), 2)
     m.requests.inc(("none", "context_cap", "400"))
-    m.prompt_tokens.observe((), 300)
+    m.prompt_tokens.observe(("exact",), 300)
     get = m.registry.get_sample_value
     assert get("specgate_requests_total", {"pool": "spec", "reason": "speculative", "status": "200"}) == 3.0
     assert get("specgate_requests_total", {"pool": "none", "reason": "context_cap", "status": "400"}) == 1.0
-    assert get("specgate_prompt_tokens_bucket", {"le": "256.0"}) == 0.0
-    assert get("specgate_prompt_tokens_bucket", {"le": "1024.0"}) == 1.0
+    assert get("specgate_prompt_tokens_bucket", {"kind": "exact", "le": "256.0"}) == 0.0
+    assert get("specgate_prompt_tokens_bucket", {"kind": "exact", "le": "1024.0"}) == 1.0
     assert get("specgate_upstream_aborts_total", {"pool": "spec"}) is None  # no series before the first event
 
 
