@@ -190,10 +190,11 @@ class Endpoint:
         if self.state == "unknown" or (
             self.state == "unhealthy" and self.consecutive_successes >= self.success_threshold
         ):
-            self.state = "healthy"
+            self._set_state("healthy", f"{self.consecutive_successes} successful scrape(s)")
 
-    def record_failure(self, *, slow: bool, now: float) -> None:
-        """A failed scrape; ``slow`` for a timeout (busy), else dead (refused, reset, 5xx)."""
+    def record_failure(self, *, slow: bool, now: float, reason: str = "") -> None:
+        """A failed scrape; ``slow`` for a timeout (busy), else dead (refused, reset, 5xx);
+        ``reason`` (e.g. the error) goes into the log line of a health change."""
         self.scrape_failures += 1
         self.consecutive_successes = 0
         self.consecutive_failures += 1
@@ -201,13 +202,25 @@ class Endpoint:
             return
         if slow and self.state == "healthy" and not any(s.healthy for s in self._siblings if s is not self):
             return  # busy, and the last healthy endpoint of its pool: keep it
-        self.state = "unhealthy"
+        self._set_state("unhealthy", f"{self.consecutive_failures} failed scrapes"
+                        + (f", last: {reason}" if reason else ""))
 
     def mark_down(self) -> None:
         """Passive health: the proxy could not connect or the connection broke; eject now."""
-        self.state = "unhealthy"
+        self._set_state("unhealthy", "a proxied request could not connect or its connection broke")
         self.consecutive_successes = 0
         self.consecutive_failures = max(self.consecutive_failures, self.failure_threshold)
+
+    def _set_state(self, state: str, why: str) -> None:
+        """Change :attr:`state`, logging the change once (WARNING when an endpoint leaves
+        service, INFO when it enters it), so operators see pools come and go."""
+        if state == self.state:
+            return
+        self.state = state
+        if state == "healthy":
+            log.info("endpoint %s of pool %s is healthy (%s)", self.url, self.pool, why)
+        else:
+            log.warning("endpoint %s of pool %s is %s (%s)", self.url, self.pool, state, why)
 
 
 class Pool:

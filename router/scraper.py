@@ -186,11 +186,12 @@ class Scraper:
                     raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
                 text = (await resp.read()).decode("utf-8", "replace")
         except (TimeoutError, aiohttp.ServerTimeoutError):
-            endpoint.record_failure(slow=True, now=self._clock())
+            endpoint.record_failure(slow=True, now=self._clock(),
+                                    reason=f"no answer within {cfg.scrape.timeout_s} s")
             self._on_failure(endpoint)
             return
-        except (aiohttp.ClientError, OSError):
-            endpoint.record_failure(slow=False, now=self._clock())
+        except (aiohttp.ClientError, OSError) as exc:
+            endpoint.record_failure(slow=False, now=self._clock(), reason=str(exc) or type(exc).__name__)
             self._on_failure(endpoint)
             return
         endpoint.record_success(parse_sglang_metrics(text), now=self._clock())

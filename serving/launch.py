@@ -70,7 +70,10 @@ def engine_argv(config: Config, pool_name: str, *, host: str | None = None, port
     argv = ["--model-path", engine.model_path,
             "--served-model-name", engine.served_model_name or config.model.name,
             "--host", host or default_host, "--port", str(port or default_port),
-            "--context-length", str(context), "--tp-size", str(engine.tp_size), "--enable-metrics"]
+            "--context-length", str(context), "--tp-size", str(engine.tp_size), "--enable-metrics",
+            # the router scrapes /metrics every scrape.interval_s (0.25 s by default): without
+            # this, SGLang's HTTP access log is mostly those scrapes (extra_args may override)
+            "--log-level-http", "warning"]
     if engine.mem_fraction_static is not None:
         argv += ["--mem-fraction-static", repr(engine.mem_fraction_static)]
     if engine.max_total_tokens is not None:

@@ -168,7 +168,7 @@ def cpu_launch_args(
     if random_seed is not None:
         argv += ["--random-seed", str(random_seed)]
     if enable_metrics:
-        argv.append("--enable-metrics")
+        argv += ["--enable-metrics", "--log-level-http", "warning"]  # as serving.launch.engine_argv
     argv += list(extra_args)
     return argv
 

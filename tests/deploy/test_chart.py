@@ -183,6 +183,7 @@ def test_default_spec_pool_container() -> None:
         "--context-length", "2048",
         "--tp-size", "1",
         "--enable-metrics",
+        "--log-level-http", "warning",
         "--mem-fraction-static", "0.8",
         "--speculative-algorithm", "EAGLE3",
         "--speculative-draft-model-path", "/models/tiny-llama-eagle3",

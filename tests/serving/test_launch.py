@@ -34,7 +34,8 @@ def test_spec_argv():
     cfg = parse_config(DOC)
     assert engine_argv(cfg, "spec") == [
         "--model-path", "/m/target", "--served-model-name", "tiny-llama", "--host", "10.0.0.5", "--port", "30001",
-        "--context-length", "65536", "--tp-size", "8", "--enable-metrics", "--mem-fraction-static", "0.8",
+        "--context-length", "65536", "--tp-size", "8", "--enable-metrics",
+        "--log-level-http", "warning", "--mem-fraction-static", "0.8",
         "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/m/draft",
         "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
         "--chunked-prefill-size", "8192"]

@@ -35,7 +35,7 @@ def test_cpu_launch_args():
     assert argv[:2] == ["--model-path", "models/m"]
     assert " ".join(CPU_FLAGS) in text
     for piece in ("--dtype float32", "--port 4321", "--host 127.0.0.1", "--served-model-name m",
-                  "--context-length 1024", "--random-seed 0", "--enable-metrics"):
+                  "--context-length 1024", "--random-seed 0", "--enable-metrics --log-level-http warning"):
         assert piece in text, piece
     assert argv[-2:] == ["--speculative-algorithm", "NGRAM"]
 

@@ -335,6 +335,8 @@ engine_argv (the argv `specgate serve` would exec), then the LeaderWorkerSet fla
 - --tp-size
 - {{ int64 (default 1 $engine.tp_size) | quote }}
 - --enable-metrics
+- --log-level-http
+- warning
 {{- if not (kindIs "invalid" $engine.mem_fraction_static) }}
 - --mem-fraction-static
 - {{ $engine.mem_fraction_static | toString | quote }}
