@@ -24,21 +24,21 @@ def test_health_changes_are_logged_once_each(caplog):
     assert (ep.state, _records(caplog)) == ("unknown", [])
     ep.record_failure(slow=False, now=3.0, reason="Connection refused")
     assert ep.state == "unhealthy"
-    assert _records(caplog) == [("WARNING", "endpoint http://10.0.0.1:30000 of pool spec is unhealthy "
-                                            "(3 failed scrapes, last: Connection refused)")]
+    assert _records(caplog) == [("WARNING", ("endpoint http://10.0.0.1:30000 of pool spec is unhealthy "
+                                            "(3 failed scrapes, last: Connection refused)"))]
     ep.record_failure(slow=False, now=4.0, reason="Connection refused")
     ep.record_success(LOAD, now=5.0)  # one success is not enough to come back (success_threshold 2)
     assert (ep.state, _records(caplog)) == ("unhealthy", [])
     ep.record_success(LOAD, now=6.0)
     assert ep.state == "healthy"
-    assert _records(caplog) == [("INFO", "endpoint http://10.0.0.1:30000 of pool spec is healthy "
-                                         "(2 successful scrape(s))")]
+    assert _records(caplog) == [("INFO", ("endpoint http://10.0.0.1:30000 of pool spec is healthy "
+                                         "(2 successful scrape(s))"))]
     ep.record_success(LOAD, now=7.0)
     assert _records(caplog) == []
     ep.mark_down()
     assert (ep.state, _records(caplog)) == ("unhealthy", [
-        ("WARNING", "endpoint http://10.0.0.1:30000 of pool spec is unhealthy "
-                    "(a proxied request could not connect or its connection broke)")])
+        ("WARNING", ("endpoint http://10.0.0.1:30000 of pool spec is unhealthy "
+                    "(a proxied request could not connect or its connection broke)"))])
     ep.mark_down()
     assert _records(caplog) == []
 
