@@ -73,6 +73,11 @@ class ParsedRequest:
     param: str
 
 
+def _tokens_phrase(prompt_tokens: int, lower: int | None, extra: int = 0) -> str:
+    """``P + extra`` tokens as a true statement: exact, or "at least" the lower bound."""
+    return str(prompt_tokens + extra) if lower is None else f"at least {lower + extra}"
+
+
 @dataclass(frozen=True, slots=True)
 class RequestFeatures:
     """What the routing decision sees of a request.
@@ -108,9 +113,7 @@ class RequestFeatures:
     def prompt_phrase(self, extra: int = 0) -> str:
         """``"P + extra"`` as a true statement for messages: ``"1234"`` when exact,
         ``"at least 1200"`` (from the lower bound) when P was bounded, not counted."""
-        if self.prompt_tokens_lower is None:
-            return str(self.prompt_tokens + extra)
-        return f"at least {self.prompt_tokens_lower + extra}"
+        return _tokens_phrase(self.prompt_tokens, self.prompt_tokens_lower, extra)
 
     @property
     def sequence_tokens(self) -> int:
@@ -490,10 +493,10 @@ def make_features(parsed: ParsedRequest, prompt_tokens: int, *, max_context_toke
     cap = max_context_tokens
     budget = parsed.max_new_tokens
     defaulted = budget is None
-    exact = prompt_tokens_lower is None
-    shown = prompt_tokens if exact else f"at least {prompt_tokens_lower}"
+    shown = _tokens_phrase(prompt_tokens, prompt_tokens_lower)
     if prompt_tokens >= cap:
-        no_room = ", which leaves no room for a completion" if exact and prompt_tokens == cap else ""
+        exact_cap = prompt_tokens_lower is None and prompt_tokens == cap
+        no_room = ", which leaves no room for a completion" if exact_cap else ""
         raise ContextLengthExceeded(
             f"This model's maximum context length is {cap} tokens. However, your "
             f"{parsed.param} resulted in {shown} tokens{no_room}. Please reduce the length of "
@@ -501,7 +504,7 @@ def make_features(parsed: ParsedRequest, prompt_tokens: int, *, max_context_toke
     if budget is None:
         budget = min(default_max_tokens, cap - prompt_tokens)
     if prompt_tokens + budget > cap:
-        total = prompt_tokens + budget if exact else f"at least {prompt_tokens_lower + budget}"  # type: ignore[operator]
+        total = _tokens_phrase(prompt_tokens, prompt_tokens_lower, budget)
         raise ContextLengthExceeded(
             f"This model's maximum context length is {cap} tokens. However, you requested "
             f"{total} tokens ({shown} in the {parsed.param}, {budget} in the completion). "
