@@ -49,7 +49,12 @@ def ensure_extra_clients() -> None:
 
 
 async def _client(name: str, url: str, body: bytes, stream: bool):  # type: ignore[no-untyped-def]
-    """``(one_request, close)`` for client ``name``."""
+    """``(one, close)`` for client ``name``: ``await one()`` sends the request and reads the
+    whole answer; ``await close()`` releases the client's connections.
+
+    Raises:
+        ValueError: an unknown client name.
+    """
     if name == "aiohttp":
         import aiohttp
 
@@ -105,7 +110,11 @@ async def _client(name: str, url: str, body: bytes, stream: bool):  # type: igno
 
 
 def measure(name: str, port: int, mode: str, concurrency: int, requests: int) -> dict[str, float]:
-    """One cell in this process (run it in a child pinned to a core)."""
+    """One cell in this process (run it in a child pinned to a core).
+
+    Returns ``{"rps": requests per second, "cpu_us_per_req": process CPU (us) per request}``
+    over ``requests`` requests (a tenth for streams) after a 20-per-connection warm-up.
+    """
     import uvloop
 
     stream = mode == "stream"
