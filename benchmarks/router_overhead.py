@@ -8,18 +8,20 @@ alone to core 0: specgate (``specgate router``, one process, uvloop + httptools,
 with a real tokenizer, the decision and metrics included) or ``sglang-router`` 0.3.2 from PyPI
 (``--policy round_robin``), installed by this script into ``.bench/rust-venv`` and run with
 TCP_NODELAY on its sockets through ``benchmarks/nodelay_shim.c`` (LD_PRELOAD, compiled with
-gcc; ``--rust-as-shipped`` runs it without). For every
-(mode, concurrency) cell the three targets run interleaved, ``--runs`` times; medians are
-reported. Measured per run:
+gcc; ``--rust-as-shipped`` runs it without), or ``benchmarks/bare_proxy.py`` (``bare``: the
+floor, specgate's server and client stack doing none of specgate's work). For every
+(mode, concurrency) cell the four targets (direct, bare, specgate, rust) run interleaved,
+``--runs`` times; medians are reported. Measured per run:
 
 - req/s and latency p50/p99 (ms) from ``wrk --latency`` (for streams: the whole stream);
 - router CPU per request (us): the router process's utime+stime (``/proc/PID/stat``) during
   the run divided by the requests wrk completed;
 - time to first body byte at concurrency 1 (ms, median of 200 sequential requests on a
-  kept-alive connection, from a small socket client; for streams the first ``data:`` event,
-  see :func:`ttfb_ms`), for the added-TTFB figures.
+  kept-alive connection, from a small socket client pinned with ``wrk`` to the last core; for
+  streams the first ``data:`` event, see :func:`ttfb_ms`), for the added-TTFB figures.
 
-Prints a table with the ratios specgate/Rust and specgate/direct, and writes JSON.
+Prints the ratios specgate/Rust, bare/Rust and specgate/direct, the added latencies at
+concurrency 1 (each target minus direct), and writes JSON.
 """
 
 from __future__ import annotations
@@ -219,9 +221,14 @@ def main() -> int:
                       "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(rust_port)],
                      router_cpu, "rust.log",
                      env=None if args.rust_as_shipped else {"LD_PRELOAD": str(ensure_nodelay_shim())})
+        bare_port = free_port()
+        bare = spawn([sys.executable, str(ROOT / "benchmarks" / "bare_proxy.py"), "--port", str(bare_port),
+                      "--upstream", backend], router_cpu, "bare.log")
         wait_http(f"http://127.0.0.1:{sg_port}/ready")
         wait_http(f"http://127.0.0.1:{rust_port}/health")
-        targets = {"direct": (backend_port, None), "specgate": (sg_port, sg.pid), "rust": (rust_port, rust.pid)}
+        wait_http(f"http://127.0.0.1:{bare_port}/health")
+        targets = {"direct": (backend_port, None), "bare": (bare_port, bare.pid), "specgate": (sg_port, sg.pid),
+                   "rust": (rust_port, rust.pid)}
         lua = {}
         for mode, body in (("nonstream", CHAT_BODY), ("stream", STREAM_BODY)):
             path = work / f"{mode}.lua"
@@ -249,6 +256,7 @@ def main() -> int:
                               + (f" cpu {res['cpu_us_per_req']:.0f} us/req" if pid else "")
                               + (f" errors {res['errors']}" if res["errors"] else ""), flush=True)
         ttfb = {}
+        os.sched_setaffinity(0, {int(load_cpu)})  # the TTFB client shares wrk's core, not the router's
         for mode, body in (("nonstream", CHAT_BODY), ("stream", STREAM_BODY)):
             if mode not in modes:
                 continue
@@ -270,27 +278,38 @@ def summarise(results: dict, ttfb: dict) -> list[dict]:  # type: ignore[type-arg
             row = {"mode": mode, "concurrency": int(c), **{f"{n}_{k}": v for n, m in med.items() for k, v in m.items()}}
             row["rps_specgate_over_rust"] = med["specgate"]["rps"] / med["rust"]["rps"]
             row["rps_specgate_over_direct"] = med["specgate"]["rps"] / med["direct"]["rps"]
+            row["rps_bare_over_rust"] = med["bare"]["rps"] / med["rust"]["rps"]
             row["cpu_specgate_over_rust"] = med["specgate"]["cpu_us_per_req"] / med["rust"]["cpu_us_per_req"]
+            row["cpu_bare_over_rust"] = med["bare"]["cpu_us_per_req"] / med["rust"]["cpu_us_per_req"]
             row["p99_over_p50_specgate"] = med["specgate"]["p99_ms"] / med["specgate"]["p50_ms"]
             if int(c) == 1 and mode in ttfb:
                 row["added_p50_ms_specgate"] = med["specgate"]["p50_ms"] - med["direct"]["p50_ms"]
                 row["added_p50_ms_rust"] = med["rust"]["p50_ms"] - med["direct"]["p50_ms"]
                 row["added_ttfb_ms_specgate"] = ttfb[mode]["specgate"] - ttfb[mode]["direct"]
                 row["added_ttfb_ms_rust"] = ttfb[mode]["rust"] - ttfb[mode]["direct"]
+                row["added_p50_ms_bare"] = med["bare"]["p50_ms"] - med["direct"]["p50_ms"]
+                row["added_ttfb_ms_bare"] = ttfb[mode]["bare"] - ttfb[mode]["direct"]
             rows.append(row)
     return rows
 
 
 def print_table(rows: list[dict]) -> None:  # type: ignore[type-arg]
-    print(f"{'mode':9} {'c':>3} {'direct':>8} {'specgate':>9} {'rust':>8} {'sg/rust':>8} {'sg/direct':>9} "
-          f"{'sg cpu us':>9} {'rust cpu':>8} {'sg p50':>7} {'sg p99':>7} {'+p50 sg':>8} {'+ttfb sg':>8} {'+ttfb rust':>10}")
+    """Two tables: throughput and CPU per cell, then the added latencies at concurrency 1 (ms)."""
+    print(f"{'mode':9} {'c':>3} {'direct':>8} {'bare':>8} {'specgate':>9} {'rust':>8} {'sg/rust':>8} {'bare/rust':>9} "
+          f"{'sg/direct':>9} {'sg cpu us':>9} {'bare cpu':>8} {'rust cpu':>8} {'sg p50':>7} {'sg p99':>7}")
     for r in rows:
-        extra = (f"{r['added_p50_ms_specgate']:8.2f} {r['added_ttfb_ms_specgate']:8.2f} {r['added_ttfb_ms_rust']:10.2f}"
-                 if "added_p50_ms_specgate" in r else "")
-        print(f"{r['mode']:9} {r['concurrency']:>3} {r['direct_rps']:8.0f} {r['specgate_rps']:9.0f} {r['rust_rps']:8.0f} "
-              f"{r['rps_specgate_over_rust']:8.2f} {r['rps_specgate_over_direct']:9.2f} "
-              f"{r['specgate_cpu_us_per_req']:9.0f} {r['rust_cpu_us_per_req']:8.0f} "
-              f"{r['specgate_p50_ms']:7.2f} {r['specgate_p99_ms']:7.2f} {extra}")
+        print(f"{r['mode']:9} {r['concurrency']:>3} {r['direct_rps']:8.0f} {r['bare_rps']:8.0f} {r['specgate_rps']:9.0f} "
+              f"{r['rust_rps']:8.0f} {r['rps_specgate_over_rust']:8.2f} {r['rps_bare_over_rust']:9.2f} "
+              f"{r['rps_specgate_over_direct']:9.2f} {r['specgate_cpu_us_per_req']:9.0f} "
+              f"{r['bare_cpu_us_per_req']:8.0f} {r['rust_cpu_us_per_req']:8.0f} "
+              f"{r['specgate_p50_ms']:7.2f} {r['specgate_p99_ms']:7.2f}")
+    print(f"\n{'mode':9} {'c':>3} {'+p50 sg':>8} {'+p50 bare':>9} {'+p50 rust':>9} {'+ttfb sg':>8} {'+ttfb bare':>10} "
+          f"{'+ttfb rust':>10}")
+    for r in rows:
+        if "added_p50_ms_specgate" in r:
+            print(f"{r['mode']:9} {r['concurrency']:>3} {r['added_p50_ms_specgate']:8.2f} {r['added_p50_ms_bare']:9.2f} "
+                  f"{r['added_p50_ms_rust']:9.2f} {r['added_ttfb_ms_specgate']:8.2f} {r['added_ttfb_ms_bare']:10.2f} "
+                  f"{r['added_ttfb_ms_rust']:10.2f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""The floor for router-overhead benchmarks: specgate's server and client stack, none of its work.
+
+Not a router: a pass-through proxy to one backend on exactly the stack ``specgate router``
+runs (uvicorn with uvloop and httptools, the same uvicorn and interpreter settings, one
+shared aiohttp session built like specgate's, a raw ASGI app), doing only what any proxy
+must: read the body, send it upstream, relay the answer. It counts no tokens, makes no
+decision, keeps no metrics, holds no lease and watches no disconnect. Streams are relayed
+like specgate relays them (the client's headers wait for the engine's first chunk, then
+every chunk as it arrives); a non-streamed answer is read whole and sent with a
+Content-Length.
+
+``benchmarks/router_overhead.py`` runs it as the ``bare`` target, so that what specgate's own
+work costs (specgate minus bare) is told apart from what the stack costs (bare minus direct).
+
+    python benchmarks/bare_proxy.py --port 8100 --upstream http://127.0.0.1:31000
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import uvicorn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from router.app import tune_interpreter
+
+
+class BareProxy:
+    """Raw ASGI pass-through of ``POST`` requests to ``upstream`` (one aiohttp session).
+
+    Args:
+        upstream: the backend's base URL, e.g. ``http://127.0.0.1:31000``.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        assert self.session is not None
+        headers = {"content-type": "application/json", "accept-encoding": "identity"}
+        async with self.session.post(self.upstream + scope["path"], data=body, headers=headers) as resp:
+            ctype = resp.headers.get("content-type", "application/json").encode("latin-1")
+            if not resp.headers.get("content-type", "").startswith("text/event-stream"):
+                data = await resp.read()
+                await send({"type": "http.response.start", "status": resp.status,
+                            "headers": [(b"content-type", ctype), (b"content-length", str(len(data)).encode())]})
+                await send({"type": "http.response.body", "body": data, "more_body": False})
+                return
+            chunk = await resp.content.readany()
+            await send({"type": "http.response.start", "status": resp.status,
+                        "headers": [(b"content-type", ctype), (b"cache-control", b"no-cache")]})
+            while chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                chunk = await resp.content.readany()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                # Built as router.app._default_session builds specgate's.
+                connector = aiohttp.TCPConnector(limit=4096, limit_per_host=0, enable_cleanup_closed=False,
+                                                 ttl_dns_cache=300)
+                self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                                     cookie_jar=aiohttp.DummyCookieJar(),
+                                                     timeout=aiohttp.ClientTimeout(total=None))
+                gc.freeze()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.session is not None:
+                    await self.session.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--upstream", required=True, help="backend base URL")
+    args = ap.parse_args()
+    tune_interpreter()
+    # The same server settings as router.commands._router.
+    uvicorn.run(BareProxy(args.upstream), host=args.host, port=args.port, loop="uvloop", http="httptools",
+                log_level="warning", access_log=False, timeout_keep_alive=30, proxy_headers=False,
+                server_header=False, lifespan="on")
+
+
+if __name__ == "__main__":
+    main()
