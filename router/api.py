@@ -177,9 +177,22 @@ async def _generate(request: Request, kind: str) -> Response:
     request.state.prompt_tokens = prompt_tokens
     request.state.prompt_exact = lower is None
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
-    features = make_features(parsed, prompt_tokens, max_context_tokens=limits.max_context_tokens,
-                             default_max_tokens=limits.default_max_tokens, prompt_tokens_lower=lower)
-    decision = runtime.decide(features, state.clock())
+    try:
+        features = make_features(parsed, prompt_tokens, max_context_tokens=limits.max_context_tokens,
+                                 default_max_tokens=limits.default_max_tokens, prompt_tokens_lower=lower)
+        decision = runtime.decide(features, state.clock())
+    except ContextLengthExceeded:
+        decision = None
+    if decision is None or decision.status == 400:
+        if lower is not None and len(body) <= _INLINE_RENDER_BYTES:
+            # Refused on the byte bound: a small prompt is counted exactly for the message
+            # (off the hot path; a huge one keeps "at least N" rather than cost a full count).
+            prompt_tokens, lower = await asyncio.get_running_loop().run_in_executor(
+                state.executor, runtime.counter.count, parsed), None
+            request.state.prompt_tokens, request.state.prompt_exact = prompt_tokens, True
+        features = make_features(parsed, prompt_tokens, max_context_tokens=limits.max_context_tokens,
+                                 default_max_tokens=limits.default_max_tokens, prompt_tokens_lower=lower)
+        decision = runtime.decide(features, state.clock())
     if decision.status == 400:
         raise ContextLengthExceeded(
             f"This model's maximum context length is {limits.max_context_tokens} tokens and no "

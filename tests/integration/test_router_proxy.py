@@ -150,6 +150,22 @@ def test_reported_prompt_tokens_are_true_statements(stack):
     assert stack.router.metric("specgate_prompt_tokens_count", kind="exact") == counted + 1
 
 
+def test_small_prompt_refused_on_its_bound_is_counted_for_the_message(stack):
+    """A small prompt refused because of its budget was sized by its byte bound (the decision
+    needed nothing more); the 400 then states its exact count, not a bound like "at least 1"."""
+    from router.features import parse_chat
+
+    p = stack.router.state.runtime.counter.count(parse_chat(body("hi"), max_n=8))
+    bounded = stack.router.metric("specgate_prompt_tokens_count", kind="upper_bound")
+    r = stack.client.post(CHAT, json=body("hi", max_completion_tokens=100000))
+    err = assert_e400(r, 400, "context_length_exceeded", "messages")
+    assert err["message"] == (
+        f"This model's maximum context length is 4096 tokens. However, you requested {p + 100000} "
+        f"tokens ({p} in the messages, 100000 in the completion). Please reduce the length of the "
+        f"messages or completion.")
+    assert stack.router.metric("specgate_prompt_tokens_count", kind="upper_bound") == bounded + 1
+
+
 def test_spec_eligibility_boundary_uses_reserved_tokens(stack):  # HANDED C01
     from router.features import parse_chat
 
