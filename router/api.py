@@ -25,6 +25,7 @@ from router.errors import (
     ContextLengthExceeded,
     InvalidRequest,
     MethodNotAllowed,
+    ModelNotFound,
     NoHealthyUpstream,
     NotFound,
     RequestTooLarge,
@@ -173,6 +174,9 @@ async def _generate(request: Request, kind: str) -> Response:
     doc = _parse_json(request, body)
     parsed = (parse_chat if kind == "chat" else parse_completions)(doc, max_n=limits.max_n)
     request.state.param = parsed.param
+    model = doc.get("model")
+    if model is not None and not cfg.model.serves(model):
+        raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
     prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body))
     request.state.prompt_tokens = prompt_tokens
     request.state.prompt_exact = lower is None
@@ -205,6 +209,8 @@ async def _generate(request: Request, kind: str) -> Response:
     lease = runtime.endpoint(decision.endpoint).lease()
     try:
         fields: dict[str, Any] = {}
+        if model is None:  # served as the configured model (SGLang would answer as "default")
+            fields["model"] = cfg.model.name
         if features.budget_defaulted:
             fields["max_tokens"] = features.max_new_tokens
         rid = doc.get("rid") if isinstance(doc.get("rid"), str) else None
@@ -253,6 +259,7 @@ def _finish(state: Any, job: ProxyJob) -> None:
 
 
 _REJECT_REASON = {
+    ModelNotFound: "model_not_found",
     ContextLengthExceeded: Reason.CONTEXT_CAP.value,
     NoHealthyUpstream: Reason.NO_HEALTHY_UPSTREAM.value,
     RequestTooLarge: "request_too_large",
@@ -323,8 +330,8 @@ def install_routes(app: FastAPI) -> None:
             runtime.auth.check_client(request.headers.get("authorization"))
         cfg = runtime.config
         return JSONResponse({"object": "list", "data": [{
-            "id": cfg.model.name, "object": "model", "created": 0, "owned_by": "specgate",
-            "root": cfg.model.name, "max_model_len": cfg.limits.max_context_tokens}]})
+            "id": name, "object": "model", "created": 0, "owned_by": "specgate",
+            "root": cfg.model.name, "max_model_len": cfg.limits.max_context_tokens} for name in cfg.model.names]})
 
     @app.get("/health")
     async def health() -> Response:

@@ -76,6 +76,7 @@ NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Url = Annotated[str, Field(strict=True, pattern=r"^https?://[^\s/]+(:\d+)?/?$")]
 EnvName = Annotated[str, Field(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+NonEmptyStr = Annotated[str, Field(strict=True, min_length=1)]
 
 #: SGLang speculative algorithms whose drafts occupy output token slots (EAGLE family).
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
@@ -93,15 +94,44 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    """The served model: its public name and where its tokenizer lives.
+    """The served model: its public name(s) and where its tokenizer lives.
 
     ``tokenizer`` is a local directory holding ``tokenizer.json``/``tokenizer_config.json``
     with the chat template (the same files the engine loads), so the router counts prompt
     tokens exactly as SGLang does. A relative path is resolved against the config file.
+
+    Attributes:
+        name: the model name clients send in ``model`` (and ``/v1/models`` lists first).
+        aliases: more names the router accepts for the same model (e.g. a name clients
+            already use); listed by ``/v1/models`` after ``name``.
     """
 
-    name: StrictStr
+    name: NonEmptyStr
     tokenizer: StrictStr
+    aliases: tuple[NonEmptyStr, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        names = (self.name, *self.aliases)
+        if len(set(names)) != len(names):
+            raise ValueError("model.aliases repeats a name (or model.name)")
+        return self
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every accepted model name: ``name`` first, then ``aliases``."""
+        return (self.name, *self.aliases)
+
+    def serves(self, model: str) -> bool:
+        """Whether a request's ``model`` names this model.
+
+        True for ``name``, any of ``aliases``, and either followed by ``:<adapter>``: SGLang's
+        LoRA syntax (``"<base>:<adapter>"``, with ``--enable-lora``) picks an adapter of the
+        served model, and the engine itself answers for an adapter it does not have.
+        """
+        if model == self.name or model in self.aliases:
+            return True
+        return any(model.startswith(f"{n}:") and len(model) > len(n) + 1 for n in self.names)
 
 
 class LimitsConfig(_Strict):

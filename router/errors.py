@@ -32,6 +32,7 @@ __all__ = [
     "ContextLengthExceeded",
     "InvalidRequest",
     "MethodNotAllowed",
+    "ModelNotFound",
     "NoHealthyUpstream",
     "NotFound",
     "PermissionDenied",
@@ -112,6 +113,14 @@ class RequestTooLarge(SpecgateError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class ModelNotFound(SpecgateError):
+    """The request's ``model`` is not a name this router serves (HTTP 404, as OpenAI answers)."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
 
 
 class NotFound(SpecgateError):

@@ -87,6 +87,11 @@ def test_default_objects() -> None:
     ]
 
 
+def test_model_aliases_reach_the_router_config() -> None:
+    cfg = k8s.router_validate(k8s.render({"model": {"aliases": ["gpt-4o-mini"]}}))
+    assert (cfg.model.name, cfg.model.aliases) == ("tiny-llama", ("gpt-4o-mini",))
+
+
 def test_default_router_config_is_exact() -> None:
     assert k8s.router_config(k8s.render()) == {
         "model": {"name": "tiny-llama", "tokenizer": "/models/tiny-llama"},
@@ -879,6 +884,8 @@ def test_notes_name_the_router_service() -> None:
         ({"auth": {"apiKeys": {"devKeys": ["k", "k"]}}}, "at '/auth/apiKeys/devKeys': items at 0 and 1 are equal"),
         ({"auth": {"adminApiKeys": {"existingSecret": "Bad_Name"}}}, "at '/auth/adminApiKeys/existingSecret'"),
         ({"auth": {"apiKeys": {"keys": ["k"]}}}, "at '/auth/apiKeys': additional properties 'keys' not allowed"),
+        ({"model": {"aliases": ["a", "a"]}}, "at '/model/aliases': items at 0 and 1 are equal"),
+        ({"model": {"aliases": [""]}}, "at '/model/aliases/0'"),
     ],
 )  # fmt: skip
 def test_schema_rejects_bad_values(values: dict, message: str) -> None:

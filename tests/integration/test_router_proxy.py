@@ -166,6 +166,51 @@ def test_small_prompt_refused_on_its_bound_is_counted_for_the_message(stack):
     assert stack.router.metric("specgate_prompt_tokens_count", kind="upper_bound") == bounded + 1
 
 
+def test_unknown_model_is_404_and_reaches_no_engine(stack):
+    r = stack.client.post(CHAT, json={**body(max_tokens=4), "model": "gpt-4o"})
+    err = assert_e400(r, 404, "model_not_found", "model")
+    assert err["message"] == "The model `gpt-4o` does not exist."
+    assert r.headers["x-specgate-reason"] == "model_not_found"
+    r = stack.client.post("/v1/completions", json={"model": "tiny-llama-2", "prompt": "hi", "max_tokens": 2})
+    assert_e400(r, 404, "model_not_found", "model")
+    assert stack.backend_requests(stack.spec, None) == [] and stack.backend_requests(stack.plain, None) == []
+    assert stack.router.metric("specgate_requests_total", pool="none", reason="model_not_found", status="404") == 2
+    assert stack.settled_inflight() == 0
+
+
+def test_missing_or_null_model_is_served_as_the_configured_model(stack):
+    for doc in ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+                {"model": None, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}):
+        r = stack.client.post(CHAT, json=doc)
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "tiny-llama"
+        assert stack.backend_requests(stack.spec)[-1]["body"]["model"] == "tiny-llama"
+
+
+def test_lora_adapter_syntax_is_forwarded_unchanged(stack):
+    """SGLang picks a LoRA adapter with ``"<model>:<adapter>"``; the engine judges the adapter."""
+    r = stack.client.post(CHAT, json={**body(max_tokens=3), "model": "tiny-llama:sql"})
+    assert r.status_code == 200, r.text
+    assert stack.backend_requests(stack.spec)[-1]["body"]["model"] == "tiny-llama:sql"
+    assert_e400(stack.client.post(CHAT, json={**body(max_tokens=3), "model": "tiny-llama:"}),
+                404, "model_not_found", "model")
+
+
+def test_model_aliases_are_accepted_and_listed(tmp_path, tokenizer_dir):
+    from tests.integration.conftest import Stack
+
+    stack = Stack(tmp_path, tokenizer_dir, **{"model.aliases": ["gpt-4o-mini"]})
+    try:
+        models = stack.client.get("/v1/models").json()
+        assert [(m["id"], m["root"]) for m in models["data"]] == [("tiny-llama", "tiny-llama"),
+                                                                  ("gpt-4o-mini", "tiny-llama")]
+        r = stack.client.post(CHAT, json={**body(max_tokens=3), "model": "gpt-4o-mini"})
+        assert r.status_code == 200, r.text
+        assert stack.backend_requests(stack.spec)[-1]["body"]["model"] == "gpt-4o-mini"
+    finally:
+        stack.close()
+
+
 def test_spec_eligibility_boundary_uses_reserved_tokens(stack):  # HANDED C01
     from router.features import parse_chat
 

@@ -65,11 +65,27 @@ def test_issue_example_is_valid():
     ("pools.1.name", "spec", "duplicate pool name"),
     ("pools", [], "at least one pool"),
     ("scrape.stale_after_s", 0.1, "stale_after_s"),
+    ("model.name", "", "model.name"),
+    ("model.aliases", ["a", "a"], "model.aliases repeats a name"),
+    ("model.aliases", ["tiny-llama"], "model.aliases repeats a name"),
+    ("model.aliases", [""], "model.aliases.0"),
 ])
 def test_invalid_configs_name_the_key(path, value, fragment):
     with pytest.raises(ConfigError) as exc:
         parse_config(with_(path, value))
     assert fragment in str(exc.value)
+
+
+@pytest.mark.parametrize("model,served", [
+    ("tiny-llama", True), ("gpt-4o-mini", True),            # the name, an alias
+    ("tiny-llama:sql", True), ("gpt-4o-mini:sql", True),    # SGLang's "<base>:<adapter>" LoRA syntax
+    ("tiny-llama:", False), ("tiny-llama-2", False), ("tiny", False), ("Tiny-Llama", False),
+    ("gpt-4o", False), ("", False),
+])
+def test_model_names_served(model, served):
+    cfg = parse_config(with_("model.aliases", ["gpt-4o-mini"]))
+    assert cfg.model.names == ("tiny-llama", "gpt-4o-mini")
+    assert cfg.model.serves(model) is served
 
 
 def test_engine_reserved_tokens_and_draft_positions(tmp_path):
