@@ -213,12 +213,10 @@ async def _generate(request: Request, kind: str) -> Response:
             fields["model"] = cfg.model.name
         if features.budget_defaulted:
             fields["max_tokens"] = features.max_new_tokens
-        rid = doc.get("rid") if isinstance(doc.get("rid"), str) else None
-        if rid is None and "rid" not in doc and features.n == 1 and features.num_prompts == 1:
-            rid = f"specgate-{request_id}"
-            fields["rid"] = rid
+        abort_rids = _abort_rids(doc, features, request_id, fields)
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
-                       features=features, decision=decision, lease=lease, rid=rid, received_at=received)
+                       features=features, decision=decision, lease=lease, abort_rids=abort_rids,
+                       received_at=received)
     except BaseException:
         lease.release()
         raise
@@ -233,6 +231,27 @@ async def _generate(request: Request, kind: str) -> Response:
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s)
+
+
+def _abort_rids(doc: dict[str, Any], features: Any, request_id: str, fields: dict[str, Any]) -> tuple[str, ...]:
+    """The engine request ids that can stop this request (:attr:`ProxyJob.abort_rids`).
+
+    SGLang 0.5.23 names one prompt's request by its ``rid`` and a batch of prompts' by
+    ``<rid>_<i>`` (or the client's list of rids); with ``n > 1`` it gives every sample a fresh
+    id (``regenerate_rid``) that no abort can name, so nothing is returned (and no ``rid``
+    added) then. Without a client ``rid``, ``specgate-<request id>`` is added to ``fields``, so
+    a single prompt's response id is the router's request id.
+    """
+    if features.n != 1:
+        return ()
+    rid = doc.get("rid")
+    if rid is None and "rid" not in doc:
+        rid = fields["rid"] = f"specgate-{request_id}"
+    if isinstance(rid, str):
+        return (rid,) if features.num_prompts == 1 else tuple(f"{rid}_{i}" for i in range(features.num_prompts))
+    if isinstance(rid, list) and all(isinstance(r, str) for r in rid):
+        return tuple(rid)
+    return ()
 
 
 def _finish(state: Any, job: ProxyJob) -> None:

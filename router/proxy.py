@@ -20,7 +20,10 @@ that owns the rest of the request's life. Its contract:
   the same error event, and ``[DONE]`` is never invented (HANDED C02).
 - **Client disconnect** (watched on the ASGI ``receive`` channel, also while waiting for the
   engine): the upstream request is closed and ``POST /abort_request {"rid": ...}`` goes to the
-  endpoint that owns it (SGLang's own disconnect cleanup has regressed, sglang#37833).
+  endpoint that owns it, once per engine request id (one prompt: its ``rid``; a batch of
+  prompts: ``<rid>_<i>``), because SGLang's own disconnect cleanup has regressed
+  (sglang#37833). With ``n > 1`` SGLang gives each sample an id no abort can name: closing the
+  connection is all the router can do then.
 - **Leases**: the in-flight lease is released exactly once, in ``finally``.
 
 Non-streaming responses are read whole from the engine (bounded by
@@ -82,7 +85,10 @@ class ProxyJob:
         features: the request's features (prompt tokens drive the first-byte timeout).
         decision: the current routing decision (updated on failover).
         lease: the in-flight lease on the chosen endpoint (replaced on failover).
-        rid: the SGLang request id sent in the body (for ``/abort_request``), or None.
+        abort_rids: the engine request ids that ``/abort_request`` must name to stop every
+            sample of this request: the body's ``rid`` for one prompt, ``<rid>_<i>`` for a batch
+            of prompts (SGLang's ``_normalize_rid``); empty when none can be named (``n > 1``:
+            SGLang gives each sample a fresh id, ``regenerate_rid``).
         received_at: ``time.perf_counter()`` when the request arrived (s).
     """
 
@@ -92,7 +98,7 @@ class ProxyJob:
     features: RequestFeatures
     decision: Decision
     lease: Lease
-    rid: str | None
+    abort_rids: tuple[str, ...]
     received_at: float
     status: int = 0
     outcome: str = "ok"
@@ -346,10 +352,10 @@ class ProxyResponse(Response):
 
     def _abort(self, endpoint: Any) -> None:
         """Ask the owning engine to stop generating this request (fire and forget)."""
-        if self.job.rid is None:
+        if not self.job.abort_rids:
             return
         self.job.extra["aborted"] = endpoint.url
-        self._spawn(_abort_request(self._session, endpoint.url, self.job.rid, self._up.abort_timeout_s))
+        self._spawn(_abort_request(self._session, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s))
 
 
 class _IdleWatch:
@@ -392,9 +398,12 @@ class _Failover(Exception):
         self.error = error
 
 
-async def _abort_request(session: aiohttp.ClientSession, base_url: str, rid: str, timeout_s: float) -> None:
-    """``POST {base_url}/abort_request {"rid": rid}``; errors are ignored (best effort)."""
-    with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
-        async with session.post(base_url + "/abort_request", json={"rid": rid},
-                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            await resp.read()
+async def _abort_request(session: aiohttp.ClientSession, base_url: str, rids: tuple[str, ...],
+                         timeout_s: float) -> None:
+    """``POST {base_url}/abort_request {"rid": rid}`` for each of ``rids`` (SGLang looks each
+    up by equality); errors are ignored (best effort, each within ``timeout_s`` seconds)."""
+    for rid in rids:
+        with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            async with session.post(base_url + "/abort_request", json={"rid": rid},
+                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                await resp.read()

@@ -600,6 +600,36 @@ def test_abort_request_answers_200_for_unknown_rid(backend: Backend) -> None:
         assert r.status_code == 400
 
 
+def test_abort_request_names_each_prompt_of_a_batch(backend: Backend) -> None:
+    """A batch of prompts with a string ``rid`` runs as ``<rid>_0``, ``<rid>_1``, ...
+    (``_normalize_rid``); aborting those ids ends every prompt's generation (what the router
+    sends when a batch's client disconnects)."""
+    rid = f"batch-{uuid.uuid4().hex}"
+    max_tokens = min(1000, backend.context_length - 16)
+    body = _chat(backend, prompt=["Once upon a time", "In a land far away"], max_tokens=max_tokens,
+                 stream=True, rid=rid)
+    raw = b""
+    with (
+        backend.client() as c,
+        httpx.Client(base_url=backend.base_url, timeout=30) as ctl,
+        c.stream("POST", "/v1/completions", json=body) as r,
+    ):
+        assert r.status_code == 200
+        aborted = False
+        for piece in r.iter_raw():
+            raw += piece
+            if not aborted and raw.count(b"data: ") >= 6:
+                for i in range(2):
+                    assert ctl.post("/abort_request", json={"rid": f"{rid}_{i}"}).status_code == 200
+                aborted = True
+    chunks, done = sse_events(raw)
+    assert done
+    finish = {ch["index"]: ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]}
+    assert finish == {0: "abort", 1: "abort"}
+    produced = sum(1 for c in chunks for ch in c["choices"] if ch.get("text"))
+    assert produced < 2 * max_tokens
+
+
 def test_abort_request_ends_a_long_stream(backend: Backend) -> None:
     rid = f"abort-{uuid.uuid4().hex}"
     msgs = _msgs("Write a very long story.")

@@ -391,6 +391,39 @@ def test_client_disconnect_aborts_upstream(stack):  # HANDED C17
     assert stack.router.metric("specgate_upstream_aborts_total", pool="spec") == 1
 
 
+def test_client_disconnect_aborts_every_prompt_of_a_batch(stack):
+    """A batch of prompts runs as one engine request per prompt, ``<rid>_<i>`` (SGLang's
+    ``_normalize_rid``): a disconnect aborts each of them."""
+    for fake in (stack.spec, stack.plain):
+        stack.script(fake, {"chunk_delay_s": 0.05, "ignore_disconnect": True})
+    doc = {"model": "tiny-llama", "prompt": ["one", "two", "three"], "max_tokens": 400, "stream": True}
+    with httpx.Client(base_url=stack.router.base_url, timeout=10) as c, \
+            c.stream("POST", "/v1/completions", json=doc) as r:
+        pool = r.headers["x-specgate-pool"]
+        it = r.iter_raw()
+        for _ in range(5):
+            next(it)
+    fake = stack.spec if pool == "spec" else stack.plain
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and len(stack.fake_log(fake)["aborts"]) < 3:
+        time.sleep(0.05)
+    rid = stack.backend_requests(fake, "/v1/completions")[0]["body"]["rid"]
+    assert rid.startswith("specgate-")
+    aborts = stack.fake_log(fake)["aborts"]
+    assert sorted(a["rid"] for a in aborts) == [f"{rid}_0", f"{rid}_1", f"{rid}_2"]
+    assert all(a["matched"] for a in aborts)
+    assert stack.settled_inflight() == 0
+    assert stack.router.metric("specgate_upstream_aborts_total", pool=pool) == 1
+
+
+def test_n_greater_than_one_sends_no_rid(stack):
+    """With ``n > 1`` SGLang replaces the body's ``rid`` with a fresh id per sample, so the
+    router adds none (it could abort nothing with it)."""
+    r = stack.client.post(CHAT, json=body(max_tokens=3, n=2))
+    assert r.status_code == 200, r.text
+    assert "rid" not in stack.backend_requests(stack.spec)[-1]["body"]
+
+
 def test_client_disconnect_during_prefill_aborts(stack):  # HANDED C17 step 1
     stack.script(stack.spec, {"delay_s": 3.0, "ignore_disconnect": True})
     with pytest.raises(httpx.ReadTimeout):
