@@ -600,6 +600,27 @@ def test_abort_request_answers_200_for_unknown_rid(backend: Backend) -> None:
         assert r.status_code == 400
 
 
+def _stream_then_abort(backend: Backend, path: str, body: dict[str, Any], rids: list[str],
+                       after_events: int) -> bytes:
+    """Stream ``body`` to ``path``; once ``after_events`` events arrived, ``POST /abort_request``
+    each of ``rids`` (each answered 200); returns the whole raw stream."""
+    raw = b""
+    with (
+        backend.client() as c,
+        httpx.Client(base_url=backend.base_url, timeout=30) as ctl,
+        c.stream("POST", path, json=body) as r,
+    ):
+        assert r.status_code == 200
+        aborted = False
+        for piece in r.iter_raw():
+            raw += piece
+            if not aborted and raw.count(b"data: ") >= after_events:
+                for rid in rids:
+                    assert ctl.post("/abort_request", json={"rid": rid}).status_code == 200
+                aborted = True
+    return raw
+
+
 def test_abort_request_names_each_prompt_of_a_batch(backend: Backend) -> None:
     """A batch of prompts with a string ``rid`` runs as ``<rid>_0``, ``<rid>_1``, ...
     (``_normalize_rid``); aborting those ids ends every prompt's generation (what the router
@@ -608,20 +629,7 @@ def test_abort_request_names_each_prompt_of_a_batch(backend: Backend) -> None:
     max_tokens = min(1000, backend.context_length - 16)
     body = _chat(backend, prompt=["Once upon a time", "In a land far away"], max_tokens=max_tokens,
                  stream=True, rid=rid)
-    raw = b""
-    with (
-        backend.client() as c,
-        httpx.Client(base_url=backend.base_url, timeout=30) as ctl,
-        c.stream("POST", "/v1/completions", json=body) as r,
-    ):
-        assert r.status_code == 200
-        aborted = False
-        for piece in r.iter_raw():
-            raw += piece
-            if not aborted and raw.count(b"data: ") >= 6:
-                for i in range(2):
-                    assert ctl.post("/abort_request", json={"rid": f"{rid}_{i}"}).status_code == 200
-                aborted = True
+    raw = _stream_then_abort(backend, "/v1/completions", body, [f"{rid}_0", f"{rid}_1"], after_events=6)
     chunks, done = sse_events(raw)
     assert done
     finish = {ch["index"]: ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]}
@@ -642,19 +650,7 @@ def test_abort_request_ends_a_long_stream(backend: Backend) -> None:
         rid=rid,
         stream_options={"include_usage": True},
     )
-    raw = b""
-    with (
-        backend.client() as c,
-        httpx.Client(base_url=backend.base_url, timeout=30) as ctl,
-        c.stream("POST", "/v1/chat/completions", json=body) as r,
-    ):
-        assert r.status_code == 200
-        aborted = False
-        for piece in r.iter_raw():
-            raw += piece
-            if not aborted and raw.count(b"data: ") >= 4:
-                assert ctl.post("/abort_request", json={"rid": rid}).status_code == 200
-                aborted = True
+    raw = _stream_then_abort(backend, "/v1/chat/completions", body, [rid], after_events=4)
     chunks, done = sse_events(raw)
     assert done
     assert chunks[-1]["choices"] == []
