@@ -32,7 +32,14 @@ from router.errors import (
     SpecgateError,
     UnsupportedMediaType,
 )
-from router.features import ParsedRequest, make_features, needs_exact, parse_chat, parse_completions
+from router.features import (
+    ParsedRequest,
+    RequestFeatures,
+    make_features,
+    needs_exact,
+    parse_chat,
+    parse_completions,
+)
 from router.policy import Reason
 from router.proxy import ProxyJob, ProxyResponse
 
@@ -181,21 +188,23 @@ async def _generate(request: Request, kind: str) -> Response:
     request.state.prompt_tokens = prompt_tokens
     request.state.prompt_exact = lower is None
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
+    # A prompt refused on its byte bound is counted exactly for the message when it is small
+    # (refusals are off the hot path; a huge one keeps "at least N" rather than cost a count).
+    recount = lower is not None and len(body) <= _INLINE_RENDER_BYTES
     try:
         features = make_features(parsed, prompt_tokens, max_context_tokens=limits.max_context_tokens,
                                  default_max_tokens=limits.default_max_tokens, prompt_tokens_lower=lower)
         decision = runtime.decide(features, state.clock())
+        recount = recount and decision.status == 400
     except ContextLengthExceeded:
-        decision = None
-    if decision is None or decision.status == 400:
-        if lower is not None and len(body) <= _INLINE_RENDER_BYTES:
-            # Refused on the byte bound: a small prompt is counted exactly for the message
-            # (off the hot path; a huge one keeps "at least N" rather than cost a full count).
-            prompt_tokens, lower = await asyncio.get_running_loop().run_in_executor(
-                state.executor, runtime.counter.count, parsed), None
-            request.state.prompt_tokens, request.state.prompt_exact = prompt_tokens, True
+        if not recount:
+            raise
+    if recount:
+        prompt_tokens, lower = await asyncio.get_running_loop().run_in_executor(
+            state.executor, runtime.counter.count, parsed), None
+        request.state.prompt_tokens, request.state.prompt_exact = prompt_tokens, True
         features = make_features(parsed, prompt_tokens, max_context_tokens=limits.max_context_tokens,
-                                 default_max_tokens=limits.default_max_tokens, prompt_tokens_lower=lower)
+                                 default_max_tokens=limits.default_max_tokens)
         decision = runtime.decide(features, state.clock())
     if decision.status == 400:
         raise ContextLengthExceeded(
@@ -233,7 +242,8 @@ async def _generate(request: Request, kind: str) -> Response:
                          retry_after_s=cfg.health.retry_after_s)
 
 
-def _abort_rids(doc: dict[str, Any], features: Any, request_id: str, fields: dict[str, Any]) -> tuple[str, ...]:
+def _abort_rids(doc: dict[str, Any], features: RequestFeatures, request_id: str,
+                fields: dict[str, Any]) -> tuple[str, ...]:
     """The engine request ids that can stop this request (:attr:`ProxyJob.abort_rids`).
 
     SGLang 0.5.23 names one prompt's request by its ``rid`` and a batch of prompts' by
