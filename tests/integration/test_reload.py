@@ -6,29 +6,14 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-import time
 
 import httpx
 import yaml
 
 from router.pools import Endpoint
+from tests.support import RouterServer, router_config, write_router_yaml
 
 CHAT = "/v1/chat/completions"
-
-
-def _replace(path, doc):
-    """Write ``doc`` as YAML to ``path`` atomically (as a ConfigMap update or an editor's rename)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(doc))
-    tmp.replace(path)
-
-
-def _wait(cond, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def test_reload_writes_live_endpoints_only_on_the_event_loop(stack, monkeypatch):
@@ -44,8 +29,8 @@ def test_reload_writes_live_endpoints_only_on_the_event_loop(stack, monkeypatch)
     monkeypatch.setattr(Endpoint, "__setattr__", recording)
     doc = yaml.safe_load(stack.config_path.read_text())
     doc["health"]["failure_threshold"] = 5
-    _replace(stack.config_path, doc)
-    _wait(lambda: state.reloads == 1, "the reload")
+    write_router_yaml(stack.config_path, doc)
+    stack.router.wait_reloads(1)
     monkeypatch.undo()
     assert (state.reloads_ok, state.reloads_failed) == (1, 0)
     assert state.runtime.endpoint(stack.spec.base_url) is old
@@ -64,8 +49,8 @@ def test_reload_survives_a_corrupt_tokenizer_and_applies_the_next_change(stack, 
     good_tokenizer = doc["model"]["tokenizer"]
     doc["model"]["tokenizer"] = str(bad)
     caplog.set_level(logging.ERROR, logger="specgate.reload")
-    _replace(stack.config_path, doc)
-    _wait(lambda: state.reloads == 1, "the failed reload")
+    write_router_yaml(stack.config_path, doc)
+    stack.router.wait_reloads(1)
     assert (state.reloads_ok, state.reloads_failed) == (0, 1)
     assert stack.router.metric("specgate_config_reloads_total", result="failure") == 1
     assert stack.router.metric("specgate_config_reloads_total", result="success") == 0
@@ -76,8 +61,8 @@ def test_reload_survives_a_corrupt_tokenizer_and_applies_the_next_change(stack, 
     # the watcher lives on: the next valid change is applied
     doc["model"]["tokenizer"] = good_tokenizer
     doc["routing"]["long_prompt_tokens"] = 5
-    _replace(stack.config_path, doc)
-    _wait(lambda: state.reloads == 2, "the next reload")
+    write_router_yaml(stack.config_path, doc)
+    stack.router.wait_reloads(2)
     assert (state.reloads_ok, state.reloads_failed) == (1, 1)
     assert stack.router.metric("specgate_config_reloads_total", result="success") == 1
     r = stack.client.post(CHAT, json={"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}],
@@ -86,10 +71,9 @@ def test_reload_survives_a_corrupt_tokenizer_and_applies_the_next_change(stack, 
 
 
 def test_reading_metrics_does_not_advance_the_bypass_hysteresis(tmp_path, tokenizer_dir):
-    from tests.integration.conftest import RouterServer, write_config
-
     # no scrape loop: nothing but the requests below may touch the pools
-    path = write_config(tmp_path / "router.yaml", tokenizer_dir, "http://127.0.0.1:9", "http://127.0.0.1:10")
+    path = write_router_yaml(tmp_path / "router.yaml",
+                             router_config(tokenizer_dir, "http://127.0.0.1:9", "http://127.0.0.1:10"))
     router = RouterServer(path, scrape=False).start()
     try:
         spec = next(p for p in router.state.runtime.pools if p.name == "spec")
