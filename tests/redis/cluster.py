@@ -175,6 +175,22 @@ class Cluster:
         self.streams.append(resp)
         return resp
 
+    # -- waits ----------------------------------------------------------------------------
+    def syncs(self, replica: int) -> float:
+        """Successful shared-state syncs of replica ``replica`` so far."""
+        return self.routers[replica].metric("specgate_shared_state_ops_total", op="sync", result="ok")
+
+    def wait_syncs(self, n: int = 3, replicas: list[int] | None = None, timeout: float = 10.0) -> None:
+        """Wait until each replica (default: all) has applied ``n`` shared-state syncs whose batch
+        was taken after this call.
+
+        The counter counts a sync when its answer arrives, just before it is applied, and the
+        one in flight at the call may have sent its batch before: so this waits for ``n + 2``.
+        """
+        for i in range(len(self.routers)) if replicas is None else replicas:
+            target = self.syncs(i) + n + 2
+            wait_until(lambda i=i, target=target: self.syncs(i) >= target, timeout, f"{n} syncs of replica {i}")
+
     # -- views --------------------------------------------------------------------------
     def view(self, replica: int, url: str | None = None) -> int:
         """In-flight on an endpoint (default: spec) as replica ``replica`` would route on it."""

@@ -109,7 +109,7 @@ def test_override_set_on_one_replica_applies_on_the_other(secured: Cluster):
     assert "routing.seed" in msg
     error(admin(secured, 1, "PUT", content=b"{nope"),
           400, "invalid_json")
-    time.sleep(0.2)
+    secured.wait_syncs(4)   # the other replica would have picked a stored change up by now
     for router in (a, b):
         assert router.state.runtime.routing.long_prompt_tokens == 5
     # Cleared on the other replica: both back to the YAML values.

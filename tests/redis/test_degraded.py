@@ -70,7 +70,11 @@ def _scenario(c: Cluster, redis_server) -> None:
     redis_server.pause()
     paused_at = time.perf_counter()
     loader.start()
-    time.sleep(1.5)
+    wait_until(lambda: all(
+        r.metric("specgate_shared_state_degraded") == 1
+        and r.metric("specgate_shared_state_ops_total", op="sync", result="timeout") >= 3
+        and r.metric("specgate_shared_state_ops_total", op="sync", result="short_circuit") >= 1
+        for r in c.routers), 10, "both replicas degraded, with timed-out and short-circuited syncs")
     for i, router in enumerate(c.routers):
         r = c.clients[i].get("/ready")
         assert r.status_code == 200
@@ -122,7 +126,7 @@ def _scenario(c: Cluster, redis_server) -> None:
         c.zcard(), c.view(0), c.view(1), c.local(0), c.local(1),
         c.redis.client().zrange(inflight_key("spec", c.spec.base_url), 0, -1, withscores=True),
         a.state.shared.replica_id, b.state.shared.replica_id, c.ready(0), c.ready(1)))
-    time.sleep(0.6)   # a dozen rounds more: nothing comes back
+    c.wait_syncs(12)   # a dozen rounds more: nothing comes back
     assert (c.zcard(), c.view(0), c.view(1), c.local(0), c.local(1)) == (4, 4, 4, 2, 2)
     members = c.redis.client().zrange(inflight_key("spec", c.spec.base_url), 0, -1)
     owners = sorted(m.decode().rsplit(":", 1)[0] for m in members)
@@ -130,6 +134,6 @@ def _scenario(c: Cluster, redis_server) -> None:
     for s in c.streams:
         s.close()
     assert wait_until(lambda: (c.zcard(), c.view(0), c.view(1), c.local(0), c.local(1)) == (0,) * 5, timeout=3)
-    time.sleep(0.6)
+    c.wait_syncs(12)
     assert (c.zcard(), c.view(0), c.view(1), c.local(0), c.local(1)) == (0,) * 5
     assert httpx.get(a.base_url + "/ready").json()["shared_state"]["pending_releases"] == 0

@@ -44,7 +44,9 @@ def test_replicas_share_load_and_enter_and_leave_bypass_together(cluster: Cluste
     streams[0].close()
     streams[1].close()
     assert wait_until(lambda: cluster.view(0) == 1 and cluster.view(1) == 1 and cluster.zcard() == 1, timeout=2)
-    time.sleep(0.3)   # several sync rounds
+    cluster.wait_syncs(6)
+    for router in cluster.routers:
+        router.wait_scrape_rounds(2)
     assert (cluster.saturated(0), cluster.saturated(1)) == (True, True)
     assert route(cluster.clients[1]) == (200, "plain", "saturated")
     # The last one released: both leave together.
@@ -54,7 +56,7 @@ def test_replicas_share_load_and_enter_and_leave_bypass_together(cluster: Cluste
     assert route(cluster.clients[1]) == (200, "spec", "speculative")
     assert route(cluster.clients[0]) == (200, "spec", "speculative")
     assert wait_until(lambda: cluster.local(0) == 0 and cluster.local(1) == 0, timeout=1)
-    time.sleep(0.2)
+    cluster.wait_syncs(4)
     assert [cluster.local(0), cluster.local(1), cluster.view(0), cluster.view(1), cluster.zcard()] == [0] * 5
     for router in cluster.routers:
         assert router.metric("specgate_shared_state_degraded") == 0
@@ -105,14 +107,14 @@ def test_killed_replica_leases_expire_after_ttl(tmp_path, tokenizer_dir, redis_s
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         killed_at = time.monotonic()
-        time.sleep(0.5)
-        assert c.view(0) == 2   # still counted: the TTL (2 s) has not passed
+        c.wait_syncs(3, replicas=[0])
+        assert c.view(0) == 2   # still counted after syncs that followed the kill: the TTL (2 s) has not passed
         assert wait_until(lambda: c.view(0) == 0 and c.zcard() == 0, timeout=4)
         gone = time.monotonic() - killed_at
         assert 1.0 <= gone <= 3.5, gone   # last renewal (<= 0.5 s before the kill) + TTL 2 s
         assert route(c.clients[0]) == (200, "spec", "speculative")
         assert wait_until(lambda: c.local(0) == 0, timeout=1)   # released just after the last byte
-        time.sleep(0.2)
+        c.wait_syncs(4, replicas=[0])
         assert (c.view(0), c.zcard()) == (0, 0)
     finally:
         if proc is not None and proc.poll() is None:
@@ -161,7 +163,7 @@ def test_replica_starts_while_redis_is_down_and_reconciles(tmp_path, tokenizer_d
         assert c.routers[0].metric("specgate_shared_state_degraded") == 0
         held.close()
         assert wait_until(lambda: c.zcard() == 0 and c.local(0) == 0, timeout=2)
-        time.sleep(0.3)
+        c.wait_syncs(6)
         assert (c.zcard(), c.view(0), c.local(0)) == (0, 0, 0)
     finally:
         c.close()
@@ -171,7 +173,7 @@ def test_lease_ttl_renewal_keeps_long_streams_counted(cluster: Cluster):
     """A stream open for longer than the TTL (2 s) stays counted: it is renewed."""
     cluster.open_stream(0)
     assert wait_until(lambda: cluster.zcard() == 1, timeout=2)
-    time.sleep(3.0)
+    time.sleep(3.0)   # the duration under test (> the 2 s TTL), not a wait for an event
     assert cluster.zcard() == 1 and cluster.view(1) == 1
     score = cluster.redis.client().zrange(inflight_key("spec", cluster.spec.base_url), 0, -1, withscores=True)
     assert len(score) == 1
