@@ -1,5 +1,6 @@
-"""The ``stack`` fixture: the router served by uvicorn on 127.0.0.1 in front of fake SGLang pools
-(:class:`tests.support.stack.Stack`)."""
+"""Fixtures: ``stack``, the router served by uvicorn on 127.0.0.1 in front of fake SGLang pools
+(:class:`tests.support.stack.Stack`); ``cluster``, a fake Kubernetes API with fake pods and the
+router with discovery (:class:`tests.support.k8s_cluster.Cluster`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.config import router_config, write_router_yaml
+from tests.support.k8s_cluster import Cluster
 from tests.support.router import RouterServer
 from tests.support.stack import Stack
 
 # RouterServer, Stack and write_config stay importable from here for one release (new code:
 # import from tests.support).
-__all__ = ["RouterServer", "Stack", "stack", "write_config"]
+__all__ = ["RouterServer", "Stack", "cluster", "stack", "write_config"]
 
 
 def write_config(path: Path, tokenizer: Path, spec_url: str, plain_url: str, **overrides: object) -> Path:
@@ -29,3 +31,12 @@ def stack(tmp_path: Path, tokenizer_dir: Path) -> Iterator[Stack]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, tokenizer_dir: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, tokenizer_dir)
+    try:
+        yield c
+    finally:
+        c.close()

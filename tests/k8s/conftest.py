@@ -1,4 +1,4 @@
-"""The ``cluster`` fixture (:class:`tests.k8s.cluster.Cluster`)."""
+"""The ``cluster`` fixture (:class:`tests.support.k8s_cluster.Cluster`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.cluster import CHAT, SELECTOR, Cluster, base_config
 from tests.support import RouterServer
 from tests.support import wait_until as _wait_until
+from tests.support.k8s_cluster import CHAT, SELECTOR, Cluster, base_config
 
 # CHAT, Cluster, Router, base_config and wait_until stay importable from here for one release
-# (new code: tests.k8s.cluster and tests.support).
+# (new code: tests.support.k8s_cluster and tests.support).
 __all__ = ["CHAT", "SELECTOR", "Cluster", "Router", "base_config", "cluster", "wait_until"]
 
 

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from serving.fake_sglang import FakeConfig, FakeServer
-from tests.k8s.cluster import CHAT, Cluster, base_config
 from tests.support import RouterServer, wait_until, write_router_yaml
+from tests.support.k8s_cluster import CHAT, Cluster, base_config
 
 
 class ConfigMapVolume:

@@ -1,4 +1,4 @@
-"""Pure parts of discovery: slice -> URLs, and the runtime's add/drain/drop of endpoints."""
+"""Pure parts of Kubernetes discovery: slice -> URLs, and the runtime's add/drain/drop of endpoints."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tests.k8s.cluster import CHAT, Cluster
 from tests.support import wait_until
+from tests.support.k8s_cluster import CHAT, Cluster
 
 
 def chat(**extra: Any) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from typing import Any
 
 from router.discovery import DiscoverySettings
 from serving.fake_sglang import FakeConfig, FakeServer
-from tests.k8s.fake_kube import FakeKubeAPI, endpoint_slice
 from tests.support import RouterServer, free_port, router_config, write_router_yaml
+from tests.support.fake_kube import FakeKubeAPI, endpoint_slice
 from tests.support.stack import spec_fake_config
 
 __all__ = ["CHAT", "SELECTOR", "Cluster", "base_config"]
