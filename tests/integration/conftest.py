@@ -1,6 +1,7 @@
 """Fixtures: ``stack``, the router served by uvicorn on 127.0.0.1 in front of fake SGLang pools
 (:class:`tests.support.stack.Stack`); ``cluster``, a fake Kubernetes API with fake pods and the
-router with discovery (:class:`tests.support.k8s_cluster.Cluster`)."""
+router with discovery (:class:`tests.support.k8s_cluster.Cluster`); ``sim_pair``, the paced
+load-test fakes, and ``router_over_pair``, the router in front of them (:mod:`tests.support.sim`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import pytest
 from tests.support.config import router_config, write_router_yaml
 from tests.support.k8s_cluster import Cluster
 from tests.support.router import RouterServer
+from tests.support.sim import router_over_pair, sim_pair
 from tests.support.stack import Stack
 
 # RouterServer, Stack and write_config stay importable from here for one release (new code:
 # import from tests.support).
-__all__ = ["RouterServer", "Stack", "cluster", "stack", "write_config"]
+__all__ = ["RouterServer", "Stack", "cluster", "router_over_pair", "sim_pair", "stack", "write_config"]
 
 
 def write_config(path: Path, tokenizer: Path, spec_url: str, plain_url: str, **overrides: object) -> Path:
@@ -40,3 +42,4 @@ def cluster(tmp_path: Path, tokenizer_dir: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
+

@@ -15,8 +15,8 @@ from loadtests.runner import LoadTest, Target, expected_requests
 from loadtests.simulate import SimServer
 from loadtests.workload import Workload, parse_buckets
 from router.cli import main as specgate
-from tests.loadtests.conftest import MODEL
 from tests.support import RouterServer
+from tests.support.sim import MODEL
 
 
 def _metrics(url: str) -> tuple[str, ...]:
