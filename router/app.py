@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from router.acceptance import CLASSES
 from router.api import GENERATE_ROUTES, serve_generate
-from router.auth import load_auth
+from router.auth import Auth, load_auth
 from router.config import Config, load_config
 from router.discovery import Discovery, DiscoverySettings
 from router.features import PromptCounter
@@ -41,7 +42,8 @@ from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
 
-__all__ = ["AppState", "RouterApp", "create_app", "tune_interpreter"]
+__all__ = ["AppState", "RouterApp", "RuntimeInputs", "build_runtime", "create_app", "load_runtime_inputs",
+           "tune_interpreter"]
 
 log = logging.getLogger("specgate")
 
@@ -59,6 +61,9 @@ class AppState:
         clock: monotonic clock (s).
         discovery: the Kubernetes endpoint watchers (:mod:`router.discovery`; idle when no
             pool has a ``discovery`` block).
+        scrape_rounds: scrape rounds finished (each advanced the bypass hysteresis once).
+        reloads_ok, reloads_failed: config reloads applied / rejected (``reloads`` is their
+            sum: every change the reloader acted on). Tests wait on these counters.
     """
 
     def __init__(self, runtime: Runtime, *, config_path: Path | None, session: aiohttp.ClientSession,
@@ -74,6 +79,9 @@ class AppState:
         self.clock = clock
         self.tasks: set[asyncio.Task[Any]] = set()
         self.discovery: Discovery | None = None
+        self.scrape_rounds = 0
+        self.reloads_ok = 0
+        self.reloads_failed = 0
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
 
@@ -87,15 +95,23 @@ class AppState:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    @property
+    def reloads(self) -> int:
+        """Config changes the reloader acted on, applied or rejected."""
+        return self.reloads_ok + self.reloads_failed
+
     def on_scrape_round(self, runtime: Runtime) -> None:
         """After each scrape round: advance the bypass hysteresis (the one place it moves),
         then copy pool state into the gauges."""
         runtime.advance_bypass(self.clock())
         self.refresh_gauges(runtime)
+        self.scrape_rounds += 1
 
     def refresh_gauges(self, runtime: Runtime | None = None) -> None:
-        """Copy pool state into the gauges (after each scrape round and on ``/metrics``);
-        changes no routing state."""
+        """Copy pool state into the gauges (after each scrape round and on ``/metrics``).
+
+        Read-only on the pools: the bypass gauges show the flags as the last scrape round left them (reading ``/metrics`` never advances the hysteresis).
+        """
         runtime = runtime or self.runtime
         now = self.clock()
         m = self.metrics
@@ -181,10 +197,40 @@ class RouterApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def _build_counter(config: Config, previous: Runtime | None) -> PromptCounter:
-    if previous is not None and getattr(previous.counter, "path", None) == config.model.tokenizer:
-        return previous.counter  # type: ignore[return-value]
-    return PromptCounter(config.model.tokenizer)
+@dataclass(frozen=True, slots=True)
+class RuntimeInputs:
+    """What a :class:`Runtime` is built from, loaded off the event loop.
+
+    Attributes:
+        config: the validated YAML.
+        counter: the prompt token counter (the previous one when the tokenizer path is unchanged).
+        auth: the resolved API keys.
+    """
+
+    config: Config
+    counter: PromptCounter
+    auth: Auth
+
+
+def load_runtime_inputs(config: Config | Path, previous_counter: object = None) -> RuntimeInputs:
+    """Do a runtime's I/O: read and validate the YAML (when given a path), load the tokenizer
+    (unless ``previous_counter`` has the same path) and read the API key files and variables.
+
+    Touches no live object, so it may run in a worker thread; build the :class:`Runtime` from
+    the result on the event loop.
+
+    Raises:
+        ConfigError: invalid YAML, or a configured API key source missing or empty.
+        OSError: the file or the tokenizer cannot be read.
+        Exception: whatever the tokenizer library raises on a corrupt file.
+    """
+    if not isinstance(config, Config):
+        config = load_config(config)
+    if previous_counter is not None and getattr(previous_counter, "path", None) == config.model.tokenizer:
+        counter: PromptCounter = previous_counter  # type: ignore[assignment]
+    else:
+        counter = PromptCounter(config.model.tokenizer)
+    return RuntimeInputs(config, counter, load_auth(config.auth))
 
 
 def build_runtime(config: Config, previous: Runtime | None = None,
@@ -192,12 +238,16 @@ def build_runtime(config: Config, previous: Runtime | None = None,
     """Build a :class:`Runtime` for ``config``, reusing ``previous``'s tokenizer, endpoints,
     ledger and overrides; reads the API key files and variables (``auth``).
 
+    Does I/O and, with ``previous``, writes to its live endpoints: call it only where no event
+    loop routes with ``previous`` (scripts, benchmarks). The router loads
+    :func:`load_runtime_inputs` in a thread and builds the :class:`Runtime` on its loop.
+
     Raises:
         OSError: when the tokenizer cannot be loaded.
         ConfigError: when a configured API key source is missing or empty.
     """
-    auth = load_auth(config.auth)
-    return Runtime(config, _build_counter(config, previous), previous, ledger=ledger, auth=auth)
+    inputs = load_runtime_inputs(config, previous.counter if previous is not None else None)
+    return Runtime(config, inputs.counter, previous, ledger=ledger, auth=inputs.auth)
 
 
 def create_app(config: str | Path | Config, *, session_factory: Callable[[Config], aiohttp.ClientSession] | None = None,
@@ -228,7 +278,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         loop = asyncio.get_running_loop()
         metrics = RouterMetrics(CollectorRegistry(auto_describe=True))
         shared = build_shared_state(cfg.state, metrics=metrics, clock=clock)
-        runtime = await loop.run_in_executor(None, build_runtime, cfg, None, shared.ledger)
+        inputs = await loop.run_in_executor(None, load_runtime_inputs, cfg)
+        runtime = Runtime(cfg, inputs.counter, ledger=shared.ledger, auth=inputs.auth)
         session = (session_factory or _default_session)(cfg)
         executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
                                       initializer=_background_priority)

@@ -325,6 +325,14 @@ class Runtime:
     URLs, so in-flight counts and health survive, the ledger and the routing overrides) and
     swaps one reference.
 
+    Building with ``previous`` *adopts* its endpoints: it writes their health thresholds,
+    ledger, draining flag and drain callback, and the pools' hysteresis flags, objects the live
+    runtime routes with. Call it on the event loop that runs ``previous`` (never in a worker
+    thread) and swap right after, with no ``await`` in between; do the I/O (YAML, tokenizer,
+    key files) beforehand, off the loop (:func:`router.app.load_runtime_inputs`). It does no
+    I/O itself. Every endpoint carried over, static or discovered, takes the new config's
+    ``health`` thresholds.
+
     Args:
         config: the validated YAML.
         counter: the prompt token counter.
@@ -349,7 +357,6 @@ class Runtime:
             for pool in previous.pools:
                 for ep in pool.endpoints.values():
                     old[(pool.name, ep.url)] = ep
-        health = config.health
         pools = []
         for pc in config.pools:
             eps = []
@@ -358,14 +365,15 @@ class Runtime:
                 # current set to this runtime right after the swap, see router.discovery)
                 prev = next((p for p in previous.pools if p.name == pc.name), None)
                 if prev is not None and prev.config.discovery == pc.discovery:
-                    eps.extend(prev.endpoints.values())
+                    for ep in prev.endpoints.values():
+                        self._adopt(ep)
+                        ep.on_drained = self._drop_drained   # drops from this runtime's pool
+                        eps.append(ep)
             for url in pc.endpoints:
                 url = url.rstrip("/")
                 ep = old.get((pc.name, url)) or Endpoint(url=url, pool=pc.name)
                 ep.draining, ep.on_drained = False, None  # a static endpoint never drains
-                ep.ledger = self.ledger
-                ep.failure_threshold = health.failure_threshold
-                ep.success_threshold = health.success_threshold
+                self._adopt(ep)
                 eps.append(ep)
             pools.append(Pool(pc, config.pool_limit(pc), eps))
         self.pools: tuple[Pool, ...] = tuple(pools)
@@ -376,6 +384,12 @@ class Runtime:
                     pool.bypass = prev.bypass
             self.set_overrides(previous.overrides)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
+
+    def _adopt(self, ep: Endpoint) -> None:
+        """Give an endpoint this runtime's ledger and ``health`` thresholds (on the loop)."""
+        ep.ledger = self.ledger
+        ep.failure_threshold = self.config.health.failure_threshold
+        ep.success_threshold = self.config.health.success_threshold
 
     def set_discovered(self, pool_name: str, urls: Iterable[str]) -> tuple[list[str], list[str]]:
         """Make ``urls`` (base URLs, ready endpoints) the routable set of a discovered pool.
