@@ -117,6 +117,9 @@ class Endpoint:
         engine: last scraped :class:`EngineLoad`; scraped_at: its monotonic time (s).
         draining: left its discovered pool; in-flight requests finish, no new ones come.
         on_drained: called once the last lease of a draining endpoint is released.
+        backpressure_until: monotonic time (s) until which the engine's last capacity refusal
+            (503, 429, queue-full event; sgl-project/sglang#28175) holds, or None.
+        backpressure_count: capacity refusals recorded.
     """
 
     url: str
@@ -136,6 +139,8 @@ class Endpoint:
     ledger: LeaseLedger | None = field(default=None, repr=False)
     draining: bool = False
     on_drained: Callable[[Endpoint], None] | None = field(default=None, repr=False)
+    backpressure_until: float | None = None
+    backpressure_count: int = 0
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
     _targets: dict[str, URL] = field(default_factory=dict, repr=False)
 
@@ -174,6 +179,25 @@ class Endpoint:
         if self.engine is not None and self.scraped_at is not None and now - self.scraped_at <= stale_after_s:
             return max(self.engine.load, inflight)
         return inflight
+
+    def record_backpressure(self, now: float, hold_s: float) -> None:
+        """The engine refused a request for capacity: hold that signal for ``hold_s`` seconds
+        from ``now`` (monotonic s). Not a health signal: the endpoint stays routable."""
+        self.backpressure_count += 1
+        until = now + hold_s
+        if self.backpressure_until is None or until > self.backpressure_until:
+            self.backpressure_until = until
+
+    def backpressured(self, now: float) -> bool:
+        """True while a recorded capacity refusal holds (``now``: monotonic s)."""
+        return self.backpressure_until is not None and now < self.backpressure_until
+
+    def backpressure_load(self, now: float, stale_after_s: float, floor: int) -> int:
+        """:meth:`load`, raised to at least ``floor`` (requests; the pool's saturation
+        ``enter`` threshold) while :meth:`backpressured`, so a refusing pool counts as
+        saturated and sheds new requests until the hold expires (sgl-project/sglang#28175)."""
+        load = self.load(now, stale_after_s)
+        return max(load, floor) if self.backpressured(now) else load
 
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
         """The scraped ``spec_accept_length`` if fresh and positive, else None (unknown)."""
