@@ -1840,6 +1840,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         if transport is None:
             raise RuntimeError("close_after_response needs a real socket (serve with uvicorn)")
         job.fault_fired = True
+        job.entry["fault"] = "close_after_response"
         transport.close()
 
     def _outcome(job: _Job) -> str:
