@@ -37,9 +37,9 @@ from router.discovery import Discovery, DiscoverySettings
 from router.features import PromptCounter
 from router.metrics import RouterMetrics
 from router.pools import LeaseLedger, Runtime
-from router.proxy import connection_trace_config
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
+from router.upstream import connection_trace_config
 
 __all__ = ["AppState", "RouterApp", "create_app", "tune_interpreter"]
 

@@ -69,11 +69,9 @@ truncated JSON body.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -91,9 +89,15 @@ from router.errors import (
 from router.features import RequestFeatures
 from router.policy import Decision
 from router.pools import Lease
+from router.upstream import (
+    ConnTrace,
+    IdleWatch,
+    abort_request,
+    classify_event,
+    retry_after_seconds,
+)
 
-__all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse",
-           "connection_trace_config"]
+__all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse"]
 
 #: The one terminal SSE event sent when the engine fails mid-stream.
 UPSTREAM_FAILED_EVENT = (
@@ -110,7 +114,6 @@ ENGINE_ABORT_EVENT = (
     b'"param":null,"code":"engine_abort"}}\n\n'
 )
 _DONE = b"data: [DONE]"
-_ERROR_EVENT = b'data: {"error"'
 _ABORT_MARK = b'"finish_reason":"abort"'  # compact JSON (SGLang's pydantic dumps); quotes
 # inside string values are escaped, so content cannot contain it
 _MAX_ERROR_BODY = 64 * 1024
@@ -120,30 +123,6 @@ _BACKPRESSURE = (429, 503)
 
 class _ClientGone(Exception):
     """The client disconnected."""
-
-
-class _ConnTrace:
-    """Per-request trace context: set when aiohttp took the connection from its pool."""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
-
-
-async def _on_reuse(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
-    info = ctx.trace_request_ctx
-    if isinstance(info, _ConnTrace):
-        info.reused = True
-
-
-def connection_trace_config() -> aiohttp.TraceConfig:
-    """An aiohttp trace that marks a request's ``trace_request_ctx`` (a ``_ConnTrace``) when
-    the connector reuses a pooled connection (``on_connection_reuseconn``); the proxy resends
-    only requests whose reused connection broke before any response byte."""
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_reuseconn.append(_on_reuse)
-    return trace
 
 
 @dataclass(slots=True)
@@ -327,7 +306,7 @@ class ProxyResponse(Response):
         headers = {"content-type": "application/json", "x-request-id": job.request_id,
                    "accept-encoding": "identity"}
         resp: aiohttp.ClientResponse | None = None
-        conn = _ConnTrace()
+        conn = ConnTrace()
         try:
             try:
                 async with asyncio.timeout_at(first_deadline):
@@ -337,7 +316,7 @@ class ProxyResponse(Response):
                     if resp.status >= 400:
                         body = await resp.content.read(_MAX_ERROR_BODY)
                         if resp.status in _BACKPRESSURE:
-                            raise _Backpressure(f"http_{resp.status}", _retry_after(resp.headers))
+                            raise _Backpressure(f"http_{resp.status}", retry_after_seconds(resp.headers))
                         err = map_engine_error(resp.status, body, param=job.features.param)
                         if resp.status >= 500:
                             raise _Failover(err)
@@ -406,7 +385,7 @@ class ProxyResponse(Response):
                     return buf
                 buf += more
                 continue
-            kind = _classify(buf[pos:end])
+            kind = classify_event(buf[pos:end])
             if kind == "content":
                 return buf
             if kind == "error":
@@ -448,7 +427,7 @@ class ProxyResponse(Response):
         held = b""  # an incomplete trailing event
         chunk = first
         read = resp.content.readany
-        watch = _IdleWatch(self._up.idle_timeout_s)
+        watch = IdleWatch(self._up.idle_timeout_s)
         try:
             while True:
                 if held:
@@ -532,88 +511,14 @@ class ProxyResponse(Response):
         if not self.job.abort_rids:
             return
         self.job.extra["aborted"] = endpoint.url
-        self._spawn(_abort_request(self._session, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s))
+        self._spawn(abort_request(self._session, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s))
 
     async def _abort_now(self, endpoint: Any) -> None:
         """``/abort_request`` for this request's engine ids on a fresh connection, awaited
         (before the resend after a stale connection; best effort, bounded by
         ``upstream.abort_timeout_s`` per id)."""
         if self.job.abort_rids:
-            await _abort_request(self._fresh, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s)
-
-
-def _classify(event: bytes) -> str:
-    """What one SSE event (without its blank line) says before any content was relayed:
-    ``"content"`` (commit the response: content, a non-abort finish, ``[DONE]``, or anything
-    not JSON), ``"error"`` (an error event), ``"abort"`` (``finish_reason: "abort"``) or
-    ``"skip"`` (no content yet: the role chunk, a usage chunk)."""
-    if event.startswith(_ERROR_EVENT):
-        return "error"
-    if not event.startswith(b"data: {"):
-        return "content"
-    try:
-        doc = orjson.loads(event[6:])
-    except orjson.JSONDecodeError:
-        return "content"
-    choices = doc.get("choices") if isinstance(doc, dict) else None
-    if not isinstance(choices, list):
-        return "content"
-    verdict = "skip"
-    for choice in choices:
-        if not isinstance(choice, dict):
-            return "content"
-        delta = choice.get("delta")
-        if choice.get("text") or (isinstance(delta, dict) and any(
-                v for k, v in delta.items() if k != "role")):
-            return "content"
-        finish = choice.get("finish_reason")
-        if finish == "abort":
-            verdict = "abort"
-        elif finish is not None:
-            return "content"
-    return verdict
-
-
-def _retry_after(headers: Any) -> int | None:
-    """An engine's ``Retry-After`` in whole seconds (delta-seconds form only), else None."""
-    value = headers.get("retry-after")
-    if value is None or not value.strip().isdigit():
-        return None
-    return int(value.strip())
-
-
-class _IdleWatch:
-    """Cancels the current task when ``last`` (loop time, s) is ``idle`` seconds old.
-
-    The relay stores ``loop.time()`` in :attr:`last` per chunk, and one timer per idle period
-    checks it, instead of re-arming a timer per chunk as ``asyncio.timeout().reschedule``
-    does (a timer-heap push and a cancelled handle per relayed event, issue 8). After the
-    cancellation :attr:`fired` is True; the relay calls ``task.uncancel()`` and reports the
-    idle timeout.
-    """
-
-    __slots__ = ("fired", "handle", "idle", "last", "loop", "task")
-
-    def __init__(self, idle: float) -> None:
-        self.loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        self.task = task
-        self.idle = idle
-        self.fired = False
-        self.last = self.loop.time()
-        self.handle = self.loop.call_at(self.last + idle, self._check)
-
-    def _check(self) -> None:
-        due = self.last + self.idle
-        if self.loop.time() >= due:
-            self.fired = True
-            self.task.cancel()
-        else:
-            self.handle = self.loop.call_at(due, self._check)
-
-    def close(self) -> None:
-        self.handle.cancel()
+            await abort_request(self._fresh, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s)
 
 
 class _Failover(Exception):
@@ -638,14 +543,3 @@ class _Backpressure(Exception):
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
-
-
-async def _abort_request(session: aiohttp.ClientSession, base_url: str, rids: tuple[str, ...],
-                         timeout_s: float) -> None:
-    """``POST {base_url}/abort_request {"rid": rid}`` for each of ``rids`` (SGLang looks each
-    up by equality); errors are ignored (best effort, each within ``timeout_s`` seconds)."""
-    for rid in rids:
-        with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
-            async with session.post(base_url + "/abort_request", json={"rid": rid},
-                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                await resp.read()
