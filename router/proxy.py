@@ -55,7 +55,7 @@ that owns the rest of the request's life. Its contract:
   engine): the upstream request is closed and ``POST /abort_request {"rid": ...}`` goes to the
   endpoint that owns it, once per engine request id (one prompt: its ``rid``; a batch of
   prompts: ``<rid>_<i>``), because SGLang's own disconnect cleanup has regressed
-  (sglang#37833). With ``n > 1`` SGLang gives each sample an id no abort can name: closing the
+  (sgl-project/sglang#37833). With ``n > 1`` SGLang gives each sample an id no abort can name: closing the
   connection is all the router can do then.
 - **Leases**: a resend on a fresh connection keeps the lease; a failover or back-pressure
   resend releases it and takes one on the new endpoint; the lease held at the end is released
@@ -214,7 +214,7 @@ class ProxyResponse(Response):
                 task.cancel()
 
         # One watcher task; the relay runs in the handler's own task (a second task and an
-        # asyncio.wait per request are avoidable work on the hot path, issue 8).
+        # asyncio.wait per request are avoidable work on the hot path).
         watcher = asyncio.create_task(watch())
         running = True
         try:

@@ -96,7 +96,7 @@ class IdleWatch:
 
     The relay stores ``loop.time()`` in :attr:`last` per chunk, and one timer per idle period
     checks it, instead of re-arming a timer per chunk as ``asyncio.timeout().reschedule``
-    does (a timer-heap push and a cancelled handle per relayed event, issue 8). After the
+    does (a timer-heap push and a cancelled handle per relayed event). After the
     cancellation :attr:`fired` is True; the relay calls ``task.uncancel()`` and reports the
     idle timeout.
     """
