@@ -271,6 +271,8 @@ class ProxyResponse(Response):
                     frozenset(excluded), frozenset(excluded_pools))
                 if nxt is None or isinstance(nxt, Decision):
                     seconds = retry_after if retry_after is not None else self._retry_after
+                    if failed is not None:
+                        job.outcome = failed.code or "error"
                     await self._send_error(send, failed or EngineOverloaded(
                         "all pools are at capacity", headers={"retry-after": str(seconds)}))
                     return
