@@ -41,6 +41,7 @@ from router.metrics import RouterMetrics
 from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
+from router.upstream import connection_trace_config
 
 __all__ = ["AppState", "RouterApp", "RuntimeInputs", "build_runtime", "create_app", "load_runtime_inputs",
            "tune_interpreter"]
@@ -55,6 +56,9 @@ class AppState:
         config_path: the operator YAML (None when built from a Config value).
         runtime: the current :class:`Runtime`; replaced whole on reload.
         session: the one upstream HTTP client.
+        fresh_session: a client that never reuses a connection (``force_close``), for the one
+            resend after a reused keep-alive connection broke (:mod:`router.proxy`); None when
+            the session was injected (the resend then goes through ``session``).
         executor: threads for tokenisation (off the event loop).
         metrics: the router's Prometheus series.
         shared: the shared state (:mod:`router.state`).
@@ -69,8 +73,10 @@ class AppState:
     def __init__(self, runtime: Runtime, *, config_path: Path | None, session: aiohttp.ClientSession,
                  executor: ThreadPoolExecutor, metrics: RouterMetrics,
                  shared: MemoryState | RedisState | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 fresh_session: aiohttp.ClientSession | None = None) -> None:
         self.runtime = runtime
+        self.fresh_session = fresh_session
         self.shared = shared if shared is not None else MemoryState()
         self.config_path = config_path
         self.session = session
@@ -281,6 +287,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         inputs = await loop.run_in_executor(None, load_runtime_inputs, cfg)
         runtime = Runtime(cfg, inputs.counter, ledger=shared.ledger, auth=inputs.auth)
         session = (session_factory or _default_session)(cfg)
+        fresh_session = _fresh_session(cfg) if session_factory is None else None
         executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
                                       initializer=_background_priority)
         metrics.config_reloads.labels("success").inc(0)
@@ -288,7 +295,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         metrics.shared_state_degraded_entries.inc(0)
         metrics.config_info.set(time.time())
         state = AppState(runtime, config_path=path, session=session, executor=executor,
-                         metrics=metrics, shared=shared, clock=clock)
+                         metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session)
         app.state.specgate = state
         await shared.start(lambda: state.runtime)
         scraper = Scraper(session, lambda: state.runtime, state.on_scrape_round, clock,
@@ -316,6 +323,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             await asyncio.gather(*state.tasks, return_exceptions=True)
             await shared.stop()
             await session.close()
+            if fresh_session is not None:
+                await fresh_session.close()
             executor.shutdown(wait=False, cancel_futures=True)
 
     app = RouterApp(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -324,8 +333,23 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
 
 
 def _default_session(config: Config) -> aiohttp.ClientSession:
+    """The upstream client: an idle connection is kept ``upstream.keepalive_timeout_s`` seconds
+    (below every engine's keep-alive, checked at config load; aiohttp's own default is 15 s
+    against uvicorn's 5 s, sgl-project/sglang#20851), and a trace tells the proxy whether a
+    request went out on a reused connection (:func:`router.proxy.connection_trace_config`)."""
     connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
-                                     enable_cleanup_closed=False, ttl_dns_cache=300)
+                                     enable_cleanup_closed=False, ttl_dns_cache=300,
+                                     keepalive_timeout=config.upstream.keepalive_timeout_s)
     # No cookie jar: engines set no cookies, and a real jar filters cookies on every request.
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+                                 timeout=aiohttp.ClientTimeout(total=None),
+                                 trace_configs=[connection_trace_config()])
+
+
+def _fresh_session(config: Config) -> aiohttp.ClientSession:
+    """A client that opens a new connection per request and closes it after (``force_close``):
+    the one resend after a stale keep-alive connection must not meet another stale one."""
+    connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
+                                     enable_cleanup_closed=False, ttl_dns_cache=300, force_close=True)
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
                                  timeout=aiohttp.ClientTimeout(total=None))
