@@ -374,9 +374,11 @@ def install_routes(app: FastAPI) -> None:
         pools = {p.name: {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
                           "endpoints": len(p.endpoints), "saturated": p.saturated,
                           "low_acceptance": p.low_acceptance} for p in runtime.pools}
-        ok = runtime.ready()
-        return JSONResponse({"ready": ok, "pools": pools, "shared_state": state.shared.status()},
-                            status_code=200 if ok else 503)
+        drain = getattr(request.app, "drain", None)  # router.drain: not ready from the drain's start
+        draining = drain is not None and drain.active
+        ok = runtime.ready() and not draining
+        return JSONResponse({"ready": ok, "draining": draining, "pools": pools,
+                             "shared_state": state.shared.status()}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:

@@ -31,9 +31,10 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from router.api import GENERATE_ROUTES, serve_generate
-from router.auth import load_auth
+from router.auth import load_auth, load_engine_key
 from router.config import Config, load_config
 from router.discovery import Discovery, DiscoverySettings
+from router.drain import Drainer
 from router.features import PromptCounter
 from router.metrics import RouterMetrics
 from router.pools import LeaseLedger, Runtime
@@ -156,13 +157,19 @@ class RouterApp(FastAPI):
     too, so the app behaves the same when mounted elsewhere.
     """
 
+    #: The process's drain state (:mod:`router.drain`), set by :func:`create_app`.
+    drain: Drainer
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:  # type: ignore[override]
-        if scope["type"] == "http" and scope["method"] == "POST":
-            kind = GENERATE_ROUTES.get(scope["path"])
-            if kind is not None:
-                scope["app"] = self
-                await serve_generate(scope, receive, send, kind)
-                return
+        if scope["type"] == "http":
+            if scope["method"] == "POST":
+                kind = GENERATE_ROUTES.get(scope["path"])
+                if kind is not None:
+                    scope["app"] = self
+                    await self.drain.track(scope, send, lambda s: serve_generate(scope, receive, s, kind))
+                    return
+            if self.drain.active:
+                send = self.drain.closing(send)
         await super().__call__(scope, receive, send)
 
 
@@ -235,6 +242,17 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             scraper.start()
         if reloader is not None:
             reloader.start()
+        drainer: Drainer = app.drain  # type: ignore[attr-defined]
+
+        def drain_settings() -> tuple[float, float, float]:
+            c = state.runtime.config
+            return c.server.drain_listen_s, c.server.drain_timeout_s, c.upstream.abort_timeout_s
+
+        async def wait_aborts(abort_s: float) -> None:  # the cut requests' /abort_request calls
+            if state.tasks:
+                await asyncio.wait(list(state.tasks), timeout=2 * abort_s + 0.5)
+
+        drainer.configure(drain_settings, wait_aborts)
         gc.collect()
         gc.freeze()  # startup objects (tokenizer, config, app) never need scanning again
         log.info("specgate router ready: pools=%s", [p.name for p in runtime.pools])
@@ -253,6 +271,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             executor.shutdown(wait=False, cancel_futures=True)
 
     app = RouterApp(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.drain = Drainer(clock)
     install_routes(app)
     return app
 
@@ -261,5 +280,9 @@ def _default_session(config: Config) -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
                                      enable_cleanup_closed=False, ttl_dns_cache=300)
     # No cookie jar: engines set no cookies, and a real jar filters cookies on every request.
+    # The engines' key (auth.engine_api_key*, SGLang --api-key) goes on every engine request:
+    # generation, /abort_request and the scrapes (SGLang exempts /health and /metrics).
+    key = load_engine_key(config.auth)
+    headers = {"authorization": f"Bearer {key}"} if key else None
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-                                 timeout=aiohttp.ClientTimeout(total=None))
+                                 timeout=aiohttp.ClientTimeout(total=None), headers=headers)
