@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,14 @@ def _router(args: argparse.Namespace) -> int:
     tune_interpreter()
     host = args.host or cfg.server.host
     port = args.port if args.port is not None else cfg.server.port
-    return serve(args.config, host, port)
+    code = serve(args.config, host, port)
+    # End here, skipping the interpreter's teardown: native extensions the tokenizer stack
+    # loads (triton's nanobind modules) print hundreds of "leaked" lines at finalisation,
+    # which would bury the drain's log line.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def effective_config(cfg: Config) -> dict[str, Any]:
