@@ -1269,3 +1269,31 @@ def test_ingress_example_is_off_by_default_and_streams_unbuffered() -> None:
         "path": "/", "pathType": "Prefix",
         "backend": {"service": {"name": "sg-specgate-router", "port": {"number": 8000}}}}]}}]
     assert k8s.validate_k8s(objects) == []
+
+
+def test_operator_guide_render_step_feeds_config_check_the_yaml(tmp_path) -> None:
+    """docs/operator-guide.md, "Roll a config change" step 1, exactly as written there."""
+    import subprocess
+    import sys
+
+    values = k8s.CHART / "ci" / "gpu-eagle3-redis-values.yaml"
+    render = [sys.executable, "deploy/helm_template.py", "specgate", "helm/specgate", "-n", "specgate",
+              "-f", str(values)]
+    out = subprocess.run([*render, "--router-config"], cwd=k8s.REPO, capture_output=True, text=True, check=True)
+    expected = k8s.router_config_text(k8s.render(k8s.values_file("gpu-eagle3-redis-values.yaml"),
+                                                 name="specgate", namespace="specgate"))
+    assert out.stdout == expected
+    shown = subprocess.run([*render, "--show-only", "templates/configmap.yaml"], cwd=k8s.REPO,
+                           capture_output=True, text=True, check=True)
+    assert yaml.safe_load(shown.stdout)["data"]["config.yaml"] == expected
+    path = tmp_path / "config.yaml"
+    path.write_text(out.stdout)
+    check = subprocess.run([sys.executable, "-m", "router.cli", "config", "check", "--no-paths", str(path)],
+                           cwd=k8s.REPO, capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stderr
+    assert json.loads(check.stdout)["model"]["name"] == "target"
+    guide = (k8s.REPO / "docs" / "operator-guide.md").read_text()
+    assert ".venv/bin/python deploy/helm_template.py specgate helm/specgate -n specgate -f my-values.yaml" in guide
+    assert "--router-config > /tmp/config.yaml" in guide
+    assert ".venv/bin/specgate config check --no-paths /tmp/config.yaml" in guide
+    assert "yq '.data" not in guide
