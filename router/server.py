@@ -79,7 +79,7 @@ async def _main(app: Any, sock: socket.socket, *, log_level: str) -> int:
                             access_log=False, timeout_keep_alive=30, timeout_graceful_shutdown=5,
                             # no X-Forwarded-* rewriting (nothing reads the client address but
                             # /drain's loopback check) and no `server` header: both cost CPU on
-                            # every request (issue 8).
+                            # every request (docs/performance.md).
                             proxy_headers=False, server_header=False)
     drainer = app.drain
     server = _DrainingServer(config, drainer)
