@@ -248,3 +248,32 @@ def test_drain_endpoint_is_for_loopback_clients_only(tmp_path: Path, tokenizer_d
                 assert (health.status_code, health.headers["connection"]) == (200, "close")
 
     asyncio.run(run())
+
+
+def test_cut_releases_leases_aborts_and_counts_router_shutdown(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """The drain inside a served app (no process runner): the cut stream's lease is released
+    once, its engine request aborted, and the outcome counted as ``router_shutdown``."""
+    from tests.integration.conftest import Stack
+
+    stack = Stack(tmp_path, tokenizer_dir, **{"server.drain_listen_s": 0.0, "server.drain_timeout_s": 0.3})
+    try:
+        stack.script(stack.spec, {"chunk_delay_s": STEP_S, "ignore_disconnect": True, "max_tokens": 400})
+        stack.script(stack.plain, {"chunk_delay_s": STEP_S, "ignore_disconnect": True, "max_tokens": 400})
+        c = stack.client
+        with c.stream("POST", "/v1/chat/completions", json=chat(400, rid="cut-me")) as resp:
+            chunks = resp.iter_bytes()
+            raw = next(chunks)
+            assert stack.inflight() == 1
+            assert httpx.get(stack.router.base_url + "/drain").json()["draining"] is True
+            raw += b"".join(chunks)
+        assert events(raw)[-1] + b"\n\n" == SHUTDOWN_EVENT
+        assert stack.settled_inflight() == 0
+        wait_for(lambda: any(a["rid"] == "cut-me" for f in (stack.spec, stack.plain)
+                             for a in stack.fake_log(f)["aborts"]), 5, "the abort")
+        pool = next(p for p in ("spec", "plain")
+                    if stack.router.metric("specgate_upstream_failures_total", pool=p, kind="router_shutdown"))
+        assert stack.router.metric("specgate_upstream_failures_total", pool=pool, kind="router_shutdown") == 1
+        assert sum(p.inflight() for p in stack.router.state.runtime.pools) == 0
+        assert stack.router.app.drain.cut == 1
+    finally:
+        stack.close()
