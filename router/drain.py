@@ -57,14 +57,17 @@ CUT_KEY = "specgate.cut"
 
 
 def is_loopback(scope: dict[str, Any]) -> bool:
-    """Whether the ASGI client address is a loopback address (127.0.0.0/8, ::1)."""
+    """Whether the ASGI client address is a loopback address (127.0.0.0/8, ::1, or an
+    IPv4-mapped 127.x); False when the server gives none or not an IP (a Unix socket)."""
     client = scope.get("client")
     if not client:
         return False
     try:
-        return ipaddress.ip_address(client[0]).is_loopback
+        addr = ipaddress.ip_address(client[0])
     except ValueError:
         return False
+    mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 on a dual-stack listener
+    return (mapped or addr).is_loopback
 
 
 class Drainer:

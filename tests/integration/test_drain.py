@@ -277,3 +277,14 @@ def test_cut_releases_leases_aborts_and_counts_router_shutdown(tmp_path: Path, t
         assert stack.router.app.drain.cut == 1
     finally:
         stack.close()
+
+
+@pytest.mark.parametrize(("client", "loopback"), [
+    (("127.0.0.1", 1), True), (("127.8.9.10", 1), True), (("::1", 1), True),
+    (("::ffff:127.0.0.1", 1), True), (("10.0.0.1", 1), False), (("::ffff:10.0.0.1", 1), False),
+    (("testclient", 1), False), (None, False),
+])
+def test_is_loopback(client, loopback) -> None:
+    from router.drain import is_loopback
+
+    assert is_loopback({"client": client}) is loopback
