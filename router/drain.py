@@ -22,8 +22,8 @@ Worst case from the drain's start to the exit: ``drain_listen_s + drain_timeout_
 aborts (``upstream.abort_timeout_s`` each) and the shutdown; the Helm chart's
 ``terminationGracePeriodSeconds`` is computed from these (BerriAI/litellm#14334, llm-d/llm-d#2444).
 
-Only generation requests (``/v1/chat/completions``, ``/v1/completions``) are tracked and
-counted; probes, ``/metrics`` and admin calls are short and end with uvicorn's own shutdown.
+Only generation requests (``/v1/chat/completions``, ``/v1/completions``) are tracked (by
+:class:`router.app.RouterApp`, in :attr:`Drainer.inflight`) and counted; probes, ``/metrics`` and admin calls are short and end with uvicorn's own shutdown.
 """
 
 from __future__ import annotations
@@ -149,29 +149,10 @@ class Drainer:
             await send(message)
         return wrapped
 
-    async def track(self, scope: dict[str, Any], send: Callable[..., Any],
-                    call: Callable[[Callable[..., Any]], Any]) -> None:
-        """Run one generation request (``call(send)``) as a drainable request."""
-        task = asyncio.current_task()
-        assert task is not None
-        if self.active:
-            send = self.closing(send)
-        self.inflight[task] = scope
-        try:
-            await call(send)
-        except asyncio.CancelledError:
-            if not scope.get(CUT_KEY):
-                raise
-            task.uncancel()
-            await self._send_cut(scope, send)
-        else:
-            if self.active:
-                self.drained += 1
-        finally:
-            self.inflight.pop(task, None)
-
     @staticmethod
-    async def _send_cut(scope: dict[str, Any], send: Callable[..., Any]) -> None:
+    async def send_cut(scope: dict[str, Any], send: Callable[..., Any]) -> None:
+        """Answer a request the drain cancelled: a stream's terminal :data:`SHUTDOWN_EVENT`,
+        or a 503 :data:`SHUTDOWN_BODY` when nothing was sent yet; the connection then closes."""
         proxy = scope.get(PROXY_KEY)
         job = getattr(proxy, "job", None)
         cycle = getattr(send, "__self__", None)  # uvicorn's RequestResponseCycle, when served by it
