@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from typing import Any
 
@@ -46,6 +47,19 @@ from router.proxy import ProxyJob, ProxyResponse
 __all__ = ["GENERATE_ROUTES", "install_routes", "serve_generate"]
 
 access_log = logging.getLogger("specgate.access")
+
+
+#: A client ``x-request-id`` the router adopts: a token of at most 128 characters.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
+
+
+def client_request_id(value: str | None) -> str | None:
+    """The client's ``x-request-id`` when it is a sane token (letters, digits, ``._:@/+=-``,
+    1-128 characters), else None (the router then uses its own id). The adopted id is echoed
+    in the response's ``x-request-id``, sent upstream and written in the access log."""
+    if value is not None and _REQUEST_ID.fullmatch(value):
+        return value
+    return None
 
 
 def _state(request: Request) -> Any:
@@ -149,7 +163,8 @@ async def _generate(request: Request, kind: str) -> Response:
     cfg = runtime.config
     limits = cfg.limits
     received = time.perf_counter()
-    request_id = state.next_request_id()
+    own_id = state.next_request_id()
+    request_id = client_request_id(request.headers.get("x-request-id")) or own_id
     request.state.request_id = request_id
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
@@ -185,7 +200,9 @@ async def _generate(request: Request, kind: str) -> Response:
             fields["model"] = cfg.model.name
         if features.budget_defaulted:
             fields["max_tokens"] = features.max_new_tokens
-        abort_rids = _abort_rids(doc, features, request_id, fields)
+        # the engine rid stays the router's own id: a client may reuse its x-request-id
+        # (retries), and SGLang refuses a rid that is already running
+        abort_rids = _abort_rids(doc, features, own_id, fields)
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
                        received_at=received)
@@ -358,9 +375,11 @@ def install_routes(app: FastAPI) -> None:
                                            **{f"acceptance_{c}": age(p.signal_age_s(c, now)) for c in CLASSES}},
                           "accept_length_estimate": {c: p.estimated_accept_length(c, now, max_age) for c in CLASSES}}
                  for p in runtime.pools}
-        ok = runtime.ready()
-        return JSONResponse({"ready": ok, "pools": pools, "shared_state": state.shared.status()},
-                            status_code=200 if ok else 503)
+        drain = getattr(request.app, "drain", None)  # router.drain: not ready from the drain's start
+        draining = drain is not None and drain.active
+        ok = runtime.ready() and not draining
+        return JSONResponse({"ready": ok, "draining": draining, "pools": pools,
+                             "shared_state": state.shared.status()}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:

@@ -33,9 +33,10 @@ from prometheus_client import CollectorRegistry
 
 from router.acceptance import CLASSES
 from router.api import GENERATE_ROUTES, serve_generate
-from router.auth import Auth, load_auth
+from router.auth import Auth, load_auth, load_engine_key
 from router.config import Config, load_config
 from router.discovery import Discovery, DiscoverySettings
+from router.drain import CUT_KEY, Drainer
 from router.features import PromptCounter
 from router.metrics import RouterMetrics
 from router.pools import LeaseLedger, Runtime
@@ -193,13 +194,37 @@ class RouterApp(FastAPI):
     too, so the app behaves the same when mounted elsewhere.
     """
 
+    #: The process's drain state (:mod:`router.drain`), set by :func:`create_app`.
+    drain: Drainer
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:  # type: ignore[override]
-        if scope["type"] == "http" and scope["method"] == "POST":
-            kind = GENERATE_ROUTES.get(scope["path"])
-            if kind is not None:
-                scope["app"] = self
-                await serve_generate(scope, receive, send, kind)
-                return
+        if scope["type"] == "http":
+            if scope["method"] == "POST":
+                kind = GENERATE_ROUTES.get(scope["path"])
+                if kind is not None:
+                    scope["app"] = self
+                    # Tracked for the drain (router.drain), inline: this is the hot path, and a
+                    # wrapper coroutine per request cost ~3 us more.
+                    drain = self.drain
+                    if drain.active:
+                        send = drain.closing(send)
+                    task = asyncio.current_task()
+                    drain.inflight[task] = scope  # type: ignore[index]
+                    try:
+                        await serve_generate(scope, receive, send, kind)
+                    except asyncio.CancelledError:
+                        if not scope.get(CUT_KEY):
+                            raise
+                        task.uncancel()  # type: ignore[union-attr]
+                        await drain.send_cut(scope, send)
+                    else:
+                        if drain.active:
+                            drain.drained += 1
+                    finally:
+                        drain.inflight.pop(task, None)  # type: ignore[arg-type]
+                    return
+            if self.drain.active:
+                send = self.drain.closing(send)
         await super().__call__(scope, receive, send)
 
 
@@ -308,6 +333,17 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             scraper.start()
         if reloader is not None:
             reloader.start()
+        drainer: Drainer = app.drain  # type: ignore[attr-defined]
+
+        def drain_settings() -> tuple[float, float, float]:
+            c = state.runtime.config
+            return c.server.drain_listen_s, c.server.drain_timeout_s, c.upstream.abort_timeout_s
+
+        async def wait_aborts(abort_s: float) -> None:  # the cut requests' /abort_request calls
+            if state.tasks:
+                await asyncio.wait(list(state.tasks), timeout=2 * abort_s + 0.5)
+
+        drainer.configure(drain_settings, wait_aborts)
         gc.collect()
         gc.freeze()  # startup objects (tokenizer, config, app) never need scanning again
         log.info("specgate router ready: pools=%s", [p.name for p in runtime.pools])
@@ -328,6 +364,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             executor.shutdown(wait=False, cancel_futures=True)
 
     app = RouterApp(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.drain = Drainer(clock)
     install_routes(app)
     return app
 
@@ -341,15 +378,21 @@ def _default_session(config: Config) -> aiohttp.ClientSession:
                                      enable_cleanup_closed=False, ttl_dns_cache=300,
                                      keepalive_timeout=config.upstream.keepalive_timeout_s)
     # No cookie jar: engines set no cookies, and a real jar filters cookies on every request.
+    # The engines' key (auth.engine_api_key*, SGLang --api-key) goes on every engine request:
+    # generation, /abort_request and the scrapes (SGLang exempts /health and /metrics).
+    key = load_engine_key(config.auth)
+    headers = {"authorization": f"Bearer {key}"} if key else None
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-                                 timeout=aiohttp.ClientTimeout(total=None),
+                                 timeout=aiohttp.ClientTimeout(total=None), headers=headers,
                                  trace_configs=[connection_trace_config()])
 
 
 def _fresh_session(config: Config) -> aiohttp.ClientSession:
     """A client that opens a new connection per request and closes it after (``force_close``):
     the one resend after a stale keep-alive connection must not meet another stale one."""
+    key = load_engine_key(config.auth)
+    headers = {"authorization": f"Bearer {key}"} if key else None
     connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
                                      enable_cleanup_closed=False, ttl_dns_cache=300, force_close=True)
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-                                 timeout=aiohttp.ClientTimeout(total=None))
+                                 timeout=aiohttp.ClientTimeout(total=None), headers=headers)

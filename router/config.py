@@ -421,6 +421,13 @@ class ServerConfig(_Strict):
     port: Annotated[int, Field(strict=True, ge=0, le=65535)] = 8000
     reload_interval_s: PositiveFloat = 1.0
     log_requests: StrictBool = True
+    #: Graceful drain (SIGTERM or ``GET /drain``, see router/drain.py): seconds the listener
+    #: stays open after the drain starts (``/ready`` answers 503 at once, so endpoints
+    #: propagate while requests that still arrive are served).
+    drain_listen_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 5.0
+    #: Seconds requests still in flight get after the listener closed; then each is cut with
+    #: a ``router_shutdown`` error (a stream: one terminal SSE event) and aborted upstream.
+    drain_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
 
 
 class CircuitBreakerConfig(_Strict):
@@ -504,6 +511,12 @@ class AuthConfig(_Strict):
     admin_api_key: SecretStr | None = None
     admin_api_key_file: StrictStr | None = None
     admin_api_key_env: EnvName | None = None
+    #: The engines' key (SGLang ``--api-key``), sent upstream as ``Authorization: Bearer``;
+    #: inline, from a file (first non-comment line) or from an environment variable. None of
+    #: the three: no Authorization header goes upstream. Read at start (a change needs a restart).
+    engine_api_key: SecretStr | None = None
+    engine_api_key_file: StrictStr | None = None
+    engine_api_key_env: EnvName | None = None
 
     @model_validator(mode="after")
     def _check(self) -> AuthConfig:
@@ -738,7 +751,7 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         model["tokenizer"] = resolve(model["tokenizer"])
     auth = data.get("auth")
     if isinstance(auth, dict):
-        for key in ("api_keys_file", "admin_api_key_file"):
+        for key in ("api_keys_file", "admin_api_key_file", "engine_api_key_file"):
             if isinstance(auth.get(key), str):
                 auth[key] = resolve(auth[key])
     for pool in data.get("pools") or []:

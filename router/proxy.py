@@ -201,6 +201,7 @@ class ProxyResponse(Response):
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         job = self.job
+        scope["specgate.proxy"] = self  # router.drain.PROXY_KEY: the drain's deadline cuts it
         task = asyncio.current_task()
         assert task is not None
         gone = running = False
