@@ -19,7 +19,8 @@ Cross-field checks made at load time (:func:`load_config` raises :class:`ConfigE
 - a drafter's maximum positions (``engine.draft_max_positions``) must cover the pool's
   context limit (sglang#3574: an EAGLE draft trained at 2048 positions crashed engines on
   longer inputs);
-- pool names and endpoint URLs are unique; at least one pool;
+- pool names and endpoint URLs are unique; at least one pool, and one that ``serves``
+  ``generate``; a speculative pool serves only ``generate``;
 - ``state.renew_interval_s * 2 <= state.lease_ttl_s`` (a lease is renewed at least twice per
   TTL) and ``state.op_timeout_s < state.renew_interval_s``;
 - ``auth``: inline keys are non-empty without whitespace, and the admin key is not also a
@@ -159,6 +160,11 @@ class EngineConfig(_Strict):
 
     ``draft_max_positions`` is the drafter's ``max_position_embeddings`` (tokens); when left
     out it is read from ``speculative_draft_model_path/config.json`` if that file exists.
+
+    ``tool_call_parser`` / ``reasoning_parser`` become ``--tool-call-parser`` /
+    ``--reasoning-parser`` (e.g. ``llama3``, ``qwen25``; ``qwen3``, ``deepseek-r1``): the names
+    SGLang's parsers register (``sglang.srt.function_call``, ``sglang.srt.parser``); None
+    leaves the flag out (no tool-call or reasoning parsing, the text stays in ``content``).
     """
 
     model_path: StrictStr
@@ -174,6 +180,8 @@ class EngineConfig(_Strict):
     speculative_eagle_topk: PositiveInt | None = None
     speculative_num_draft_tokens: PositiveInt | None = None
     draft_max_positions: PositiveInt | None = None
+    tool_call_parser: NonEmptyStr | None = None
+    reasoning_parser: NonEmptyStr | None = None
     cpu: StrictBool = False
     extra_args: tuple[StrictStr, ...] = ()
 
@@ -192,12 +200,27 @@ class EngineConfig(_Strict):
 
 
 class DiscoveryConfig(_Strict):
-    """Kubernetes discovery of a pool's endpoints (EndpointSlices with this label selector)."""
+    """Kubernetes discovery of a pool's endpoints (EndpointSlices with this label selector).
+
+    Attributes:
+        resync_s: seconds between two full re-lists while a watch is open (bounds how long a
+            missed watch event can go unnoticed).
+        serve_terminating_when_empty: when no endpoint of the pool is ``ready``, route to the
+            endpoints that are ``serving`` and ``terminating`` (pods draining in a rolling
+            update) as a last resort; off by default, so an empty pool falls back to another
+            pool or answers 503 (docs/operator-guide.md, "Kubernetes discovery").
+    """
 
     namespace: StrictStr = "default"
     label_selector: StrictStr
     port: Annotated[int, Field(strict=True, ge=1, le=65535)]
     scheme: Literal["http", "https"] = "http"
+    resync_s: PositiveFloat = 60.0
+    serve_terminating_when_empty: StrictBool = False
+
+
+#: Endpoint kinds a pool can serve (``PoolConfig.serves``).
+EndpointKind = Literal["generate", "embeddings", "rerank", "score", "classify"]
 
 
 class PoolConfig(_Strict):
@@ -213,6 +236,10 @@ class PoolConfig(_Strict):
         draft_reserved_tokens: tokens a speculative engine reserves per request
             (K in the cases); derived from ``engine`` when left out.
         drafter_cost_ratio: c = T_draft / (gamma * T_target), used by the speedup model.
+        serves: the endpoint kinds the pool's engines answer: ``generate`` (chat,
+            completions, responses) and the pass-through kinds ``embeddings``, ``rerank``,
+            ``score``, ``classify`` (:mod:`router.passthrough`). A pool without ``generate``
+            is never a generation target; a speculative pool serves only ``generate``.
     """
 
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
@@ -223,9 +250,14 @@ class PoolConfig(_Strict):
     draft_reserved_tokens: NonNegativeInt | None = None
     drafter_cost_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.05
     engine: EngineConfig | None = None
+    serves: tuple[EndpointKind, ...] = ("generate",)
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
+        if not self.serves or len(set(self.serves)) != len(self.serves):
+            raise ValueError("`serves` must list each endpoint kind once, at least one")
+        if self.speculative and self.serves != ("generate",):
+            raise ValueError("a speculative pool serves only `generate`")
         if not self.endpoints and self.discovery is None:
             raise ValueError("a pool needs `endpoints` or a `discovery` block")
         if len(set(self.endpoints)) != len(self.endpoints):
@@ -470,6 +502,8 @@ class Config(_Strict):
     def _check(self) -> Config:
         if not self.pools:
             raise ValueError("at least one pool is required")
+        if not any("generate" in p.serves for p in self.pools):
+            raise ValueError("no pool serves `generate`")
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate pool name in {names}")

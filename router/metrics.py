@@ -13,8 +13,12 @@ or ``overrides`` (an admin write); ``result`` is ``ok``, ``timeout``, ``connecti
 ``error`` or ``short_circuit`` (refused by the open circuit breaker). ``key`` of the routing
 threshold series is ``long_prompt_tokens``, ``saturation_enter`` or ``saturation_exit``.
 
-Discovery (:mod:`router.discovery`): ``state`` is ``ready`` or ``draining``; ``reason`` of a
-watch restart is ``expired`` (410, re-list) or ``error`` (backoff). Discovered endpoint URLs
+Discovery (:mod:`router.discovery`): ``state`` of ``specgate_discovered_endpoints`` is
+``ready``, ``terminating`` (routed as the last resort) or ``draining``; ``state`` of
+``specgate_endpoints`` (every pool) is ``healthy``, ``unknown``, ``unhealthy`` or ``draining``;
+``reason`` of a watch restart is ``expired`` (410, re-list), ``error`` (backoff) or ``resync``.
+``specgate_suspect_truncations_total{pool}``: responses to a ``tools`` request that ended
+``stop`` with only reasoning (no content, no tool call; :mod:`router.passthrough`). Discovered endpoint URLs
 (pod IPs) appear only in ``specgate_scrape_failures_total``.
 API keys never appear in any series.
 """
@@ -198,14 +202,20 @@ class RouterMetrics:
             ["key"], registry=registry)
         self.discovered_endpoints = Gauge(
             "specgate_discovered_endpoints",
-            "Endpoints of a discovered pool: ready (routable once healthy) or draining.",
+            "Endpoints of a discovered pool: ready (routable once healthy), terminating (routed "
+            "as the last resort while no endpoint is ready) or draining.",
+            ["pool", "state"], registry=registry)
+        self.endpoints = Gauge(
+            "specgate_endpoints",
+            "Endpoints per pool by state: healthy, unknown (not yet probed), unhealthy, draining.",
             ["pool", "state"], registry=registry)
         self.discovery_lists = Counter(
-            "specgate_discovery_lists", "EndpointSlice list calls (start, then after each 410).",
+            "specgate_discovery_lists",
+            "EndpointSlice list calls (start, every watch reconnect, each resync).",
             ["pool"], registry=registry)
         self.discovery_watch_restarts = Counter(
             "specgate_discovery_watch_restarts",
-            "EndpointSlice watches restarted, by reason (expired: 410 re-list; error: backoff).",
+            "EndpointSlice watches restarted, by reason (expired: 410; error: backoff; resync: periodic).",
             ["pool", "reason"], registry=registry)
         self.config_info = Gauge(
             "specgate_config_last_reload_success_timestamp_seconds",
