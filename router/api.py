@@ -407,3 +407,6 @@ def install_routes(app: FastAPI) -> None:
 
     del chat_completions, completions, models, health, ready, metrics  # registered
     install_admin_routes(app)
+    from router.passthrough import install_passthrough_routes  # (it imports this module)
+
+    install_passthrough_routes(app)

@@ -455,7 +455,8 @@ class Runtime:
         return writes
 
     def snapshots(self, now: float) -> tuple[PoolSnapshot, ...]:
-        """Immutable views of every pool for :func:`router.policy.decide`."""
+        """Immutable views of every generation pool for :func:`router.policy.decide` (a pool
+        whose ``serves`` lacks ``generate``, e.g. an embedding pool, is never a target)."""
         stale = self.config.scrape.stale_after_s
         return tuple(
             PoolSnapshot(
@@ -463,7 +464,7 @@ class Runtime:
                 endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load(now, stale))
                                 for e in p.endpoints.values()),
                 saturated=p.saturated, low_acceptance=p.low_acceptance)
-            for p in self.pools)
+            for p in self.pools if "generate" in p.config.serves)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset()) -> Decision:
         """Update hysteresis, snapshot the pools and run the pure policy."""
