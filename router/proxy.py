@@ -90,6 +90,9 @@ class ProxyJob:
             of prompts (SGLang's ``_normalize_rid``); empty when none can be named (``n > 1``:
             SGLang gives each sample a fresh id, ``regenerate_rid``).
         received_at: ``time.perf_counter()`` when the request arrived (s).
+        end_events: for a stream that does not end with ``data: [DONE]`` (``/v1/responses``):
+            the byte strings of which one must appear for the stream to count as complete;
+            None: the ``[DONE]`` rule.
     """
 
     request_id: str
@@ -100,6 +103,7 @@ class ProxyJob:
     lease: Lease
     abort_rids: tuple[str, ...]
     received_at: float
+    end_events: tuple[bytes, ...] | None = None
     status: int = 0
     outcome: str = "ok"
     ttfb_s: float | None = None
@@ -289,6 +293,8 @@ class ProxyResponse(Response):
         job = self.job
         loop = asyncio.get_running_loop()
         tail = first[-32:]
+        ends = job.end_events
+        ended = ends is not None and any(e in first for e in ends)
         read = resp.content.readany
         watch = _IdleWatch(self._up.idle_timeout_s)
         try:
@@ -297,6 +303,8 @@ class ProxyResponse(Response):
                 if not chunk:
                     break
                 watch.last = loop.time()
+                if ends is not None and not ended:
+                    ended = any(e in tail + chunk for e in ends)
                 tail = (tail + chunk)[-32:]
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except asyncio.CancelledError:
@@ -314,7 +322,8 @@ class ProxyResponse(Response):
             return
         finally:
             watch.close()
-        if _DONE not in tail:
+        complete = ended if ends is not None else _DONE in tail
+        if not complete:
             job.outcome = "upstream_truncated"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
             return

@@ -16,6 +16,7 @@ router. Where the fake deliberately differs, the section "Differences" says so.
 
 Endpoints (SGLang's): ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /generate``,
 ``POST /v1/embeddings`` and ``POST /v1/rerank`` (with ``FakeConfig.is_embedding``),
+``POST /v1/responses`` (minimal: text output, no tools, no scripting),
 ``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health``, ``GET /health_generate``,
 ``GET /server_info`` (= ``/get_server_info``), ``GET /model_info`` (= ``/get_model_info``),
 ``GET /metrics``, ``GET /v1/loads``, ``POST /abort_request``, ``GET|POST /flush_cache``.
@@ -2249,8 +2250,52 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         entry["status"], entry["outcome"] = 200, "ok"
         return _json(scored)
 
+    # ---------------------------------------------------------------- responses endpoint
+
+    async def responses(request: Request) -> Response:
+        """A minimal ``/v1/responses``: ``max_output_tokens`` (default 16) tokens ``tok{i}``;
+        streamed as ``event: <type>`` + ``data:`` events ending with ``response.completed``."""
+        entry = state._log(request, None)
+        try:
+            doc = await _read_json(request, entry)
+            if not isinstance(doc, dict) or not isinstance(doc.get("input"), (str, list)):
+                raise _ClientError("1 validation error: input: Field required", "Bad Request")
+        except _ClientError as e:
+            entry["status"], entry["outcome"] = e.status, "error"
+            return _sglang_error(e.message, e.kind, e.status)
+        n = doc.get("max_output_tokens") if type(doc.get("max_output_tokens")) is int else 16
+        rid = doc.get("request_id") or f"resp_{uuid.uuid4().hex}"
+        entry["rids"] = [rid]
+        text = " ".join(f"tok{i}" for i in range(n))
+        body = {"id": rid, "object": "response", "created_at": int(time.time()),
+                "model": doc.get("model") or cfg.model_name, "status": "completed",
+                "output": [{"type": "message", "id": f"msg_{rid}", "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "usage": {"input_tokens": 1, "output_tokens": n, "total_tokens": n + 1}}
+        entry["status"], entry["outcome"] = 200, "ok"
+        if not doc.get("stream"):
+            return _json(body)
+
+        def event(kind: str, **payload: Any) -> bytes:
+            return f"event: {kind}\ndata: ".encode() + _dumps({"type": kind, **payload}) + b"\n\n"
+
+        events = [event("response.created", response={**body, "status": "in_progress", "output": []})]
+        events += [event("response.output_text.delta", item_id=f"msg_{rid}", output_index=0,
+                         content_index=0, delta=("" if i == 0 else " ") + f"tok{i}") for i in range(n)]
+        events.append(event("response.completed", response=body))
+
+        async def gen() -> AsyncIterator[bytes]:
+            for e in events:
+                yield e
+
+        from starlette.responses import StreamingResponse
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/v1/rerank", rerank, methods=["POST", "PUT"]),
         Route("/v1/completions", completions, methods=["POST"]),
