@@ -40,6 +40,7 @@ from router.features import (
     parse_chat,
     parse_completions,
 )
+from router.observe import ResponseObserver, wants_tools
 from router.policy import Reason
 from router.proxy import ProxyJob, ProxyResponse
 from router.responses import RESPONSES_END_EVENTS, parse_responses, responses_fields
@@ -226,7 +227,8 @@ async def _generate(request: Request, kind: str) -> Response:
         abort_rids = (responses_fields if kind == "responses" else _abort_rids)(doc, features, request_id, fields)
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
-                       received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None)
+                       received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
+                       observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None)
     except BaseException:
         lease.release()
         raise

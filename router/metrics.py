@@ -18,7 +18,9 @@ Discovery (:mod:`router.discovery`): ``state`` of ``specgate_discovered_endpoint
 ``specgate_endpoints`` (every pool) is ``healthy``, ``unknown``, ``unhealthy`` or ``draining``;
 ``reason`` of a watch restart is ``expired`` (410, re-list), ``error`` (backoff) or ``resync``.
 ``specgate_suspect_truncations_total{pool}``: responses to a ``tools`` request that ended
-``stop`` with only reasoning (no content, no tool call; :mod:`router.passthrough`). Discovered endpoint URLs
+``stop`` with only reasoning (no content, no tool call); with
+``specgate_completion_tokens_total``, ``specgate_reasoning_tokens_total`` (clamped to the
+completion tokens) and ``specgate_usage_inconsistent_total`` (:mod:`router.observe`). Discovered endpoint URLs
 (pod IPs) appear only in ``specgate_scrape_failures_total``.
 API keys never appear in any series.
 """
@@ -155,8 +157,23 @@ class RouterMetrics:
         self.upstream_aborts = LoopCounter(
             "specgate_upstream_aborts", "abort_request calls sent after a client went away or a timeout.",
             ["pool"])
+        # Response usage and endings (router.observe): per pool.
+        self.completion_tokens = LoopCounter(
+            "specgate_completion_tokens", "usage.completion_tokens of chat responses.", ["pool"])
+        self.reasoning_tokens = LoopCounter(
+            "specgate_reasoning_tokens",
+            "usage reasoning tokens of chat responses, clamped to [0, completion_tokens].", ["pool"])
+        self.usage_inconsistent = LoopCounter(
+            "specgate_usage_inconsistent",
+            "Usage blocks whose reasoning tokens exceed completion_tokens (or are negative).", ["pool"])
+        self.suspect_truncations = LoopCounter(
+            "specgate_suspect_truncations",
+            "Responses to a tools request that ended 'stop' with only reasoning (no content, no "
+            "tool call).", ["pool"])
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
-                                          self.prompt_tokens, self.upstream_failures, self.upstream_aborts]))
+                                          self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
+                                          self.completion_tokens, self.reasoning_tokens,
+                                          self.usage_inconsistent, self.suspect_truncations]))
         self.inflight = Gauge(
             "specgate_inflight_requests", "Requests dispatched by this router and not finished.",
             ["pool"], registry=registry)

@@ -93,6 +93,8 @@ class ProxyJob:
         end_events: for a stream that does not end with ``data: [DONE]`` (``/v1/responses``):
             the byte strings of which one must appear for the stream to count as complete;
             None: the ``[DONE]`` rule.
+        observer: sees the relayed bytes (a :class:`router.observe.ResponseObserver`: usage
+            and ending metrics) and is told the pool when the response ends; None: none.
     """
 
     request_id: str
@@ -104,6 +106,7 @@ class ProxyJob:
     abort_rids: tuple[str, ...]
     received_at: float
     end_events: tuple[bytes, ...] | None = None
+    observer: Any = None
     status: int = 0
     outcome: str = "ok"
     ttfb_s: float | None = None
@@ -170,6 +173,8 @@ class ProxyResponse(Response):
             running = False
             watcher.cancel()
             job.lease.release()
+            if job.observer is not None and job.status == 200:
+                job.observer.finish(job.decision.pool or "none")
             self._on_done(job)
 
     # -- the upstream call ------------------------------------------------------------
@@ -245,6 +250,8 @@ class ProxyResponse(Response):
                 await self._raise_stream_error(resp, first)
             job.ttfb_s = time.perf_counter() - job.received_at
             ctype = resp.headers.get("content-type", "application/json")
+            if job.observer is not None:
+                (job.observer.feed if job.features.stream else job.observer.body)(first)
             if not job.features.stream:
                 await self._start(send, resp.status, ctype, len(first))
                 await send({"type": "http.response.body", "body": first, "more_body": False})
@@ -295,6 +302,7 @@ class ProxyResponse(Response):
         tail = first[-32:]
         ends = job.end_events
         ended = ends is not None and any(e in first for e in ends)
+        observer = job.observer
         read = resp.content.readany
         watch = _IdleWatch(self._up.idle_timeout_s)
         try:
@@ -305,6 +313,8 @@ class ProxyResponse(Response):
                 watch.last = loop.time()
                 if ends is not None and not ended:
                     ended = any(e in tail + chunk for e in ends)
+                if observer is not None:
+                    observer.feed(chunk)
                 tail = (tail + chunk)[-32:]
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except asyncio.CancelledError:
