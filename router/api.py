@@ -43,7 +43,7 @@ from router.features import (
 from router.observe import ResponseObserver, wants_tools
 from router.policy import Reason
 from router.proxy import ProxyJob, ProxyResponse
-from router.responses import RESPONSES_END_EVENTS, parse_responses, responses_fields
+from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 
 __all__ = ["GENERATE_ROUTES", "install_routes", "serve_generate"]
 
@@ -179,6 +179,8 @@ async def _generate(request: Request, kind: str) -> Response:
     request.state.request_id = request_id
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
+    if kind == "responses":
+        check_served(runtime)
     body = await _read_body(request, limits.max_request_bytes)
     doc = _parse_json(request, body)
     parsed = _PARSERS[kind](doc, max_n=limits.max_n)

@@ -20,7 +20,8 @@ Cross-field checks made at load time (:func:`load_config` raises :class:`ConfigE
   context limit (sglang#3574: an EAGLE draft trained at 2048 positions crashed engines on
   longer inputs);
 - pool names and endpoint URLs are unique; at least one pool, and one that ``serves``
-  ``generate``; a speculative pool serves only ``generate``;
+  ``generate``; a speculative pool serves only ``generate``/``responses``; ``responses`` is
+  listed on every generation pool or on none;
 - ``state.renew_interval_s * 2 <= state.lease_ttl_s`` (a lease is renewed at least twice per
   TTL) and ``state.op_timeout_s < state.renew_interval_s``;
 - ``auth``: inline keys are non-empty without whitespace, and the admin key is not also a
@@ -220,7 +221,7 @@ class DiscoveryConfig(_Strict):
 
 
 #: Endpoint kinds a pool can serve (``PoolConfig.serves``).
-EndpointKind = Literal["generate", "embeddings", "rerank", "score", "classify"]
+EndpointKind = Literal["generate", "responses", "embeddings", "rerank", "score", "classify"]
 
 
 class PoolConfig(_Strict):
@@ -236,10 +237,13 @@ class PoolConfig(_Strict):
         draft_reserved_tokens: tokens a speculative engine reserves per request
             (K in the cases); derived from ``engine`` when left out.
         drafter_cost_ratio: c = T_draft / (gamma * T_target), used by the speedup model.
-        serves: the endpoint kinds the pool's engines answer: ``generate`` (chat,
-            completions, responses) and the pass-through kinds ``embeddings``, ``rerank``,
+        serves: the endpoint kinds the pool's engines answer: ``generate`` (chat and
+            completions), ``responses`` (``/v1/responses``, with ``generate``; opt-in because
+            SGLang serves it only with the ``openai_harmony`` package installed,
+            :mod:`router.responses`) and the pass-through kinds ``embeddings``, ``rerank``,
             ``score``, ``classify`` (:mod:`router.passthrough`). A pool without ``generate``
-            is never a generation target; a speculative pool serves only ``generate``.
+            is never a generation target; a speculative pool serves only ``generate`` and
+            ``responses``.
     """
 
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
@@ -256,8 +260,10 @@ class PoolConfig(_Strict):
     def _check(self) -> PoolConfig:
         if not self.serves or len(set(self.serves)) != len(self.serves):
             raise ValueError("`serves` must list each endpoint kind once, at least one")
-        if self.speculative and self.serves != ("generate",):
-            raise ValueError("a speculative pool serves only `generate`")
+        if "responses" in self.serves and "generate" not in self.serves:
+            raise ValueError("`serves: [responses]` needs `generate` too (responses are generation)")
+        if self.speculative and not set(self.serves) <= {"generate", "responses"}:
+            raise ValueError("a speculative pool serves only `generate` (and `responses`)")
         if not self.endpoints and self.discovery is None:
             raise ValueError("a pool needs `endpoints` or a `discovery` block")
         if len(set(self.endpoints)) != len(self.endpoints):
@@ -504,6 +510,9 @@ class Config(_Strict):
             raise ValueError("at least one pool is required")
         if not any("generate" in p.serves for p in self.pools):
             raise ValueError("no pool serves `generate`")
+        generating = [p for p in self.pools if "generate" in p.serves]
+        if len({"responses" in p.serves for p in generating}) > 1:
+            raise ValueError("list `responses` in `serves` of every pool that serves `generate`, or of none")
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate pool name in {names}")

@@ -10,7 +10,7 @@ route                         kind         router's answer
 ``POST /v1/score``            score        same (SGLang scores with a CausalLM's logprobs too,
                                            so a plain generation pool may list it)
 ``POST /v1/classify``         classify     same
-``POST /v1/responses``        (generate)   counted and routed like chat (:mod:`router.responses`)
+``POST /v1/responses``        responses    counted and routed like chat (:mod:`router.responses`)
 ============================  ===========  ====================================================
 
 A kind no pool serves answers 404 ``{"error": {"type": "invalid_request_error", "param": null,
@@ -61,6 +61,7 @@ from router.errors import (
     InvalidRequest,
     NoHealthyUpstream,
     SpecgateError,
+    UnsupportedEndpoint,
     UpstreamError,
     UpstreamTimeout,
     map_engine_error,
@@ -75,14 +76,6 @@ PASSTHROUGH_ROUTES = {"/v1/embeddings": "embeddings", "/v1/rerank": "rerank",
 
 #: The field a kind's errors name (over-length or invalid input).
 _INPUT_PARAM = {"embeddings": "input", "rerank": "documents", "score": "items", "classify": "input"}
-
-
-class UnsupportedEndpoint(SpecgateError):
-    """No configured pool serves this endpoint (HTTP 404)."""
-
-    status = 404
-    type = "invalid_request_error"
-    code = "unsupported_endpoint"
 
 
 def _token_ids(value: Any) -> bool:

@@ -1,5 +1,12 @@
 """``POST /v1/responses``: counted and routed like chat, relayed to the engine's own endpoint.
 
+Opt-in: served when the generation pools list ``responses`` in ``serves``, else 404
+``unsupported_endpoint`` (:func:`check_served`). SGLang 0.5.23 disables its endpoint when the
+``openai_harmony`` package is missing ("OpenAI Responses API (/v1/responses) disabled" in its
+log) and then answers every call with a bare 500; measured on the CPU server of the tiny
+model, which with the package installed served it, its ``usage.input_tokens`` equal to this
+module's count for string, message-list and function-tool inputs.
+
 SGLang 0.5.23 serves the Responses API itself (``http_server.py: v1_responses_request``,
 ``openai/serving_responses.py``), so the router does not convert the request: it forwards the
 client's body (with at most ``model``, ``max_output_tokens`` and ``request_id`` added) to the
@@ -15,7 +22,8 @@ request into the chat conversation SGLang renders (``_construct_input_messages``
   items are left out of the count. System messages are coalesced into one leading message
   (joined with a blank line) and consecutive assistant messages merged, as SGLang does.
 - ``tools`` of ``type: "function"`` (the Responses API's flat ``{name, description,
-  parameters}``) -> chat tools; built-in tools (web search, ...) add nothing to the count.
+  parameters, strict}``) -> chat tools built as SGLang builds them (``Function(name=,
+  description=, parameters=, strict=)``, ``strict`` false when absent); built-in tools (web search, ...) add nothing to the count.
   ``tool_choice`` keeps its meaning (``"none"`` leaves the tools out of the template).
 - ``max_output_tokens`` is the output budget, treated like chat's ``max_tokens`` for the
   context check and the pool choice; when absent the router's default budget is forwarded as
@@ -33,10 +41,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from router.errors import InvalidRequest
+from router.errors import InvalidRequest, UnsupportedEndpoint
 from router.features import ParsedRequest, RequestFeatures, _strict_int
 
-__all__ = ["RESPONSES_END_EVENTS", "parse_responses", "responses_fields", "to_chat"]
+__all__ = ["RESPONSES_END_EVENTS", "check_served", "parse_responses", "responses_fields", "to_chat"]
 
 #: SSE events that end a complete ``/v1/responses`` stream (SGLang 0.5.23 serving_responses).
 RESPONSES_END_EVENTS = (b"event: response.completed", b"event: response.incomplete",
@@ -148,8 +156,11 @@ def to_chat(doc: dict[str, Any]) -> dict[str, Any]:
                 continue
             if not isinstance(t.get("name"), str):
                 raise InvalidRequest("each function tool needs a `name`", param="tools")
+            # as SGLang builds it: Function(name=, description=, parameters=, strict=), with
+            # ResponseTool's defaults (description None, strict False)
             functions.append({"type": "function", "function": {
-                k: t[k] for k in ("name", "description", "parameters", "strict") if k in t}})
+                "name": t["name"], "description": t.get("description"), "parameters": t.get("parameters"),
+                "strict": bool(t.get("strict") or False)}})
         if functions:
             chat["tools"] = functions
     choice = doc.get("tool_choice")
@@ -184,6 +195,14 @@ def parse_responses(doc: Any, *, max_n: int) -> ParsedRequest:
         raise InvalidRequest("`stream` must be a boolean", param="stream")
     budget = _strict_int(doc, "max_output_tokens", minimum=1)
     return ParsedRequest("chat", to_chat(doc), budget, 1, bool(stream), "input")
+
+
+def check_served(runtime: Any) -> None:
+    """Raise :class:`UnsupportedEndpoint` (404) unless the pools of ``runtime`` (a
+    :class:`router.pools.Runtime`) list ``responses`` in ``serves``."""
+    if not any("responses" in p.config.serves for p in runtime.pools):
+        raise UnsupportedEndpoint("/v1/responses is not served by this router: no pool lists "
+                                  "`responses` in `serves`")
 
 
 def responses_fields(doc: dict[str, Any], features: RequestFeatures, request_id: str,

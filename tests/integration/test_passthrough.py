@@ -190,3 +190,12 @@ def test_config_refuses_a_speculative_pool_serving_embeddings(tmp_path: Path) ->
     with pytest.raises(ConfigError):
         parse_config({**base, "pools": [{"name": "p", "speculative": False, "endpoints": ["http://a:1"],
                                          "serves": ["chat"]}]})
+    with pytest.raises(ConfigError, match="needs `generate` too"):
+        parse_config({**base, "pools": [{"name": "p", "speculative": False, "endpoints": ["http://a:1"],
+                                         "serves": ["responses"]}]})
+    two = [{"name": "s", "speculative": True, "endpoints": ["http://a:1"], "serves": ["generate", "responses"]},
+           {"name": "p", "speculative": False, "endpoints": ["http://b:1"]}]
+    with pytest.raises(ConfigError, match="every pool that serves `generate`, or of none"):
+        parse_config({**base, "pools": two})
+    two[1]["serves"] = ["responses", "generate", "score"]
+    assert parse_config({**base, "pools": two}).pools[0].serves == ("generate", "responses")

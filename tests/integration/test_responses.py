@@ -3,13 +3,36 @@ own endpoint (SGLang 0.5.23 serves it), ``max_output_tokens`` treated like ``max
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+import yaml
 
 from tests.integration.conftest import Stack
 
 RESP = "/v1/responses"
+
+
+@pytest.fixture
+def stack(tmp_path: Path, tokenizer_dir: Path) -> Iterator[Stack]:
+    """The two-pool stack with ``serves: [generate, responses]`` on both pools (a reload)."""
+    s = Stack(tmp_path, tokenizer_dir)
+    try:
+        doc = yaml.safe_load(s.config_path.read_text())
+        for pool in doc["pools"]:
+            pool["serves"] = ["generate", "responses"]
+        s.config_path.write_text(yaml.safe_dump(doc))
+        deadline = time.monotonic() + 10
+        while not all("responses" in p.config.serves for p in s.router.state.runtime.pools):
+            assert time.monotonic() < deadline, "config not reloaded"
+            time.sleep(0.02)
+        yield s
+    finally:
+        s.close()
 
 
 def _log(stack: Stack, fake: Any) -> list[dict[str, Any]]:
@@ -71,3 +94,16 @@ def test_invalid_responses_fields_are_400s_naming_the_field(stack: Stack) -> Non
         assert resp.status_code == 400, body
         assert resp.json()["error"]["param"] == param, body
     assert _log(stack, stack.spec) == [] and _log(stack, stack.plain) == []
+
+
+def test_responses_is_a_404_unless_the_pools_list_it(tmp_path: Path, tokenizer_dir: Path) -> None:
+    s = Stack(tmp_path, tokenizer_dir)
+    try:
+        resp = s.client.post(RESP, json={"model": "tiny-llama", "input": "hi"})
+        assert resp.status_code == 404
+        assert resp.json()["error"] == {
+            "message": "/v1/responses is not served by this router: no pool lists `responses` in `serves`",
+            "type": "invalid_request_error", "param": None, "code": "unsupported_endpoint"}
+        assert _log(s, s.spec) == [] and _log(s, s.plain) == []
+    finally:
+        s.close()

@@ -43,7 +43,8 @@ def test_items_tools_and_tool_choice() -> None:
                  "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
             {"role": "tool", "tool_call_id": "c1", "content": '{"t": 20}'},
         ],
-        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "description": None,
+                                                    "parameters": {"type": "object"}, "strict": False}}],
         "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
         "chat_template_kwargs": {"enable_thinking": False},
     }
