@@ -330,7 +330,8 @@ _PARSERS = {"chat": parse_chat, "completions": parse_completions, "responses": p
 
 
 async def serve_generate(scope: dict[str, Any], receive: Any, send: Any, kind: str) -> None:
-    """ASGI handler of ``POST /v1/chat/completions`` (``kind="chat"``) and ``/v1/completions``.
+    """ASGI handler of ``POST /v1/chat/completions`` (``kind="chat"``), ``/v1/completions`` and
+    ``/v1/responses`` (:mod:`router.responses`).
 
     Called by :class:`router.app.RouterApp` ahead of FastAPI's middleware stack and router,
     which cost about a sixth of the proxy's CPU per request (issue 8's profile); errors get the

@@ -5,6 +5,9 @@ Labels are bounded: ``pool`` (config pool names, or ``none`` for refused request
 (HTTP status codes the router answers), ``endpoint`` (config endpoint URLs), ``result``.
 The engine's own metric names (``sglang:*``) are never reused.
 
+Pass-through requests (:mod:`router.passthrough`) use their kind as ``reason``: ``embeddings``,
+``rerank``, ``score``, ``classify``.
+
 Rejection reasons used with ``pool="none"``: ``context_cap``, ``invalid_request``,
 ``request_too_large``, ``no_healthy_upstream``, ``unauthorized``.
 
