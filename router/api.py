@@ -41,8 +41,10 @@ from router.features import (
     parse_chat,
     parse_completions,
 )
+from router.observe import ResponseObserver, wants_tools
 from router.policy import Outcome, Reason, flip_points, over_length_message, request_features
 from router.proxy import ProxyJob, ProxyResponse
+from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 
 __all__ = ["GENERATE_ROUTES", "install_routes", "serve_generate"]
 
@@ -168,9 +170,11 @@ async def _generate(request: Request, kind: str) -> Response:
     request.state.request_id = request_id
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
+    if kind == "responses":
+        check_served(runtime)
     body = await _read_body(request, limits.max_request_bytes)
     doc = _parse_json(request, body)
-    parsed = (parse_chat if kind == "chat" else parse_completions)(doc, max_n=limits.max_n)
+    parsed = _PARSERS[kind](doc, max_n=limits.max_n)
     request.state.param = parsed.param
     model = doc.get("model")
     if model is not None and not cfg.model.serves(model):
@@ -202,10 +206,11 @@ async def _generate(request: Request, kind: str) -> Response:
             fields["max_tokens"] = features.max_new_tokens
         # the engine rid stays the router's own id: a client may reuse its x-request-id
         # (retries), and SGLang refuses a rid that is already running
-        abort_rids = _abort_rids(doc, features, own_id, fields)
+        abort_rids = (responses_fields if kind == "responses" else _abort_rids)(doc, features, own_id, fields)
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
-                       received_at=received)
+                       received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
+                       observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None)
     except BaseException:
         lease.release()
         raise
@@ -307,11 +312,16 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
 
 
 #: The generation routes served by :func:`serve_generate` (path -> request kind).
-GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions",
+                   "/v1/responses": "responses"}
+
+#: Each generation kind's parser (:mod:`router.features`, :mod:`router.responses`).
+_PARSERS = {"chat": parse_chat, "completions": parse_completions, "responses": parse_responses}
 
 
 async def serve_generate(scope: dict[str, Any], receive: Any, send: Any, kind: str) -> None:
-    """ASGI handler of ``POST /v1/chat/completions`` (``kind="chat"``) and ``/v1/completions``.
+    """ASGI handler of ``POST /v1/chat/completions`` (``kind="chat"``), ``/v1/completions`` and
+    ``/v1/responses`` (:mod:`router.responses`).
 
     Called by :class:`router.app.RouterApp` ahead of FastAPI's middleware stack and router,
     which cost about a sixth of the proxy's CPU per request (issue 8's profile); errors get the
@@ -341,6 +351,10 @@ def install_routes(app: FastAPI) -> None:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await _generate(request, "completions")
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await _generate(request, "responses")
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -408,5 +422,8 @@ def install_routes(app: FastAPI) -> None:
         logging.getLogger("specgate").exception("internal error")
         return _error_response(request, SpecgateError("internal router error"))
 
-    del chat_completions, completions, models, health, ready, metrics  # registered
+    del chat_completions, completions, responses, models, health, ready, metrics  # registered
     install_admin_routes(app)
+    from router.passthrough import install_passthrough_routes  # (it imports this module)
+
+    install_passthrough_routes(app)

@@ -22,6 +22,9 @@ Cross-field checks made at load time (:func:`load_config` raises :class:`ConfigE
 - pool names and endpoint URLs are unique; at least one pool;
 - ``upstream.keepalive_timeout_s < engine_keepalive_s`` of every pool (the router drops an idle
   connection before the engine closes it, sgl-project/sglang#20851);
+- pool names and endpoint URLs are unique; at least one pool, and one that ``serves``
+  ``generate``; a speculative pool serves only ``generate``/``responses``; ``responses`` is
+  listed on every generation pool or on none;
 - ``state.renew_interval_s * 2 <= state.lease_ttl_s`` (a lease is renewed at least twice per
   TTL) and ``state.op_timeout_s < state.renew_interval_s``;
 - ``auth``: inline keys are non-empty without whitespace, and the admin key is not also a
@@ -162,6 +165,11 @@ class EngineConfig(_Strict):
 
     ``draft_max_positions`` is the drafter's ``max_position_embeddings`` (tokens); when left
     out it is read from ``speculative_draft_model_path/config.json`` if that file exists.
+
+    ``tool_call_parser`` / ``reasoning_parser`` become ``--tool-call-parser`` /
+    ``--reasoning-parser`` (e.g. ``llama3``, ``qwen25``; ``qwen3``, ``deepseek-r1``): the names
+    SGLang's parsers register (``sglang.srt.function_call``, ``sglang.srt.parser``); None
+    leaves the flag out (no tool-call or reasoning parsing, the text stays in ``content``).
     """
 
     model_path: StrictStr
@@ -177,6 +185,8 @@ class EngineConfig(_Strict):
     speculative_eagle_topk: PositiveInt | None = None
     speculative_num_draft_tokens: PositiveInt | None = None
     draft_max_positions: PositiveInt | None = None
+    tool_call_parser: NonEmptyStr | None = None
+    reasoning_parser: NonEmptyStr | None = None
     cpu: StrictBool = False
     extra_args: tuple[StrictStr, ...] = ()
 
@@ -195,12 +205,27 @@ class EngineConfig(_Strict):
 
 
 class DiscoveryConfig(_Strict):
-    """Kubernetes discovery of a pool's endpoints (EndpointSlices with this label selector)."""
+    """Kubernetes discovery of a pool's endpoints (EndpointSlices with this label selector).
+
+    Attributes:
+        resync_s: seconds between two full re-lists while a watch is open (bounds how long a
+            missed watch event can go unnoticed).
+        serve_terminating_when_empty: when no endpoint of the pool is ``ready``, route to the
+            endpoints that are ``serving`` and ``terminating`` (pods draining in a rolling
+            update) as a last resort; off by default, so an empty pool falls back to another
+            pool or answers 503 (docs/operator-guide.md, "Kubernetes discovery").
+    """
 
     namespace: StrictStr = "default"
     label_selector: StrictStr
     port: Annotated[int, Field(strict=True, ge=1, le=65535)]
     scheme: Literal["http", "https"] = "http"
+    resync_s: PositiveFloat = 60.0
+    serve_terminating_when_empty: StrictBool = False
+
+
+#: Endpoint kinds a pool can serve (``PoolConfig.serves``).
+EndpointKind = Literal["generate", "responses", "embeddings", "rerank", "score", "classify"]
 
 
 class SpeedConfig(_Strict):
@@ -247,6 +272,13 @@ class PoolConfig(_Strict):
         engine_keepalive_s: the engines' idle keep-alive (seconds; SGLang's
             ``SGLANG_TIMEOUT_KEEP_ALIVE``, uvicorn's 5 s by default); ``upstream.keepalive_timeout_s``
             must be below it (sgl-project/sglang#20851).
+        serves: the endpoint kinds the pool's engines answer: ``generate`` (chat and
+            completions), ``responses`` (``/v1/responses``, with ``generate``; opt-in because
+            SGLang serves it only with the ``openai_harmony`` package installed,
+            :mod:`router.responses`) and the pass-through kinds ``embeddings``, ``rerank``,
+            ``score``, ``classify`` (:mod:`router.passthrough`). A pool without ``generate``
+            is never a generation target; a speculative pool serves only ``generate`` and
+            ``responses``.
     """
 
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
@@ -259,9 +291,16 @@ class PoolConfig(_Strict):
     engine: EngineConfig | None = None
     speed: SpeedConfig | None = None
     engine_keepalive_s: PositiveFloat = 5.0
+    serves: tuple[EndpointKind, ...] = ("generate",)
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
+        if not self.serves or len(set(self.serves)) != len(self.serves):
+            raise ValueError("`serves` must list each endpoint kind once, at least one")
+        if "responses" in self.serves and "generate" not in self.serves:
+            raise ValueError("`serves: [responses]` needs `generate` too (responses are generation)")
+        if self.speculative and not set(self.serves) <= {"generate", "responses"}:
+            raise ValueError("a speculative pool serves only `generate` (and `responses`)")
         if not self.endpoints and self.discovery is None:
             raise ValueError("a pool needs `endpoints` or a `discovery` block")
         if len(set(self.endpoints)) != len(self.endpoints):
@@ -555,6 +594,11 @@ class Config(_Strict):
     def _check(self) -> Config:
         if not self.pools:
             raise ValueError("at least one pool is required")
+        if not any("generate" in p.serves for p in self.pools):
+            raise ValueError("no pool serves `generate`")
+        generating = [p for p in self.pools if "generate" in p.serves]
+        if len({"responses" in p.serves for p in generating}) > 1:
+            raise ValueError("list `responses` in `serves` of every pool that serves `generate`, or of none")
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate pool name in {names}")

@@ -8,6 +8,7 @@
     │   └── UnsupportedMediaType        400     invalid_request_error  invalid_content_type
     ├── RequestTooLarge                 413     invalid_request_error  request_too_large
     ├── NotFound                        404     invalid_request_error  not_found
+    ├── UnsupportedEndpoint             404     invalid_request_error  unsupported_endpoint
     ├── MethodNotAllowed                405     invalid_request_error  method_not_allowed
     ├── AuthenticationError             401     invalid_request_error  invalid_api_key
     ├── PermissionDenied                403     invalid_request_error  permission_denied
@@ -42,6 +43,7 @@ __all__ = [
     "RequestTooLarge",
     "SharedStateUnavailable",
     "SpecgateError",
+    "UnsupportedEndpoint",
     "UnsupportedMediaType",
     "UpstreamClientError",
     "UpstreamConnectionError",
@@ -133,6 +135,14 @@ class NotFound(SpecgateError):
     status = 404
     type = "invalid_request_error"
     code = "not_found"
+
+
+class UnsupportedEndpoint(SpecgateError):
+    """No configured pool serves this endpoint (HTTP 404; ``router.passthrough``)."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "unsupported_endpoint"
 
 
 class MethodNotAllowed(SpecgateError):

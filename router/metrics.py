@@ -5,6 +5,9 @@ Labels are bounded: ``pool`` (config pool names, or ``none`` for refused request
 (HTTP status codes the router answers), ``endpoint`` (config endpoint URLs), ``result``.
 The engine's own metric names (``sglang:*``) are never reused.
 
+Pass-through requests (:mod:`router.passthrough`) use their kind as ``reason``: ``embeddings``,
+``rerank``, ``score``, ``classify``.
+
 Rejection reasons used with ``pool="none"``: ``context_cap``, ``invalid_request``,
 ``request_too_large``, ``no_healthy_upstream``, ``unauthorized``.
 
@@ -13,8 +16,14 @@ or ``overrides`` (an admin write); ``result`` is ``ok``, ``timeout``, ``connecti
 ``error`` or ``short_circuit`` (refused by the open circuit breaker). ``key`` of the routing
 threshold series is ``long_prompt_tokens``, ``saturation_enter`` or ``saturation_exit``.
 
-Discovery (:mod:`router.discovery`): ``state`` is ``ready`` or ``draining``; ``reason`` of a
-watch restart is ``expired`` (410, re-list) or ``error`` (backoff). Discovered endpoint URLs
+Discovery (:mod:`router.discovery`): ``state`` of ``specgate_discovered_endpoints`` is
+``ready``, ``terminating`` (routed as the last resort) or ``draining``; ``state`` of
+``specgate_endpoints`` (every pool) is ``healthy``, ``unknown``, ``unhealthy`` or ``draining``;
+``reason`` of a watch restart is ``expired`` (410, re-list), ``error`` (backoff) or ``resync``.
+``specgate_suspect_truncations_total{pool}``: responses to a ``tools`` request that ended
+``stop`` with only reasoning (no content, no tool call); with
+``specgate_completion_tokens_total``, ``specgate_reasoning_tokens_total`` (clamped to the
+completion tokens) and ``specgate_usage_inconsistent_total`` (:mod:`router.observe`). Discovered endpoint URLs
 (pod IPs) appear only in ``specgate_scrape_failures_total``.
 API keys never appear in any series.
 """
@@ -164,10 +173,25 @@ class RouterMetrics:
             "Engine refusals before the first byte, by pool and reason (http_503, http_429, "
             "stream_error: a 429/503 error event in a 200 stream, stream_abort: an abort "
             "before any content).", ["pool", "reason"])
+        # Response usage and endings (router.observe): per pool.
+        self.completion_tokens = LoopCounter(
+            "specgate_completion_tokens", "usage.completion_tokens of chat responses.", ["pool"])
+        self.reasoning_tokens = LoopCounter(
+            "specgate_reasoning_tokens",
+            "usage reasoning tokens of chat responses, clamped to [0, completion_tokens].", ["pool"])
+        self.usage_inconsistent = LoopCounter(
+            "specgate_usage_inconsistent",
+            "Usage blocks whose reasoning tokens exceed completion_tokens (or are negative).", ["pool"])
+        self.suspect_truncations = LoopCounter(
+            "specgate_suspect_truncations",
+            "Responses to a tools request that ended 'stop' with only reasoning (no content, no "
+            "tool call).", ["pool"])
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
                                           self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
                                           self.upstream_stale_retries, self.engine_rejections,
-                                          self.predicted_completion]))
+                                          self.predicted_completion, self.completion_tokens,
+                                          self.reasoning_tokens, self.usage_inconsistent,
+                                          self.suspect_truncations]))
         self.inflight = Gauge(
             "specgate_inflight_requests", "Requests dispatched by this router and not finished.",
             ["pool"], registry=registry)
@@ -222,14 +246,20 @@ class RouterMetrics:
             ["key"], registry=registry)
         self.discovered_endpoints = Gauge(
             "specgate_discovered_endpoints",
-            "Endpoints of a discovered pool: ready (routable once healthy) or draining.",
+            "Endpoints of a discovered pool: ready (routable once healthy), terminating (routed "
+            "as the last resort while no endpoint is ready) or draining.",
+            ["pool", "state"], registry=registry)
+        self.endpoints = Gauge(
+            "specgate_endpoints",
+            "Endpoints per pool by state: healthy, unknown (not yet probed), unhealthy, draining.",
             ["pool", "state"], registry=registry)
         self.discovery_lists = Counter(
-            "specgate_discovery_lists", "EndpointSlice list calls (start, then after each 410).",
+            "specgate_discovery_lists",
+            "EndpointSlice list calls (start, every watch reconnect, each resync).",
             ["pool"], registry=registry)
         self.discovery_watch_restarts = Counter(
             "specgate_discovery_watch_restarts",
-            "EndpointSlice watches restarted, by reason (expired: 410 re-list; error: backoff).",
+            "EndpointSlice watches restarted, by reason (expired: 410; error: backoff; resync: periodic).",
             ["pool", "reason"], registry=registry)
         self.config_info = Gauge(
             "specgate_config_last_reload_success_timestamp_seconds",

@@ -561,11 +561,14 @@ class Runtime:
         return writes
 
     def snapshots(self, now: float) -> tuple[PoolSnapshot, ...]:
-        """Immutable views of every pool for :func:`router.policy.decide`."""
+        """Immutable views of every generation pool for :func:`router.policy.decide` (a pool
+        whose ``serves`` lacks ``generate``, e.g. an embedding pool, is never a target)."""
         stale = self.config.scrape.stale_after_s
         floor = self.routing.saturation.enter
         out = []
         for p in self.pools:
+            if "generate" not in p.config.serves:
+                continue
             # The flags as the next hysteresis step would set them from the load now (read
             # only: the stored state moves in advance_bypass), so a burst between two scrape
             # rounds meets the saturation guard at once.

@@ -144,6 +144,11 @@ class ProxyJob:
         stale_retries: the pool of each resend after a stale keep-alive connection.
         rejections: ``(pool, reason)`` of each engine capacity refusal (reason ``http_503``,
             ``http_429``, ``stream_error`` or ``stream_abort``).
+        end_events: for a stream that does not end with ``data: [DONE]`` (``/v1/responses``):
+            the byte strings of which one must appear for the stream to count as complete;
+            None: the ``[DONE]`` rule.
+        observer: sees the relayed bytes (a :class:`router.observe.ResponseObserver`: usage
+            and ending metrics) and is told the pool when the response ends; None: none.
     """
 
     request_id: str
@@ -154,6 +159,8 @@ class ProxyJob:
     lease: Lease
     abort_rids: tuple[str, ...]
     received_at: float
+    end_events: tuple[bytes, ...] | None = None
+    observer: Any = None
     status: int = 0
     outcome: str = "ok"
     ttfb_s: float | None = None
@@ -231,6 +238,8 @@ class ProxyResponse(Response):
             running = False
             watcher.cancel()
             job.lease.release()
+            if job.observer is not None and job.status == 200:
+                job.observer.finish(job.decision.pool or "none")
             self._on_done(job)
 
     # -- the upstream call ------------------------------------------------------------
@@ -354,6 +363,8 @@ class ProxyResponse(Response):
                 raise UpstreamError("upstream worker failed")
             job.ttfb_s = time.perf_counter() - job.received_at
             ctype = resp.headers.get("content-type", "application/json")
+            if job.observer is not None and not job.features.stream:
+                job.observer.body(first)  # a stream's events are fed as they are relayed
             if not job.features.stream:
                 await self._start(send, resp.status, ctype, len(first))
                 await send({"type": "http.response.body", "body": first, "more_body": False})
@@ -429,6 +440,9 @@ class ProxyResponse(Response):
         tail = b""
         held = b""  # an incomplete trailing event
         chunk = first
+        ends = job.end_events
+        ended = False
+        observer = job.observer
         read = resp.content.readany
         watch = IdleWatch(self._up.idle_timeout_s)
         try:
@@ -449,6 +463,10 @@ class ProxyResponse(Response):
                         await send({"type": "http.response.body", "body": ENGINE_ABORT_EVENT,
                                     "more_body": False})
                         return
+                    if ends is not None and not ended:
+                        ended = any(e in tail + chunk for e in ends)
+                    if observer is not None:
+                        observer.feed(chunk)
                     tail = (tail + chunk)[-32:]
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 chunk = await read()
@@ -471,9 +489,14 @@ class ProxyResponse(Response):
         finally:
             watch.close()
         if held:  # bytes after the last complete event (not SSE): relayed as they are
+            if ends is not None and not ended:
+                ended = any(e in tail + held for e in ends)
+            if observer is not None:
+                observer.feed(held)
             tail = (tail + held)[-32:]
             await send({"type": "http.response.body", "body": held, "more_body": True})
-        if _DONE not in tail:
+        complete = ended if ends is not None else _DONE in tail
+        if not complete:
             job.outcome = "upstream_truncated"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
             return

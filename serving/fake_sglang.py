@@ -15,6 +15,8 @@ Everything below was read from SGLang 0.5.23's own source (the PyPI wheel:
 router. Where the fake deliberately differs, the section "Differences" says so.
 
 Endpoints (SGLang's): ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /generate``,
+``POST /v1/embeddings`` and ``POST /v1/rerank`` (with ``FakeConfig.is_embedding``),
+``POST /v1/responses`` (minimal: text output, no tools, no scripting),
 ``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health``, ``GET /health_generate``,
 ``GET /server_info`` (= ``/get_server_info``), ``GET /model_info`` (= ``/get_model_info``),
 ``GET /metrics``, ``GET /v1/loads``, ``POST /abort_request``, ``GET|POST /flush_cache``.
@@ -253,6 +255,12 @@ class FakeConfig:
         weight_version: reported in ``metadata.weight_version``.
         max_log_entries: the access log keeps this many newest entries (memory bound for
             benchmarks).
+    Embedding models (``--is-embedding``):
+        is_embedding: serve ``/v1/embeddings`` and ``/v1/rerank``; without it both answer 400
+            with SGLang's "does not appear to be an embedding model" message.
+        embedding_dim: floats per embedding when the request gives no ``dimensions``; embedding
+            ``k`` of input ``i`` is ``sin(i * 1000 + k + 1)`` (deterministic; a large
+            ``dimensions`` makes a large response).
     """
 
     model_name: str = "fake-model"
@@ -280,6 +288,8 @@ class FakeConfig:
     dp_size: int = 1
     weight_version: str = "default"
     max_log_entries: int = 100_000
+    is_embedding: bool = False
+    embedding_dim: int = 8
 
     def __post_init__(self) -> None:
         if self.context_length < 8:
@@ -2262,8 +2272,112 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             }
         )
 
+    # ---------------------------------------------------------------- embedding endpoints
+
+    def _embedding_input(doc: Any) -> list[Any]:
+        if not isinstance(doc, dict):
+            raise _ClientError("1 validation error: body: Input should be a valid dictionary", "Bad Request")
+        value = doc.get("input")
+        if not value or (isinstance(value, str) and not value.strip()):
+            raise _ClientError("Input cannot be empty")
+        if isinstance(value, str) or (isinstance(value, list) and all(type(t) is int for t in value)):
+            return [value]
+        if isinstance(value, list) and all(isinstance(v, (str, list)) for v in value):
+            return list(value)
+        raise _ClientError("1 validation error: input: Input should be a valid string or list", "Bad Request")
+
+    def _input_tokens(value: Any) -> int:
+        return len(value) if isinstance(value, list) else state.counter.text(value)
+
+    async def embeddings(request: Request) -> Response:
+        entry = state._log(request, None)
+        try:
+            doc = await _read_json(request, entry)
+            inputs = _embedding_input(doc)
+            if not cfg.is_embedding:
+                raise _ClientError(
+                    "This model does not appear to be an embedding model by default. Please add "
+                    "`--is-embedding` when launching the server or try another model.")
+        except _ClientError as e:
+            entry["status"], entry["outcome"] = e.status, "error"
+            return _sglang_error(e.message, e.kind, e.status)
+        dim = doc.get("dimensions") if type(doc.get("dimensions")) is int else cfg.embedding_dim
+        tokens = sum(_input_tokens(v) for v in inputs)
+        entry["status"], entry["outcome"] = 200, "ok"
+        return _json({
+            "data": [{"embedding": [math.sin(i * 1000 + k + 1) for k in range(dim)], "index": i,
+                      "object": "embedding"} for i in range(len(inputs))],
+            "model": doc.get("model") or cfg.model_name, "object": "list",
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0,
+                      "prompt_tokens_details": None}})
+
+    async def rerank(request: Request) -> Response:
+        entry = state._log(request, None)
+        try:
+            doc = await _read_json(request, entry)
+            if not isinstance(doc, dict) or not isinstance(doc.get("documents"), list) or "query" not in doc:
+                raise _ClientError("1 validation error: query, documents: Field required", "Bad Request")
+            if not cfg.is_embedding:
+                raise _ClientError(
+                    "This model does not appear to be an embedding model by default. Please add "
+                    "`--is-embedding` when launching the server or try another model.")
+        except _ClientError as e:
+            entry["status"], entry["outcome"] = e.status, "error"
+            return _sglang_error(e.message, e.kind, e.status)
+        docs = doc["documents"]
+        scored = sorted(({"score": 1.0 / (i + 1), "document": d, "index": i} for i, d in enumerate(docs)),
+                        key=lambda r: -r["score"])
+        entry["status"], entry["outcome"] = 200, "ok"
+        return _json(scored)
+
+    # ---------------------------------------------------------------- responses endpoint
+
+    async def responses(request: Request) -> Response:
+        """A minimal ``/v1/responses``: ``max_output_tokens`` (default 16) tokens ``tok{i}``;
+        streamed as ``event: <type>`` + ``data:`` events ending with ``response.completed``."""
+        entry = state._log(request, None)
+        try:
+            doc = await _read_json(request, entry)
+            if not isinstance(doc, dict) or not isinstance(doc.get("input"), (str, list)):
+                raise _ClientError("1 validation error: input: Field required", "Bad Request")
+        except _ClientError as e:
+            entry["status"], entry["outcome"] = e.status, "error"
+            return _sglang_error(e.message, e.kind, e.status)
+        n = doc.get("max_output_tokens") if type(doc.get("max_output_tokens")) is int else 16
+        rid = doc.get("request_id") or f"resp_{uuid.uuid4().hex}"
+        entry["rids"] = [rid]
+        text = " ".join(f"tok{i}" for i in range(n))
+        body = {"id": rid, "object": "response", "created_at": int(time.time()),
+                "model": doc.get("model") or cfg.model_name, "status": "completed",
+                "output": [{"type": "message", "id": f"msg_{rid}", "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "usage": {"input_tokens": 1, "output_tokens": n, "total_tokens": n + 1}}
+        entry["status"], entry["outcome"] = 200, "ok"
+        if not doc.get("stream"):
+            return _json(body)
+
+        def event(kind: str, **payload: Any) -> bytes:
+            return f"event: {kind}\ndata: ".encode() + _dumps({"type": kind, **payload}) + b"\n\n"
+
+        events = [event("response.created", response={**body, "status": "in_progress", "output": []})]
+        events += [event("response.output_text.delta", item_id=f"msg_{rid}", output_index=0,
+                         content_index=0, delta=("" if i == 0 else " ") + f"tok{i}") for i in range(n)]
+        events.append(event("response.completed", response=body))
+
+        async def gen() -> AsyncIterator[bytes]:
+            for e in events:
+                yield e
+
+        from starlette.responses import StreamingResponse
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/rerank", rerank, methods=["POST", "PUT"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/generate", generate, methods=["POST", "PUT"]),
         Route("/v1/models", _logged(models), methods=["GET"]),

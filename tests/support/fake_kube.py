@@ -12,9 +12,11 @@ Speaks what the router's reflector uses:
   ``resourceVersion`` is a decimal counter shared by all objects (etcd's revision).
 
 Control (thread-safe, from the test): :meth:`apply`, :meth:`delete`, :meth:`expire` (end every
-watch and forget the history, optionally after changes no watcher sees), :meth:`bookmark`,
-:meth:`stop` and :meth:`start` again on the same port (a restart, history lost), plus counters
-``lists`` and ``watches``.
+watch and forget the history, optionally after changes no watcher sees), :meth:`drop` (abort
+every watch connection mid-stream, optionally after unseen changes), :meth:`apply_unseen` (a
+change no watcher is told of and no history replays: a lost event), :meth:`gone_next` (answer
+the next watches with 410), :meth:`bookmark`, :meth:`stop` and :meth:`start` again on the same
+port (a restart, history lost), plus counters ``lists`` and ``watches``.
 """
 
 from __future__ import annotations
@@ -31,17 +33,23 @@ from aiohttp import web
 __all__ = ["FakeKubeAPI", "endpoint_slice"]
 
 
-def endpoint_slice(name: str, labels: dict[str, str], pods: dict[str, bool], *, port: int,
-                   namespace: str = "default") -> dict[str, Any]:
-    """An EndpointSlice object: ``pods`` maps an IPv4 address to its ready condition."""
+def _conditions(state: bool | dict[str, bool]) -> dict[str, bool]:
+    if isinstance(state, dict):
+        return {"ready": False, "serving": False, "terminating": False, **state}
+    return {"ready": state, "serving": state, "terminating": False}
+
+
+def endpoint_slice(name: str, labels: dict[str, str], pods: dict[str, bool | dict[str, bool]], *,
+                   port: int, namespace: str = "default") -> dict[str, Any]:
+    """An EndpointSlice object: ``pods`` maps an IPv4 address to its ready condition, or to
+    its conditions (``{"serving": True, "terminating": True}``; missing ones are false)."""
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
         "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
         "addressType": "IPv4",
-        "endpoints": [{"addresses": [ip],
-                       "conditions": {"ready": ready, "serving": ready, "terminating": False}}
-                      for ip, ready in pods.items()],
+        "endpoints": [{"addresses": [ip], "conditions": _conditions(state)}
+                      for ip, state in pods.items()],
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
     }
 
@@ -55,9 +63,10 @@ def _matches(selector: str, labels: dict[str, str]) -> bool:
 
 
 class _Watcher:
-    def __init__(self, namespace: str, selector: str) -> None:
+    def __init__(self, namespace: str, selector: str, request: web.Request) -> None:
         self.namespace = namespace
         self.selector = selector
+        self.request = request
         self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
     def wants(self, obj: dict[str, Any]) -> bool:
@@ -82,6 +91,7 @@ class FakeKubeAPI:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._lose_history = False
+        self._gone = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> FakeKubeAPI:
@@ -165,6 +175,45 @@ class FakeKubeAPI:
 
         self._call(go)
 
+    def drop(self, *changes: dict[str, Any] | tuple[str, str]) -> None:
+        """Abort every watch connection (no end of the chunked body, as a dropped stream),
+        then apply ``changes`` (as :meth:`expire` takes them) unseen; the history is kept."""
+
+        def go() -> None:
+            for w in list(self.watchers):
+                transport = w.request.transport
+                if transport is not None:
+                    transport.abort()
+                w.queue.put_nowait(None)  # and end its handler
+            self.watchers.clear()
+            for change in changes:
+                if isinstance(change, tuple):
+                    self._delete(change[0], change[1], False)
+                else:
+                    self._apply(copy.deepcopy(change), False)
+
+        self._call(go)
+
+    def apply_unseen(self, obj: dict[str, Any]) -> int:
+        """Create or replace an object without telling any watcher and without history: an
+        event lost on the way (only a list shows it); returns its rv."""
+
+        def go() -> int:
+            rv = self._apply(copy.deepcopy(obj), False)
+            self.history.pop()
+            return rv
+
+        return int(self._call(go))
+
+    def gone_next(self, n: int = 1) -> None:
+        """Answer the next ``n`` watch requests with the 410 ``Expired`` event, whatever
+        their resourceVersion."""
+
+        def go() -> None:
+            self._gone += n
+
+        self._call(go)
+
     def bookmark(self) -> None:
         """Send a BOOKMARK with the current version to every watcher."""
 
@@ -180,11 +229,12 @@ class FakeKubeAPI:
         md = obj["metadata"]
         key = (md.get("namespace", "default"), md["name"])
         md["namespace"] = key[0]
-        kind = "MODIFIED" if key in self.objects else "ADDED"
+        old = self.objects.get(key)
+        kind = "MODIFIED" if old is not None else "ADDED"
         self.rv += 1
         md["resourceVersion"] = str(self.rv)
         self.objects[key] = obj
-        self._record(kind, obj, notify)
+        self._record(kind, obj, notify, old)
         return self.rv
 
     def _delete(self, namespace: str, name: str, notify: bool) -> int:
@@ -195,12 +245,17 @@ class FakeKubeAPI:
         self._record("DELETED", obj, notify)
         return self.rv
 
-    def _record(self, kind: str, obj: dict[str, Any], notify: bool) -> None:
+    def _record(self, kind: str, obj: dict[str, Any], notify: bool,
+                old: dict[str, Any] | None = None) -> None:
+        """Log and send an event; an object that stops matching a watch's selector is sent
+        to that watch as ``DELETED`` (as the API server's watch cache does)."""
         self.history.append((self.rv, kind, copy.deepcopy(obj)))
         if notify:
             for w in self.watchers:
                 if w.wants(obj):
                     w.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+                elif old is not None and w.wants(old):
+                    w.queue.put_nowait({"type": "DELETED", "object": copy.deepcopy(obj)})
 
     def _compact(self) -> None:
         self.compacted = self.rv
@@ -227,14 +282,16 @@ class FakeKubeAPI:
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         since = int(q.get("resourceVersion") or self.rv)
-        if since < self.compacted:
+        gone = self._gone > 0
+        self._gone -= int(gone)
+        if gone or since < self.compacted:
             await self._write(resp, {"type": "ERROR", "object": {
                 "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": f"too old resource version: {since} ({self.compacted})",
                 "reason": "Expired", "code": 410}})
             await resp.write_eof()
             return resp
-        watcher = _Watcher(ns, selector)
+        watcher = _Watcher(ns, selector, request)
         for rv, kind, obj in self.history:
             if rv > since and watcher.wants(obj):
                 watcher.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})

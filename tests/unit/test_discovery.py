@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from router.config import DiscoveryConfig, parse_config
-from router.discovery import ready_urls
+from router.discovery import (
+    SliceEndpoints,
+    endpoint_states,
+    ready_urls,
+    routable_urls,
+    slice_endpoints,
+)
 from router.pools import Runtime
 from router.scraper import EngineLoad
 
@@ -135,3 +141,44 @@ def test_an_endpoint_draining_across_a_reload_is_dropped_from_the_new_runtime(tm
     assert sorted(new.pools[0].endpoints) == [A]
     with pytest.raises(KeyError):
         new.endpoint(B)
+
+
+T = "http://10.0.0.9:30000"
+
+
+@pytest.mark.parametrize(("conditions", "ready", "terminating"), [
+    ({"ready": True, "serving": True, "terminating": False}, True, False),
+    ({"ready": False, "serving": True, "terminating": True}, False, True),   # draining, still serving
+    ({"ready": False, "serving": False, "terminating": True}, False, False),
+    ({"ready": True, "terminating": True}, False, True),   # ready is never trusted while terminating
+    ({"terminating": True}, False, True),                  # serving nil: unknown, read as serving
+    ({"ready": False, "serving": False, "terminating": False}, False, False),
+])
+def test_slice_endpoints_by_condition(conditions: dict[str, bool], ready: bool, terminating: bool) -> None:
+    got = slice_endpoints({"endpoints": [{"addresses": ["10.0.0.9"], "conditions": conditions}]}, D)
+    assert (got.ready, got.terminating) == (frozenset({T} if ready else ()), frozenset({T} if terminating else ()))
+
+
+def test_routable_urls_use_terminating_endpoints_only_as_a_last_resort() -> None:
+    a = SliceEndpoints(ready=frozenset({A}), terminating=frozenset({B}))
+    t = SliceEndpoints(terminating=frozenset({B, C}))
+    on = DiscoveryConfig(label_selector="a=b", port=30000, serve_terminating_when_empty=True)
+    assert routable_urls([a, t], D) == (frozenset({A}), False)
+    assert routable_urls([a, t], on) == (frozenset({A}), False)
+    assert routable_urls([t], D) == (frozenset(), False)
+    assert routable_urls([t], on) == (frozenset({B, C}), True)
+    assert routable_urls([], on) == (frozenset(), False)
+
+
+def test_endpoint_states_count_draining_first(tmp_path: Path) -> None:
+    rt = Runtime(_config(tmp_path), counter=None)
+    rt.set_discovered("spec", [A, B, C])
+    a, b = (rt.pools[0].endpoints[u] for u in (A, B))
+    a.state, b.state = "healthy", "unhealthy"
+    lease = a.lease()
+    rt.set_discovered("spec", [B, C])
+    assert endpoint_states(rt.pools[0].endpoints.values()) == {
+        "healthy": 0, "unknown": 1, "unhealthy": 1, "draining": 1}
+    lease.release()
+    assert endpoint_states(rt.pools[0].endpoints.values()) == {
+        "healthy": 0, "unknown": 1, "unhealthy": 1, "draining": 0}
