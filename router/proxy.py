@@ -237,9 +237,9 @@ class ProxyResponse(Response):
         finally:
             running = False
             watcher.cancel()
-            job.lease.release()
             if job.observer is not None and job.status == 200:
                 job.observer.finish(job.decision.pool or "none")
+            job.lease.release()  # last: a settled in-flight count means the metrics are written
             self._on_done(job)
 
     # -- the upstream call ------------------------------------------------------------

@@ -40,6 +40,7 @@ def test_interleaved_tool_call_deltas_arrive_byte_for_byte_streamed(stack: Stack
     relayed = _stream(stack, request(stream=True, stream_options={"include_usage": True}))
     assert relayed == "".join(events).encode()  # index/id unchanged, nothing merged or appended
     assert UPSTREAM_FAILED_EVENT not in relayed
+    assert stack.settled_inflight() == 0
     m = stack.router.metric
     # reasoning_tokens = completion_tokens + 3: counted as completion_tokens, flagged, stream kept
     assert m("specgate_completion_tokens_total", pool="spec") == 12
@@ -64,6 +65,7 @@ def test_interleaved_tool_calls_arrive_byte_for_byte_not_streamed(stack: Stack) 
     resp = stack.client.post(CHAT, json=request())
     assert (resp.status_code, resp.headers["x-specgate-pool"]) == (200, "spec")
     assert resp.content == body.encode()
+    assert stack.settled_inflight() == 0
     assert stack.router.metric("specgate_usage_inconsistent_total", pool="spec") == 1
     assert stack.router.metric("specgate_reasoning_tokens_total", pool="spec") == 12
 
@@ -80,6 +82,7 @@ def test_stop_with_only_reasoning_on_a_tools_request_is_a_suspect_truncation(sta
                          "usage": {"prompt_tokens": 40, "completion_tokens": 6, "total_tokens": 46}}).decode()
     stack.script(stack.spec, {"status": 200, "body_text": body, "content_type": "application/json"})
     assert stack.client.post(CHAT, json=request()).content == body.encode()
+    assert stack.settled_inflight() == 0
     m = stack.router.metric
     assert m("specgate_suspect_truncations_total", pool="spec") == 2
     assert m("specgate_usage_inconsistent_total", pool="spec") == 0
@@ -91,5 +94,6 @@ def test_reasoning_only_without_tools_is_not_suspect(stack: Stack, extra: dict[s
     stack.script(stack.spec, {"sse_events": reasoning_only_events()})
     body = {k: v for k, v in request(stream=True, **extra).items() if v is not None}
     _stream(stack, body)
+    assert stack.settled_inflight() == 0
     assert stack.router.metric("specgate_suspect_truncations_total", pool="spec") == 0
     assert stack.router.metric("specgate_completion_tokens_total", pool="spec") == 9
