@@ -7,6 +7,7 @@ Every error goes through one handler that writes OpenAI's error envelope
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -20,6 +21,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
 from router.admin import install_admin_routes
+from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
 from router.errors import (
     AuthenticationError,
     ContextLengthExceeded,
@@ -159,11 +161,18 @@ async def _generate(request: Request, kind: str) -> Response:
     model = doc.get("model")
     if model is not None and not cfg.model.serves(model):
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
+    key_default = runtime.auth.speculation_default(request.headers.get("authorization")) if runtime.auth else None
+    hint = speculation_hint(doc, request.headers.get(HINT_HEADER), key_default)
     prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body))
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
-    features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower)
+    features = dataclasses.replace(
+        request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower), speculation=hint)
     request.state.features = features
     decision = runtime.decide(features, state.clock())
+    if decision.outcome is Outcome.REFUSED and decision.reason is not Reason.CONTEXT_CAP:
+        request.state.reject_reason = decision.reason.value
+        raise InvalidRequest(_unserved_message(decision.reason.value, doc), code="unsupported_feature",
+                             param=trigger_param(doc, decision.reason.value))
     if decision.outcome is Outcome.REFUSED:
         if lower is not None and len(body) <= _INLINE_RENDER_BYTES:
             # Refused on the byte bound; the exact count refuses too (no flip point lies
@@ -183,6 +192,9 @@ async def _generate(request: Request, kind: str) -> Response:
         if features.budget_defaulted:
             fields["max_tokens"] = features.max_new_tokens
         abort_rids = _abort_rids(doc, features, request_id, fields)
+        if HINT_FIELD in doc:  # the router's own field never reaches the engine
+            body = orjson.dumps({k: v for k, v in doc.items() if k != HINT_FIELD})
+            doc = {k: v for k, v in doc.items() if k != HINT_FIELD}
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
                        received_at=received)
@@ -200,6 +212,12 @@ async def _generate(request: Request, kind: str) -> Response:
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s)
+
+
+def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
+    field = trigger_param(doc, kind)
+    return (f"no pool of this deployment serves `{kind}` (needed by `{field}`); every pool that "
+            f"could is a speculative pool without it in its `capabilities` (docs/operator-guide.md)")
 
 
 def _abort_rids(doc: dict[str, Any], features: RequestFeatures, request_id: str,
@@ -258,7 +276,7 @@ _REJECT_REASON = {
 
 def _error_response(request: Request, err: SpecgateError) -> Response:
     state = getattr(request.app.state, "specgate", None)
-    reason = _REJECT_REASON.get(type(err), "invalid_request")
+    reason = getattr(request.state, "reject_reason", None) or _REJECT_REASON.get(type(err), "invalid_request")
     path = request.scope["path"]
     features: RequestFeatures | None = getattr(request.state, "features", None)
     if state is not None and path.startswith("/v1/") and path != "/v1/models":

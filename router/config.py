@@ -213,6 +213,13 @@ class PoolConfig(_Strict):
         draft_reserved_tokens: tokens a speculative engine reserves per request
             (K in the cases); derived from ``engine`` when left out.
         drafter_cost_ratio: c = T_draft / (gamma * T_target), used by the speedup model.
+        capabilities: what a speculative pool may serve beyond plain sampling, a list of
+            ``constrained_decoding``, ``tool_calls``, ``reasoning``, ``logprobs``,
+            ``sampling_controls`` (:mod:`router.capabilities`); unknown names fail. Default:
+            none of them (requests needing one go to a plain pool, with the kind as the
+            decision reason). List a kind only after validating it on the pool's engine
+            version (docs/operator-guide.md, "Which requests the speculative pool serves").
+            A plain pool serves every kind; the key is refused on it.
     """
 
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
@@ -223,9 +230,15 @@ class PoolConfig(_Strict):
     draft_reserved_tokens: NonNegativeInt | None = None
     drafter_cost_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.05
     engine: EngineConfig | None = None
+    capabilities: tuple[Literal["constrained_decoding", "tool_calls", "reasoning", "logprobs",
+                                "sampling_controls"], ...] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
+        if self.capabilities is not None and not self.speculative:
+            raise ValueError("`capabilities` is for speculative pools (a plain pool serves every kind)")
+        if self.capabilities is not None and len(set(self.capabilities)) != len(self.capabilities):
+            raise ValueError("`capabilities` repeats a name")
         if not self.endpoints and self.discovery is None:
             raise ValueError("a pool needs `endpoints` or a `discovery` block")
         if len(set(self.endpoints)) != len(self.endpoints):
@@ -235,6 +248,11 @@ class PoolConfig(_Strict):
         if self.engine is not None and self.speculative and self.engine.speculative_algorithm is None:
             raise ValueError("speculative pool's engine has no speculative_algorithm")
         return self
+
+    @property
+    def served_capabilities(self) -> frozenset[str] | None:
+        """The kinds the pool serves: None (every kind) for a plain pool, else the listed ones."""
+        return None if not self.speculative else frozenset(self.capabilities or ())
 
     @property
     def reserved_tokens(self) -> int:
@@ -424,6 +442,10 @@ class AuthConfig(_Strict):
         admin_api_key: the admin key given inline.
         admin_api_key_file: path of a file holding admin keys.
         admin_api_key_env: name of an environment variable holding admin keys.
+        speculation_defaults: per client key, the speculation hint (``off``/``auto``/``on``,
+            :data:`router.capabilities.SPECULATION_MODES`) its requests get when they send
+            none; keyed by the key's SHA-256 digest in lowercase hex
+            (``printf %s "$KEY" | sha256sum``), so no key is written here.
     """
 
     api_keys: tuple[SecretStr, ...] = ()
@@ -432,6 +454,8 @@ class AuthConfig(_Strict):
     admin_api_key: SecretStr | None = None
     admin_api_key_file: StrictStr | None = None
     admin_api_key_env: EnvName | None = None
+    speculation_defaults: dict[Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]{64}$")],
+                               Literal["off", "auto", "on"]] = {}
 
     @model_validator(mode="after")
     def _check(self) -> AuthConfig:

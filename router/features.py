@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from router.capabilities import validate as validate_capability_fields
 from router.errors import InvalidRequest
 
 __all__ = [
@@ -95,6 +96,10 @@ class RequestFeatures:
             ``prompt_tokens`` is the byte-length upper bound and this is the lower bound
             (``lower <= P <= prompt_tokens``), used where no decision threshold lies between
             them (docs/performance.md, "Sizing a prompt").
+        needs: the kinds the request needs from its pool
+            (:func:`router.capabilities.required_features`).
+        speculation: the client's speculation hint, ``off``/``auto``/``on``
+            (:data:`router.capabilities.SPECULATION_MODES`).
     """
 
     prompt_tokens: int
@@ -105,6 +110,8 @@ class RequestFeatures:
     param: str = "messages"
     budget_defaulted: bool = False
     prompt_tokens_lower: int | None = None
+    needs: frozenset[str] = frozenset()
+    speculation: str = "auto"
 
     @property
     def prompt_exact(self) -> bool:
@@ -245,6 +252,7 @@ def parse_chat(doc: Any, *, max_n: int) -> ParsedRequest:
     budget, n, stream = _common(doc, "chat", max_n)
     _check_messages(doc.get("messages"))
     _check_tools(doc.get("tools"))
+    validate_capability_fields(doc)
     return ParsedRequest("chat", doc, budget, n, stream, "messages")
 
 
@@ -272,6 +280,7 @@ def parse_completions(doc: Any, *, max_n: int) -> ParsedRequest:
         raise InvalidRequest(
             "`prompt` must be a string, an array of strings, an array of token ids, "
             "or an array of token-id arrays", param="prompt")
+    validate_capability_fields(doc)
     return ParsedRequest("completions", doc, budget, n, stream, "prompt")
 
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from router.capabilities import required_features, speculation_gate, unmet
 from router.features import ParsedRequest, RequestFeatures, prompt_count
 
 __all__ = [
@@ -81,6 +82,14 @@ class Reason(StrEnum):
     PLAIN_UNHEALTHY = "plain_unhealthy"
     CONTEXT_CAP = "context_cap"
     NO_HEALTHY_UPSTREAM = "no_healthy_upstream"
+    # A speculative pool does not serve what the request needs (router.capabilities.KINDS),
+    # or the client opted out of speculation.
+    CONSTRAINED_DECODING = "constrained_decoding"
+    TOOL_CALLS = "tool_calls"
+    REASONING = "reasoning"
+    LOGPROBS = "logprobs"
+    SAMPLING_CONTROLS = "sampling_controls"
+    CLIENT_OPT_OUT = "client_opt_out"
 
 
 class Outcome(StrEnum):
@@ -149,6 +158,8 @@ class PoolSnapshot:
         endpoints: endpoint snapshots.
         saturated: the saturation bypass is on (hysteresis state).
         low_acceptance: the acceptance bypass is on (hysteresis state).
+        capabilities: the kinds of :data:`router.capabilities.KINDS` the pool serves; None
+            serves every kind (a plain pool).
     """
 
     name: str
@@ -158,6 +169,7 @@ class PoolSnapshot:
     endpoints: tuple[EndpointSnapshot, ...]
     saturated: bool = False
     low_acceptance: bool = False
+    capabilities: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +210,8 @@ def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
     return RequestFeatures(
         prompt_tokens=prompt_tokens, max_new_tokens=output_budget(requested, prompt_tokens, rules),
         n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
-        budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower)
+        budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower,
+        needs=required_features(parsed.doc))
 
 
 def _refused(features: RequestFeatures, pools: Iterable[PoolShape], cap: int) -> bool:
@@ -251,6 +264,15 @@ def flip_points(requested: int | None, n: int, pools: Iterable[PoolShape], rules
     return out
 
 
+def _unservable(features: RequestFeatures, pools: Sequence[PoolSnapshot]) -> Reason | None:
+    """None when some pool serves every kind the request needs, else the first pool's missing
+    kind (the request can never be served as asked: a refusal, whatever the pools' health)."""
+    if not features.needs:
+        return None
+    missing = [unmet(features.needs, p.capabilities) for p in pools]
+    return None if None in missing else Reason(missing[0])
+
+
 def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: int) -> str | None:
     healthy = [e for e in endpoints if e.healthy and e.url not in exclude]
     if not healthy:
@@ -276,22 +298,31 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     """
     if _refused(features, pools, rules.max_context_tokens):
         return Decision(None, None, Reason.CONTEXT_CAP, Outcome.REFUSED)
+    missing = _unservable(features, pools)
+    if missing is not None:
+        return Decision(None, None, missing, Outcome.REFUSED)
     seq = features.sequence_tokens
     tie = rules.seed + tie_break
     spec_reason: Reason | None = None
     fallback: tuple[str, str] | None = None
+    insist = features.speculation == "on"
     for pool in pools:
         if not pool.speculative:
             continue
-        if (features.weight + pool.reserved > pool.limit
-                or features.prompt_tokens > rules.long_prompt_tokens):
+        gate = speculation_gate(features.needs, features.speculation, pool.capabilities)
+        if gate is not None and gate != Reason.CLIENT_OPT_OUT:
+            reason = Reason(gate)  # the pool does not serve what the request needs
+        elif (features.weight + pool.reserved > pool.limit
+                or (features.prompt_tokens > rules.long_prompt_tokens and not insist)):
             reason = Reason.LONG_CONTEXT
         else:
             endpoint = _pick(pool.endpoints, exclude, tie)
+            low = pool.low_acceptance and not insist
             if endpoint is None:
                 reason = Reason.SPEC_UNHEALTHY
-            elif pool.saturated or pool.low_acceptance:
-                reason = Reason.SATURATED if pool.saturated else Reason.LOW_ACCEPTANCE
+            elif gate is not None or pool.saturated or low:
+                reason = (Reason.CLIENT_OPT_OUT if gate is not None else
+                          Reason.SATURATED if pool.saturated else Reason.LOW_ACCEPTANCE)
                 fallback = fallback or (pool.name, endpoint)
             else:
                 return Decision(pool.name, endpoint, Reason.SPECULATIVE)

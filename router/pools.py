@@ -483,7 +483,7 @@ class Runtime:
                 name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
                 endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load(now, stale))
                                 for e in p.endpoints.values()),
-                saturated=sat, low_acceptance=low))
+                saturated=sat, low_acceptance=low, capabilities=p.config.served_capabilities))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset()) -> Decision:
