@@ -141,7 +141,10 @@ async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest,
         return hi, None
     if not needs_exact(lo, hi, flip_points(parsed.max_new_tokens, parsed.n, runtime.pools, runtime.rules)):
         return hi, lo
-    return await loop.run_in_executor(state.executor, counter.exact, rendered), None
+    exact = await loop.run_in_executor(state.executor, counter.exact, rendered)
+    media = getattr(rendered, "media_tokens", 0)
+    # With non-text parts the text is counted exactly and each part by its upper bound.
+    return (exact + media, exact) if media else (exact, None)
 
 
 async def _generate(request: Request, kind: str) -> Response:
@@ -156,7 +159,10 @@ async def _generate(request: Request, kind: str) -> Response:
         runtime.auth.check_client(request.headers.get("authorization"))
     body = await _read_body(request, limits.max_request_bytes)
     doc = _parse_json(request, body)
-    parsed = (parse_chat if kind == "chat" else parse_completions)(doc, max_n=limits.max_n)
+    if kind == "chat":
+        parsed = parse_chat(doc, max_n=limits.max_n, media=cfg.model.media_tokens)
+    else:
+        parsed = parse_completions(doc, max_n=limits.max_n)
     request.state.param = parsed.param
     model = doc.get("model")
     if model is not None and not cfg.model.serves(model):
@@ -174,7 +180,7 @@ async def _generate(request: Request, kind: str) -> Response:
         raise InvalidRequest(_unserved_message(decision.reason.value, doc), code="unsupported_feature",
                              param=trigger_param(doc, decision.reason.value))
     if decision.outcome is Outcome.REFUSED:
-        if lower is not None and len(body) <= _INLINE_RENDER_BYTES:
+        if lower is not None and len(body) <= _INLINE_RENDER_BYTES and not parsed.media_tokens:
             # Refused on the byte bound; the exact count refuses too (no flip point lies
             # between the bounds), and a small prompt is counted exactly for the message.
             exact = await asyncio.get_running_loop().run_in_executor(state.executor, runtime.counter.count, parsed)

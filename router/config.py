@@ -58,6 +58,7 @@ __all__ = [
     "HealthConfig",
     "LimitsConfig",
     "ModelConfig",
+    "MultimodalConfig",
     "Overrides",
     "PoolConfig",
     "RoutingConfig",
@@ -93,6 +94,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
 
+class MultimodalConfig(_Strict):
+    """Non-text input the served model takes, with an upper bound of tokens per content part.
+
+    Each bound is the most tokens one part can occupy in the prompt after the model's
+    processor (placeholder and wrapper tokens included), e.g. for an image the processor's
+    ``max_pixels / (patch_size * merge_size)^2`` plus its start/end tokens; for an audio
+    encoder that pads or truncates clips to a fixed length (Whisper-style: 30 s), the tokens of
+    one full clip. The router adds the bound for every part of the kind, so its prompt size is
+    an upper bound and the context cap never under-counts. A modality left out (None) is
+    refused with HTTP 400 like on a text-only model.
+
+    Attributes:
+        image_tokens: tokens per ``image_url`` part.
+        audio_tokens: tokens per ``input_audio``/``audio_url`` part.
+        video_tokens: tokens per ``video_url`` part.
+    """
+
+    image_tokens: PositiveInt | None = None
+    audio_tokens: PositiveInt | None = None
+    video_tokens: PositiveInt | None = None
+
+
 class ModelConfig(_Strict):
     """The served model: its public name(s) and where its tokenizer lives.
 
@@ -104,11 +127,25 @@ class ModelConfig(_Strict):
         name: the model name clients send in ``model`` (and ``/v1/models`` lists first).
         aliases: more names the router accepts for the same model (e.g. a name clients
             already use); listed by ``/v1/models`` after ``name``.
+        multimodal: the non-text input the model takes (:class:`MultimodalConfig`); None
+            (default): a text-only model, whose requests with image, audio or video parts
+            get HTTP 400 before any engine.
     """
 
     name: NonEmptyStr
     tokenizer: StrictStr
     aliases: tuple[NonEmptyStr, ...] = ()
+    multimodal: MultimodalConfig | None = None
+
+    @property
+    def media_tokens(self) -> dict[str, int] | None:
+        """Tokens per non-text part by modality (``image``/``audio``/``video``, only those
+        configured), or None for a text-only model."""
+        if self.multimodal is None:
+            return None
+        m = self.multimodal
+        bounds = {"image": m.image_tokens, "audio": m.audio_tokens, "video": m.video_tokens}
+        return {k: v for k, v in bounds.items() if v is not None}
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:

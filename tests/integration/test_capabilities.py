@@ -166,3 +166,32 @@ def test_speculation_default_per_api_key(tmp_path, tokenizer_dir):
         assert pool("key-batch", **{"x-specgate-speculation": "auto"}) == ("spec", "speculative")
     finally:
         s.close()
+
+
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+
+
+def test_non_text_parts_on_a_text_only_model_are_400_before_any_engine(stack):
+    r = stack.client.post(CHAT, json={"model": "tiny-llama", "max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "what is this?"}, IMAGE]}]})
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["param"], r.json()["error"]["code"]) == ("messages", "invalid_value")
+    assert stack.backend_requests(stack.spec) == [] and stack.backend_requests(stack.plain) == []
+
+
+def test_multimodal_parts_count_with_their_bound_against_the_cap(stack):
+    reconfigure(stack, lambda doc: doc["model"].update(multimodal={"image_tokens": 1500}))
+
+    def ask(images: int):
+        return stack.client.post(CHAT, json={"model": "tiny-llama", "max_tokens": 4, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "what is this?"}] + [IMAGE] * images}]})
+
+    r = ask(1)   # P >= 1500 > routing.long_prompt_tokens: counted, not zero
+    assert (r.status_code, r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == (
+        200, "plain", "long_context")
+    r = ask(3)   # 4500 tokens of images alone exceed limits.max_context_tokens (4096)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert (err["code"], err["param"]) == ("context_length_exceeded", "messages")
+    assert "at least" in err["message"]
+    assert len(stack.backend_requests(stack.plain)) == 1
