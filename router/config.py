@@ -51,6 +51,7 @@ from pydantic import (
 
 __all__ = [
     "AuthConfig",
+    "CanaryConfig",
     "CircuitBreakerConfig",
     "Config",
     "ConfigError",
@@ -513,6 +514,40 @@ class AuthConfig(_Strict):
         return bool(self.api_keys) or self.api_keys_file is not None or self.api_keys_env is not None
 
 
+class CanaryConfig(_Strict):
+    """The live lossless canary (:mod:`router.canary`): greedy prompts sent to each speculative
+    pool and to the plain pool, whose outputs must be identical.
+
+    Attributes:
+        enabled: run the canary (off by default: it costs engine time).
+        interval_s: seconds between two scheduled rounds (a reload or an endpoint change
+            starts one at once).
+        check_s: how often the loop looks for a reload or an endpoint change (seconds).
+        max_tokens: output tokens per probe (tokens; the longer, the more a divergence shows).
+        timeout_s: bound on one probe call (seconds).
+        prompts: the plain chat probes (user messages).
+        on_mismatch: ``alert`` (metric and log line) or ``eject`` (also take the pool out of
+            rotation, reason ``canary_mismatch``, until a round matches).
+    """
+
+    enabled: StrictBool = False
+    interval_s: PositiveFloat = 300.0
+    check_s: PositiveFloat = 1.0
+    max_tokens: PositiveInt = 32
+    timeout_s: PositiveFloat = 60.0
+    prompts: tuple[NonEmptyStr, ...] = (
+        "Count from one to twenty in words, separated by commas.",
+        "Write a Python function that returns the n-th Fibonacci number.",
+    )
+    on_mismatch: Literal["alert", "eject"] = "alert"
+
+    @model_validator(mode="after")
+    def _check(self) -> CanaryConfig:
+        if not self.prompts:
+            raise ValueError("canary.prompts must hold at least one prompt")
+        return self
+
+
 class Config(_Strict):
     """The whole operator YAML. See the module docstring for the cross-field rules."""
 
@@ -526,6 +561,7 @@ class Config(_Strict):
     server: ServerConfig = ServerConfig()
     state: StateConfig = StateConfig()
     auth: AuthConfig = AuthConfig()
+    canary: CanaryConfig = CanaryConfig()
 
     @model_validator(mode="after")
     def _check(self) -> Config:

@@ -90,6 +90,7 @@ class Reason(StrEnum):
     LOGPROBS = "logprobs"
     SAMPLING_CONTROLS = "sampling_controls"
     CLIENT_OPT_OUT = "client_opt_out"
+    CANARY_MISMATCH = "canary_mismatch"  # the lossless canary ejected the pool (router.canary)
 
 
 class Outcome(StrEnum):
@@ -160,6 +161,7 @@ class PoolSnapshot:
         low_acceptance: the acceptance bypass is on (hysteresis state).
         capabilities: the kinds of :data:`router.capabilities.KINDS` the pool serves; None
             serves every kind (a plain pool).
+        canary_mismatch: the lossless canary took the pool out of rotation.
     """
 
     name: str
@@ -170,6 +172,7 @@ class PoolSnapshot:
     saturated: bool = False
     low_acceptance: bool = False
     capabilities: frozenset[str] | None = None
+    canary_mismatch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +267,15 @@ def flip_points(requested: int | None, n: int, pools: Iterable[PoolShape], rules
     return out
 
 
+def _gate(features: RequestFeatures, pool: PoolSnapshot) -> Reason | None:
+    """Why a speculative pool may not serve this request at all: ejected by the canary, a kind
+    it does not serve, or the client's ``off`` hint (the one bypass a fallback may override)."""
+    if pool.canary_mismatch:
+        return Reason.CANARY_MISMATCH
+    gate = speculation_gate(features.needs, features.speculation, pool.capabilities)
+    return None if gate is None else Reason(gate)
+
+
 def _unservable(features: RequestFeatures, pools: Sequence[PoolSnapshot]) -> Reason | None:
     """None when some pool serves every kind the request needs, else the first pool's missing
     kind (the request can never be served as asked: a refusal, whatever the pools' health)."""
@@ -309,9 +321,9 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     for pool in pools:
         if not pool.speculative:
             continue
-        gate = speculation_gate(features.needs, features.speculation, pool.capabilities)
-        if gate is not None and gate != Reason.CLIENT_OPT_OUT:
-            reason = Reason(gate)  # the pool does not serve what the request needs
+        gate = _gate(features, pool)
+        if gate is not None and gate is not Reason.CLIENT_OPT_OUT:
+            reason = gate  # the pool does not serve what the request needs, or serves it wrong
         elif (features.weight + pool.reserved > pool.limit
                 or (features.prompt_tokens > rules.long_prompt_tokens and not insist)):
             reason = Reason.LONG_CONTEXT

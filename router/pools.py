@@ -236,6 +236,7 @@ class Pool:
         self.replace_endpoints(endpoints)
         self.saturated = False
         self.low_acceptance = False
+        self.canary_mismatch = False  # set by router.canary under canary.on_mismatch: eject
 
     @property
     def speculative(self) -> bool:
@@ -332,6 +333,7 @@ class Runtime:
                 prev = next((p for p in previous.pools if p.name == pool.name), None)
                 if prev is not None:
                     pool.saturated, pool.low_acceptance = prev.saturated, prev.low_acceptance
+                    pool.canary_mismatch = prev.canary_mismatch
             self.set_overrides(previous.overrides)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
 
@@ -483,7 +485,8 @@ class Runtime:
                 name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
                 endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load(now, stale))
                                 for e in p.endpoints.values()),
-                saturated=sat, low_acceptance=low, capabilities=p.config.served_capabilities))
+                saturated=sat, low_acceptance=low, capabilities=p.config.served_capabilities,
+                canary_mismatch=p.canary_mismatch))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset()) -> Decision:

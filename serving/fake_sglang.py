@@ -245,6 +245,11 @@ class FakeConfig:
         weight_version: reported in ``metadata.weight_version``.
         max_log_entries: the access log keeps this many newest entries (memory bound for
             benchmarks).
+    Losslessness:
+        perturb_output: token ``i >= 2`` of every choice is emitted as ``tok{i+1}``: an engine
+            whose output differs from the target model's (what a lossless canary must catch).
+            Read from ``FakeState.config`` per token, so a test may swap the config to turn it
+            off.
     """
 
     model_name: str = "fake-model"
@@ -272,6 +277,7 @@ class FakeConfig:
     dp_size: int = 1
     weight_version: str = "default"
     max_log_entries: int = 100_000
+    perturb_output: bool = False
 
     def __post_init__(self) -> None:
         if self.context_length < 8:
@@ -1290,6 +1296,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     continue
                 i = s.generated
                 delta = f"tok{i}" if i == 0 else f" tok{i}"
+                if state.config.perturb_output and i >= 2:  # a lossy speculative engine
+                    delta = f" tok{i + 1}"
                 s.generated += 1
                 state.generation_tokens_total[stream_key] += 1
                 if state.avg_spec_accept_length is None and cfg.speculative_algorithm:
