@@ -19,13 +19,19 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
    ``max_tokens``, else ``min(D, S - P)`` (forwarded to the engine as ``max_tokens``).
 1. **Context cap.** ``P >= S``, ``P + M > S``, or ``P + M`` above every pool's limit ->
    :attr:`Outcome.REFUSED`, reason ``context_cap`` (HTTP 400 before any engine sees it: an
-   engine pushed past its validated context can crash).
-2. **Speculative eligibility**, per speculative pool in config order:
-   ``P + n * M + K <= limit`` (the ``n`` weighting keeps large-``n`` requests off the drafter
+   engine pushed past its validated context can crash). Then, when no pool serves every kind
+   the request needs (:mod:`router.capabilities`; a plain pool serves all), REFUSED with the
+   first pool's missing kind as the reason.
+2. **Speculative eligibility**, per speculative pool in config order: first the gate
+   (``_gate``): a pool the lossless canary ejected -> ``canary_mismatch``; a kind it does not
+   serve -> that kind (``constrained_decoding``, ``tool_calls``, ``reasoning``, ``logprobs``,
+   ``sampling_controls``); the client's ``off`` hint -> ``client_opt_out`` (a bypass: the
+   pool stays a fallback). Then ``P + n * M + K <= limit`` (the ``n`` weighting keeps large-``n`` requests off the drafter
    pool: every sample drafts) and ``P <= routing.long_prompt_tokens``; otherwise
    ``long_context``. Then: no healthy endpoint -> ``spec_unhealthy``; saturation bypass on ->
    ``saturated``; acceptance bypass on -> ``low_acceptance``; else the pool is chosen with
-   reason ``speculative``.
+   reason ``speculative``. The client's ``on`` hint skips the long-prompt threshold and the
+   acceptance bypass only.
 3. **Plain pools** in config order: the first with a healthy endpoint whose limit holds
    ``P + M`` (each of the ``n`` sequences is checked alone by the engine). The reason is the
    first speculative pool's rejection reason, or ``plain_only`` when there is none.
