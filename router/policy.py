@@ -26,9 +26,9 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
    (``_gate``): a pool the lossless canary ejected -> ``canary_mismatch``; a kind it does not
    serve -> that kind (``constrained_decoding``, ``tool_calls``, ``reasoning``, ``logprobs``,
    ``sampling_controls``); the client's ``off`` hint -> ``client_opt_out`` (a bypass: the
-   pool stays a fallback). Then ``P + n * M + K <= limit`` (the ``n`` weighting keeps large-``n`` requests off the drafter
-   pool: every sample drafts) and ``P <= routing.long_prompt_tokens``; otherwise
-   ``long_context``. Then: no healthy endpoint -> ``spec_unhealthy``; saturation bypass on ->
+   pool stays a fallback). Then ``P + n * M + K <= limit`` (the ``n`` weighting keeps
+   large-``n`` requests off the drafter pool: every sample drafts) and
+   ``P <= routing.long_prompt_tokens``; otherwise ``long_context``. Then: no healthy endpoint -> ``spec_unhealthy``; saturation bypass on ->
    ``saturated``; acceptance bypass on -> ``low_acceptance``; else the pool is chosen with
    reason ``speculative``. The client's ``on`` hint skips the long-prompt threshold and the
    acceptance bypass only.
