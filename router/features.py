@@ -171,9 +171,14 @@ def _common(doc: Any, kind: Kind, max_n: int) -> tuple[int | None, int, bool]:
 
 #: Content part types that carry text (joined into the prompt, counted exactly).
 TEXT_PARTS = frozenset({"text", "input_text"})
-#: Non-text content part types SGLang 0.5.23 accepts (``protocol.py``), by modality: each is
-#: counted with the model's per-part bound (``model.multimodal``) or refused.
-MEDIA_PARTS = {"image_url": "image", "video_url": "video", "audio_url": "audio", "input_audio": "audio"}
+#: Non-text content part types SGLang 0.5.23 accepts (``protocol.py``,
+#: ``parser/jinja_template_utils.py``), by modality: each is counted with the model's per-part
+#: bound (``model.multimodal``) or refused.
+MEDIA_PARTS = {"image_url": "image", "input_image": "image", "video_url": "video", "audio_url": "audio",
+               "input_audio": "audio"}
+#: Part types SGLang 0.5.23 accepts and leaves out of the rendered prompt in both template
+#: content formats (``process_content_for_template_format``): zero tokens, exactly.
+DROPPED_PARTS = frozenset({"thinking", "reasoning"})
 
 
 def _check_parts(parts: list[Any], where: str, media: Mapping[str, int] | None) -> int:
@@ -185,7 +190,8 @@ def _check_parts(parts: list[Any], where: str, media: Mapping[str, int] | None) 
 
     Raises:
         InvalidRequest: an empty list, a part without ``type``, a text part without string
-            ``text``, a media part the model does not take, or any other part type.
+            ``text``, a media part the model does not take, or a type outside
+            :data:`TEXT_PARTS`, :data:`MEDIA_PARTS` and :data:`DROPPED_PARTS`.
     """
     if not parts:
         raise InvalidRequest(f"{where}.content must not be an empty list", param="messages")
@@ -204,9 +210,9 @@ def _check_parts(parts: list[Any], where: str, media: Mapping[str, int] | None) 
                 raise InvalidRequest(f"{where}.content part type `{kind}` is not supported: this is {what}",
                                      param="messages")
             tokens += bound
-        else:
+        elif kind not in DROPPED_PARTS:
             raise InvalidRequest(f"{where}.content part type `{kind[:40]}` is not supported (supported: "
-                                 f"{sorted(TEXT_PARTS | set(MEDIA_PARTS))})", param="messages")
+                                 f"{sorted(TEXT_PARTS | DROPPED_PARTS | set(MEDIA_PARTS))})", param="messages")
     return tokens
 
 

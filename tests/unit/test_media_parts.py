@@ -18,8 +18,9 @@ def chat(*parts):
     return {"messages": [{"role": "user", "content": list(parts)}]}
 
 
-@pytest.mark.parametrize("part", [IMAGE, AUDIO, VIDEO, {"type": "audio_url", "audio_url": {"url": "x"}}],
-                         ids=["image_url", "input_audio", "video_url", "audio_url"])
+@pytest.mark.parametrize("part", [IMAGE, AUDIO, VIDEO, {"type": "audio_url", "audio_url": {"url": "x"}},
+                                  {"type": "input_image", "image_url": "x"}],
+                         ids=["image_url", "input_audio", "video_url", "audio_url", "input_image"])
 def test_text_only_model_refuses_non_text_parts(part):
     with pytest.raises(InvalidRequest) as info:
         parse_chat(chat(TEXT, part), max_n=8)
@@ -27,7 +28,13 @@ def test_text_only_model_refuses_non_text_parts(part):
     assert part["type"] in info.value.message and "text-only" in info.value.message
 
 
-@pytest.mark.parametrize("kind", ["thinking", "file", "refusal", "image"])
+def test_reasoning_parts_are_accepted_as_zero_tokens():  # SGLang drops them from the template
+    parsed = parse_chat({"messages": [{"role": "assistant", "content": [{"type": "thinking", "thinking": "x"}]},
+                                      {"role": "user", "content": "hi"}]}, max_n=8)
+    assert parsed.media_tokens == 0
+
+
+@pytest.mark.parametrize("kind", ["file", "refusal", "image", "tool_reference"])
 def test_unknown_part_types_are_400(kind):
     for media in (None, {"image": 10}):
         with pytest.raises(InvalidRequest) as info:
