@@ -23,8 +23,10 @@ Probes: ``canary.prompts`` (plain chat); a tool-calling probe when a speculative
 
 On a mismatch: ``specgate_canary_rounds_total{pool, result="mismatch"}``,
 ``specgate_canary_mismatch{pool} = 1``, a warning log line naming the probe and the first
-difference, and with ``canary.on_mismatch: eject`` the pool is taken out of rotation (decision
-reason ``canary_mismatch``) until a later round matches; ``alert`` only reports.
+difference, and with ``canary.on_mismatch: eject``: a plain probe's mismatch takes the pool out
+of rotation (decision reason ``canary_mismatch``); a tool-calling or thinking probe's mismatch
+revokes only that kind from the pool's capabilities (requests needing it go to the plain pool
+with the kind as the reason), both until a later round matches; ``alert`` only reports.
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ _TOOLS = [{"type": "function", "function": {
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """One canary prompt: a name (for logs) and the chat fields sent besides model/sampling."""
+    """One canary prompt: a name (for logs), the chat fields sent besides model/sampling, and
+    the capability kind it checks (None: plain sampling, the pool as a whole)."""
 
     name: str
     fields: dict[str, Any]
+    kind: str | None = None
 
 
 def probes(config: Any) -> list[Probe]:
@@ -66,10 +70,10 @@ def probes(config: Any) -> list[Probe]:
     served = set().union(*(p.served_capabilities or () for p in config.pools if p.speculative))
     if "tool_calls" in served:
         out.append(Probe("tool_call", {"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-                                       "tools": _TOOLS, "tool_choice": "auto"}))
+                                       "tools": _TOOLS, "tool_choice": "auto"}, "tool_calls"))
     if "reasoning" in served:
         out.append(Probe("reasoning", {"messages": [{"role": "user", "content": "Is 91 a prime number?"}],
-                                       "chat_template_kwargs": {"enable_thinking": True}}))
+                                       "chat_template_kwargs": {"enable_thinking": True}}, "reasoning"))
     return out
 
 
@@ -143,7 +147,7 @@ class Canary:
                         last_sig, last_round = sig, self._clock()
             else:
                 for pool in runtime.pools:  # a disabled canary ejects nothing
-                    pool.canary_mismatch = False
+                    pool.canary_mismatch, pool.canary_revoked = False, frozenset()
             await asyncio.sleep(cfg.check_s)
 
     async def run_round(self, runtime: Any) -> bool:
@@ -162,20 +166,26 @@ class Canary:
             if ep is None:
                 complete = False
                 continue
-            result = await self._compare(cfg, round_probes, ep.url, plain.url, pool.name)
+            differs = await self._compare(cfg, round_probes, ep.url, plain.url, pool.name)
+            result = "error" if differs is None else "mismatch" if differs else "match"
             self._metrics.canary_rounds.labels(pool.name, result).inc()
-            if result == "error":
+            if differs is None:
                 continue
-            mismatch = result == "mismatch"
-            self._metrics.canary_mismatch.labels(pool.name).set(int(mismatch))
-            eject = mismatch and cfg.canary.on_mismatch == "eject"
-            if pool.canary_mismatch != eject:
-                log.warning("canary: pool %s %s rotation", pool.name, "taken out of" if eject else "back in")
-            pool.canary_mismatch = eject
+            self._metrics.canary_mismatch.labels(pool.name).set(int(bool(differs)))
+            eject = cfg.canary.on_mismatch == "eject"
+            whole = eject and None in differs
+            revoked = frozenset(k for k in differs if k is not None) if eject else frozenset()
+            if (pool.canary_mismatch, pool.canary_revoked) != (whole, revoked):
+                log.warning("canary: pool %s %s; kinds revoked: %s", pool.name,
+                            "out of rotation" if whole else "in rotation", sorted(revoked) or "none")
+            pool.canary_mismatch, pool.canary_revoked = whole, revoked
         return complete
 
     async def _compare(self, cfg: Any, round_probes: list[Probe], spec_url: str, plain_url: str,
-                       pool: str) -> str:
+                       pool: str) -> set[str | None] | None:
+        """The :attr:`Probe.kind` of every probe whose answers differ (None in the set: a plain
+        probe), or None when a call failed."""
+        differs: set[str | None] = set()
         for probe in round_probes:
             body = {"model": cfg.model.name, "temperature": 0, "max_tokens": cfg.canary.max_tokens,
                     "stream": False, **probe.fields}
@@ -184,15 +194,15 @@ class Canary:
                 spec_key, plain_key = answer_key(spec), answer_key(plain)
             except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
                 log.warning("canary: probe %s on pool %s failed: %r", probe.name, pool, exc)
-                return "error"
+                return None
             if spec_key != plain_key:
                 field = next(n for n, a, b in zip(("content", "reasoning_content", "tool_calls",
                                                    "finish_reason", "completion_tokens"), spec_key, plain_key)
                              if a != b)
                 log.warning("canary: pool %s differs from the plain pool on probe %s (%s): %r != %r",
                             pool, probe.name, field, str(spec_key)[:200], str(plain_key)[:200])
-                return "mismatch"
-        return "match"
+                differs.add(probe.kind)
+        return differs
 
     async def _ask(self, base_url: str, body: dict[str, Any], cfg: Any) -> Any:
         timeout = aiohttp.ClientTimeout(total=cfg.canary.timeout_s, connect=cfg.upstream.connect_timeout_s)

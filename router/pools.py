@@ -237,6 +237,14 @@ class Pool:
         self.saturated = False
         self.low_acceptance = False
         self.canary_mismatch = False  # set by router.canary under canary.on_mismatch: eject
+        self.canary_revoked: frozenset[str] = frozenset()  # kinds the canary found broken
+
+    @property
+    def capabilities(self) -> frozenset[str] | None:
+        """The kinds the pool serves now: its config's less those the canary revoked
+        (:mod:`router.capabilities`; None: every kind)."""
+        served = self.config.served_capabilities
+        return None if served is None else served - self.canary_revoked
 
     @property
     def speculative(self) -> bool:
@@ -333,7 +341,7 @@ class Runtime:
                 prev = next((p for p in previous.pools if p.name == pool.name), None)
                 if prev is not None:
                     pool.saturated, pool.low_acceptance = prev.saturated, prev.low_acceptance
-                    pool.canary_mismatch = prev.canary_mismatch
+                    pool.canary_mismatch, pool.canary_revoked = prev.canary_mismatch, prev.canary_revoked
             self.set_overrides(previous.overrides)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
 
@@ -485,7 +493,7 @@ class Runtime:
                 name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
                 endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load(now, stale))
                                 for e in p.endpoints.values()),
-                saturated=sat, low_acceptance=low, capabilities=p.config.served_capabilities,
+                saturated=sat, low_acceptance=low, capabilities=p.capabilities,
                 canary_mismatch=p.canary_mismatch))
         return tuple(out)
 

@@ -10,6 +10,7 @@ import pytest
 from router.canary import answer_key, probes
 from router.config import parse_config
 from tests.integration.conftest import Stack
+from tests.integration.test_capabilities import TOOLS, reconfigure
 
 CHAT = "/v1/chat/completions"
 CANARY = {"enabled": True, "interval_s": 0.2, "check_s": 0.05, "max_tokens": 6, "timeout_s": 5.0,
@@ -120,3 +121,26 @@ def test_answer_key_compares_tool_calls_and_finish():
     assert answer_key(doc) != answer_key(other)
     with pytest.raises(ValueError):
         answer_key({"error": {}})
+
+
+def test_a_tool_probe_mismatch_revokes_only_tool_calls(tmp_path, tokenizer_dir):
+    s = Stack(tmp_path, tokenizer_dir, canary={**CANARY, "on_mismatch": "eject"})
+    try:
+        reconfigure(s, lambda doc: doc["pools"][0].update(capabilities=["tool_calls"]))
+        s.spec.state.config = dataclasses.replace(s.spec.state.config, perturb_output=True,
+                                                  perturb_only_field="tools")
+        wait_for(lambda: s.router.metric("specgate_canary_mismatch", pool="spec") == 1, "a tool-probe mismatch")
+        tool_probe = [r for r in s.backend_requests(s.spec) if "tools" in r["body"]]
+        assert tool_probe and tool_probe[0]["headers"]["x-specgate-canary"] == "1"
+        r = s.client.post(CHAT, json={"model": "tiny-llama", "max_tokens": 3, "tools": TOOLS,
+                                      "messages": [{"role": "user", "content": "weather?"}]})
+        assert (r.status_code, r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == (
+            200, "plain", "tool_calls")
+        assert chat_pool(s) == ("spec", "speculative")        # plain sampling still speculates
+        perturb(s.spec, False)
+        wait_for(lambda: s.router.metric("specgate_canary_mismatch", pool="spec") == 0, "a matching round")
+        r = s.client.post(CHAT, json={"model": "tiny-llama", "max_tokens": 3, "tools": TOOLS,
+                                      "messages": [{"role": "user", "content": "weather?"}]})
+        assert (r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == ("spec", "speculative")
+    finally:
+        s.close()
