@@ -7,6 +7,7 @@ Every error goes through one handler that writes OpenAI's error envelope
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 
 from router.acceptance import CLASSES
 from router.admin import install_admin_routes
+from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
 from router.errors import (
     AuthenticationError,
     ContextLengthExceeded,
@@ -156,7 +158,10 @@ async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest,
         return hi, None
     if not needs_exact(lo, hi, flip_points(parsed.max_new_tokens, parsed.n, runtime.pools, runtime.rules)):
         return hi, lo
-    return await loop.run_in_executor(state.executor, counter.exact, rendered), None
+    exact = await loop.run_in_executor(state.executor, counter.exact, rendered)
+    media = getattr(rendered, "media_tokens", 0)
+    # With non-text parts the text is counted exactly and each part by its upper bound.
+    return (exact + media, exact) if media else (exact, None)
 
 
 async def _generate(request: Request, kind: str) -> Response:
@@ -174,18 +179,28 @@ async def _generate(request: Request, kind: str) -> Response:
         check_served(runtime)
     body = await _read_body(request, limits.max_request_bytes)
     doc = _parse_json(request, body)
-    parsed = _PARSERS[kind](doc, max_n=limits.max_n)
+    if kind == "chat":
+        parsed = parse_chat(doc, max_n=limits.max_n, media=cfg.model.media_tokens)
+    else:
+        parsed = _PARSERS[kind](doc, max_n=limits.max_n)
     request.state.param = parsed.param
     model = doc.get("model")
     if model is not None and not cfg.model.serves(model):
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
+    key_default = runtime.auth.speculation_default(request.headers.get("authorization")) if runtime.auth else None
+    hint = speculation_hint(doc, request.headers.get(HINT_HEADER), key_default)
     prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body))
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
-    features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower)
+    features = dataclasses.replace(
+        request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower), speculation=hint)
     request.state.features = features
     decision = runtime.decide(features, state.clock())
+    if decision.outcome is Outcome.REFUSED and decision.reason is not Reason.CONTEXT_CAP:
+        request.state.reject_reason = decision.reason.value
+        raise InvalidRequest(_unserved_message(decision.reason.value, doc), code="unsupported_feature",
+                             param=trigger_param(doc, decision.reason.value))
     if decision.outcome is Outcome.REFUSED:
-        if lower is not None and len(body) <= _INLINE_RENDER_BYTES:
+        if lower is not None and len(body) <= _INLINE_RENDER_BYTES and not parsed.media_tokens:
             # Refused on the byte bound; the exact count refuses too (no flip point lies
             # between the bounds), and a small prompt is counted exactly for the message.
             exact = await asyncio.get_running_loop().run_in_executor(state.executor, runtime.counter.count, parsed)
@@ -207,6 +222,9 @@ async def _generate(request: Request, kind: str) -> Response:
         # the engine rid stays the router's own id: a client may reuse its x-request-id
         # (retries), and SGLang refuses a rid that is already running
         abort_rids = (responses_fields if kind == "responses" else _abort_rids)(doc, features, own_id, fields)
+        if HINT_FIELD in doc:  # the router's own field never reaches the engine
+            body = orjson.dumps({k: v for k, v in doc.items() if k != HINT_FIELD})
+            doc = {k: v for k, v in doc.items() if k != HINT_FIELD}
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
                        received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
@@ -228,6 +246,12 @@ async def _generate(request: Request, kind: str) -> Response:
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
                          clock=state.clock)
+
+
+def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
+    field = trigger_param(doc, kind)
+    return (f"no pool of this deployment serves `{kind}` (needed by `{field}`); every pool that "
+            f"could is a speculative pool without it in its `capabilities` (docs/operator-guide.md)")
 
 
 def _abort_rids(doc: dict[str, Any], features: RequestFeatures, request_id: str,
@@ -292,7 +316,7 @@ _REJECT_REASON = {
 
 def _error_response(request: Request, err: SpecgateError) -> Response:
     state = getattr(request.app.state, "specgate", None)
-    reason = _REJECT_REASON.get(type(err), "invalid_request")
+    reason = getattr(request.state, "reject_reason", None) or _REJECT_REASON.get(type(err), "invalid_request")
     path = request.scope["path"]
     features: RequestFeatures | None = getattr(request.state, "features", None)
     if state is not None and path.startswith("/v1/") and path != "/v1/models":

@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 from router.acceptance import CLASSES
 from router.api import GENERATE_ROUTES, serve_generate
 from router.auth import Auth, load_auth, load_engine_key
+from router.canary import Canary
 from router.config import Config, load_config
 from router.discovery import Discovery, DiscoverySettings
 from router.drain import CUT_KEY, Drainer
@@ -328,9 +329,11 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         reloader = Reloader(state) if (path is not None and watch) else None
         state.discovery = Discovery(lambda: state.runtime, metrics, discovery or DiscoverySettings())
         state.discovery.start()
+        canary = Canary(session, lambda: state.runtime, metrics, clock)
         if scrape:
             await scraper.run_once()
             scraper.start()
+            canary.start()
         if reloader is not None:
             reloader.start()
         drainer: Drainer = app.drain  # type: ignore[attr-defined]
@@ -351,6 +354,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             yield
         finally:
             await scraper.stop()
+            await canary.stop()
             if reloader is not None:
                 await reloader.stop()
             await state.discovery.stop()

@@ -80,9 +80,19 @@ class Auth:
         admin: admin keys; None turns the admin API off.
     """
 
-    def __init__(self, client: KeyRing | None, admin: KeyRing | None) -> None:
+    def __init__(self, client: KeyRing | None, admin: KeyRing | None,
+                 speculation: Mapping[str, str] | None = None) -> None:
         self.client = client
         self.admin = admin
+        self._speculation = {bytes.fromhex(k): v for k, v in (speculation or {}).items()}
+
+    def speculation_default(self, authorization: str | None) -> str | None:
+        """The speculation hint configured for the request's key
+        (``auth.speculation_defaults``), or None. Call after :meth:`check_client`."""
+        if not self._speculation:
+            return None
+        token = bearer_token(authorization)
+        return None if token is None else self._speculation.get(_digest(token))
 
     def check_client(self, authorization: str | None) -> None:
         """Admit a request to a client route.
@@ -170,7 +180,8 @@ def load_auth(config: AuthConfig, environ: Mapping[str, str] | None = None) -> A
                      "admin_api_key")
     if client is not None and admin is not None and set(client) & set(admin):
         raise ConfigError("auth: an admin key is also a client key")
-    return Auth(None if client is None else KeyRing(client), None if admin is None else KeyRing(admin))
+    return Auth(None if client is None else KeyRing(client), None if admin is None else KeyRing(admin),
+                config.speculation_defaults)
 
 
 def load_engine_key(config: AuthConfig, environ: Mapping[str, str] | None = None) -> str | None:

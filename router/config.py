@@ -56,6 +56,7 @@ from pydantic import (
 
 __all__ = [
     "AuthConfig",
+    "CanaryConfig",
     "CircuitBreakerConfig",
     "Config",
     "ConfigError",
@@ -63,6 +64,7 @@ __all__ = [
     "HealthConfig",
     "LimitsConfig",
     "ModelConfig",
+    "MultimodalConfig",
     "Overrides",
     "PoolConfig",
     "RoutingConfig",
@@ -99,6 +101,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
 
+class MultimodalConfig(_Strict):
+    """Non-text input the served model takes, with an upper bound of tokens per content part.
+
+    Each bound is the most tokens one part can occupy in the prompt after the model's
+    processor (placeholder and wrapper tokens included), e.g. for an image the processor's
+    ``max_pixels / (patch_size * merge_size)^2`` plus its start/end tokens; for an audio
+    encoder that pads or truncates clips to a fixed length (Whisper-style: 30 s), the tokens of
+    one full clip. The router adds the bound for every part of the kind, so its prompt size is
+    an upper bound and the context cap never under-counts. A modality left out (None) is
+    refused with HTTP 400 like on a text-only model.
+
+    Attributes:
+        image_tokens: tokens per ``image_url`` part.
+        audio_tokens: tokens per ``input_audio``/``audio_url`` part.
+        video_tokens: tokens per ``video_url`` part.
+    """
+
+    image_tokens: PositiveInt | None = None
+    audio_tokens: PositiveInt | None = None
+    video_tokens: PositiveInt | None = None
+
+
 class ModelConfig(_Strict):
     """The served model: its public name(s) and where its tokenizer lives.
 
@@ -110,11 +134,25 @@ class ModelConfig(_Strict):
         name: the model name clients send in ``model`` (and ``/v1/models`` lists first).
         aliases: more names the router accepts for the same model (e.g. a name clients
             already use); listed by ``/v1/models`` after ``name``.
+        multimodal: the non-text input the model takes (:class:`MultimodalConfig`); None
+            (default): a text-only model, whose requests with image, audio or video parts
+            get HTTP 400 before any engine.
     """
 
     name: NonEmptyStr
     tokenizer: StrictStr
     aliases: tuple[NonEmptyStr, ...] = ()
+    multimodal: MultimodalConfig | None = None
+
+    @property
+    def media_tokens(self) -> dict[str, int] | None:
+        """Tokens per non-text part by modality (``image``/``audio``/``video``, only those
+        configured), or None for a text-only model."""
+        if self.multimodal is None:
+            return None
+        m = self.multimodal
+        bounds = {"image": m.image_tokens, "audio": m.audio_tokens, "video": m.video_tokens}
+        return {k: v for k, v in bounds.items() if v is not None}
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
@@ -279,6 +317,13 @@ class PoolConfig(_Strict):
             ``score``, ``classify`` (:mod:`router.passthrough`). A pool without ``generate``
             is never a generation target; a speculative pool serves only ``generate`` and
             ``responses``.
+        capabilities: what a speculative pool may serve beyond plain sampling, a list of
+            ``constrained_decoding``, ``tool_calls``, ``reasoning``, ``logprobs``,
+            ``sampling_controls`` (:mod:`router.capabilities`); unknown names fail. Default:
+            none of them (requests needing one go to a plain pool, with the kind as the
+            decision reason). List a kind only after validating it on the pool's engine
+            version (docs/operator-guide.md, "Which requests the speculative pool serves").
+            A plain pool serves every kind; the key is refused on it.
     """
 
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
@@ -292,6 +337,8 @@ class PoolConfig(_Strict):
     speed: SpeedConfig | None = None
     engine_keepalive_s: PositiveFloat = 5.0
     serves: tuple[EndpointKind, ...] = ("generate",)
+    capabilities: tuple[Literal["constrained_decoding", "tool_calls", "reasoning", "logprobs",
+                                "sampling_controls"], ...] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
@@ -301,6 +348,10 @@ class PoolConfig(_Strict):
             raise ValueError("`serves: [responses]` needs `generate` too (responses are generation)")
         if self.speculative and not set(self.serves) <= {"generate", "responses"}:
             raise ValueError("a speculative pool serves only `generate` (and `responses`)")
+        if self.capabilities is not None and not self.speculative:
+            raise ValueError("`capabilities` is for speculative pools (a plain pool serves every kind)")
+        if self.capabilities is not None and len(set(self.capabilities)) != len(self.capabilities):
+            raise ValueError("`capabilities` repeats a name")
         if not self.endpoints and self.discovery is None:
             raise ValueError("a pool needs `endpoints` or a `discovery` block")
         if len(set(self.endpoints)) != len(self.endpoints):
@@ -321,6 +372,11 @@ class PoolConfig(_Strict):
         if engine is not None and engine.speculative_num_steps:
             return engine.speculative_num_steps
         return max(1, self.reserved_tokens - 1)
+
+    @property
+    def served_capabilities(self) -> frozenset[str] | None:
+        """The kinds the pool serves: None (every kind) for a plain pool, else the listed ones."""
+        return None if not self.speculative else frozenset(self.capabilities or ())
 
     @property
     def reserved_tokens(self) -> int:
@@ -542,6 +598,10 @@ class AuthConfig(_Strict):
         admin_api_key: the admin key given inline.
         admin_api_key_file: path of a file holding admin keys.
         admin_api_key_env: name of an environment variable holding admin keys.
+        speculation_defaults: per client key, the speculation hint (``off``/``auto``/``on``,
+            :data:`router.capabilities.SPECULATION_MODES`) its requests get when they send
+            none; keyed by the key's SHA-256 digest in lowercase hex
+            (``printf %s "$KEY" | sha256sum``), so no key is written here.
     """
 
     api_keys: tuple[SecretStr, ...] = ()
@@ -556,6 +616,8 @@ class AuthConfig(_Strict):
     engine_api_key: SecretStr | None = None
     engine_api_key_file: StrictStr | None = None
     engine_api_key_env: EnvName | None = None
+    speculation_defaults: dict[Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]{64}$")],
+                               Literal["off", "auto", "on"]] = {}
 
     @model_validator(mode="after")
     def _check(self) -> AuthConfig:
@@ -576,6 +638,40 @@ class AuthConfig(_Strict):
         return bool(self.api_keys) or self.api_keys_file is not None or self.api_keys_env is not None
 
 
+class CanaryConfig(_Strict):
+    """The live lossless canary (:mod:`router.canary`): greedy prompts sent to each speculative
+    pool and to the plain pool, whose outputs must be identical.
+
+    Attributes:
+        enabled: run the canary (off by default: it costs engine time).
+        interval_s: seconds between two scheduled rounds (a reload or an endpoint change
+            starts one at once).
+        check_s: how often the loop looks for a reload or an endpoint change (seconds).
+        max_tokens: output tokens per probe (tokens; the longer, the more a divergence shows).
+        timeout_s: bound on one probe call (seconds).
+        prompts: the plain chat probes (user messages).
+        on_mismatch: ``alert`` (metric and log line) or ``eject`` (also take the pool out of
+            rotation, reason ``canary_mismatch``, until a round matches).
+    """
+
+    enabled: StrictBool = False
+    interval_s: PositiveFloat = 300.0
+    check_s: PositiveFloat = 1.0
+    max_tokens: PositiveInt = 32
+    timeout_s: PositiveFloat = 60.0
+    prompts: tuple[NonEmptyStr, ...] = (
+        "Count from one to twenty in words, separated by commas.",
+        "Write a Python function that returns the n-th Fibonacci number.",
+    )
+    on_mismatch: Literal["alert", "eject"] = "alert"
+
+    @model_validator(mode="after")
+    def _check(self) -> CanaryConfig:
+        if not self.prompts:
+            raise ValueError("canary.prompts must hold at least one prompt")
+        return self
+
+
 class Config(_Strict):
     """The whole operator YAML. See the module docstring for the cross-field rules."""
 
@@ -589,6 +685,7 @@ class Config(_Strict):
     server: ServerConfig = ServerConfig()
     state: StateConfig = StateConfig()
     auth: AuthConfig = AuthConfig()
+    canary: CanaryConfig = CanaryConfig()
 
     @model_validator(mode="after")
     def _check(self) -> Config:

@@ -16,7 +16,10 @@ Three steps, so that only the middle one touches the tokenizer and runs off the 
    prompts are encoded as SGLang's tokenizer manager does (``tokenizer.encode(text)``).
    The count therefore equals SGLang's ``usage.prompt_tokens``; the documented margin is
    ``model``-independent and zero for text-only requests (checked against the real server
-   in ``tests/sglang``). Multimodal parts are not counted (the router serves text models).
+   in ``tests/sglang``). Non-text parts never count as zero: a text-only model (the default)
+   refuses them with HTTP 400 (``param: messages``), and a model declared multimodal
+   (``model.multimodal``) counts each with its per-part upper bound on top of the text, so the
+   prompt size is then an upper bound, never an under-count.
 3. :func:`router.policy.request_features` applies the output-budget rule (a rule of the
    decision): ``max_completion_tokens`` if given, else ``max_tokens``, else
    ``min(limits.default_max_tokens, S - P)``, which the router then forwards as ``max_tokens``
@@ -30,11 +33,12 @@ context_length``; so ``P + max_tokens == S`` is served, ``S + 1`` is not.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from router.capabilities import validate as validate_capability_fields
 from router.errors import InvalidRequest
 
 __all__ = [
@@ -64,6 +68,8 @@ class ParsedRequest:
         n: choices per prompt.
         stream: whether the client asked for SSE.
         param: the field over-length errors name (``messages`` or ``prompt``).
+        media_tokens: upper bound of the prompt's non-text tokens (the model's per-part
+            bounds summed over image/audio/video parts; 0 for text).
     """
 
     kind: Kind
@@ -72,6 +78,7 @@ class ParsedRequest:
     n: int
     stream: bool
     param: str
+    media_tokens: int = 0
 
 
 def _tokens_phrase(prompt_tokens: int, lower: int | None, extra: int = 0) -> str:
@@ -97,6 +104,10 @@ class RequestFeatures:
             them (docs/performance.md, "Sizing a prompt").
         temperature_class: ``greedy`` or ``sampled`` (:func:`router.acceptance.temperature_class`):
             the two accept draft tokens at very different rates.
+        needs: the kinds the request needs from its pool
+            (:func:`router.capabilities.required_features`).
+        speculation: the client's speculation hint, ``off``/``auto``/``on``
+            (:data:`router.capabilities.SPECULATION_MODES`).
     """
 
     prompt_tokens: int
@@ -108,6 +119,8 @@ class RequestFeatures:
     budget_defaulted: bool = False
     prompt_tokens_lower: int | None = None
     temperature_class: str = "sampled"
+    needs: frozenset[str] = frozenset()
+    speculation: str = "auto"
 
     @property
     def prompt_exact(self) -> bool:
@@ -159,14 +172,51 @@ def _common(doc: Any, kind: Kind, max_n: int) -> tuple[int | None, int, bool]:
     return budget, n or 1, bool(stream)
 
 
-def _check_parts(parts: list[Any], where: str) -> None:
+#: Content part types that carry text (joined into the prompt, counted exactly).
+TEXT_PARTS = frozenset({"text", "input_text"})
+#: Non-text content part types SGLang 0.5.23 accepts (``protocol.py``,
+#: ``parser/jinja_template_utils.py``), by modality: each is counted with the model's per-part
+#: bound (``model.multimodal``) or refused.
+MEDIA_PARTS = {"image_url": "image", "input_image": "image", "video_url": "video", "audio_url": "audio",
+               "input_audio": "audio"}
+#: Part types SGLang 0.5.23 accepts and leaves out of the rendered prompt in both template
+#: content formats (``process_content_for_template_format``): zero tokens, exactly.
+DROPPED_PARTS = frozenset({"thinking", "reasoning"})
+
+
+def _check_parts(parts: list[Any], where: str, media: Mapping[str, int] | None) -> int:
+    """Validate a content list; returns the upper bound of its non-text tokens.
+
+    Args:
+        media: tokens per part by modality (``image``, ``video``, ``audio``), the model's
+            :class:`~router.config.MultimodalConfig`; None for a text-only model.
+
+    Raises:
+        InvalidRequest: an empty list, a part without ``type``, a text part without string
+            ``text``, a media part the model does not take, or a type outside
+            :data:`TEXT_PARTS`, :data:`MEDIA_PARTS` and :data:`DROPPED_PARTS`.
+    """
     if not parts:
         raise InvalidRequest(f"{where}.content must not be an empty list", param="messages")
+    tokens = 0
     for part in parts:
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise InvalidRequest(f"{where}.content parts must be objects with a `type`", param="messages")
-        if part["type"] in ("text", "input_text") and not isinstance(part.get("text"), str):
-            raise InvalidRequest(f"{where}.content text parts need a string `text`", param="messages")
+        kind = part["type"]
+        if kind in TEXT_PARTS:
+            if not isinstance(part.get("text"), str):
+                raise InvalidRequest(f"{where}.content text parts need a string `text`", param="messages")
+        elif kind in MEDIA_PARTS:
+            bound = (media or {}).get(MEDIA_PARTS[kind])
+            if bound is None:
+                what = "a text-only model" if media is None else f"a model without {MEDIA_PARTS[kind]} input"
+                raise InvalidRequest(f"{where}.content part type `{kind}` is not supported: this is {what}",
+                                     param="messages")
+            tokens += bound
+        elif kind not in DROPPED_PARTS:
+            raise InvalidRequest(f"{where}.content part type `{kind[:40]}` is not supported (supported: "
+                                 f"{sorted(TEXT_PARTS | DROPPED_PARTS | set(MEDIA_PARTS))})", param="messages")
+    return tokens
 
 
 def _check_tool_calls(calls: Any, where: str) -> list[str]:
@@ -193,12 +243,13 @@ def _check_tool_calls(calls: Any, where: str) -> list[str]:
     return ids
 
 
-def _check_messages(messages: Any) -> None:
+def _check_messages(messages: Any, media: Mapping[str, int] | None = None) -> int:
     if not isinstance(messages, list):
         raise InvalidRequest("`messages` must be a non-empty array of message objects", param="messages")
     if not messages:
         raise InvalidRequest("`messages` must not be empty", param="messages")
     declared: set[str] = set()
+    media_tokens = 0
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
@@ -211,7 +262,7 @@ def _check_messages(messages: Any) -> None:
             if role in _CONTENT_REQUIRED:
                 raise InvalidRequest(f"{where}.content is required for role `{role}`", param="messages")
         elif isinstance(content, list):
-            _check_parts(content, where)
+            media_tokens += _check_parts(content, where, media)
         elif not isinstance(content, str):
             raise InvalidRequest(f"{where}.content must be a string, an array of parts or null",
                                  param="messages")
@@ -226,6 +277,7 @@ def _check_messages(messages: Any) -> None:
             if call_id not in declared:
                 raise InvalidRequest(f"{where}.tool_call_id `{call_id[:64]}` matches no earlier tool call",
                                      param="messages")
+    return media_tokens
 
 
 def _check_tools(tools: Any) -> None:
@@ -239,16 +291,21 @@ def _check_tools(tools: Any) -> None:
             raise InvalidRequest("each tool needs function.name", param="tools")
 
 
-def parse_chat(doc: Any, *, max_n: int) -> ParsedRequest:
+def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) -> ParsedRequest:
     """Validate a ``/v1/chat/completions`` document.
+
+    Args:
+        media: tokens per non-text part by modality (``model.multimodal``); None: the model
+            is text-only and refuses every non-text part.
 
     Raises:
         InvalidRequest: on the first invalid field (``param`` names it).
     """
     budget, n, stream = _common(doc, "chat", max_n)
-    _check_messages(doc.get("messages"))
+    media_tokens = _check_messages(doc.get("messages"), media)
     _check_tools(doc.get("tools"))
-    return ParsedRequest("chat", doc, budget, n, stream, "messages")
+    validate_capability_fields(doc)
+    return ParsedRequest("chat", doc, budget, n, stream, "messages", media_tokens)
 
 
 def _prompt_kind(prompt: Any) -> str:
@@ -275,6 +332,7 @@ def parse_completions(doc: Any, *, max_n: int) -> ParsedRequest:
         raise InvalidRequest(
             "`prompt` must be a string, an array of strings, an array of token ids, "
             "or an array of token-id arrays", param="prompt")
+    validate_capability_fields(doc)
     return ParsedRequest("completions", doc, budget, n, stream, "prompt")
 
 
@@ -384,7 +442,8 @@ class PromptCounter:
         if parsed.kind == "chat":
             kwargs = doc.get("chat_template_kwargs")
             return Rendered(texts=(self.render_chat(doc["messages"], tools=_template_tools(doc),
-                                                    template_kwargs=kwargs),), special=False)
+                                                    template_kwargs=kwargs),), special=False,
+                            media_tokens=parsed.media_tokens)
         prompt = doc["prompt"]
         kind = _prompt_kind(prompt)
         if kind == "text":
@@ -427,12 +486,14 @@ class PromptCounter:
         return self._compiled[with_tools]
 
     def bounds(self, rendered: Rendered) -> tuple[int, int]:
-        """``(lo, hi)`` with ``lo <= P <= hi`` (tokens), from byte lengths only."""
+        """``(lo, hi)`` with ``lo <= P <= hi`` (tokens), from byte lengths only; ``hi``
+        includes the non-text parts' bound (:attr:`Rendered.media_tokens`), ``lo`` counts text
+        only."""
         if rendered.ids_len is not None:
             return rendered.ids_len, rendered.ids_len
         size = max(len(t) if t.isascii() else len(t.encode("utf-8")) for t in rendered.texts)
         extra = self._added if rendered.special else 0
-        return -(-size // self.max_token_bytes), size + extra + 1
+        return -(-size // self.max_token_bytes), size + extra + 1 + rendered.media_tokens
 
     def exact(self, rendered: Rendered) -> int:
         """The exact prompt tokens P (the longest prompt of a batch)."""
@@ -465,11 +526,14 @@ class Rendered:
     """A rendered prompt: the text(s) the engine encodes, or the length of token-id prompts.
 
     ``special``: the engine encodes with the tokenizer's special tokens added (completions).
+    ``media_tokens``: upper bound of the non-text parts' tokens, on top of the text's
+    (:attr:`ParsedRequest.media_tokens`); with any, no count of the prompt is exact.
     """
 
     texts: tuple[str, ...] = ()
     special: bool = False
     ids_len: int | None = None
+    media_tokens: int = 0
 
 
 def needs_exact(lo: int, hi: int, thresholds: Iterable[int]) -> bool:

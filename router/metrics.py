@@ -261,6 +261,12 @@ class RouterMetrics:
             "specgate_discovery_watch_restarts",
             "EndpointSlice watches restarted, by reason (expired: 410; error: backoff; resync: periodic).",
             ["pool", "reason"], registry=registry)
+        self.canary_rounds = Counter(
+            "specgate_canary_rounds", "Lossless canary rounds per speculative pool, by result "
+            "(match, mismatch, error).", ["pool", "result"], registry=registry)
+        self.canary_mismatch = Gauge(
+            "specgate_canary_mismatch", "1 while the last canary round found the pool's greedy output "
+            "differs from the plain pool's.", ["pool"], registry=registry)
         self.config_info = Gauge(
             "specgate_config_last_reload_success_timestamp_seconds",
             "Unix time of the last successful config load.", registry=registry)

@@ -19,13 +19,19 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
    ``max_tokens``, else ``min(D, S - P)`` (forwarded to the engine as ``max_tokens``).
 1. **Context cap.** ``P >= S``, ``P + M > S``, or ``P + M`` above every pool's limit ->
    :attr:`Outcome.REFUSED`, reason ``context_cap`` (HTTP 400 before any engine sees it: an
-   engine pushed past its validated context can crash).
-2. **Speculative eligibility**, per speculative pool in config order:
-   ``P + n * M + K <= limit`` (the ``n`` weighting keeps large-``n`` requests off the drafter
-   pool: every sample drafts) and ``P <= routing.long_prompt_tokens``; otherwise
-   ``long_context``. Then: no healthy endpoint -> ``spec_unhealthy``; saturation bypass on ->
+   engine pushed past its validated context can crash). Then, when no pool serves every kind
+   the request needs (:mod:`router.capabilities`; a plain pool serves all), REFUSED with the
+   first pool's missing kind as the reason.
+2. **Speculative eligibility**, per speculative pool in config order: first the gate
+   (``_gate``): a pool the lossless canary ejected -> ``canary_mismatch``; a kind it does not
+   serve -> that kind (``constrained_decoding``, ``tool_calls``, ``reasoning``, ``logprobs``,
+   ``sampling_controls``); the client's ``off`` hint -> ``client_opt_out`` (a bypass: the
+   pool stays a fallback). Then ``P + n * M + K <= limit`` (the ``n`` weighting keeps
+   large-``n`` requests off the drafter pool: every sample drafts) and
+   ``P <= routing.long_prompt_tokens``; otherwise ``long_context``. Then: no healthy endpoint -> ``spec_unhealthy``; saturation bypass on ->
    ``saturated``; acceptance bypass on -> ``low_acceptance``; else the pool is chosen with
-   reason ``speculative``.
+   reason ``speculative``. The client's ``on`` hint skips the long-prompt threshold and the
+   acceptance bypass only.
 3. **Plain pools** in config order: the first with a healthy endpoint whose limit holds
    ``P + M`` (each of the ``n`` sequences is checked alone by the engine). The reason is the
    first speculative pool's rejection reason, or ``plain_only`` when there is none.
@@ -49,6 +55,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from router.acceptance import temperature_class
+from router.capabilities import required_features, speculation_gate, unmet
 from router.features import ParsedRequest, RequestFeatures, prompt_count
 from router.predict import SpeedModel, completion_s
 
@@ -84,6 +91,15 @@ class Reason(StrEnum):
     PLAIN_UNHEALTHY = "plain_unhealthy"
     CONTEXT_CAP = "context_cap"
     NO_HEALTHY_UPSTREAM = "no_healthy_upstream"
+    # A speculative pool does not serve what the request needs (router.capabilities.KINDS),
+    # or the client opted out of speculation.
+    CONSTRAINED_DECODING = "constrained_decoding"
+    TOOL_CALLS = "tool_calls"
+    REASONING = "reasoning"
+    LOGPROBS = "logprobs"
+    SAMPLING_CONTROLS = "sampling_controls"
+    CLIENT_OPT_OUT = "client_opt_out"
+    CANARY_MISMATCH = "canary_mismatch"  # the lossless canary ejected the pool (router.canary)
 
 
 class Outcome(StrEnum):
@@ -156,6 +172,9 @@ class PoolSnapshot:
         accept_length_greedy: tau for greedy requests (live estimate, else the calibrated
             prior, else None), tokens per verify step.
         accept_length_sampled: the same for sampled requests.
+        capabilities: the kinds of :data:`router.capabilities.KINDS` the pool serves; None
+            serves every kind (a plain pool).
+        canary_mismatch: the lossless canary took the pool out of rotation.
     """
 
     name: str
@@ -168,6 +187,8 @@ class PoolSnapshot:
     speed: SpeedModel | None = None
     accept_length_greedy: float | None = None
     accept_length_sampled: float | None = None
+    capabilities: frozenset[str] | None = None
+    canary_mismatch: bool = False
 
     def accept_length(self, temperature: str) -> float | None:
         """tau for a request of this temperature class."""
@@ -216,7 +237,7 @@ def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
         prompt_tokens=prompt_tokens, max_new_tokens=output_budget(requested, prompt_tokens, rules),
         n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
         budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower,
-        temperature_class=temperature_class(parsed.doc))
+        temperature_class=temperature_class(parsed.doc), needs=required_features(parsed.doc))
 
 
 def _refused(features: RequestFeatures, pools: Iterable[PoolShape], cap: int) -> bool:
@@ -269,6 +290,24 @@ def flip_points(requested: int | None, n: int, pools: Iterable[PoolShape], rules
     return out
 
 
+def _gate(features: RequestFeatures, pool: PoolSnapshot) -> Reason | None:
+    """Why a speculative pool may not serve this request at all: ejected by the canary, a kind
+    it does not serve, or the client's ``off`` hint (the one bypass a fallback may override)."""
+    if pool.canary_mismatch:
+        return Reason.CANARY_MISMATCH
+    gate = speculation_gate(features.needs, features.speculation, pool.capabilities)
+    return None if gate is None else Reason(gate)
+
+
+def _unservable(features: RequestFeatures, pools: Sequence[PoolSnapshot]) -> Reason | None:
+    """None when some pool serves every kind the request needs, else the first pool's missing
+    kind (the request can never be served as asked: a refusal, whatever the pools' health)."""
+    if not features.needs:
+        return None
+    missing = [unmet(features.needs, p.capabilities) for p in pools]
+    return None if None in missing else Reason(missing[0])
+
+
 def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: int) -> str | None:
     healthy = [e for e in endpoints if e.healthy and e.url not in exclude]
     if not healthy:
@@ -306,27 +345,37 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     """
     if _refused(features, pools, rules.max_context_tokens):
         return Decision(None, None, Reason.CONTEXT_CAP, Outcome.REFUSED)
+    missing = _unservable(features, pools)
+    if missing is not None:
+        return Decision(None, None, missing, Outcome.REFUSED)
     seq = features.sequence_tokens
     tie = rules.seed + tie_break
     spec_reason: Reason | None = None
     fallback: tuple[str, str] | None = None
     candidates: list[tuple[PoolSnapshot, str]] = []  # pools that may take it, in config order
+    insist = features.speculation == "on"
     for pool in pools:
         if not pool.speculative:
             continue
-        if (features.weight + pool.reserved > pool.limit
-                or features.prompt_tokens > rules.long_prompt_tokens):
+        gate = _gate(features, pool)
+        if gate is not None and gate is not Reason.CLIENT_OPT_OUT:
+            reason = gate  # the pool does not serve what the request needs, or serves it wrong
+        elif (features.weight + pool.reserved > pool.limit
+                or (features.prompt_tokens > rules.long_prompt_tokens and not insist)):
             reason = Reason.LONG_CONTEXT
         else:
             endpoint = _pick(pool.endpoints, exclude, tie)
+            # the acceptance bypass is a guard only without a speed model (the prediction
+            # weighs acceptance itself)
+            low = pool.speed is None and features.temperature_class in pool.low_acceptance and not insist
             if endpoint is None:
                 reason = Reason.SPEC_UNHEALTHY
-            elif pool.saturated:
-                reason = Reason.SATURATED
+            elif gate is not None or pool.saturated or low:
+                reason = (Reason.CLIENT_OPT_OUT if gate is not None else
+                          Reason.SATURATED if pool.saturated else Reason.LOW_ACCEPTANCE)
                 fallback = fallback or (pool.name, endpoint)
-            elif pool.speed is None and features.temperature_class in pool.low_acceptance:
-                reason = Reason.LOW_ACCEPTANCE
-                fallback = fallback or (pool.name, endpoint)
+            elif insist:  # the client asked for speculation: no prediction
+                return Decision(pool.name, endpoint, Reason.SPECULATIVE)
             else:
                 candidates.append((pool, endpoint))
                 continue

@@ -285,6 +285,15 @@ class Pool:
     def low_acceptance(self) -> bool:
         """The acceptance bypass is on for some temperature class."""
         return bool(self.bypass.low_classes())
+        self.canary_mismatch = False  # set by router.canary under canary.on_mismatch: eject
+        self.canary_revoked: frozenset[str] = frozenset()  # kinds the canary found broken
+
+    @property
+    def capabilities(self) -> frozenset[str] | None:
+        """The kinds the pool serves now: its config's less those the canary revoked
+        (:mod:`router.capabilities`; None: every kind)."""
+        served = self.config.served_capabilities
+        return None if served is None else served - self.canary_revoked
 
     @property
     def speculative(self) -> bool:
@@ -407,6 +416,7 @@ class Runtime:
                 prev = next((p for p in previous.pools if p.name == pool.name), None)
                 if prev is not None:
                     pool.bypass = prev.bypass
+                    pool.canary_mismatch, pool.canary_revoked = prev.canary_mismatch, prev.canary_revoked
             self.set_overrides(previous.overrides)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
 
@@ -587,7 +597,8 @@ class Runtime:
                 endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.backpressure_load(now, stale, floor))
                                 for e in p.endpoints.values()),
                 saturated=sat, low_acceptance=low, speed=p.speed,
-                accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled")))
+                accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled"),
+                capabilities=p.capabilities, canary_mismatch=p.canary_mismatch))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset()) -> Decision:

@@ -261,6 +261,13 @@ class FakeConfig:
         embedding_dim: floats per embedding when the request gives no ``dimensions``; embedding
             ``k`` of input ``i`` is ``sin(i * 1000 + k + 1)`` (deterministic; a large
             ``dimensions`` makes a large response).
+    Losslessness:
+        perturb_output: token ``i >= 2`` of every choice is emitted as ``tok{i+1}``: an engine
+            whose output differs from the target model's (what a lossless canary must catch).
+            Read from ``FakeState.config`` per token, so a test may swap the config to turn it
+            off.
+        perturb_only_field: with ``perturb_output``, perturb only requests whose JSON body has
+            this top-level field (e.g. ``"tools"``: only tool-calling answers differ).
     """
 
     model_name: str = "fake-model"
@@ -290,6 +297,8 @@ class FakeConfig:
     max_log_entries: int = 100_000
     is_embedding: bool = False
     embedding_dim: int = 8
+    perturb_output: bool = False
+    perturb_only_field: str | None = None
 
     def __post_init__(self) -> None:
         if self.context_length < 8:
@@ -960,6 +969,11 @@ async def _read_json(request: Request, entry: dict[str, Any] | None = None) -> A
     return body
 
 
+def _perturbed(config: FakeConfig, job: _Job) -> bool:
+    body = job.entry.get("body")
+    return config.perturb_only_field is None or (isinstance(body, dict) and config.perturb_only_field in body)
+
+
 def create_fake_app(config: FakeConfig) -> Starlette:
     """Build the fake server's Starlette app; its state is ``app.state.fake`` (``FakeState``).
 
@@ -1350,6 +1364,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     continue
                 i = s.generated
                 delta = f"tok{i}" if i == 0 else f" tok{i}"
+                if state.config.perturb_output and i >= 2 and _perturbed(state.config, job):
+                    delta = f" tok{i + 1}"  # a lossy speculative engine
                 s.generated += 1
                 state.generation_tokens_total[stream_key] += 1
                 decoding = state.metrics_override.get("decoding_gauges")

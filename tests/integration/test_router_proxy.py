@@ -461,7 +461,8 @@ def test_tool_call_conversation_forwarded_unchanged(stack):  # HANDED C07
               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
     r = stack.client.post(CHAT, json={"model": "tiny-llama", "max_tokens": 64, "tools": tools, "messages": msgs})
     assert r.status_code == 200
-    assert stack.backend_requests(stack.spec)[0]["body"]["messages"] == msgs
+    assert r.headers["x-specgate-reason"] == "tool_calls"   # a tools request goes to the plain pool
+    assert stack.backend_requests(stack.plain)[0]["body"]["messages"] == msgs
     big_tools = tools * 400
     r = stack.client.post(CHAT, json={"model": "tiny-llama", "max_tokens": 64, "tools": big_tools, "messages": msgs})
     assert_e400(r, 400, "context_length_exceeded", "messages")
