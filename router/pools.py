@@ -268,6 +268,8 @@ class Pool:
         self.endpoints: dict[str, Endpoint] = {}
         self.replace_endpoints(endpoints)
         self.bypass = BypassState()
+        self.canary_mismatch = False  # set by router.canary under canary.on_mismatch: eject
+        self.canary_revoked: frozenset[str] = frozenset()  # kinds the canary found broken
         speed = config.speed
         self.speed = None if speed is None else SpeedModel(
             decode_s_per_token=speed.decode_s_per_token, batch_knee=speed.batch_knee,
@@ -285,8 +287,6 @@ class Pool:
     def low_acceptance(self) -> bool:
         """The acceptance bypass is on for some temperature class."""
         return bool(self.bypass.low_classes())
-        self.canary_mismatch = False  # set by router.canary under canary.on_mismatch: eject
-        self.canary_revoked: frozenset[str] = frozenset()  # kinds the canary found broken
 
     @property
     def capabilities(self) -> frozenset[str] | None:

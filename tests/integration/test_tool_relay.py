@@ -13,6 +13,16 @@ from tests.integration.conftest import Stack
 from tests.tool_events import INCONSISTENT, parallel_tool_call_events, reasoning_only_events
 
 CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture()
+def stack(tmp_path, tokenizer_dir):
+    # the relay is what is tested: a spec pool validated for tools and reasoning
+    s = Stack(tmp_path, tokenizer_dir, **{"pools.0.capabilities": ["tool_calls", "reasoning"]})
+    yield s
+    s.close()
+
+
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},

@@ -32,7 +32,7 @@ def router_config(tokenizer: str | Path, spec_url: str | None = None, plain_url:
         spec_url, plain_url: the endpoints of the ``spec`` pool (EAGLE-3, 2048-token context, 4
             reserved draft tokens) and the ``plain`` pool; a pool without one is left out.
         spec_discovery: a ``discovery`` block for the ``spec`` pool instead of endpoints.
-        overrides: dotted paths to replace, e.g. ``**{"routing.saturation": {"enter": 3, "exit": 1},
+        overrides: dotted paths to replace (a number indexes a list: ``pools.0.capabilities``), e.g. ``**{"routing.saturation": {"enter": 3, "exit": 1},
             "state": {...}}``; a whole section or pool list may be replaced the same way.
     """
     doc = copy.deepcopy(_BASE)
@@ -53,8 +53,11 @@ def router_config(tokenizer: str | Path, spec_url: str | None = None, plain_url:
         node = doc
         parts = key.split(".")
         for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
+            node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+        if isinstance(node, list):
+            node[int(parts[-1])] = value
+        else:
+            node[parts[-1]] = value
     return doc
 
 
