@@ -236,7 +236,7 @@ class DayShape:
         out = []
         for i, (t, mix) in enumerate(drawn):
             cls = rng.choices(mix, weights=[c.weight for c in mix])[0]
-            p = int(round(math.exp(rng.uniform(math.log(cls.lo), math.log(cls.hi)))))
+            p = round(math.exp(rng.uniform(math.log(cls.lo), math.log(cls.hi))))
             o = rng.randint(cls.out_lo, cls.out_hi)
             temp = 1.0 if rng.random() < cls.sampled_fraction else 0.0
             out.append(Request(i, t, p, int(p * cls.cached_fraction), o, max(cls.max_new_tokens, o),

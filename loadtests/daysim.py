@@ -63,8 +63,8 @@ __all__ = [
     "Choice",
     "DayResult",
     "Deployment",
-    "Engine",
     "EndpointView",
+    "Engine",
     "PoolView",
     "RequestRecord",
     "RequestView",
@@ -157,8 +157,16 @@ class RoundRobin:
 
 # --------------------------------------------------------------------------- the engine
 class _Seq:
-    __slots__ = ("context", "first_s", "generated", "ln_alpha", "prefill_left", "req", "reserve",
-                 "admitted_s")
+    __slots__ = (
+        "admitted_s",
+        "context",
+        "first_s",
+        "generated",
+        "ln_alpha",
+        "prefill_left",
+        "req",
+        "reserve",
+    )
 
     def __init__(self, req: Request, ln_alpha: float) -> None:
         self.req = req
@@ -506,8 +514,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
                 tl_t.append(now)
                 for name, _, es in pools:
                     tl_pools[name].append(sum(x.running + len(x.waiting) for x in es))
-                for u in tl_acc:
-                    tl_acc[u].append(by_url[u].accept_length)
+                for u, series in tl_acc.items():
+                    series.append(by_url[u].accept_length)
                 next_tl += timeline_every_s
             if pending > 0:
                 heapq.heappush(heap, (now + scrape_interval_s, order, 2, None))
