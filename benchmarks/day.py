@@ -26,11 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from loadtests.dayreport import Objective, plot_loads, summarize, write_request_log  # noqa: E402
-from loadtests.dayrouter import settings_for  # noqa: E402
-from loadtests.dayshapes import SHAPES, default_engine_model, get_shape  # noqa: E402
-from loadtests.daysim import simulate_day  # noqa: E402
-from loadtests.split import deployments_for  # noqa: E402
+from loadtests.dayreport import Objective, plot_loads, summarize, write_request_log
+from loadtests.dayrouter import settings_for
+from loadtests.dayshapes import SHAPES, default_engine_model, get_shape
+from loadtests.daysim import simulate_day
+from loadtests.split import deployments_for
 
 
 def _f(v: object, w: int = 8) -> str:

@@ -53,7 +53,7 @@ def _mean(xs: Sequence[float]) -> float | None:
 
 
 def summarize(result: DayResult, *, day_s: float, long_prompt_tokens: int,
-              objective: Objective = Objective()) -> dict[str, Any]:
+              objective: Objective | None = None) -> dict[str, Any]:
     """One day's numbers (seconds, requests/s).
 
     Returns ``{"deployment", "requests", "ok", "refused", "mean_s", "p90_s", "p99_s",
@@ -63,6 +63,7 @@ def summarize(result: DayResult, *, day_s: float, long_prompt_tokens: int,
     share of completed requests served by a speculative engine; ``busy_share``: per engine,
     busy time / (time of the last completion).
     """
+    objective = objective or Objective()
     ok = [r for r in result.records if r.status == "ok"]
     e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
     long_ = [r.e2e_s for r in ok if r.e2e_s is not None and r.prompt_tokens > long_prompt_tokens]
@@ -105,7 +106,7 @@ def read_request_log(path: str | Path) -> list[dict[str, Any]]:
     """Read a JSONL request log into dicts (blank lines skipped).
 
     Raises:
-        OSError: unreadable file. ValueError: a line that is not a JSON object.
+        OSError: unreadable file. ValueError: a line that is not JSON or not a JSON object.
     """
     out = []
     for i, line in enumerate(Path(path).read_text().splitlines(), 1):
@@ -113,7 +114,7 @@ def read_request_log(path: str | Path) -> list[dict[str, Any]]:
             continue
         doc = json.loads(line)
         if not isinstance(doc, Mapping):
-            raise ValueError(f"{path}:{i}: not a JSON object")
+            raise ValueError(f"{path}:{i}: not a JSON object")  # noqa: TRY004 (bad file content, not a bad argument)
         out.append(dict(doc))
     return out
 

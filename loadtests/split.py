@@ -122,7 +122,7 @@ class SplitAdvice:
 
 def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, *,
                  settings: PolicySettings | None = None, metric: str = "mean_s",
-                 objective: Objective = Objective(), long_prompt_tokens: int | None = None,
+                 objective: Objective | None = None, long_prompt_tokens: int | None = None,
                  seed: int = 0) -> SplitAdvice:
     """Replay ``requests`` through every split of ``engines`` and advise one (module docstring).
 
@@ -132,7 +132,7 @@ def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, 
         model: the engines' model.
         settings: today's policy settings (default :func:`loadtests.dayrouter.settings_for`).
         metric: one of :data:`METRICS`.
-        objective: the goodput objective.
+        objective: the goodput objective (default :class:`loadtests.dayreport.Objective`).
         long_prompt_tokens: the ``long`` cut of the reports (default the policy's).
         seed: the simulator's seed.
 
