@@ -372,6 +372,8 @@ class RequestRecord:
     prompt_tokens: int
     output_tokens: int
     temperature: float
+    cached_tokens: int
+    max_new_tokens: int
     pool: str | None
     endpoint: str | None
     speculative: bool
@@ -446,7 +448,7 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
     inflight = dict.fromkeys(by_url, 0)
     scraped = {u: (0, 0, 0.0, None, 0.0) for u in by_url}
     records = [RequestRecord(r.rid, r.arrival_s, r.kind, r.prompt_tokens, r.output_tokens, r.temperature,
-                             None, None, False, "") for r in requests]
+                             r.cached_tokens, r.max_new_tokens, None, None, False, "") for r in requests]
     reasons: Counter[str] = Counter()
     tl_t: list[float] = []
     tl_pools: dict[str, list[int]] = {name: [] for name, _, _ in pools}

@@ -3,7 +3,8 @@
 Input: a day of requests (arrival times, prompt and output lengths, temperatures) from
 
 - the day simulator's request log (:func:`loadtests.dayreport.write_request_log`: ``rid``,
-  ``arrival_s``, ``prompt_tokens``, ``output_tokens``, ``temperature``, ``kind``), or
+  ``arrival_s``, ``prompt_tokens``, ``output_tokens``, ``temperature``, ``cached_tokens``,
+  ``max_new_tokens``, ``kind``; replaying it reproduces the simulated day exactly), or
 - a load test's ``requests.jsonl`` (:class:`loadtests.client.RequestResult` rows: ``t_start``,
   ``prompt_tokens``, ``output_tokens``, ``max_tokens``; measured-phase rows only), with the
   temperature the load test used.
@@ -47,7 +48,8 @@ def requests_from_log(rows: Sequence[Mapping[str, Any]], *, temperature: float |
     Args:
         rows: simulator records or load-test ``RequestResult`` rows.
         temperature: overrides the rows' temperature (load-test rows have none: default 0).
-        cached_fraction: share of each prompt taken as cached (logs do not say; tokens).
+        cached_fraction: share of each prompt taken as cached where a row has no
+            ``cached_tokens`` (load-test logs do not say).
         max_new_tokens: the budget to assume when a row has none (default: its output tokens).
 
     Raises:
@@ -55,7 +57,6 @@ def requests_from_log(rows: Sequence[Mapping[str, Any]], *, temperature: float |
     """
     out = []
     t_key = "arrival_s" if any("arrival_s" in r for r in rows) else "t_start"
-    base = min((float(r[t_key]) for r in rows if r.get(t_key) is not None), default=0.0)
     for r in rows:
         if r.get("phase") not in (None, "measure") or r.get("error"):
             continue
@@ -64,13 +65,18 @@ def requests_from_log(rows: Sequence[Mapping[str, Any]], *, temperature: float |
             continue
         temp = temperature if temperature is not None else float(r.get("temperature") or 0.0)
         budget = int(r.get("max_new_tokens") or r.get("max_tokens") or max_new_tokens or o)
-        out.append((float(r[t_key]) - base, int(p), int(o), max(budget, int(o)), temp, str(r.get("kind") or "")))
+        cached = r.get("cached_tokens")
+        cached = int(p * cached_fraction) if cached is None else int(cached)
+        out.append((float(r[t_key]), int(p), int(o), max(budget, int(o)), temp, str(r.get("kind") or ""),
+                    cached))
     if not out:
         raise SplitError("the request log has no usable row (need arrival_s or t_start, prompt_tokens, "
                          "output_tokens)")
     out.sort(key=lambda x: x[0])
-    return [Request(i, t, p, int(p * cached_fraction), o, b, temp, kind)
-            for i, (t, p, o, b, temp, kind) in enumerate(out)]
+    # simulator times are from the day's start already; a load test's t_start is a perf_counter
+    base = 0.0 if t_key == "arrival_s" else out[0][0]
+    return [Request(i, t - base, p, cached, o, b, temp, kind)
+            for i, (t, p, o, b, temp, kind, cached) in enumerate(out)]
 
 
 def deployments_for(n: int, settings: PolicySettings) -> list[tuple[int, Deployment]]:
