@@ -1,14 +1,15 @@
 """The day simulator's adapter around the router's real policy (``router.policy.decide``).
 
-:class:`PolicyRouter` is a :class:`loadtests.daysim.Router`: per request it does what
-``router.pools.Runtime.decide`` does with a fresh scrape, from the simulator's views only:
+:class:`PolicyRouter` is a :class:`loadtests.daysim.Router` that does what ``router.pools.Runtime``
+does with a fresh scrape, from the simulator's views only:
 
-1. advance each speculative pool's hysteresis with the router's own pure functions
-   (``next_saturated`` on the pool's load = the least-loaded endpoint's ``max(running + queued,
-   in-flight)``; ``next_low_acceptance`` on the mean scraped accept length of the pool, which
-   the router takes as fresh because the scrape is, however old the gauge's value is);
-2. build ``PoolSnapshot`` / ``EndpointSnapshot`` s (:func:`snapshots`);
-3. call the policy (:func:`decide_today`) and translate its ``Decision``.
+- at every scrape round (:meth:`PolicyRouter.on_scrape`, ``Runtime.advance_bypass``) each
+  speculative pool's stored hysteresis advances with the router's own pure functions
+  (``next_saturated`` on the pool's load = the least-loaded endpoint's ``max(running + queued,
+  in-flight)``; ``next_low_acceptance`` on the mean scraped accept length of the pool, which the
+  router takes as fresh because the scrape is, however old the gauge's value is);
+- per request (``Runtime.snapshots`` + ``Runtime.decide``) the snapshots carry the flags as the
+  next hysteresis step would set them from the load now (read only), and the policy decides.
 
 Only :func:`decide_today` (and :func:`snapshots` if the snapshot types grow) depend on the
 policy's signature; a new policy is adopted by writing one such function and passing it as
@@ -28,6 +29,7 @@ from router.policy import (
     Decision,
     EndpointSnapshot,
     PoolSnapshot,
+    Rules,
     decide,
     next_low_acceptance,
     next_saturated,
@@ -99,9 +101,10 @@ def snapshots(pools: tuple[PoolView, ...], settings: PolicySettings, flags: dict
 
 def decide_today(features: RequestFeatures, pools: tuple[PoolSnapshot, ...], settings: PolicySettings,
                  tie_break: int) -> Decision:
-    """``router.policy.decide`` with today's signature."""
-    return decide(features, pools, max_context_tokens=settings.max_context_tokens,
-                  long_prompt_tokens=settings.long_prompt_tokens, seed=settings.seed, tie_break=tie_break)
+    """``router.policy.decide`` with today's signature (``Rules`` from the settings)."""
+    rules = Rules(max_context_tokens=settings.max_context_tokens, default_max_tokens=features.max_new_tokens,
+                  long_prompt_tokens=settings.long_prompt_tokens, seed=settings.seed)
+    return decide(features, pools, rules, tie_break=tie_break)
 
 
 DecideFn = Callable[[RequestFeatures, tuple[PoolSnapshot, ...], PolicySettings, int], Decision]
@@ -121,26 +124,30 @@ class PolicyRouter:
         self.flags: dict[str, tuple[bool, bool]] = {}
         self._tie = itertools.count()
 
-    def _update_bypass(self, pools: tuple[PoolView, ...]) -> None:
+    def _next(self, p: PoolView) -> tuple[bool, bool]:
+        """The pool's flags after one hysteresis step from the stored ones (pure)."""
         s = self.settings
+        sat, low = self.flags.get(p.name, (False, False))
+        healthy = [e for e in p.endpoints if e.healthy]
+        load = min(e.load for e in healthy) if healthy else sum(e.load for e in p.endpoints)
+        sat = next_saturated(sat, load, enter=s.saturation_enter, exit=s.saturation_exit)
+        if s.acceptance_enabled:
+            vals = [e.accept_length for e in healthy if e.accept_length]
+            acc = sum(vals) / len(vals) if vals else None
+            low = next_low_acceptance(low, acc, gamma=s.gamma, c=s.drafter_cost_ratio,
+                                      enter_below=s.min_expected_speedup, exit_above=s.exit_speedup)
+        return sat, low
+
+    def on_scrape(self, now: float, pools: tuple[PoolView, ...]) -> None:
+        """A scrape round: advance the stored hysteresis of every speculative pool."""
         for p in pools:
-            if not p.speculative:
-                continue
-            sat, low = self.flags.get(p.name, (False, False))
-            healthy = [e for e in p.endpoints if e.healthy]
-            load = min(e.load for e in healthy) if healthy else sum(e.load for e in p.endpoints)
-            sat = next_saturated(sat, load, enter=s.saturation_enter, exit=s.saturation_exit)
-            if s.acceptance_enabled:
-                vals = [e.accept_length for e in healthy if e.accept_length]
-                acc = sum(vals) / len(vals) if vals else None
-                low = next_low_acceptance(low, acc, gamma=s.gamma, c=s.drafter_cost_ratio,
-                                          enter_below=s.min_expected_speedup, exit_above=s.exit_speedup)
-            self.flags[p.name] = (sat, low)
+            if p.speculative:
+                self.flags[p.name] = self._next(p)
 
     def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice:
-        """Decide one request."""
-        self._update_bypass(pools)
+        """Decide one request (the stored flags are read, not changed)."""
+        flags = {p.name: self._next(p) for p in pools if p.speculative}
         features = RequestFeatures(prompt_tokens=request.prompt_tokens, max_new_tokens=request.max_new_tokens,
                                    n=request.n)
-        d = self._decide(features, snapshots(pools, self.settings, self.flags), self.settings, next(self._tie))
+        d = self._decide(features, snapshots(pools, self.settings, flags), self.settings, next(self._tie))
         return Choice(d.pool, d.endpoint, str(d.reason))

@@ -41,8 +41,9 @@ sequence-cycle of the last ``gauge_interval_steps`` decode steps (SGLang's
 ``python/sglang/srt/managers/scheduler_metrics_mixin.py`` in sgl-project/sglang). It changes only
 when that many decode steps have run: an idle engine keeps its last value indefinitely, as
 SGLang 0.5.23 does. Every ``scrape_interval_s`` (0.25 s) the router's view of each engine
-(running, queued, KV usage, the gauge) is refreshed; between scrapes the router sees those
-values as of the last scrape, plus its own exact in-flight counts.
+(running, queued, KV usage, the gauge) is refreshed and a router's ``on_scrape`` hook, if it
+has one, runs with the fresh views; between scrapes the router sees those values as of the last
+scrape, plus its own exact in-flight counts.
 
 Errors: ``ValueError`` on inconsistent deployments (unknown pool/endpoint from a router).
 """
@@ -137,7 +138,12 @@ class Choice:
 
 
 class Router(Protocol):
-    """``router(now_s, request, pools) -> Choice``; may keep state (hysteresis)."""
+    """``router(now_s, request, pools) -> Choice``; may keep state (hysteresis).
+
+    A router may also define ``on_scrape(now_s, pools) -> None``: the simulator calls it after
+    every scrape round with the fresh views (the real router advances its bypass hysteresis
+    there).
+    """
 
     def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice: ...
 
@@ -445,6 +451,7 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
         pools.append((name, spec, engines))
         by_url.update({e.url: e for e in engines})
     router = deployment.make_router()
+    on_scrape = getattr(router, "on_scrape", None)
     inflight = dict.fromkeys(by_url, 0)
     scraped = {u: (0, 0, 0.0, None, 0.0) for u in by_url}
     records = [RequestRecord(r.rid, r.arrival_s, r.kind, r.prompt_tokens, r.output_tokens, r.temperature,
@@ -512,6 +519,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
         else:
             for u, e in by_url.items():
                 scraped[u] = (e.running, len(e.waiting), e.kv_reserved / e.capacity, e.accept_length, now)
+            if on_scrape is not None:
+                on_scrape(now, _views(pools, scraped, inflight, now))
             if now >= next_tl:
                 tl_t.append(now)
                 for name, _, es in pools:
