@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -213,3 +214,40 @@ def test_settings_for_uses_the_models_crossover() -> None:
     assert s.saturation_enter == math.ceil(m.speed.crossover_load(12288.0))
     assert s.saturation_exit == math.floor(s.saturation_enter * 0.75)
     assert (s.gamma, s.drafter_cost_ratio, s.reserved_tokens) == (4, 0.08, 5)
+
+
+def test_scrape_rounds_reach_the_router_hook_every_quarter_second() -> None:
+    calls: list[float] = []
+
+    class Hooked:
+        def __call__(self, now: float, req: RequestView, pools: tuple[PoolView, ...]) -> Choice:
+            return Choice("plain", "http://plain-0", "test")
+
+        def on_scrape(self, now: float, pools: tuple[PoolView, ...]) -> None:
+            calls.append(now)
+
+    res = simulate_day([_req(0, 1000, 3)], replace(all_plain(1), make_router=Hooked), _model())
+    assert res.end_s == pytest.approx(1.024003)
+    assert calls == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]   # rounds stop at the first one after the end
+    assert res.records[0].ttft_s == pytest.approx(1.0) and res.records[0].queue_s == 0.0
+
+
+def test_summary_goodput_and_latencies_on_a_hand_day(tmp_path: Path) -> None:
+    from loadtests.dayreport import plot_loads
+
+    # one plain engine: request 0 alone (TTFT 1.0 s, TPOT 12.0015 ms); request 1 at 10 s
+    # (6000 prompt tokens: TTFT 6 s, one decode step)
+    reqs = [_req(0, 1000, 3), _req(1, 6000, 2, at=10.0)]
+    res = simulate_day(reqs, all_plain(1), _model())
+    s = summarize(res, day_s=20.0, long_prompt_tokens=5000, objective=Objective(ttft_slo_s=5.0, tpot_slo_s=0.012))
+    e2e0 = 1.0 + 0.011 + 1001e-6 + 0.011 + 1002e-6
+    e2e1 = 6.0 + 0.011 + 6001e-6
+    assert s["mean_s"] == pytest.approx((e2e0 + e2e1) / 2)
+    assert s["p90_s"] == pytest.approx(e2e1)
+    assert s["long_mean_s"] == pytest.approx(e2e1) and s["short_mean_s"] == pytest.approx(e2e0)
+    # request 0: TPOT 12.0015 ms > 12 ms; request 1: TTFT 6 s > 5 s: neither meets it
+    assert s["goodput_rps"] == 0.0
+    s = summarize(res, day_s=20.0, long_prompt_tokens=5000, objective=Objective(ttft_slo_s=6.5, tpot_slo_s=0.02))
+    assert s["goodput_rps"] == pytest.approx(2 / 20) and s["goodput_share"] == 1.0
+    png = plot_loads([res], tmp_path / "day.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
