@@ -104,6 +104,9 @@ class EndpointView:
             or before the engine's first gauge update; it may be arbitrarily old (an idle engine
             keeps its last value).
         scrape_age_s: now minus the last scrape (s).
+        accept_length_age_s: now minus the first scrape that showed the current gauge value
+            (s; None without a value): how long the gauge has not moved, which a real router
+            can track from its own scrapes (an idle engine's value only grows older).
         healthy: routable (always True in the simulator).
     """
 
@@ -116,6 +119,7 @@ class EndpointView:
     token_usage: float
     accept_length: float | None
     scrape_age_s: float
+    accept_length_age_s: float | None = None
     healthy: bool = True
 
 
@@ -413,16 +417,17 @@ class DayResult:
     busy_s: dict[str, float] = field(default_factory=dict)
 
 
-def _views(pools: Sequence[tuple[str, bool, list[Engine]]], scraped: dict[str, tuple], inflight: dict[str, int],
+def _views(pools: Sequence[tuple[str, bool, list[Engine]]],
+           scraped: dict[str, tuple[int, int, float, float | None, float, float]], inflight: dict[str, int],
            now: float) -> tuple[PoolView, ...]:
     out = []
     for name, spec, engines in pools:
         eps = []
         for e in engines:
-            running, queued, usage, acc, at = scraped[e.url]
+            running, queued, usage, acc, at, acc_since = scraped[e.url]
             f = inflight[e.url]
             eps.append(EndpointView(e.url, name, running, queued, f, max(running + queued, f), usage, acc,
-                                    now - at))
+                                    now - at, None if acc is None else now - acc_since))
         out.append(PoolView(name, spec, tuple(eps)))
     return tuple(out)
 
@@ -453,7 +458,9 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
     router = deployment.make_router()
     on_scrape = getattr(router, "on_scrape", None)
     inflight = dict.fromkeys(by_url, 0)
-    scraped = {u: (0, 0, 0.0, None, 0.0) for u in by_url}
+    # url -> (running, queued, KV usage, gauge, scraped at, gauge value first seen at)
+    scraped: dict[str, tuple[int, int, float, float | None, float, float]] = {
+        u: (0, 0, 0.0, None, 0.0, 0.0) for u in by_url}
     records = [RequestRecord(r.rid, r.arrival_s, r.kind, r.prompt_tokens, r.output_tokens, r.temperature,
                              r.cached_tokens, r.max_new_tokens, None, None, False, "") for r in requests]
     reasons: Counter[str] = Counter()
@@ -518,7 +525,9 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
                 order += 1
         else:
             for u, e in by_url.items():
-                scraped[u] = (e.running, len(e.waiting), e.kv_reserved / e.capacity, e.accept_length, now)
+                prev = scraped[u]
+                since = prev[5] if e.accept_length == prev[3] else now
+                scraped[u] = (e.running, len(e.waiting), e.kv_reserved / e.capacity, e.accept_length, now, since)
             if on_scrape is not None:
                 on_scrape(now, _views(pools, scraped, inflight, now))
             if now >= next_tl:

@@ -154,19 +154,21 @@ def test_stale_gauge_keeps_last_value_and_the_bypass_sticks() -> None:
     greedy = [_req(3 + i, 100, 40, at=100.0 + i) for i in range(3)]
     settings = PolicySettings(long_prompt_tokens=10_000, saturation_enter=50, saturation_exit=40, gamma=2,
                               drafter_cost_ratio=0.08, reserved_tokens=3)
-    seen: list[tuple[float, float | None, float]] = []
+    seen: list[tuple[float, float | None, float, float | None]] = []
     policy = PolicyRouter(settings)
 
     def spy(now: float, req: RequestView, pools: tuple[PoolView, ...]) -> Choice:
         spec = next(p for p in pools if p.speculative).endpoints[0]
-        seen.append((now, spec.accept_length, spec.scrape_age_s))
+        seen.append((now, spec.accept_length, spec.scrape_age_s, spec.accept_length_age_s))
         return policy(now, req, pools)
 
     res = simulate_day(sampled + greedy, routed(1, 2, lambda: spy), m)
     assert [r.reason for r in res.records] == ["speculative"] * 3 + ["low_acceptance"] * 3
     # 100 s after the spec engine went idle the scrape is fresh and the gauge unchanged
     late = [s for s in seen if s[0] >= 100.0]
-    assert all(acc == 1.0 and 0 <= age <= 0.25 for _, acc, age in late)
+    assert all(acc == 1.0 and 0 <= age <= 0.25 for _, acc, age, _ in late)
+    # ... while the value itself has not moved for ~100 s (the engine finished within 2 s)
+    assert all(90 < unchanged < now for now, _, _, unchanged in late)
     series = [v for v in res.timeline["accept_length"]["http://spec-0"] if v is not None]
     assert series[-1] == 1.0 and len(set(series[-20:])) == 1
 
