@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     objective = Objective()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc: dict[str, object] = {"seed": args.seed, "policy": settings.__dict__, "objective": objective.__dict__,
+    doc: dict[str, object] = {"seed": args.seed, "policy": settings.as_dict(), "objective": objective.__dict__,
                               "model": {**model.__dict__, "speed": model.speed.__dict__}, "runs": []}
     t_start = time.process_time()
     print(f"today's policy: long_prompt_tokens {settings.long_prompt_tokens}, saturation "

@@ -52,6 +52,8 @@ class PolicySettings:
         pool_limit_tokens: each pool's context limit.
         reserved_tokens: the speculative pool's reserved draft tokens K.
         seed: ``routing.seed``.
+        speed: the engines' speed model, for a policy that predicts completion times
+            (today's ignores it).
     """
 
     long_prompt_tokens: int
@@ -66,6 +68,11 @@ class PolicySettings:
     pool_limit_tokens: int = 262_144
     reserved_tokens: int = 5
     seed: int = 0
+    speed: EngineModel | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """The config values, JSON-ready (the speed model left out)."""
+        return {k: v for k, v in self.__dict__.items() if k != "speed"}
 
 
 def settings_for(model: EngineModel, *, long_prompt_tokens: int = 32768, min_speedup: float = 1.0,
@@ -84,7 +91,7 @@ def settings_for(model: EngineModel, *, long_prompt_tokens: int = 32768, min_spe
     enter = 10_000 if b is None else max(1, math.ceil(b))
     exit_ = max(0, min(enter - 1, math.floor(enter * (1 - hysteresis))))
     return PolicySettings(long_prompt_tokens=long_prompt_tokens, saturation_enter=enter, saturation_exit=exit_,
-                          gamma=m.gamma, drafter_cost_ratio=m.c, reserved_tokens=m.gamma + 1)
+                          gamma=m.gamma, drafter_cost_ratio=m.c, reserved_tokens=m.gamma + 1, speed=model)
 
 
 def snapshots(pools: tuple[PoolView, ...], settings: PolicySettings, flags: dict[str, tuple[bool, bool]]

@@ -166,4 +166,4 @@ def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, 
 
     best = min(preds, key=key)
     return SplitAdvice(engines, metric, best["k"], best["deployment"], preds,
-                       {"policy": settings.__dict__, "seed": seed, "requests": len(requests)})
+                       {"policy": settings.as_dict(), "seed": seed, "requests": len(requests)})
