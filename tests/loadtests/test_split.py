@@ -107,3 +107,20 @@ def test_calibrate_split_command(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert specgate(["calibrate-split", "--day", str(log), "--saturation-enter", "4",
                      "--saturation-exit", "4"]) == 2
     assert "must be < --saturation-enter" in capsys.readouterr().err
+
+
+def test_day_benchmark_writes_its_tables_json_and_plots(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "day.py"), "--engines", "2", "--shapes",
+                           "light", "--out", str(tmp_path), "--logs"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "light, N=2: 610 requests over 600 s" in proc.stdout
+    doc = json.loads((tmp_path / "day.json").read_text())
+    assert [(r["shape"], r["k"], r["deployment"]) for r in doc["runs"]] == [
+        ("light", 0, "all-plain"), ("light", 1, "routed 1s+1p"), ("light", 2, "all-spec")]
+    assert (tmp_path / "light-n2.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(read_request_log(tmp_path / "light-n2-all-spec.jsonl")) == 610
