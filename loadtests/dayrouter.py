@@ -22,8 +22,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from loadtests.dayapi import Choice, PoolView, RequestView
 from loadtests.dayshapes import EngineModel
-from loadtests.daysim import Choice, PoolView, RequestView
 from router.features import RequestFeatures
 from router.policy import (
     Decision,
