@@ -45,6 +45,9 @@ SGLang 0.5.23 does. Every ``scrape_interval_s`` (0.25 s) the router's view of ea
 has one, runs with the fresh views; between scrapes the router sees those values as of the last
 scrape, plus its own exact in-flight counts.
 
+The router interface (:class:`Router`, the views, :class:`Choice`) lives in
+:mod:`loadtests.dayapi` and is re-exported here.
+
 Errors: ``ValueError`` on inconsistent deployments (unknown pool/endpoint from a router).
 """
 
