@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
+from router.acceptance import CLASSES
 from router.admin import install_admin_routes
 from router.errors import (
     AuthenticationError,
@@ -175,7 +176,9 @@ async def _generate(request: Request, kind: str) -> Response:
     if decision.outcome is Outcome.UNAVAILABLE:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
-    lease = runtime.endpoint(decision.endpoint).lease()
+    if decision.predicted:
+        state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
+    lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class)
     try:
         fields: dict[str, Any] = {}
         if model is None:  # served as the configured model (SGLang would answer as "default")
@@ -195,7 +198,7 @@ async def _generate(request: Request, kind: str) -> Response:
         d = rt.decide(features, state.clock(), exclude=excluded)
         if d.outcome is not Outcome.ROUTED:
             return d
-        return d, rt.endpoint(d.endpoint).lease()
+        return d, rt.endpoint(d.endpoint).lease(features.temperature_class)
 
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
@@ -243,6 +246,8 @@ def _finish(state: Any, job: ProxyJob) -> None:
             "prompt_tokens": job.features.prompt_tokens, "prompt_tokens_exact": job.features.prompt_exact,
             "max_tokens": job.features.max_new_tokens,
             "n": job.features.n, "stream": job.features.stream, "attempts": job.attempts,
+            "temperature_class": job.features.temperature_class,
+            "predicted_s": {p: round(t, 4) for p, t in job.decision.predicted} or None,
             "ttfb_s": None if job.ttfb_s is None else round(job.ttfb_s, 6),
             "duration_s": round(duration, 6)}).decode())
 
@@ -332,9 +337,20 @@ def install_routes(app: FastAPI) -> None:
         """Ready while a pool has a healthy endpoint; a degraded shared state is shown, not fatal."""
         state = _state(request)
         runtime = state.runtime
+        now = state.clock()
+        max_age = runtime.routing.acceptance.max_age_s
+
+        def age(value: float | None) -> float | None:
+            return None if value is None else round(value, 3)
+
         pools = {p.name: {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
                           "endpoints": len(p.endpoints), "saturated": p.saturated,
-                          "low_acceptance": p.low_acceptance} for p in runtime.pools}
+                          "low_acceptance": p.low_acceptance,
+                          "low_acceptance_classes": sorted(p.bypass.low_classes()),
+                          "signal_age_s": {"scrape": age(p.scrape_age_s(now)),
+                                           **{f"acceptance_{c}": age(p.signal_age_s(c, now)) for c in CLASSES}},
+                          "accept_length_estimate": {c: p.estimated_accept_length(c, now, max_age) for c in CLASSES}}
+                 for p in runtime.pools}
         ok = runtime.ready()
         return JSONResponse({"ready": ok, "pools": pools, "shared_state": state.shared.status()},
                             status_code=200 if ok else 503)

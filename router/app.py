@@ -30,6 +30,7 @@ import aiohttp
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from router.acceptance import CLASSES
 from router.api import GENERATE_ROUTES, serve_generate
 from router.auth import load_auth
 from router.config import Config, load_config
@@ -108,6 +109,14 @@ class AppState:
                 m.bypass.labels(pool.name, "saturated").set(int(pool.saturated))
                 m.bypass.labels(pool.name, "low_acceptance").set(int(pool.low_acceptance))
                 m.accept_length.labels(pool.name).set(pool.accept_length(now, stale) or 0.0)
+                max_age = runtime.routing.acceptance.max_age_s
+                for cls in CLASSES:
+                    m.accept_length_estimate.labels(pool.name, cls).set(
+                        pool.estimated_accept_length(cls, now, max_age) or 0.0)
+                    age = pool.signal_age_s(cls, now)
+                    m.signal_age.labels(pool.name, f"acceptance_{cls}").set(-1.0 if age is None else age)
+            scrape_age = pool.scrape_age_s(now)
+            m.signal_age.labels(pool.name, "scrape").set(-1.0 if scrape_age is None else scrape_age)
         routing, active = runtime.routing, runtime.overrides.flat()
         for key, value, path in (
                 ("long_prompt_tokens", routing.long_prompt_tokens, "routing.long_prompt_tokens"),

@@ -64,6 +64,7 @@ __all__ = [
     "SaturationConfig",
     "ScrapeConfig",
     "ServerConfig",
+    "SpeedConfig",
     "StateConfig",
     "UpstreamConfig",
     "load_config",
@@ -200,6 +201,32 @@ class DiscoveryConfig(_Strict):
     scheme: Literal["http", "https"] = "http"
 
 
+class SpeedConfig(_Strict):
+    """A pool's speed model for the predicted-completion choice (:mod:`router.predict`).
+
+    Written by ``specgate calibrate`` from measured load tests (``docs/loadtests.md``).
+
+    Attributes:
+        decode_s_per_token: t0, seconds per output token of a batch of one at short context.
+        batch_knee: b_knee, the batch (sequences) at which the step's compute equals t0.
+        attention_s_per_token: seconds per output token per context token.
+        prefill_s_per_token: seconds per uncached prompt token.
+        max_running_requests: sequences the engine runs at once (SGLang's
+            ``--max-running-requests``); None: no queueing term.
+        accept_length_greedy: prior tau (tokens per verify step) of greedy requests on a
+            speculative pool, used while no fresh measurement exists.
+        accept_length_sampled: the same for sampled requests.
+    """
+
+    decode_s_per_token: PositiveFloat
+    batch_knee: PositiveFloat
+    attention_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    prefill_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    max_running_requests: PositiveInt | None = None
+    accept_length_greedy: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
+    accept_length_sampled: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
+
+
 class PoolConfig(_Strict):
     """One SGLang pool: a set of interchangeable endpoints serving the same model.
 
@@ -213,6 +240,8 @@ class PoolConfig(_Strict):
         draft_reserved_tokens: tokens a speculative engine reserves per request
             (K in the cases); derived from ``engine`` when left out.
         drafter_cost_ratio: c = T_draft / (gamma * T_target), used by the speedup model.
+        speed: the pool's speed model (:class:`SpeedConfig`); when every pool that may take
+            a request has one, the router sends it where it is predicted to finish first.
     """
 
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
@@ -223,6 +252,7 @@ class PoolConfig(_Strict):
     draft_reserved_tokens: NonNegativeInt | None = None
     drafter_cost_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.05
     engine: EngineConfig | None = None
+    speed: SpeedConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
@@ -234,7 +264,18 @@ class PoolConfig(_Strict):
             raise ValueError("engine.speculative_algorithm is set on a pool with speculative: false")
         if self.engine is not None and self.speculative and self.engine.speculative_algorithm is None:
             raise ValueError("speculative pool's engine has no speculative_algorithm")
+        if self.speed is not None and self.speculative and (
+                self.speed.accept_length_greedy is None or self.speed.accept_length_sampled is None):
+            raise ValueError("a speculative pool's speed needs accept_length_greedy and accept_length_sampled")
         return self
+
+    @property
+    def gamma(self) -> int:
+        """Draft tokens per cycle: ``engine.speculative_num_steps``, else ``K - 1``, at least 1."""
+        engine = self.engine
+        if engine is not None and engine.speculative_num_steps:
+            return engine.speculative_num_steps
+        return max(1, self.reserved_tokens - 1)
 
     @property
     def reserved_tokens(self) -> int:
@@ -264,16 +305,25 @@ class SaturationConfig(_Strict):
 
 
 class AcceptanceConfig(_Strict):
-    """Acceptance-aware bypass: below ``min_expected_speedup`` speculation is skipped.
+    """Acceptance tracking (:mod:`router.acceptance`) and the acceptance bypass.
 
     The expected speedup is S = E[tau] / (c*gamma + 1) computed from the pool's live accept
-    length (Leviathan et al. 2023); ``exit_speedup`` > ``min_expected_speedup`` gives
-    hysteresis. ``enabled: false`` turns the check off.
+    length per temperature class (Leviathan et al. 2023, arXiv:2211.17192); without speed
+    models, a class below ``min_expected_speedup`` skips speculation until it reaches
+    ``exit_speedup`` (hysteresis). ``enabled: false`` turns the bypass off.
+
+    Attributes:
+        max_age_s: seconds an accept-length measurement stays valid; older, it is unknown
+            and the pool is used (and so measured) again: the bound on how long a pool stays
+            bypassed on a measurement it can no longer refresh.
+        weight: the step of the per-class estimate in (0, 1] (1: the last observation only).
     """
 
     enabled: StrictBool = True
     min_expected_speedup: PositiveFloat = 1.0
     exit_speedup: PositiveFloat = 1.05
+    max_age_s: PositiveFloat = 10.0
+    weight: Annotated[float, Field(gt=0, le=1)] = 0.5
 
     @model_validator(mode="after")
     def _check(self) -> AcceptanceConfig:
@@ -289,13 +339,18 @@ class RoutingConfig(_Strict):
         long_prompt_tokens: prompts longer than this (tokens) go to the plain pool
             (reason ``long_context``): speculation loses at long context (DOMAIN.md section 4).
         saturation: load thresholds for the saturation bypass.
-        acceptance: acceptance-aware bypass.
+        acceptance: acceptance tracking and bypass.
+        min_flip_interval_s: a bypass flag (saturation, acceptance) changes at most once per
+            this many seconds per pool, so a load or acceptance signal hovering at a
+            threshold cannot toggle a pool faster (vllm-project/vllm#49548 measured a flapping
+            threshold cutting throughput from 232 to 24-157 tok/s).
         seed: seed of the endpoint tie-break.
     """
 
     long_prompt_tokens: PositiveInt
     saturation: SaturationConfig
     acceptance: AcceptanceConfig = AcceptanceConfig()
+    min_flip_interval_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
     seed: NonNegativeInt = 0
 
 

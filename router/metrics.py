@@ -151,8 +151,13 @@ class RouterMetrics:
         self.upstream_aborts = LoopCounter(
             "specgate_upstream_aborts", "abort_request calls sent after a client went away or a timeout.",
             ["pool"])
+        self.predicted_completion = LoopHistogram(
+            "specgate_predicted_completion_seconds",
+            "Predicted completion time of the chosen pool, for requests routed by prediction.",
+            ["pool"], _LATENCY_BUCKETS)
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
-                                          self.prompt_tokens, self.upstream_failures, self.upstream_aborts]))
+                                          self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
+                                          self.predicted_completion]))
         self.inflight = Gauge(
             "specgate_inflight_requests", "Requests dispatched by this router and not finished.",
             ["pool"], registry=registry)
@@ -167,6 +172,15 @@ class RouterMetrics:
         self.accept_length = Gauge(
             "specgate_pool_accept_length", "Pool's scraped mean accept length (0 when unknown).",
             ["pool"], registry=registry)
+        self.accept_length_estimate = Gauge(
+            "specgate_accept_length_estimate",
+            "Live accept-length estimate per temperature class (tokens per verify step; 0 when "
+            "unknown or older than routing.acceptance.max_age_s).", ["pool", "class"], registry=registry)
+        self.signal_age = Gauge(
+            "specgate_signal_age_seconds",
+            "Age of a routing signal: signal=scrape (newest successful /metrics scrape of the pool), "
+            "acceptance_greedy / acceptance_sampled (last acceptance measurement); -1 when never seen.",
+            ["pool", "signal"], registry=registry)
         self.scrape_failures = Counter(
             "specgate_scrape_failures", "Failed /metrics scrapes.", ["pool", "endpoint"], registry=registry)
         self.config_reloads = Counter(

@@ -48,7 +48,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from router.acceptance import temperature_class
 from router.features import ParsedRequest, RequestFeatures, prompt_count
+from router.predict import SpeedModel, completion_s
 
 __all__ = [
     "Decision",
@@ -77,6 +79,7 @@ class Reason(StrEnum):
     SATURATED = "saturated"
     LOW_ACCEPTANCE = "low_acceptance"
     SPEC_UNHEALTHY = "spec_unhealthy"
+    PLAIN_FASTER = "plain_faster"
     PLAIN_ONLY = "plain_only"
     PLAIN_UNHEALTHY = "plain_unhealthy"
     CONTEXT_CAP = "context_cap"
@@ -148,7 +151,11 @@ class PoolSnapshot:
         reserved: reserved draft tokens K (tokens; 0 for plain pools).
         endpoints: endpoint snapshots.
         saturated: the saturation bypass is on (hysteresis state).
-        low_acceptance: the acceptance bypass is on (hysteresis state).
+        low_acceptance: the temperature classes whose acceptance bypass is on.
+        speed: the pool's speed model (None: no prediction for this pool).
+        accept_length_greedy: tau for greedy requests (live estimate, else the calibrated
+            prior, else None), tokens per verify step.
+        accept_length_sampled: the same for sampled requests.
     """
 
     name: str
@@ -157,7 +164,14 @@ class PoolSnapshot:
     reserved: int
     endpoints: tuple[EndpointSnapshot, ...]
     saturated: bool = False
-    low_acceptance: bool = False
+    low_acceptance: frozenset[str] = frozenset()
+    speed: SpeedModel | None = None
+    accept_length_greedy: float | None = None
+    accept_length_sampled: float | None = None
+
+    def accept_length(self, temperature: str) -> float | None:
+        """tau for a request of this temperature class."""
+        return self.accept_length_greedy if temperature == "greedy" else self.accept_length_sampled
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,12 +183,15 @@ class Decision:
         endpoint: the chosen endpoint's URL, or None unless routed.
         reason: why (:class:`Reason`).
         outcome: routed, refused (``context_cap``) or unavailable (``no_healthy_upstream``).
+        predicted: ``(pool, seconds)`` of every pool that could take the request, when the
+            choice was made by predicted completion time (empty otherwise).
     """
 
     pool: str | None
     endpoint: str | None
     reason: Reason
     outcome: Outcome = Outcome.ROUTED
+    predicted: tuple[tuple[str, float], ...] = ()
 
 
 def output_budget(requested: int | None, prompt_tokens: int, rules: Rules) -> int:
@@ -198,7 +215,8 @@ def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
     return RequestFeatures(
         prompt_tokens=prompt_tokens, max_new_tokens=output_budget(requested, prompt_tokens, rules),
         n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
-        budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower)
+        budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower,
+        temperature_class=temperature_class(parsed.doc))
 
 
 def _refused(features: RequestFeatures, pools: Iterable[PoolShape], cap: int) -> bool:
@@ -260,6 +278,18 @@ def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: i
     return ties[tie % len(ties)]
 
 
+def _load(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
+    return next(e.load for e in endpoints if e.url == url)
+
+
+def _predict(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
+    assert pool.speed is not None
+    return completion_s(pool.speed, batch=_load(pool.endpoints, endpoint) + features.n,
+                        prompt_tokens=features.prompt_tokens, cached_tokens=0,
+                        output_tokens=features.max_new_tokens,
+                        accept_length=pool.accept_length(features.temperature_class) if pool.speculative else None)
+
+
 def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rules, *,
            exclude: frozenset[str] = frozenset(), tie_break: int = 0) -> Decision:
     """Choose the pool and endpoint for one request (see the module docstring).
@@ -280,6 +310,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     tie = rules.seed + tie_break
     spec_reason: Reason | None = None
     fallback: tuple[str, str] | None = None
+    candidates: list[tuple[PoolSnapshot, str]] = []  # pools that may take it, in config order
     for pool in pools:
         if not pool.speculative:
             continue
@@ -290,18 +321,37 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
             endpoint = _pick(pool.endpoints, exclude, tie)
             if endpoint is None:
                 reason = Reason.SPEC_UNHEALTHY
-            elif pool.saturated or pool.low_acceptance:
-                reason = Reason.SATURATED if pool.saturated else Reason.LOW_ACCEPTANCE
+            elif pool.saturated:
+                reason = Reason.SATURATED
+                fallback = fallback or (pool.name, endpoint)
+            elif pool.speed is None and features.temperature_class in pool.low_acceptance:
+                reason = Reason.LOW_ACCEPTANCE
                 fallback = fallback or (pool.name, endpoint)
             else:
-                return Decision(pool.name, endpoint, Reason.SPECULATIVE)
+                candidates.append((pool, endpoint))
+                continue
         spec_reason = spec_reason or reason
     for pool in pools:
         if pool.speculative or seq > pool.limit:
             continue
         endpoint = _pick(pool.endpoints, exclude, tie)
         if endpoint is not None:
-            return Decision(pool.name, endpoint, spec_reason or Reason.PLAIN_ONLY)
+            candidates.append((pool, endpoint))
+    if candidates and all(p.speed is not None for p, _ in candidates) and len(candidates) > 1:
+        predicted = tuple((p.name, _predict(features, p, url)) for p, url in candidates)
+        best = min(range(len(candidates)), key=lambda i: predicted[i][1])  # first wins ties
+        pool, endpoint = candidates[best]
+        if pool.speculative:
+            reason = Reason.SPECULATIVE
+        elif any(p.speculative for p, _ in candidates):
+            reason = Reason.PLAIN_FASTER
+        else:
+            reason = spec_reason or Reason.PLAIN_ONLY
+        return Decision(pool.name, endpoint, reason, predicted=predicted)
+    if candidates:
+        pool, endpoint = candidates[0]
+        return Decision(pool.name, endpoint, Reason.SPECULATIVE if pool.speculative
+                        else spec_reason or Reason.PLAIN_ONLY)
     if fallback is not None:
         return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY)
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)

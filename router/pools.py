@@ -41,6 +41,8 @@ from typing import Any, Protocol, Self
 
 from yarl import URL
 
+from router.acceptance import CLASSES, AcceptanceTracker
+from router.bypass import FLAGS, BypassState
 from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingConfig
 from router.features import RequestFeatures
 from router.policy import (
@@ -49,9 +51,8 @@ from router.policy import (
     PoolSnapshot,
     Rules,
     decide,
-    next_low_acceptance,
-    next_saturated,
 )
+from router.predict import SpeedModel
 from router.scraper import EngineLoad
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
@@ -74,12 +75,14 @@ class LeaseLedger(Protocol):
 class Lease:
     """One request's hold on an endpoint's in-flight count; release is idempotent."""
 
-    __slots__ = ("endpoint", "lease_id", "released")
+    __slots__ = ("endpoint", "lease_id", "released", "temperature")
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, temperature: str = "sampled") -> None:
         self.endpoint = endpoint
         self.released = False
+        self.temperature = temperature
         endpoint.inflight += 1
+        endpoint.acceptance.started(temperature)
         ledger = endpoint.ledger
         self.lease_id = ledger.acquired(endpoint) if ledger is not None else None
 
@@ -89,6 +92,7 @@ class Lease:
             self.released = True
             endpoint = self.endpoint
             endpoint.inflight -= 1
+            endpoint.acceptance.finished(self.temperature)
             ledger = endpoint.ledger
             if ledger is not None and self.lease_id is not None:
                 ledger.released(endpoint, self.lease_id)
@@ -118,6 +122,8 @@ class Endpoint:
         engine: last scraped :class:`EngineLoad`; scraped_at: its monotonic time (s).
         draining: left its discovered pool; in-flight requests finish, no new ones come.
         on_drained: called once the last lease of a draining endpoint is released.
+        acceptance: per-class accept-length estimates (:mod:`router.acceptance`).
+        observed_at: the ``scraped_at`` of the last scrape fed to ``acceptance``.
     """
 
     url: str
@@ -137,6 +143,8 @@ class Endpoint:
     ledger: LeaseLedger | None = field(default=None, repr=False)
     draining: bool = False
     on_drained: Callable[[Endpoint], None] | None = field(default=None, repr=False)
+    acceptance: AcceptanceTracker = field(default_factory=AcceptanceTracker, repr=False)
+    observed_at: float | None = None
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
     _targets: dict[str, URL] = field(default_factory=dict, repr=False)
 
@@ -152,9 +160,10 @@ class Endpoint:
     def healthy(self) -> bool:
         return self.state == "healthy" and not self.draining
 
-    def lease(self) -> Lease:
-        """Take a lease (in-flight + 1); release it when the response ends."""
-        return Lease(self)
+    def lease(self, temperature: str = "sampled") -> Lease:
+        """Take a lease (in-flight + 1) for a request of ``temperature`` class; release it
+        when the response ends."""
+        return Lease(self, temperature)
 
     def inflight_view(self, now: float, stale_after_s: float) -> int:
         """In-flight requests over all replicas (requests).
@@ -234,8 +243,24 @@ class Pool:
         self.reserved = config.reserved_tokens if config.speculative else 0
         self.endpoints: dict[str, Endpoint] = {}
         self.replace_endpoints(endpoints)
-        self.saturated = False
-        self.low_acceptance = False
+        self.bypass = BypassState()
+        speed = config.speed
+        self.speed = None if speed is None else SpeedModel(
+            decode_s_per_token=speed.decode_s_per_token, batch_knee=speed.batch_knee,
+            attention_s_per_token=speed.attention_s_per_token, prefill_s_per_token=speed.prefill_s_per_token,
+            max_running_requests=speed.max_running_requests,
+            gamma=config.gamma if config.speculative else 0,
+            c=config.drafter_cost_ratio if config.speculative else 0.0)
+
+    @property
+    def saturated(self) -> bool:
+        """The saturation bypass is on."""
+        return self.bypass.flags["saturated"]
+
+    @property
+    def low_acceptance(self) -> bool:
+        """The acceptance bypass is on for some temperature class."""
+        return bool(self.bypass.low_classes())
 
     @property
     def speculative(self) -> bool:
@@ -270,10 +295,27 @@ class Pool:
         return sum(e.inflight_view(now, stale_after_s) for e in self.endpoints.values())
 
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
-        """Mean fresh positive accept length over healthy endpoints, or None."""
+        """Mean fresh positive scraped gauge over healthy endpoints, or None (the raw figure)."""
         vals = [a for e in self.endpoints.values() if e.healthy
                 for a in [e.accept_length(now, stale_after_s)] if a]
         return sum(vals) / len(vals) if vals else None
+
+    def estimated_accept_length(self, temperature: str, now: float, max_age_s: float) -> float | None:
+        """Mean live estimate of tau for a temperature class over healthy endpoints, or None."""
+        vals = [a for e in self.endpoints.values() if e.healthy
+                for a in [e.acceptance.accept_length(temperature, now, max_age_s)] if a]
+        return sum(vals) / len(vals) if vals else None
+
+    def scrape_age_s(self, now: float) -> float | None:
+        """Seconds since the newest successful scrape of any endpoint (None: never)."""
+        ages = [now - e.scraped_at for e in self.endpoints.values() if e.scraped_at is not None]
+        return min(ages) if ages else None
+
+    def signal_age_s(self, temperature: str, now: float) -> float | None:
+        """Seconds since a healthy endpoint last measured this class's acceptance (None: never)."""
+        ages = [a for e in self.endpoints.values() if e.healthy
+                for a in [e.acceptance.age_s(temperature, now)] if a is not None]
+        return min(ages) if ages else None
 
 
 class Runtime:
@@ -331,7 +373,7 @@ class Runtime:
             for pool in self.pools:
                 prev = next((p for p in previous.pools if p.name == pool.name), None)
                 if prev is not None:
-                    pool.saturated, pool.low_acceptance = prev.saturated, prev.low_acceptance
+                    pool.bypass = prev.bypass
             self.set_overrides(previous.overrides)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
 
@@ -418,36 +460,48 @@ class Runtime:
         """The endpoint with this URL; raises ``KeyError``."""
         return self._by_url[url]
 
-    def _next_bypass(self, pool: Pool, now: float, saturated: bool, low: bool) -> tuple[bool, bool]:
-        stale = self.config.scrape.stale_after_s
-        sat = self.routing.saturation
+    def _accept_lengths(self, pool: Pool, now: float) -> dict[str, float | None]:
+        max_age = self.routing.acceptance.max_age_s
+        return {c: pool.estimated_accept_length(c, now, max_age) for c in CLASSES}
+
+    def _proposed(self, pool: Pool, now: float,
+                  previous: Mapping[str, bool | None] | None = None) -> dict[str, bool]:
+        return pool.bypass.proposed(
+            load=pool.load(now, self.config.scrape.stale_after_s), accept_length=self._accept_lengths(pool, now),
+            now=now, routing=self.routing, gamma=pool.config.gamma, c=pool.config.drafter_cost_ratio,
+            previous=previous)
+
+    def observe_acceptance(self) -> None:
+        """Feed each speculative endpoint's newest scrape to its acceptance tracker (once per
+        scrape; see :mod:`router.acceptance`)."""
         acc = self.routing.acceptance
-        saturated = next_saturated(saturated, pool.load(now, stale), enter=sat.enter, exit=sat.exit)
-        if acc.enabled:
-            engine = pool.config.engine
-            gamma = (engine.speculative_num_steps if engine and engine.speculative_num_steps else
-                     max(1, pool.reserved - 1))
-            low = next_low_acceptance(
-                low, pool.accept_length(now, stale), gamma=gamma,
-                c=pool.config.drafter_cost_ratio, enter_below=acc.min_expected_speedup,
-                exit_above=acc.exit_speedup)
-        return saturated, low
+        for pool in self.pools:
+            if not pool.config.speculative:
+                continue
+            refresh = 40 * (pool.config.gamma + 1)  # decode_log_interval verify steps
+            for ep in pool.endpoints.values():
+                if ep.engine is None or ep.scraped_at is None or ep.scraped_at == ep.observed_at:
+                    continue
+                ep.observed_at = ep.scraped_at
+                ep.acceptance.scraped(ep.engine.spec_accept_length, ep.engine.generation_tokens_total,
+                                      ep.scraped_at, weight=acc.weight, refresh_tokens=refresh,
+                                      running_reqs=ep.engine.num_running_reqs)
 
     def advance_bypass(self, now: float) -> None:
-        """Advance every speculative pool's saturation and acceptance hysteresis: the one step
-        that changes bypass state (once per scrape round; decisions and metric reads only
-        read it)."""
+        """Take in the new acceptance measurements, then advance every speculative pool's
+        saturation and acceptance hysteresis: the one step that changes bypass state (once per
+        scrape round; decisions and metric reads only read it)."""
+        self.observe_acceptance()
         for pool in self.pools:
             if pool.config.speculative:
-                pool.saturated, pool.low_acceptance = self._next_bypass(
-                    pool, now, pool.saturated, pool.low_acceptance)
+                pool.bypass.commit(self._proposed(pool, now), now)
 
     def sync_bypass(self, shared: Mapping[str, bool], now: float) -> list[tuple[str, bool | None, bool]]:
         """Continue each speculative pool's hysteresis from the *shared* flags.
 
         Args:
-            shared: flags read from the shared state, keyed ``"<pool>:saturated"`` and
-                ``"<pool>:low_acceptance"``; a missing key starts from the local flag.
+            shared: flags read from the shared state, keyed ``"<pool>:<flag>"`` with the flags
+                of :data:`router.bypass.FLAGS`; a missing key starts from the local flag.
             now: monotonic time (s).
 
         Returns:
@@ -458,15 +512,12 @@ class Runtime:
         for pool in self.pools:
             if not pool.config.speculative:
                 continue
-            sat_key, low_key = f"{pool.name}:saturated", f"{pool.name}:low_acceptance"
-            sat_prev, low_prev = shared.get(sat_key), shared.get(low_key)
-            pool.saturated, pool.low_acceptance = self._next_bypass(
-                pool, now, pool.saturated if sat_prev is None else sat_prev,
-                pool.low_acceptance if low_prev is None else low_prev)
-            if pool.saturated != sat_prev:
-                writes.append((sat_key, sat_prev, pool.saturated))
-            if pool.low_acceptance != low_prev:
-                writes.append((low_key, low_prev, pool.low_acceptance))
+            previous = {flag: shared.get(f"{pool.name}:{flag}") for flag in FLAGS}
+            new = self._proposed(pool, now, previous)
+            pool.bypass.commit(new, now)
+            for flag in FLAGS:
+                if new[flag] != previous[flag]:
+                    writes.append((f"{pool.name}:{flag}", previous[flag], new[flag]))
         return writes
 
     def snapshots(self, now: float) -> tuple[PoolSnapshot, ...]:
@@ -477,13 +528,22 @@ class Runtime:
             # The flags as the next hysteresis step would set them from the load now (read
             # only: the stored state moves in advance_bypass), so a burst between two scrape
             # rounds meets the saturation guard at once.
-            sat, low = (self._next_bypass(p, now, p.saturated, p.low_acceptance) if p.config.speculative
-                        else (False, False))
+            if p.config.speculative:
+                flags = self._proposed(p, now)
+                taus = self._accept_lengths(p, now)
+                speed = p.config.speed
+                if speed is not None:  # no live estimate: the calibrated prior
+                    taus = {"greedy": taus["greedy"] or speed.accept_length_greedy,
+                            "sampled": taus["sampled"] or speed.accept_length_sampled}
+                sat, low = flags["saturated"], p.bypass.low_classes(flags)
+            else:
+                sat, low, taus = False, frozenset(), {}
             out.append(PoolSnapshot(
                 name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
                 endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load(now, stale))
                                 for e in p.endpoints.values()),
-                saturated=sat, low_acceptance=low))
+                saturated=sat, low_acceptance=low, speed=p.speed,
+                accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled")))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset()) -> Decision:

@@ -1292,6 +1292,9 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 delta = f"tok{i}" if i == 0 else f" tok{i}"
                 s.generated += 1
                 state.generation_tokens_total[stream_key] += 1
+                decoding = state.metrics_override.get("decoding_gauges")
+                if decoding:  # what the engine measures while it decodes (stale while idle)
+                    state.metrics_override["gauges"] = {**(state.metrics_override.get("gauges") or {}), **decoding}
                 if state.avg_spec_accept_length is None and cfg.speculative_algorithm:
                     state.avg_spec_accept_length = cfg.spec_accept_length
                 new_text = s.text + delta
@@ -2137,6 +2140,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             "delay_s",
             "body_text",
             "gauges",
+            "decoding_gauges",
             "dp_gauges",
             "avg_spec_accept_length",
         }
@@ -2144,7 +2148,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             data = orjson.loads(await request.body() or b"{}")
             if not isinstance(data, dict) or set(data) - allowed:
                 raise ValueError(f"allowed keys: {sorted(allowed)}")
-            for key in ("gauges",):
+            for key in ("gauges", "decoding_gauges"):
                 if data.get(key) is not None and set(data[key]) - set(_GAUGES):
                     raise ValueError(f"gauges must be among {list(_GAUGES)}")
         except (ValueError, TypeError, orjson.JSONDecodeError) as e:

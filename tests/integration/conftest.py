@@ -62,7 +62,8 @@ def write_config(path: Path, tokenizer: Path, spec_url: str, plain_url: str, **o
              "draft_reserved_tokens": 4},
             {"name": "plain", "speculative": False, "endpoints": [plain_url]},
         ],
-        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}},
+        # no flip bound: the tests step the hysteresis faster than a deployment would
+        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}, "min_flip_interval_s": 0},
         "scrape": {"interval_s": 0.05, "timeout_s": 0.5, "stale_after_s": 1.0},
         "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 3},
         "upstream": {"first_byte_timeout_s": 5.0, "idle_timeout_s": 5.0, "nonstream_timeout_s": 10.0},
