@@ -4,9 +4,10 @@
 
 For each named day shape (:mod:`loadtests.dayshapes`: ``light``, ``heavy``, ``mixed``, rates
 scaled to N engines) and each N, the same requests go through ``all-spec`` and ``all-plain``
-(client round robin) and ``routed ks+(N-k)p`` for k = 1..N-1 (today's ``router.policy.decide``
-through :class:`loadtests.dayrouter.PolicyRouter`, thresholds from
-:func:`loadtests.dayrouter.settings_for`) in the discrete-event simulator
+(client round robin), and for k = 1..N-1 ``routed ks+(N-k)p`` (``router.policy.decide`` through
+:class:`loadtests.dayrouter.PolicyRouter` on its thresholds alone, from
+:func:`loadtests.dayrouter.settings_for`) and ``predict ks+(N-k)p`` (the same with every pool's
+speed model: the choice by predicted completion time) in the discrete-event simulator
 (:mod:`loadtests.daysim`; virtual time, seeded). Printed per shape: mean / p90 end-to-end
 latency, mean for long prompts, goodput under the objective of :mod:`loadtests.dayreport`
 (TTFT <= 5 s and TPOT <= 35 ms), decisions by reason. Written under ``--out``: ``day.json``
@@ -54,9 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, object] = {"seed": args.seed, "policy": settings.as_dict(), "objective": objective.__dict__,
                               "model": {**model.__dict__, "speed": model.speed.__dict__}, "runs": []}
     t_start = time.process_time()
-    print(f"today's policy: long_prompt_tokens {settings.long_prompt_tokens}, saturation "
+    print(f"policy: long_prompt_tokens {settings.long_prompt_tokens}, saturation "
           f"{settings.saturation_enter}/{settings.saturation_exit}, acceptance bypass below "
-          f"{settings.min_expected_speedup}x (gamma {settings.gamma}, c {settings.drafter_cost_ratio})")
+          f"{settings.min_expected_speedup}x (gamma {settings.gamma}, c {settings.drafter_cost_ratio}); "
+          f"'predict': pools carry the engines' true speed model")
     for n in (int(x) for x in args.engines.split(",") if x):
         for name in args.shapes.split(","):
             shape = get_shape(name, n)

@@ -170,15 +170,17 @@ class Calibration:
                 lines.append(f"# {key}: {ev['summary']}")
         for w in self.evidence.get("warnings", []):
             lines.append(f"# warning: {w}")
-        pools = (self.evidence.get("speed_model") or {}).get("pools") or {}
-        if pools:
-            lines.append("# speed model per pool (loadtests.speedfit; seconds, tokens), for the pools' speed settings:")
-            for name, params in pools.items():
-                flat = {k: v for k, v in params.items() if not isinstance(v, dict)}
-                for k, v in params.items():
-                    if isinstance(v, dict):
-                        flat.update({f"{k}.{kk}": vv for kk, vv in v.items()})
-                lines.append(f"#   {name}: " + ", ".join(f"{k}={v:.4g}" for k, v in flat.items()))
+        from loadtests.speedfit import speed_blocks
+
+        blocks = speed_blocks(self.evidence.get("speed_model") or {})
+        if blocks:
+            lines.append("# speed model per pool (loadtests.speedfit; seconds, tokens): the `speed` block of each "
+                         "pool (by role) for the choice by predicted completion time:")
+            for role, block in blocks.items():
+                lines.append(f"#   {role}: speed: {{" + ", ".join(f"{k}: {v:.4g}" for k, v in block.items()) + "}")
+            if "spec" in blocks and not {"accept_length_greedy", "accept_length_sampled"} <= set(blocks["spec"]):
+                lines.append("#   (a speculative pool's speed needs both accept lengths: measure greedy and "
+                             "sampled load tests)")
         lines.append("# Merge under the router config's top level; `specgate config check` validates it.")
         body = yaml.safe_dump(self.patch(), sort_keys=False) if self.patch() else "{}\n"
         return "\n".join(lines) + "\n" + body

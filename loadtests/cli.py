@@ -226,7 +226,8 @@ def _calibrate_split(args: argparse.Namespace) -> int:
         settings = replace(settings, **over)
         if settings.saturation_exit >= settings.saturation_enter:
             raise SplitError("--saturation-exit must be < --saturation-enter")
-        advice = advise_split(reqs, args.engines, model, settings=settings, metric=args.metric, seed=args.seed)
+        advice = advise_split(reqs, args.engines, model, settings=settings, metric=args.metric, seed=args.seed,
+                              predict=not args.no_predict)
     except (OSError, ValueError, ReportError, FitError, SplitError) as exc:
         print(f"specgate calibrate-split: {exc}", file=sys.stderr)
         return 2
@@ -419,6 +420,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     cs.add_argument("--saturation-enter", type=int, help="routing.saturation.enter (default: the model's "
                     "crossover batch)")
     cs.add_argument("--saturation-exit", type=int, help="routing.saturation.exit")
+    cs.add_argument("--no-predict", action="store_true", help="replay the routed splits on the thresholds "
+                    "alone (no pool speed models, no choice by predicted completion time)")
     cs.add_argument("--seed", type=int, default=0, help="the simulator's seed")
     cs.add_argument("--out", help="also write the predictions as JSON here")
     cs.set_defaults(func=_calibrate_split)

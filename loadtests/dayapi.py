@@ -4,7 +4,8 @@ A router (:class:`Router`) is called once per request with the request's feature
 (:class:`RequestView`: no real output length, as in production) and one :class:`PoolView` per
 pool, each endpoint as of the last 0.25 s scrape plus the router's own in-flight counts
 (:class:`EndpointView`); it answers a :class:`Choice`. It may define ``on_scrape(now, pools)``,
-called after every scrape round. :class:`RoundRobin` is the client-side baseline.
+called after every scrape round, and ``on_done(now, request, url)`` when a request ends.
+:class:`RoundRobin` is the client-side baseline.
 :mod:`loadtests.dayrouter` wraps the router's real policy in this interface.
 """
 
@@ -44,6 +45,8 @@ class EndpointView:
         accept_length_age_s: now minus the first scrape that showed the current gauge value
             (s; None without a value): how long the gauge has not moved, which a real router
             can track from its own scrapes (an idle engine's value only grows older).
+        generation_tokens_total: ``sglang:generation_tokens_total`` as of the last scrape
+            (tokens generated since the engine started).
         healthy: routable (always True in the simulator).
     """
 
@@ -57,6 +60,7 @@ class EndpointView:
     accept_length: float | None
     scrape_age_s: float
     accept_length_age_s: float | None = None
+    generation_tokens_total: float | None = None
     healthy: bool = True
 
 
@@ -83,7 +87,8 @@ class Router(Protocol):
 
     A router may also define ``on_scrape(now_s, pools) -> None``: the simulator calls it after
     every scrape round with the fresh views (the real router advances its bypass hysteresis
-    there).
+    there), and ``on_done(now_s, request, endpoint_url) -> None``, called when a request it
+    routed ends (the real router's lease release).
     """
 
     def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice: ...

@@ -114,7 +114,8 @@ class Engine:
 
     Attributes (read by the simulator): ``waiting`` (deque), ``prefilling``, ``decoding``
     (lists), ``kv_reserved`` (tokens), ``accept_length`` (the gauge, None until the first
-    update), ``busy`` (a step is running), ``steps``, ``busy_s``.
+    update), ``generated_total`` (tokens emitted, SGLang's ``generation_tokens_total``),
+    ``busy`` (a step is running), ``steps``, ``busy_s``.
     """
 
     def __init__(self, url: str, pool: str, speculative: bool, model: EngineModel, rng: random.Random) -> None:
@@ -130,6 +131,7 @@ class Engine:
         self._acc_tokens = 0
         self._acc_cycles = 0
         self._acc_steps = 0
+        self.generated_total = 0
         self.busy = False
         self.steps = 0
         self.busy_s = 0.0
@@ -211,6 +213,7 @@ class Engine:
                         k = min(gamma, int(math.log(u) / la))
                     tokens += k + 1
                     emit = min(k + 1, s.req.output_tokens - s.generated)
+                    self.generated_total += emit
                     s.generated += emit
                     s.context += emit
                     self.ctx_sum += emit
@@ -227,11 +230,13 @@ class Engine:
                     s.context += 1
                     (done if s.generated >= s.req.output_tokens else keep).append(s)
                 self.ctx_sum += len(self.decoding)
+                self.generated_total += len(self.decoding)
         for s, take in self._chunk:
             s.prefill_left -= take
             if s.prefill_left <= 0:
                 s.first_s = now
                 s.generated = 1
+                self.generated_total += 1
                 s.context += 1
                 self.prefilling.remove(s)
                 self.ctx_sum += s.context
@@ -334,16 +339,16 @@ class DayResult:
 
 
 def _views(pools: Sequence[tuple[str, bool, list[Engine]]],
-           scraped: dict[str, tuple[int, int, float, float | None, float, float]], inflight: dict[str, int],
+           scraped: dict[str, tuple[int, int, float, float | None, float, float, float]], inflight: dict[str, int],
            now: float) -> tuple[PoolView, ...]:
     out = []
     for name, spec, engines in pools:
         eps = []
         for e in engines:
-            running, queued, usage, acc, at, acc_since = scraped[e.url]
+            running, queued, usage, acc, at, acc_since, gen = scraped[e.url]
             f = inflight[e.url]
             eps.append(EndpointView(e.url, name, running, queued, f, max(running + queued, f), usage, acc,
-                                    now - at, None if acc is None else now - acc_since))
+                                    now - at, None if acc is None else now - acc_since, gen))
         out.append(PoolView(name, spec, tuple(eps)))
     return tuple(out)
 
@@ -373,10 +378,12 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
         by_url.update({e.url: e for e in engines})
     router = deployment.make_router()
     on_scrape = getattr(router, "on_scrape", None)
+    on_done = getattr(router, "on_done", None)
     inflight = dict.fromkeys(by_url, 0)
     # url -> (running, queued, KV usage, gauge, scraped at, gauge value first seen at)
-    scraped: dict[str, tuple[int, int, float, float | None, float, float]] = {
-        u: (0, 0, 0.0, None, 0.0, 0.0) for u in by_url}
+    # (..., generation_tokens_total)
+    scraped: dict[str, tuple[int, int, float, float | None, float, float, float]] = {
+        u: (0, 0, 0.0, None, 0.0, 0.0, 0.0) for u in by_url}
     records = [RequestRecord(r.rid, r.arrival_s, r.kind, r.prompt_tokens, r.output_tokens, r.temperature,
                              r.cached_tokens, r.max_new_tokens, None, None, False, "") for r in requests]
     reasons: Counter[str] = Counter()
@@ -433,6 +440,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
                 if s.req.output_tokens > 1:
                     rec.tpot_s = (now - s.first_s) / (s.req.output_tokens - 1)
                 inflight[e.url] -= 1
+                if on_done is not None:
+                    on_done(now, RequestView(s.req.prompt_tokens, s.req.max_new_tokens, s.req.temperature), e.url)
                 pending -= 1
                 end = now
             dt = e.start_step(now)
@@ -443,7 +452,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
             for u, e in by_url.items():
                 prev = scraped[u]
                 since = prev[5] if e.accept_length == prev[3] else now
-                scraped[u] = (e.running, len(e.waiting), e.kv_reserved / e.capacity, e.accept_length, now, since)
+                scraped[u] = (e.running, len(e.waiting), e.kv_reserved / e.capacity, e.accept_length, now, since,
+                              float(e.generated_total))
             if on_scrape is not None:
                 on_scrape(now, _views(pools, scraped, inflight, now))
             if now >= next_tl:

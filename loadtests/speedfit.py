@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FitError", "engine_model_from_fit", "fit_speed_model"]
+__all__ = ["FitError", "engine_model_from_fit", "fit_speed_model", "speed_blocks"]
 
 
 class FitError(ValueError):
@@ -204,3 +204,28 @@ def engine_model_from_fit(fit: Mapping[str, Any], base: Any = None) -> Any:
     sampled = spec.get("alpha_sampled")
     alpha_sampled = base.alpha_sampled_short if not sampled else sampled["alpha_short"]
     return replace(base, speed=speed, alpha_sampled_short=alpha_sampled)
+
+
+def speed_blocks(fit: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each fitted pool's ``speed`` block in the router config's keys (``router.config.SpeedConfig``:
+    ``decode_s_per_token``, ``batch_knee``, ``attention_s_per_token``, ``prefill_s_per_token``;
+    for the speculative pool ``accept_length_greedy`` / ``accept_length_sampled``, the
+    accept length E[tau] of the fitted alpha at its knee, where measured). A pool without a
+    fitted ``batch_knee`` is left out (the config requires it). Keys: ``plain``, ``spec``.
+    """
+    from drafters.spec_math import expected_tokens
+
+    out: dict[str, dict[str, Any]] = {}
+    for role, params in (fit.get("pools") or {}).items():
+        if "batch_knee" not in params:
+            continue
+        block: dict[str, Any] = {"decode_s_per_token": params["t0_s"], "batch_knee": params["batch_knee"],
+                                 "attention_s_per_token": params.get("attn_s_per_token", 0.0),
+                                 "prefill_s_per_token": params.get("prefill_s_per_token", 0.0)}
+        gamma = params.get("gamma")
+        for cls in ("greedy", "sampled"):
+            alpha = params.get(f"alpha_{cls}")
+            if alpha and gamma:
+                block[f"accept_length_{cls}"] = expected_tokens(alpha["alpha_short"], int(gamma))
+        out[role] = block
+    return out

@@ -10,9 +10,10 @@ Input: a day of requests (arrival times, prompt and output lengths, temperatures
   temperature the load test used.
 
 The day is replayed, request for request, through every deployment of N engines at equal
-hardware: ``all-plain`` (k = 0, client round robin), ``routed ks+(N-k)p`` for k = 1..N-1
-(today's policy, :class:`loadtests.dayrouter.PolicyRouter`) and ``all-spec`` (k = N, round
-robin), with the engine model given (:func:`loadtests.dayshapes.default_engine_model`, or one
+hardware: ``all-plain`` (k = 0, client round robin), ``routed ks+(N-k)p`` and ``predict
+ks+(N-k)p`` for k = 1..N-1 (the router's policy, :class:`loadtests.dayrouter.PolicyRouter`, on
+its thresholds alone, and with speed models: the choice by predicted completion time) and
+``all-spec`` (k = N, round robin), with the engine model given (:func:`loadtests.dayshapes.default_engine_model`, or one
 fitted from a load-test report by :func:`loadtests.speedfit.fit_speed_model`). The advice is
 the split with the best chosen metric (lowest ``mean_s`` / ``p90_s``, or highest
 ``goodput_rps``); ties go to the fewer speculative engines (the drafter costs KV capacity).
@@ -23,7 +24,7 @@ Errors: :class:`SplitError` (an empty or unusable day, bad arguments).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadtests.dayreport import Objective, summarize
@@ -79,12 +80,21 @@ def requests_from_log(rows: Sequence[Mapping[str, Any]], *, temperature: float |
             for i, (t, p, o, b, temp, kind, cached) in enumerate(out)]
 
 
-def deployments_for(n: int, settings: PolicySettings) -> list[tuple[int, Deployment]]:
-    """``(k, deployment)`` for k = 0..n speculative engines (k = 0 / n: round robin)."""
+def deployments_for(n: int, settings: PolicySettings, *, predict: bool = True) -> list[tuple[int, Deployment]]:
+    """``(k, deployment)`` for k = 0..n speculative engines (k = 0 / n: round robin).
+
+    Each split 0 < k < n appears as ``routed`` (the policy's thresholds, no speed models) and,
+    with ``predict`` and ``settings.speed`` set, as ``predict`` (pools carry the speed model:
+    the choice by predicted completion time).
+    """
     if n < 1:
         raise SplitError(f"need at least one engine, got {n}")
+    guard = replace(settings, predict=False)
     deps = [(0, all_plain(n))]
-    deps += [(k, routed(k, n, lambda: PolicyRouter(settings))) for k in range(1, n)]
+    for k in range(1, n):
+        deps.append((k, routed(k, n, lambda: PolicyRouter(guard))))
+        if predict and settings.speed is not None:
+            deps.append((k, routed(k, n, lambda: PolicyRouter(replace(settings, predict=True)), label="predict")))
     deps.append((n, all_spec(n)))
     return deps
 
@@ -96,7 +106,7 @@ class SplitAdvice:
     Attributes:
         engines: N; metric: what was optimised.
         best_k: speculative engines advised; best: its deployment's name.
-        predictions: ``[{"k", "deployment", **summary}]`` for k = 0..N.
+        predictions: ``[{"k", "deployment", **summary}]`` per deployment, k = 0..N.
         params: the model and policy used.
     """
 
@@ -129,7 +139,7 @@ class SplitAdvice:
 def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, *,
                  settings: PolicySettings | None = None, metric: str = "mean_s",
                  objective: Objective | None = None, long_prompt_tokens: int | None = None,
-                 seed: int = 0) -> SplitAdvice:
+                 seed: int = 0, predict: bool = True) -> SplitAdvice:
     """Replay ``requests`` through every split of ``engines`` and advise one (module docstring).
 
     Args:
@@ -141,6 +151,7 @@ def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, 
         objective: the goodput objective (default :class:`loadtests.dayreport.Objective`).
         long_prompt_tokens: the ``long`` cut of the reports (default the policy's).
         seed: the simulator's seed.
+        predict: also replay each split with speed models (:func:`deployments_for`).
 
     Raises:
         SplitError: no request, unknown metric, engines < 1.
@@ -153,7 +164,7 @@ def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, 
     cut = long_prompt_tokens if long_prompt_tokens is not None else settings.long_prompt_tokens
     day_s = max(r.arrival_s for r in requests) or 1.0
     preds = []
-    for k, dep in deployments_for(engines, settings):
+    for k, dep in deployments_for(engines, settings, predict=predict):
         res = simulate_day(requests, dep, model, seed=seed)
         preds.append({"k": k, **summarize(res, day_s=day_s, long_prompt_tokens=cut, objective=objective)})
     higher = METRICS[metric]

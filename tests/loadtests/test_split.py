@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from drafters.spec_math import expected_tokens
 from loadtests.calibrate import calibrate
 from loadtests.dayreport import read_request_log, summarize, write_request_log
 from loadtests.dayrouter import PolicyRouter, settings_for
@@ -20,17 +21,20 @@ from loadtests.workload import parse_buckets
 from router.cli import main as specgate
 
 
-@pytest.mark.parametrize(("shape", "best_k"), [("light", 2), ("heavy", 0)])
-def test_split_advice_on_a_synthetic_day(shape: str, best_k: int) -> None:
+@pytest.mark.parametrize(("shape", "predict", "best"), [
+    ("light", False, "all-spec"), ("heavy", False, "all-plain"), ("heavy", True, "predict 1s+1p")])
+def test_split_advice_on_a_synthetic_day(shape: str, predict: bool, best: str) -> None:
     model = default_engine_model()
     reqs = get_shape(shape).requests(1)
-    adv = advise_split(reqs, 2, model, seed=1)
-    assert [p["k"] for p in adv.predictions] == [0, 1, 2]
-    assert [p["deployment"] for p in adv.predictions] == ["all-plain", "routed 1s+1p", "all-spec"]
-    assert adv.best_k == best_k
-    best = min(adv.predictions, key=lambda p: p["mean_s"])
-    assert best["k"] == best_k
-    assert f"advice: {best_k} speculative + {2 - best_k} plain engines" in adv.text()
+    adv = advise_split(reqs, 2, model, seed=1, predict=predict)
+    names = ["all-plain", "routed 1s+1p", *(["predict 1s+1p"] if predict else []), "all-spec"]
+    assert [p["deployment"] for p in adv.predictions] == names
+    assert [p["k"] for p in adv.predictions] == [0, 1, *([1] if predict else []), 2]
+    fastest = min(adv.predictions, key=lambda p: p["mean_s"])
+    assert adv.best == fastest["deployment"] == best
+    k = fastest["k"]
+    assert adv.best_k == k
+    assert f"advice: {k} speculative + {2 - k} plain engines ({best}; best mean_s)" in adv.text()
 
 
 def test_replaying_a_simulator_log_reproduces_the_day(tmp_path: Path) -> None:
@@ -82,7 +86,17 @@ def test_speed_model_fit_recovers_a_known_model() -> None:
     assert (em.speed.t0_s, em.speed.gamma) == (plain["t0_s"], 4)
     cal = calibrate(report)
     assert cal.evidence["speed_model"]["pools"]["plain"]["t0_s"] == plain["t0_s"]
-    assert "#   spec: t0_s=0.02, batch_knee=40" in cal.patch_yaml()
+    text = cal.patch_yaml()
+    assert "#   plain: speed: {decode_s_per_token: 0.02, batch_knee: 40, attention_s_per_token: 5e-08, " \
+           "prefill_s_per_token: 1e-05}" in text
+    assert "#   (a speculative pool's speed needs both accept lengths" in text
+    from loadtests.speedfit import speed_blocks
+    from router.config import SpeedConfig
+
+    blocks = speed_blocks(fit)
+    SpeedConfig(**blocks["plain"])
+    assert blocks["spec"]["accept_length_greedy"] == pytest.approx(
+        expected_tokens(greedy["alpha_short"], 4))
 
 
 def test_speed_model_fit_needs_a_plain_target() -> None:
@@ -100,9 +114,11 @@ def test_calibrate_split_command(tmp_path: Path, capsys: pytest.CaptureFixture[s
     out = tmp_path / "advice.json"
     assert specgate(["calibrate-split", "--day", str(log), "--engines", "2", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "advice: 0 speculative + 2 plain engines (all-plain; best mean_s)" in text
+    assert "advice: 1 speculative + 1 plain engines (predict 1s+1p; best mean_s)" in text
     doc = json.loads(out.read_text())
-    assert doc["best_k"] == 0 and [p["k"] for p in doc["predictions"]] == [0, 1, 2]
+    assert doc["best_k"] == 1 and [p["k"] for p in doc["predictions"]] == [0, 1, 1, 2]
+    assert specgate(["calibrate-split", "--day", str(log), "--no-predict"]) == 0
+    assert "advice: 0 speculative + 2 plain engines (all-plain; best mean_s)" in capsys.readouterr().out
     assert specgate(["calibrate-split", "--day", str(tmp_path / "missing.jsonl")]) == 2
     assert specgate(["calibrate-split", "--day", str(log), "--saturation-enter", "4",
                      "--saturation-exit", "4"]) == 2
@@ -121,6 +137,7 @@ def test_day_benchmark_writes_its_tables_json_and_plots(tmp_path: Path) -> None:
     assert "light, N=2: 610 requests over 600 s" in proc.stdout
     doc = json.loads((tmp_path / "day.json").read_text())
     assert [(r["shape"], r["k"], r["deployment"]) for r in doc["runs"]] == [
-        ("light", 0, "all-plain"), ("light", 1, "routed 1s+1p"), ("light", 2, "all-spec")]
+        ("light", 0, "all-plain"), ("light", 1, "routed 1s+1p"), ("light", 1, "predict 1s+1p"),
+        ("light", 2, "all-spec")]
     assert (tmp_path / "light-n2.png").read_bytes()[:4] == b"\x89PNG"
     assert len(read_request_log(tmp_path / "light-n2-all-spec.jsonl")) == 610
