@@ -193,8 +193,10 @@ async def _generate(request: Request, kind: str) -> Response:
         lease.release()
         raise
 
-    def redecide(excluded: frozenset[str]) -> Any:
+    def redecide(excluded: frozenset[str], excluded_pools: frozenset[str] = frozenset()) -> Any:
         rt = state.runtime
+        if excluded_pools:  # a pool that refused for capacity is skipped whole
+            excluded = excluded | {u for p in rt.pools if p.name in excluded_pools for u in p.endpoints}
         d = rt.decide(features, state.clock(), exclude=excluded)
         if d.outcome is not Outcome.ROUTED:
             return d
@@ -202,7 +204,8 @@ async def _generate(request: Request, kind: str) -> Response:
 
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
-                         retry_after_s=cfg.health.retry_after_s)
+                         retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
+                         clock=state.clock)
 
 
 def _abort_rids(doc: dict[str, Any], features: RequestFeatures, request_id: str,
@@ -239,6 +242,10 @@ def _finish(state: Any, job: ProxyJob) -> None:
         m.upstream_failures.inc((pool, job.outcome))
     if "aborted" in job.extra:
         m.upstream_aborts.inc((pool,))
+    for stale_pool in job.stale_retries:
+        m.upstream_stale_retries.inc((stale_pool,))
+    for refused in job.rejections:
+        m.engine_rejections.inc(refused)
     if state.runtime.config.server.log_requests:
         access_log.info(orjson.dumps({
             "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,

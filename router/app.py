@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from router.acceptance import CLASSES
 from router.api import GENERATE_ROUTES, serve_generate
-from router.auth import load_auth
+from router.auth import Auth, load_auth
 from router.config import Config, load_config
 from router.discovery import Discovery, DiscoverySettings
 from router.features import PromptCounter
@@ -40,8 +41,10 @@ from router.metrics import RouterMetrics
 from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
+from router.upstream import connection_trace_config
 
-__all__ = ["AppState", "RouterApp", "create_app", "tune_interpreter"]
+__all__ = ["AppState", "RouterApp", "RuntimeInputs", "build_runtime", "create_app", "load_runtime_inputs",
+           "tune_interpreter"]
 
 log = logging.getLogger("specgate")
 
@@ -53,19 +56,27 @@ class AppState:
         config_path: the operator YAML (None when built from a Config value).
         runtime: the current :class:`Runtime`; replaced whole on reload.
         session: the one upstream HTTP client.
+        fresh_session: a client that never reuses a connection (``force_close``), for the one
+            resend after a reused keep-alive connection broke (:mod:`router.proxy`); None when
+            the session was injected (the resend then goes through ``session``).
         executor: threads for tokenisation (off the event loop).
         metrics: the router's Prometheus series.
         shared: the shared state (:mod:`router.state`).
         clock: monotonic clock (s).
         discovery: the Kubernetes endpoint watchers (:mod:`router.discovery`; idle when no
             pool has a ``discovery`` block).
+        scrape_rounds: scrape rounds finished (each advanced the bypass hysteresis once).
+        reloads_ok, reloads_failed: config reloads applied / rejected (``reloads`` is their
+            sum: every change the reloader acted on). Tests wait on these counters.
     """
 
     def __init__(self, runtime: Runtime, *, config_path: Path | None, session: aiohttp.ClientSession,
                  executor: ThreadPoolExecutor, metrics: RouterMetrics,
                  shared: MemoryState | RedisState | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 fresh_session: aiohttp.ClientSession | None = None) -> None:
         self.runtime = runtime
+        self.fresh_session = fresh_session
         self.shared = shared if shared is not None else MemoryState()
         self.config_path = config_path
         self.session = session
@@ -74,6 +85,9 @@ class AppState:
         self.clock = clock
         self.tasks: set[asyncio.Task[Any]] = set()
         self.discovery: Discovery | None = None
+        self.scrape_rounds = 0
+        self.reloads_ok = 0
+        self.reloads_failed = 0
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
 
@@ -87,15 +101,23 @@ class AppState:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    @property
+    def reloads(self) -> int:
+        """Config changes the reloader acted on, applied or rejected."""
+        return self.reloads_ok + self.reloads_failed
+
     def on_scrape_round(self, runtime: Runtime) -> None:
         """After each scrape round: advance the bypass hysteresis (the one place it moves),
         then copy pool state into the gauges."""
         runtime.advance_bypass(self.clock())
         self.refresh_gauges(runtime)
+        self.scrape_rounds += 1
 
     def refresh_gauges(self, runtime: Runtime | None = None) -> None:
-        """Copy pool state into the gauges (after each scrape round and on ``/metrics``);
-        changes no routing state."""
+        """Copy pool state into the gauges (after each scrape round and on ``/metrics``).
+
+        Read-only on the pools: the bypass gauges show the flags as the last scrape round left them (reading ``/metrics`` never advances the hysteresis).
+        """
         runtime = runtime or self.runtime
         now = self.clock()
         m = self.metrics
@@ -181,10 +203,40 @@ class RouterApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def _build_counter(config: Config, previous: Runtime | None) -> PromptCounter:
-    if previous is not None and getattr(previous.counter, "path", None) == config.model.tokenizer:
-        return previous.counter  # type: ignore[return-value]
-    return PromptCounter(config.model.tokenizer)
+@dataclass(frozen=True, slots=True)
+class RuntimeInputs:
+    """What a :class:`Runtime` is built from, loaded off the event loop.
+
+    Attributes:
+        config: the validated YAML.
+        counter: the prompt token counter (the previous one when the tokenizer path is unchanged).
+        auth: the resolved API keys.
+    """
+
+    config: Config
+    counter: PromptCounter
+    auth: Auth
+
+
+def load_runtime_inputs(config: Config | Path, previous_counter: object = None) -> RuntimeInputs:
+    """Do a runtime's I/O: read and validate the YAML (when given a path), load the tokenizer
+    (unless ``previous_counter`` has the same path) and read the API key files and variables.
+
+    Touches no live object, so it may run in a worker thread; build the :class:`Runtime` from
+    the result on the event loop.
+
+    Raises:
+        ConfigError: invalid YAML, or a configured API key source missing or empty.
+        OSError: the file or the tokenizer cannot be read.
+        Exception: whatever the tokenizer library raises on a corrupt file.
+    """
+    if not isinstance(config, Config):
+        config = load_config(config)
+    if previous_counter is not None and getattr(previous_counter, "path", None) == config.model.tokenizer:
+        counter: PromptCounter = previous_counter  # type: ignore[assignment]
+    else:
+        counter = PromptCounter(config.model.tokenizer)
+    return RuntimeInputs(config, counter, load_auth(config.auth))
 
 
 def build_runtime(config: Config, previous: Runtime | None = None,
@@ -192,12 +244,16 @@ def build_runtime(config: Config, previous: Runtime | None = None,
     """Build a :class:`Runtime` for ``config``, reusing ``previous``'s tokenizer, endpoints,
     ledger and overrides; reads the API key files and variables (``auth``).
 
+    Does I/O and, with ``previous``, writes to its live endpoints: call it only where no event
+    loop routes with ``previous`` (scripts, benchmarks). The router loads
+    :func:`load_runtime_inputs` in a thread and builds the :class:`Runtime` on its loop.
+
     Raises:
         OSError: when the tokenizer cannot be loaded.
         ConfigError: when a configured API key source is missing or empty.
     """
-    auth = load_auth(config.auth)
-    return Runtime(config, _build_counter(config, previous), previous, ledger=ledger, auth=auth)
+    inputs = load_runtime_inputs(config, previous.counter if previous is not None else None)
+    return Runtime(config, inputs.counter, previous, ledger=ledger, auth=inputs.auth)
 
 
 def create_app(config: str | Path | Config, *, session_factory: Callable[[Config], aiohttp.ClientSession] | None = None,
@@ -228,8 +284,10 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         loop = asyncio.get_running_loop()
         metrics = RouterMetrics(CollectorRegistry(auto_describe=True))
         shared = build_shared_state(cfg.state, metrics=metrics, clock=clock)
-        runtime = await loop.run_in_executor(None, build_runtime, cfg, None, shared.ledger)
+        inputs = await loop.run_in_executor(None, load_runtime_inputs, cfg)
+        runtime = Runtime(cfg, inputs.counter, ledger=shared.ledger, auth=inputs.auth)
         session = (session_factory or _default_session)(cfg)
+        fresh_session = _fresh_session(cfg) if session_factory is None else None
         executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
                                       initializer=_background_priority)
         metrics.config_reloads.labels("success").inc(0)
@@ -237,7 +295,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         metrics.shared_state_degraded_entries.inc(0)
         metrics.config_info.set(time.time())
         state = AppState(runtime, config_path=path, session=session, executor=executor,
-                         metrics=metrics, shared=shared, clock=clock)
+                         metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session)
         app.state.specgate = state
         await shared.start(lambda: state.runtime)
         scraper = Scraper(session, lambda: state.runtime, state.on_scrape_round, clock,
@@ -265,6 +323,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             await asyncio.gather(*state.tasks, return_exceptions=True)
             await shared.stop()
             await session.close()
+            if fresh_session is not None:
+                await fresh_session.close()
             executor.shutdown(wait=False, cancel_futures=True)
 
     app = RouterApp(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -273,8 +333,23 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
 
 
 def _default_session(config: Config) -> aiohttp.ClientSession:
+    """The upstream client: an idle connection is kept ``upstream.keepalive_timeout_s`` seconds
+    (below every engine's keep-alive, checked at config load; aiohttp's own default is 15 s
+    against uvicorn's 5 s, sgl-project/sglang#20851), and a trace tells the proxy whether a
+    request went out on a reused connection (:func:`router.proxy.connection_trace_config`)."""
     connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
-                                     enable_cleanup_closed=False, ttl_dns_cache=300)
+                                     enable_cleanup_closed=False, ttl_dns_cache=300,
+                                     keepalive_timeout=config.upstream.keepalive_timeout_s)
     # No cookie jar: engines set no cookies, and a real jar filters cookies on every request.
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+                                 timeout=aiohttp.ClientTimeout(total=None),
+                                 trace_configs=[connection_trace_config()])
+
+
+def _fresh_session(config: Config) -> aiohttp.ClientSession:
+    """A client that opens a new connection per request and closes it after (``force_close``):
+    the one resend after a stale keep-alive connection must not meet another stale one."""
+    connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
+                                     enable_cleanup_closed=False, ttl_dns_cache=300, force_close=True)
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
                                  timeout=aiohttp.ClientTimeout(total=None))

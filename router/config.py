@@ -20,6 +20,8 @@ Cross-field checks made at load time (:func:`load_config` raises :class:`ConfigE
   context limit (sglang#3574: an EAGLE draft trained at 2048 positions crashed engines on
   longer inputs);
 - pool names and endpoint URLs are unique; at least one pool;
+- ``upstream.keepalive_timeout_s < engine_keepalive_s`` of every pool (the router drops an idle
+  connection before the engine closes it, sgl-project/sglang#20851);
 - ``state.renew_interval_s * 2 <= state.lease_ttl_s`` (a lease is renewed at least twice per
   TTL) and ``state.op_timeout_s < state.renew_interval_s``;
 - ``auth``: inline keys are non-empty without whitespace, and the admin key is not also a
@@ -242,6 +244,9 @@ class PoolConfig(_Strict):
         drafter_cost_ratio: c = T_draft / (gamma * T_target), used by the speedup model.
         speed: the pool's speed model (:class:`SpeedConfig`); when every pool that may take
             a request has one, the router sends it where it is predicted to finish first.
+        engine_keepalive_s: the engines' idle keep-alive (seconds; SGLang's
+            ``SGLANG_TIMEOUT_KEEP_ALIVE``, uvicorn's 5 s by default); ``upstream.keepalive_timeout_s``
+            must be below it (sgl-project/sglang#20851).
     """
 
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
@@ -253,6 +258,7 @@ class PoolConfig(_Strict):
     drafter_cost_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.05
     engine: EngineConfig | None = None
     speed: SpeedConfig | None = None
+    engine_keepalive_s: PositiveFloat = 5.0
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
@@ -385,6 +391,14 @@ class UpstreamConfig(_Strict):
     bounds a whole non-streaming generation. ``max_attempts`` counts tries of one request
     across endpoints (failover happens only before anything reached an engine or after an
     engine answered 5xx).
+
+    ``keepalive_timeout_s`` is how long an idle pooled connection is kept (aiohttp's
+    ``TCPConnector(keepalive_timeout=...)``, 15 s when left to aiohttp); it must be below every
+    pool's ``engine_keepalive_s``, else the router reuses sockets the engine is closing
+    (sgl-project/sglang#20851, aio-libs/aiohttp#7363). ``backpressure_hold_s`` is how long an
+    endpoint that refused for capacity (503, 429, a queue-full event) counts as saturated when
+    it sent no ``Retry-After``; an engine's ``Retry-After`` is used up to
+    ``backpressure_max_hold_s``.
     """
 
     connect_timeout_s: PositiveFloat = 2.0
@@ -395,6 +409,9 @@ class UpstreamConfig(_Strict):
     nonstream_timeout_s: PositiveFloat = 600.0
     max_attempts: PositiveInt = 3
     abort_timeout_s: PositiveFloat = 2.0
+    keepalive_timeout_s: PositiveFloat = 4.0
+    backpressure_hold_s: PositiveFloat = 2.0
+    backpressure_max_hold_s: PositiveFloat = 30.0
 
 
 class ServerConfig(_Strict):
@@ -560,6 +577,10 @@ class Config(_Strict):
                 )
             if pool.speculative and pool.reserved_tokens >= limit:
                 raise ValueError(f"pools[{pool.name}]: reserved draft tokens leave no room")
+            if self.upstream.keepalive_timeout_s >= pool.engine_keepalive_s:
+                raise ValueError(
+                    f"upstream.keepalive_timeout_s ({self.upstream.keepalive_timeout_s}) must be "
+                    f"below pools[{pool.name}].engine_keepalive_s ({pool.engine_keepalive_s})")
         return self
 
     def pool_limit(self, pool: PoolConfig) -> int:

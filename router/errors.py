@@ -14,7 +14,9 @@
     ├── UpstreamClientError             4xx     invalid_request_error  (the engine's 4xx, normalised)
     ├── NoHealthyUpstream               503     server_error           no_healthy_upstream (+ Retry-After)
     ├── SharedStateUnavailable          503     server_error           shared_state_unavailable
+    ├── EngineOverloaded                503     server_error           engine_overloaded (+ Retry-After)
     ├── UpstreamError                   502     server_error           upstream_error
+    │   └── UpstreamConnectionError     502     server_error           upstream_connection_error
     └── UpstreamTimeout                 504     server_error           upstream_timeout
 
 The envelope is OpenAI's: ``{"error": {"message", "type", "param", "code"}}`` with
@@ -30,6 +32,7 @@ import orjson
 __all__ = [
     "AuthenticationError",
     "ContextLengthExceeded",
+    "EngineOverloaded",
     "InvalidRequest",
     "MethodNotAllowed",
     "ModelNotFound",
@@ -41,6 +44,7 @@ __all__ = [
     "SpecgateError",
     "UnsupportedMediaType",
     "UpstreamClientError",
+    "UpstreamConnectionError",
     "UpstreamError",
     "UpstreamTimeout",
     "error_body",
@@ -181,6 +185,22 @@ class UpstreamError(SpecgateError):
 
     status = 502
     code = "upstream_error"
+
+
+class UpstreamConnectionError(UpstreamError):
+    """The connection to the engine broke before any response byte, also on the one retry on a
+    fresh connection (HTTP 502, message ``upstream connection failed``)."""
+
+    code = "upstream_connection_error"
+
+
+class EngineOverloaded(SpecgateError):
+    """Every pool tried refused for capacity (queue full: 503, 429, or a queue-full event in a
+    200 stream, sgl-project/sglang#28175): HTTP 503 ``all pools are at capacity`` with
+    ``Retry-After`` (503 rather than 429: the server, not the client's rate, is the limit)."""
+
+    status = 503
+    code = "engine_overloaded"
 
 
 class UpstreamTimeout(SpecgateError):

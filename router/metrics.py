@@ -155,8 +155,18 @@ class RouterMetrics:
             "specgate_predicted_completion_seconds",
             "Predicted completion time of the chosen pool, for requests routed by prediction.",
             ["pool"], _LATENCY_BUCKETS)
+        self.upstream_stale_retries = LoopCounter(
+            "specgate_upstream_stale_connection_retries",
+            "Requests resent once on a fresh connection after a reused keep-alive connection "
+            "broke before any response byte.", ["pool"])
+        self.engine_rejections = LoopCounter(
+            "specgate_engine_rejections",
+            "Engine refusals before the first byte, by pool and reason (http_503, http_429, "
+            "stream_error: a 429/503 error event in a 200 stream, stream_abort: an abort "
+            "before any content).", ["pool", "reason"])
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
                                           self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
+                                          self.upstream_stale_retries, self.engine_rejections,
                                           self.predicted_completion]))
         self.inflight = Gauge(
             "specgate_inflight_requests", "Requests dispatched by this router and not finished.",

@@ -124,6 +124,9 @@ class Endpoint:
         on_drained: called once the last lease of a draining endpoint is released.
         acceptance: per-class accept-length estimates (:mod:`router.acceptance`).
         observed_at: the ``scraped_at`` of the last scrape fed to ``acceptance``.
+        backpressure_until: monotonic time (s) until which the engine's last capacity refusal
+            (503, 429, queue-full event; sgl-project/sglang#28175) holds, or None.
+        backpressure_count: capacity refusals recorded.
     """
 
     url: str
@@ -145,6 +148,8 @@ class Endpoint:
     on_drained: Callable[[Endpoint], None] | None = field(default=None, repr=False)
     acceptance: AcceptanceTracker = field(default_factory=AcceptanceTracker, repr=False)
     observed_at: float | None = None
+    backpressure_until: float | None = None
+    backpressure_count: int = 0
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
     _targets: dict[str, URL] = field(default_factory=dict, repr=False)
 
@@ -184,6 +189,25 @@ class Endpoint:
         if self.engine is not None and self.scraped_at is not None and now - self.scraped_at <= stale_after_s:
             return max(self.engine.load, inflight)
         return inflight
+
+    def record_backpressure(self, now: float, hold_s: float) -> None:
+        """The engine refused a request for capacity: hold that signal for ``hold_s`` seconds
+        from ``now`` (monotonic s). Not a health signal: the endpoint stays routable."""
+        self.backpressure_count += 1
+        until = now + hold_s
+        if self.backpressure_until is None or until > self.backpressure_until:
+            self.backpressure_until = until
+
+    def backpressured(self, now: float) -> bool:
+        """True while a recorded capacity refusal holds (``now``: monotonic s)."""
+        return self.backpressure_until is not None and now < self.backpressure_until
+
+    def backpressure_load(self, now: float, stale_after_s: float, floor: int) -> int:
+        """:meth:`load`, raised to at least ``floor`` (requests; the pool's saturation
+        ``enter`` threshold) while :meth:`backpressured`, so a refusing pool counts as
+        saturated and sheds new requests until the hold expires (sgl-project/sglang#28175)."""
+        load = self.load(now, stale_after_s)
+        return max(load, floor) if self.backpressured(now) else load
 
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
         """The scraped ``spec_accept_length`` if fresh and positive, else None (unknown)."""
@@ -274,16 +298,17 @@ class Pool:
         for e in siblings:
             e._siblings = siblings
 
-    def load(self, now: float, stale_after_s: float) -> int:
-        """The load a new request would meet: that of the least-loaded healthy endpoint.
+    def load(self, now: float, stale_after_s: float, floor: int = 0) -> int:
+        """The load a new request would meet: that of the least-loaded healthy endpoint
+        (an endpoint holding back-pressure counts at least ``floor``, :meth:`Endpoint.backpressure_load`).
 
         With one endpoint this is ``max(running + queued, in-flight)`` of the engine; with
         several, saturation is judged per engine batch (speculation turns compute-bound per
         engine, not per pool). With no healthy endpoint, the sum over endpoints.
         """
-        loads = [e.load(now, stale_after_s) for e in self.endpoints.values() if e.healthy]
+        loads = [e.backpressure_load(now, stale_after_s, floor) for e in self.endpoints.values() if e.healthy]
         if not loads:
-            return sum(e.load(now, stale_after_s) for e in self.endpoints.values())
+            return sum(e.backpressure_load(now, stale_after_s, floor) for e in self.endpoints.values())
         return min(loads)
 
     def inflight(self) -> int:
@@ -325,6 +350,14 @@ class Runtime:
     URLs, so in-flight counts and health survive, the ledger and the routing overrides) and
     swaps one reference.
 
+    Building with ``previous`` *adopts* its endpoints: it writes their health thresholds,
+    ledger, draining flag and drain callback, and the pools' hysteresis flags, objects the live
+    runtime routes with. Call it on the event loop that runs ``previous`` (never in a worker
+    thread) and swap right after, with no ``await`` in between; do the I/O (YAML, tokenizer,
+    key files) beforehand, off the loop (:func:`router.app.load_runtime_inputs`). It does no
+    I/O itself. Every endpoint carried over, static or discovered, takes the new config's
+    ``health`` thresholds.
+
     Args:
         config: the validated YAML.
         counter: the prompt token counter.
@@ -349,7 +382,6 @@ class Runtime:
             for pool in previous.pools:
                 for ep in pool.endpoints.values():
                     old[(pool.name, ep.url)] = ep
-        health = config.health
         pools = []
         for pc in config.pools:
             eps = []
@@ -358,14 +390,15 @@ class Runtime:
                 # current set to this runtime right after the swap, see router.discovery)
                 prev = next((p for p in previous.pools if p.name == pc.name), None)
                 if prev is not None and prev.config.discovery == pc.discovery:
-                    eps.extend(prev.endpoints.values())
+                    for ep in prev.endpoints.values():
+                        self._adopt(ep)
+                        ep.on_drained = self._drop_drained   # drops from this runtime's pool
+                        eps.append(ep)
             for url in pc.endpoints:
                 url = url.rstrip("/")
                 ep = old.get((pc.name, url)) or Endpoint(url=url, pool=pc.name)
                 ep.draining, ep.on_drained = False, None  # a static endpoint never drains
-                ep.ledger = self.ledger
-                ep.failure_threshold = health.failure_threshold
-                ep.success_threshold = health.success_threshold
+                self._adopt(ep)
                 eps.append(ep)
             pools.append(Pool(pc, config.pool_limit(pc), eps))
         self.pools: tuple[Pool, ...] = tuple(pools)
@@ -376,6 +409,12 @@ class Runtime:
                     pool.bypass = prev.bypass
             self.set_overrides(previous.overrides)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
+
+    def _adopt(self, ep: Endpoint) -> None:
+        """Give an endpoint this runtime's ledger and ``health`` thresholds (on the loop)."""
+        ep.ledger = self.ledger
+        ep.failure_threshold = self.config.health.failure_threshold
+        ep.success_threshold = self.config.health.success_threshold
 
     def set_discovered(self, pool_name: str, urls: Iterable[str]) -> tuple[list[str], list[str]]:
         """Make ``urls`` (base URLs, ready endpoints) the routable set of a discovered pool.
@@ -467,7 +506,8 @@ class Runtime:
     def _proposed(self, pool: Pool, now: float,
                   previous: Mapping[str, bool | None] | None = None) -> dict[str, bool]:
         return pool.bypass.proposed(
-            load=pool.load(now, self.config.scrape.stale_after_s), accept_length=self._accept_lengths(pool, now),
+            load=pool.load(now, self.config.scrape.stale_after_s, self.routing.saturation.enter),
+            accept_length=self._accept_lengths(pool, now),
             now=now, routing=self.routing, gamma=pool.config.gamma, c=pool.config.drafter_cost_ratio,
             previous=previous)
 
@@ -523,6 +563,7 @@ class Runtime:
     def snapshots(self, now: float) -> tuple[PoolSnapshot, ...]:
         """Immutable views of every pool for :func:`router.policy.decide`."""
         stale = self.config.scrape.stale_after_s
+        floor = self.routing.saturation.enter
         out = []
         for p in self.pools:
             # The flags as the next hysteresis step would set them from the load now (read
@@ -540,7 +581,7 @@ class Runtime:
                 sat, low, taus = False, frozenset(), {}
             out.append(PoolSnapshot(
                 name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
-                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load(now, stale))
+                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.backpressure_load(now, stale, floor))
                                 for e in p.endpoints.values()),
                 saturated=sat, low_acceptance=low, speed=p.speed,
                 accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled")))

@@ -154,6 +154,7 @@ import struct
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -185,7 +186,14 @@ _ROLES = frozenset({"system", "user", "assistant", "tool", "function", "develope
 _GEN_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 _SSE_CT = b"text/event-stream; charset=utf-8"
 _DONE = b"data: [DONE]\n\n"
-_FAULTS = ("reset", "close", "hang", "truncate", "omit_done", "raw_text")
+_FAULTS = (
+    "reset", "close", "hang", "truncate", "omit_done", "raw_text",
+    "close_after_response", "queue_full", "abort",
+)
+#: Faults that let the response run its normal course (not fired at ``after_chunks``).
+_SOFT_FAULTS = ("omit_done", "close_after_response", "abort")
+_CONN_KEY = "fake_sglang.connection_requests"
+_QUEUE_FULL = "The request queue is full."
 _GAUGES = (
     "num_running_reqs",
     "num_queue_reqs",
@@ -370,7 +378,20 @@ class Behaviour:
                 ``[DONE]``);
             "omit_done": send the whole stream except ``data: [DONE]``;
             "raw_text": write ``raw`` as plain bytes inside the SSE body (no ``data:`` framing),
-                then end the response cleanly.
+                then end the response cleanly;
+            "close_after_response": send the whole response with ``Connection: keep-alive``,
+                then close the socket at once (aio-libs/aiohttp#7297);
+            "queue_full": SGLang 0.5.23's answer when ``--max-queued-requests`` is exceeded
+                (``Scheduler._abort_on_queued_limit``, sgl-project/sglang#28175): not streamed,
+                HTTP 503 ``{"object":"error","message":"The request queue is full.",
+                "type":"503","param":null,"code":503}`` (``str(HTTPStatus)`` on Python 3.11);
+                streamed, HTTP 200, one event ``data: {"error": {"object": "error", "message":
+                "The request queue is full.", "type": "SERVICE_UNAVAILABLE", "param": null,
+                "code": 503}}`` (``json.dumps`` spacing, no role chunk), then ``data: [DONE]``;
+            "abort": the engine aborts the request itself (shutdown, pause: no status code)
+                once ``after_chunks`` events were sent (None: before the first token); the
+                stream then ends as SGLang ends an aborted one, a chunk with
+                ``"finish_reason":"abort"`` and ``data: [DONE]`` (vllm-project/vllm#57082).
         after_chunks: the fault fires after this many SSE events were sent; None fires it
             before the response headers (for a non-streamed request every fault fires before
             the headers). 0 fires it right after the headers.
@@ -378,6 +399,9 @@ class Behaviour:
         sse_events: answer 200 ``text/event-stream`` with exactly these strings, one write
             each (``chunk_delay_s`` apart), instead of generating.
         ignore_disconnect: this request keeps generating after its client goes.
+        reused_only: only a request that arrives on a connection which already served a
+            request consumes this behaviour (e.g. a "reset" of a reused keep-alive connection,
+            sgl-project/sglang#20851); requests on fresh connections pass it by.
         max_tokens: generate at most this many tokens per choice (overrides the request's
             limit, for long streams without long prompts).
     """
@@ -398,6 +422,7 @@ class Behaviour:
     sse_events: list[str] | None = None
     ignore_disconnect: bool = False
     max_tokens: int | None = None
+    reused_only: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Behaviour:
@@ -640,6 +665,8 @@ class FakeState:
         self.num_aborted_requests_total = 0
         self.flushes = 0
         self.closing = asyncio.Event()
+        #: requests served so far per connection (keyed by the uvicorn transport)
+        self.connections: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
     # -- control ---------------------------------------------------------------------------
 
@@ -672,9 +699,9 @@ class FakeState:
             "disconnects": list(self.disconnects),
         }
 
-    def _take_behaviour(self, path: str) -> Behaviour | None:
+    def _take_behaviour(self, path: str, reused: bool = True) -> Behaviour | None:
         for i, b in enumerate(self.script_queue):
-            if b.path is None or b.path == path:
+            if (b.path is None or b.path == path) and (reused or not b.reused_only):
                 b.count -= 1
                 if b.count <= 0:
                     del self.script_queue[i]
@@ -894,6 +921,9 @@ class _FakeStarlette(Starlette):
             cycle = getattr(send, "__self__", None)
             if cycle is not None and hasattr(cycle, "transport"):
                 scope[_CYCLE_KEY] = cycle
+                conns = self.state.fake.connections
+                scope[_CONN_KEY] = conns.get(cycle.transport, 0)
+                conns[cycle.transport] = scope[_CONN_KEY] + 1
         await super().__call__(scope, receive, send)
 
 
@@ -959,7 +989,11 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     "1 validation error: body: Input should be a valid dictionary", "Bad Request"
                 )
             entry["stream"] = bool(body.get("stream", False))
-            behaviour = state._take_behaviour(request.url.path)
+            entry["reused_connection"] = reused = request.scope.get(_CONN_KEY, 0) > 0
+            behaviour = state._take_behaviour(request.url.path, reused)
+            if behaviour is not None and behaviour.fault == "queue_full":
+                stream = entry["stream"]
+                return _Asgi(lambda s, r, se: _queue_full(se, entry, stream))
             if behaviour is not None and behaviour.status is not None:
                 return _Asgi(lambda s, r, se: _scripted_status(s, r, se, entry, behaviour))
             if behaviour is not None and behaviour.sse_events is not None:
@@ -1188,6 +1222,22 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         entry["status"] = status
         entry["outcome"] = "scripted_status"
         await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+    async def _queue_full(send: Any, entry: dict[str, Any], stream: bool) -> None:
+        entry["status"] = 200 if stream else 503
+        entry["outcome"] = entry["fault"] = "queue_full"
+        if stream:
+            err = {"object": "error", "message": _QUEUE_FULL, "type": "SERVICE_UNAVAILABLE",
+                   "param": None, "code": 503}
+            payload = b"data: " + json.dumps({"error": err}).encode() + b"\n\n" + _DONE
+            headers = [(b"content-type", _SSE_CT)]
+        else:
+            payload = _dumps({"object": "error", "message": _QUEUE_FULL, "type": "503",
+                              "param": None, "code": 503})
+            headers = [(b"content-type", b"application/json"),
+                       (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": entry["status"], "headers": headers})
         await send({"type": "http.response.body", "body": payload, "more_body": False})
 
     async def _scripted_sse(
@@ -1608,6 +1658,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             nonlocal headers_sent
             headers_sent = True
             entry["status"] = status
+            if b is not None and b.fault == "close_after_response":
+                extra = [*(extra or []), (b"connection", b"keep-alive")]
             await send(
                 {
                     "type": "http.response.start",
@@ -1659,10 +1711,19 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     on_disconnect()
                     return
 
+        def engine_abort() -> None:
+            entry["fault"] = "abort"
+            for s in job.samples:
+                if s.finish is None:
+                    s.abort_requested = True
+            state.wake(job)
+
         watcher = asyncio.create_task(watch())
         try:
             fault = b.fault if b is not None else None
             after = b.after_chunks if b is not None else None
+            if fault == "abort" and (after is None or not job.stream):
+                engine_abort()
             if fault in ("reset", "close", "hang") and (after is None or not job.stream):
                 if fault == "hang":
                     await state.admit(job)
@@ -1696,6 +1757,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 )
                 await body(data, False)
                 entry["outcome"] = _outcome(job)
+                if fault == "close_after_response":
+                    await _close_after(cycle, job)
                 return
             events = {
                 "chat": _chat_events,
@@ -1713,7 +1776,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                         break
                     if (
                         fault is not None
-                        and fault not in ("omit_done",)
+                        and fault not in _SOFT_FAULTS
                         and after is not None
                         and sent >= after
                     ):
@@ -1728,11 +1791,13 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                         await asyncio.sleep(b.chunk_delay_s)
                     await body(ev, True)
                     sent += 1
+                    if fault == "abort" and after is not None and sent == after:
+                        engine_abort()
             finally:
                 await events.aclose()
             if (
                 fault is not None
-                and fault not in ("omit_done",)
+                and fault not in _SOFT_FAULTS
                 and after is not None
                 and not job.client_gone
             ):
@@ -1742,10 +1807,12 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 entry["fault"] = fault
                 await _apply_fault(fault, cycle, job, b, send=send)
                 return
-            if fault == "omit_done":
+            if fault in ("omit_done", "close_after_response"):
                 entry["fault"] = fault
             await body(b"", False)
             entry["outcome"] = _outcome(job)
+            if fault == "close_after_response":
+                await _close_after(cycle, job)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -1769,6 +1836,15 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     if entry["fault"]
                     else "error"
                 )
+
+    async def _close_after(cycle: Any, job: _Job) -> None:
+        """Close the socket right after a complete keep-alive response (aiohttp#7297)."""
+        transport = getattr(cycle, "transport", None)
+        if transport is None:
+            raise RuntimeError("close_after_response needs a real socket (serve with uvicorn)")
+        job.fault_fired = True
+        job.entry["fault"] = "close_after_response"
+        transport.close()
 
     def _outcome(job: _Job) -> str:
         if job.client_gone:
@@ -2236,7 +2312,9 @@ class FakeServer:
 
     ``FakeServer(config, port=0, host="127.0.0.1")``: port 0 picks a free port (the listening
     socket is bound before the thread starts, so there is no race); another loopback ``host``
-    (``127.0.0.2``...) lets several fakes share one port, like pods behind one Service. Use as a context manager or call
+    (``127.0.0.2``...) lets several fakes share one port, like pods behind one Service;
+    ``keep_alive_s`` is uvicorn's idle keep-alive (SGLang's ``SGLANG_TIMEOUT_KEEP_ALIVE``, 5 s by
+    default there, sgl-project/sglang#20851). Use as a context manager or call
     ``start()`` then ``stop()``/``kill()``. Attributes once started: ``base_url``
     (``http://127.0.0.1:PORT``), ``port``, ``app``, ``state`` (``FakeState``).
 
@@ -2251,13 +2329,14 @@ class FakeServer:
 
     def __init__(
         self, config: FakeConfig | None = None, *, port: int = 0, start_timeout_s: float = 10.0,
-        host: str = "127.0.0.1",
+        host: str = "127.0.0.1", keep_alive_s: float = 30.0,
     ) -> None:
         self.config = config or FakeConfig()
         self.app = create_fake_app(self.config)
         self.state: FakeState = self.app.state.fake
         self._want_port = port
         self.host = host
+        self.keep_alive_s = keep_alive_s
         self._timeout = start_timeout_s
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -2292,7 +2371,7 @@ class FakeServer:
             ws="none",
             access_log=False,
             timeout_graceful_shutdown=2,
-            timeout_keep_alive=30,
+            timeout_keep_alive=self.keep_alive_s,  # type: ignore[arg-type]  # float works
         )
         self._server = uvicorn.Server(config)
         ready = threading.Event()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tests.k8s.conftest import CHAT, Cluster, wait_until
+from tests.support import wait_until
+from tests.support.k8s_cluster import CHAT, Cluster
 
 
 def chat(**extra: Any) -> dict[str, Any]:
