@@ -42,6 +42,11 @@ Thresholds (``m`` = ``min_speedup``, default 1.0: "speculation stops paying")
   the lowest load gives ``enter = 1, exit = 0`` with a warning; no crossover up to the
   highest load leaves saturation out of the patch (measure higher loads).
 
+Speed model: the evidence also carries per-pool speed-model parameters (t0, batch knee,
+attention and prefill s/token, alpha, c, gamma) fitted by :func:`loadtests.speedfit.fit_speed_model`
+when the report allows (a plain target; for alpha and c, accept lengths and gamma), and the patch's
+comments list them; ``specgate calibrate-split --report`` replays a day with them.
+
 A non-monotone row (the speedup dips below ``m`` and rises again) uses the first crossing and
 is noted. Every proposal carries its evidence: the cells used, their sources and the
 interpolation.
@@ -136,8 +141,10 @@ class Calibration:
     Attributes:
         long_prompt_tokens: proposed ``routing.long_prompt_tokens`` (tokens) or None.
         saturation_enter / saturation_exit: proposed ``routing.saturation`` (requests) or None.
-        evidence: ``{"long_prompt_tokens": {...}, "saturation": {...}, "cells": [...],
-            "params": {...}, "warnings": [...]}``.
+        evidence: ``{"speed_model": {...}, "long_prompt_tokens": {...},
+            "saturation": {...}, "cells": [...], "params": {...}, "warnings": [...]}``
+            (``speed_model``: :func:`loadtests.speedfit.fit_speed_model`, per-pool parameters
+            and its own warnings; ``pools`` empty when it could not fit).
     """
 
     long_prompt_tokens: int | None
@@ -163,6 +170,17 @@ class Calibration:
                 lines.append(f"# {key}: {ev['summary']}")
         for w in self.evidence.get("warnings", []):
             lines.append(f"# warning: {w}")
+        from loadtests.speedfit import speed_blocks
+
+        blocks = speed_blocks(self.evidence.get("speed_model") or {})
+        if blocks:
+            lines.append("# speed model per pool (loadtests.speedfit; seconds, tokens): the `speed` block of each "
+                         "pool (by role) for the choice by predicted completion time:")
+            for role, block in blocks.items():
+                lines.append(f"#   {role}: speed: {{" + ", ".join(f"{k}: {v:.4g}" for k, v in block.items()) + "}")
+            if "spec" in blocks and not {"accept_length_greedy", "accept_length_sampled"} <= set(blocks["spec"]):
+                lines.append("#   (a speculative pool's speed needs both accept lengths: measure greedy and "
+                             "sampled load tests)")
         lines.append("# Merge under the router config's top level; `specgate config check` validates it.")
         body = yaml.safe_dump(self.patch(), sort_keys=False) if self.patch() else "{}\n"
         return "\n".join(lines) + "\n" + body
@@ -378,7 +396,14 @@ def calibrate(
         if enter is not None:
             exit_ = max(0, min(enter - 1, math.floor(enter * (1 - hysteresis))))
             sat_ev["enter"], sat_ev["exit"] = enter, exit_
+    from loadtests.speedfit import FitError, fit_speed_model
+
+    try:
+        speed_model = fit_speed_model(report, gamma=g)
+    except FitError as exc:   # the thresholds do not need it: say why in its own evidence
+        speed_model = {"pools": {}, "warnings": [f"not fitted: {exc}"]}
     return Calibration(long_value, enter, exit_, {
+        "speed_model": speed_model,
         "long_prompt_tokens": long_ev,
         "saturation": sat_ev,
         "cells": [x.as_dict() for x in cells],

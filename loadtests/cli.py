@@ -1,4 +1,5 @@
-"""``specgate loadtest``, ``specgate calibrate``, ``specgate loadtest-local`` and ``specgate loadtest-fakes``.
+"""``specgate loadtest``, ``specgate calibrate``, ``specgate calibrate-split``, ``specgate loadtest-local`` and
+``specgate loadtest-fakes``.
 
 Registered on the ``specgate`` parser by :func:`add_commands` (``router/cli.py`` imports this
 module). Each sub-command sets ``func(args) -> int`` (exit code: 0 done, 1 the load test ran
@@ -200,6 +201,46 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate_split(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from loadtests.dayreport import read_request_log
+    from loadtests.dayrouter import settings_for
+    from loadtests.dayshapes import default_engine_model
+    from loadtests.report import ReportError, load_report
+    from loadtests.speedfit import FitError, engine_model_from_fit, fit_speed_model
+    from loadtests.split import SplitError, advise_split, requests_from_log
+
+    try:
+        rows = read_request_log(args.day)
+        model = default_engine_model()
+        fit = None
+        if args.report:
+            fit = fit_speed_model(load_report(Path(args.report)))
+            model = engine_model_from_fit(fit, model)
+        reqs = requests_from_log(rows, temperature=args.temperature, cached_fraction=args.cached_fraction)
+        settings = settings_for(model)
+        over = {k: v for k, v in (("long_prompt_tokens", args.long_prompt_tokens),
+                                  ("saturation_enter", args.saturation_enter),
+                                  ("saturation_exit", args.saturation_exit)) if v is not None}
+        settings = replace(settings, **over)
+        if settings.saturation_exit >= settings.saturation_enter:
+            raise SplitError("--saturation-exit must be < --saturation-enter")
+        advice = advise_split(reqs, args.engines, model, settings=settings, metric=args.metric, seed=args.seed,
+                              predict=not args.no_predict)
+    except (OSError, ValueError, ReportError, FitError, SplitError) as exc:
+        print(f"specgate calibrate-split: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(advice.text())
+    sys.stdout.flush()
+    if args.out:
+        doc = advice.as_dict()
+        doc["speed_model"] = fit
+        Path(args.out).write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
 def _local(args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -300,7 +341,8 @@ def _fakes(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``loadtest``, ``calibrate`` and ``loadtest-fakes`` on the ``specgate`` parser."""
+    """Register ``loadtest``, ``calibrate``, ``calibrate-split``, ``loadtest-local`` and ``loadtest-fakes``
+    on the ``specgate`` parser."""
     p = sub.add_parser("loadtest", help="measure operating points (context x load) of one target "
                        "or compare spec/plain/router")
     tg = p.add_argument_group("targets")
@@ -359,6 +401,30 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     c.add_argument("--saturation-bucket", help="bucket whose load axis sets saturation "
                    "(default: the shortest)")
     c.set_defaults(func=_calibrate)
+
+    cs = sub.add_parser("calibrate-split", help="advise how to divide N engines between the spec and "
+                        "the plain pool by replaying a measured day in the day simulator")
+    cs.add_argument("--day", required=True, help="request log (JSONL): the day simulator's, or a load "
+                    "test's requests.jsonl")
+    cs.add_argument("--engines", type=int, default=2, help="engines to divide (default 2)")
+    cs.add_argument("--report", help="load-test report.json to fit the speed model from (default: the "
+                    "simulator's built-in model)")
+    cs.add_argument("--metric", default="mean_s", choices=["mean_s", "p90_s", "long_mean_s", "goodput_rps"],
+                    help="what the advice optimises (default mean_s)")
+    cs.add_argument("--temperature", type=float, help="temperature of every request (load-test logs have "
+                    "none; default: the log's, else 0)")
+    cs.add_argument("--cached-fraction", type=float, default=0.0, help="share of each prompt assumed in "
+                    "the prefix cache where the log has no cached_tokens (default 0)")
+    cs.add_argument("--long-prompt-tokens", type=int, help="routing.long_prompt_tokens of the policy "
+                    "replayed (default 32768)")
+    cs.add_argument("--saturation-enter", type=int, help="routing.saturation.enter (default: the model's "
+                    "crossover batch)")
+    cs.add_argument("--saturation-exit", type=int, help="routing.saturation.exit")
+    cs.add_argument("--no-predict", action="store_true", help="replay the routed splits on the thresholds "
+                    "alone (no pool speed models, no choice by predicted completion time)")
+    cs.add_argument("--seed", type=int, default=0, help="the simulator's seed")
+    cs.add_argument("--out", help="also write the predictions as JSON here")
+    cs.set_defaults(func=_calibrate_split)
 
     from loadtests.local import DEFAULT_GRID as DEFAULT_GRID_LOCAL
 

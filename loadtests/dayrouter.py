@@ -1,0 +1,225 @@
+"""The day simulator's adapter around the router's real policy (``router.policy.decide``).
+
+:class:`PolicyRouter` is a :class:`loadtests.dayapi.Router` that does what
+``router.pools.Runtime`` does, from the simulator's views only, with the router's own pieces:
+
+- per endpoint a ``router.acceptance.AcceptanceTracker`` (per temperature class; a reading
+  counts only when ``generation_tokens_total`` moved, estimates expire after
+  ``acceptance.max_age_s``), told of every request sent (``started``) and ended (``finished``,
+  :meth:`PolicyRouter.on_done`);
+- per speculative pool a ``router.bypass.BypassState``: at every scrape round
+  (:meth:`PolicyRouter.on_scrape`, ``Runtime.advance_bypass``) the trackers take the new
+  scrape and the flags advance (``proposed`` then ``commit``); the pool's load is the
+  least-loaded endpoint's ``max(running + queued, in-flight)``;
+- per request (``Runtime.snapshots`` + ``Runtime.decide``) the snapshots carry the proposed
+  flags (read only), the live per-class accept lengths (else the calibrated priors) and, in
+  ``predict`` mode, every pool's ``router.predict.SpeedModel``, so the policy chooses by
+  predicted completion time; without speed models it applies the thresholds (guard mode).
+
+Only :func:`decide_main` (and :meth:`PolicyRouter.snapshots` if the snapshot types grow)
+depend on the policy's signature; another policy is one such function, passed as
+``PolicyRouter(settings, decide=...)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from drafters.spec_math import expected_tokens
+from loadtests.dayapi import Choice, PoolView, RequestView
+from loadtests.dayshapes import EngineModel
+from router.acceptance import CLASSES, AcceptanceTracker
+from router.bypass import BypassState
+from router.config import AcceptanceConfig, RoutingConfig, SaturationConfig
+from router.features import RequestFeatures
+from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Rules, decide
+from router.predict import SpeedModel
+
+__all__ = ["PolicyRouter", "PolicySettings", "decide_main", "settings_for"]
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """The router config the adapter reproduces (tokens, requests, seconds).
+
+    Attributes:
+        long_prompt_tokens: ``routing.long_prompt_tokens``.
+        saturation_enter, saturation_exit: ``routing.saturation``.
+        acceptance_enabled, min_expected_speedup, exit_speedup, max_age_s, weight:
+            ``routing.acceptance``.
+        min_flip_interval_s: ``routing.min_flip_interval_s``.
+        gamma: draft length (``engine.speculative_num_steps``); drafter_cost_ratio: c.
+        max_context_tokens: ``limits.max_context_tokens``; pool_limit_tokens: each pool's limit.
+        reserved_tokens: the speculative pool's reserved draft tokens K.
+        seed: ``routing.seed``.
+        speed: the engines' model: in ``predict`` mode it gives each pool's ``speed`` block
+            (the true parameters: a perfectly calibrated config) and the accept-length priors.
+        predict: pools carry speed models (choice by predicted completion time).
+    """
+
+    long_prompt_tokens: int
+    saturation_enter: int
+    saturation_exit: int
+    acceptance_enabled: bool = True
+    min_expected_speedup: float = 1.0
+    exit_speedup: float = 1.05
+    max_age_s: float = 10.0
+    weight: float = 0.5
+    min_flip_interval_s: float = 1.0
+    gamma: int = 4
+    drafter_cost_ratio: float = 0.05
+    max_context_tokens: int = 245_760
+    pool_limit_tokens: int = 262_144
+    reserved_tokens: int = 5
+    seed: int = 0
+    speed: EngineModel | None = None
+    predict: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        """The config values, JSON-ready (the speed model left out)."""
+        return {k: v for k, v in self.__dict__.items() if k != "speed"}
+
+    def routing(self) -> RoutingConfig:
+        """The ``routing`` section (validated by the router's own model)."""
+        return RoutingConfig(
+            long_prompt_tokens=self.long_prompt_tokens,
+            saturation=SaturationConfig(enter=self.saturation_enter, exit=self.saturation_exit),
+            acceptance=AcceptanceConfig(enabled=self.acceptance_enabled, min_expected_speedup=self.min_expected_speedup,
+                                        exit_speedup=self.exit_speedup, max_age_s=self.max_age_s, weight=self.weight),
+            min_flip_interval_s=self.min_flip_interval_s, seed=self.seed)
+
+
+def settings_for(model: EngineModel, *, long_prompt_tokens: int = 32768, min_speedup: float = 1.0,
+                 context_tokens: float = 12288.0, hysteresis: float = 0.25, predict: bool = False) -> PolicySettings:
+    """The policy tuned as ``specgate calibrate`` would from the model's own crossovers.
+
+    ``saturation.enter = ceil(b*)`` with ``b*`` the batch where the speedup falls to
+    ``min_speedup`` at ``context_tokens`` (:meth:`SimModel.crossover_load`; 10 000 when it never
+    does), ``exit = floor(enter * (1 - hysteresis))``; ``long_prompt_tokens`` is the operator's
+    "route by length" cut between short and long prompts (tokens); ``predict``: give the pools
+    speed models.
+    """
+    m = model.speed
+    b = m.crossover_load(context_tokens, min_speedup)
+    enter = 10_000 if b is None else max(1, math.ceil(b))
+    exit_ = max(0, min(enter - 1, math.floor(enter * (1 - hysteresis))))
+    return PolicySettings(long_prompt_tokens=long_prompt_tokens, saturation_enter=enter, saturation_exit=exit_,
+                          gamma=m.gamma, drafter_cost_ratio=m.c, reserved_tokens=m.gamma + 1, speed=model,
+                          predict=predict)
+
+
+def decide_main(features: RequestFeatures, pools: tuple[PoolSnapshot, ...], settings: PolicySettings,
+                tie_break: int) -> Decision:
+    """``router.policy.decide`` with main's signature (``Rules`` from the settings)."""
+    rules = Rules(max_context_tokens=settings.max_context_tokens, default_max_tokens=features.max_new_tokens,
+                  long_prompt_tokens=settings.long_prompt_tokens, seed=settings.seed)
+    return decide(features, pools, rules, tie_break=tie_break)
+
+
+DecideFn = Callable[[RequestFeatures, tuple[PoolSnapshot, ...], PolicySettings, int], Decision]
+
+
+def _class(request: RequestView) -> str:
+    return "greedy" if request.temperature == 0 else "sampled"
+
+
+class PolicyRouter:
+    """The router's real policy as a day-simulator router (module docstring).
+
+    Args:
+        settings: the config values it reproduces.
+        decide: the policy call (default :func:`decide_main`).
+    """
+
+    def __init__(self, settings: PolicySettings, decide: DecideFn = decide_main) -> None:
+        self.settings = settings
+        self.routing_config = settings.routing()
+        self._decide = decide
+        self.trackers: dict[str, AcceptanceTracker] = {}
+        self.bypass: dict[str, BypassState] = {}
+        self._tie = itertools.count()
+        self._speed: dict[bool, SpeedModel] = {}
+        self._priors: dict[str, float] = {}
+        m = settings.speed
+        if settings.predict:
+            if m is None:
+                raise ValueError("predict mode needs settings.speed (the engine model)")
+            s = m.speed
+            for spec in (True, False):
+                self._speed[spec] = SpeedModel(
+                    decode_s_per_token=s.t0_s, batch_knee=s.batch_knee, attention_s_per_token=s.attn_s_per_token,
+                    prefill_s_per_token=s.prefill_s_per_token, max_running_requests=m.max_running,
+                    gamma=settings.gamma if spec else 0, c=settings.drafter_cost_ratio if spec else 0.0)
+            short = s.alpha_knee_tokens
+            self._priors = {c: expected_tokens(m.alpha(short, c == "sampled"), s.gamma) for c in CLASSES}
+
+    def _tracker(self, url: str) -> AcceptanceTracker:
+        t = self.trackers.get(url)
+        if t is None:
+            t = self.trackers[url] = AcceptanceTracker()
+        return t
+
+    def _proposed(self, p: PoolView, now: float) -> dict[str, bool]:
+        healthy = [e for e in p.endpoints if e.healthy]
+        load = min(e.load for e in healthy) if healthy else sum(e.load for e in p.endpoints)
+        return self.bypass.setdefault(p.name, BypassState()).proposed(
+            load=load, accept_length=self._taus(p, now), now=now, routing=self.routing_config,
+            gamma=self.settings.gamma, c=self.settings.drafter_cost_ratio)
+
+    def _taus(self, p: PoolView, now: float) -> dict[str, float | None]:
+        max_age = self.settings.max_age_s
+        out: dict[str, float | None] = {}
+        for c in CLASSES:
+            vals = [a for e in p.endpoints if e.healthy
+                    for a in [self._tracker(e.url).accept_length(c, now, max_age)] if a]
+            out[c] = sum(vals) / len(vals) if vals else None
+        return out
+
+    def on_scrape(self, now: float, pools: tuple[PoolView, ...]) -> None:
+        """A scrape round: the trackers take the scrape, then each speculative pool's flags
+        advance (``Runtime.advance_bypass``)."""
+        refresh = 40 * (self.settings.gamma + 1)
+        for p in pools:
+            if not p.speculative:
+                continue
+            for e in p.endpoints:
+                self._tracker(e.url).scraped(e.accept_length, e.generation_tokens_total, now,
+                                             weight=self.settings.weight, refresh_tokens=refresh, running_reqs=e.running)
+            self.bypass.setdefault(p.name, BypassState()).commit(self._proposed(p, now), now)
+
+    def on_done(self, now: float, request: RequestView, url: str) -> None:
+        """A request ended: its lease is released."""
+        self._tracker(url).finished(_class(request))
+
+    def snapshots(self, pools: tuple[PoolView, ...], now: float) -> tuple[PoolSnapshot, ...]:
+        """The policy's snapshots of the simulator's views (``Runtime.snapshots``)."""
+        out = []
+        s = self.settings
+        for p in pools:
+            sat, low, taus = False, frozenset[str](), {}
+            if p.speculative:
+                flags = self._proposed(p, now)
+                taus = self._taus(p, now)
+                if self._priors:
+                    taus = {c: taus[c] or self._priors[c] for c in CLASSES}
+                sat, low = flags["saturated"], self.bypass[p.name].low_classes(flags)
+            out.append(PoolSnapshot(
+                name=p.name, speculative=p.speculative, limit=s.pool_limit_tokens,
+                reserved=s.reserved_tokens if p.speculative else 0,
+                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load) for e in p.endpoints),
+                saturated=sat, low_acceptance=low, speed=self._speed.get(p.speculative),
+                accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled")))
+        return tuple(out)
+
+    def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice:
+        """Decide one request (the stored flags are read, not changed) and take its lease."""
+        cls = _class(request)
+        features = RequestFeatures(prompt_tokens=request.prompt_tokens, max_new_tokens=request.max_new_tokens,
+                                   n=request.n, temperature_class=cls)
+        d = self._decide(features, self.snapshots(pools, now), self.settings, next(self._tie))
+        if d.endpoint is not None:
+            self._tracker(d.endpoint).started(cls)
+        return Choice(d.pool, d.endpoint, str(d.reason))

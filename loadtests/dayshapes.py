@@ -1,0 +1,275 @@
+"""Day shapes for the day simulator: arrival rate over time, prompt/output mix, temperatures.
+
+A :class:`DayShape` is a list of :class:`Segment` s (piecewise-linear arrival rate in
+requests/s; a segment with both rates 0 is an idle gap), optional :class:`Burst` s (many
+requests arriving at one instant) and a mix of :class:`PromptClass` es (prompt length drawn
+log-uniformly in ``[lo, hi]`` tokens, output length uniformly in ``[out_lo, out_hi]``, a share
+of sampled requests at temperature 1, the rest greedy; a cached share of the prompt). A
+segment or a burst may bring its own mix (e.g. a batch job of sampled requests).
+
+:meth:`DayShape.requests` draws the day (non-homogeneous Poisson arrivals by thinning,
+Lewis & Shedler 1979; one ``random.Random(seed)``), so the same seed gives the same day.
+
+Named shapes (:data:`SHAPES`; calibrated with :func:`default_engine_model` for 2 engines, the
+rates scale with the engine count through ``rate_scale``):
+
+- ``light``: 1.5 -> 3 -> 1 requests/s per 2 engines over 10 minutes, with an idle gap: the
+  speculative engines' batches stay small, so all-speculative beats all-plain.
+- ``heavy``: up to 9 requests/s per 2 engines; the batches pass the point where speculation
+  loses (the speculative engine also has 25% less KV cache and queues first), so all-plain
+  wins.
+- ``mixed``: a light morning, a heavy midday, a sampled batch job (temperature 1) that pulls
+  the speculative gauge down, an idle gap, then a light evening: the idle gauge keeps its last
+  (low) value through the gap.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+
+from loadtests.simulate import SimModel
+
+__all__ = [
+    "SHAPES",
+    "Burst",
+    "DayShape",
+    "EngineModel",
+    "PromptClass",
+    "Request",
+    "Segment",
+    "default_engine_model",
+    "get_shape",
+]
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    """The engines' speed and capacity (seconds, tokens).
+
+    Attributes:
+        speed: the per-token speed model (:class:`loadtests.simulate.SimModel`; its
+            ``alpha(L)`` is the greedy acceptance rate).
+        alpha_sampled_short: acceptance rate of sampled (temperature > 0) requests up to the
+            speed model's ``alpha_knee_tokens``; above it alpha falls by the same
+            ``alpha_drop_per_doubling`` as greedy (sampled requests accept far fewer draft
+            tokens than greedy ones on the same drafter).
+        kv_tokens: KV-cache capacity of a plain engine (tokens).
+        spec_kv_fraction: share of ``kv_tokens`` left to a speculative engine (the drafter
+            took ~25% of the pool: 1,808,112 -> 1,354,786 tokens in a measured deployment).
+        max_running: the engine's ``max_running_requests`` (requests).
+        prefill_chunk_tokens: prompt tokens prefilled per engine step at most (SGLang's
+            ``--chunked-prefill-size``, default 8192).
+        gauge_interval_steps: decode steps between updates of the accept-length gauge
+            (SGLang's ``decode_log_interval``, 40).
+    """
+
+    speed: SimModel
+    alpha_sampled_short: float = 0.3
+    kv_tokens: int = 1_808_112
+    spec_kv_fraction: float = 0.75
+    max_running: int = 256
+    prefill_chunk_tokens: int = 8192
+    gauge_interval_steps: int = 40
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.alpha_sampled_short <= 1 or not 0 < self.spec_kv_fraction <= 1:
+            raise ValueError("alpha_sampled_short must be in [0, 1], spec_kv_fraction in (0, 1]")
+        if min(self.kv_tokens, self.max_running, self.prefill_chunk_tokens, self.gauge_interval_steps) < 1:
+            raise ValueError("kv_tokens, max_running, prefill_chunk_tokens, gauge_interval_steps must be >= 1")
+
+    def kv_capacity(self, speculative: bool) -> int:
+        """KV capacity (tokens) of a speculative or a plain engine."""
+        return int(self.kv_tokens * self.spec_kv_fraction) if speculative else self.kv_tokens
+
+    def alpha(self, context: float, sampled: bool) -> float:
+        """Acceptance rate at ``context`` tokens, greedy or sampled."""
+        a = self.speed.alpha(context)
+        if sampled:
+            a -= self.speed.alpha_short - self.alpha_sampled_short
+        return min(1.0, max(0.0, a))
+
+
+def default_engine_model() -> EngineModel:
+    """The model the named shapes are calibrated for.
+
+    Speedups (``SimModel.speedup``): 2.37x at batch 1 and 12K context, 1.69x at batch 8
+    (-29%), 1.60x at 96K context (-33%), 1.15x at batch 8 and 96K: the measured operating
+    points of a 250B model with a parallel drafter (2.33x, -26%, -31%, 1.16x). Per-token time
+    20 ms at batch ~0 (a large model), gamma 4, c 0.08; speculation stops paying at batch ~42
+    per engine at short context.
+    """
+    speed = SimModel(t0_s=0.02, batch_knee=40.0, attn_s_per_token=5e-9, prefill_s_per_token=1e-5,
+                     alpha_short=0.8, alpha_knee_tokens=12288.0, alpha_drop_per_doubling=0.07,
+                     gamma=4, c=0.08)
+    return EngineModel(speed=speed)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request of a day (seconds, tokens).
+
+    Attributes:
+        rid: index in arrival order.
+        arrival_s: arrival time from the day's start.
+        prompt_tokens: P.
+        cached_tokens: prompt tokens found in the engine's prefix cache (warm on every engine).
+        output_tokens: tokens the request will actually generate (<= max_new_tokens).
+        max_new_tokens: the output budget the router sees (and the KV reservation uses).
+        temperature: 0 greedy, > 0 sampled.
+        kind: the prompt class's name.
+    """
+
+    rid: int
+    arrival_s: float
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    max_new_tokens: int
+    temperature: float
+    kind: str
+
+    @property
+    def sampled(self) -> bool:
+        """True for temperature > 0."""
+        return self.temperature > 0
+
+
+@dataclass(frozen=True)
+class PromptClass:
+    """A kind of request: its share and its length ranges (tokens).
+
+    Attributes:
+        name: label (``short``, ``long``, ...).
+        weight: relative share in the mix.
+        lo, hi: prompt length range, drawn log-uniformly.
+        out_lo, out_hi: output length range, drawn uniformly.
+        max_new_tokens: the budget sent (>= out_hi).
+        sampled_fraction: share of requests at temperature 1.
+        cached_fraction: share of each prompt already in the prefix cache.
+    """
+
+    name: str
+    weight: float
+    lo: int
+    hi: int
+    out_lo: int = 128
+    out_hi: int = 512
+    max_new_tokens: int = 1024
+    sampled_fraction: float = 0.2
+    cached_fraction: float = 0.5
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of the day with a linear arrival rate (requests/s); 0 -> 0 is an idle gap.
+
+    ``mix``: this segment's request classes (None: the day's).
+    """
+
+    duration_s: float
+    rate_start: float
+    rate_end: float
+    mix: tuple[PromptClass, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Burst:
+    """``requests`` arrivals at the same instant ``at_s`` (mix None: the day's)."""
+
+    at_s: float
+    requests: int
+    mix: tuple[PromptClass, ...] | None = None
+
+
+@dataclass(frozen=True)
+class DayShape:
+    """A day of traffic (see the module docstring).
+
+    Attributes:
+        name: the shape's name.
+        segments: the arrival rate over time.
+        mix: the default request classes.
+        bursts: instants with many arrivals.
+        long_prompt_tokens: prompts above this count as ``long`` in reports (tokens).
+        rate_scale: multiplies every rate and burst size (e.g. engines / 2).
+    """
+
+    name: str
+    segments: tuple[Segment, ...]
+    mix: tuple[PromptClass, ...]
+    bursts: tuple[Burst, ...] = ()
+    long_prompt_tokens: int = 32768
+    rate_scale: float = 1.0
+
+    @property
+    def duration_s(self) -> float:
+        """The day's length (s)."""
+        return sum(s.duration_s for s in self.segments)
+
+    def scaled(self, factor: float) -> DayShape:
+        """The same day with ``factor`` times the traffic (rates and bursts)."""
+        return replace(self, rate_scale=self.rate_scale * factor)
+
+    def requests(self, seed: int = 0) -> list[Request]:
+        """Draw the day's requests, sorted by arrival (deterministic for a seed)."""
+        rng = random.Random(seed)
+        drawn: list[tuple[float, tuple[PromptClass, ...]]] = []
+        t0 = 0.0
+        for seg in self.segments:
+            peak = max(seg.rate_start, seg.rate_end) * self.rate_scale
+            mix = seg.mix or self.mix
+            t = t0
+            while peak > 0:
+                t += rng.expovariate(peak)
+                if t >= t0 + seg.duration_s:
+                    break
+                frac = (t - t0) / seg.duration_s
+                rate = (seg.rate_start + (seg.rate_end - seg.rate_start) * frac) * self.rate_scale
+                if rng.random() * peak <= rate:
+                    drawn.append((t, mix))
+            t0 += seg.duration_s
+        for b in self.bursts:
+            drawn += [(b.at_s, b.mix or self.mix)] * round(b.requests * self.rate_scale)
+        drawn.sort(key=lambda x: x[0])
+        out = []
+        for i, (t, mix) in enumerate(drawn):
+            cls = rng.choices(mix, weights=[c.weight for c in mix])[0]
+            p = round(math.exp(rng.uniform(math.log(cls.lo), math.log(cls.hi))))
+            o = rng.randint(cls.out_lo, cls.out_hi)
+            temp = 1.0 if rng.random() < cls.sampled_fraction else 0.0
+            out.append(Request(i, t, p, int(p * cls.cached_fraction), o, max(cls.max_new_tokens, o),
+                               temp, cls.name))
+        return out
+
+
+_SHORT = PromptClass("short", 0.8, 8192, 16384, cached_fraction=0.5)
+_LONG = PromptClass("long", 0.2, 81920, 131072, cached_fraction=0.9)
+_MIX = (_SHORT, _LONG)
+#: A batch job: sampled medium prompts (below the long threshold), all at temperature 1.
+_BATCH_JOB = (PromptClass("batch", 1.0, 24576, 32000, out_lo=256, out_hi=512, sampled_fraction=1.0,
+                          cached_fraction=0.9),)
+
+SHAPES: dict[str, DayShape] = {
+    "light": DayShape("light", (Segment(180, 0.6, 1.5), Segment(120, 1.5, 1.5), Segment(60, 0, 0),
+                                Segment(240, 1.5, 0.6)), _MIX, bursts=(Burst(400, 6),)),
+    "heavy": DayShape("heavy", (Segment(120, 2.0, 4.0), Segment(240, 4.0, 4.0), Segment(120, 4.0, 2.4)),
+                      _MIX, bursts=(Burst(200, 20),)),
+    "mixed": DayShape("mixed", (Segment(120, 0.6, 1.5), Segment(90, 1.5, 4.0), Segment(150, 4.0, 4.0),
+                                Segment(60, 4.0, 1.5), Segment(60, 1.0, 1.0, _BATCH_JOB),
+                                Segment(60, 0, 0), Segment(180, 0.6, 1.5)), _MIX,
+                      bursts=(Burst(300, 20),)),
+}
+
+
+def get_shape(name: str, engines: int = 2) -> DayShape:
+    """The named shape for ``engines`` engines (rates scaled by ``engines / 2``).
+
+    Raises:
+        KeyError: unknown name (the message lists the known ones).
+    """
+    if name not in SHAPES:
+        raise KeyError(f"unknown day shape {name!r}; known: {', '.join(SHAPES)}")
+    return SHAPES[name].scaled(engines / 2)
+

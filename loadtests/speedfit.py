@@ -1,0 +1,231 @@
+"""Fit the per-pool speed model (:class:`loadtests.simulate.SimModel`) to a load-test report.
+
+Input: a schema-1 comparison report (:mod:`loadtests.report`) with a plain and a speculative
+target. Each operating point (bucket, load) gives, per target, the median time per output
+token ``tpot`` (s), the median time to first token ``ttft`` (s), the median server-counted
+prompt length ``L`` (tokens), the per-engine batch ``b`` (closed loop: concurrency / the
+target's endpoint count; open loop: the measured mean running + queued) and, for the
+speculative target, the mean ``sglang:spec_accept_length`` ``tau``.
+
+Fits, in order (least squares, ``numpy.linalg.lstsq``):
+
+1. plain: ``tpot = t0 + (t0 / b_knee) * b + attn * L`` -> ``t0_s``, ``batch_knee``,
+   ``attn_s_per_token`` (needs >= 2 loads for the knee, >= 2 lengths for attention; a
+   parameter that the data cannot separate is left out with a warning);
+2. prefill, per pool: ``ttft - tpot = prefill * L`` (through the origin) at the lowest load;
+3. acceptance: ``alpha`` per point from ``tau`` (:func:`loadtests.calibrate.alpha_from_accept_length`),
+   then ``alpha = a - d * log2(L)`` over the points; ``alpha_knee_tokens`` is the shortest
+   measured length, ``alpha_short = a - d * log2(knee)``, ``alpha_drop_per_doubling = max(0, d)``.
+   The report's ``workload.temperature`` says whether that is the greedy (0) or the sampled
+   alpha; the other is not measured;
+4. the drafter's cost ``c``: per speculative point, ``tpot_spec * tau = T_verify + c * gamma *
+   T_plain`` with the plain fit (``SimModel``'s cycle), solved for ``c``; the median over
+   points, clamped to [0, 1).
+
+``gamma`` comes from the report's ``speculation`` block (or the argument). The result names
+each parameter by pool and carries the residuals and the points used.
+
+Errors: :class:`FitError` (no plain and spec data to fit from).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FitError", "engine_model_from_fit", "fit_speed_model", "speed_blocks"]
+
+
+class FitError(ValueError):
+    """The report does not allow a speed-model fit."""
+
+
+def _target(report: Mapping[str, Any], role: str) -> Mapping[str, Any] | None:
+    return next((t for t in report["targets"] if t.get("role") == role), None)
+
+
+def _points(report: Mapping[str, Any], target: Mapping[str, Any]) -> list[dict[str, float]]:
+    closed = report["grid"]["load_kind"] == "concurrency"
+    endpoints = max(1, len(target.get("metrics_urls") or ()))
+    out = []
+    for p in report["points"]:
+        t = p["targets"].get(target["name"])
+        if not t:
+            continue
+        tpot = (t.get("tpot_s") or {}).get("p50")
+        ttft = (t.get("ttft_s") or {}).get("p50")
+        length = (t.get("prompt_tokens") or {}).get("p50") or math.sqrt(p["bucket_lo"] * p["bucket_hi"])
+        pm = t.get("pool_metrics") or {}
+        b = p["load"] / endpoints if closed else (pm.get("engine_load") or {}).get("mean")
+        if tpot is None or b is None:
+            continue
+        out.append({"bucket": p["bucket"], "load": p["load"], "b": float(b), "L": float(length),
+                    "tpot": float(tpot), "ttft": None if ttft is None else float(ttft),
+                    "tau": (pm.get("accept_length") or {}).get("mean")})
+    return out
+
+
+def _prefill(points: list[dict[str, Any]]) -> float | None:
+    low = min((p["b"] for p in points), default=None)
+    rows = [(p["L"], p["ttft"] - p["tpot"]) for p in points if p["b"] == low and p["ttft"] is not None]
+    den = sum(x * x for x, _ in rows)
+    return max(0.0, sum(x * y for x, y in rows) / den) if den > 0 else None
+
+
+def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> dict[str, Any]:
+    """Per-pool speed-model parameters from ``report`` (module docstring).
+
+    Returns:
+        ``{"pools": {"plain": {...}, "spec": {...}}, "points": {...}, "residual_s": {...},
+        "warnings": [...]}``; the plain pool has ``t0_s``, ``batch_knee``,
+        ``attn_s_per_token``, ``prefill_s_per_token``; the spec pool those plus ``gamma``,
+        ``c``, ``alpha_greedy`` or ``alpha_sampled`` (``{"alpha_short", "alpha_knee_tokens",
+        "alpha_drop_per_doubling"}``). A parameter the data do not determine is absent.
+
+    Raises:
+        FitError: no plain target with points (the base of every other fit).
+    """
+    warnings: list[str] = []
+    plain_t, spec_t = _target(report, "plain"), _target(report, "spec")
+    if plain_t is None:
+        raise FitError("the report has no plain target: run `specgate loadtest --spec URL --plain URL ...`")
+    pp = _points(report, plain_t)
+    if not pp:
+        raise FitError("the plain target has no point with a time per output token")
+    loads = {p["b"] for p in pp}
+    lengths = {p["L"] for p in pp}
+    cols = [np.ones(len(pp))]
+    names = ["t0"]
+    if len(loads) > 1:
+        cols.append(np.array([p["b"] for p in pp]))
+        names.append("slope_b")
+    else:
+        warnings.append("one load only: batch_knee not fitted")
+    if len(lengths) > 1:
+        cols.append(np.array([p["L"] for p in pp]))
+        names.append("attn")
+    else:
+        warnings.append("one prompt length only: attn_s_per_token not fitted")
+    y = np.array([p["tpot"] for p in pp])
+    beta, *_ = np.linalg.lstsq(np.column_stack(cols), y, rcond=None)
+    coef = dict(zip(names, (float(v) for v in beta), strict=True))
+    t0 = coef["t0"]
+    if t0 <= 0:
+        raise FitError(f"the plain fit gives t0 = {t0:.3g} s <= 0: the points do not follow the model")
+    plain: dict[str, Any] = {"t0_s": t0}
+    if coef.get("slope_b", 0) > 0:
+        plain["batch_knee"] = t0 / coef["slope_b"]
+    elif "slope_b" in coef:
+        warnings.append("the plain time per token does not grow with load: batch_knee not fitted")
+    plain["attn_s_per_token"] = max(0.0, coef.get("attn", 0.0))
+    pre = _prefill(pp)
+    if pre is not None:
+        plain["prefill_s_per_token"] = pre
+    resid = {"plain": float(np.sqrt(np.mean((np.column_stack(cols) @ beta - y) ** 2)))}
+    out: dict[str, Any] = {"pools": {"plain": plain}, "points": {"plain": pp}, "residual_s": resid,
+                           "warnings": warnings}
+    if spec_t is None:
+        warnings.append("no spec target: only the plain pool fitted")
+        return out
+    sp = _points(report, spec_t)
+    g = gamma if gamma is not None else (report.get("speculation") or {}).get("gamma")
+    spec: dict[str, Any] = {k: v for k, v in plain.items() if k != "prefill_s_per_token"}
+    spre = _prefill(sp)
+    if spre is not None:
+        spec["prefill_s_per_token"] = spre
+    out["pools"]["spec"] = spec
+    out["points"]["spec"] = sp
+    if g is None:
+        warnings.append("gamma unknown (no speculation block, no --gamma): alpha and c not fitted")
+        return out
+    from loadtests.calibrate import alpha_from_accept_length
+
+    g = int(g)
+    spec["gamma"] = g
+    with_tau = [p for p in sp if p["tau"]]
+    if not with_tau:
+        warnings.append("no accept length was scraped from the spec pool: alpha and c not fitted")
+        return out
+    for p in with_tau:
+        p["alpha"] = alpha_from_accept_length(p["tau"], g)
+    key = "alpha_sampled" if float((report.get("workload") or {}).get("temperature") or 0) > 0 else "alpha_greedy"
+    xs = np.array([math.log2(p["L"]) for p in with_tau])
+    al = np.array([p["alpha"] for p in with_tau])
+    knee = min(p["L"] for p in with_tau)
+    if len(set(xs.tolist())) > 1:
+        d, a = np.polyfit(xs, al, 1)
+        drop = max(0.0, -float(d))
+        short = float(a + d * math.log2(knee)) if drop > 0 else float(al.max())
+    else:
+        drop, short = 0.0, float(al.mean())
+    spec[key] = {"alpha_short": min(1.0, max(0.0, short)), "alpha_knee_tokens": knee,
+                 "alpha_drop_per_doubling": drop}
+    warnings.append(f"{'alpha_greedy' if key == 'alpha_sampled' else 'alpha_sampled'} not measured "
+                    f"(the load test ran at one temperature)")
+    knee_b = plain.get("batch_knee", math.inf)
+    attn = plain["attn_s_per_token"]
+    cs = []
+    for p in with_tau:
+        t_plain = t0 * (1 + p["b"] / knee_b) + attn * p["L"]
+        t_verify = t0 * (1 + p["b"] * (g + 1) / knee_b) + attn * p["L"]
+        tau = min(max(float(p["tau"]), 1.0), g + 1.0)
+        cs.append((p["tpot"] * tau - t_verify) / (g * t_plain))
+    spec["c"] = min(0.999, max(0.0, statistics.median(cs)))
+    return out
+
+
+def engine_model_from_fit(fit: Mapping[str, Any], base: Any = None) -> Any:
+    """An :class:`loadtests.dayshapes.EngineModel` with the fitted parameters over ``base``
+    (default :func:`loadtests.dayshapes.default_engine_model`); unfitted ones keep ``base``'s."""
+    from dataclasses import replace
+
+    from loadtests.dayshapes import default_engine_model
+
+    base = base or default_engine_model()
+    speed = base.speed
+    pools = fit.get("pools") or {}
+    spec = pools.get("spec") or {}
+    plain = pools.get("plain") or {}
+    kw: dict[str, Any] = {}
+    for k in ("t0_s", "batch_knee", "attn_s_per_token", "prefill_s_per_token"):
+        if k in plain:
+            kw[k] = plain[k]
+    for k in ("gamma", "c"):
+        if k in spec:
+            kw[k] = spec[k]
+    greedy = spec.get("alpha_greedy")
+    if greedy:
+        kw.update(greedy)
+    speed = replace(speed, **kw)
+    sampled = spec.get("alpha_sampled")
+    alpha_sampled = base.alpha_sampled_short if not sampled else sampled["alpha_short"]
+    return replace(base, speed=speed, alpha_sampled_short=alpha_sampled)
+
+
+def speed_blocks(fit: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each fitted pool's ``speed`` block in the router config's keys (``router.config.SpeedConfig``:
+    ``decode_s_per_token``, ``batch_knee``, ``attention_s_per_token``, ``prefill_s_per_token``;
+    for the speculative pool ``accept_length_greedy`` / ``accept_length_sampled``, the
+    accept length E[tau] of the fitted alpha at its knee, where measured). A pool without a
+    fitted ``batch_knee`` is left out (the config requires it). Keys: ``plain``, ``spec``.
+    """
+    from drafters.spec_math import expected_tokens
+
+    out: dict[str, dict[str, Any]] = {}
+    for role, params in (fit.get("pools") or {}).items():
+        if "batch_knee" not in params:
+            continue
+        block: dict[str, Any] = {"decode_s_per_token": params["t0_s"], "batch_knee": params["batch_knee"],
+                                 "attention_s_per_token": params.get("attn_s_per_token", 0.0),
+                                 "prefill_s_per_token": params.get("prefill_s_per_token", 0.0)}
+        gamma = params.get("gamma")
+        for cls in ("greedy", "sampled"):
+            alpha = params.get(f"alpha_{cls}")
+            if alpha and gamma:
+                block[f"accept_length_{cls}"] = expected_tokens(alpha["alpha_short"], int(gamma))
+        out[role] = block
+    return out
