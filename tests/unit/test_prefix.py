@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from router.features import Rendered
 from router.prefix import (
     Candidate,
     PickReason,
@@ -14,7 +15,6 @@ from router.prefix import (
     prefix_chain,
     rendezvous_score,
 )
-from router.features import Rendered
 
 A, B, C = "http://a:1", "http://b:1", "http://c:1"
 ANCHOR = 7
