@@ -185,7 +185,8 @@ def sizing_cpu(cfg: Path, big: bytes, repeats: int) -> dict[str, float]:
     from router.api import _size_prompt
     from router.app import _background_priority, build_runtime
     from router.config import load_config
-    from router.features import make_features, parse_chat
+    from router.features import parse_chat
+    from router.policy import request_features
 
     config = load_config(cfg)
     runtime = build_runtime(config)
@@ -197,8 +198,7 @@ def sizing_cpu(cfg: Path, big: bytes, repeats: int) -> dict[str, float]:
         doc = orjson.loads(big)
         parsed = parse_chat(doc, max_n=limits.max_n)
         tokens, _lower = await _size_prompt(state, runtime, parsed, len(big))
-        features = make_features(parsed, tokens, max_context_tokens=limits.max_context_tokens,
-                                 default_max_tokens=limits.default_max_tokens)
+        features = request_features(parsed, tokens, runtime.rules)
         runtime.decide(features, time.monotonic())
         return time.thread_time() - t0, tokens
 

@@ -35,12 +35,11 @@ from router.errors import (
 from router.features import (
     ParsedRequest,
     RequestFeatures,
-    make_features,
     needs_exact,
     parse_chat,
     parse_completions,
 )
-from router.policy import Reason
+from router.policy import Outcome, Reason, flip_points, over_length_message, request_features
 from router.proxy import ProxyJob, ProxyResponse
 
 __all__ = ["GENERATE_ROUTES", "install_routes", "serve_generate"]
@@ -94,30 +93,6 @@ def _parse_json(request: Request, body: bytes) -> Any:
 _INLINE_RENDER_BYTES = 16 * 1024
 
 
-def _thresholds(parsed: ParsedRequest, runtime: Any) -> list[int]:
-    """Every prompt length ``t`` at which some decision ``P <= t`` flips (tokens).
-
-    From :func:`router.features.make_features` and :func:`router.policy.decide`: the cap
-    (``P < S`` and ``P + M <= S``), the default budget's switch (``S - D``), the long-prompt
-    threshold, each speculative pool's ``P + n*M + K <= limit`` and each pool's
-    ``P + M <= limit``. A defaulted budget ``M = min(D, S - P)`` is constant (``D``) only
-    below ``S - D``; above it the exact count is always taken.
-    """
-    cfg = runtime.config
-    cap, default = cfg.limits.max_context_tokens, cfg.limits.default_max_tokens
-    m = parsed.max_new_tokens
-    out = [cap - 1, runtime.routing.long_prompt_tokens]
-    if m is None:
-        m = default
-        out.append(cap - default)
-    out.append(cap - m)
-    for pool in runtime.pools:
-        out.append(pool.limit - m)
-        if pool.config.speculative:
-            out.append(pool.limit - parsed.n * m - pool.reserved)
-    return out
-
-
 def _render_bounds(counter: Any, parsed: ParsedRequest) -> tuple[Any, tuple[int, int]]:
     rendered = counter.render(parsed)
     return rendered, counter.bounds(rendered)
@@ -162,7 +137,7 @@ async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest,
         rendered, (lo, hi) = await loop.run_in_executor(state.executor, _render_bounds, counter, parsed)
     if lo == hi:  # token-id prompts
         return hi, None
-    if not needs_exact(lo, hi, _thresholds(parsed, runtime)):
+    if not needs_exact(lo, hi, flip_points(parsed.max_new_tokens, parsed.n, runtime.pools, runtime.rules)):
         return hi, lo
     return await loop.run_in_executor(state.executor, counter.exact, rendered), None
 
@@ -185,34 +160,19 @@ async def _generate(request: Request, kind: str) -> Response:
     if model is not None and not cfg.model.serves(model):
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
     prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body))
-    request.state.prompt_tokens = prompt_tokens
-    request.state.prompt_exact = lower is None
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
-    # A prompt refused on its byte bound is counted exactly for the message when it is small
-    # (refusals are off the hot path; a huge one keeps "at least N" rather than cost a count).
-    recount = lower is not None and len(body) <= _INLINE_RENDER_BYTES
-    try:
-        features = make_features(parsed, prompt_tokens, max_context_tokens=limits.max_context_tokens,
-                                 default_max_tokens=limits.default_max_tokens, prompt_tokens_lower=lower)
-        decision = runtime.decide(features, state.clock())
-        recount = recount and decision.status == 400
-    except ContextLengthExceeded:
-        if not recount:
-            raise
-    if recount:
-        prompt_tokens, lower = await asyncio.get_running_loop().run_in_executor(
-            state.executor, runtime.counter.count, parsed), None
-        request.state.prompt_tokens, request.state.prompt_exact = prompt_tokens, True
-        features = make_features(parsed, prompt_tokens, max_context_tokens=limits.max_context_tokens,
-                                 default_max_tokens=limits.default_max_tokens)
-        decision = runtime.decide(features, state.clock())
-    if decision.status == 400:
-        raise ContextLengthExceeded(
-            f"This model's maximum context length is {limits.max_context_tokens} tokens and no "
-            f"pool can hold {features.prompt_phrase(features.max_new_tokens)} tokens "
-            f"({features.prompt_phrase()} in the {parsed.param}, {features.max_new_tokens} in the "
-            f"completion).", param=parsed.param)
-    if decision.status == 503:
+    features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower)
+    request.state.features = features
+    decision = runtime.decide(features, state.clock())
+    if decision.outcome is Outcome.REFUSED:
+        if lower is not None and len(body) <= _INLINE_RENDER_BYTES:
+            # Refused on the byte bound; the exact count refuses too (no flip point lies
+            # between the bounds), and a small prompt is counted exactly for the message.
+            exact = await asyncio.get_running_loop().run_in_executor(state.executor, runtime.counter.count, parsed)
+            features = request_features(parsed, exact, runtime.rules)
+            request.state.features = features
+        raise ContextLengthExceeded(over_length_message(features, runtime.rules), param=parsed.param)
+    if decision.outcome is Outcome.UNAVAILABLE:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
     lease = runtime.endpoint(decision.endpoint).lease()
@@ -233,7 +193,7 @@ async def _generate(request: Request, kind: str) -> Response:
     def redecide(excluded: frozenset[str]) -> Any:
         rt = state.runtime
         d = rt.decide(features, state.clock(), exclude=excluded)
-        if d.status != 200:
+        if d.outcome is not Outcome.ROUTED:
             return d
         return d, rt.endpoint(d.endpoint).lease()
 
@@ -300,14 +260,15 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
     state = getattr(request.app.state, "specgate", None)
     reason = _REJECT_REASON.get(type(err), "invalid_request")
     path = request.scope["path"]
+    features: RequestFeatures | None = getattr(request.state, "features", None)
     if state is not None and path.startswith("/v1/") and path != "/v1/models":
         state.metrics.requests.inc(("none", reason, str(err.status)))
         if state.runtime.config.server.log_requests:
             access_log.info(orjson.dumps({
                 "request_id": getattr(request.state, "request_id", None), "pool": "none",
                 "reason": reason, "status": err.status, "code": err.code, "param": err.param,
-                "prompt_tokens": getattr(request.state, "prompt_tokens", None),
-                "prompt_tokens_exact": getattr(request.state, "prompt_exact", None)}).decode())
+                "prompt_tokens": features.prompt_tokens if features is not None else None,
+                "prompt_tokens_exact": features.prompt_exact if features is not None else None}).decode())
     headers = err.response_headers()
     headers["x-specgate-pool"] = "none"
     headers["x-specgate-reason"] = reason

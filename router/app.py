@@ -86,11 +86,17 @@ class AppState:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    def on_scrape_round(self, runtime: Runtime) -> None:
+        """After each scrape round: advance the bypass hysteresis (the one place it moves),
+        then copy pool state into the gauges."""
+        runtime.advance_bypass(self.clock())
+        self.refresh_gauges(runtime)
+
     def refresh_gauges(self, runtime: Runtime | None = None) -> None:
-        """Copy pool state into the gauges (after each scrape round and on ``/metrics``)."""
+        """Copy pool state into the gauges (after each scrape round and on ``/metrics``);
+        changes no routing state."""
         runtime = runtime or self.runtime
         now = self.clock()
-        runtime.update_bypass(now)
         m = self.metrics
         stale = runtime.config.scrape.stale_after_s
         for pool in runtime.pools:
@@ -225,7 +231,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
                          metrics=metrics, shared=shared, clock=clock)
         app.state.specgate = state
         await shared.start(lambda: state.runtime)
-        scraper = Scraper(session, lambda: state.runtime, state.refresh_gauges, clock,
+        scraper = Scraper(session, lambda: state.runtime, state.on_scrape_round, clock,
                           on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc())
         reloader = Reloader(state) if (path is not None and watch) else None
         state.discovery = Discovery(lambda: state.runtime, metrics, discovery or DiscoverySettings())

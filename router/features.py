@@ -17,10 +17,10 @@ Three steps, so that only the middle one touches the tokenizer and runs off the 
    The count therefore equals SGLang's ``usage.prompt_tokens``; the documented margin is
    ``model``-independent and zero for text-only requests (checked against the real server
    in ``tests/sglang``). Multimodal parts are not counted (the router serves text models).
-3. :func:`make_features` applies the output-budget rule: ``max_completion_tokens`` if given,
-   else ``max_tokens``, else ``min(limits.default_max_tokens, S - P)`` which the router then
-   forwards as ``max_tokens`` (HANDED C04/C05; SGLang 0.5.23 also prefers
-   ``max_completion_tokens``, sglang#17516).
+3. :func:`router.policy.request_features` applies the output-budget rule (a rule of the
+   decision): ``max_completion_tokens`` if given, else ``max_tokens``, else
+   ``min(limits.default_max_tokens, S - P)``, which the router then forwards as ``max_tokens``
+   (SGLang 0.5.23 also prefers ``max_completion_tokens``, sgl-project/sglang#17516).
 
 Boundary (SGLang 0.5.23 ``tokenizer_manager._validate_one_request``): an input is refused when
 ``P + reserved >= context_length`` and a request when ``P + reserved + max_new_tokens >
@@ -35,15 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from router.errors import ContextLengthExceeded, InvalidRequest
+from router.errors import InvalidRequest
 
 __all__ = [
     "ParsedRequest",
     "PromptCounter",
     "RequestFeatures",
-    "make_features",
+    "needs_exact",
     "parse_chat",
     "parse_completions",
+    "prompt_count",
 ]
 
 Kind = Literal["chat", "completions"]
@@ -477,43 +478,9 @@ def needs_exact(lo: int, hi: int, thresholds: Iterable[int]) -> bool:
     return lo < hi and any(lo <= t < hi for t in thresholds)
 
 
-def make_features(parsed: ParsedRequest, prompt_tokens: int, *, max_context_tokens: int,
-                  default_max_tokens: int, prompt_tokens_lower: int | None = None) -> RequestFeatures:
-    """Apply the budget rule and the global cap S (``limits.max_context_tokens``).
-
-    Args:
-        prompt_tokens: P (tokens), exact or an upper bound (see ``prompt_tokens_lower``).
-        prompt_tokens_lower: None when ``prompt_tokens`` is exact, else the lower bound;
-            error messages then state "at least <lower>" instead of an uncounted figure.
-
-    Raises:
-        ContextLengthExceeded: when ``P >= S`` or ``P + budget > S`` (message gives S, the
-            requested total, P and the budget; ``param`` is ``messages``/``prompt``).
-    """
-    cap = max_context_tokens
-    budget = parsed.max_new_tokens
-    defaulted = budget is None
-    shown = _tokens_phrase(prompt_tokens, prompt_tokens_lower)
-    if prompt_tokens >= cap:
-        exact_cap = prompt_tokens_lower is None and prompt_tokens == cap
-        no_room = ", which leaves no room for a completion" if exact_cap else ""
-        raise ContextLengthExceeded(
-            f"This model's maximum context length is {cap} tokens. However, your "
-            f"{parsed.param} resulted in {shown} tokens{no_room}. Please reduce the length of "
-            f"the {parsed.param}.", param=parsed.param)
-    if budget is None:
-        budget = min(default_max_tokens, cap - prompt_tokens)
-    if prompt_tokens + budget > cap:
-        total = _tokens_phrase(prompt_tokens, prompt_tokens_lower, budget)
-        raise ContextLengthExceeded(
-            f"This model's maximum context length is {cap} tokens. However, you requested "
-            f"{total} tokens ({shown} in the {parsed.param}, {budget} in the completion). "
-            f"Please reduce the length of the {parsed.param} or completion.", param=parsed.param)
-    num_prompts = 1
-    if parsed.kind == "completions":
-        kind = _prompt_kind(parsed.doc["prompt"])
-        if kind in ("texts", "id_lists"):
-            num_prompts = len(parsed.doc["prompt"])
-    return RequestFeatures(prompt_tokens=prompt_tokens, max_new_tokens=budget, n=parsed.n,
-                           num_prompts=num_prompts, stream=parsed.stream, param=parsed.param,
-                           budget_defaulted=defaulted, prompt_tokens_lower=prompt_tokens_lower)
+def prompt_count(parsed: ParsedRequest) -> int:
+    """Prompts in the request: the length of a completions batch (a list of strings or of
+    token-id lists), else 1."""
+    if parsed.kind == "completions" and _prompt_kind(parsed.doc["prompt"]) in ("texts", "id_lists"):
+        return len(parsed.doc["prompt"])
+    return 1

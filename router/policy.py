@@ -1,55 +1,71 @@
-"""The routing decision: a pure function of (request features, pool snapshots, thresholds).
+"""The routing decision: a pure function of (request features, pool snapshots, rules).
 
 No I/O, no clock, no metrics, no mutation: the same inputs always give the same
-:class:`Decision`, so the whole policy is table-tested (``tests/unit/test_policy.py``).
+:class:`Decision`, so the whole policy is table-tested (``tests/unit/test_policy.py``). Every
+rule of the decision lives here: the output budget, the context cap, the speculative pool's
+eligibility, the bypasses and the fallbacks; and, next to :func:`decide`, the prompt lengths at
+which its answer can change (:func:`flip_points`), so that prompt sizing asks the policy
+instead of mirroring its inequalities. Sources: Leviathan et al. 2023 (arXiv:2211.17192) for
+the speedup model, sgl-project/sglang#3574 for the drafter's positional limit, and
+``docs/operator-guide.md`` for the operating points behind the thresholds.
 
-Algorithm, evaluated in this order (DOMAIN.md section 4; article 001's production advice;
-article 003's "route by length"):
+Symbols: ``P`` prompt tokens (the longest prompt of a batch), ``M`` the per-sequence output
+budget, ``n`` choices per prompt, ``S`` the validated safe context
+(``limits.max_context_tokens``), ``D`` the default budget (``limits.default_max_tokens``),
+``K`` a speculative pool's reserved draft tokens (SGLang's ``max(topk * num_steps,
+num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
 
-1. **Context cap.** ``P + max_new_tokens > S`` (``limits.max_context_tokens``, the validated
-   safe context) -> HTTP 400, reason ``context_cap``. (Also when the request fits no pool's
-   own limit at all.) The router refuses before any engine sees it: an engine pushed past
-   its validated context can crash (a ~300k-token prompt killed one advertising 1M).
+0. **Budget** (:func:`output_budget`): the client's ``max_completion_tokens``, else its
+   ``max_tokens``, else ``min(D, S - P)`` (forwarded to the engine as ``max_tokens``).
+1. **Context cap.** ``P >= S``, ``P + M > S``, or ``P + M`` above every pool's limit ->
+   :attr:`Outcome.REFUSED`, reason ``context_cap`` (HTTP 400 before any engine sees it: an
+   engine pushed past its validated context can crash).
 2. **Speculative eligibility**, per speculative pool in config order:
-   ``P + n * max_new_tokens + K <= pool limit`` (K: reserved draft tokens, SGLang's
-   ``max(topk * num_steps, num_draft_tokens)``; the ``n`` weighting keeps large-``n``
-   requests off the drafter pool, HANDED C20) and ``P <= routing.long_prompt_tokens``;
-   otherwise ``long_context``. Then: no healthy endpoint -> ``spec_unhealthy``; saturation
-   bypass on -> ``saturated``; acceptance bypass on -> ``low_acceptance``; else the pool is
-   chosen with reason ``speculative``.
+   ``P + n * M + K <= limit`` (the ``n`` weighting keeps large-``n`` requests off the drafter
+   pool: every sample drafts) and ``P <= routing.long_prompt_tokens``; otherwise
+   ``long_context``. Then: no healthy endpoint -> ``spec_unhealthy``; saturation bypass on ->
+   ``saturated``; acceptance bypass on -> ``low_acceptance``; else the pool is chosen with
+   reason ``speculative``.
 3. **Plain pools** in config order: the first with a healthy endpoint whose limit holds
-   ``P + max_new_tokens`` (each of the ``n`` sequences is checked alone by the engine).
-   The reason is the first speculative pool's rejection reason, or ``plain_only`` when the
-   config has no speculative pool.
+   ``P + M`` (each of the ``n`` sequences is checked alone by the engine). The reason is the
+   first speculative pool's rejection reason, or ``plain_only`` when there is none.
 4. **Fallback**: no plain pool can take it, but a speculative pool fits and is healthy
    (only bypassed) -> that pool, reason ``plain_unhealthy``.
-5. Otherwise HTTP 503, reason ``no_healthy_upstream``.
+5. Otherwise :attr:`Outcome.UNAVAILABLE`, reason ``no_healthy_upstream`` (HTTP 503).
 
 Inside a pool: the healthy endpoint with the least load (``max(scraped running + queued,
 router in-flight)``); ties broken by ``(seed + tie_break) mod ties`` over endpoints sorted by
 URL, so a seeded sequence of requests spreads round-robin over equally loaded endpoints.
 
-Hysteresis helpers (:func:`next_saturated`, :func:`next_low_acceptance`) are pure too: the
-runtime feeds them the previous state and the latest load.
+Hysteresis (:func:`next_saturated`, :func:`next_low_acceptance`) is pure too: the runtime
+advances it in one named step per scrape round and feeds the result back as snapshot flags.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
-from router.features import RequestFeatures
+from router.features import ParsedRequest, RequestFeatures, prompt_count
 
 __all__ = [
     "Decision",
     "EndpointSnapshot",
+    "Outcome",
+    "PoolShape",
     "PoolSnapshot",
     "Reason",
+    "Rules",
     "decide",
     "expected_speedup",
+    "flip_points",
     "next_low_acceptance",
     "next_saturated",
+    "output_budget",
+    "over_length_message",
+    "request_features",
 ]
 
 
@@ -65,6 +81,44 @@ class Reason(StrEnum):
     PLAIN_UNHEALTHY = "plain_unhealthy"
     CONTEXT_CAP = "context_cap"
     NO_HEALTHY_UPSTREAM = "no_healthy_upstream"
+
+
+class Outcome(StrEnum):
+    """What a decision says about the request; HTTP statuses are the API layer's."""
+
+    ROUTED = "routed"
+    REFUSED = "refused"          # the request can never be served as asked (context cap)
+    UNAVAILABLE = "unavailable"  # it could be, but no healthy endpoint can take it now
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """The thresholds the decision applies (from ``limits`` and ``routing``, overrides merged).
+
+    Attributes:
+        max_context_tokens: S, the validated safe context (tokens).
+        default_max_tokens: D, the budget given when the client sets none (tokens).
+        long_prompt_tokens: prompts above this skip speculation (tokens).
+        seed: ``routing.seed``, offset of the endpoint tie-break.
+    """
+
+    max_context_tokens: int
+    default_max_tokens: int
+    long_prompt_tokens: int
+    seed: int = 0
+
+
+class PoolShape(Protocol):
+    """The static part of a pool that the length rules read (tokens)."""
+
+    @property
+    def speculative(self) -> bool: ...
+
+    @property
+    def limit(self) -> int: ...
+
+    @property
+    def reserved(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,16 +165,90 @@ class Decision:
     """Where a request goes, and why.
 
     Attributes:
-        pool: the chosen pool's name, or None when refused.
-        endpoint: the chosen endpoint's URL, or None when refused.
+        pool: the chosen pool's name, or None unless routed.
+        endpoint: the chosen endpoint's URL, or None unless routed.
         reason: why (:class:`Reason`).
-        status: 200 when routed, 400 for ``context_cap``, 503 for ``no_healthy_upstream``.
+        outcome: routed, refused (``context_cap``) or unavailable (``no_healthy_upstream``).
     """
 
     pool: str | None
     endpoint: str | None
     reason: Reason
-    status: int = 200
+    outcome: Outcome = Outcome.ROUTED
+
+
+def output_budget(requested: int | None, prompt_tokens: int, rules: Rules) -> int:
+    """The per-sequence output budget M (tokens): ``requested``, else ``min(D, S - P)``
+    (never below 0; a prompt at or over the cap is refused whatever its budget)."""
+    if requested is not None:
+        return requested
+    return max(0, min(rules.default_max_tokens, rules.max_context_tokens - prompt_tokens))
+
+
+def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
+                     prompt_tokens_lower: int | None = None) -> RequestFeatures:
+    """The :class:`RequestFeatures` of ``parsed`` with ``P = prompt_tokens`` and its budget.
+
+    Args:
+        prompt_tokens: P (tokens), exact or an upper bound (see ``prompt_tokens_lower``).
+        prompt_tokens_lower: None when ``prompt_tokens`` is exact, else the lower bound (the
+            over-length message then states "at least <lower>" instead of an uncounted figure).
+    """
+    requested = parsed.max_new_tokens
+    return RequestFeatures(
+        prompt_tokens=prompt_tokens, max_new_tokens=output_budget(requested, prompt_tokens, rules),
+        n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
+        budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower)
+
+
+def _refused(features: RequestFeatures, pools: Iterable[PoolShape], cap: int) -> bool:
+    seq = features.sequence_tokens
+    return features.prompt_tokens >= cap or seq > cap or not any(seq <= p.limit for p in pools)
+
+
+def over_length_message(features: RequestFeatures, rules: Rules) -> str:
+    """The message of a ``context_cap`` refusal: what was counted and what was asked.
+
+    Only true statements: an exact P, or "at least" the lower bound when P was bounded
+    (:attr:`RequestFeatures.prompt_phrase`).
+    """
+    cap, param = rules.max_context_tokens, features.param
+    head = f"This model's maximum context length is {cap} tokens"
+    shown, budget = features.prompt_phrase(), features.max_new_tokens
+    if features.prompt_tokens >= cap:
+        no_room = (", which leaves no room for a completion"
+                   if features.prompt_exact and features.prompt_tokens == cap else "")
+        return (f"{head}. However, your {param} resulted in {shown} tokens{no_room}. "
+                f"Please reduce the length of the {param}.")
+    detail = f"({shown} in the {param}, {budget} in the completion)"
+    if features.sequence_tokens > cap:
+        return (f"{head}. However, you requested {features.prompt_phrase(budget)} tokens {detail}. "
+                f"Please reduce the length of the {param} or completion.")
+    return f"{head} and no pool can hold {features.prompt_phrase(budget)} tokens {detail}."
+
+
+def flip_points(requested: int | None, n: int, pools: Iterable[PoolShape], rules: Rules) -> list[int]:
+    """Every prompt length ``t`` (tokens) at which :func:`decide` may answer differently for
+    ``P <= t`` and ``P = t + 1``, for a request asking ``requested`` tokens (None: defaulted)
+    with ``n`` choices, whatever the pools' load and health.
+
+    Between two consecutive points every length rule of the decision (budget, cap, pool
+    limits, long-prompt threshold) has one truth value, so any ``P`` there (e.g. an upper
+    bound of the true count) decides as the true count would. Extra points are harmless (they
+    only cost an exact count). With a defaulted budget, ``M = min(D, S - P)`` changes form at
+    ``S - D``; above it ``P + M = S`` and the ``n``-weighted speculative fit ``P + n(S - P) + K
+    <= limit`` flips where ``(n - 1) P >= n S + K - limit``.
+    """
+    cap = rules.max_context_tokens
+    m = rules.default_max_tokens if requested is None else requested
+    out = [cap - 1, cap - m, rules.long_prompt_tokens]
+    for pool in pools:
+        out.append(pool.limit - m)
+        if pool.speculative:
+            out.append(pool.limit - n * m - pool.reserved)
+            if requested is None and n > 1:
+                out.append(-(-(n * cap + pool.reserved - pool.limit) // (n - 1)) - 1)
+    return out
 
 
 def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: int) -> str | None:
@@ -132,33 +260,31 @@ def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: i
     return ties[tie % len(ties)]
 
 
-def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], *, max_context_tokens: int,
-           long_prompt_tokens: int, exclude: frozenset[str] = frozenset(), seed: int = 0,
-           tie_break: int = 0) -> Decision:
+def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rules, *,
+           exclude: frozenset[str] = frozenset(), tie_break: int = 0) -> Decision:
     """Choose the pool and endpoint for one request (see the module docstring).
 
     Args:
-        features: the request's prompt tokens, budget and ``n``.
+        features: the request's prompt tokens, budget and ``n`` (:func:`request_features`).
         pools: snapshots of every pool, in config order.
-        max_context_tokens: S, the validated safe context (tokens).
-        long_prompt_tokens: prompts above this (tokens) skip speculation.
+        rules: the thresholds.
         exclude: endpoint URLs not to use (those that already failed this request).
-        seed: ``routing.seed``.
         tie_break: a per-request integer (e.g. a request counter).
 
     Returns:
         The :class:`Decision`; never raises.
     """
+    if _refused(features, pools, rules.max_context_tokens):
+        return Decision(None, None, Reason.CONTEXT_CAP, Outcome.REFUSED)
     seq = features.sequence_tokens
-    if seq > max_context_tokens or not any(seq <= p.limit for p in pools):
-        return Decision(None, None, Reason.CONTEXT_CAP, 400)
-    tie = seed + tie_break
+    tie = rules.seed + tie_break
     spec_reason: Reason | None = None
     fallback: tuple[str, str] | None = None
     for pool in pools:
         if not pool.speculative:
             continue
-        if features.weight + pool.reserved > pool.limit or features.prompt_tokens > long_prompt_tokens:
+        if (features.weight + pool.reserved > pool.limit
+                or features.prompt_tokens > rules.long_prompt_tokens):
             reason = Reason.LONG_CONTEXT
         else:
             endpoint = _pick(pool.endpoints, exclude, tie)
@@ -178,7 +304,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], *, max_cont
             return Decision(pool.name, endpoint, spec_reason or Reason.PLAIN_ONLY)
     if fallback is not None:
         return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY)
-    return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, 503)
+    return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
 
 
 def next_saturated(previous: bool, load: int, *, enter: int, exit: int) -> bool:

@@ -47,6 +47,7 @@ from router.policy import (
     Decision,
     EndpointSnapshot,
     PoolSnapshot,
+    Rules,
     decide,
     next_low_acceptance,
     next_saturated,
@@ -236,6 +237,11 @@ class Pool:
         self.saturated = False
         self.low_acceptance = False
 
+    @property
+    def speculative(self) -> bool:
+        """The pool runs a drafter (``config.speculative``)."""
+        return self.config.speculative
+
     def replace_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Swap in a new endpoint map (never mutated in place: snapshots stay consistent)."""
         self.endpoints = {e.url: e for e in endpoints}
@@ -293,6 +299,7 @@ class Runtime:
         self.ledger = ledger if ledger is not None else (previous.ledger if previous is not None else None)
         self.overrides = Overrides()
         self.routing: RoutingConfig = config.routing
+        self.rules = self._rules()
         self.override_error: str | None = None
         self._tie = itertools.count()
         old: dict[tuple[str, str], Endpoint] = {}
@@ -396,6 +403,12 @@ class Runtime:
             self.routing = self.config.routing
             self.override_error = str(exc)
             log.error("routing overrides not applied: %s", exc)
+        self.rules = self._rules()
+
+    def _rules(self) -> Rules:
+        limits = self.config.limits
+        return Rules(max_context_tokens=limits.max_context_tokens, default_max_tokens=limits.default_max_tokens,
+                     long_prompt_tokens=self.routing.long_prompt_tokens, seed=self.routing.seed)
 
     def all_endpoints(self) -> list[Endpoint]:
         """Every endpoint of every pool."""
@@ -420,8 +433,10 @@ class Runtime:
                 exit_above=acc.exit_speedup)
         return saturated, low
 
-    def update_bypass(self, now: float) -> None:
-        """Advance every speculative pool's saturation and acceptance hysteresis."""
+    def advance_bypass(self, now: float) -> None:
+        """Advance every speculative pool's saturation and acceptance hysteresis: the one step
+        that changes bypass state (once per scrape round; decisions and metric reads only
+        read it)."""
         for pool in self.pools:
             if pool.config.speculative:
                 pool.saturated, pool.low_acceptance = self._next_bypass(
@@ -457,21 +472,24 @@ class Runtime:
     def snapshots(self, now: float) -> tuple[PoolSnapshot, ...]:
         """Immutable views of every pool for :func:`router.policy.decide`."""
         stale = self.config.scrape.stale_after_s
-        return tuple(
-            PoolSnapshot(
+        out = []
+        for p in self.pools:
+            # The flags as the next hysteresis step would set them from the load now (read
+            # only: the stored state moves in advance_bypass), so a burst between two scrape
+            # rounds meets the saturation guard at once.
+            sat, low = (self._next_bypass(p, now, p.saturated, p.low_acceptance) if p.config.speculative
+                        else (False, False))
+            out.append(PoolSnapshot(
                 name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
                 endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load(now, stale))
                                 for e in p.endpoints.values()),
-                saturated=p.saturated, low_acceptance=p.low_acceptance)
-            for p in self.pools)
+                saturated=sat, low_acceptance=low))
+        return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset()) -> Decision:
-        """Update hysteresis, snapshot the pools and run the pure policy."""
-        self.update_bypass(now)
-        return decide(features, self.snapshots(now),
-                      max_context_tokens=self.config.limits.max_context_tokens,
-                      long_prompt_tokens=self.routing.long_prompt_tokens,
-                      exclude=exclude, seed=self.routing.seed, tie_break=next(self._tie))
+        """Snapshot the pools and run the pure policy (reads state, changes none but the
+        tie-break counter)."""
+        return decide(features, self.snapshots(now), self.rules, exclude=exclude, tie_break=next(self._tie))
 
     def ready(self) -> bool:
         """True while at least one pool has a healthy endpoint."""

@@ -4,8 +4,26 @@ from __future__ import annotations
 
 import pytest
 
-from router.errors import ContextLengthExceeded, InvalidRequest
-from router.features import PromptCounter, make_features, parse_chat, parse_completions
+from router.errors import InvalidRequest
+from router.features import PromptCounter, parse_chat, parse_completions
+from router.policy import (
+    EndpointSnapshot,
+    Outcome,
+    PoolSnapshot,
+    Reason,
+    Rules,
+    decide,
+    over_length_message,
+)
+from router.policy import request_features as make
+
+RULES = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
+POOLS = (PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, 0),)),)
+
+
+def refused(features):
+    d = decide(features, POOLS, RULES)
+    return d.outcome is Outcome.REFUSED and d.reason is Reason.CONTEXT_CAP
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -88,34 +106,30 @@ def test_completion_prompt_shapes(prompt, ok):
         assert exc.value.param == "prompt"
 
 
-def test_make_features_boundaries():  # HANDED C03 / C04
-    p = chat(max_tokens=96)
-    f = make_features(p, 4000, max_context_tokens=4096, default_max_tokens=256)
+def test_budget_and_cap_boundaries():
+    f = make(chat(max_tokens=96), 4000, RULES)
     assert (f.prompt_tokens, f.max_new_tokens, f.budget_defaulted) == (4000, 96, False)
-    with pytest.raises(ContextLengthExceeded) as exc:
-        make_features(chat(max_tokens=97), 4000, max_context_tokens=4096, default_max_tokens=256)
-    assert exc.value.param == "messages"
-    assert exc.value.code == "context_length_exceeded"
-    assert "4096" in exc.value.message and "4097" in exc.value.message and "4000" in exc.value.message
+    assert not refused(f)
+    f = make(chat(max_tokens=97), 4000, RULES)
+    assert refused(f)
+    msg = over_length_message(f, RULES)
+    assert "4096" in msg and "4097" in msg and "4000" in msg
     # missing budget: min(D, S - P), forwarded explicitly
-    f = make_features(chat(), 4086, max_context_tokens=4096, default_max_tokens=256)
+    f = make(chat(), 4086, RULES)
     assert (f.max_new_tokens, f.budget_defaulted) == (10, True)
-    f = make_features(chat(), 10, max_context_tokens=4096, default_max_tokens=256)
-    assert f.max_new_tokens == 256
+    assert not refused(f)
+    assert make(chat(), 10, RULES).max_new_tokens == 256
     # prompt alone over (or at) the cap
     for prompt in (4096, 4196):
-        with pytest.raises(ContextLengthExceeded):
-            make_features(chat(), prompt, max_context_tokens=4096, default_max_tokens=256)
-    with pytest.raises(ContextLengthExceeded):
-        make_features(chat(max_tokens=10**12), 5, max_context_tokens=4096, default_max_tokens=256)
+        assert refused(make(chat(), prompt, RULES))
+    assert refused(make(chat(max_tokens=10**12), 5, RULES))
 
 
 def test_over_length_messages_state_only_what_was_counted():
     def message(prompt, lower=None, **kw):
-        with pytest.raises(ContextLengthExceeded) as exc:
-            make_features(chat(**kw), prompt, max_context_tokens=4096, default_max_tokens=256,
-                          prompt_tokens_lower=lower)
-        return exc.value.message
+        f = make(chat(**kw), prompt, RULES, prompt_tokens_lower=lower)
+        assert refused(f)
+        return over_length_message(f, RULES)
 
     head = "This model's maximum context length is 4096 tokens. However, "
     assert message(4096) == (head + "your messages resulted in 4096 tokens, which leaves no room for a "
@@ -130,10 +144,16 @@ def test_over_length_messages_state_only_what_was_counted():
     assert message(4050, lower=4001, max_tokens=97) == (
         head + "you requested at least 4098 tokens (at least 4001 in the messages, 97 in the completion). "
         "Please reduce the length of the messages or completion.")
-    f = make_features(chat(max_tokens=8), 300, max_context_tokens=4096, default_max_tokens=256,
-                      prompt_tokens_lower=40)
+    # fits the cap but no pool: the third wording, from the same function
+    small = (PoolSnapshot("plain", False, 3000, 0, (EndpointSnapshot("http://p", True, 0),)),)
+    f = make(chat(max_tokens=100), 2950, RULES)
+    assert decide(f, small, RULES).outcome is Outcome.REFUSED
+    assert over_length_message(f, RULES) == (
+        "This model's maximum context length is 4096 tokens and no pool can hold 3050 tokens "
+        "(2950 in the messages, 100 in the completion).")
+    f = make(chat(max_tokens=8), 300, RULES, prompt_tokens_lower=40)
     assert (f.prompt_exact, f.prompt_phrase(), f.prompt_phrase(8)) == (False, "at least 40", "at least 48")
-    f = make_features(chat(max_tokens=8), 300, max_context_tokens=4096, default_max_tokens=256)
+    f = make(chat(max_tokens=8), 300, RULES)
     assert (f.prompt_exact, f.prompt_phrase(), f.prompt_phrase(8)) == (True, "300", "308")
 
 
@@ -179,8 +199,8 @@ def test_counter_completions_variants(tokenizer_dir):
         tok.encode("lorem ipsum dolor"))
     assert counter.count(parse_completions({"prompt": [5, 6, 7]}, max_n=8)) == 3
     assert counter.count(parse_completions({"prompt": [[5], [6, 7, 8, 9]]}, max_n=8)) == 4
-    f = make_features(parse_completions({"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 5}, max_n=8), 3,
-                      max_context_tokens=100, default_max_tokens=10)
+    f = make(parse_completions({"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 5}, max_n=8), 3,
+             Rules(max_context_tokens=100, default_max_tokens=10, long_prompt_tokens=50))
     assert (f.num_prompts, f.n, f.weight, f.param) == (3, 2, 13, "prompt")
 
 

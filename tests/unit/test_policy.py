@@ -8,8 +8,10 @@ from router.features import RequestFeatures
 from router.policy import (
     Decision,
     EndpointSnapshot,
+    Outcome,
     PoolSnapshot,
     Reason,
+    Rules,
     decide,
     expected_speedup,
     next_low_acceptance,
@@ -34,16 +36,16 @@ def plain(healthy=True, limit=S, loads=(0,)):
                         tuple(EndpointSnapshot(f"http://p{i}", healthy, load) for i, load in enumerate(loads)))
 
 
-def run(p, m, pools, n=1, **kw):
-    return decide(RequestFeatures(prompt_tokens=p, max_new_tokens=m, n=n), pools,
-                  max_context_tokens=S, long_prompt_tokens=LONG, **kw)
+def run(p, m, pools, n=1, seed=0, **kw):
+    rules = Rules(max_context_tokens=S, default_max_tokens=256, long_prompt_tokens=LONG, seed=seed)
+    return decide(RequestFeatures(prompt_tokens=p, max_new_tokens=m, n=n), pools, rules, **kw)
 
 
 CASES = [
     # id, prompt, budget, n, pools, expected decision
     ("short->spec", 100, 100, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
     ("cap exactly S is served", 4000, 96, 1, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
-    ("cap S+1 refused", 4000, 97, 1, [spec(), plain()], Decision(None, None, Reason.CONTEXT_CAP, 400)),
+    ("cap S+1 refused", 4000, 97, 1, [spec(), plain()], Decision(None, None, Reason.CONTEXT_CAP, Outcome.REFUSED)),
     # spec eligibility boundary: P + n*M + K <= 2048 (HANDED C01 sweep L-K-1, L-K, L-K+1)
     ("L-K-1 -> spec", 1000, SPEC_LIMIT - K - 1 - 1000, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
     ("L-K -> spec", 1000, SPEC_LIMIT - K - 1000, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
@@ -59,11 +61,11 @@ CASES = [
     ("saturated -> plain", 100, 100, 1, [spec(saturated=True), plain()], Decision("plain", "http://p0", Reason.SATURATED)),
     ("low acceptance -> plain", 100, 100, 1, [spec(low_acceptance=True), plain()], Decision("plain", "http://p0", Reason.LOW_ACCEPTANCE)),
     ("spec unhealthy -> plain", 100, 100, 1, [spec(healthy=False), plain()], Decision("plain", "http://p0", Reason.SPEC_UNHEALTHY)),
-    ("both unhealthy -> 503", 100, 100, 1, [spec(healthy=False), plain(healthy=False)], Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, 503)),
+    ("both unhealthy -> 503", 100, 100, 1, [spec(healthy=False), plain(healthy=False)], Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)),
     ("plain down, spec saturated -> spec", 100, 100, 1, [spec(saturated=True), plain(healthy=False)], Decision("spec", "http://s0", Reason.PLAIN_UNHEALTHY)),
-    ("plain down, long -> 503", 3000, 100, 1, [spec(), plain(healthy=False)], Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, 503)),
+    ("plain down, long -> 503", 3000, 100, 1, [spec(), plain(healthy=False)], Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)),
     ("plain only config", 100, 100, 1, [plain()], Decision("plain", "http://p0", Reason.PLAIN_ONLY)),
-    ("fits no pool limit -> 400", 3000, 100, 1, [spec(), plain(limit=3000)], Decision(None, None, Reason.CONTEXT_CAP, 400)),
+    ("fits no pool limit -> 400", 3000, 100, 1, [spec(), plain(limit=3000)], Decision(None, None, Reason.CONTEXT_CAP, Outcome.REFUSED)),
     ("least loaded endpoint", 100, 100, 1, [spec(loads=(5, 2, 7)), plain()], Decision("spec", "http://s1", Reason.SPECULATIVE)),
 ]
 

@@ -6,9 +6,15 @@ import random
 
 import pytest
 
-from router.errors import ContextLengthExceeded
-from router.features import PromptCounter, make_features, needs_exact, parse_chat, parse_completions
-from router.policy import EndpointSnapshot, PoolSnapshot, decide
+from router.features import PromptCounter, needs_exact, parse_chat, parse_completions
+from router.policy import (
+    EndpointSnapshot,
+    PoolSnapshot,
+    Rules,
+    decide,
+    flip_points,
+    request_features,
+)
 
 ALPHABET = list("abcdefghij klmnop\n\t{}()[]:;,.'\"=+-*/#_0123456789") + ["é", "ü", "中", "文", "🙂", "∑", "\u00a0"]
 
@@ -46,24 +52,24 @@ def test_needs_exact():
     assert needs_exact(7, 7, [7]) is False
 
 
+POOL_SETS = {
+    "spec below the cap": (PoolSnapshot("spec", True, 2048, 4, (EndpointSnapshot("http://s", True, 0),)),
+                           PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, 0),))),
+    # a speculative pool as large as the cap: with a defaulted budget and n > 1 the n-weighted
+    # fit flips inside the region where M = S - P
+    "spec at the cap": (PoolSnapshot("spec", True, 4096, 4, (EndpointSnapshot("http://s", True, 0),)),
+                        PoolSnapshot("plain", False, 3900, 0, (EndpointSnapshot("http://p", True, 0),))),
+}
+
+
+@pytest.mark.parametrize("pools", list(POOL_SETS))
 @pytest.mark.parametrize("seed", range(3))
-def test_decision_with_upper_bound_equals_exact_when_no_threshold_straddles(seed):
-    # For random intervals: whenever needs_exact is False, deciding with hi gives the same
-    # decision (and the same 400s) as deciding with any P in [lo, hi].
-    from router.api import _thresholds
-
-    class Pool:
-        def __init__(self, name, spec, limit, reserved):
-            self.name, self.limit, self.reserved = name, limit, reserved
-            self.config = type("C", (), {"speculative": spec})()
-
-    class Runtime:
-        config = type("Cfg", (), {"limits": type("L", (), {"max_context_tokens": 4096, "default_max_tokens": 256})()})()
-        routing = type("R", (), {"long_prompt_tokens": 1024})()
-        pools = (Pool("spec", True, 2048, 4), Pool("plain", False, 4096, 0))
-
-    snaps = [PoolSnapshot("spec", True, 2048, 4, (EndpointSnapshot("http://s", True, 0),)),
-             PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, 0),))]
+def test_decision_with_upper_bound_equals_exact_when_no_flip_point_straddles(seed, pools):
+    # For random intervals: whenever needs_exact is False for the policy's own flip points,
+    # deciding with hi gives the same decision (refusals included) as every P in [lo, hi].
+    snaps = POOL_SETS[pools]
+    rules = Rules(max_context_tokens=4096, default_max_tokens=256,
+                  long_prompt_tokens=4000 if pools == "spec at the cap" else 1024)
     rng = random.Random(seed)
     checked = 0
     for _ in range(1500):
@@ -75,19 +81,16 @@ def test_decision_with_upper_bound_equals_exact_when_no_threshold_straddles(seed
         parsed = parse_chat(doc, max_n=8)
         lo = rng.randint(1, 4500)
         hi = lo + rng.randint(0, 600)
-        if needs_exact(lo, hi, _thresholds(parsed, Runtime())):
+        if needs_exact(lo, hi, flip_points(parsed.max_new_tokens, parsed.n, snaps, rules)):
             continue
 
         def outcome(p, parsed=parsed, m=m):
-            try:
-                f = make_features(parsed, p, max_context_tokens=4096, default_max_tokens=256)
-            except ContextLengthExceeded as exc:
-                return type(exc).__name__
-            d = decide(f, snaps, max_context_tokens=4096, long_prompt_tokens=1024)
-            return (d.pool, d.reason, d.status, f.max_new_tokens if m is not None else None)
+            f = request_features(parsed, p, rules)
+            d = decide(f, snaps, rules)
+            return (d.pool, d.reason, d.outcome, f.max_new_tokens if m is not None else None)
 
         ref = outcome(hi)
-        for p in {lo, (lo + hi) // 2, hi}:
+        for p in range(lo, hi + 1):
             assert outcome(p) == ref, (m, n, lo, hi, p)
         checked += 1
     assert checked > 500
