@@ -40,6 +40,7 @@ from router.features import (
     parse_completions,
 )
 from router.policy import Outcome, Reason, flip_points, over_length_message, request_features
+from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse
 
 __all__ = ["GENERATE_ROUTES", "install_routes", "serve_generate"]
@@ -119,14 +120,15 @@ def _add_fields(body: bytes, doc: dict[str, Any], fields: dict[str, Any]) -> byt
 
 
 async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest,
-                       body_bytes: int) -> tuple[int, int | None]:
+                       body_bytes: int, rendered_out: list[Any] | None = None) -> tuple[int, int | None]:
     """Prompt tokens for the decision: ``(P, None)`` exact, or ``(hi, lo)`` when no decision
     threshold lies between the byte-length bounds (then ``hi`` decides as P would).
 
     Rendering runs on the loop for small bodies, in the tokeniser threads for large ones;
     exact BPE encoding always runs in the threads, and only when a decision threshold falls
     inside the byte-length bounds (:class:`router.features.PromptCounter`). Never an
-    under-count: the value used is exact or ``hi >= P``.
+    under-count: the value used is exact or ``hi >= P``. The rendered prompt is appended to
+    ``rendered_out`` when given (for the prefix chain, without rendering twice).
     """
     counter = runtime.counter
     loop = asyncio.get_running_loop()
@@ -135,6 +137,8 @@ async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest,
         lo, hi = counter.bounds(rendered)
     else:
         rendered, (lo, hi) = await loop.run_in_executor(state.executor, _render_bounds, counter, parsed)
+    if rendered_out is not None:
+        rendered_out.append(rendered)
     if lo == hi:  # token-id prompts
         return hi, None
     if not needs_exact(lo, hi, flip_points(parsed.max_new_tokens, parsed.n, runtime.pools, runtime.rules)):
@@ -159,11 +163,19 @@ async def _generate(request: Request, kind: str) -> Response:
     model = doc.get("model")
     if model is not None and not cfg.model.serves(model):
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
-    prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body))
+    pc = cfg.routing.prefix_cache
+    rendered: list[Any] | None = [] if pc.enabled else None
+    prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body), rendered)
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
     features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower)
     request.state.features = features
-    decision = runtime.decide(features, state.clock())
+    chain = matches = None
+    if rendered:
+        chain = chain_for_request(rendered[0], doc, kind, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
+                                  anchor_blocks=pc.anchor_blocks)
+        if chain is not None:
+            matches = runtime.prefix_matches(chain, prompt_tokens)
+    decision = runtime.decide(features, state.clock(), chain=chain, matches=matches)
     if decision.outcome is Outcome.REFUSED:
         if lower is not None and len(body) <= _INLINE_RENDER_BYTES:
             # Refused on the byte bound; the exact count refuses too (no flip point lies
@@ -175,6 +187,8 @@ async def _generate(request: Request, kind: str) -> Response:
     if decision.outcome is Outcome.UNAVAILABLE:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
+    if chain is not None:
+        _note_prefix(state, runtime, decision, chain, matches, prompt_tokens)
     lease = runtime.endpoint(decision.endpoint).lease()
     try:
         fields: dict[str, Any] = {}
@@ -192,14 +206,25 @@ async def _generate(request: Request, kind: str) -> Response:
 
     def redecide(excluded: frozenset[str]) -> Any:
         rt = state.runtime
-        d = rt.decide(features, state.clock(), exclude=excluded)
+        d = rt.decide(features, state.clock(), exclude=excluded, chain=chain, matches=matches)
         if d.outcome is not Outcome.ROUTED:
             return d
+        if chain is not None:
+            _note_prefix(state, rt, d, chain, matches, prompt_tokens)
         return d, rt.endpoint(d.endpoint).lease()
 
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s)
+
+
+def _note_prefix(state: Any, runtime: Any, decision: Any, chain: PrefixChain,
+                 matches: dict[str, dict[str, int]] | None, prompt_tokens: int) -> None:
+    """After a routed decision: record ``chain`` at its endpoint, observe the matched share."""
+    runtime.record_prefix(decision, chain)
+    cached = (matches or {}).get(decision.pool, {}).get(decision.endpoint, 0)
+    state.metrics.prefix_match_ratio.observe(
+        (decision.pool, decision.endpoint_reason or "least_load"), cached / prompt_tokens if prompt_tokens else 0.0)
 
 
 def _abort_rids(doc: dict[str, Any], features: RequestFeatures, request_id: str,
@@ -239,7 +264,8 @@ def _finish(state: Any, job: ProxyJob) -> None:
     if state.runtime.config.server.log_requests:
         access_log.info(orjson.dumps({
             "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
-            "reason": job.decision.reason.value, "status": job.status, "outcome": job.outcome,
+            "reason": job.decision.reason.value, "endpoint_reason": job.decision.endpoint_reason,
+            "status": job.status, "outcome": job.outcome,
             "prompt_tokens": job.features.prompt_tokens, "prompt_tokens_exact": job.features.prompt_exact,
             "max_tokens": job.features.max_new_tokens,
             "n": job.features.n, "stream": job.features.stream, "attempts": job.attempts,

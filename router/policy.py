@@ -36,6 +36,10 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
 Inside a pool: the healthy endpoint with the least load (``max(scraped running + queued,
 router in-flight)``); ties broken by ``(seed + tie_break) mod ties`` over endpoints sorted by
 URL, so a seeded sequence of requests spreads round-robin over equally loaded endpoints.
+With a :class:`router.prefix.PrefixRequest` (``routing.prefix_cache``), the choice inside a
+pool is :func:`router.prefix.pick_endpoint` on each snapshot's ``cached_tokens`` estimate
+(``prefix_match`` / ``rendezvous`` / ``least_load`` / ``load_guard``, in
+:attr:`Decision.endpoint_reason`).
 
 Hysteresis (:func:`next_saturated`, :func:`next_low_acceptance`) is pure too: the runtime
 advances it in one named step per scrape round and feeds the result back as snapshot flags.
@@ -49,6 +53,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from router.features import ParsedRequest, RequestFeatures, prompt_count
+from router.prefix import PrefixRequest, pick_endpoint
 
 __all__ = [
     "Decision",
@@ -130,11 +135,14 @@ class EndpointSnapshot:
         healthy: passes health checks (and not excluded by a failed attempt).
         load: ``max(scraped num_running_reqs + num_queue_reqs, router in-flight)``
             (requests); the in-flight count alone when the scrape is stale.
+        cached_tokens: estimated prompt tokens of this request already cached there
+            (tokens, :meth:`router.prefix.PrefixIndex.match`; 0 without prefix routing).
     """
 
     url: str
     healthy: bool
     load: int
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,12 +177,15 @@ class Decision:
         endpoint: the chosen endpoint's URL, or None unless routed.
         reason: why (:class:`Reason`).
         outcome: routed, refused (``context_cap``) or unavailable (``no_healthy_upstream``).
+        endpoint_reason: why this endpoint inside the pool (:class:`router.prefix.PickReason`
+            value) when prefix routing chose it; None otherwise.
     """
 
     pool: str | None
     endpoint: str | None
     reason: Reason
     outcome: Outcome = Outcome.ROUTED
+    endpoint_reason: str | None = None
 
 
 def output_budget(requested: int | None, prompt_tokens: int, rules: Rules) -> int:
@@ -251,17 +262,25 @@ def flip_points(requested: int | None, n: int, pools: Iterable[PoolShape], rules
     return out
 
 
-def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: int) -> str | None:
+def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: int,
+          prefix: PrefixRequest | None = None, prompt_tokens: int = 0) -> tuple[str, str | None] | None:
+    if prefix is not None:
+        return pick_endpoint(endpoints, prompt_tokens=prompt_tokens, anchor=prefix.anchor,
+                             anchor_tokens=prefix.anchor_tokens, cache_threshold=prefix.cache_threshold,
+                             balance_abs_threshold=prefix.balance_abs_threshold,
+                             balance_rel_threshold=prefix.balance_rel_threshold,
+                             hash_load_factor=prefix.hash_load_factor, exclude=exclude, tie=tie)
     healthy = [e for e in endpoints if e.healthy and e.url not in exclude]
     if not healthy:
         return None
     low = min(e.load for e in healthy)
     ties = sorted(e.url for e in healthy if e.load == low)
-    return ties[tie % len(ties)]
+    return ties[tie % len(ties)], None
 
 
 def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rules, *,
-           exclude: frozenset[str] = frozenset(), tie_break: int = 0) -> Decision:
+           exclude: frozenset[str] = frozenset(), tie_break: int = 0,
+           prefix: PrefixRequest | None = None) -> Decision:
     """Choose the pool and endpoint for one request (see the module docstring).
 
     Args:
@@ -270,6 +289,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         rules: the thresholds.
         exclude: endpoint URLs not to use (those that already failed this request).
         tie_break: a per-request integer (e.g. a request counter).
+        prefix: the request's anchor and the prefix-cache thresholds (None: least load).
 
     Returns:
         The :class:`Decision`; never raises.
@@ -279,7 +299,8 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     seq = features.sequence_tokens
     tie = rules.seed + tie_break
     spec_reason: Reason | None = None
-    fallback: tuple[str, str] | None = None
+    fallback: tuple[str, tuple[str, str | None]] | None = None
+    p = features.prompt_tokens
     for pool in pools:
         if not pool.speculative:
             continue
@@ -287,23 +308,23 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
                 or features.prompt_tokens > rules.long_prompt_tokens):
             reason = Reason.LONG_CONTEXT
         else:
-            endpoint = _pick(pool.endpoints, exclude, tie)
-            if endpoint is None:
+            picked = _pick(pool.endpoints, exclude, tie, prefix, p)
+            if picked is None:
                 reason = Reason.SPEC_UNHEALTHY
             elif pool.saturated or pool.low_acceptance:
                 reason = Reason.SATURATED if pool.saturated else Reason.LOW_ACCEPTANCE
-                fallback = fallback or (pool.name, endpoint)
+                fallback = fallback or (pool.name, picked)
             else:
-                return Decision(pool.name, endpoint, Reason.SPECULATIVE)
+                return Decision(pool.name, picked[0], Reason.SPECULATIVE, endpoint_reason=picked[1])
         spec_reason = spec_reason or reason
     for pool in pools:
         if pool.speculative or seq > pool.limit:
             continue
-        endpoint = _pick(pool.endpoints, exclude, tie)
-        if endpoint is not None:
-            return Decision(pool.name, endpoint, spec_reason or Reason.PLAIN_ONLY)
+        picked = _pick(pool.endpoints, exclude, tie, prefix, p)
+        if picked is not None:
+            return Decision(pool.name, picked[0], spec_reason or Reason.PLAIN_ONLY, endpoint_reason=picked[1])
     if fallback is not None:
-        return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY)
+        return Decision(fallback[0], fallback[1][0], Reason.PLAIN_UNHEALTHY, endpoint_reason=fallback[1][1])
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
 
 

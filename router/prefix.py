@@ -79,6 +79,7 @@ __all__ = [
     "PickReason",
     "PrefixChain",
     "PrefixIndex",
+    "PrefixRequest",
     "chain_for_request",
     "first_user_end",
     "pick_endpoint",
@@ -282,6 +283,25 @@ class PrefixIndex:
     def endpoints(self) -> list[str]:
         """Endpoints with at least one key, sorted."""
         return sorted(u for u, v in self._lru.items() if v)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixRequest:
+    """What :func:`router.policy.decide` needs to call :func:`pick_endpoint` for a request.
+
+    Attributes:
+        anchor: the request's anchor (:attr:`PrefixChain.anchor`), or None.
+        anchor_tokens: the anchor's whole blocks in tokens (a match must exceed it).
+        cache_threshold, balance_abs_threshold, balance_rel_threshold, hash_load_factor: as
+            :func:`pick_endpoint` (``routing.prefix_cache``).
+    """
+
+    anchor: int | None
+    anchor_tokens: int = 0
+    cache_threshold: float = 0.3
+    balance_abs_threshold: int = 64
+    balance_rel_threshold: float = 1.5
+    hash_load_factor: float = 1.25
 
 
 @dataclass(frozen=True, slots=True)
