@@ -269,7 +269,8 @@ def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: i
                              anchor_tokens=prefix.anchor_tokens, cache_threshold=prefix.cache_threshold,
                              balance_abs_threshold=prefix.balance_abs_threshold,
                              balance_rel_threshold=prefix.balance_rel_threshold,
-                             hash_load_factor=prefix.hash_load_factor, exclude=exclude, tie=tie)
+                             hash_load_factor=prefix.hash_load_factor, exclude=exclude, tie=tie,
+                             continued=prefix.continued)
     healthy = [e for e in endpoints if e.healthy and e.url not in exclude]
     if not healthy:
         return None

@@ -539,7 +539,7 @@ class Runtime:
         prefix = None
         if chain is not None and self.prefix:
             prefix = PrefixRequest(chain.anchor, chain.tokens(chain.anchor_blocks, features.prompt_tokens),
-                                   **self._prefix_params)
+                                   chain.continued, **self._prefix_params)
         return decide(features, self.snapshots(now, matches), self.rules, exclude=exclude,
                       tie_break=next(self._tie), prefix=prefix)
 

@@ -49,11 +49,12 @@ Structure (cheap on the hot path in Python: no tree walk, a few dict look-ups):
      match no longer than the shared system prompt is not this conversation's) -> the best
      matching endpoint (ties: least load, then rendezvous rank).
   3. ``rendezvous``: the request has an anchor -> the endpoint with the highest
-     ``rendezvous_score(url, anchor)`` among those whose load stays within the bound
+     ``rendezvous_score(url, anchor)``; for a new conversation (no assistant turn yet) only
+     among those whose load stays within the bound
      ``load + 1 <= ceil(hash_load_factor * (total load + 1) / endpoints)`` (the least loaded
-     always qualify). Replicas that share no state place a new conversation on the same
-     endpoint, and a conversation whose match was evicted, or that a replica has not seen,
-     goes back to it.
+     always qualify), for a continued one among all. Replicas that share no state place a new
+     conversation on the same endpoint, and a conversation whose match was evicted, or that a
+     replica has not seen, goes back to it.
   4. ``least_load``: no anchor (token-id or batched prompts, prefix routing off) -> least load,
      ties broken by ``tie`` over URLs in order (the router's round-robin tie-break).
 
@@ -108,6 +109,8 @@ class PrefixChain(NamedTuple):
             as this conversation's own.
         chars: length of the rendered prompt (characters).
         block_chars: block size (characters).
+        continued: the prompt continues a conversation (a chat with an assistant message):
+            some replica already placed it, so its rendezvous choice ignores the load bound.
     """
 
     keys: tuple[int, ...]
@@ -115,6 +118,7 @@ class PrefixChain(NamedTuple):
     anchor_blocks: int
     chars: int
     block_chars: int
+    continued: bool = False
 
     def tokens(self, blocks: int, prompt_tokens: int) -> int:
         """Estimated tokens in the first ``blocks`` blocks: their characters times the prompt's
@@ -135,7 +139,7 @@ def _stable_hash(text: str) -> int:
 
 
 def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: int | None = None,
-                 anchor_blocks: int = 4) -> PrefixChain:
+                 anchor_blocks: int = 4, continued: bool = False) -> PrefixChain:
     """The block keys and anchor of one rendered prompt.
 
     Args:
@@ -145,6 +149,7 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
         anchor_end: end (character offset) of the conversation's anchor, e.g.
             :func:`first_user_end`; None: the first ``anchor_blocks`` blocks.
         anchor_blocks: anchor length in blocks when ``anchor_end`` is None.
+        continued: see :attr:`PrefixChain.continued`.
 
     Cost: one slice and one tuple hash per block, and one CRC-32/Adler-32 over the anchor.
     """
@@ -162,7 +167,7 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
         anchor_end = anchor_blocks * block_chars
     anchor_end = min(anchor_end, size, max_blocks * block_chars)
     return PrefixChain(tuple(keys), _stable_hash(text[:anchor_end]), min(anchor_end // block_chars, n),
-                       size, block_chars)
+                       size, block_chars, continued)
 
 
 def first_user_end(text: str, messages: Sequence[Any]) -> int | None:
@@ -191,16 +196,21 @@ def chain_for_request(rendered: Any, doc: dict[str, Any], kind: str, *, block_ch
                       max_blocks: int, anchor_blocks: int) -> PrefixChain | None:
     """The chain of a request from its :class:`router.features.Rendered` prompt (no re-render).
 
-    Chat: anchored at the first user message. One text completion prompt: the first
-    ``anchor_blocks`` blocks. Token-id prompts and batches of prompts: None (least load).
+    Chat: anchored at the first user message, ``continued`` when an assistant message is in
+    the conversation. One text completion prompt: the first ``anchor_blocks`` blocks. Token-id
+    prompts and batches of prompts: None (least load).
     """
     texts = getattr(rendered, "texts", ())
     if len(texts) != 1:
         return None
     text = texts[0]
-    end = first_user_end(text, doc.get("messages") or ()) if kind == "chat" else None
+    end, continued = None, False
+    if kind == "chat":
+        messages = doc.get("messages") or ()
+        end = first_user_end(text, messages)
+        continued = any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
     return prefix_chain(text, block_chars=block_chars, max_blocks=max_blocks, anchor_end=end,
-                        anchor_blocks=anchor_blocks)
+                        anchor_blocks=anchor_blocks, continued=continued)
 
 
 class PrefixIndex:
@@ -292,12 +302,14 @@ class PrefixRequest:
     Attributes:
         anchor: the request's anchor (:attr:`PrefixChain.anchor`), or None.
         anchor_tokens: the anchor's whole blocks in tokens (a match must exceed it).
+        continued: :attr:`PrefixChain.continued`.
         cache_threshold, balance_abs_threshold, balance_rel_threshold, hash_load_factor: as
             :func:`pick_endpoint` (``routing.prefix_cache``).
     """
 
     anchor: int | None
     anchor_tokens: int = 0
+    continued: bool = False
     cache_threshold: float = 0.3
     balance_abs_threshold: int = 64
     balance_rel_threshold: float = 1.5
@@ -332,7 +344,8 @@ def rendezvous_score(url: str, anchor: int) -> int:
 def pick_endpoint(candidates: Sequence[Any], *, prompt_tokens: int, anchor: int | None,
                   anchor_tokens: int = 0, cache_threshold: float = 0.3, balance_abs_threshold: int = 64,
                   balance_rel_threshold: float = 1.5, hash_load_factor: float = 1.25,
-                  exclude: Collection[str] = (), tie: int = 0) -> tuple[str, PickReason] | None:
+                  exclude: Collection[str] = (), tie: int = 0,
+                  continued: bool = False) -> tuple[str, PickReason] | None:
     """Choose the endpoint for one request inside a pool (see the module docstring).
 
     Args:
@@ -348,6 +361,9 @@ def pick_endpoint(candidates: Sequence[Any], *, prompt_tokens: int, anchor: int 
             load plus one request, rounded up (ratio >= 1).
         exclude: URLs not to use (they failed this request).
         tie: per-request integer breaking least-load ties (``seed + request counter``).
+        continued: the request continues a conversation (:attr:`PrefixChain.continued`): its
+            rendezvous choice ignores ``hash_load_factor`` (only the load guard moves it), so a
+            replica that did not see the earlier turns sends it where they most likely went.
 
     Returns:
         ``(url, reason)``, or None when no healthy endpoint is left. Never raises.
@@ -379,7 +395,7 @@ def pick_endpoint(candidates: Sequence[Any], *, prompt_tokens: int, anchor: int 
         return _highest(top, anchor), PickReason.PREFIX_MATCH
     if anchor is None:
         return _least_load(live, lo, tie), PickReason.LEAST_LOAD
-    if len(live) > 1:
+    if len(live) > 1 and not continued:
         cap = math.ceil(hash_load_factor * (total + 1) / len(live))
         live = [c for c in live if c.load < cap or c.load == lo]
     return _highest(live, anchor), PickReason.RENDEZVOUS

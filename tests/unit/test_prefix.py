@@ -51,6 +51,10 @@ def cands(*rows: tuple[str, bool, int, int]) -> list[Candidate]:
     ([(A, True, 0, 0), (B, True, 0, 0), (C, True, 0, 0)], {}, (C, PickReason.RENDEZVOUS)),
     ([(A, True, 4, 0), (B, True, 2, 0), (C, True, 6, 0)], {}, (A, PickReason.RENDEZVOUS)),
     ([(A, True, 5, 0), (B, True, 2, 0), (C, True, 5, 0)], {}, (C, PickReason.RENDEZVOUS)),
+    # a continued conversation follows its rendezvous choice whatever the load bound says
+    ([(A, True, 4, 0), (B, True, 2, 0), (C, True, 6, 0)], {"continued": True}, (C, PickReason.RENDEZVOUS)),
+    # ... but not past the load guard
+    ([(A, True, 4, 0), (B, True, 2, 0), (C, True, 90, 0)], {"continued": True}, (B, PickReason.LOAD_GUARD)),
     # unhealthy and excluded endpoints never win, even with the best match
     ([(A, False, 0, 900), (B, True, 3, 0), (C, True, 3, 0)], {}, (C, PickReason.RENDEZVOUS)),
     ([(A, True, 0, 900), (B, True, 3, 0), (C, True, 3, 0)], {"exclude": {A, C}}, (B, PickReason.RENDEZVOUS)),
@@ -103,7 +107,7 @@ def test_chain_blocks_and_anchor() -> None:
 
 
 def test_chain_caps_and_short_prompts() -> None:
-    assert prefix_chain("x" * 15, block_chars=16, max_blocks=4) == ((), None, 0, 15, 16)
+    assert prefix_chain("x" * 15, block_chars=16, max_blocks=4) == ((), None, 0, 15, 16, False)
     capped = prefix_chain("x" * 1000, block_chars=16, max_blocks=4)
     assert len(capped.keys) == 4 and capped.anchor_blocks == 4
     assert capped.tokens(2, 100) == 2 * 16 * 100 // 1000
@@ -113,7 +117,11 @@ def test_chain_for_request_kinds() -> None:
     text = "<|user|>" + "q" * 40 + "\n<|assistant|>"
     doc = {"messages": [{"role": "user", "content": [{"type": "text", "text": "q" * 40}]}]}
     chat = chain_for_request(Rendered(texts=(text,)), doc, "chat", block_chars=8, max_blocks=99, anchor_blocks=2)
-    assert chat is not None and chat.anchor_blocks == (8 + 40) // 8
+    assert chat is not None and chat.anchor_blocks == (8 + 40) // 8 and not chat.continued
+    doc2 = {"messages": [*doc["messages"], {"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]}
+    later = chain_for_request(Rendered(texts=(text + "a\n<|user|>b\n<|assistant|>",)), doc2, "chat",
+                              block_chars=8, max_blocks=99, anchor_blocks=2)
+    assert later is not None and later.continued and later.anchor == chat.anchor
     comp = chain_for_request(Rendered(texts=(text,), special=True), {"prompt": text}, "completions",
                              block_chars=8, max_blocks=99, anchor_blocks=2)
     assert comp is not None and comp.anchor_blocks == 2
