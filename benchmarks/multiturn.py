@@ -136,6 +136,8 @@ def main() -> int:
     ap.add_argument("--prefill-s-per-token", type=float, default=2e-5)
     ap.add_argument("--targets", default="perfect,specgate-least-load,specgate,specgate-2-replicas,"
                                          "rust-cache_aware,rust-round_robin")
+    ap.add_argument("--hash-load-factor", type=float, default=None,
+                    help="routing.prefix_cache.hash_load_factor for specgate (default: the config default)")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
     ap.add_argument("--out", default="bench-multiturn.json")
     args = ap.parse_args()
@@ -172,7 +174,8 @@ def main() -> int:
             "limits": {"max_context_tokens": 65536, "default_max_tokens": 64},
             "pools": [{"name": "plain", "speculative": False, "endpoints": fakes}],
             "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 100000, "exit": 99999},
-                        "prefix_cache": {"enabled": enabled}},
+                        "prefix_cache": {"enabled": enabled, **({"hash_load_factor": args.hash_load_factor}
+                                                                if args.hash_load_factor else {})}},
             "scrape": {"interval_s": 0.2, "timeout_s": 1.0, "stale_after_s": 1.0},
             "server": {"log_requests": False}}))
         spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port", str(port)],

@@ -305,7 +305,10 @@ class PrefixCacheConfig(_Strict):
             SGLang's ``balance_abs_threshold``, 64).
         balance_rel_threshold: and ``max > this * min`` (ratio; SGLang's 1.5).
         hash_load_factor: a new conversation's rendezvous choice is skipped when its load
-            would exceed this factor of the mean (ratio; 1.25 as SGLang's ``prefix_hash``).
+            would exceed this factor of the mean (ratio; SGLang's ``prefix_hash`` uses 1.25,
+            but 2.0 kept every turn cached with 1 and 2 router replicas in
+            ``benchmarks/multiturn.py``, where 1.25 and 1.5 lost up to 12%: a conversation
+            moved off its hash on one replica misses on the others).
     """
 
     enabled: StrictBool = True
@@ -316,7 +319,7 @@ class PrefixCacheConfig(_Strict):
     cache_threshold: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.3
     balance_abs_threshold: NonNegativeInt = 64
     balance_rel_threshold: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
-    hash_load_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.25
+    hash_load_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 2.0
 
 
 class RoutingConfig(_Strict):

@@ -313,7 +313,7 @@ class PrefixRequest:
     cache_threshold: float = 0.3
     balance_abs_threshold: int = 64
     balance_rel_threshold: float = 1.5
-    hash_load_factor: float = 1.25
+    hash_load_factor: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,7 +343,7 @@ def rendezvous_score(url: str, anchor: int) -> int:
 
 def pick_endpoint(candidates: Sequence[Any], *, prompt_tokens: int, anchor: int | None,
                   anchor_tokens: int = 0, cache_threshold: float = 0.3, balance_abs_threshold: int = 64,
-                  balance_rel_threshold: float = 1.5, hash_load_factor: float = 1.25,
+                  balance_rel_threshold: float = 1.5, hash_load_factor: float = 2.0,
                   exclude: Collection[str] = (), tie: int = 0,
                   continued: bool = False) -> tuple[str, PickReason] | None:
     """Choose the endpoint for one request inside a pool (see the module docstring).

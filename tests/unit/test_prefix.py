@@ -65,7 +65,7 @@ def cands(*rows: tuple[str, bool, int, int]) -> list[Candidate]:
     ([(A, True, 1, 500), (B, True, 1, 500)], {"anchor": None, "tie": 1}, (B, PickReason.PREFIX_MATCH)),
 ])
 def test_pick_table(rows, kw, expected) -> None:
-    args = {"prompt_tokens": 1000, "anchor": ANCHOR, **kw}
+    args = {"prompt_tokens": 1000, "anchor": ANCHOR, "hash_load_factor": 1.25, **kw}
     assert pick_endpoint(cands(*rows), **args) == expected
 
 
@@ -77,10 +77,13 @@ def test_pick_nothing_healthy() -> None:
 def test_the_least_loaded_is_always_within_the_load_bound() -> None:
     # cap = ceil(1.25 * (0 + 0 + 1) / 2) = 1: both idle endpoints qualify, rank decides
     assert pick_endpoint(cands((A, True, 0, 0), (B, True, 0, 0)), prompt_tokens=10,
-                         anchor=ANCHOR) == (A, PickReason.RENDEZVOUS)
+                         anchor=ANCHOR, hash_load_factor=1.25) == (A, PickReason.RENDEZVOUS)
     # C (rank 1) at 1, the others at 0: cap = ceil(1.25 * 2 / 3) = 1, so C (1 + 1 > 1) is out
     assert pick_endpoint(cands((A, True, 0, 0), (B, True, 0, 0), (C, True, 1, 0)), prompt_tokens=10,
-                         anchor=ANCHOR) == (A, PickReason.RENDEZVOUS)
+                         anchor=ANCHOR, hash_load_factor=1.25) == (A, PickReason.RENDEZVOUS)
+    # with the default factor 2.0: cap = ceil(2 * 2 / 3) = 2, so C (1 + 1 <= 2) keeps its rank
+    assert pick_endpoint(cands((A, True, 0, 0), (B, True, 0, 0), (C, True, 1, 0)), prompt_tokens=10,
+                         anchor=ANCHOR) == (C, PickReason.RENDEZVOUS)
 
 
 # -- chains ------------------------------------------------------------------------------------
