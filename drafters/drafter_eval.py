@@ -478,7 +478,7 @@ def add_eval_command(subparsers: argparse._SubParsersAction) -> None:  # type: i
     )
     p.add_argument("--prompts", type=int, default=64, help="held-out prompts (default 64)")
     p.add_argument("--prompt-tokens", type=int, default=48, help="tokens per prompt")
-    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--max-new-tokens", type=int, default=96, help="tokens generated per prompt (default 96)")
     p.add_argument("--seed", type=int, default=0, help="prompt choice and offline sampling")
     p.add_argument(
         "--c",

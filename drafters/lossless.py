@@ -117,6 +117,6 @@ def add_verify_command(sub: argparse._SubParsersAction) -> None:  # type: ignore
     p.add_argument("--spec", required=True, help="speculative SGLang server URL")
     p.add_argument("--plain", required=True, help="plain SGLang server URL")
     p.add_argument("--prompts", default=None, help="file: one prompt per line (\\n escapes) or JSONL {text}")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=_cmd)

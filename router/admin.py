@@ -13,6 +13,9 @@ shared state so that every replica applies it at its next sync (:mod:`router.sta
 memory backend it applies to this process), then applied here at once. When Redis cannot take
 the write the answer is 503 ``shared_state_unavailable`` and nothing changes. The YAML stays
 the base: a config reload keeps the overrides on top of the new YAML.
+
+``GET /drain`` (loopback clients only, else 403) starts the graceful drain of
+:mod:`router.drain`: the preStop hook of the router pods.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
 from router.config import ConfigError, Overrides, RoutingConfig, parse_overrides
+from router.drain import is_loopback
 from router.errors import InvalidRequest, PermissionDenied, RequestTooLarge
 
 __all__ = ["install_admin_routes"]
@@ -87,7 +91,7 @@ async def _store(state: Any, overrides: Overrides) -> None:
 
 
 def install_admin_routes(app: FastAPI) -> None:
-    """Register ``GET/PUT/DELETE /admin/config`` on ``app``."""
+    """Register ``GET/PUT/DELETE /admin/config`` and ``GET /drain`` on ``app``."""
 
     @app.get("/admin/config")
     async def get_config(request: Request) -> Response:
@@ -105,4 +109,15 @@ def install_admin_routes(app: FastAPI) -> None:
         await _store(state, Overrides())
         return JSONResponse(_view(state))
 
-    del get_config, put_config, delete_config  # registered
+    @app.get("/drain")
+    async def drain(request: Request) -> Response:
+        """Start the graceful drain (router/drain.py; the Kubernetes preStop hook runs
+        ``specgate drain``). Loopback clients only, so nobody outside the pod can drain it:
+        anyone else gets 403. Idempotent; answers the drain's state at once."""
+        if not is_loopback(request.scope):
+            raise PermissionDenied("GET /drain is accepted from the pod itself (loopback) only")
+        drainer = request.app.drain
+        drainer.begin("GET /drain")
+        return JSONResponse(drainer.status())
+
+    del get_config, put_config, delete_config, drain  # registered

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from typing import Any
 
@@ -19,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
+from router.acceptance import CLASSES
 from router.admin import install_admin_routes
 from router.errors import (
     AuthenticationError,
@@ -39,13 +41,28 @@ from router.features import (
     parse_chat,
     parse_completions,
 )
+from router.observe import ResponseObserver, wants_tools
 from router.policy import Outcome, Reason, flip_points, over_length_message, request_features
 from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse
+from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 
 __all__ = ["GENERATE_ROUTES", "install_routes", "serve_generate"]
 
 access_log = logging.getLogger("specgate.access")
+
+
+#: A client ``x-request-id`` the router adopts: a token of at most 128 characters.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
+
+
+def client_request_id(value: str | None) -> str | None:
+    """The client's ``x-request-id`` when it is a sane token (letters, digits, ``._:@/+=-``,
+    1-128 characters), else None (the router then uses its own id). The adopted id is echoed
+    in the response's ``x-request-id``, sent upstream and written in the access log."""
+    if value is not None and _REQUEST_ID.fullmatch(value):
+        return value
+    return None
 
 
 def _state(request: Request) -> Any:
@@ -152,13 +169,16 @@ async def _generate(request: Request, kind: str) -> Response:
     cfg = runtime.config
     limits = cfg.limits
     received = time.perf_counter()
-    request_id = state.next_request_id()
+    own_id = state.next_request_id()
+    request_id = client_request_id(request.headers.get("x-request-id")) or own_id
     request.state.request_id = request_id
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
+    if kind == "responses":
+        check_served(runtime)
     body = await _read_body(request, limits.max_request_bytes)
     doc = _parse_json(request, body)
-    parsed = (parse_chat if kind == "chat" else parse_completions)(doc, max_n=limits.max_n)
+    parsed = _PARSERS[kind](doc, max_n=limits.max_n)
     request.state.param = parsed.param
     model = doc.get("model")
     if model is not None and not cfg.model.serves(model):
@@ -187,35 +207,43 @@ async def _generate(request: Request, kind: str) -> Response:
     if decision.outcome is Outcome.UNAVAILABLE:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
+    if decision.predicted:
+        state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
     if chain is not None:
         _note_prefix(state, runtime, decision, chain, matches, prompt_tokens)
-    lease = runtime.endpoint(decision.endpoint).lease()
+    lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class)
     try:
         fields: dict[str, Any] = {}
         if model is None:  # served as the configured model (SGLang would answer as "default")
             fields["model"] = cfg.model.name
         if features.budget_defaulted:
             fields["max_tokens"] = features.max_new_tokens
-        abort_rids = _abort_rids(doc, features, request_id, fields)
+        # the engine rid stays the router's own id: a client may reuse its x-request-id
+        # (retries), and SGLang refuses a rid that is already running
+        abort_rids = (responses_fields if kind == "responses" else _abort_rids)(doc, features, own_id, fields)
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
-                       received_at=received)
+                       received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
+                       observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None)
     except BaseException:
         lease.release()
         raise
 
-    def redecide(excluded: frozenset[str]) -> Any:
+    def redecide(excluded: frozenset[str], excluded_pools: frozenset[str] = frozenset()) -> Any:
         rt = state.runtime
+        if excluded_pools:  # a pool that refused for capacity is skipped whole
+            excluded = excluded | {u for p in rt.pools if p.name in excluded_pools for u in p.endpoints}
         d = rt.decide(features, state.clock(), exclude=excluded, chain=chain, matches=matches)
         if d.outcome is not Outcome.ROUTED:
             return d
         if chain is not None:
             _note_prefix(state, rt, d, chain, matches, prompt_tokens)
-        return d, rt.endpoint(d.endpoint).lease()
+        return d, rt.endpoint(d.endpoint).lease(features.temperature_class)
 
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
-                         retry_after_s=cfg.health.retry_after_s)
+                         retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
+                         clock=state.clock)
 
 
 def _note_prefix(state: Any, runtime: Any, decision: Any, chain: PrefixChain,
@@ -261,6 +289,10 @@ def _finish(state: Any, job: ProxyJob) -> None:
         m.upstream_failures.inc((pool, job.outcome))
     if "aborted" in job.extra:
         m.upstream_aborts.inc((pool,))
+    for stale_pool in job.stale_retries:
+        m.upstream_stale_retries.inc((stale_pool,))
+    for refused in job.rejections:
+        m.engine_rejections.inc(refused)
     if state.runtime.config.server.log_requests:
         access_log.info(orjson.dumps({
             "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
@@ -269,6 +301,8 @@ def _finish(state: Any, job: ProxyJob) -> None:
             "prompt_tokens": job.features.prompt_tokens, "prompt_tokens_exact": job.features.prompt_exact,
             "max_tokens": job.features.max_new_tokens,
             "n": job.features.n, "stream": job.features.stream, "attempts": job.attempts,
+            "temperature_class": job.features.temperature_class,
+            "predicted_s": {p: round(t, 4) for p, t in job.decision.predicted} or None,
             "ttfb_s": None if job.ttfb_s is None else round(job.ttfb_s, 6),
             "duration_s": round(duration, 6)}).decode())
 
@@ -304,11 +338,16 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
 
 
 #: The generation routes served by :func:`serve_generate` (path -> request kind).
-GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions",
+                   "/v1/responses": "responses"}
+
+#: Each generation kind's parser (:mod:`router.features`, :mod:`router.responses`).
+_PARSERS = {"chat": parse_chat, "completions": parse_completions, "responses": parse_responses}
 
 
 async def serve_generate(scope: dict[str, Any], receive: Any, send: Any, kind: str) -> None:
-    """ASGI handler of ``POST /v1/chat/completions`` (``kind="chat"``) and ``/v1/completions``.
+    """ASGI handler of ``POST /v1/chat/completions`` (``kind="chat"``), ``/v1/completions`` and
+    ``/v1/responses`` (:mod:`router.responses`).
 
     Called by :class:`router.app.RouterApp` ahead of FastAPI's middleware stack and router,
     which cost about a sixth of the proxy's CPU per request (issue 8's profile); errors get the
@@ -339,6 +378,10 @@ def install_routes(app: FastAPI) -> None:
     async def completions(request: Request) -> Response:
         return await _generate(request, "completions")
 
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await _generate(request, "responses")
+
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
         runtime = _state(request).runtime
@@ -358,12 +401,25 @@ def install_routes(app: FastAPI) -> None:
         """Ready while a pool has a healthy endpoint; a degraded shared state is shown, not fatal."""
         state = _state(request)
         runtime = state.runtime
+        now = state.clock()
+        max_age = runtime.routing.acceptance.max_age_s
+
+        def age(value: float | None) -> float | None:
+            return None if value is None else round(value, 3)
+
         pools = {p.name: {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
                           "endpoints": len(p.endpoints), "saturated": p.saturated,
-                          "low_acceptance": p.low_acceptance} for p in runtime.pools}
-        ok = runtime.ready()
-        return JSONResponse({"ready": ok, "pools": pools, "shared_state": state.shared.status()},
-                            status_code=200 if ok else 503)
+                          "low_acceptance": p.low_acceptance,
+                          "low_acceptance_classes": sorted(p.bypass.low_classes()),
+                          "signal_age_s": {"scrape": age(p.scrape_age_s(now)),
+                                           **{f"acceptance_{c}": age(p.signal_age_s(c, now)) for c in CLASSES}},
+                          "accept_length_estimate": {c: p.estimated_accept_length(c, now, max_age) for c in CLASSES}}
+                 for p in runtime.pools}
+        drain = getattr(request.app, "drain", None)  # router.drain: not ready from the drain's start
+        draining = drain is not None and drain.active
+        ok = runtime.ready() and not draining
+        return JSONResponse({"ready": ok, "draining": draining, "pools": pools,
+                             "shared_state": state.shared.status()}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
@@ -392,5 +448,8 @@ def install_routes(app: FastAPI) -> None:
         logging.getLogger("specgate").exception("internal error")
         return _error_response(request, SpecgateError("internal router error"))
 
-    del chat_completions, completions, models, health, ready, metrics  # registered
+    del chat_completions, completions, responses, models, health, ready, metrics  # registered
     install_admin_routes(app)
+    from router.passthrough import install_passthrough_routes  # (it imports this module)
+
+    install_passthrough_routes(app)

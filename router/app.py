@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +31,21 @@ import aiohttp
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from router.acceptance import CLASSES
 from router.api import GENERATE_ROUTES, serve_generate
-from router.auth import load_auth
+from router.auth import Auth, load_auth, load_engine_key
 from router.config import Config, load_config
 from router.discovery import Discovery, DiscoverySettings
+from router.drain import CUT_KEY, Drainer
 from router.features import PromptCounter
 from router.metrics import RouterMetrics
 from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
+from router.upstream import connection_trace_config
 
-__all__ = ["AppState", "RouterApp", "create_app", "tune_interpreter"]
+__all__ = ["AppState", "RouterApp", "RuntimeInputs", "build_runtime", "create_app", "load_runtime_inputs",
+           "tune_interpreter"]
 
 log = logging.getLogger("specgate")
 
@@ -52,19 +57,27 @@ class AppState:
         config_path: the operator YAML (None when built from a Config value).
         runtime: the current :class:`Runtime`; replaced whole on reload.
         session: the one upstream HTTP client.
+        fresh_session: a client that never reuses a connection (``force_close``), for the one
+            resend after a reused keep-alive connection broke (:mod:`router.proxy`); None when
+            the session was injected (the resend then goes through ``session``).
         executor: threads for tokenisation (off the event loop).
         metrics: the router's Prometheus series.
         shared: the shared state (:mod:`router.state`).
         clock: monotonic clock (s).
         discovery: the Kubernetes endpoint watchers (:mod:`router.discovery`; idle when no
             pool has a ``discovery`` block).
+        scrape_rounds: scrape rounds finished (each advanced the bypass hysteresis once).
+        reloads_ok, reloads_failed: config reloads applied / rejected (``reloads`` is their
+            sum: every change the reloader acted on). Tests wait on these counters.
     """
 
     def __init__(self, runtime: Runtime, *, config_path: Path | None, session: aiohttp.ClientSession,
                  executor: ThreadPoolExecutor, metrics: RouterMetrics,
                  shared: MemoryState | RedisState | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 fresh_session: aiohttp.ClientSession | None = None) -> None:
         self.runtime = runtime
+        self.fresh_session = fresh_session
         self.shared = shared if shared is not None else MemoryState()
         self.config_path = config_path
         self.session = session
@@ -73,6 +86,9 @@ class AppState:
         self.clock = clock
         self.tasks: set[asyncio.Task[Any]] = set()
         self.discovery: Discovery | None = None
+        self.scrape_rounds = 0
+        self.reloads_ok = 0
+        self.reloads_failed = 0
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
 
@@ -86,16 +102,24 @@ class AppState:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    @property
+    def reloads(self) -> int:
+        """Config changes the reloader acted on, applied or rejected."""
+        return self.reloads_ok + self.reloads_failed
+
     def on_scrape_round(self, runtime: Runtime) -> None:
         """After each scrape round: advance the bypass hysteresis (the one place it moves),
         forget unhealthy endpoints in the prefix indexes, then copy pool state into the gauges."""
         runtime.advance_bypass(self.clock())
         runtime.prune_prefix()
         self.refresh_gauges(runtime)
+        self.scrape_rounds += 1
 
     def refresh_gauges(self, runtime: Runtime | None = None) -> None:
-        """Copy pool state into the gauges (after each scrape round and on ``/metrics``);
-        changes no routing state."""
+        """Copy pool state into the gauges (after each scrape round and on ``/metrics``).
+
+        Read-only on the pools: the bypass gauges show the flags as the last scrape round left them (reading ``/metrics`` never advances the hysteresis).
+        """
         runtime = runtime or self.runtime
         now = self.clock()
         m = self.metrics
@@ -111,6 +135,14 @@ class AppState:
                 m.bypass.labels(pool.name, "saturated").set(int(pool.saturated))
                 m.bypass.labels(pool.name, "low_acceptance").set(int(pool.low_acceptance))
                 m.accept_length.labels(pool.name).set(pool.accept_length(now, stale) or 0.0)
+                max_age = runtime.routing.acceptance.max_age_s
+                for cls in CLASSES:
+                    m.accept_length_estimate.labels(pool.name, cls).set(
+                        pool.estimated_accept_length(cls, now, max_age) or 0.0)
+                    age = pool.signal_age_s(cls, now)
+                    m.signal_age.labels(pool.name, f"acceptance_{cls}").set(-1.0 if age is None else age)
+            scrape_age = pool.scrape_age_s(now)
+            m.signal_age.labels(pool.name, "scrape").set(-1.0 if scrape_age is None else scrape_age)
         routing, active = runtime.routing, runtime.overrides.flat()
         for key, value, path in (
                 ("long_prompt_tokens", routing.long_prompt_tokens, "routing.long_prompt_tokens"),
@@ -165,20 +197,74 @@ class RouterApp(FastAPI):
     too, so the app behaves the same when mounted elsewhere.
     """
 
+    #: The process's drain state (:mod:`router.drain`), set by :func:`create_app`.
+    drain: Drainer
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:  # type: ignore[override]
-        if scope["type"] == "http" and scope["method"] == "POST":
-            kind = GENERATE_ROUTES.get(scope["path"])
-            if kind is not None:
-                scope["app"] = self
-                await serve_generate(scope, receive, send, kind)
-                return
+        if scope["type"] == "http":
+            if scope["method"] == "POST":
+                kind = GENERATE_ROUTES.get(scope["path"])
+                if kind is not None:
+                    scope["app"] = self
+                    # Tracked for the drain (router.drain), inline: this is the hot path, and a
+                    # wrapper coroutine per request cost ~3 us more.
+                    drain = self.drain
+                    if drain.active:
+                        send = drain.closing(send)
+                    task = asyncio.current_task()
+                    drain.inflight[task] = scope  # type: ignore[index]
+                    try:
+                        await serve_generate(scope, receive, send, kind)
+                    except asyncio.CancelledError:
+                        if not scope.get(CUT_KEY):
+                            raise
+                        task.uncancel()  # type: ignore[union-attr]
+                        await drain.send_cut(scope, send)
+                    else:
+                        if drain.active:
+                            drain.drained += 1
+                    finally:
+                        drain.inflight.pop(task, None)  # type: ignore[arg-type]
+                    return
+            if self.drain.active:
+                send = self.drain.closing(send)
         await super().__call__(scope, receive, send)
 
 
-def _build_counter(config: Config, previous: Runtime | None) -> PromptCounter:
-    if previous is not None and getattr(previous.counter, "path", None) == config.model.tokenizer:
-        return previous.counter  # type: ignore[return-value]
-    return PromptCounter(config.model.tokenizer)
+@dataclass(frozen=True, slots=True)
+class RuntimeInputs:
+    """What a :class:`Runtime` is built from, loaded off the event loop.
+
+    Attributes:
+        config: the validated YAML.
+        counter: the prompt token counter (the previous one when the tokenizer path is unchanged).
+        auth: the resolved API keys.
+    """
+
+    config: Config
+    counter: PromptCounter
+    auth: Auth
+
+
+def load_runtime_inputs(config: Config | Path, previous_counter: object = None) -> RuntimeInputs:
+    """Do a runtime's I/O: read and validate the YAML (when given a path), load the tokenizer
+    (unless ``previous_counter`` has the same path) and read the API key files and variables.
+
+    Touches no live object, so it may run in a worker thread; build the :class:`Runtime` from
+    the result on the event loop.
+
+    Raises:
+        ConfigError: invalid YAML, or a configured API key source missing or empty.
+        OSError: the file or the tokenizer cannot be read.
+        Exception: whatever the tokenizer library raises on a corrupt file.
+    """
+    if not isinstance(config, Config):
+        config = load_config(config)
+    if previous_counter is not None and getattr(previous_counter, "path", None) == config.model.tokenizer:
+        counter: PromptCounter = previous_counter  # type: ignore[assignment]
+    else:
+        counter = PromptCounter(config.model.tokenizer)
+    return RuntimeInputs(config, counter, load_auth(config.auth))
 
 
 def build_runtime(config: Config, previous: Runtime | None = None,
@@ -186,12 +272,16 @@ def build_runtime(config: Config, previous: Runtime | None = None,
     """Build a :class:`Runtime` for ``config``, reusing ``previous``'s tokenizer, endpoints,
     ledger and overrides; reads the API key files and variables (``auth``).
 
+    Does I/O and, with ``previous``, writes to its live endpoints: call it only where no event
+    loop routes with ``previous`` (scripts, benchmarks). The router loads
+    :func:`load_runtime_inputs` in a thread and builds the :class:`Runtime` on its loop.
+
     Raises:
         OSError: when the tokenizer cannot be loaded.
         ConfigError: when a configured API key source is missing or empty.
     """
-    auth = load_auth(config.auth)
-    return Runtime(config, _build_counter(config, previous), previous, ledger=ledger, auth=auth)
+    inputs = load_runtime_inputs(config, previous.counter if previous is not None else None)
+    return Runtime(config, inputs.counter, previous, ledger=ledger, auth=inputs.auth)
 
 
 def create_app(config: str | Path | Config, *, session_factory: Callable[[Config], aiohttp.ClientSession] | None = None,
@@ -222,8 +312,10 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         loop = asyncio.get_running_loop()
         metrics = RouterMetrics(CollectorRegistry(auto_describe=True))
         shared = build_shared_state(cfg.state, metrics=metrics, clock=clock)
-        runtime = await loop.run_in_executor(None, build_runtime, cfg, None, shared.ledger)
+        inputs = await loop.run_in_executor(None, load_runtime_inputs, cfg)
+        runtime = Runtime(cfg, inputs.counter, ledger=shared.ledger, auth=inputs.auth)
         session = (session_factory or _default_session)(cfg)
+        fresh_session = _fresh_session(cfg) if session_factory is None else None
         executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
                                       initializer=_background_priority)
         metrics.config_reloads.labels("success").inc(0)
@@ -231,7 +323,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         metrics.shared_state_degraded_entries.inc(0)
         metrics.config_info.set(time.time())
         state = AppState(runtime, config_path=path, session=session, executor=executor,
-                         metrics=metrics, shared=shared, clock=clock)
+                         metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session)
         app.state.specgate = state
         await shared.start(lambda: state.runtime)
         scraper = Scraper(session, lambda: state.runtime, state.on_scrape_round, clock,
@@ -244,6 +336,17 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             scraper.start()
         if reloader is not None:
             reloader.start()
+        drainer: Drainer = app.drain  # type: ignore[attr-defined]
+
+        def drain_settings() -> tuple[float, float, float]:
+            c = state.runtime.config
+            return c.server.drain_listen_s, c.server.drain_timeout_s, c.upstream.abort_timeout_s
+
+        async def wait_aborts(abort_s: float) -> None:  # the cut requests' /abort_request calls
+            if state.tasks:
+                await asyncio.wait(list(state.tasks), timeout=2 * abort_s + 0.5)
+
+        drainer.configure(drain_settings, wait_aborts)
         gc.collect()
         gc.freeze()  # startup objects (tokenizer, config, app) never need scanning again
         log.info("specgate router ready: pools=%s", [p.name for p in runtime.pools])
@@ -259,16 +362,40 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             await asyncio.gather(*state.tasks, return_exceptions=True)
             await shared.stop()
             await session.close()
+            if fresh_session is not None:
+                await fresh_session.close()
             executor.shutdown(wait=False, cancel_futures=True)
 
     app = RouterApp(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.drain = Drainer(clock)
     install_routes(app)
     return app
 
 
 def _default_session(config: Config) -> aiohttp.ClientSession:
+    """The upstream client: an idle connection is kept ``upstream.keepalive_timeout_s`` seconds
+    (below every engine's keep-alive, checked at config load; aiohttp's own default is 15 s
+    against uvicorn's 5 s, sgl-project/sglang#20851), and a trace tells the proxy whether a
+    request went out on a reused connection (:func:`router.proxy.connection_trace_config`)."""
     connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
-                                     enable_cleanup_closed=False, ttl_dns_cache=300)
+                                     enable_cleanup_closed=False, ttl_dns_cache=300,
+                                     keepalive_timeout=config.upstream.keepalive_timeout_s)
     # No cookie jar: engines set no cookies, and a real jar filters cookies on every request.
+    # The engines' key (auth.engine_api_key*, SGLang --api-key) goes on every engine request:
+    # generation, /abort_request and the scrapes (SGLang exempts /health and /metrics).
+    key = load_engine_key(config.auth)
+    headers = {"authorization": f"Bearer {key}"} if key else None
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-                                 timeout=aiohttp.ClientTimeout(total=None))
+                                 timeout=aiohttp.ClientTimeout(total=None), headers=headers,
+                                 trace_configs=[connection_trace_config()])
+
+
+def _fresh_session(config: Config) -> aiohttp.ClientSession:
+    """A client that opens a new connection per request and closes it after (``force_close``):
+    the one resend after a stale keep-alive connection must not meet another stale one."""
+    key = load_engine_key(config.auth)
+    headers = {"authorization": f"Bearer {key}"} if key else None
+    connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
+                                     enable_cleanup_closed=False, ttl_dns_cache=300, force_close=True)
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+                                 timeout=aiohttp.ClientTimeout(total=None), headers=headers)

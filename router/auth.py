@@ -27,7 +27,7 @@ from pathlib import Path
 from router.config import AuthConfig, ConfigError
 from router.errors import AuthenticationError, PermissionDenied
 
-__all__ = ["Auth", "KeyRing", "bearer_token", "load_auth"]
+__all__ = ["Auth", "KeyRing", "bearer_token", "load_auth", "load_engine_key"]
 
 
 def _digest(key: str) -> bytes:
@@ -171,3 +171,29 @@ def load_auth(config: AuthConfig, environ: Mapping[str, str] | None = None) -> A
     if client is not None and admin is not None and set(client) & set(admin):
         raise ConfigError("auth: an admin key is also a client key")
     return Auth(None if client is None else KeyRing(client), None if admin is None else KeyRing(admin))
+
+
+def load_engine_key(config: AuthConfig, environ: Mapping[str, str] | None = None) -> str | None:
+    """The engines' API key (SGLang ``--api-key``), or None when none is configured.
+
+    Sources, first found wins: ``engine_api_key`` inline, ``engine_api_key_file`` (the first
+    line that is not blank or a ``#`` comment), ``engine_api_key_env``. The router sends it as
+    ``Authorization: Bearer <key>`` on every engine request and never forwards the client's
+    ``Authorization``, cookies or ``x-api-key`` (router/proxy.py builds its own headers).
+
+    Raises:
+        ConfigError: a named file is unreadable or empty, a named variable unset or empty,
+            or the key holds whitespace.
+    """
+    env = os.environ if environ is None else environ
+    if config.engine_api_key is not None:
+        keys = [config.engine_api_key.get_secret_value()]
+    elif config.engine_api_key_file is not None:
+        keys = _file_keys(config.engine_api_key_file, "engine_api_key_file")[:1]
+    elif config.engine_api_key_env is not None:
+        keys = _env_keys(config.engine_api_key_env, env, "engine_api_key_env")[:1]
+    else:
+        return None
+    if not keys or not keys[0] or any(ch.isspace() for ch in keys[0]):
+        raise ConfigError("auth: the engine_api_key source holds no usable key")
+    return keys[0]

@@ -21,6 +21,15 @@ _COMMAND_MODULES = (
 )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specgate")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the full ``specgate`` argument parser.
 
@@ -29,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         namespace and returning an exit code).
     """
     parser = argparse.ArgumentParser(prog="specgate", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"specgate {_version()}",
+                        help="print the installed specgate version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:

@@ -1,67 +1,151 @@
-"""The router's sub-commands: ``specgate router`` and ``specgate config check``."""
+"""The router's sub-commands: ``specgate router``, ``specgate config check``, ``specgate drain``.
+
+Exit statuses: 0 success; 2 a start or check that failed (invalid config, a missing tokenizer
+or key file, a port in use), with one line on stderr saying why and no traceback; ``router``
+exits 1 when its drain had to cut requests (:mod:`router.drain`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from router.config import ConfigError, load_config
+from router.config import Config, ConfigError, load_config
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "check_paths", "mask_url"]
+
+#: A tokenizer directory needs its config and one of these vocabulary files (the files
+#: ``transformers.AutoTokenizer`` loads a fast or slow tokenizer from).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+def mask_url(url: str | None) -> str | None:
+    """``url`` with the password of its userinfo replaced by ``****``
+    (``redis://u:pw@h:6379/0`` -> ``redis://u:****@h:6379/0``)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.password is None and "@" not in parts.netloc:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:****@{host}"))
+
+
+def check_paths(cfg: Config) -> None:
+    """Check that the files the router reads at start exist: the tokenizer directory (with
+    ``tokenizer_config.json`` and a vocabulary file) and every configured key file and
+    variable (:func:`router.auth.load_auth`, :func:`router.auth.load_engine_key`).
+
+    Raises:
+        ConfigError: one line naming the missing path or variable.
+    """
+    from router.auth import load_auth, load_engine_key
+
+    tok = Path(cfg.model.tokenizer)
+    if not tok.is_dir():
+        raise ConfigError(f"model.tokenizer: no such directory: {tok}")
+    if not (tok / "tokenizer_config.json").is_file() or not any((tok / f).is_file() for f in _TOKENIZER_FILES):
+        raise ConfigError(f"model.tokenizer: {tok} holds no tokenizer (needs tokenizer_config.json "
+                          f"and one of {', '.join(_TOKENIZER_FILES)})")
+    load_auth(cfg.auth)
+    load_engine_key(cfg.auth)
+
+
+def _fail(command: str, exc: BaseException) -> int:
+    print(f"specgate {command}: {exc}", file=sys.stderr)
+    return 2
 
 
 def _router(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from router.app import create_app, tune_interpreter
+    from router.app import tune_interpreter
+    from router.server import serve
 
     try:
         cfg = load_config(args.config)
+        check_paths(cfg)
     except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+        return _fail("router", exc)
     logging.basicConfig(level=logging.INFO, format="%(message)s" if args.json_logs else
                         "%(asctime)s %(levelname)s %(name)s %(message)s")
     tune_interpreter()
     host = args.host or cfg.server.host
     port = args.port if args.port is not None else cfg.server.port
-    uvicorn.run(create_app(args.config), host=host, port=port, loop="uvloop", http="httptools",
-                log_level="warning", access_log=False, timeout_keep_alive=30,
-                # no X-Forwarded-* rewriting (nothing reads the client address) and no
-                # `server` header: both cost CPU on every request (issue 8).
-                proxy_headers=False, server_header=False)
-    return 0
+    code = serve(args.config, host, port)
+    # End here, skipping the interpreter's teardown: native extensions the tokenizer stack
+    # loads (triton's nanobind modules) print hundreds of "leaked" lines at finalisation,
+    # which would bury the drain's log line.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
-def _config_check(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.path)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+def effective_config(cfg: Config) -> dict[str, Any]:
+    """The config as ``config check`` prints it: JSON values, every secret masked (keys as
+    ``**********``, the Redis URL's password as ``****``), each pool's effective limits added."""
     effective = cfg.model_dump(mode="json")
+    effective["state"]["redis_url"] = mask_url(cfg.state.redis_url)
     for pool in cfg.pools:
         for item in effective["pools"]:
             if item["name"] == pool.name:
                 item["effective_max_context_tokens"] = cfg.pool_limit(pool)
                 item["effective_draft_reserved_tokens"] = pool.reserved_tokens if pool.speculative else 0
-    print(json.dumps(effective, indent=2, sort_keys=False))
+    return effective
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.path)
+        if not args.no_paths:
+            check_paths(cfg)
+    except ConfigError as exc:
+        return _fail("config check", exc)
+    print(json.dumps(effective_config(cfg), indent=2, sort_keys=False))
+    return 0
+
+
+def _drain(args: argparse.Namespace) -> int:
+    import urllib.error
+    import urllib.request
+
+    url = f"http://127.0.0.1:{args.port}/drain"
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout) as resp:
+            print(resp.read().decode())
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"specgate drain: {url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+        return 1
     return 0
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``router`` and ``config check`` on the ``specgate`` parser."""
+    """Register ``router``, ``config check`` and ``drain`` on the ``specgate`` parser."""
     p = sub.add_parser("router", help="run the OpenAI-compatible router")
-    p.add_argument("--config", required=True, help="operator YAML")
-    p.add_argument("--host", default=None, help="override server.host")
-    p.add_argument("--port", type=int, default=None, help="override server.port")
-    p.add_argument("--json-logs", action="store_true", help="log lines are bare JSON")
+    p.add_argument("--config", required=True, help="the operator YAML (watched and reloaded on change)")
+    p.add_argument("--host", default=None, help="address to listen on (default: server.host)")
+    p.add_argument("--port", type=int, default=None, help="TCP port to listen on (default: server.port)")
+    p.add_argument("--json-logs", action="store_true", help="log lines are bare JSON (no timestamp prefix)")
     p.set_defaults(func=_router)
 
     c = sub.add_parser("config", help="operator config tools")
-    csub = c.add_subparsers(dest="config_command", required=True)
-    check = csub.add_parser("check", help="validate a config file and print the effective config")
-    check.add_argument("path")
+    csub = c.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
+    check = csub.add_parser("check", help="validate a config file and print the effective config "
+                                          "(secrets masked); exit 2 on error")
+    check.add_argument("path", help="the operator YAML to check")
+    check.add_argument("--no-paths", action="store_true",
+                       help="skip the checks that the tokenizer directory and key files exist "
+                            "(for a config meant for another machine)")
     check.set_defaults(func=_config_check)
+
+    d = sub.add_parser("drain", help="start the graceful drain of the router on this host "
+                                     "(GET http://127.0.0.1:PORT/drain; the preStop hook)")
+    d.add_argument("--port", type=int, default=8000, help="the router's TCP port (default 8000)")
+    d.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)")
+    d.set_defaults(func=_drain)

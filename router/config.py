@@ -20,6 +20,11 @@ Cross-field checks made at load time (:func:`load_config` raises :class:`ConfigE
   context limit (sglang#3574: an EAGLE draft trained at 2048 positions crashed engines on
   longer inputs);
 - pool names and endpoint URLs are unique; at least one pool;
+- ``upstream.keepalive_timeout_s < engine_keepalive_s`` of every pool (the router drops an idle
+  connection before the engine closes it, sgl-project/sglang#20851);
+- pool names and endpoint URLs are unique; at least one pool, and one that ``serves``
+  ``generate``; a speculative pool serves only ``generate``/``responses``; ``responses`` is
+  listed on every generation pool or on none;
 - ``state.renew_interval_s * 2 <= state.lease_ttl_s`` (a lease is renewed at least twice per
   TTL) and ``state.op_timeout_s < state.renew_interval_s``;
 - ``auth``: inline keys are non-empty without whitespace, and the admin key is not also a
@@ -65,6 +70,7 @@ __all__ = [
     "SaturationConfig",
     "ScrapeConfig",
     "ServerConfig",
+    "SpeedConfig",
     "StateConfig",
     "UpstreamConfig",
     "load_config",
@@ -160,6 +166,11 @@ class EngineConfig(_Strict):
 
     ``draft_max_positions`` is the drafter's ``max_position_embeddings`` (tokens); when left
     out it is read from ``speculative_draft_model_path/config.json`` if that file exists.
+
+    ``tool_call_parser`` / ``reasoning_parser`` become ``--tool-call-parser`` /
+    ``--reasoning-parser`` (e.g. ``llama3``, ``qwen25``; ``qwen3``, ``deepseek-r1``): the names
+    SGLang's parsers register (``sglang.srt.function_call``, ``sglang.srt.parser``); None
+    leaves the flag out (no tool-call or reasoning parsing, the text stays in ``content``).
     """
 
     model_path: StrictStr
@@ -175,6 +186,8 @@ class EngineConfig(_Strict):
     speculative_eagle_topk: PositiveInt | None = None
     speculative_num_draft_tokens: PositiveInt | None = None
     draft_max_positions: PositiveInt | None = None
+    tool_call_parser: NonEmptyStr | None = None
+    reasoning_parser: NonEmptyStr | None = None
     cpu: StrictBool = False
     extra_args: tuple[StrictStr, ...] = ()
 
@@ -193,12 +206,53 @@ class EngineConfig(_Strict):
 
 
 class DiscoveryConfig(_Strict):
-    """Kubernetes discovery of a pool's endpoints (EndpointSlices with this label selector)."""
+    """Kubernetes discovery of a pool's endpoints (EndpointSlices with this label selector).
+
+    Attributes:
+        resync_s: seconds between two full re-lists while a watch is open (bounds how long a
+            missed watch event can go unnoticed).
+        serve_terminating_when_empty: when no endpoint of the pool is ``ready``, route to the
+            endpoints that are ``serving`` and ``terminating`` (pods draining in a rolling
+            update) as a last resort; off by default, so an empty pool falls back to another
+            pool or answers 503 (docs/operator-guide.md, "Kubernetes discovery").
+    """
 
     namespace: StrictStr = "default"
     label_selector: StrictStr
     port: Annotated[int, Field(strict=True, ge=1, le=65535)]
     scheme: Literal["http", "https"] = "http"
+    resync_s: PositiveFloat = 60.0
+    serve_terminating_when_empty: StrictBool = False
+
+
+#: Endpoint kinds a pool can serve (``PoolConfig.serves``).
+EndpointKind = Literal["generate", "responses", "embeddings", "rerank", "score", "classify"]
+
+
+class SpeedConfig(_Strict):
+    """A pool's speed model for the predicted-completion choice (:mod:`router.predict`).
+
+    Written by ``specgate calibrate`` from measured load tests (``docs/loadtests.md``).
+
+    Attributes:
+        decode_s_per_token: t0, seconds per output token of a batch of one at short context.
+        batch_knee: b_knee, the batch (sequences) at which the step's compute equals t0.
+        attention_s_per_token: seconds per output token per context token.
+        prefill_s_per_token: seconds per uncached prompt token.
+        max_running_requests: sequences the engine runs at once (SGLang's
+            ``--max-running-requests``); None: no queueing term.
+        accept_length_greedy: prior tau (tokens per verify step) of greedy requests on a
+            speculative pool, used while no fresh measurement exists.
+        accept_length_sampled: the same for sampled requests.
+    """
+
+    decode_s_per_token: PositiveFloat
+    batch_knee: PositiveFloat
+    attention_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    prefill_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    max_running_requests: PositiveInt | None = None
+    accept_length_greedy: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
+    accept_length_sampled: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
 
 
 class PoolConfig(_Strict):
@@ -214,6 +268,18 @@ class PoolConfig(_Strict):
         draft_reserved_tokens: tokens a speculative engine reserves per request
             (K in the cases); derived from ``engine`` when left out.
         drafter_cost_ratio: c = T_draft / (gamma * T_target), used by the speedup model.
+        speed: the pool's speed model (:class:`SpeedConfig`); when every pool that may take
+            a request has one, the router sends it where it is predicted to finish first.
+        engine_keepalive_s: the engines' idle keep-alive (seconds; SGLang's
+            ``SGLANG_TIMEOUT_KEEP_ALIVE``, uvicorn's 5 s by default); ``upstream.keepalive_timeout_s``
+            must be below it (sgl-project/sglang#20851).
+        serves: the endpoint kinds the pool's engines answer: ``generate`` (chat and
+            completions), ``responses`` (``/v1/responses``, with ``generate``; opt-in because
+            SGLang serves it only with the ``openai_harmony`` package installed,
+            :mod:`router.responses`) and the pass-through kinds ``embeddings``, ``rerank``,
+            ``score``, ``classify`` (:mod:`router.passthrough`). A pool without ``generate``
+            is never a generation target; a speculative pool serves only ``generate`` and
+            ``responses``.
     """
 
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
@@ -224,9 +290,18 @@ class PoolConfig(_Strict):
     draft_reserved_tokens: NonNegativeInt | None = None
     drafter_cost_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.05
     engine: EngineConfig | None = None
+    speed: SpeedConfig | None = None
+    engine_keepalive_s: PositiveFloat = 5.0
+    serves: tuple[EndpointKind, ...] = ("generate",)
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
+        if not self.serves or len(set(self.serves)) != len(self.serves):
+            raise ValueError("`serves` must list each endpoint kind once, at least one")
+        if "responses" in self.serves and "generate" not in self.serves:
+            raise ValueError("`serves: [responses]` needs `generate` too (responses are generation)")
+        if self.speculative and not set(self.serves) <= {"generate", "responses"}:
+            raise ValueError("a speculative pool serves only `generate` (and `responses`)")
         if not self.endpoints and self.discovery is None:
             raise ValueError("a pool needs `endpoints` or a `discovery` block")
         if len(set(self.endpoints)) != len(self.endpoints):
@@ -235,7 +310,18 @@ class PoolConfig(_Strict):
             raise ValueError("engine.speculative_algorithm is set on a pool with speculative: false")
         if self.engine is not None and self.speculative and self.engine.speculative_algorithm is None:
             raise ValueError("speculative pool's engine has no speculative_algorithm")
+        if self.speed is not None and self.speculative and (
+                self.speed.accept_length_greedy is None or self.speed.accept_length_sampled is None):
+            raise ValueError("a speculative pool's speed needs accept_length_greedy and accept_length_sampled")
         return self
+
+    @property
+    def gamma(self) -> int:
+        """Draft tokens per cycle: ``engine.speculative_num_steps``, else ``K - 1``, at least 1."""
+        engine = self.engine
+        if engine is not None and engine.speculative_num_steps:
+            return engine.speculative_num_steps
+        return max(1, self.reserved_tokens - 1)
 
     @property
     def reserved_tokens(self) -> int:
@@ -265,16 +351,25 @@ class SaturationConfig(_Strict):
 
 
 class AcceptanceConfig(_Strict):
-    """Acceptance-aware bypass: below ``min_expected_speedup`` speculation is skipped.
+    """Acceptance tracking (:mod:`router.acceptance`) and the acceptance bypass.
 
     The expected speedup is S = E[tau] / (c*gamma + 1) computed from the pool's live accept
-    length (Leviathan et al. 2023); ``exit_speedup`` > ``min_expected_speedup`` gives
-    hysteresis. ``enabled: false`` turns the check off.
+    length per temperature class (Leviathan et al. 2023, arXiv:2211.17192); without speed
+    models, a class below ``min_expected_speedup`` skips speculation until it reaches
+    ``exit_speedup`` (hysteresis). ``enabled: false`` turns the bypass off.
+
+    Attributes:
+        max_age_s: seconds an accept-length measurement stays valid; older, it is unknown
+            and the pool is used (and so measured) again: the bound on how long a pool stays
+            bypassed on a measurement it can no longer refresh.
+        weight: the step of the per-class estimate in (0, 1] (1: the last observation only).
     """
 
     enabled: StrictBool = True
     min_expected_speedup: PositiveFloat = 1.0
     exit_speedup: PositiveFloat = 1.05
+    max_age_s: PositiveFloat = 10.0
+    weight: Annotated[float, Field(gt=0, le=1)] = 0.5
 
     @model_validator(mode="after")
     def _check(self) -> AcceptanceConfig:
@@ -330,7 +425,11 @@ class RoutingConfig(_Strict):
         long_prompt_tokens: prompts longer than this (tokens) go to the plain pool
             (reason ``long_context``): speculation loses at long context (DOMAIN.md section 4).
         saturation: load thresholds for the saturation bypass.
-        acceptance: acceptance-aware bypass.
+        acceptance: acceptance tracking and bypass.
+        min_flip_interval_s: a bypass flag (saturation, acceptance) changes at most once per
+            this many seconds per pool, so a load or acceptance signal hovering at a
+            threshold cannot toggle a pool faster (vllm-project/vllm#49548 measured a flapping
+            threshold cutting throughput from 232 to 24-157 tok/s).
         seed: seed of the endpoint tie-break.
         prefix_cache: prefix-cache-aware endpoint choice inside a pool.
     """
@@ -338,6 +437,7 @@ class RoutingConfig(_Strict):
     long_prompt_tokens: PositiveInt
     saturation: SaturationConfig
     acceptance: AcceptanceConfig = AcceptanceConfig()
+    min_flip_interval_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
     seed: NonNegativeInt = 0
     prefix_cache: PrefixCacheConfig = PrefixCacheConfig()
 
@@ -373,6 +473,14 @@ class UpstreamConfig(_Strict):
     bounds a whole non-streaming generation. ``max_attempts`` counts tries of one request
     across endpoints (failover happens only before anything reached an engine or after an
     engine answered 5xx).
+
+    ``keepalive_timeout_s`` is how long an idle pooled connection is kept (aiohttp's
+    ``TCPConnector(keepalive_timeout=...)``, 15 s when left to aiohttp); it must be below every
+    pool's ``engine_keepalive_s``, else the router reuses sockets the engine is closing
+    (sgl-project/sglang#20851, aio-libs/aiohttp#7363). ``backpressure_hold_s`` is how long an
+    endpoint that refused for capacity (503, 429, a queue-full event) counts as saturated when
+    it sent no ``Retry-After``; an engine's ``Retry-After`` is used up to
+    ``backpressure_max_hold_s``.
     """
 
     connect_timeout_s: PositiveFloat = 2.0
@@ -383,6 +491,9 @@ class UpstreamConfig(_Strict):
     nonstream_timeout_s: PositiveFloat = 600.0
     max_attempts: PositiveInt = 3
     abort_timeout_s: PositiveFloat = 2.0
+    keepalive_timeout_s: PositiveFloat = 4.0
+    backpressure_hold_s: PositiveFloat = 2.0
+    backpressure_max_hold_s: PositiveFloat = 30.0
 
 
 class ServerConfig(_Strict):
@@ -392,6 +503,13 @@ class ServerConfig(_Strict):
     port: Annotated[int, Field(strict=True, ge=0, le=65535)] = 8000
     reload_interval_s: PositiveFloat = 1.0
     log_requests: StrictBool = True
+    #: Graceful drain (SIGTERM or ``GET /drain``, see router/drain.py): seconds the listener
+    #: stays open after the drain starts (``/ready`` answers 503 at once, so endpoints
+    #: propagate while requests that still arrive are served).
+    drain_listen_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 5.0
+    #: Seconds requests still in flight get after the listener closed; then each is cut with
+    #: a ``router_shutdown`` error (a stream: one terminal SSE event) and aborted upstream.
+    drain_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
 
 
 class CircuitBreakerConfig(_Strict):
@@ -475,6 +593,12 @@ class AuthConfig(_Strict):
     admin_api_key: SecretStr | None = None
     admin_api_key_file: StrictStr | None = None
     admin_api_key_env: EnvName | None = None
+    #: The engines' key (SGLang ``--api-key``), sent upstream as ``Authorization: Bearer``;
+    #: inline, from a file (first non-comment line) or from an environment variable. None of
+    #: the three: no Authorization header goes upstream. Read at start (a change needs a restart).
+    engine_api_key: SecretStr | None = None
+    engine_api_key_file: StrictStr | None = None
+    engine_api_key_env: EnvName | None = None
 
     @model_validator(mode="after")
     def _check(self) -> AuthConfig:
@@ -513,6 +637,11 @@ class Config(_Strict):
     def _check(self) -> Config:
         if not self.pools:
             raise ValueError("at least one pool is required")
+        if not any("generate" in p.serves for p in self.pools):
+            raise ValueError("no pool serves `generate`")
+        generating = [p for p in self.pools if "generate" in p.serves]
+        if len({"responses" in p.serves for p in generating}) > 1:
+            raise ValueError("list `responses` in `serves` of every pool that serves `generate`, or of none")
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate pool name in {names}")
@@ -548,6 +677,10 @@ class Config(_Strict):
                 )
             if pool.speculative and pool.reserved_tokens >= limit:
                 raise ValueError(f"pools[{pool.name}]: reserved draft tokens leave no room")
+            if self.upstream.keepalive_timeout_s >= pool.engine_keepalive_s:
+                raise ValueError(
+                    f"upstream.keepalive_timeout_s ({self.upstream.keepalive_timeout_s}) must be "
+                    f"below pools[{pool.name}].engine_keepalive_s ({pool.engine_keepalive_s})")
         return self
 
     def pool_limit(self, pool: PoolConfig) -> int:
@@ -705,7 +838,7 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         model["tokenizer"] = resolve(model["tokenizer"])
     auth = data.get("auth")
     if isinstance(auth, dict):
-        for key in ("api_keys_file", "admin_api_key_file"):
+        for key in ("api_keys_file", "admin_api_key_file", "engine_api_key_file"):
             if isinstance(auth.get(key), str):
                 auth[key] = resolve(auth[key])
     for pool in data.get("pools") or []:

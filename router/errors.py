@@ -8,13 +8,16 @@
     │   └── UnsupportedMediaType        400     invalid_request_error  invalid_content_type
     ├── RequestTooLarge                 413     invalid_request_error  request_too_large
     ├── NotFound                        404     invalid_request_error  not_found
+    ├── UnsupportedEndpoint             404     invalid_request_error  unsupported_endpoint
     ├── MethodNotAllowed                405     invalid_request_error  method_not_allowed
     ├── AuthenticationError             401     invalid_request_error  invalid_api_key
     ├── PermissionDenied                403     invalid_request_error  permission_denied
     ├── UpstreamClientError             4xx     invalid_request_error  (the engine's 4xx, normalised)
     ├── NoHealthyUpstream               503     server_error           no_healthy_upstream (+ Retry-After)
     ├── SharedStateUnavailable          503     server_error           shared_state_unavailable
+    ├── EngineOverloaded                503     server_error           engine_overloaded (+ Retry-After)
     ├── UpstreamError                   502     server_error           upstream_error
+    │   └── UpstreamConnectionError     502     server_error           upstream_connection_error
     └── UpstreamTimeout                 504     server_error           upstream_timeout
 
 The envelope is OpenAI's: ``{"error": {"message", "type", "param", "code"}}`` with
@@ -30,6 +33,7 @@ import orjson
 __all__ = [
     "AuthenticationError",
     "ContextLengthExceeded",
+    "EngineOverloaded",
     "InvalidRequest",
     "MethodNotAllowed",
     "ModelNotFound",
@@ -39,8 +43,10 @@ __all__ = [
     "RequestTooLarge",
     "SharedStateUnavailable",
     "SpecgateError",
+    "UnsupportedEndpoint",
     "UnsupportedMediaType",
     "UpstreamClientError",
+    "UpstreamConnectionError",
     "UpstreamError",
     "UpstreamTimeout",
     "error_body",
@@ -131,6 +137,14 @@ class NotFound(SpecgateError):
     code = "not_found"
 
 
+class UnsupportedEndpoint(SpecgateError):
+    """No configured pool serves this endpoint (HTTP 404; ``router.passthrough``)."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "unsupported_endpoint"
+
+
 class MethodNotAllowed(SpecgateError):
     """Known path, wrong method (HTTP 405)."""
 
@@ -181,6 +195,22 @@ class UpstreamError(SpecgateError):
 
     status = 502
     code = "upstream_error"
+
+
+class UpstreamConnectionError(UpstreamError):
+    """The connection to the engine broke before any response byte, also on the one retry on a
+    fresh connection (HTTP 502, message ``upstream connection failed``)."""
+
+    code = "upstream_connection_error"
+
+
+class EngineOverloaded(SpecgateError):
+    """Every pool tried refused for capacity (queue full: 503, 429, or a queue-full event in a
+    200 stream, sgl-project/sglang#28175): HTTP 503 ``all pools are at capacity`` with
+    ``Retry-After`` (503 rather than 429: the server, not the client's rate, is the limit)."""
+
+    status = 503
+    code = "engine_overloaded"
 
 
 class UpstreamTimeout(SpecgateError):

@@ -95,6 +95,8 @@ class RequestFeatures:
             ``prompt_tokens`` is the byte-length upper bound and this is the lower bound
             (``lower <= P <= prompt_tokens``), used where no decision threshold lies between
             them (docs/performance.md, "Sizing a prompt").
+        temperature_class: ``greedy`` or ``sampled`` (:func:`router.acceptance.temperature_class`):
+            the two accept draft tokens at very different rates.
     """
 
     prompt_tokens: int
@@ -105,6 +107,7 @@ class RequestFeatures:
     param: str = "messages"
     budget_defaulted: bool = False
     prompt_tokens_lower: int | None = None
+    temperature_class: str = "sampled"
 
     @property
     def prompt_exact(self) -> bool:

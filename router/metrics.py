@@ -5,6 +5,9 @@ Labels are bounded: ``pool`` (config pool names, or ``none`` for refused request
 (HTTP status codes the router answers), ``endpoint`` (config endpoint URLs), ``result``.
 The engine's own metric names (``sglang:*``) are never reused.
 
+Pass-through requests (:mod:`router.passthrough`) use their kind as ``reason``: ``embeddings``,
+``rerank``, ``score``, ``classify``.
+
 Rejection reasons used with ``pool="none"``: ``context_cap``, ``invalid_request``,
 ``request_too_large``, ``no_healthy_upstream``, ``unauthorized``.
 
@@ -13,8 +16,14 @@ or ``overrides`` (an admin write); ``result`` is ``ok``, ``timeout``, ``connecti
 ``error`` or ``short_circuit`` (refused by the open circuit breaker). ``key`` of the routing
 threshold series is ``long_prompt_tokens``, ``saturation_enter`` or ``saturation_exit``.
 
-Discovery (:mod:`router.discovery`): ``state`` is ``ready`` or ``draining``; ``reason`` of a
-watch restart is ``expired`` (410, re-list) or ``error`` (backoff). Discovered endpoint URLs
+Discovery (:mod:`router.discovery`): ``state`` of ``specgate_discovered_endpoints`` is
+``ready``, ``terminating`` (routed as the last resort) or ``draining``; ``state`` of
+``specgate_endpoints`` (every pool) is ``healthy``, ``unknown``, ``unhealthy`` or ``draining``;
+``reason`` of a watch restart is ``expired`` (410, re-list), ``error`` (backoff) or ``resync``.
+``specgate_suspect_truncations_total{pool}``: responses to a ``tools`` request that ended
+``stop`` with only reasoning (no content, no tool call); with
+``specgate_completion_tokens_total``, ``specgate_reasoning_tokens_total`` (clamped to the
+completion tokens) and ``specgate_usage_inconsistent_total`` (:mod:`router.observe`). Discovered endpoint URLs
 (pod IPs) appear only in ``specgate_scrape_failures_total``.
 API keys never appear in any series.
 """
@@ -151,8 +160,38 @@ class RouterMetrics:
         self.upstream_aborts = LoopCounter(
             "specgate_upstream_aborts", "abort_request calls sent after a client went away or a timeout.",
             ["pool"])
+        self.predicted_completion = LoopHistogram(
+            "specgate_predicted_completion_seconds",
+            "Predicted completion time of the chosen pool, for requests routed by prediction.",
+            ["pool"], _LATENCY_BUCKETS)
+        self.upstream_stale_retries = LoopCounter(
+            "specgate_upstream_stale_connection_retries",
+            "Requests resent once on a fresh connection after a reused keep-alive connection "
+            "broke before any response byte.", ["pool"])
+        self.engine_rejections = LoopCounter(
+            "specgate_engine_rejections",
+            "Engine refusals before the first byte, by pool and reason (http_503, http_429, "
+            "stream_error: a 429/503 error event in a 200 stream, stream_abort: an abort "
+            "before any content).", ["pool", "reason"])
+        # Response usage and endings (router.observe): per pool.
+        self.completion_tokens = LoopCounter(
+            "specgate_completion_tokens", "usage.completion_tokens of chat responses.", ["pool"])
+        self.reasoning_tokens = LoopCounter(
+            "specgate_reasoning_tokens",
+            "usage reasoning tokens of chat responses, clamped to [0, completion_tokens].", ["pool"])
+        self.usage_inconsistent = LoopCounter(
+            "specgate_usage_inconsistent",
+            "Usage blocks whose reasoning tokens exceed completion_tokens (or are negative).", ["pool"])
+        self.suspect_truncations = LoopCounter(
+            "specgate_suspect_truncations",
+            "Responses to a tools request that ended 'stop' with only reasoning (no content, no "
+            "tool call).", ["pool"])
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
-                                          self.prompt_tokens, self.upstream_failures, self.upstream_aborts]))
+                                          self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
+                                          self.upstream_stale_retries, self.engine_rejections,
+                                          self.predicted_completion, self.completion_tokens,
+                                          self.reasoning_tokens, self.usage_inconsistent,
+                                          self.suspect_truncations]))
         self.prefix_match_ratio = LoopHistogram(
             "specgate_prefix_match_ratio",
             "Per routed request with prefix routing on: the estimated fraction of its prompt tokens "
@@ -177,6 +216,15 @@ class RouterMetrics:
         self.accept_length = Gauge(
             "specgate_pool_accept_length", "Pool's scraped mean accept length (0 when unknown).",
             ["pool"], registry=registry)
+        self.accept_length_estimate = Gauge(
+            "specgate_accept_length_estimate",
+            "Live accept-length estimate per temperature class (tokens per verify step; 0 when "
+            "unknown or older than routing.acceptance.max_age_s).", ["pool", "class"], registry=registry)
+        self.signal_age = Gauge(
+            "specgate_signal_age_seconds",
+            "Age of a routing signal: signal=scrape (newest successful /metrics scrape of the pool), "
+            "acceptance_greedy / acceptance_sampled (last acceptance measurement); -1 when never seen.",
+            ["pool", "signal"], registry=registry)
         self.scrape_failures = Counter(
             "specgate_scrape_failures", "Failed /metrics scrapes.", ["pool", "endpoint"], registry=registry)
         self.config_reloads = Counter(
@@ -208,14 +256,20 @@ class RouterMetrics:
             ["key"], registry=registry)
         self.discovered_endpoints = Gauge(
             "specgate_discovered_endpoints",
-            "Endpoints of a discovered pool: ready (routable once healthy) or draining.",
+            "Endpoints of a discovered pool: ready (routable once healthy), terminating (routed "
+            "as the last resort while no endpoint is ready) or draining.",
+            ["pool", "state"], registry=registry)
+        self.endpoints = Gauge(
+            "specgate_endpoints",
+            "Endpoints per pool by state: healthy, unknown (not yet probed), unhealthy, draining.",
             ["pool", "state"], registry=registry)
         self.discovery_lists = Counter(
-            "specgate_discovery_lists", "EndpointSlice list calls (start, then after each 410).",
+            "specgate_discovery_lists",
+            "EndpointSlice list calls (start, every watch reconnect, each resync).",
             ["pool"], registry=registry)
         self.discovery_watch_restarts = Counter(
             "specgate_discovery_watch_restarts",
-            "EndpointSlice watches restarted, by reason (expired: 410 re-list; error: backoff).",
+            "EndpointSlice watches restarted, by reason (expired: 410; error: backoff; resync: periodic).",
             ["pool", "reason"], registry=registry)
         self.config_info = Gauge(
             "specgate_config_last_reload_success_timestamp_seconds",

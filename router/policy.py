@@ -39,7 +39,8 @@ URL, so a seeded sequence of requests spreads round-robin over equally loaded en
 With a :class:`router.prefix.PrefixRequest` (``routing.prefix_cache``), the choice inside a
 pool is :func:`router.prefix.pick_endpoint` on each snapshot's ``cached_tokens`` estimate
 (``prefix_match`` / ``rendezvous`` / ``least_load`` / ``load_guard``, in
-:attr:`Decision.endpoint_reason`).
+:attr:`Decision.endpoint_reason`), and a completion-time prediction counts that estimate as
+cached prefill.
 
 Hysteresis (:func:`next_saturated`, :func:`next_low_acceptance`) is pure too: the runtime
 advances it in one named step per scrape round and feeds the result back as snapshot flags.
@@ -52,7 +53,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from router.acceptance import temperature_class
 from router.features import ParsedRequest, RequestFeatures, prompt_count
+from router.predict import SpeedModel, completion_s
 from router.prefix import PrefixRequest, pick_endpoint
 
 __all__ = [
@@ -82,6 +85,7 @@ class Reason(StrEnum):
     SATURATED = "saturated"
     LOW_ACCEPTANCE = "low_acceptance"
     SPEC_UNHEALTHY = "spec_unhealthy"
+    PLAIN_FASTER = "plain_faster"
     PLAIN_ONLY = "plain_only"
     PLAIN_UNHEALTHY = "plain_unhealthy"
     CONTEXT_CAP = "context_cap"
@@ -156,7 +160,11 @@ class PoolSnapshot:
         reserved: reserved draft tokens K (tokens; 0 for plain pools).
         endpoints: endpoint snapshots.
         saturated: the saturation bypass is on (hysteresis state).
-        low_acceptance: the acceptance bypass is on (hysteresis state).
+        low_acceptance: the temperature classes whose acceptance bypass is on.
+        speed: the pool's speed model (None: no prediction for this pool).
+        accept_length_greedy: tau for greedy requests (live estimate, else the calibrated
+            prior, else None), tokens per verify step.
+        accept_length_sampled: the same for sampled requests.
     """
 
     name: str
@@ -165,7 +173,14 @@ class PoolSnapshot:
     reserved: int
     endpoints: tuple[EndpointSnapshot, ...]
     saturated: bool = False
-    low_acceptance: bool = False
+    low_acceptance: frozenset[str] = frozenset()
+    speed: SpeedModel | None = None
+    accept_length_greedy: float | None = None
+    accept_length_sampled: float | None = None
+
+    def accept_length(self, temperature: str) -> float | None:
+        """tau for a request of this temperature class."""
+        return self.accept_length_greedy if temperature == "greedy" else self.accept_length_sampled
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +192,8 @@ class Decision:
         endpoint: the chosen endpoint's URL, or None unless routed.
         reason: why (:class:`Reason`).
         outcome: routed, refused (``context_cap``) or unavailable (``no_healthy_upstream``).
+        predicted: ``(pool, seconds)`` of every pool that could take the request, when the
+            choice was made by predicted completion time (empty otherwise).
         endpoint_reason: why this endpoint inside the pool (:class:`router.prefix.PickReason`
             value) when prefix routing chose it; None otherwise.
     """
@@ -185,6 +202,7 @@ class Decision:
     endpoint: str | None
     reason: Reason
     outcome: Outcome = Outcome.ROUTED
+    predicted: tuple[tuple[str, float], ...] = ()
     endpoint_reason: str | None = None
 
 
@@ -209,7 +227,8 @@ def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
     return RequestFeatures(
         prompt_tokens=prompt_tokens, max_new_tokens=output_budget(requested, prompt_tokens, rules),
         n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
-        budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower)
+        budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower,
+        temperature_class=temperature_class(parsed.doc))
 
 
 def _refused(features: RequestFeatures, pools: Iterable[PoolShape], cap: int) -> bool:
@@ -263,20 +282,43 @@ def flip_points(requested: int | None, n: int, pools: Iterable[PoolShape], rules
 
 
 def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: int,
-          prefix: PrefixRequest | None = None, prompt_tokens: int = 0) -> tuple[str, str | None] | None:
+          prefix: PrefixRequest | None = None, prompt_tokens: int = 0,
+          why: dict[str, str] | None = None) -> str | None:
     if prefix is not None:
-        return pick_endpoint(endpoints, prompt_tokens=prompt_tokens, anchor=prefix.anchor,
-                             anchor_tokens=prefix.anchor_tokens, cache_threshold=prefix.cache_threshold,
-                             balance_abs_threshold=prefix.balance_abs_threshold,
-                             balance_rel_threshold=prefix.balance_rel_threshold,
-                             hash_load_factor=prefix.hash_load_factor, exclude=exclude, tie=tie,
-                             continued=prefix.continued)
+        picked = pick_endpoint(endpoints, prompt_tokens=prompt_tokens, anchor=prefix.anchor,
+                               anchor_tokens=prefix.anchor_tokens, cache_threshold=prefix.cache_threshold,
+                               balance_abs_threshold=prefix.balance_abs_threshold,
+                               balance_rel_threshold=prefix.balance_rel_threshold,
+                               hash_load_factor=prefix.hash_load_factor, exclude=exclude, tie=tie,
+                               continued=prefix.continued)
+        if picked is None:
+            return None
+        if why is not None:
+            why[picked[0]] = picked[1]
+        return picked[0]
     healthy = [e for e in endpoints if e.healthy and e.url not in exclude]
     if not healthy:
         return None
     low = min(e.load for e in healthy)
     ties = sorted(e.url for e in healthy if e.load == low)
-    return ties[tie % len(ties)], None
+    return ties[tie % len(ties)]
+
+
+def _load(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
+    return next(e.load for e in endpoints if e.url == url)
+
+
+def _cached(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
+    return next(e.cached_tokens for e in endpoints if e.url == url)
+
+
+def _predict(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
+    assert pool.speed is not None
+    return completion_s(pool.speed, batch=_load(pool.endpoints, endpoint) + features.n,
+                        prompt_tokens=features.prompt_tokens,
+                        cached_tokens=_cached(pool.endpoints, endpoint),
+                        output_tokens=features.max_new_tokens,
+                        accept_length=pool.accept_length(features.temperature_class) if pool.speculative else None)
 
 
 def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rules, *,
@@ -300,8 +342,10 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     seq = features.sequence_tokens
     tie = rules.seed + tie_break
     spec_reason: Reason | None = None
-    fallback: tuple[str, tuple[str, str | None]] | None = None
+    fallback: tuple[str, str] | None = None
+    why: dict[str, str] = {}  # endpoint -> PickReason value, when prefix routing chose it
     p = features.prompt_tokens
+    candidates: list[tuple[PoolSnapshot, str]] = []  # pools that may take it, in config order
     for pool in pools:
         if not pool.speculative:
             continue
@@ -309,23 +353,42 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
                 or features.prompt_tokens > rules.long_prompt_tokens):
             reason = Reason.LONG_CONTEXT
         else:
-            picked = _pick(pool.endpoints, exclude, tie, prefix, p)
-            if picked is None:
+            endpoint = _pick(pool.endpoints, exclude, tie, prefix, p, why)
+            if endpoint is None:
                 reason = Reason.SPEC_UNHEALTHY
-            elif pool.saturated or pool.low_acceptance:
-                reason = Reason.SATURATED if pool.saturated else Reason.LOW_ACCEPTANCE
-                fallback = fallback or (pool.name, picked)
+            elif pool.saturated:
+                reason = Reason.SATURATED
+                fallback = fallback or (pool.name, endpoint)
+            elif pool.speed is None and features.temperature_class in pool.low_acceptance:
+                reason = Reason.LOW_ACCEPTANCE
+                fallback = fallback or (pool.name, endpoint)
             else:
-                return Decision(pool.name, picked[0], Reason.SPECULATIVE, endpoint_reason=picked[1])
+                candidates.append((pool, endpoint))
+                continue
         spec_reason = spec_reason or reason
     for pool in pools:
         if pool.speculative or seq > pool.limit:
             continue
-        picked = _pick(pool.endpoints, exclude, tie, prefix, p)
-        if picked is not None:
-            return Decision(pool.name, picked[0], spec_reason or Reason.PLAIN_ONLY, endpoint_reason=picked[1])
+        endpoint = _pick(pool.endpoints, exclude, tie, prefix, p, why)
+        if endpoint is not None:
+            candidates.append((pool, endpoint))
+    if candidates and all(p.speed is not None for p, _ in candidates) and len(candidates) > 1:
+        predicted = tuple((p.name, _predict(features, p, url)) for p, url in candidates)
+        best = min(range(len(candidates)), key=lambda i: predicted[i][1])  # first wins ties
+        pool, endpoint = candidates[best]
+        if pool.speculative:
+            reason = Reason.SPECULATIVE
+        elif any(p.speculative for p, _ in candidates):
+            reason = Reason.PLAIN_FASTER
+        else:
+            reason = spec_reason or Reason.PLAIN_ONLY
+        return Decision(pool.name, endpoint, reason, predicted=predicted, endpoint_reason=why.get(endpoint))
+    if candidates:
+        pool, endpoint = candidates[0]
+        return Decision(pool.name, endpoint, Reason.SPECULATIVE if pool.speculative
+                        else spec_reason or Reason.PLAIN_ONLY, endpoint_reason=why.get(endpoint))
     if fallback is not None:
-        return Decision(fallback[0], fallback[1][0], Reason.PLAIN_UNHEALTHY, endpoint_reason=fallback[1][1])
+        return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY, endpoint_reason=why.get(fallback[1]))
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
 
 

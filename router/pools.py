@@ -47,6 +47,8 @@ from typing import Any, Protocol, Self
 
 from yarl import URL
 
+from router.acceptance import CLASSES, AcceptanceTracker
+from router.bypass import FLAGS, BypassState
 from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingConfig
 from router.features import RequestFeatures
 from router.policy import (
@@ -55,9 +57,8 @@ from router.policy import (
     PoolSnapshot,
     Rules,
     decide,
-    next_low_acceptance,
-    next_saturated,
 )
+from router.predict import SpeedModel
 from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
 from router.scraper import EngineLoad
 
@@ -81,12 +82,14 @@ class LeaseLedger(Protocol):
 class Lease:
     """One request's hold on an endpoint's in-flight count; release is idempotent."""
 
-    __slots__ = ("endpoint", "lease_id", "released")
+    __slots__ = ("endpoint", "lease_id", "released", "temperature")
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, temperature: str = "sampled") -> None:
         self.endpoint = endpoint
         self.released = False
+        self.temperature = temperature
         endpoint.inflight += 1
+        endpoint.acceptance.started(temperature)
         ledger = endpoint.ledger
         self.lease_id = ledger.acquired(endpoint) if ledger is not None else None
 
@@ -96,6 +99,7 @@ class Lease:
             self.released = True
             endpoint = self.endpoint
             endpoint.inflight -= 1
+            endpoint.acceptance.finished(self.temperature)
             ledger = endpoint.ledger
             if ledger is not None and self.lease_id is not None:
                 ledger.released(endpoint, self.lease_id)
@@ -125,6 +129,11 @@ class Endpoint:
         engine: last scraped :class:`EngineLoad`; scraped_at: its monotonic time (s).
         draining: left its discovered pool; in-flight requests finish, no new ones come.
         on_drained: called once the last lease of a draining endpoint is released.
+        acceptance: per-class accept-length estimates (:mod:`router.acceptance`).
+        observed_at: the ``scraped_at`` of the last scrape fed to ``acceptance``.
+        backpressure_until: monotonic time (s) until which the engine's last capacity refusal
+            (503, 429, queue-full event; sgl-project/sglang#28175) holds, or None.
+        backpressure_count: capacity refusals recorded.
     """
 
     url: str
@@ -144,6 +153,10 @@ class Endpoint:
     ledger: LeaseLedger | None = field(default=None, repr=False)
     draining: bool = False
     on_drained: Callable[[Endpoint], None] | None = field(default=None, repr=False)
+    acceptance: AcceptanceTracker = field(default_factory=AcceptanceTracker, repr=False)
+    observed_at: float | None = None
+    backpressure_until: float | None = None
+    backpressure_count: int = 0
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
     _targets: dict[str, URL] = field(default_factory=dict, repr=False)
 
@@ -159,9 +172,10 @@ class Endpoint:
     def healthy(self) -> bool:
         return self.state == "healthy" and not self.draining
 
-    def lease(self) -> Lease:
-        """Take a lease (in-flight + 1); release it when the response ends."""
-        return Lease(self)
+    def lease(self, temperature: str = "sampled") -> Lease:
+        """Take a lease (in-flight + 1) for a request of ``temperature`` class; release it
+        when the response ends."""
+        return Lease(self, temperature)
 
     def inflight_view(self, now: float, stale_after_s: float) -> int:
         """In-flight requests over all replicas (requests).
@@ -182,6 +196,25 @@ class Endpoint:
         if self.engine is not None and self.scraped_at is not None and now - self.scraped_at <= stale_after_s:
             return max(self.engine.load, inflight)
         return inflight
+
+    def record_backpressure(self, now: float, hold_s: float) -> None:
+        """The engine refused a request for capacity: hold that signal for ``hold_s`` seconds
+        from ``now`` (monotonic s). Not a health signal: the endpoint stays routable."""
+        self.backpressure_count += 1
+        until = now + hold_s
+        if self.backpressure_until is None or until > self.backpressure_until:
+            self.backpressure_until = until
+
+    def backpressured(self, now: float) -> bool:
+        """True while a recorded capacity refusal holds (``now``: monotonic s)."""
+        return self.backpressure_until is not None and now < self.backpressure_until
+
+    def backpressure_load(self, now: float, stale_after_s: float, floor: int) -> int:
+        """:meth:`load`, raised to at least ``floor`` (requests; the pool's saturation
+        ``enter`` threshold) while :meth:`backpressured`, so a refusing pool counts as
+        saturated and sheds new requests until the hold expires (sgl-project/sglang#28175)."""
+        load = self.load(now, stale_after_s)
+        return max(load, floor) if self.backpressured(now) else load
 
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
         """The scraped ``spec_accept_length`` if fresh and positive, else None (unknown)."""
@@ -241,8 +274,24 @@ class Pool:
         self.reserved = config.reserved_tokens if config.speculative else 0
         self.endpoints: dict[str, Endpoint] = {}
         self.replace_endpoints(endpoints)
-        self.saturated = False
-        self.low_acceptance = False
+        self.bypass = BypassState()
+        speed = config.speed
+        self.speed = None if speed is None else SpeedModel(
+            decode_s_per_token=speed.decode_s_per_token, batch_knee=speed.batch_knee,
+            attention_s_per_token=speed.attention_s_per_token, prefill_s_per_token=speed.prefill_s_per_token,
+            max_running_requests=speed.max_running_requests,
+            gamma=config.gamma if config.speculative else 0,
+            c=config.drafter_cost_ratio if config.speculative else 0.0)
+
+    @property
+    def saturated(self) -> bool:
+        """The saturation bypass is on."""
+        return self.bypass.flags["saturated"]
+
+    @property
+    def low_acceptance(self) -> bool:
+        """The acceptance bypass is on for some temperature class."""
+        return bool(self.bypass.low_classes())
 
     @property
     def speculative(self) -> bool:
@@ -256,16 +305,17 @@ class Pool:
         for e in siblings:
             e._siblings = siblings
 
-    def load(self, now: float, stale_after_s: float) -> int:
-        """The load a new request would meet: that of the least-loaded healthy endpoint.
+    def load(self, now: float, stale_after_s: float, floor: int = 0) -> int:
+        """The load a new request would meet: that of the least-loaded healthy endpoint
+        (an endpoint holding back-pressure counts at least ``floor``, :meth:`Endpoint.backpressure_load`).
 
         With one endpoint this is ``max(running + queued, in-flight)`` of the engine; with
         several, saturation is judged per engine batch (speculation turns compute-bound per
         engine, not per pool). With no healthy endpoint, the sum over endpoints.
         """
-        loads = [e.load(now, stale_after_s) for e in self.endpoints.values() if e.healthy]
+        loads = [e.backpressure_load(now, stale_after_s, floor) for e in self.endpoints.values() if e.healthy]
         if not loads:
-            return sum(e.load(now, stale_after_s) for e in self.endpoints.values())
+            return sum(e.backpressure_load(now, stale_after_s, floor) for e in self.endpoints.values())
         return min(loads)
 
     def inflight(self) -> int:
@@ -277,10 +327,27 @@ class Pool:
         return sum(e.inflight_view(now, stale_after_s) for e in self.endpoints.values())
 
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
-        """Mean fresh positive accept length over healthy endpoints, or None."""
+        """Mean fresh positive scraped gauge over healthy endpoints, or None (the raw figure)."""
         vals = [a for e in self.endpoints.values() if e.healthy
                 for a in [e.accept_length(now, stale_after_s)] if a]
         return sum(vals) / len(vals) if vals else None
+
+    def estimated_accept_length(self, temperature: str, now: float, max_age_s: float) -> float | None:
+        """Mean live estimate of tau for a temperature class over healthy endpoints, or None."""
+        vals = [a for e in self.endpoints.values() if e.healthy
+                for a in [e.acceptance.accept_length(temperature, now, max_age_s)] if a]
+        return sum(vals) / len(vals) if vals else None
+
+    def scrape_age_s(self, now: float) -> float | None:
+        """Seconds since the newest successful scrape of any endpoint (None: never)."""
+        ages = [now - e.scraped_at for e in self.endpoints.values() if e.scraped_at is not None]
+        return min(ages) if ages else None
+
+    def signal_age_s(self, temperature: str, now: float) -> float | None:
+        """Seconds since a healthy endpoint last measured this class's acceptance (None: never)."""
+        ages = [a for e in self.endpoints.values() if e.healthy
+                for a in [e.acceptance.age_s(temperature, now)] if a is not None]
+        return min(ages) if ages else None
 
 
 class Runtime:
@@ -289,6 +356,14 @@ class Runtime:
     A reload builds a new Runtime (carrying over the :class:`Endpoint` objects of unchanged
     URLs, so in-flight counts and health survive, the ledger and the routing overrides) and
     swaps one reference.
+
+    Building with ``previous`` *adopts* its endpoints: it writes their health thresholds,
+    ledger, draining flag and drain callback, and the pools' hysteresis flags, objects the live
+    runtime routes with. Call it on the event loop that runs ``previous`` (never in a worker
+    thread) and swap right after, with no ``await`` in between; do the I/O (YAML, tokenizer,
+    key files) beforehand, off the loop (:func:`router.app.load_runtime_inputs`). It does no
+    I/O itself. Every endpoint carried over, static or discovered, takes the new config's
+    ``health`` thresholds.
 
     Args:
         config: the validated YAML.
@@ -314,7 +389,6 @@ class Runtime:
             for pool in previous.pools:
                 for ep in pool.endpoints.values():
                     old[(pool.name, ep.url)] = ep
-        health = config.health
         pools = []
         for pc in config.pools:
             eps = []
@@ -323,14 +397,15 @@ class Runtime:
                 # current set to this runtime right after the swap, see router.discovery)
                 prev = next((p for p in previous.pools if p.name == pc.name), None)
                 if prev is not None and prev.config.discovery == pc.discovery:
-                    eps.extend(prev.endpoints.values())
+                    for ep in prev.endpoints.values():
+                        self._adopt(ep)
+                        ep.on_drained = self._drop_drained   # drops from this runtime's pool
+                        eps.append(ep)
             for url in pc.endpoints:
                 url = url.rstrip("/")
                 ep = old.get((pc.name, url)) or Endpoint(url=url, pool=pc.name)
                 ep.draining, ep.on_drained = False, None  # a static endpoint never drains
-                ep.ledger = self.ledger
-                ep.failure_threshold = health.failure_threshold
-                ep.success_threshold = health.success_threshold
+                self._adopt(ep)
                 eps.append(ep)
             pools.append(Pool(pc, config.pool_limit(pc), eps))
         self.pools: tuple[Pool, ...] = tuple(pools)
@@ -338,7 +413,7 @@ class Runtime:
             for pool in self.pools:
                 prev = next((p for p in previous.pools if p.name == pool.name), None)
                 if prev is not None:
-                    pool.saturated, pool.low_acceptance = prev.saturated, prev.low_acceptance
+                    pool.bypass = prev.bypass
             self.set_overrides(previous.overrides)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
         pc = config.routing.prefix_cache
@@ -374,6 +449,12 @@ class Runtime:
             idx = self.prefix.get(pool.name)
             if idx is not None:
                 idx.retain({url for url, ep in pool.endpoints.items() if ep.healthy})
+
+    def _adopt(self, ep: Endpoint) -> None:
+        """Give an endpoint this runtime's ledger and ``health`` thresholds (on the loop)."""
+        ep.ledger = self.ledger
+        ep.failure_threshold = self.config.health.failure_threshold
+        ep.success_threshold = self.config.health.success_threshold
 
     def set_discovered(self, pool_name: str, urls: Iterable[str]) -> tuple[list[str], list[str]]:
         """Make ``urls`` (base URLs, ready endpoints) the routable set of a discovered pool.
@@ -458,36 +539,49 @@ class Runtime:
         """The endpoint with this URL; raises ``KeyError``."""
         return self._by_url[url]
 
-    def _next_bypass(self, pool: Pool, now: float, saturated: bool, low: bool) -> tuple[bool, bool]:
-        stale = self.config.scrape.stale_after_s
-        sat = self.routing.saturation
+    def _accept_lengths(self, pool: Pool, now: float) -> dict[str, float | None]:
+        max_age = self.routing.acceptance.max_age_s
+        return {c: pool.estimated_accept_length(c, now, max_age) for c in CLASSES}
+
+    def _proposed(self, pool: Pool, now: float,
+                  previous: Mapping[str, bool | None] | None = None) -> dict[str, bool]:
+        return pool.bypass.proposed(
+            load=pool.load(now, self.config.scrape.stale_after_s, self.routing.saturation.enter),
+            accept_length=self._accept_lengths(pool, now),
+            now=now, routing=self.routing, gamma=pool.config.gamma, c=pool.config.drafter_cost_ratio,
+            previous=previous)
+
+    def observe_acceptance(self) -> None:
+        """Feed each speculative endpoint's newest scrape to its acceptance tracker (once per
+        scrape; see :mod:`router.acceptance`)."""
         acc = self.routing.acceptance
-        saturated = next_saturated(saturated, pool.load(now, stale), enter=sat.enter, exit=sat.exit)
-        if acc.enabled:
-            engine = pool.config.engine
-            gamma = (engine.speculative_num_steps if engine and engine.speculative_num_steps else
-                     max(1, pool.reserved - 1))
-            low = next_low_acceptance(
-                low, pool.accept_length(now, stale), gamma=gamma,
-                c=pool.config.drafter_cost_ratio, enter_below=acc.min_expected_speedup,
-                exit_above=acc.exit_speedup)
-        return saturated, low
+        for pool in self.pools:
+            if not pool.config.speculative:
+                continue
+            refresh = 40 * (pool.config.gamma + 1)  # decode_log_interval verify steps
+            for ep in pool.endpoints.values():
+                if ep.engine is None or ep.scraped_at is None or ep.scraped_at == ep.observed_at:
+                    continue
+                ep.observed_at = ep.scraped_at
+                ep.acceptance.scraped(ep.engine.spec_accept_length, ep.engine.generation_tokens_total,
+                                      ep.scraped_at, weight=acc.weight, refresh_tokens=refresh,
+                                      running_reqs=ep.engine.num_running_reqs)
 
     def advance_bypass(self, now: float) -> None:
-        """Advance every speculative pool's saturation and acceptance hysteresis: the one step
-        that changes bypass state (once per scrape round; decisions and metric reads only
-        read it)."""
+        """Take in the new acceptance measurements, then advance every speculative pool's
+        saturation and acceptance hysteresis: the one step that changes bypass state (once per
+        scrape round; decisions and metric reads only read it)."""
+        self.observe_acceptance()
         for pool in self.pools:
             if pool.config.speculative:
-                pool.saturated, pool.low_acceptance = self._next_bypass(
-                    pool, now, pool.saturated, pool.low_acceptance)
+                pool.bypass.commit(self._proposed(pool, now), now)
 
     def sync_bypass(self, shared: Mapping[str, bool], now: float) -> list[tuple[str, bool | None, bool]]:
         """Continue each speculative pool's hysteresis from the *shared* flags.
 
         Args:
-            shared: flags read from the shared state, keyed ``"<pool>:saturated"`` and
-                ``"<pool>:low_acceptance"``; a missing key starts from the local flag.
+            shared: flags read from the shared state, keyed ``"<pool>:<flag>"`` with the flags
+                of :data:`router.bypass.FLAGS`; a missing key starts from the local flag.
             now: monotonic time (s).
 
         Returns:
@@ -498,36 +592,47 @@ class Runtime:
         for pool in self.pools:
             if not pool.config.speculative:
                 continue
-            sat_key, low_key = f"{pool.name}:saturated", f"{pool.name}:low_acceptance"
-            sat_prev, low_prev = shared.get(sat_key), shared.get(low_key)
-            pool.saturated, pool.low_acceptance = self._next_bypass(
-                pool, now, pool.saturated if sat_prev is None else sat_prev,
-                pool.low_acceptance if low_prev is None else low_prev)
-            if pool.saturated != sat_prev:
-                writes.append((sat_key, sat_prev, pool.saturated))
-            if pool.low_acceptance != low_prev:
-                writes.append((low_key, low_prev, pool.low_acceptance))
+            previous = {flag: shared.get(f"{pool.name}:{flag}") for flag in FLAGS}
+            new = self._proposed(pool, now, previous)
+            pool.bypass.commit(new, now)
+            for flag in FLAGS:
+                if new[flag] != previous[flag]:
+                    writes.append((f"{pool.name}:{flag}", previous[flag], new[flag]))
         return writes
 
     def snapshots(self, now: float, matches: Mapping[str, Mapping[str, int]] | None = None
                   ) -> tuple[PoolSnapshot, ...]:
-        """Immutable views of every pool for :func:`router.policy.decide`; ``matches``
-        (:meth:`prefix_matches`) fills each endpoint's ``cached_tokens``."""
+        """Immutable views of every generation pool for :func:`router.policy.decide` (a pool
+        whose ``serves`` lacks ``generate``, e.g. an embedding pool, is never a target);
+        ``matches`` (:meth:`prefix_matches`) fills each endpoint's ``cached_tokens``."""
         stale = self.config.scrape.stale_after_s
+        floor = self.routing.saturation.enter
         out = []
         none: Mapping[str, int] = {}
         for p in self.pools:
+            if "generate" not in p.config.serves:
+                continue
             m = matches.get(p.name, none) if matches is not None else none
             # The flags as the next hysteresis step would set them from the load now (read
             # only: the stored state moves in advance_bypass), so a burst between two scrape
             # rounds meets the saturation guard at once.
-            sat, low = (self._next_bypass(p, now, p.saturated, p.low_acceptance) if p.config.speculative
-                        else (False, False))
+            if p.config.speculative:
+                flags = self._proposed(p, now)
+                taus = self._accept_lengths(p, now)
+                speed = p.config.speed
+                if speed is not None:  # no live estimate: the calibrated prior
+                    taus = {"greedy": taus["greedy"] or speed.accept_length_greedy,
+                            "sampled": taus["sampled"] or speed.accept_length_sampled}
+                sat, low = flags["saturated"], p.bypass.low_classes(flags)
+            else:
+                sat, low, taus = False, frozenset(), {}
             out.append(PoolSnapshot(
                 name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
-                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load(now, stale), m.get(e.url, 0))
+                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.backpressure_load(now, stale, floor),
+                                              m.get(e.url, 0))
                                 for e in p.endpoints.values()),
-                saturated=sat, low_acceptance=low))
+                saturated=sat, low_acceptance=low, speed=p.speed,
+                accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled")))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),

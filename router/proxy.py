@@ -6,25 +6,60 @@ that owns the rest of the request's life. Its contract:
 
 - **Before the first byte** to the client: a refused connection marks the endpoint down
   (passive health) and fails over to another endpoint or pool the policy allows (the body
-  never reached an engine, so a retry is safe); an engine 5xx also fails over (it answered,
-  so nothing is generating); an engine 4xx comes back with the same status as an OpenAI
-  error (over-length wordings become ``context_length_exceeded``, HANDED C03); a reset after
-  the body was sent is 502 without retry (the engine may be generating: never send a
-  generation twice, HANDED C18); no first byte within
-  ``first_byte_timeout_s + first_byte_s_per_1k_tokens * P / 1000`` aborts upstream and
-  answers 504 ``upstream_timeout``. For streams the client's headers wait for the engine's
-  first body chunk, so all of these are still real HTTP statuses, never SSE with 200.
+  never reached an engine, so a retry is safe); an engine 5xx other than 503 also fails over
+  (it answered, so nothing is generating); an engine 4xx other than 429 comes back with the
+  same status as an OpenAI error (over-length wordings become ``context_length_exceeded``);
+  no first byte within ``first_byte_timeout_s + first_byte_s_per_1k_tokens * P / 1000``
+  aborts upstream and answers 504 ``upstream_timeout``. For streams the client's headers wait
+  for the engine's first *content* event, so all of these are still real HTTP statuses,
+  never SSE with 200.
+- **Stale keep-alive connections** (sgl-project/sglang#20851, aio-libs/aiohttp#9138 and
+  #7297): the upstream client keeps idle connections ``upstream.keepalive_timeout_s`` seconds,
+  below every engine's keep-alive (checked at config load), so the router normally drops a
+  connection before the engine closes it. A connection can still die in the race; aiohttp
+  resends only idempotent methods, never a POST (aio-libs/aiohttp#7363). So when a *reused*
+  connection (aiohttp's ``on_connection_reuseconn`` trace, :func:`connection_trace_config`)
+  breaks before any response byte, the proxy first sends ``/abort_request`` for the request's
+  engine ids (the engine may have read the body; it must never finish two generations), then
+  resends once on a fresh connection (``AppState.fresh_session``, ``force_close``), same
+  endpoint and lease. It is not a health signal and is counted in
+  ``specgate_upstream_stale_connection_retries_total``. A break on a fresh connection (the
+  first try or that resend) marks the endpoint down and answers 502
+  ``{"error":{"message":"upstream connection failed","type":"server_error","param":null,
+  "code":"upstream_connection_error"}}``, never resent (the engine may be generating). A break
+  after the status line is 502 ``upstream_error`` without retry.
+- **Engine back-pressure** (sgl-project/sglang#28175, #30341, vllm-project/vllm#49330): a 503
+  or 429 status, or a 200 stream whose first events carry an error with code 503/429 (SGLang's
+  queue-full refusal after the status was committed) or a ``finish_reason: "abort"`` before
+  any content, is a refusal before the first byte. The endpoint is *not* ejected: it records
+  back-pressure (:meth:`router.pools.Endpoint.record_backpressure`, for the engine's
+  ``Retry-After`` up to ``upstream.backpressure_max_hold_s``, else
+  ``upstream.backpressure_hold_s``), and the request is resent once to another pool
+  (``redecide`` with the refusing pool excluded). When that pool refuses too, or no other
+  pool can take it, the answer is a real 503 ``{"error":{"message":"all pools are at
+  capacity","type":"server_error","param":null,"code":"engine_overloaded"}}`` with
+  ``Retry-After`` (the largest an engine sent, else ``health.retry_after_s``), streamed or
+  not; when another try failed otherwise (e.g. a 500), that failure's 502 stands instead.
+  503 rather than 429: the servers, not the client's rate, are the limit. Refusals are
+  counted in ``specgate_engine_rejections_total{pool, reason}``.
 - **After the first byte**: bytes are relayed as they arrive (``readany``, no re-encoding, no
-  compression, HANDED C14/C15); never retried; an upstream failure or idle timeout sends one
-  ``data: {"error": ...}`` event and closes; a stream that ends without ``data: [DONE]`` gets
-  the same error event, and ``[DONE]`` is never invented (HANDED C02).
+  compression), whole SSE events at a time (an incomplete trailing event waits for its end);
+  never retried; an upstream failure or idle timeout sends one ``data: {"error": ...}`` event
+  and closes; a stream that ends without ``data: [DONE]`` gets the same error event, and
+  ``[DONE]`` is never invented. An engine-initiated abort after content (a chunk with
+  ``"finish_reason":"abort"``, not an OpenAI value, vllm-project/vllm#57082) is not relayed:
+  the content before it is, then one ``data: {"error":{"message":"generation aborted by
+  engine","type":"server_error","param":null,"code":"engine_abort"}}`` event, no ``[DONE]``,
+  no retry.
 - **Client disconnect** (watched on the ASGI ``receive`` channel, also while waiting for the
   engine): the upstream request is closed and ``POST /abort_request {"rid": ...}`` goes to the
   endpoint that owns it, once per engine request id (one prompt: its ``rid``; a batch of
   prompts: ``<rid>_<i>``), because SGLang's own disconnect cleanup has regressed
-  (sglang#37833). With ``n > 1`` SGLang gives each sample an id no abort can name: closing the
+  (sgl-project/sglang#37833). With ``n > 1`` SGLang gives each sample an id no abort can name: closing the
   connection is all the router can do then.
-- **Leases**: the in-flight lease is released exactly once, in ``finally``.
+- **Leases**: a resend on a fresh connection keeps the lease; a failover or back-pressure
+  resend releases it and takes one on the new endpoint; the lease held at the end is released
+  exactly once, in ``finally``.
 
 Non-streaming responses are read whole from the engine (bounded by
 ``upstream.nonstream_timeout_s``) and sent with a Content-Length, so a client never sees a
@@ -34,7 +69,6 @@ truncated JSON body.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +79,9 @@ import orjson
 from starlette.responses import Response
 
 from router.errors import (
+    EngineOverloaded,
     SpecgateError,
+    UpstreamConnectionError,
     UpstreamError,
     UpstreamTimeout,
     map_engine_error,
@@ -53,10 +89,17 @@ from router.errors import (
 from router.features import RequestFeatures
 from router.policy import Decision
 from router.pools import Lease
+from router.upstream import (
+    ConnTrace,
+    IdleWatch,
+    abort_request,
+    classify_event,
+    retry_after_seconds,
+)
 
-__all__ = ["UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse"]
+__all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse"]
 
-#: The one terminal SSE event sent when the engine fails mid-stream (HANDED C02).
+#: The one terminal SSE event sent when the engine fails mid-stream.
 UPSTREAM_FAILED_EVENT = (
     b'data: {"error":{"message":"upstream worker failed","type":"server_error",'
     b'"param":null,"code":"upstream_error"}}\n\n'
@@ -65,9 +108,17 @@ UPSTREAM_TIMEOUT_EVENT = (
     b'data: {"error":{"message":"upstream timed out between chunks","type":"server_error",'
     b'"param":null,"code":"upstream_timeout"}}\n\n'
 )
+#: Sent instead of the engine's ``finish_reason: "abort"`` chunk once content was relayed.
+ENGINE_ABORT_EVENT = (
+    b'data: {"error":{"message":"generation aborted by engine","type":"server_error",'
+    b'"param":null,"code":"engine_abort"}}\n\n'
+)
 _DONE = b"data: [DONE]"
-_ERROR_EVENT = b'data: {"error"'
+_ABORT_MARK = b'"finish_reason":"abort"'  # compact JSON (SGLang's pydantic dumps); quotes
+# inside string values are escaped, so content cannot contain it
 _MAX_ERROR_BODY = 64 * 1024
+_MAX_HELD = 1 << 20  # bytes of an incomplete SSE event held back before relaying them anyway
+_BACKPRESSURE = (429, 503)
 
 
 class _ClientGone(Exception):
@@ -90,6 +141,14 @@ class ProxyJob:
             of prompts (SGLang's ``_normalize_rid``); empty when none can be named (``n > 1``:
             SGLang gives each sample a fresh id, ``regenerate_rid``).
         received_at: ``time.perf_counter()`` when the request arrived (s).
+        stale_retries: the pool of each resend after a stale keep-alive connection.
+        rejections: ``(pool, reason)`` of each engine capacity refusal (reason ``http_503``,
+            ``http_429``, ``stream_error`` or ``stream_abort``).
+        end_events: for a stream that does not end with ``data: [DONE]`` (``/v1/responses``):
+            the byte strings of which one must appear for the stream to count as complete;
+            None: the ``[DONE]`` rule.
+        observer: sees the relayed bytes (a :class:`router.observe.ResponseObserver`: usage
+            and ending metrics) and is told the pool when the response ends; None: none.
     """
 
     request_id: str
@@ -100,11 +159,15 @@ class ProxyJob:
     lease: Lease
     abort_rids: tuple[str, ...]
     received_at: float
+    end_events: tuple[bytes, ...] | None = None
+    observer: Any = None
     status: int = 0
     outcome: str = "ok"
     ttfb_s: float | None = None
     attempts: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    stale_retries: list[str] = field(default_factory=list)
+    rejections: list[tuple[str, str]] = field(default_factory=list)
 
 
 class ProxyResponse(Response):
@@ -117,26 +180,35 @@ class ProxyResponse(Response):
         job: the admitted request.
         session: the shared aiohttp session.
         upstream: the ``upstream`` config section (timeouts, attempts).
-        redecide: ``redecide(excluded_urls) -> (Decision, Lease) | Decision`` for failover; a
-            bare Decision means the policy refused (e.g. 503).
+        redecide: ``redecide(excluded_urls, excluded_pools) -> (Decision, Lease) | Decision``
+            for failover; a bare Decision means the policy refused (e.g. 503).
         on_done: called once with the job when the response is finished (metrics, log).
         spawn: schedules a background coroutine (used for ``/abort_request``).
+        retry_after_s: ``Retry-After`` (s) of ``engine_overloaded`` when no engine sent one.
+        fresh_session: a ``force_close`` session for the resend after a stale connection
+            (None: ``session``).
+        clock: monotonic clock (s) for back-pressure records.
     """
 
     def __init__(self, job: ProxyJob, *, session: aiohttp.ClientSession, upstream: Any,
-                 redecide: Callable[[frozenset[str]], Any], on_done: Callable[[ProxyJob], None],
-                 spawn: Callable[[Any], None], retry_after_s: int = 5) -> None:
+                 redecide: Callable[[frozenset[str], frozenset[str]], Any], on_done: Callable[[ProxyJob], None],
+                 spawn: Callable[[Any], None], retry_after_s: int = 5,
+                 fresh_session: aiohttp.ClientSession | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.job = job
         self._session = session
+        self._fresh = fresh_session or session
         self._up = upstream
         self._redecide = redecide
         self._on_done = on_done
         self._spawn = spawn
         self._retry_after = retry_after_s
+        self._clock = clock
         self.background = None
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         job = self.job
+        scope["specgate.proxy"] = self  # router.drain.PROXY_KEY: the drain's deadline cuts it
         task = asyncio.current_task()
         assert task is not None
         gone = running = False
@@ -150,7 +222,7 @@ class ProxyResponse(Response):
                 task.cancel()
 
         # One watcher task; the relay runs in the handler's own task (a second task and an
-        # asyncio.wait per request are avoidable work on the hot path, issue 8).
+        # asyncio.wait per request are avoidable work on the hot path).
         watcher = asyncio.create_task(watch())
         running = True
         try:
@@ -166,6 +238,8 @@ class ProxyResponse(Response):
             running = False
             watcher.cancel()
             job.lease.release()
+            if job.observer is not None and job.status == 200:
+                job.observer.finish(job.decision.pool or "none")
             self._on_done(job)
 
     # -- the upstream call ------------------------------------------------------------
@@ -174,32 +248,66 @@ class ProxyResponse(Response):
 
     async def _run(self, send: Callable[..., Any]) -> None:
         job = self.job
+        up = self._up
         excluded: set[str] = set()
+        excluded_pools: set[str] = set()
+        fresh = False  # the next try goes out on a new connection (after a stale one)
+        refused = 0  # capacity refusals so far
+        retry_after: int | None = None  # the largest Retry-After (s) an engine sent
+        failed: SpecgateError | None = None  # the last failure that was not a capacity refusal
         while True:
             endpoint = job.lease.endpoint
             try:
-                await self._attempt(endpoint, send)
+                await self._attempt(endpoint, send, fresh)
                 return
-            except _Failover as fo:
+            except _Stale:
+                job.stale_retries.append(endpoint.pool)
+                job.outcome = "ok"
+                fresh = True
+                await self._abort_now(endpoint)  # before the resend: never two generations
+                continue
+            except _Backpressure as bp:
+                refused += 1
+                job.rejections.append((endpoint.pool, bp.reason))
+                job.outcome = "engine_overloaded"
+                if bp.retry_after is not None:
+                    retry_after = max(retry_after or 0, bp.retry_after)
+                hold = up.backpressure_hold_s if bp.retry_after is None else min(
+                    float(bp.retry_after), up.backpressure_max_hold_s)
+                endpoint.record_backpressure(self._clock(), hold)
                 excluded.add(endpoint.url)
-                if job.attempts >= self._up.max_attempts:
+                excluded_pools.add(endpoint.pool)
+                nxt = None if refused > 1 or job.attempts >= up.max_attempts else self._redecide(
+                    frozenset(excluded), frozenset(excluded_pools))
+                if nxt is None or isinstance(nxt, Decision):
+                    seconds = retry_after if retry_after is not None else self._retry_after
+                    if failed is not None:
+                        job.outcome = failed.code or "error"
+                    await self._send_error(send, failed or EngineOverloaded(
+                        "all pools are at capacity", headers={"retry-after": str(seconds)}))
+                    return
+            except _Failover as fo:
+                failed = fo.error
+                excluded.add(endpoint.url)
+                if job.attempts >= up.max_attempts:
                     await self._send_error(send, fo.error)
                     return
-                nxt = self._redecide(frozenset(excluded))
+                nxt = self._redecide(frozenset(excluded), frozenset(excluded_pools))
                 if isinstance(nxt, Decision):  # nowhere left to go: the engine's failure stands
                     await self._send_error(send, fo.error)
                     return
-                job.lease.release()
-                job.decision, job.lease = nxt
-                job.attempts += 1
             except asyncio.CancelledError:
                 self._abort(endpoint)
                 raise
             except SpecgateError as err:
                 await self._send_error(send, err)
                 return
+            job.lease.release()
+            job.decision, job.lease = nxt
+            job.attempts += 1
+            fresh = False
 
-    async def _attempt(self, endpoint: Any, send: Callable[..., Any]) -> None:
+    async def _attempt(self, endpoint: Any, send: Callable[..., Any], fresh: bool) -> None:
         job = self.job
         up = self._up
         loop = asyncio.get_running_loop()
@@ -210,18 +318,25 @@ class ProxyResponse(Response):
         headers = {"content-type": "application/json", "x-request-id": job.request_id,
                    "accept-encoding": "identity"}
         resp: aiohttp.ClientResponse | None = None
+        conn = ConnTrace()
         try:
             try:
                 async with asyncio.timeout_at(first_deadline):
-                    resp = await self._session.post(endpoint.target(job.path), data=job.body,
-                                                    headers=headers, timeout=timeout)
+                    resp = await (self._fresh if fresh else self._session).post(
+                        endpoint.target(job.path), data=job.body, headers=headers, timeout=timeout,
+                        trace_request_ctx=conn)
                     if resp.status >= 400:
                         body = await resp.content.read(_MAX_ERROR_BODY)
+                        if resp.status in _BACKPRESSURE:
+                            raise _Backpressure(f"http_{resp.status}", retry_after_seconds(resp.headers))
                         err = map_engine_error(resp.status, body, param=job.features.param)
                         if resp.status >= 500:
                             raise _Failover(err)
                         raise err
-                    first = await (resp.content.readany() if job.features.stream else resp.read())
+                    if job.features.stream:
+                        first = await self._first_events(resp)
+                    else:
+                        first = await resp.read()
             except TimeoutError:
                 self._abort(endpoint)
                 job.outcome = "upstream_timeout"
@@ -230,17 +345,26 @@ class ProxyResponse(Response):
                 endpoint.mark_down()
                 job.outcome = "connect_failed"
                 raise _Failover(UpstreamError("upstream worker unreachable")) from None
-            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                if resp is None and conn.reused and not fresh:
+                    raise _Stale() from None
+                endpoint.mark_down()
+                if resp is None:  # nothing came back on a new connection
+                    job.outcome = "upstream_connection_error"
+                    raise UpstreamConnectionError("upstream connection failed") from None
+                job.outcome = "upstream_reset"
+                raise UpstreamError("upstream worker failed") from None
+            except aiohttp.ClientPayloadError:
                 endpoint.mark_down()
                 job.outcome = "upstream_reset"
                 raise UpstreamError("upstream worker failed") from None
             if not first:
                 job.outcome = "upstream_empty"
                 raise UpstreamError("upstream worker failed")
-            if job.features.stream and first.startswith(_ERROR_EVENT):
-                await self._raise_stream_error(resp, first)
             job.ttfb_s = time.perf_counter() - job.received_at
             ctype = resp.headers.get("content-type", "application/json")
+            if job.observer is not None and not job.features.stream:
+                job.observer.body(first)  # a stream's events are fed as they are relayed
             if not job.features.stream:
                 await self._start(send, resp.status, ctype, len(first))
                 await send({"type": "http.response.body", "body": first, "more_body": False})
@@ -248,27 +372,49 @@ class ProxyResponse(Response):
                 return
             await self._start(send, resp.status, ctype, None)
             job.status = resp.status
-            await send({"type": "http.response.body", "body": first, "more_body": True})
             await self._relay(resp, first, endpoint, send)
         finally:
             if resp is not None:
                 resp.close()
 
-    async def _raise_stream_error(self, resp: aiohttp.ClientResponse, first: bytes) -> None:
-        """The engine's first SSE event is an error (SGLang streams scheduler-side refusals,
-        e.g. "Input length ... exceeds the maximum allowed length", as HTTP 200 plus one
-        ``data: {"error": ...}`` event; so did SGLang before PR #21900 for over-length input).
-        Nothing reached the client yet, so answer with a real HTTP status instead.
+    async def _first_events(self, resp: aiohttp.ClientResponse) -> bytes:
+        """Read a 200 stream until its first *content* event and return the bytes read.
+
+        SGLang sends the role chunk together with the first content chunk, so holding the
+        events before content (role chunk, usage) costs no latency. Raises for an engine
+        refusal made after its status line (sgl-project/sglang#28175): an error event
+        (:meth:`_stream_error`) or ``finish_reason: "abort"`` before any content
+        (:class:`_Backpressure`, ``stream_abort``). Returns early on ``[DONE]``, end of body,
+        non-JSON framing or ``_MAX_HELD`` bytes, leaving those to :meth:`_relay`.
         """
-        event = first
-        with contextlib.suppress(TimeoutError, aiohttp.ClientError):
-            async with asyncio.timeout(self._up.idle_timeout_s):
-                while b"\n\n" not in event and len(event) < _MAX_ERROR_BODY:
-                    more = await resp.content.readany()
-                    if not more:
-                        break
-                    event += more
-        payload = event[len(b"data: "):].split(b"\n\n", 1)[0]
+        buf = await resp.content.readany()
+        pos = 0
+        while True:
+            end = buf.find(b"\n\n", pos)
+            if end < 0:
+                if len(buf) >= _MAX_HELD:
+                    return buf
+                more = await resp.content.readany()
+                if not more:
+                    return buf
+                buf += more
+                continue
+            kind = classify_event(buf[pos:end])
+            if kind == "content":
+                return buf
+            if kind == "error":
+                self._stream_error(buf[pos + len(b"data: "):end])
+            if kind == "abort":
+                self.job.outcome = "engine_overloaded"
+                raise _Backpressure("stream_abort", None)
+            pos = end + 2
+
+    def _stream_error(self, payload: bytes) -> None:
+        """The engine's first SSE event is an error (SGLang streams scheduler-side refusals
+        as HTTP 200 plus one ``data: {"error": ...}`` event: "Input length ... exceeds the
+        maximum allowed length", "The request queue is full."). Nothing reached the client
+        yet, so this raises: :class:`_Backpressure` for code 503/429, else the mapped engine
+        error (5xx fail over)."""
         status = 400
         try:
             inner = orjson.loads(payload).get("error")
@@ -279,6 +425,8 @@ class ProxyResponse(Response):
         except (orjson.JSONDecodeError, AttributeError):
             pass
         self.job.outcome = "upstream_stream_error"
+        if status in _BACKPRESSURE:
+            raise _Backpressure("stream_error", None)
         err = map_engine_error(status, payload, param=self.job.features.param)
         if status >= 500:
             raise _Failover(err)
@@ -286,19 +434,45 @@ class ProxyResponse(Response):
 
     async def _relay(self, resp: aiohttp.ClientResponse, first: bytes, endpoint: Any,
                      send: Callable[..., Any]) -> None:
+        """Relay whole SSE events as they arrive, starting with ``first`` (module docstring)."""
         job = self.job
         loop = asyncio.get_running_loop()
-        tail = first[-32:]
+        tail = b""
+        held = b""  # an incomplete trailing event
+        chunk = first
+        ends = job.end_events
+        ended = False
+        observer = job.observer
         read = resp.content.readany
-        watch = _IdleWatch(self._up.idle_timeout_s)
+        watch = IdleWatch(self._up.idle_timeout_s)
         try:
             while True:
+                if held:
+                    chunk, held = held + chunk, b""
+                if not chunk.endswith(b"\n\n") and len(chunk) < _MAX_HELD:
+                    cut = chunk.rfind(b"\n\n") + 2
+                    chunk, held = (chunk[:cut], chunk[cut:]) if cut > 1 else (b"", chunk)
+                if chunk:
+                    if _ABORT_MARK in chunk:
+                        at = chunk.find(_ABORT_MARK)
+                        start = chunk.rfind(b"\n\n", 0, at)
+                        before = chunk[:start + 2] if start >= 0 else b""
+                        if before:
+                            await send({"type": "http.response.body", "body": before, "more_body": True})
+                        job.outcome = "engine_abort"
+                        await send({"type": "http.response.body", "body": ENGINE_ABORT_EVENT,
+                                    "more_body": False})
+                        return
+                    if ends is not None and not ended:
+                        ended = any(e in tail + chunk for e in ends)
+                    if observer is not None:
+                        observer.feed(chunk)
+                    tail = (tail + chunk)[-32:]
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 chunk = await read()
                 if not chunk:
                     break
                 watch.last = loop.time()
-                tail = (tail + chunk)[-32:]
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except asyncio.CancelledError:
             if not watch.fired:
                 raise
@@ -314,7 +488,15 @@ class ProxyResponse(Response):
             return
         finally:
             watch.close()
-        if _DONE not in tail:
+        if held:  # bytes after the last complete event (not SSE): relayed as they are
+            if ends is not None and not ended:
+                ended = any(e in tail + held for e in ends)
+            if observer is not None:
+                observer.feed(held)
+            tail = (tail + held)[-32:]
+            await send({"type": "http.response.body", "body": held, "more_body": True})
+        complete = ended if ends is not None else _DONE in tail
+        if not complete:
             job.outcome = "upstream_truncated"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
             return
@@ -355,41 +537,14 @@ class ProxyResponse(Response):
         if not self.job.abort_rids:
             return
         self.job.extra["aborted"] = endpoint.url
-        self._spawn(_abort_request(self._session, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s))
+        self._spawn(abort_request(self._session, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s))
 
-
-class _IdleWatch:
-    """Cancels the current task when ``last`` (loop time, s) is ``idle`` seconds old.
-
-    The relay stores ``loop.time()`` in :attr:`last` per chunk, and one timer per idle period
-    checks it, instead of re-arming a timer per chunk as ``asyncio.timeout().reschedule``
-    does (a timer-heap push and a cancelled handle per relayed event, issue 8). After the
-    cancellation :attr:`fired` is True; the relay calls ``task.uncancel()`` and reports the
-    idle timeout.
-    """
-
-    __slots__ = ("fired", "handle", "idle", "last", "loop", "task")
-
-    def __init__(self, idle: float) -> None:
-        self.loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        self.task = task
-        self.idle = idle
-        self.fired = False
-        self.last = self.loop.time()
-        self.handle = self.loop.call_at(self.last + idle, self._check)
-
-    def _check(self) -> None:
-        due = self.last + self.idle
-        if self.loop.time() >= due:
-            self.fired = True
-            self.task.cancel()
-        else:
-            self.handle = self.loop.call_at(due, self._check)
-
-    def close(self) -> None:
-        self.handle.cancel()
+    async def _abort_now(self, endpoint: Any) -> None:
+        """``/abort_request`` for this request's engine ids on a fresh connection, awaited
+        (before the resend after a stale connection; best effort, bounded by
+        ``upstream.abort_timeout_s`` per id)."""
+        if self.job.abort_rids:
+            await abort_request(self._fresh, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s)
 
 
 class _Failover(Exception):
@@ -398,12 +553,19 @@ class _Failover(Exception):
         self.error = error
 
 
-async def _abort_request(session: aiohttp.ClientSession, base_url: str, rids: tuple[str, ...],
-                         timeout_s: float) -> None:
-    """``POST {base_url}/abort_request {"rid": rid}`` for each of ``rids`` (SGLang looks each
-    up by equality); errors are ignored (best effort, each within ``timeout_s`` seconds)."""
-    for rid in rids:
-        with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
-            async with session.post(base_url + "/abort_request", json={"rid": rid},
-                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                await resp.read()
+class _Stale(Exception):
+    """A reused keep-alive connection broke before any response byte."""
+
+
+class _Backpressure(Exception):
+    """The engine refused for capacity before the first byte.
+
+    Attributes:
+        reason: ``http_503``, ``http_429``, ``stream_error`` or ``stream_abort``.
+        retry_after: the engine's ``Retry-After`` (s), or None.
+    """
+
+    def __init__(self, reason: str, retry_after: int | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after

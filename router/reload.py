@@ -1,10 +1,15 @@
 """Config reload: watch the file -> validate -> build a new runtime -> swap one reference.
 
 The file is polled every ``server.reload_interval_s`` (stat: mtime, size, inode; Kubernetes
-ConfigMap volumes swap a symlink, which inotify-style watchers miss). On a change the whole
-file is validated and a new :class:`~router.pools.Runtime` built (endpoints of unchanged URLs
-keep their health and in-flight counts); only then is ``state.runtime`` replaced. An invalid
-file keeps the last good config and counts ``specgate_config_reloads_total{result="failure"}``.
+ConfigMap volumes swap a symlink, which inotify-style watchers miss). On a change a worker
+thread does the I/O (:func:`router.app.load_runtime_inputs`: the YAML validated whole, the
+tokenizer, the API key files), touching no live object; back on the event loop the new
+:class:`~router.pools.Runtime` is built (endpoints of unchanged URLs keep their health and
+in-flight counts and take the new health thresholds) and ``state.runtime`` replaced in the same
+loop step, so nothing the live runtime routes with is written from another thread. Any failure
+(an invalid file, a missing key file, a corrupt ``tokenizer.json``, a bug) keeps the last good
+config, is logged and counted in ``specgate_config_reloads_total{result="failure"}`` (and
+``state.reloads_failed``), and the watcher goes on: the next valid change is applied.
 ``server.host``/``server.port`` and ``state`` changes need a restart and are only logged;
 API key files and variables (``auth``) are re-read; routing overrides carry over.
 
@@ -29,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from router.config import ConfigError, load_config
+from router.config import ConfigError
 
 __all__ = ["Reloader"]
 
@@ -90,19 +95,35 @@ class Reloader:
             if await self.reload():
                 self._applied = digest
 
+    def _failed(self, exc: Exception) -> bool:
+        state = self._state
+        state.metrics.config_reloads.labels("failure").inc()
+        state.reloads_failed += 1
+        if isinstance(exc, (ConfigError, OSError)):
+            log.error("config reload rejected, keeping the last good config: %s", exc)
+        else:
+            log.error("config reload failed, keeping the last good config: %s: %s",
+                      type(exc).__name__, exc, exc_info=exc)
+        return False
+
     async def reload(self) -> bool:
-        """Validate the file and swap the runtime; returns True on success."""
-        from router.app import build_runtime
+        """Load the file's runtime inputs in a thread, build and swap the runtime on the loop.
+
+        Returns True on success; any exception is counted, logged and returns False (the last
+        good runtime stays).
+        """
+        from router.app import load_runtime_inputs
+        from router.pools import Runtime
 
         state = self._state
         loop = asyncio.get_running_loop()
         try:
-            config = await loop.run_in_executor(None, load_config, self._path)
-            runtime = await loop.run_in_executor(None, build_runtime, config, state.runtime)
-        except (ConfigError, OSError) as exc:
-            state.metrics.config_reloads.labels("failure").inc()
-            log.error("config reload rejected, keeping the last good config: %s", exc)
-            return False
+            inputs = await loop.run_in_executor(None, load_runtime_inputs, self._path, state.runtime.counter)
+            config = inputs.config
+            # on the loop, no await until the swap: the new runtime adopts live endpoints
+            runtime = Runtime(config, inputs.counter, state.runtime, auth=inputs.auth)
+        except Exception as exc:  # noqa: BLE001  (a corrupt tokenizer raises what its library raises)
+            return self._failed(exc)
         old = state.runtime.config.server
         if (old.host, old.port) != (config.server.host, config.server.port):
             log.warning("server.host/port changed; restart the router to apply")
@@ -110,7 +131,11 @@ class Reloader:
             log.warning("state changed; restart the router to apply")
         state.runtime = runtime
         if getattr(state, "discovery", None) is not None:
-            state.discovery.sync(runtime)
+            try:
+                state.discovery.sync(runtime)
+            except Exception as exc:  # noqa: BLE001  (the swap stands; the failure is counted)
+                return self._failed(exc)
+        state.reloads_ok += 1
         state.metrics.config_reloads.labels("success").inc()
         state.metrics.config_info.set(time.time())
         log.info("config reloaded: pools=%s", [p.name for p in runtime.pools])

@@ -34,6 +34,7 @@ _WANTED = {
     "token_usage": "max",
     "spec_accept_length": "mean",
     "spec_accept_rate": "mean",
+    "generation_tokens_total": "sum",
 }
 
 
@@ -47,6 +48,10 @@ class EngineLoad:
         token_usage: KV-cache usage fraction in [0, 1] (max over ranks).
         spec_accept_length: mean accepted tokens per verify step, None when unknown.
         spec_accept_rate: mean acceptance rate, None when unknown.
+        generation_tokens_total: tokens generated since the engine started (the tokenizer
+            counter, summed over its label sets and ranks), None when not exported. It tells a
+            fresh ``spec_accept_length`` from the last value of an idle engine, which SGLang
+            keeps while nothing decodes.
     """
 
     num_running_reqs: int = 0
@@ -54,6 +59,7 @@ class EngineLoad:
     token_usage: float = 0.0
     spec_accept_length: float | None = None
     spec_accept_rate: float | None = None
+    generation_tokens_total: float | None = None
 
     @property
     def load(self) -> int:
@@ -117,6 +123,7 @@ def parse_sglang_metrics(text: str) -> EngineLoad:
         token_usage=float(agg("token_usage") or 0.0),
         spec_accept_length=agg("spec_accept_length"),
         spec_accept_rate=agg("spec_accept_rate"),
+        generation_tokens_total=agg("generation_tokens_total"),
     )
 
 

@@ -23,8 +23,17 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"specgate serve: {exc}", file=sys.stderr)
+        return 2
+    names = [p.name for p in cfg.pools]
+    if args.pool not in names:
+        print(f"specgate serve: no pool {args.pool!r} in {args.config}; its pools: {', '.join(names)}",
+              file=sys.stderr)
+        return 2
+    try:
         argv = engine_argv(cfg, args.pool, host=args.host, port=args.port)
-    except (ConfigError, LaunchError, KeyError) as exc:
+    except (LaunchError, KeyError) as exc:
         print(f"specgate serve: {exc}", file=sys.stderr)
         return 2
     cmd = launch_command(argv)
@@ -58,15 +67,15 @@ def _warmup(args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``serve`` and ``warmup``."""
     s = sub.add_parser("serve", help="launch one pool's SGLang server from the operator YAML")
-    s.add_argument("--config", required=True)
-    s.add_argument("--pool", required=True)
+    s.add_argument("--config", required=True, help="the operator YAML that holds the pool's engine section")
+    s.add_argument("--pool", required=True, help="name of the pool to launch (a pools[].name of --config)")
     s.add_argument("--host", default=None, help="default: the pool's first endpoint's host")
     s.add_argument("--port", type=int, default=None, help="default: the pool's first endpoint's port")
     s.add_argument("--print-args", action="store_true", help="print the command line and exit")
     s.set_defaults(func=_serve)
 
     w = sub.add_parser("warmup", help="wait for an SGLang endpoint's /health, then warm it up")
-    w.add_argument("--url", required=True)
+    w.add_argument("--url", required=True, help="base URL of the SGLang server, e.g. http://127.0.0.1:30000")
     w.add_argument("--count", type=int, default=3, help="warm-up generations (default 3)")
     w.add_argument("--timeout", type=float, default=600.0, help="seconds")
     w.set_defaults(func=_warmup)

@@ -345,8 +345,8 @@ def _demo(args: argparse.Namespace) -> int:
 def add_demo_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``specgate demo``."""
     d = sub.add_parser("demo", help="run the router and local SGLang pools on a real workload")
-    d.add_argument("--config", default="examples/demo.yaml")
-    d.add_argument("--report", default="demo-report.json")
+    d.add_argument("--config", default="examples/demo.yaml", help="the demo stack's operator YAML (default examples/demo.yaml)")
+    d.add_argument("--report", default="demo-report.json", help="where to write the JSON report (default demo-report.json)")
     d.add_argument("--warmup", type=int, default=3, help="warm-up generations per pool")
     d.add_argument("--burst", type=int, default=12, help="concurrent streams in the saturation burst")
     d.add_argument("--logs", default=None, help="directory for server logs (default: a temp dir)")

@@ -15,6 +15,8 @@ Everything below was read from SGLang 0.5.23's own source (the PyPI wheel:
 router. Where the fake deliberately differs, the section "Differences" says so.
 
 Endpoints (SGLang's): ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /generate``,
+``POST /v1/embeddings`` and ``POST /v1/rerank`` (with ``FakeConfig.is_embedding``),
+``POST /v1/responses`` (minimal: text output, no tools, no scripting),
 ``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health``, ``GET /health_generate``,
 ``GET /server_info`` (= ``/get_server_info``), ``GET /model_info`` (= ``/get_model_info``),
 ``GET /metrics``, ``GET /v1/loads``, ``POST /abort_request``, ``GET|POST /flush_cache``.
@@ -154,6 +156,7 @@ import struct
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -187,7 +190,14 @@ _ROLES = frozenset({"system", "user", "assistant", "tool", "function", "develope
 _GEN_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 _SSE_CT = b"text/event-stream; charset=utf-8"
 _DONE = b"data: [DONE]\n\n"
-_FAULTS = ("reset", "close", "hang", "truncate", "omit_done", "raw_text")
+_FAULTS = (
+    "reset", "close", "hang", "truncate", "omit_done", "raw_text",
+    "close_after_response", "queue_full", "abort",
+)
+#: Faults that let the response run its normal course (not fired at ``after_chunks``).
+_SOFT_FAULTS = ("omit_done", "close_after_response", "abort")
+_CONN_KEY = "fake_sglang.connection_requests"
+_QUEUE_FULL = "The request queue is full."
 _GAUGES = (
     "num_running_reqs",
     "num_queue_reqs",
@@ -247,6 +257,12 @@ class FakeConfig:
         weight_version: reported in ``metadata.weight_version``.
         max_log_entries: the access log keeps this many newest entries (memory bound for
             benchmarks).
+    Embedding models (``--is-embedding``):
+        is_embedding: serve ``/v1/embeddings`` and ``/v1/rerank``; without it both answer 400
+            with SGLang's "does not appear to be an embedding model" message.
+        embedding_dim: floats per embedding when the request gives no ``dimensions``; embedding
+            ``k`` of input ``i`` is ``sin(i * 1000 + k + 1)`` (deterministic; a large
+            ``dimensions`` makes a large response).
     Prefix cache (``serving/fake_prefix_cache.py``):
         prefix_cache_tokens: 0 (default) for none; else a radix-like cache of this many tokens
             (LRU, leaves first) and SGLang's ``--enable-cache-report``: chat and single-text
@@ -281,6 +297,8 @@ class FakeConfig:
     dp_size: int = 1
     weight_version: str = "default"
     max_log_entries: int = 100_000
+    is_embedding: bool = False
+    embedding_dim: int = 8
     prefix_cache_tokens: int = 0
 
     def __post_init__(self) -> None:
@@ -382,7 +400,20 @@ class Behaviour:
                 ``[DONE]``);
             "omit_done": send the whole stream except ``data: [DONE]``;
             "raw_text": write ``raw`` as plain bytes inside the SSE body (no ``data:`` framing),
-                then end the response cleanly.
+                then end the response cleanly;
+            "close_after_response": send the whole response with ``Connection: keep-alive``,
+                then close the socket at once (aio-libs/aiohttp#7297);
+            "queue_full": SGLang 0.5.23's answer when ``--max-queued-requests`` is exceeded
+                (``Scheduler._abort_on_queued_limit``, sgl-project/sglang#28175): not streamed,
+                HTTP 503 ``{"object":"error","message":"The request queue is full.",
+                "type":"503","param":null,"code":503}`` (``str(HTTPStatus)`` on Python 3.11);
+                streamed, HTTP 200, one event ``data: {"error": {"object": "error", "message":
+                "The request queue is full.", "type": "SERVICE_UNAVAILABLE", "param": null,
+                "code": 503}}`` (``json.dumps`` spacing, no role chunk), then ``data: [DONE]``;
+            "abort": the engine aborts the request itself (shutdown, pause: no status code)
+                once ``after_chunks`` events were sent (None: before the first token); the
+                stream then ends as SGLang ends an aborted one, a chunk with
+                ``"finish_reason":"abort"`` and ``data: [DONE]`` (vllm-project/vllm#57082).
         after_chunks: the fault fires after this many SSE events were sent; None fires it
             before the response headers (for a non-streamed request every fault fires before
             the headers). 0 fires it right after the headers.
@@ -390,6 +421,9 @@ class Behaviour:
         sse_events: answer 200 ``text/event-stream`` with exactly these strings, one write
             each (``chunk_delay_s`` apart), instead of generating.
         ignore_disconnect: this request keeps generating after its client goes.
+        reused_only: only a request that arrives on a connection which already served a
+            request consumes this behaviour (e.g. a "reset" of a reused keep-alive connection,
+            sgl-project/sglang#20851); requests on fresh connections pass it by.
         max_tokens: generate at most this many tokens per choice (overrides the request's
             limit, for long streams without long prompts).
     """
@@ -410,6 +444,7 @@ class Behaviour:
     sse_events: list[str] | None = None
     ignore_disconnect: bool = False
     max_tokens: int | None = None
+    reused_only: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Behaviour:
@@ -669,6 +704,8 @@ class FakeState:
         self.num_aborted_requests_total = 0
         self.flushes = 0
         self.closing = asyncio.Event()
+        #: requests served so far per connection (keyed by the uvicorn transport)
+        self.connections: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self.prefix_cache = PrefixCache(config.prefix_cache_tokens) if config.prefix_cache_tokens else None
 
     # -- control ---------------------------------------------------------------------------
@@ -702,9 +739,9 @@ class FakeState:
             "disconnects": list(self.disconnects),
         }
 
-    def _take_behaviour(self, path: str) -> Behaviour | None:
+    def _take_behaviour(self, path: str, reused: bool = True) -> Behaviour | None:
         for i, b in enumerate(self.script_queue):
-            if b.path is None or b.path == path:
+            if (b.path is None or b.path == path) and (reused or not b.reused_only):
                 b.count -= 1
                 if b.count <= 0:
                     del self.script_queue[i]
@@ -924,6 +961,9 @@ class _FakeStarlette(Starlette):
             cycle = getattr(send, "__self__", None)
             if cycle is not None and hasattr(cycle, "transport"):
                 scope[_CYCLE_KEY] = cycle
+                conns = self.state.fake.connections
+                scope[_CONN_KEY] = conns.get(cycle.transport, 0)
+                conns[cycle.transport] = scope[_CONN_KEY] + 1
         await super().__call__(scope, receive, send)
 
 
@@ -989,7 +1029,11 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     "1 validation error: body: Input should be a valid dictionary", "Bad Request"
                 )
             entry["stream"] = bool(body.get("stream", False))
-            behaviour = state._take_behaviour(request.url.path)
+            entry["reused_connection"] = reused = request.scope.get(_CONN_KEY, 0) > 0
+            behaviour = state._take_behaviour(request.url.path, reused)
+            if behaviour is not None and behaviour.fault == "queue_full":
+                stream = entry["stream"]
+                return _Asgi(lambda s, r, se: _queue_full(se, entry, stream))
             if behaviour is not None and behaviour.status is not None:
                 return _Asgi(lambda s, r, se: _scripted_status(s, r, se, entry, behaviour))
             if behaviour is not None and behaviour.sse_events is not None:
@@ -1224,6 +1268,22 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload, "more_body": False})
 
+    async def _queue_full(send: Any, entry: dict[str, Any], stream: bool) -> None:
+        entry["status"] = 200 if stream else 503
+        entry["outcome"] = entry["fault"] = "queue_full"
+        if stream:
+            err = {"object": "error", "message": _QUEUE_FULL, "type": "SERVICE_UNAVAILABLE",
+                   "param": None, "code": 503}
+            payload = b"data: " + json.dumps({"error": err}).encode() + b"\n\n" + _DONE
+            headers = [(b"content-type", _SSE_CT)]
+        else:
+            payload = _dumps({"object": "error", "message": _QUEUE_FULL, "type": "503",
+                              "param": None, "code": 503})
+            headers = [(b"content-type", b"application/json"),
+                       (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": entry["status"], "headers": headers})
+        await send({"type": "http.response.body", "body": payload, "more_body": False})
+
     async def _scripted_sse(
         scope: Any, receive: Any, send: Any, entry: dict[str, Any], b: Behaviour
     ) -> None:
@@ -1331,6 +1391,9 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 delta = f"tok{i}" if i == 0 else f" tok{i}"
                 s.generated += 1
                 state.generation_tokens_total[stream_key] += 1
+                decoding = state.metrics_override.get("decoding_gauges")
+                if decoding:  # what the engine measures while it decodes (stale while idle)
+                    state.metrics_override["gauges"] = {**(state.metrics_override.get("gauges") or {}), **decoding}
                 if state.avg_spec_accept_length is None and cfg.speculative_algorithm:
                     state.avg_spec_accept_length = cfg.spec_accept_length
                 new_text = s.text + delta
@@ -1653,6 +1716,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             nonlocal headers_sent
             headers_sent = True
             entry["status"] = status
+            if b is not None and b.fault == "close_after_response":
+                extra = [*(extra or []), (b"connection", b"keep-alive")]
             await send(
                 {
                     "type": "http.response.start",
@@ -1704,10 +1769,19 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     on_disconnect()
                     return
 
+        def engine_abort() -> None:
+            entry["fault"] = "abort"
+            for s in job.samples:
+                if s.finish is None:
+                    s.abort_requested = True
+            state.wake(job)
+
         watcher = asyncio.create_task(watch())
         try:
             fault = b.fault if b is not None else None
             after = b.after_chunks if b is not None else None
+            if fault == "abort" and (after is None or not job.stream):
+                engine_abort()
             if fault in ("reset", "close", "hang") and (after is None or not job.stream):
                 if fault == "hang":
                     await state.admit(job)
@@ -1741,6 +1815,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 )
                 await body(data, False)
                 entry["outcome"] = _outcome(job)
+                if fault == "close_after_response":
+                    await _close_after(cycle, job)
                 return
             events = {
                 "chat": _chat_events,
@@ -1758,7 +1834,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                         break
                     if (
                         fault is not None
-                        and fault not in ("omit_done",)
+                        and fault not in _SOFT_FAULTS
                         and after is not None
                         and sent >= after
                     ):
@@ -1773,11 +1849,13 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                         await asyncio.sleep(b.chunk_delay_s)
                     await body(ev, True)
                     sent += 1
+                    if fault == "abort" and after is not None and sent == after:
+                        engine_abort()
             finally:
                 await events.aclose()
             if (
                 fault is not None
-                and fault not in ("omit_done",)
+                and fault not in _SOFT_FAULTS
                 and after is not None
                 and not job.client_gone
             ):
@@ -1787,10 +1865,12 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 entry["fault"] = fault
                 await _apply_fault(fault, cycle, job, b, send=send)
                 return
-            if fault == "omit_done":
+            if fault in ("omit_done", "close_after_response"):
                 entry["fault"] = fault
             await body(b"", False)
             entry["outcome"] = _outcome(job)
+            if fault == "close_after_response":
+                await _close_after(cycle, job)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -1814,6 +1894,15 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     if entry["fault"]
                     else "error"
                 )
+
+    async def _close_after(cycle: Any, job: _Job) -> None:
+        """Close the socket right after a complete keep-alive response (aiohttp#7297)."""
+        transport = getattr(cycle, "transport", None)
+        if transport is None:
+            raise RuntimeError("close_after_response needs a real socket (serve with uvicorn)")
+        job.fault_fired = True
+        job.entry["fault"] = "close_after_response"
+        transport.close()
 
     def _outcome(job: _Job) -> str:
         if job.client_gone:
@@ -2187,6 +2276,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             "delay_s",
             "body_text",
             "gauges",
+            "decoding_gauges",
             "dp_gauges",
             "avg_spec_accept_length",
         }
@@ -2194,7 +2284,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             data = orjson.loads(await request.body() or b"{}")
             if not isinstance(data, dict) or set(data) - allowed:
                 raise ValueError(f"allowed keys: {sorted(allowed)}")
-            for key in ("gauges",):
+            for key in ("gauges", "decoding_gauges"):
                 if data.get(key) is not None and set(data[key]) - set(_GAUGES):
                     raise ValueError(f"gauges must be among {list(_GAUGES)}")
         except (ValueError, TypeError, orjson.JSONDecodeError) as e:
@@ -2232,8 +2322,112 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             }
         )
 
+    # ---------------------------------------------------------------- embedding endpoints
+
+    def _embedding_input(doc: Any) -> list[Any]:
+        if not isinstance(doc, dict):
+            raise _ClientError("1 validation error: body: Input should be a valid dictionary", "Bad Request")
+        value = doc.get("input")
+        if not value or (isinstance(value, str) and not value.strip()):
+            raise _ClientError("Input cannot be empty")
+        if isinstance(value, str) or (isinstance(value, list) and all(type(t) is int for t in value)):
+            return [value]
+        if isinstance(value, list) and all(isinstance(v, (str, list)) for v in value):
+            return list(value)
+        raise _ClientError("1 validation error: input: Input should be a valid string or list", "Bad Request")
+
+    def _input_tokens(value: Any) -> int:
+        return len(value) if isinstance(value, list) else state.counter.text(value)
+
+    async def embeddings(request: Request) -> Response:
+        entry = state._log(request, None)
+        try:
+            doc = await _read_json(request, entry)
+            inputs = _embedding_input(doc)
+            if not cfg.is_embedding:
+                raise _ClientError(
+                    "This model does not appear to be an embedding model by default. Please add "
+                    "`--is-embedding` when launching the server or try another model.")
+        except _ClientError as e:
+            entry["status"], entry["outcome"] = e.status, "error"
+            return _sglang_error(e.message, e.kind, e.status)
+        dim = doc.get("dimensions") if type(doc.get("dimensions")) is int else cfg.embedding_dim
+        tokens = sum(_input_tokens(v) for v in inputs)
+        entry["status"], entry["outcome"] = 200, "ok"
+        return _json({
+            "data": [{"embedding": [math.sin(i * 1000 + k + 1) for k in range(dim)], "index": i,
+                      "object": "embedding"} for i in range(len(inputs))],
+            "model": doc.get("model") or cfg.model_name, "object": "list",
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0,
+                      "prompt_tokens_details": None}})
+
+    async def rerank(request: Request) -> Response:
+        entry = state._log(request, None)
+        try:
+            doc = await _read_json(request, entry)
+            if not isinstance(doc, dict) or not isinstance(doc.get("documents"), list) or "query" not in doc:
+                raise _ClientError("1 validation error: query, documents: Field required", "Bad Request")
+            if not cfg.is_embedding:
+                raise _ClientError(
+                    "This model does not appear to be an embedding model by default. Please add "
+                    "`--is-embedding` when launching the server or try another model.")
+        except _ClientError as e:
+            entry["status"], entry["outcome"] = e.status, "error"
+            return _sglang_error(e.message, e.kind, e.status)
+        docs = doc["documents"]
+        scored = sorted(({"score": 1.0 / (i + 1), "document": d, "index": i} for i, d in enumerate(docs)),
+                        key=lambda r: -r["score"])
+        entry["status"], entry["outcome"] = 200, "ok"
+        return _json(scored)
+
+    # ---------------------------------------------------------------- responses endpoint
+
+    async def responses(request: Request) -> Response:
+        """A minimal ``/v1/responses``: ``max_output_tokens`` (default 16) tokens ``tok{i}``;
+        streamed as ``event: <type>`` + ``data:`` events ending with ``response.completed``."""
+        entry = state._log(request, None)
+        try:
+            doc = await _read_json(request, entry)
+            if not isinstance(doc, dict) or not isinstance(doc.get("input"), (str, list)):
+                raise _ClientError("1 validation error: input: Field required", "Bad Request")
+        except _ClientError as e:
+            entry["status"], entry["outcome"] = e.status, "error"
+            return _sglang_error(e.message, e.kind, e.status)
+        n = doc.get("max_output_tokens") if type(doc.get("max_output_tokens")) is int else 16
+        rid = doc.get("request_id") or f"resp_{uuid.uuid4().hex}"
+        entry["rids"] = [rid]
+        text = " ".join(f"tok{i}" for i in range(n))
+        body = {"id": rid, "object": "response", "created_at": int(time.time()),
+                "model": doc.get("model") or cfg.model_name, "status": "completed",
+                "output": [{"type": "message", "id": f"msg_{rid}", "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "usage": {"input_tokens": 1, "output_tokens": n, "total_tokens": n + 1}}
+        entry["status"], entry["outcome"] = 200, "ok"
+        if not doc.get("stream"):
+            return _json(body)
+
+        def event(kind: str, **payload: Any) -> bytes:
+            return f"event: {kind}\ndata: ".encode() + _dumps({"type": kind, **payload}) + b"\n\n"
+
+        events = [event("response.created", response={**body, "status": "in_progress", "output": []})]
+        events += [event("response.output_text.delta", item_id=f"msg_{rid}", output_index=0,
+                         content_index=0, delta=("" if i == 0 else " ") + f"tok{i}") for i in range(n)]
+        events.append(event("response.completed", response=body))
+
+        async def gen() -> AsyncIterator[bytes]:
+            for e in events:
+                yield e
+
+        from starlette.responses import StreamingResponse
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/rerank", rerank, methods=["POST", "PUT"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/generate", generate, methods=["POST", "PUT"]),
         Route("/v1/models", _logged(models), methods=["GET"]),
@@ -2282,7 +2476,9 @@ class FakeServer:
 
     ``FakeServer(config, port=0, host="127.0.0.1")``: port 0 picks a free port (the listening
     socket is bound before the thread starts, so there is no race); another loopback ``host``
-    (``127.0.0.2``...) lets several fakes share one port, like pods behind one Service. Use as a context manager or call
+    (``127.0.0.2``...) lets several fakes share one port, like pods behind one Service;
+    ``keep_alive_s`` is uvicorn's idle keep-alive (SGLang's ``SGLANG_TIMEOUT_KEEP_ALIVE``, 5 s by
+    default there, sgl-project/sglang#20851). Use as a context manager or call
     ``start()`` then ``stop()``/``kill()``. Attributes once started: ``base_url``
     (``http://127.0.0.1:PORT``), ``port``, ``app``, ``state`` (``FakeState``).
 
@@ -2297,13 +2493,14 @@ class FakeServer:
 
     def __init__(
         self, config: FakeConfig | None = None, *, port: int = 0, start_timeout_s: float = 10.0,
-        host: str = "127.0.0.1",
+        host: str = "127.0.0.1", keep_alive_s: float = 30.0,
     ) -> None:
         self.config = config or FakeConfig()
         self.app = create_fake_app(self.config)
         self.state: FakeState = self.app.state.fake
         self._want_port = port
         self.host = host
+        self.keep_alive_s = keep_alive_s
         self._timeout = start_timeout_s
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -2338,7 +2535,7 @@ class FakeServer:
             ws="none",
             access_log=False,
             timeout_graceful_shutdown=2,
-            timeout_keep_alive=30,
+            timeout_keep_alive=self.keep_alive_s,  # type: ignore[arg-type]  # float works
         )
         self._server = uvicorn.Server(config)
         ready = threading.Event()

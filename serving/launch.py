@@ -11,6 +11,11 @@ arguments), so the two cannot disagree. Rules:
 - Speculative arguments are passed under SGLang's own names (``--speculative-algorithm``,
   ``--speculative-draft-model-path``, ``--speculative-num-steps``,
   ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``).
+- ``engine.tool_call_parser`` / ``engine.reasoning_parser`` become ``--tool-call-parser`` /
+  ``--reasoning-parser`` (set per pool: both pools of one model should use the same parsers,
+  or the tool-call output differs by pool); left out when unset.
+- A pool whose ``serves`` lacks ``generate`` (an embedding or reranking model) gets
+  ``--is-embedding``.
 - ``engine.cpu: true`` adds the CPU-engine flags known to run SGLang 0.5.23 on a CPU
   (``../shared/SGLANG_CPU.md``): ``--device cpu --attention-backend intel_amx
   --sampling-backend pytorch --disable-overlap-schedule --sleep-on-idle`` and ``SGLANG_USE_CPU_ENGINE=1``.
@@ -88,6 +93,12 @@ def engine_argv(config: Config, pool_name: str, *, host: str | None = None, port
                             ("--speculative-num-draft-tokens", engine.speculative_num_draft_tokens)):
             if value is not None:
                 argv += [flag, str(value)]
+    if engine.tool_call_parser is not None:
+        argv += ["--tool-call-parser", engine.tool_call_parser]
+    if engine.reasoning_parser is not None:
+        argv += ["--reasoning-parser", engine.reasoning_parser]
+    if "generate" not in pool.serves:
+        argv += ["--is-embedding"]
     if engine.cpu:
         argv += list(CPU_FLAGS)
     argv += list(engine.extra_args)

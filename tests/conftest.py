@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import make_test_tokenizer
+from tests.support.tokenizer import make_test_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,8 @@
   ``done`` is True when the last event is ``[DONE]`` (and ``[DONE]`` appears nowhere else).
 - ``words(n, word)``: ``n`` space-separated copies of ``word`` (the fake's simple count makes
   this exactly ``n`` tokens of text).
-- ``make_test_tokenizer(directory)``: trains a tiny byte-level BPE tokenizer (vocabulary 300,
-  deterministic, < 1 s) with a ChatML chat template and saves it as a Hugging Face tokenizer
-  directory; returns the path. For tokenizer-mode tests that must not depend on the tiny
-  model build.
+- ``make_test_tokenizer(directory)``: deprecated, :func:`tests.support.make_test_tokenizer`
+  (returns the path as a string).
 """
 
 from __future__ import annotations
@@ -19,17 +17,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHATML_TEMPLATE", "make_test_tokenizer", "split_sse", "sse_events", "words"]
+from tests.support.tokenizer import make_test_tokenizer as _make_test_tokenizer
 
-CHATML_TEMPLATE = (
-    "{{- bos_token -}}"
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
-    "{%- if message['content'] is string -%}{{- message['content'] -}}{%- endif -%}"
-    "{{- '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
-)
+__all__ = ["make_test_tokenizer", "split_sse", "sse_events", "words"]
 
 
 def split_sse(raw: bytes) -> list[str]:
@@ -66,33 +56,5 @@ def words(n: int, word: str = "lorem") -> str:
 
 
 def make_test_tokenizer(directory: str | Path) -> str:
-    """Train and save a tiny deterministic HF tokenizer with a ChatML template; returns its path.
-
-    Errors: ``ImportError`` when ``tokenizers``/``transformers`` are missing.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    specials = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=specials,
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    corpus = ["hello world, the quick brown fox jumps over the lazy dog. lorem ipsum dolor."] * 50
-    tok.train_from_iterator(corpus, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<s>",
-        eos_token="</s>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-    )
-    fast.chat_template = CHATML_TEMPLATE
-    fast.save_pretrained(str(directory))
-    return str(directory)
+    """Deprecated (one release): :func:`tests.support.make_test_tokenizer`, as a string path."""
+    return str(_make_test_tokenizer(directory))

@@ -20,7 +20,6 @@ reserved draft tokens, and a prompt-token counter that counts the way that serve
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ import httpx
 import pytest
 
 from serving.fake_sglang import FakeConfig, FakeServer, simple_chat_tokens, simple_text_tokens
+from tests.support import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_MODEL = "contract-model"
@@ -73,12 +73,6 @@ class Backend:
     def client(self, timeout_s: float = 60.0) -> httpx.Client:
         """A fresh httpx client on the server (caller closes it)."""
         return httpx.Client(base_url=self.base_url, timeout=timeout_s)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -137,7 +131,7 @@ def sglang_backend() -> Iterator[Backend]:
 
     model_dir = _tiny_model_dir()
     name = "tiny-llama"
-    port = _free_port()
+    port = free_port()
     from serving import local
 
     server = local.start_sglang(model_path=str(model_dir), port=port, served_model_name=name,

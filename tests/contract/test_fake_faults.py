@@ -33,7 +33,8 @@ from serving.fake_sglang import (
     overlength_body,
     run_fake_server,
 )
-from tests.fakes_util import make_test_tokenizer, split_sse, sse_events, words
+from tests.fakes_util import split_sse, sse_events, words
+from tests.support import free_port, make_test_tokenizer, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "fault-model"
@@ -122,11 +123,9 @@ def _gauge(base_url: str, name: str) -> float:
 
 
 def _gauge_becomes(base_url: str, name: str, value: float, timeout_s: float = 5.0) -> float:
-    """Poll the gauge until it equals ``value`` or the timeout passes; returns the last value."""
-    deadline = time.monotonic() + timeout_s
-    while (got := _gauge(base_url, name)) != value and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return got
+    """Poll the gauge until it equals ``value``; returns it (``AssertionError`` after ``timeout_s``)."""
+    wait_until(lambda: _gauge(base_url, name) == value, timeout_s, f"{name} == {value}")
+    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -358,10 +357,8 @@ def test_hang_after_chunks_until_client_leaves(srv: FakeServer) -> None:
         for piece in r.iter_raw():
             got += piece
     assert len(split_sse(got)) == 2
-    deadline = time.monotonic() + 3
     chat = "/v1/chat/completions"
-    while srv.requests(chat)["requests"][0]["outcome"] is None and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: srv.requests(chat)["requests"][0]["outcome"] is not None, 3, "the request's outcome")
     entry = srv.requests(chat)["requests"][0]
     assert entry["outcome"] == "client_disconnected" and entry["client_disconnected"] is True
     (disc,) = srv.requests()["disconnects"]
@@ -377,9 +374,7 @@ def test_hang_before_headers(srv: FakeServer) -> None:
             json=_chat(stream=False),
             timeout=httpx.Timeout(5, read=0.3),
         )
-    deadline = time.monotonic() + 3
-    while not srv.requests()["disconnects"] and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: srv.requests()["disconnects"], 3, "the disconnect")
     assert srv.requests()["disconnects"][0]["phase"] == "before_headers"
 
 
@@ -501,7 +496,8 @@ def test_on_disconnect_ignore_keeps_generating_until_abort() -> None:
             "POST", s.base_url + "/v1/chat/completions", json=_chat(max_tokens=500, rid="LEAK")
         ) as r:
             next(r.iter_raw())
-        time.sleep(0.2)
+        wait_until(lambda: s.requests("/v1/chat/completions")["requests"][0]["client_disconnected"], 5,
+                   "the fake to see the disconnect")
         assert _gauge(s.base_url, "num_running_reqs") == 1.0
         assert s.requests("/v1/chat/completions")["requests"][0]["client_disconnected"] is True
         assert httpx.post(s.base_url + "/abort_request", json={"rid": "LEAK"}).status_code == 200
@@ -763,7 +759,7 @@ def test_content_type_must_be_json(srv: FakeServer) -> None:
 def test_tokenizer_mode_counts_like_sglang(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
-    path = make_test_tokenizer(tmp_path / "tok")
+    path = str(make_test_tokenizer(tmp_path / "tok"))
     tok = AutoTokenizer.from_pretrained(path)
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
     rendered = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
@@ -794,9 +790,7 @@ async def test_in_process_app_with_httpx_asgi_transport() -> None:
 
 
 def test_cli_serves_and_stops_on_sigterm() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -815,14 +809,13 @@ def test_cli_serves_and_stops_on_sigterm() -> None:
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
+        def models() -> httpx.Response | None:
             try:
-                r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-                break
+                return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
             except httpx.TransportError:
-                assert time.monotonic() < deadline, "CLI fake did not start"
-                time.sleep(0.1)
+                return None
+
+        r = wait_until(models, 20, "the CLI fake to start", interval=0.1)
         assert r.json()["data"][0]["id"] == "cli-m"
         assert r.json()["data"][0]["max_model_len"] == 128
         info = httpx.get(f"http://127.0.0.1:{port}/server_info").json()

@@ -76,6 +76,10 @@ def test_default_objects() -> None:
         "Deployment/sg-specgate-redis",
         "Deployment/sg-specgate-router",
         "HorizontalPodAutoscaler/sg-specgate-router",
+        "NetworkPolicy/sg-specgate-pool-plain",
+        "NetworkPolicy/sg-specgate-pool-spec",
+        "PodDisruptionBudget/sg-specgate-pool-plain",
+        "PodDisruptionBudget/sg-specgate-pool-spec",
         "PodDisruptionBudget/sg-specgate-router",
         "Role/sg-specgate-discovery",
         "RoleBinding/sg-specgate-discovery",
@@ -161,7 +165,8 @@ def test_default_router_config_is_exact() -> None:
             "max_attempts": 3,
             "abort_timeout_s": 2.0,
         },
-        "server": {"host": "0.0.0.0", "port": 8000, "reload_interval_s": 1.0, "log_requests": True},
+        "server": {"host": "0.0.0.0", "port": 8000, "reload_interval_s": 1.0, "log_requests": True,
+                   "drain_listen_s": 5, "drain_timeout_s": 30},
         "state": {
             "backend": "redis",
             "redis_url": "redis://sg-specgate-redis:6379/0",
@@ -290,7 +295,7 @@ def test_router_deployment() -> None:
         "maxReplicas": 6,
         "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}],
     }  # fmt: skip
-    assert k8s.one(k8s.render(), "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert k8s.one(k8s.render(), "PodDisruptionBudget", "sg-specgate-router")["spec"]["minAvailable"] == 1
 
 
 def test_autoscaling_off_sets_replicas() -> None:
@@ -739,7 +744,8 @@ def test_cpu_dev_pool_has_no_gpu() -> None:
     assert c["args"][-8:] == ["--device", "cpu", "--attention-backend", "intel_amx",
                               "--sampling-backend", "pytorch", "--disable-overlap-schedule",
                                               "--sleep-on-idle"]
-    assert c["env"] == [{"name": "SGLANG_USE_CPU_ENGINE", "value": "1"}]
+    assert c["env"] == [{"name": "SGLANG_USE_CPU_ENGINE", "value": "1"},
+                        {"name": "SGLANG_TIMEOUT_KEEP_ALIVE", "value": "75"}]
 
 
 # ----------------------------------------------------------------------------- monitoring
@@ -1053,12 +1059,14 @@ def test_values_yaml_documents_every_routing_threshold_with_its_unit() -> None:
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_configmap_passes_specgate_config_check(name: str, tmp_path) -> None:
     import subprocess
+    import sys
 
     path = tmp_path / "config.yaml"
     path.write_text(k8s.router_config_text(k8s.render(VALUE_SETS[name])))
     proc = subprocess.run(
-        [str(k8s.VENV_BIN / "specgate"), "config", "check", str(path)],
-        capture_output=True, text=True, check=False,
+        # this checkout's CLI (the venv's console script may belong to another checkout)
+        [sys.executable, "-m", "router.cli", "config", "check", "--no-paths", str(path)],
+        capture_output=True, text=True, check=False, cwd=k8s.REPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     effective = json.loads(proc.stdout)
@@ -1139,3 +1147,153 @@ def test_alerts_and_dashboard_use_only_series_the_router_exports() -> None:
                     assert label in exported[grouping[1]], f"{grouping[1]} has no label {label}"
     assert {"specgate_requests_total", "specgate_bypass_active", "specgate_scrape_failures_total",
             "specgate_pool_healthy_endpoints"} <= used  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- rolling updates, secrets
+
+
+def _router_pod(objects: list[dict]) -> dict:
+    return k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(("values", "grace"), [
+    ({}, 5 + 30 + 2 + 10),
+    ({"server": {"drain_listen_s": 10.0, "drain_timeout_s": 120.0}, "upstream": {"abort_timeout_s": 3.5},
+      "router": {"shutdownMarginSeconds": 5}}, 139),   # 10 + 120 + 3.5 + 5 = 138.5, rounded up
+    ({"server": {"drain_listen_s": 0, "drain_timeout_s": 0}, "router": {"shutdownMarginSeconds": 0}}, 2),
+])
+def test_router_grace_period_covers_the_drain_and_prestop_starts_it(values: dict, grace: int) -> None:
+    objects = k8s.render(values)
+    pod = _router_pod(objects)
+    cfg = k8s.router_validate(objects)
+    assert pod["terminationGracePeriodSeconds"] == grace
+    assert grace >= (cfg.server.drain_listen_s + cfg.server.drain_timeout_s + cfg.upstream.abort_timeout_s
+                     + k8s.deep_merge(k8s.values_file("../values.yaml"), values)["router"]["shutdownMarginSeconds"])
+    router = k8s.container(k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["template"], "router")
+    assert router["lifecycle"] == {"preStop": {"exec": {"command": ["specgate", "drain", "--port", "8000"]}}}
+    # the preStop command is this CLI's (it GETs http://127.0.0.1:8000/drain)
+    from router.cli import build_parser
+
+    args = build_parser().parse_args(router["lifecycle"]["preStop"]["exec"]["command"][1:])
+    assert (args.command, args.port) == ("drain", 8000)
+
+
+def test_engines_keep_connections_alive_longer_than_the_router() -> None:
+    objects = k8s.render()
+    for pool in ("spec", "plain"):
+        env = k8s.container(k8s.serving_template(k8s.pool_workload(objects, pool)), "sglang")["env"]
+        assert {"name": "SGLANG_TIMEOUT_KEEP_ALIVE", "value": "75"} in env
+    objects = k8s.render({"poolDefaults": {"keepAliveTimeoutSeconds": 30}})
+    env = k8s.container(k8s.serving_template(k8s.pool_workload(objects, "spec")), "sglang")["env"]
+    assert env == [{"name": "SGLANG_TIMEOUT_KEEP_ALIVE", "value": "30"}]
+
+
+def test_a_disruption_budget_per_pool_selects_its_serving_pods() -> None:
+    objects = k8s.render()
+    for pool in ("spec", "plain"):
+        pdb = k8s.one(objects, "PodDisruptionBudget", f"sg-specgate-pool-{pool}")
+        svc = k8s.one(objects, "Service", f"sg-specgate-pool-{pool}")
+        assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": svc["spec"]["selector"]}}
+        labels = k8s.serving_template(k8s.pool_workload(objects, pool))["metadata"]["labels"]
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    off = k8s.render({"pools": [{**k8s.values_file("../values.yaml")["pools"][0],
+                                 "k8s": {"podDisruptionBudget": {"enabled": False}}},
+                                k8s.values_file("../values.yaml")["pools"][1]]})
+    assert [o["metadata"]["name"] for o in k8s.find(off, "PodDisruptionBudget")] == [
+        "sg-specgate-pool-plain", "sg-specgate-router"]
+
+
+def _labels_match(selector: dict, labels: dict) -> bool:
+    return selector["matchLabels"].items() <= labels.items()
+
+
+def test_network_policy_lets_only_the_router_reach_the_engines() -> None:
+    objects = k8s.render()
+    router_labels = k8s.one(objects, "Deployment", "sg-specgate-router")["spec"]["template"]["metadata"]["labels"]
+    redis_labels = k8s.one(objects, "Deployment", "sg-specgate-redis")["spec"]["template"]["metadata"]["labels"]
+    for pool, other in (("spec", "plain"), ("plain", "spec")):
+        pol = k8s.one(objects, "NetworkPolicy", f"sg-specgate-pool-{pool}")["spec"]
+        own = k8s.serving_template(k8s.pool_workload(objects, pool))["metadata"]["labels"]
+        theirs = k8s.serving_template(k8s.pool_workload(objects, other))["metadata"]["labels"]
+        assert _labels_match(pol["podSelector"], own) and not _labels_match(pol["podSelector"], theirs)
+        assert pol["policyTypes"] == ["Ingress"]
+        engine_port, same_pool = pol["ingress"]
+        assert engine_port["ports"] == [{"port": 30000, "protocol": "TCP"}]
+        assert [_labels_match(peer["podSelector"], router_labels) for peer in engine_port["from"]] == [True]
+        assert not _labels_match(engine_port["from"][0]["podSelector"], redis_labels)
+        assert "ports" not in same_pool and _labels_match(same_pool["from"][0]["podSelector"], own)
+        assert not _labels_match(same_pool["from"][0]["podSelector"], router_labels)
+    assert k8s.find(k8s.render({"networkPolicy": {"enabled": False, "allowFrom": []}}), "NetworkPolicy") == []
+    prom = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    objects = k8s.render({"networkPolicy": {"enabled": True, "allowFrom": [prom]}})
+    pol = k8s.one(objects, "NetworkPolicy", "sg-specgate-pool-spec")["spec"]
+    assert pol["ingress"][0]["from"][1:] == [prom]
+
+
+def test_network_policy_refuses_to_hide_the_pools_from_prometheus() -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match="networkPolicy.allowFrom"):
+        k8s.render({"monitoring": {"serviceMonitor": {"enabled": True}}})
+
+
+def test_engine_api_key_from_a_secret_reaches_sglang_and_the_router() -> None:
+    from router.auth import load_engine_key
+
+    objects = k8s.render({"auth": {"engineApiKey": {"existingSecret": "engine-key", "key": "api-key"}}})
+    secrets = {"engine-key": {"api-key": "E-from-secret"}}
+    for pool in ("spec", "plain"):
+        c = k8s.container(k8s.serving_template(k8s.pool_workload(objects, pool)), "sglang")
+        env = _kubelet_env(c["env"], secrets)
+        args = [a.replace("$(SGLANG_API_KEY)", env["SGLANG_API_KEY"]) for a in c["args"]]
+        assert k8s.flags(args)["--api-key"] == "E-from-secret"
+        assert "E-from-secret" not in yaml.safe_dump(objects)
+    cfg = k8s.router_validate(objects)
+    assert cfg.auth.engine_api_key_env == "SPECGATE_ENGINE_API_KEY"
+    assert load_engine_key(cfg.auth, _kubelet_env(_router_env(objects), secrets)) == "E-from-secret"
+    default = k8s.render()
+    assert k8s.router_validate(default).auth.engine_api_key_env is None
+    assert "--api-key" not in k8s.container(k8s.serving_template(k8s.pool_workload(default, "spec")), "sglang")["args"]
+
+
+def test_ingress_example_is_off_by_default_and_streams_unbuffered() -> None:
+    assert k8s.find(k8s.render(), "Ingress") == []
+    objects = k8s.render({"router": {"ingress": {
+        "enabled": True, "className": "nginx", "hosts": [{"host": "llm.example.com"}],
+        "tls": [{"secretName": "llm-tls", "hosts": ["llm.example.com"]}]}}})
+    ing = k8s.one(objects, "Ingress", "sg-specgate-router")
+    assert ing["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    assert ing["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "3600"
+    assert ing["spec"]["ingressClassName"] == "nginx"
+    assert ing["spec"]["rules"] == [{"host": "llm.example.com", "http": {"paths": [{
+        "path": "/", "pathType": "Prefix",
+        "backend": {"service": {"name": "sg-specgate-router", "port": {"number": 8000}}}}]}}]
+    assert k8s.validate_k8s(objects) == []
+
+
+def test_operator_guide_render_step_feeds_config_check_the_yaml(tmp_path) -> None:
+    """docs/operator-guide.md, "Roll a config change" step 1, exactly as written there."""
+    import subprocess
+    import sys
+
+    values = k8s.CHART / "ci" / "gpu-eagle3-redis-values.yaml"
+    render = [sys.executable, "deploy/helm_template.py", "specgate", "helm/specgate", "-n", "specgate",
+              "-f", str(values)]
+    out = subprocess.run([*render, "--router-config"], cwd=k8s.REPO, capture_output=True, text=True, check=True)
+    expected = k8s.router_config_text(k8s.render(k8s.values_file("gpu-eagle3-redis-values.yaml"),
+                                                 name="specgate", namespace="specgate"))
+    assert out.stdout == expected
+    shown = subprocess.run([*render, "--show-only", "templates/configmap.yaml"], cwd=k8s.REPO,
+                           capture_output=True, text=True, check=True)
+    assert yaml.safe_load(shown.stdout)["data"]["config.yaml"] == expected
+    path = tmp_path / "config.yaml"
+    path.write_text(out.stdout)
+    check = subprocess.run([sys.executable, "-m", "router.cli", "config", "check", "--no-paths", str(path)],
+                           cwd=k8s.REPO, capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stderr
+    assert json.loads(check.stdout)["model"]["name"] == "target"
+    guide = (k8s.REPO / "docs" / "operator-guide.md").read_text()
+    assert ".venv/bin/python deploy/helm_template.py specgate helm/specgate -n specgate -f my-values.yaml" in guide
+    assert "--router-config > /tmp/config.yaml" in guide
+    assert ".venv/bin/specgate config check --no-paths /tmp/config.yaml" in guide
+    assert "yq '.data" not in guide

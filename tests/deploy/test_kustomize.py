@@ -64,8 +64,9 @@ def test_overlay_config_passes_specgate_config_check(overlay: tuple[str, list[di
     path = tmp_path / "config.yaml"
     path.write_text(k8s.router_config_text(objects))
     proc = subprocess.run(
-        [str(k8s.VENV_BIN / "specgate"), "config", "check", str(path)],
-        capture_output=True, text=True, check=False,
+        # this checkout's CLI (the venv's console script may belong to another checkout)
+        [sys.executable, "-m", "router.cli", "config", "check", "--no-paths", str(path)],
+        capture_output=True, text=True, check=False, cwd=k8s.REPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
 
@@ -78,6 +79,10 @@ def test_cpu_dev() -> None:
         "Deployment/specgate-pool-spec",
         "Deployment/specgate-router",
         "Namespace/specgate-dev",
+        "NetworkPolicy/specgate-pool-plain",
+        "NetworkPolicy/specgate-pool-spec",
+        "PodDisruptionBudget/specgate-pool-plain",
+        "PodDisruptionBudget/specgate-pool-spec",
         "Role/specgate-discovery",
         "RoleBinding/specgate-discovery",
         "Service/specgate-pool-plain",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,21 +18,21 @@ import pytest
 
 from benchmarks.fast_backend import CHAT, EVENT
 from tests.fakes_util import sse_events
-from tests.helpers import free_port
+from tests.support import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _wait(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def up() -> bool:
         assert proc.poll() is None, f"{proc.args} exited with {proc.returncode}"
         try:
             httpx.get(url, timeout=1)
-            return
         except httpx.TransportError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
+            return False
+        return True
+
+    wait_until(up, 30, f"{url} to come up", interval=0.1)
 
 
 @pytest.fixture(scope="module")

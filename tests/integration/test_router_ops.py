@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import aiohttp
 import httpx
 import yaml
 
 from serving.fake_sglang import FakeConfig, FakeServer
+from tests.support import wait_until, write_router_yaml
+from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"
 
@@ -18,34 +19,20 @@ def body(**kw):
     return {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], **kw}
 
 
-def _replace(path, text):
-    """Write ``text`` to ``path`` atomically (as a ConfigMap update or an editor's rename does)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def wait_for(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
-
-
 def test_reload_applies_valid_changes_and_keeps_last_good(stack):
     doc = yaml.safe_load(stack.config_path.read_text())
     doc["routing"]["long_prompt_tokens"] = 5
-    _replace(stack.config_path, yaml.safe_dump(doc))
-    assert wait_for(lambda: stack.router.state.runtime.config.routing.long_prompt_tokens == 5)
+    write_router_yaml(stack.config_path, doc)
+    stack.router.wait_reloads(1)
+    assert stack.router.state.runtime.config.routing.long_prompt_tokens == 5
     r = stack.client.post(CHAT, json=body(max_tokens=2))
     assert (r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == ("plain", "long_context")
     assert stack.router.metric("specgate_config_reloads_total", result="success") == 1
     # an invalid file is refused, counted, and the last good config stays
     doc["routing"]["saturation"]["exit"] = 99
-    _replace(stack.config_path, yaml.safe_dump(doc) + "\n# bad\n")
-    assert wait_for(lambda: stack.router.metric("specgate_config_reloads_total", result="failure") == 1)
+    write_router_yaml(stack.config_path, doc)
+    stack.router.wait_reloads(2)
+    assert stack.router.metric("specgate_config_reloads_total", result="failure") == 1
     assert stack.router.state.runtime.config.routing.saturation.exit == 6
     r = stack.client.post(CHAT, json=body(max_tokens=2))
     assert r.headers["x-specgate-reason"] == "long_context"
@@ -56,8 +43,9 @@ def test_reload_keeps_endpoint_state_and_inflight(stack):
     lease = old.lease()
     doc = yaml.safe_load(stack.config_path.read_text())
     doc["routing"]["saturation"] = {"enter": 1, "exit": 0}
-    _replace(stack.config_path, yaml.safe_dump(doc))
-    assert wait_for(lambda: stack.router.state.runtime.config.routing.saturation.enter == 1)
+    write_router_yaml(stack.config_path, doc)
+    stack.router.wait_reloads(1)
+    assert stack.router.state.runtime.config.routing.saturation.enter == 1
     assert stack.router.state.runtime.endpoint(stack.spec.base_url) is old
     r = stack.client.post(CHAT, json=body(max_tokens=2))
     assert r.headers["x-specgate-reason"] == "saturated"   # the held lease counts as load 1
@@ -69,7 +57,7 @@ def test_reload_keeps_endpoint_state_and_inflight(stack):
 def test_slow_metrics_do_not_eject_the_last_healthy_endpoint(stack):  # HANDED C23 step 1
     httpx.post(stack.plain.base_url + "/_fake/metrics", json={"delay_s": 1.0})  # > scrape timeout 0.5 s
     ep = stack.router.state.runtime.endpoint(stack.plain.base_url)
-    assert wait_for(lambda: ep.consecutive_failures >= 5, timeout=15)   # many timed-out scrapes
+    assert wait_until(lambda: ep.consecutive_failures >= 5, timeout=15)   # many timed-out scrapes
     assert ep.healthy
     r = stack.client.post(CHAT, json=body(max_tokens=2, messages=[{"role": "user", "content": "x " * 1100}]))
     assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "plain"), (r.text, ep)
@@ -79,19 +67,17 @@ def test_slow_metrics_do_not_eject_the_last_healthy_endpoint(stack):  # HANDED C
 def test_dead_pool_recovers_after_restart(stack):  # HANDED C23 steps 2-3
     port = stack.spec.port
     stack.spec.kill()
-    assert wait_for(lambda: not stack.router.state.runtime.endpoint(stack.spec.base_url).healthy)
+    assert wait_until(lambda: not stack.router.state.runtime.endpoint(stack.spec.base_url).healthy, timeout=5)
     r = stack.client.post(CHAT, json=body(max_tokens=2))
     assert (r.status_code, r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == (
         200, "plain", "spec_unhealthy")
     stack.spec = FakeServer(FakeConfig(model_name="tiny-llama", context_length=2048), port=port).start()
-    assert wait_for(lambda: stack.router.state.runtime.endpoint(stack.spec.base_url).healthy)
+    assert wait_until(lambda: stack.router.state.runtime.endpoint(stack.spec.base_url).healthy, timeout=5)
     r = stack.client.post(CHAT, json=body(max_tokens=2))
     assert r.headers["x-specgate-pool"] == "spec"
 
 
 def test_three_hundred_concurrent_streams_reach_the_engine(tmp_path, tokenizer_dir):  # HANDED C27
-    from tests.integration.conftest import Stack
-
     stack = Stack(tmp_path, tokenizer_dir, **{"routing.saturation": {"enter": 1000, "exit": 999}})
     try:
         _three_hundred(stack)

@@ -12,7 +12,8 @@ import openai
 import pytest
 import yaml
 
-from tests.redis.conftest import CHAT, Cluster, wait_for
+from tests.redis.cluster import CHAT, Cluster
+from tests.support import wait_until
 
 ADMIN = "adm-7f3c9a1e5b2d4f60"
 CLIENT_KEYS = ["ck-alpha-0123456789", "ck-beta-9876543210"]
@@ -86,7 +87,7 @@ def test_override_set_on_one_replica_applies_on_the_other(secured: Cluster):
     assert r.json()["effective"] == want
     assert r.json()["overrides"] == {"routing": {"long_prompt_tokens": 5, "saturation": {"enter": 2}}}
     assert json.loads(secured.redis.client().get("{t}:overrides")) == r.json()["overrides"]
-    assert wait_for(lambda: b.state.runtime.routing.long_prompt_tokens == 5, timeout=5)
+    assert wait_until(lambda: b.state.runtime.routing.long_prompt_tokens == 5, timeout=5)
     doc = admin(secured, 1, "GET").json()
     assert (doc["yaml"], doc["effective"]) == (YAML_THRESHOLDS, want)
     assert route(secured, 1) == (200, "plain", "long_context")
@@ -108,13 +109,13 @@ def test_override_set_on_one_replica_applies_on_the_other(secured: Cluster):
     assert "routing.seed" in msg
     error(admin(secured, 1, "PUT", content=b"{nope"),
           400, "invalid_json")
-    time.sleep(0.2)
+    secured.wait_syncs(4)   # the other replica would have picked a stored change up by now
     for router in (a, b):
         assert router.state.runtime.routing.long_prompt_tokens == 5
     # Cleared on the other replica: both back to the YAML values.
     r = admin(secured, 1, "DELETE")
     assert r.status_code == 200 and r.json()["effective"] == YAML_THRESHOLDS
-    assert wait_for(lambda: a.state.runtime.routing.long_prompt_tokens == 1024, timeout=5)
+    assert wait_until(lambda: a.state.runtime.routing.long_prompt_tokens == 1024, timeout=5)
     assert admin(secured, 0, "GET").json()["overrides"] == {"routing": {}}
     assert secured.redis.client().get("{t}:overrides") is None
     assert route(secured, 0) == (200, "spec", "speculative")
@@ -142,7 +143,7 @@ def test_overrides_with_the_memory_backend_survive_a_reload(tmp_path, tokenizer_
         doc = yaml.safe_load(c.config_path.read_text())
         doc["routing"]["long_prompt_tokens"] = 2000
         c.config_path.write_text(yaml.safe_dump(doc))
-        assert wait_for(lambda: c.routers[0].state.runtime.config.routing.long_prompt_tokens == 2000, timeout=5)
+        assert wait_until(lambda: c.routers[0].state.runtime.config.routing.long_prompt_tokens == 2000, timeout=5)
         got = admin(c, 0, "GET").json()
         assert (got["yaml"]["routing"]["long_prompt_tokens"], got["effective"]["routing"]["long_prompt_tokens"]) == (2000, 5)
         assert route(c, 0) == (200, "plain", "long_context")

@@ -10,7 +10,8 @@ import time
 import aiohttp
 import httpx
 
-from tests.redis.conftest import Cluster, inflight_key, wait_for
+from tests.redis.cluster import Cluster, inflight_key
+from tests.support import wait_until
 
 OUTAGE_S = 10.0
 RATE_HZ = 20.0
@@ -57,7 +58,7 @@ def _scenario(c: Cluster, redis_server) -> None:
     bases = [a.base_url, b.base_url]
     h1, _h2 = c.open_stream(0), c.open_stream(0)
     c.open_stream(1)
-    assert wait_for(lambda: c.zcard() == 3 and c.view(0) == 3 and c.view(1) == 3, timeout=2)
+    assert wait_until(lambda: c.zcard() == 3 and c.view(0) == 3 and c.view(1) == 3, timeout=2)
 
     baseline: list[tuple[float, int, float]] = []
     _load(bases, 2.0, baseline)
@@ -69,7 +70,11 @@ def _scenario(c: Cluster, redis_server) -> None:
     redis_server.pause()
     paused_at = time.perf_counter()
     loader.start()
-    time.sleep(1.5)
+    wait_until(lambda: all(
+        r.metric("specgate_shared_state_degraded") == 1
+        and r.metric("specgate_shared_state_ops_total", op="sync", result="timeout") >= 3
+        and r.metric("specgate_shared_state_ops_total", op="sync", result="short_circuit") >= 1
+        for r in c.routers), 10, "both replicas degraded, with timed-out and short-circuited syncs")
     for i, router in enumerate(c.routers):
         r = c.clients[i].get("/ready")
         assert r.status_code == 200
@@ -86,7 +91,7 @@ def _scenario(c: Cluster, redis_server) -> None:
     h1.close()
     c.open_stream(0)
     c.open_stream(1)
-    assert wait_for(lambda: c.local(0) == 2 and c.local(1) == 2, timeout=2)
+    assert wait_until(lambda: c.local(0) == 2 and c.local(1) == 2, timeout=2)
     assert (c.view(0), c.view(1)) == (2, 2)   # degraded: local counts only
     loader.join(OUTAGE_S + 30)
     assert not loader.is_alive()
@@ -112,23 +117,23 @@ def _scenario(c: Cluster, redis_server) -> None:
     assert worst < 5.0, worst
 
     # -- recovery: leases reconciled exactly ----------------------------------------------
-    assert wait_for(lambda: all(c.ready(i)["shared_state"]["status"] == "ok" for i in (0, 1)), timeout=5)
+    assert wait_until(lambda: all(c.ready(i)["shared_state"]["status"] == "ok" for i in (0, 1)), timeout=5)
     for router in c.routers:
         assert router.metric("specgate_shared_state_degraded") == 0
     # open: h2, h4 on A; h3, h5 on B. h1 was released during the outage; the SYNCs that timed
     # out ran on SIGCONT and re-added it, and the re-sent tombstones removed it again.
-    assert wait_for(lambda: (c.zcard(), c.view(0), c.view(1)) == (4, 4, 4), timeout=3), (
+    assert wait_until(lambda: (c.zcard(), c.view(0), c.view(1)) == (4, 4, 4), timeout=3, what=lambda: (
         c.zcard(), c.view(0), c.view(1), c.local(0), c.local(1),
         c.redis.client().zrange(inflight_key("spec", c.spec.base_url), 0, -1, withscores=True),
-        a.state.shared.replica_id, b.state.shared.replica_id, c.ready(0), c.ready(1))
-    time.sleep(0.6)   # a dozen rounds more: nothing comes back
+        a.state.shared.replica_id, b.state.shared.replica_id, c.ready(0), c.ready(1)))
+    c.wait_syncs(12)   # a dozen rounds more: nothing comes back
     assert (c.zcard(), c.view(0), c.view(1), c.local(0), c.local(1)) == (4, 4, 4, 2, 2)
     members = c.redis.client().zrange(inflight_key("spec", c.spec.base_url), 0, -1)
     owners = sorted(m.decode().rsplit(":", 1)[0] for m in members)
     assert owners == sorted([a.state.shared.replica_id] * 2 + [b.state.shared.replica_id] * 2)
     for s in c.streams:
         s.close()
-    assert wait_for(lambda: (c.zcard(), c.view(0), c.view(1), c.local(0), c.local(1)) == (0,) * 5, timeout=3)
-    time.sleep(0.6)
+    assert wait_until(lambda: (c.zcard(), c.view(0), c.view(1), c.local(0), c.local(1)) == (0,) * 5, timeout=3)
+    c.wait_syncs(12)
     assert (c.zcard(), c.view(0), c.view(1), c.local(0), c.local(1)) == (0,) * 5
     assert httpx.get(a.base_url + "/ready").json()["shared_state"]["pending_releases"] == 0

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import free_port
-from tests.redis.conftest import CHAT, Cluster, inflight_key, wait_for
+from tests.redis.cluster import CHAT, Cluster, inflight_key
+from tests.support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,10 +32,10 @@ def test_replicas_share_load_and_enter_and_leave_bypass_together(cluster: Cluste
     # saturation enter=3, exit=1; engine gauges pinned at 0: only leases count.
     streams = [cluster.open_stream(0) for _ in range(3)]
     assert [cluster.local(0), cluster.local(1)] == [3, 0]
-    assert wait_for(lambda: cluster.view(1) == 3, timeout=2)
+    assert wait_until(lambda: cluster.view(1) == 3, timeout=2)
     assert cluster.zcard() == 3
     # B holds no lease itself, yet it saw A's three and entered bypass with A.
-    assert wait_for(lambda: cluster.saturated(0) and cluster.saturated(1), timeout=2)
+    assert wait_until(lambda: cluster.saturated(0) and cluster.saturated(1), timeout=2)
     assert cluster.redis.client().hget("{t}:bypass", "spec:saturated") == b"1"
     assert route(cluster.clients[1]) == (200, "plain", "saturated")
     assert route(cluster.clients[0]) == (200, "plain", "saturated")
@@ -43,18 +43,20 @@ def test_replicas_share_load_and_enter_and_leave_bypass_together(cluster: Cluste
     # Two released: load 1 is not below exit=1, so both stay in bypass (hysteresis).
     streams[0].close()
     streams[1].close()
-    assert wait_for(lambda: cluster.view(0) == 1 and cluster.view(1) == 1 and cluster.zcard() == 1, timeout=2)
-    time.sleep(0.3)   # several sync rounds
+    assert wait_until(lambda: cluster.view(0) == 1 and cluster.view(1) == 1 and cluster.zcard() == 1, timeout=2)
+    cluster.wait_syncs(6)
+    for router in cluster.routers:
+        router.wait_scrape_rounds(2)
     assert (cluster.saturated(0), cluster.saturated(1)) == (True, True)
     assert route(cluster.clients[1]) == (200, "plain", "saturated")
     # The last one released: both leave together.
     streams[2].close()
-    assert wait_for(lambda: not cluster.saturated(0) and not cluster.saturated(1), timeout=2)
+    assert wait_until(lambda: not cluster.saturated(0) and not cluster.saturated(1), timeout=2)
     assert cluster.redis.client().hget("{t}:bypass", "spec:saturated") == b"0"
     assert route(cluster.clients[1]) == (200, "spec", "speculative")
     assert route(cluster.clients[0]) == (200, "spec", "speculative")
-    assert wait_for(lambda: cluster.local(0) == 0 and cluster.local(1) == 0, timeout=1)
-    time.sleep(0.2)
+    assert wait_until(lambda: cluster.local(0) == 0 and cluster.local(1) == 0, timeout=1)
+    cluster.wait_syncs(4)
     assert [cluster.local(0), cluster.local(1), cluster.view(0), cluster.view(1), cluster.zcard()] == [0] * 5
     for router in cluster.routers:
         assert router.metric("specgate_shared_state_degraded") == 0
@@ -67,19 +69,19 @@ def test_bypass_follows_within_one_sync_round(cluster: Cluster):
     b = cluster.routers[1].state.shared
     r = cluster.redis.client()
     streams = [cluster.open_stream(0) for _ in range(2)]
-    assert wait_for(lambda: cluster.view(1) == 2, timeout=5)
+    assert wait_until(lambda: cluster.view(1) == 2, timeout=5)
     assert not cluster.saturated(0) and not cluster.saturated(1)
     streams.append(cluster.open_stream(0))
-    assert wait_for(lambda: cluster.saturated(0), timeout=5)   # at its next sync or scrape
-    assert wait_for(lambda: r.hget("{t}:bypass", "spec:saturated") == b"1", timeout=5, every=0.002)
+    assert wait_until(lambda: cluster.saturated(0), timeout=5)   # at its next sync or scrape
+    assert wait_until(lambda: r.hget("{t}:bypass", "spec:saturated") == b"1", timeout=5, interval=0.002)
     written_seq, t0 = b._seq, time.monotonic()
-    assert wait_for(lambda: cluster.saturated(1), timeout=5, every=0.002)
+    assert wait_until(lambda: cluster.saturated(1), timeout=5, interval=0.002)
     assert b._seq - written_seq <= 2 and time.monotonic() - t0 < 2.0, (b._seq - written_seq)
     for s in streams:
         s.close()
-    assert wait_for(lambda: r.hget("{t}:bypass", "spec:saturated") == b"0", timeout=5, every=0.002)
+    assert wait_until(lambda: r.hget("{t}:bypass", "spec:saturated") == b"0", timeout=5, interval=0.002)
     written_seq = b._seq
-    assert wait_for(lambda: not cluster.saturated(0) and not cluster.saturated(1), timeout=5, every=0.002)
+    assert wait_until(lambda: not cluster.saturated(0) and not cluster.saturated(1), timeout=5, interval=0.002)
     assert b._seq - written_seq <= 2
 
 
@@ -94,25 +96,25 @@ def test_killed_replica_leases_expire_after_ttl(tmp_path, tokenizer_dir, redis_s
                                  "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         base = f"http://127.0.0.1:{port}"
-        assert wait_for(lambda: _up(base), timeout=60, every=0.2), "replica B did not start"
+        wait_until(lambda: _up(base), timeout=60, what="replica B to start", interval=0.2)
         b = httpx.Client(base_url=base, timeout=30)
         c.clients.append(b)
         c.hang_next(2)
         for _ in range(2):
             c.hold(b.send(b.build_request("POST", CHAT, json=chat(stream=True, max_tokens=50)), stream=True))
-        assert wait_for(lambda: c.view(0) == 2 and c.zcard() == 2, timeout=3)
+        assert wait_until(lambda: c.view(0) == 2 and c.zcard() == 2, timeout=3)
         assert c.local(0) == 0
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         killed_at = time.monotonic()
-        time.sleep(0.5)
-        assert c.view(0) == 2   # still counted: the TTL (2 s) has not passed
-        assert wait_for(lambda: c.view(0) == 0 and c.zcard() == 0, timeout=4)
+        c.wait_syncs(3, replicas=[0])
+        assert c.view(0) == 2   # still counted after syncs that followed the kill: the TTL (2 s) has not passed
+        assert wait_until(lambda: c.view(0) == 0 and c.zcard() == 0, timeout=4)
         gone = time.monotonic() - killed_at
         assert 1.0 <= gone <= 3.5, gone   # last renewal (<= 0.5 s before the kill) + TTL 2 s
         assert route(c.clients[0]) == (200, "spec", "speculative")
-        assert wait_for(lambda: c.local(0) == 0, timeout=1)   # released just after the last byte
-        time.sleep(0.2)
+        assert wait_until(lambda: c.local(0) == 0, timeout=1)   # released just after the last byte
+        c.wait_syncs(4, replicas=[0])
         assert (c.view(0), c.zcard()) == (0, 0)
     finally:
         if proc is not None and proc.poll() is None:
@@ -155,13 +157,13 @@ def test_replica_starts_while_redis_is_down_and_reconciles(tmp_path, tokenizer_d
             redis_server.start()
         else:
             redis_server.resume()
-        assert wait_for(lambda: c.ready(0)["shared_state"]["status"] == "ok", timeout=5)
-        assert wait_for(lambda: c.zcard() == 1, timeout=2)
+        assert wait_until(lambda: c.ready(0)["shared_state"]["status"] == "ok", timeout=5)
+        assert wait_until(lambda: c.zcard() == 1, timeout=2)
         assert c.view(0) == 1 and c.local(0) == 1
         assert c.routers[0].metric("specgate_shared_state_degraded") == 0
         held.close()
-        assert wait_for(lambda: c.zcard() == 0 and c.local(0) == 0, timeout=2)
-        time.sleep(0.3)
+        assert wait_until(lambda: c.zcard() == 0 and c.local(0) == 0, timeout=2)
+        c.wait_syncs(6)
         assert (c.zcard(), c.view(0), c.local(0)) == (0, 0, 0)
     finally:
         c.close()
@@ -170,8 +172,8 @@ def test_replica_starts_while_redis_is_down_and_reconciles(tmp_path, tokenizer_d
 def test_lease_ttl_renewal_keeps_long_streams_counted(cluster: Cluster):
     """A stream open for longer than the TTL (2 s) stays counted: it is renewed."""
     cluster.open_stream(0)
-    assert wait_for(lambda: cluster.zcard() == 1, timeout=2)
-    time.sleep(3.0)
+    assert wait_until(lambda: cluster.zcard() == 1, timeout=2)
+    time.sleep(3.0)   # the duration under test (> the 2 s TTL), not a wait for an event
     assert cluster.zcard() == 1 and cluster.view(1) == 1
     score = cluster.redis.client().zrange(inflight_key("spec", cluster.spec.base_url), 0, -1, withscores=True)
     assert len(score) == 1

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from serving.local import SGLangProcess, cpu_env, cpu_launch_args, free_port
+from serving.local import SGLangProcess, cpu_env, cpu_launch_args
+from tests.support import free_port
 
 from ._eagle3 import build_random_eagle3_head
 

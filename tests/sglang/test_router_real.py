@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from router.features import parse_chat, parse_completions
-from tests.integration.conftest import RouterServer
+from tests.support import RouterServer, wait_until
 
 pytestmark = pytest.mark.sglang
 
@@ -30,10 +30,7 @@ def real(cpu_server, tiny_model_dir: Path, tmp_path_factory):
         "scrape": {"interval_s": 0.25, "timeout_s": 5.0, "stale_after_s": 5.0},
         "server": {"log_requests": False},
     }))
-    router = RouterServer(cfg).start()
-    deadline = time.monotonic() + 30
-    while httpx.get(router.base_url + "/ready").status_code != 200 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    router = RouterServer(cfg).start(ready=True, timeout=30)
     yield router, engine
     router.stop()
 
@@ -115,9 +112,8 @@ def test_client_disconnect_aborts_on_the_engine(real):
         it = r.iter_raw()
         for _ in range(3):
             next(it)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and router.metric("specgate_upstream_aborts_total", pool="plain") == before:
-        time.sleep(0.1)
+    wait_until(lambda: router.metric("specgate_upstream_aborts_total", pool="plain") != before, 10, "the abort",
+               interval=0.1)
     assert router.metric("specgate_upstream_aborts_total", pool="plain") == before + 1
     assert sum(ep.inflight for ep in router.state.runtime.all_endpoints()) == 0
     # the engine is free again: a short request completes promptly

@@ -182,7 +182,8 @@ def test_sglang_serves_the_export_with_the_offline_verify_counts(
 
     from drafters.eagle3.data import capture, make_prompts
     from drafters.eagle3.evaluate import greedy_sequence, simulate_sequence
-    from serving.local import free_port, start_sglang
+    from serving.local import start_sglang
+    from tests.support import free_port
 
     out, _ = trained
     new_tokens = 24

@@ -24,7 +24,7 @@ K = 4             # reserved draft tokens
 LONG = 1024       # routing.long_prompt_tokens
 
 
-def spec(healthy=True, saturated=False, low_acceptance=False, loads=(0,), urls=None):
+def spec(healthy=True, saturated=False, low_acceptance=frozenset(), loads=(0,), urls=None):
     urls = urls or [f"http://s{i}" for i in range(len(loads))]
     return PoolSnapshot("spec", True, SPEC_LIMIT, K,
                         tuple(EndpointSnapshot(u, healthy, load) for u, load in zip(urls, loads)),
@@ -59,7 +59,7 @@ CASES = [
     ("n small fits spec", 100, 400, 4, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
     ("n huge per-seq fits -> no 400", 96, 4000, 8, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
     ("saturated -> plain", 100, 100, 1, [spec(saturated=True), plain()], Decision("plain", "http://p0", Reason.SATURATED)),
-    ("low acceptance -> plain", 100, 100, 1, [spec(low_acceptance=True), plain()], Decision("plain", "http://p0", Reason.LOW_ACCEPTANCE)),
+    ("low acceptance -> plain", 100, 100, 1, [spec(low_acceptance=frozenset({"sampled"})), plain()], Decision("plain", "http://p0", Reason.LOW_ACCEPTANCE)),
     ("spec unhealthy -> plain", 100, 100, 1, [spec(healthy=False), plain()], Decision("plain", "http://p0", Reason.SPEC_UNHEALTHY)),
     ("both unhealthy -> 503", 100, 100, 1, [spec(healthy=False), plain(healthy=False)], Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)),
     ("plain down, spec saturated -> spec", 100, 100, 1, [spec(saturated=True), plain(healthy=False)], Decision("spec", "http://s0", Reason.PLAIN_UNHEALTHY)),

@@ -111,7 +111,7 @@ def test_config_check_masks_keys(tmp_path, capsys):
     doc = with_("auth", {"api_keys": ["sk-inline-secret-1"], "admin_api_key": "adm-inline-secret-2"})
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(doc))
-    assert main(["config", "check", str(path)]) == 0
+    assert main(["config", "check", "--no-paths", str(path)]) == 0
     out = capsys.readouterr().out
     assert "sk-inline-secret-1" not in out and "adm-inline-secret-2" not in out
     assert json.loads(out)["auth"]["api_keys"] == ["**********"]
@@ -435,13 +435,15 @@ def test_ledger_reconciles_exactly_under_random_outages(seed):
 
 
 def test_shared_bypass_follows_the_shared_flag_with_hysteresis():
-    cfg = parse_config(with_("routing.acceptance", {"enabled": False}))   # enter 8, exit 6
+    doc = with_("routing.acceptance", {"enabled": False})   # enter 8, exit 6
+    doc["routing"]["min_flip_interval_s"] = 0
+    cfg = parse_config(doc)
     rt = Runtime(cfg, counter=None)
     ep = rt.endpoint("http://127.0.0.1:30001")
     ep.state = "healthy"
     pool = rt.pools[0]
     ep.shared_inflight, ep.shared_base, ep.shared_at = 7, 0, 0.0
-    low = {"spec:low_acceptance": False}
+    low = {"spec:low_acceptance:greedy": False, "spec:low_acceptance:sampled": False}
     # between exit and enter: the shared flag decides, both ways
     assert rt.sync_bypass({"spec:saturated": True, **low}, 0.0) == []
     assert pool.saturated is True
@@ -452,9 +454,10 @@ def test_shared_bypass_follows_the_shared_flag_with_hysteresis():
     ep.shared_inflight = 5
     assert rt.sync_bypass({"spec:saturated": True, **low}, 0.0) == [("spec:saturated", True, False)]
     # no shared flags yet: continue from the local ones and publish them
-    pool.saturated = True
+    pool.bypass.flags["saturated"] = True
     ep.shared_inflight = 7
-    assert rt.sync_bypass({}, 0.0) == [("spec:saturated", None, True), ("spec:low_acceptance", None, False)]
+    assert rt.sync_bypass({}, 0.0) == [("spec:saturated", None, True), ("spec:low_acceptance:greedy", None, False),
+                                       ("spec:low_acceptance:sampled", None, False)]
 
 
 def test_memory_state_is_inert(tmp_path: Path):

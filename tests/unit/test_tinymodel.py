@@ -189,7 +189,8 @@ def test_sglang_chat_uses_the_template(built: tuple[Path, Path], tmp_path: Path)
     import httpx
     from transformers import AutoTokenizer
 
-    from serving.local import free_port, start_sglang
+    from serving.local import start_sglang
+    from tests.support import free_port
 
     model_dir = built[0]
     tok = AutoTokenizer.from_pretrained(model_dir)

@@ -164,6 +164,9 @@ The router's operator YAML, built from values. Only keys the router knows are em
 {{- range $src := (include "specgate.authSources" . | fromYaml).sources }}
 {{- $_ := set $auth $src.configKey $src.file }}
 {{- end }}
+{{- if .Values.auth.engineApiKey.existingSecret }}
+{{- $_ := set $auth "engine_api_key_env" "SPECGATE_ENGINE_API_KEY" }}
+{{- end }}
 {{- if $auth }}
 {{- $_ := set $cfg "auth" $auth }}
 {{- end }}
@@ -337,6 +340,10 @@ engine_argv (the argv `specgate serve` would exec), then the LeaderWorkerSet fla
 - --enable-metrics
 - --log-level-http
 - warning
+{{- if .root.Values.auth.engineApiKey.existingSecret }}
+- --api-key
+- "$(SGLANG_API_KEY)"
+{{- end }}
 {{- if not (kindIs "invalid" $engine.mem_fraction_static) }}
 - --mem-fraction-static
 - {{ $engine.mem_fraction_static | toString | quote }}
@@ -420,4 +427,33 @@ The data of the chart-created key Secret <fullname>-auth (from auth.*.devKeys; d
 {{- $_ := set $data "admin-api-keys" (printf "%s\n" (join "\n" .Values.auth.adminApiKeys.devKeys) | b64enc) }}
 {{- end }}
 {{- toYaml $data }}
+{{- end }}
+
+{{/*
+The router pod's terminationGracePeriodSeconds: the drain's worst case (server.drain_listen_s
++ server.drain_timeout_s, then upstream.abort_timeout_s for the cut requests' aborts) plus
+router.shutdownMarginSeconds, rounded up to whole seconds (router/drain.py).
+*/}}
+{{- define "specgate.routerGraceSeconds" -}}
+{{- $server := .Values.server -}}
+{{- $listen := float64 (default 5.0 $server.drain_listen_s) -}}
+{{- if hasKey $server "drain_listen_s" }}{{ $listen = float64 $server.drain_listen_s }}{{ end -}}
+{{- $timeout := float64 (default 30.0 $server.drain_timeout_s) -}}
+{{- if hasKey $server "drain_timeout_s" }}{{ $timeout = float64 $server.drain_timeout_s }}{{ end -}}
+{{- $abort := float64 (default 2.0 .Values.upstream.abort_timeout_s) -}}
+{{- ceil (addf $listen $timeout $abort (float64 .Values.router.shutdownMarginSeconds)) | int64 -}}
+{{- end }}
+
+{{/*
+The SGLang keep-alive of a pool's pods must outlast the router's upstream idle-connection
+timeout (upstream.keepalive_timeout_s when set), or the engine closes pooled connections the
+router is about to reuse. Pass (dict "root" $ "pool" $pool "k8s" $k8s).
+*/}}
+{{- define "specgate.checkKeepAlive" -}}
+{{- $up := .root.Values.upstream -}}
+{{- if and (hasKey $up "keepalive_timeout_s") $up.keepalive_timeout_s }}
+{{- if le (float64 .k8s.keepAliveTimeoutSeconds) (float64 $up.keepalive_timeout_s) }}
+{{- fail (printf "pool %q: k8s.keepAliveTimeoutSeconds (%v) must exceed upstream.keepalive_timeout_s (%v)" .pool.name .k8s.keepAliveTimeoutSeconds $up.keepalive_timeout_s) }}
+{{- end }}
+{{- end }}
 {{- end }}

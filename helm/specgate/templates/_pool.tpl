@@ -37,7 +37,11 @@ containers:
         protocol: TCP
     {{- end }}
     {{- end }}
-    {{- $env := $k8s.env }}
+    {{- include "specgate.checkKeepAlive" . }}
+    {{- $env := prepend $k8s.env (dict "name" "SGLANG_TIMEOUT_KEEP_ALIVE" "value" (toString (int64 $k8s.keepAliveTimeoutSeconds))) }}
+    {{- with $root.Values.auth.engineApiKey.existingSecret }}
+    {{- $env = prepend $env (dict "name" "SGLANG_API_KEY" "valueFrom" (dict "secretKeyRef" (dict "name" . "key" $root.Values.auth.engineApiKey.key))) }}
+    {{- end }}
     {{- if .pool.engine.cpu }}
     {{- $env = prepend $env (dict "name" "SGLANG_USE_CPU_ENGINE" "value" "1") }}
     {{- end }}

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from serving.fake_sglang import FakeConfig, FakeServer
-from tests.k8s.conftest import CHAT, Cluster, Router, base_config, wait_until
+from tests.support import RouterServer, wait_until, write_router_yaml
+from tests.support.k8s_cluster import CHAT, Cluster, base_config
 
 
 class ConfigMapVolume:
@@ -75,7 +76,7 @@ def _static(tokenizer: Path, url: str, long_prompt: int, **extra: Any) -> str:
 def test_symlink_swap_is_reloaded_and_invalid_update_keeps_last_good(
         tmp_path: Path, tokenizer_dir: Path, plain: FakeServer) -> None:
     vol = ConfigMapVolume(tmp_path / "specgate", _static(tokenizer_dir, plain.base_url, 1024))
-    r = Router(vol.path).start()
+    r = RouterServer(vol.path).start()
     try:
         wait_until(lambda: r.state.runtime.ready(), what="ready")
         first = r.state.runtime
@@ -116,7 +117,7 @@ def test_reload_keeps_discovered_endpoints_and_follows_a_new_selector(cluster: C
 
     doc = yaml.safe_load(cluster.config_path.read_text())
     doc["routing"]["long_prompt_tokens"] = 900
-    cluster.config_path.write_text(yaml.safe_dump(doc))
+    write_router_yaml(cluster.config_path, doc)
     wait_until(lambda: r.state.runtime.routing.long_prompt_tokens == 900, what="reload")
     assert r.pool("spec").endpoints == {cluster.url(1): kept} and kept.healthy
     assert r.client.post(CHAT, json={"model": "tiny-llama", "max_tokens": 2, "messages": [
@@ -124,7 +125,7 @@ def test_reload_keeps_discovered_endpoints_and_follows_a_new_selector(cluster: C
     assert r.metric("specgate_discovery_lists_total", pool="spec") == 1  # the watch went on
 
     doc["pools"][0]["discovery"]["label_selector"] = "app.kubernetes.io/component=pool-canary"
-    cluster.config_path.write_text(yaml.safe_dump(doc))
+    write_router_yaml(cluster.config_path, doc)
     wait_until(lambda: r.healthy() == {cluster.url(2)}, what="new selector's pods")
     assert set(r.pool("spec").endpoints) == {cluster.url(2)}
     assert r.metric("specgate_discovery_lists_total", pool="spec") == 2

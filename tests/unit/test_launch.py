@@ -83,3 +83,25 @@ def test_sglang_parser_checks_the_args():
         check_with_sglang(engine_argv(cfg, "plain") + ["--no-such-flag"])
     with pytest.raises(LaunchError, match="SGLang rejects"):
         check_with_sglang(["--model-path", "/m", "--tp-size", "eight"])
+
+
+def test_parsers_are_set_per_pool_and_embedding_pools_get_is_embedding():
+    doc = yaml.safe_load(yaml.safe_dump(DOC))
+    doc["pools"][0]["engine"].update(tool_call_parser="llama3", reasoning_parser="deepseek-r1")
+    doc["pools"][1]["engine"]["tool_call_parser"] = "llama3"
+    doc["pools"].append({"name": "embed", "speculative": False, "endpoints": ["http://10.0.0.8:30003"],
+                         "serves": ["embeddings", "rerank"], "engine": {"model_path": "/m/embed"}})
+    cfg = parse_config(doc)
+    spec = engine_argv(cfg, "spec")
+    assert spec[spec.index("--tool-call-parser"):][:4] == [
+        "--tool-call-parser", "llama3", "--reasoning-parser", "deepseek-r1"]
+    assert spec[-2:] == ["--chunked-prefill-size", "8192"]  # extra_args still last
+    plain = engine_argv(cfg, "plain")
+    assert plain[-2:] == ["--tool-call-parser", "llama3"] and "--reasoning-parser" not in plain
+    assert "--is-embedding" in engine_argv(cfg, "embed") and "--is-embedding" not in plain
+    assert "--tool-call-parser" not in engine_argv(parse_config(DOC), "spec")
+    if importlib.util.find_spec("sglang") is not None:
+        assert check_with_sglang(spec) and check_with_sglang(engine_argv(cfg, "embed"))
+        doc["pools"][1]["engine"]["tool_call_parser"] = "nope"
+        with pytest.raises(LaunchError, match="tool-call-parser"):
+            check_with_sglang(engine_argv(parse_config(doc), "plain"))

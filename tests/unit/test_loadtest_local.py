@@ -15,7 +15,7 @@ from loadtests.workload import WorkloadError
 from router.cli import main as specgate
 from router.config import load_config
 from serving.launch import engine_argv
-from tests.loadtests.test_calibrate import fixed_report
+from tests.unit.test_calibrate import fixed_report
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "demo.yaml"

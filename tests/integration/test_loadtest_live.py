@@ -15,14 +15,15 @@ from loadtests.runner import LoadTest, Target, expected_requests
 from loadtests.simulate import SimServer
 from loadtests.workload import Workload, parse_buckets
 from router.cli import main as specgate
-from tests.loadtests.conftest import MODEL, RouterThread
+from tests.support import RouterServer
+from tests.support.sim import MODEL
 
 
 def _metrics(url: str) -> tuple[str, ...]:
     return (url + "/metrics",)
 
 
-def test_compare_spec_plain_router(router_over_pair: tuple[RouterThread, SimServer, SimServer],
+def test_compare_spec_plain_router(router_over_pair: tuple[RouterServer, SimServer, SimServer],
                                    tmp_path: Path) -> None:
     router, spec, plain = router_over_pair
     w = Workload(buckets=parse_buckets("32-48,512-768"), loads=(1, 4), output_tokens=(8, 8),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 import uvicorn
@@ -16,7 +15,7 @@ from starlette.routing import Route
 from router.cli import main
 from serving.fake_sglang import FakeConfig, run_fake_server
 from serving.probe import probe_context
-from tests.helpers import free_port
+from tests.support import free_port, wait_until
 
 
 def test_bisection_finds_sglang_limit_on_fake():
@@ -61,8 +60,7 @@ def dying():
     server = uvicorn.Server(uvicorn.Config(eng.app, host="127.0.0.1", port=port, log_level="warning"))
     t = threading.Thread(target=server.run, daemon=True)
     t.start()
-    while not server.started:
-        time.sleep(0.01)
+    wait_until(lambda: server.started, 10, "the dying engine to start")
     yield eng, f"http://127.0.0.1:{port}"
     server.should_exit = True
     t.join(5)

@@ -1,0 +1,210 @@
+"""Non-generation endpoints, passed through unchanged to a pool configured to serve them.
+
+Per endpoint (SGLang 0.5.23 ``srt/entrypoints/http_server.py`` serves all of these):
+
+============================  ===========  ====================================================
+route                         kind         router's answer
+============================  ===========  ====================================================
+``POST /v1/embeddings``       embeddings   relayed to a pool whose ``serves`` lists the kind
+``POST /v1/rerank``           rerank       same
+``POST /v1/score``            score        same (SGLang scores with a CausalLM's logprobs too,
+                                           so a plain generation pool may list it)
+``POST /v1/classify``         classify     same
+``POST /v1/responses``        responses    counted and routed like chat (:mod:`router.responses`)
+============================  ===========  ====================================================
+
+A kind no pool serves answers 404 ``{"error": {"type": "invalid_request_error", "param": null,
+"code": "unsupported_endpoint"}}`` before the body is read, never a chat-shaped error and
+never "no workers" (sgl-project/sglang#15931). A speculative pool can never serve a
+pass-through kind (the config refuses it), so these requests never reach the spec pool and
+their leases never count toward its saturation.
+
+What the router does with a pass-through request:
+
+- **Checks** only the envelope: body size (``limits.max_request_bytes``, 413), JSON object,
+  ``model`` a string. ``input`` of ``/v1/embeddings`` must be a string, a list of strings, a
+  list of token ids, a list of token-id lists (or SGLang's multimodal item objects); anything
+  else is 400 ``param: "input"``. No token count and no ``max_tokens``/context rule: the
+  engine applies its own limits, and truncation fields (``truncate_prompt_tokens``,
+  ``dimensions``...) are forwarded untouched (vllm-project/aibrix#2663: a gateway's own
+  hard-coded limit rejected what the engine would have truncated).
+- **Model**: a request naming the served *generation* model (``model.name``/``aliases``) on a
+  kind served only by pools without ``generate`` gets 400 ``param: "model"``,
+  ``code: "model_not_supported"``. Other names are the engine's to judge; its 4xx comes back
+  with the same status in the router's envelope (:func:`router.errors.map_engine_error`).
+- **Endpoint**: the healthy endpoint with the fewest router in-flight requests over the
+  pools serving the kind (ties rotate); an in-flight lease is held for the call. A refused
+  connection marks the endpoint down and tries the next one; an engine 5xx tries the next
+  one too (these calls generate nothing, so a retry is safe), up to ``upstream.max_attempts``.
+  No healthy endpoint: 503 ``no_healthy_upstream`` with ``Retry-After``.
+- **Relay**: the engine's body is read whole (bounded by ``upstream.nonstream_timeout_s``,
+  504 ``upstream_timeout`` past it) and sent as the same bytes with its ``Content-Type`` and a
+  ``Content-Length``: a 4 MB array of floats is never parsed or re-serialised.
+- **Metrics**: ``specgate_requests_total{pool, reason=<kind>, status}`` and
+  ``specgate_request_duration_seconds{pool}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from router.api import _parse_json, _read_body
+from router.errors import (
+    InvalidRequest,
+    NoHealthyUpstream,
+    SpecgateError,
+    UnsupportedEndpoint,
+    UpstreamError,
+    UpstreamTimeout,
+    map_engine_error,
+)
+
+__all__ = ["PASSTHROUGH_ROUTES", "UnsupportedEndpoint", "check_body", "install_passthrough_routes",
+           "serving_pools"]
+
+#: Pass-through routes: path -> endpoint kind (``PoolConfig.serves``).
+PASSTHROUGH_ROUTES = {"/v1/embeddings": "embeddings", "/v1/rerank": "rerank",
+                      "/v1/score": "score", "/v1/classify": "classify"}
+
+#: The field a kind's errors name (over-length or invalid input).
+_INPUT_PARAM = {"embeddings": "input", "rerank": "documents", "score": "items", "classify": "input"}
+
+
+def _token_ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(t) is int and t >= 0 for t in value)
+
+
+def check_body(kind: str, doc: Any) -> None:
+    """Validate a pass-through document's envelope (see the module docstring).
+
+    Raises:
+        InvalidRequest: naming ``param`` (``model``, ``input``, ``query``, ``documents``).
+    """
+    if not isinstance(doc, dict):
+        raise InvalidRequest("the request body must be a JSON object", code="invalid_json")
+    if "model" in doc and doc["model"] is not None and not isinstance(doc["model"], str):
+        raise InvalidRequest("`model` must be a string", param="model")
+    if kind in ("embeddings", "classify"):
+        value = doc.get("input")
+        ok = (isinstance(value, str) and bool(value)) or _token_ids(value) or (
+            isinstance(value, list) and bool(value) and (
+                all(isinstance(v, str) for v in value) or all(_token_ids(v) for v in value)
+                or (kind == "embeddings" and all(isinstance(v, dict) for v in value))))
+        if not ok:
+            raise InvalidRequest(
+                "`input` must be a non-empty string, array of strings, array of token ids or "
+                "array of token-id arrays", param="input")
+    elif kind == "rerank":
+        if not isinstance(doc.get("query"), (str, list)):
+            raise InvalidRequest("`query` must be a string or an array of content parts", param="query")
+        if not isinstance(doc.get("documents"), list) or not doc["documents"]:
+            raise InvalidRequest("`documents` must be a non-empty array", param="documents")
+
+
+def serving_pools(runtime: Any, kind: str) -> list[Any]:
+    """The runtime's pools whose ``serves`` lists ``kind`` (never a speculative pool)."""
+    return [p for p in runtime.pools if kind in p.config.serves and not p.config.speculative]
+
+
+def _candidates(pools: list[Any], excluded: set[str], tie: int) -> Iterator[Any]:
+    eps = [e for p in pools for e in p.endpoints.values() if e.healthy and e.url not in excluded]
+    if not eps:
+        return iter(())
+    k = tie % len(eps)
+    rotated = eps[k:] + eps[:k]
+    return iter(sorted(rotated, key=lambda e: e.inflight))  # stable: ties keep the rotation
+
+
+async def _call(session: aiohttp.ClientSession, endpoint: Any, path: str, body: bytes,
+                request_id: str, upstream: Any) -> tuple[int, str, bytes]:
+    timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=upstream.connect_timeout_s)
+    headers = {"content-type": "application/json", "x-request-id": request_id,
+               "accept-encoding": "identity"}
+    async with asyncio.timeout(upstream.nonstream_timeout_s):
+        async with session.post(endpoint.target(path), data=body, headers=headers, timeout=timeout) as resp:
+            data = await resp.read()
+            return resp.status, resp.headers.get("content-type", "application/json"), data
+
+
+async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
+    """Answer one pass-through request (see the module docstring)."""
+    state = request.app.state.specgate
+    runtime = state.runtime
+    cfg = runtime.config
+    received = time.perf_counter()
+    request_id = state.next_request_id()
+    request.state.request_id = request_id
+    if runtime.auth is not None:
+        runtime.auth.check_client(request.headers.get("authorization"))
+    path = request.scope["path"]
+    pools = serving_pools(runtime, kind)
+    if not pools:
+        raise UnsupportedEndpoint(f"{path} is not served by this router: no pool is configured "
+                                  f"to serve `{kind}`")
+    body = await _read_body(request, cfg.limits.max_request_bytes)
+    doc = _parse_json(request, body)
+    check_body(kind, doc)
+    model = doc.get("model")
+    if (isinstance(model, str) and cfg.model.serves(model)
+            and not any("generate" in p.config.serves for p in pools)):
+        raise InvalidRequest(f"The model `{model}` is a generation model; {path} is served by "
+                             f"another model", param="model", code="model_not_supported")
+    excluded: set[str] = set()
+    error: SpecgateError | None = None
+    for attempt in range(cfg.upstream.max_attempts):
+        endpoint = next(_candidates(pools, excluded, tie + attempt), None)
+        if endpoint is None:
+            break
+        lease = endpoint.lease()
+        try:
+            status, ctype, data = await _call(state.session, endpoint, path, body, request_id, cfg.upstream)
+        except TimeoutError:
+            raise UpstreamTimeout("the engine did not answer within upstream.nonstream_timeout_s") from None
+        except aiohttp.ClientConnectorError:
+            endpoint.mark_down()
+            excluded.add(endpoint.url)
+            error = UpstreamError("upstream worker unreachable")
+            continue
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            endpoint.mark_down()
+            excluded.add(endpoint.url)
+            error = UpstreamError("upstream worker failed")
+            continue
+        finally:
+            lease.release()
+        if status >= 500:
+            excluded.add(endpoint.url)
+            error = map_engine_error(status, data, param=_INPUT_PARAM[kind])
+            continue
+        if status >= 400:
+            raise map_engine_error(status, data, param=_INPUT_PARAM[kind])
+        state.metrics.requests.inc((endpoint.pool, kind, str(status)))
+        state.metrics.request_duration.observe((endpoint.pool,), time.perf_counter() - received)
+        return Response(data, status_code=status, headers={
+            "content-type": ctype, "x-request-id": request_id,
+            "x-specgate-pool": endpoint.pool, "x-specgate-reason": kind})
+    if error is not None:
+        raise error
+    raise NoHealthyUpstream(f"no healthy endpoint serves `{kind}`",
+                            headers={"retry-after": str(cfg.health.retry_after_s)})
+
+
+def install_passthrough_routes(app: FastAPI) -> None:
+    """Register the :data:`PASSTHROUGH_ROUTES` on ``app`` (errors go through its handlers)."""
+    tie = itertools.count()  # per app: rotates ties between idle endpoints
+
+    def route(kind: str) -> Any:
+        async def handler(request: Request) -> Response:
+            return await serve_passthrough(request, kind, next(tie))
+        return handler
+
+    for path, kind in PASSTHROUGH_ROUTES.items():
+        app.add_api_route(path, route(kind), methods=["POST"], include_in_schema=False)

@@ -1,0 +1,99 @@
+"""Predicted completion time of one request on one endpoint: the pool-choice model.
+
+With separate speculative and plain pools, bypassing speculation means sending work to other
+engines, so the router compares pools by when the request would finish on each, from the
+load it sees now (``docs/operator-guide.md``, "Choosing the pool by predicted completion").
+The model is Leviathan et al.'s speedup (arXiv:2211.17192, section 3) with a batch term:
+decode is memory-bound at small batch and turns compute-bound past a knee, where verifying
+``gamma + 1`` positions per sequence stops being nearly free.
+
+Per output token, for a batch of ``b`` sequences at context ``L`` (seconds):
+
+    T_plain(b, L)  = t0 * (1 + b / b_knee) + a * L
+    T_verify(b, L) = t0 * (1 + b * (gamma + 1) / b_knee) + a * L
+    T_spec(b, L)   = (T_verify(b, L) + c * gamma * T_plain(b, L)) / tau
+
+and for the whole request, with ``P`` prompt tokens of which ``C`` are cached on the endpoint
+and ``M`` output tokens:
+
+    prefill = p * (P - C)
+    decode  = M * T(b, P + M / 2)             (mean context over the generation)
+    queue   = (b - R) / R * (prefill + decode) when b > R (R: the engine's running-request cap)
+
+Parameters (:class:`SpeedModel`, per pool, from ``specgate calibrate``): ``t0`` =
+``decode_s_per_token`` (s), ``b_knee`` = ``batch_knee`` (sequences), ``a`` =
+``attention_s_per_token`` (s per context token per output token), ``p`` =
+``prefill_s_per_token`` (s per uncached prompt token), ``R`` = ``max_running_requests``
+(sequences, optional); for a speculative pool ``gamma`` (draft tokens per cycle), ``c`` (drafter
+cost ratio, ``T_draft / (gamma * T_target)``) and ``tau`` (mean accepted length per verify step,
+bonus included: SGLang's ``spec_accept_length``), tracked live per temperature class.
+Pure functions: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SpeedModel", "completion_s", "token_s"]
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedModel:
+    """A pool's speed model (see the module docstring for the formulas).
+
+    Attributes:
+        decode_s_per_token: t0, seconds per output token of a batch of one at short context.
+        batch_knee: b_knee, the batch (sequences) at which the step's compute equals t0.
+        attention_s_per_token: a, seconds per output token per context token.
+        prefill_s_per_token: p, seconds per uncached prompt token.
+        max_running_requests: R, sequences the engine runs at once (None: no queueing).
+        gamma: draft tokens per cycle (speculative pools; 0 for plain).
+        c: the drafter's relative cost (speculative pools).
+    """
+
+    decode_s_per_token: float
+    batch_knee: float
+    attention_s_per_token: float = 0.0
+    prefill_s_per_token: float = 0.0
+    max_running_requests: int | None = None
+    gamma: int = 0
+    c: float = 0.0
+
+
+def token_s(model: SpeedModel, *, batch: float, context: float, accept_length: float | None) -> float:
+    """Seconds per output token at ``batch`` sequences and ``context`` tokens.
+
+    ``accept_length`` (tau) None or a plain model (``gamma == 0``) gives ``T_plain``; else
+    ``T_spec`` with ``tau`` clamped to ``[1, gamma + 1]``.
+    """
+    t0, knee, attn = model.decode_s_per_token, model.batch_knee, model.attention_s_per_token * context
+    plain = t0 * (1.0 + batch / knee) + attn
+    if accept_length is None or model.gamma <= 0:
+        return plain
+    gamma = model.gamma
+    tau = min(max(accept_length, 1.0), gamma + 1.0)
+    verify = t0 * (1.0 + batch * (gamma + 1) / knee) + attn
+    return (verify + model.c * gamma * plain) / tau
+
+
+def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_tokens: int,
+                 output_tokens: int, accept_length: float | None) -> float:
+    """Predicted seconds from dispatch to the last token (see the module docstring).
+
+    Args:
+        batch: sequences on the endpoint once this request joins (its load + this request's n).
+        prompt_tokens: P; cached_tokens: C (tokens of P the endpoint has cached).
+        output_tokens: M, the output budget per sequence (tokens).
+        accept_length: tau for this request's temperature class (None on a plain pool).
+    """
+    prefill = model.prefill_s_per_token * max(0, prompt_tokens - cached_tokens)
+    running = batch
+    cap = model.max_running_requests
+    if cap is not None:
+        running = min(batch, cap)
+    decode = output_tokens * token_s(model, batch=running, context=prompt_tokens + output_tokens / 2,
+                                     accept_length=accept_length)
+    total = prefill + decode
+    if cap is not None and batch > cap:
+        total += (batch - cap) / cap * total
+    return total

@@ -1,0 +1,218 @@
+"""Router replicas sharing one real ``redis-server`` (started here, on a free 127.0.0.1 port).
+
+``redis-server`` comes from Debian's package (``bash scripts/ensure-redis.sh``); when it is
+missing these tests fail, never skip. Each test gets its own server (``--save ''
+--appendonly no``), stopped afterwards (after a SIGCONT, in case a test left it stopped).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from serving.fake_sglang import FakeConfig, FakeServer
+from tests.support import RouterServer, free_port, router_config, wait_until, write_router_yaml
+from tests.support.stack import spec_fake_config
+
+__all__ = ["CHAT", "COMPLETIONS", "PREFIX", "Cluster", "RedisServer", "inflight_key", "state_section"]
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+PREFIX = "t"
+
+
+class RedisServer:
+    """A ``redis-server`` child process on 127.0.0.1 (no persistence)."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
+
+    def start(self) -> RedisServer:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.fail("redis-server not found: run `bash scripts/ensure-redis.sh`")
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--daemonize", "no", "--loglevel", "warning", "--protected-mode", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = self.client()
+        try:
+            wait_until(lambda: _pings(client), 10, f"redis-server to answer on port {self.port}", interval=0.02)
+        finally:
+            client.close()
+        return self
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2, socket_connect_timeout=2)
+
+    def pause(self) -> None:
+        """SIGSTOP: a blackhole (connections accepted by the kernel, nothing answered)."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+        self.paused = False
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.paused:
+            self.resume()
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def state_section(url: str, **kw: Any) -> dict[str, Any]:
+    """The ``state`` section used by these tests (short TTL and breaker reset)."""
+    doc: dict[str, Any] = {"backend": "redis", "redis_url": url, "key_prefix": PREFIX,
+                           "op_timeout_s": 0.2, "lease_ttl_s": 2.0, "renew_interval_s": 0.5,
+                           "circuit_breaker": {"failure_threshold": 3, "reset_after_s": 0.5}}
+    doc.update(kw)
+    return doc
+
+
+def inflight_key(pool: str, url: str) -> str:
+    return "{" + PREFIX + "}:inflight:" + pool + ":" + url
+
+
+class Cluster:
+    """Two fakes (spec, plain) with engine gauges pinned to 0 and N router replicas.
+
+    The pinned gauges model SGLang's lagging ``num_running_reqs`` (refreshed every 40 decode
+    steps), so the load the routers see is their in-flight accounting alone.
+    """
+
+    def __init__(self, tmp: Path, tokenizer: Path, redis_server: RedisServer | None, *, replicas: int = 2,
+                 state: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+                 **overrides: Any) -> None:
+        self.tmp = tmp
+        self.headers = headers or {}
+        self.redis = redis_server
+        self.spec = FakeServer(spec_fake_config(tokenizer)).start()
+        self.plain = FakeServer(FakeConfig(model_name="tiny-llama", context_length=4096,
+                                           tokenizer_path=str(tokenizer))).start()
+        for fake in (self.spec, self.plain):
+            r = httpx.post(fake.base_url + "/_fake/metrics",
+                           json={"gauges": {"num_running_reqs": 0, "num_queue_reqs": 0}})
+            assert r.status_code == 200, r.text
+        if state is None and redis_server is not None:
+            state = state_section(redis_server.url)
+        if state is not None:
+            overrides["state"] = state
+        overrides.setdefault("upstream.idle_timeout_s", 120.0)   # held streams send nothing
+        self.config_path = write_router_yaml(
+            tmp / "router.yaml", router_config(tokenizer, self.spec.base_url, self.plain.base_url, **overrides))
+        self.routers: list[RouterServer] = []
+        self.clients: list[httpx.Client] = []
+        self.streams: list[httpx.Response] = []
+        for _ in range(replicas):
+            self.add_replica()
+
+    def add_replica(self) -> RouterServer:
+        router = RouterServer(self.config_path).start()
+        self.routers.append(router)
+        self.clients.append(httpx.Client(base_url=router.base_url, timeout=30, headers=self.headers))
+        return router
+
+    def close(self) -> None:
+        for s in self.streams:
+            s.close()
+        for c in self.clients:
+            c.close()
+        for r in self.routers:
+            r.stop()
+        self.spec.stop()
+        self.plain.stop()
+
+    # -- traffic ----------------------------------------------------------------------
+    def hang_next(self, n: int = 1) -> None:
+        """The next ``n`` chat requests to the spec fake send one event, then hang."""
+        r = httpx.post(self.spec.base_url + "/_fake/script",
+                       json=[{"path": CHAT, "fault": "hang", "after_chunks": 1, "count": n}])
+        assert r.status_code == 200, r.text
+
+    def open_stream(self, replica: int, headers: dict[str, str] | None = None) -> httpx.Response:
+        """A streamed chat request held open (first event read); close it to release it."""
+        self.hang_next()
+        client = self.clients[replica]
+        req = client.build_request("POST", CHAT, headers=headers, json={
+            "model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 50, "stream": True})
+        return self.hold(client.send(req, stream=True))
+
+    def hold(self, resp: httpx.Response) -> httpx.Response:
+        """Read the first event of a streamed response and keep it open (closed by ``close``)."""
+        assert resp.status_code == 200, resp.read()
+        events = resp.iter_raw()
+        next(events)
+        resp.extensions["held_events"] = events   # dropping the iterator would close the stream
+        self.streams.append(resp)
+        return resp
+
+    # -- waits ----------------------------------------------------------------------------
+    def syncs(self, replica: int) -> float:
+        """Successful shared-state syncs of replica ``replica`` so far."""
+        return self.routers[replica].metric("specgate_shared_state_ops_total", op="sync", result="ok")
+
+    def wait_syncs(self, n: int = 3, replicas: list[int] | None = None, timeout: float = 10.0) -> None:
+        """Wait until each replica (default: all) has applied ``n`` shared-state syncs whose batch
+        was taken after this call.
+
+        The counter counts a sync when its answer arrives, just before it is applied, and the
+        one in flight at the call may have sent its batch before: so this waits for ``n + 2``.
+        """
+        for i in range(len(self.routers)) if replicas is None else replicas:
+            target = self.syncs(i) + n + 2
+            wait_until(lambda i=i, target=target: self.syncs(i) >= target, timeout, f"{n} syncs of replica {i}")
+
+    # -- views --------------------------------------------------------------------------
+    def view(self, replica: int, url: str | None = None) -> int:
+        """In-flight on an endpoint (default: spec) as replica ``replica`` would route on it."""
+        st = self.routers[replica].state
+        ep = st.runtime.endpoint(url or self.spec.base_url)
+        return ep.inflight_view(st.clock(), st.runtime.config.scrape.stale_after_s)
+
+    def local(self, replica: int, url: str | None = None) -> int:
+        return self.routers[replica].state.runtime.endpoint(url or self.spec.base_url).inflight
+
+    def zcard(self, pool: str = "spec", url: str | None = None) -> int:
+        assert self.redis is not None
+        client = self.redis.client()
+        try:
+            return int(client.zcard(inflight_key(pool, url or self.spec.base_url)))
+        finally:
+            client.close()
+
+    def saturated(self, replica: int) -> bool:
+        return next(p for p in self.routers[replica].state.runtime.pools if p.name == "spec").saturated
+
+    def ready(self, replica: int) -> dict[str, Any]:
+        r = self.clients[replica].get("/ready")
+        assert r.status_code == 200, r.text
+        return r.json()

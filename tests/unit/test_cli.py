@@ -1,0 +1,152 @@
+"""The ``specgate`` command line: config check (paths, masked secrets), one-line start
+errors with exit 2, ``serve --pool`` naming the pools, ``--version``, help on every flag."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from router.cli import build_parser, main
+from router.commands import mask_url
+from tests.unit.test_config import with_
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(path: Path, doc: dict) -> Path:
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "router.cli", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def one_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+@pytest.mark.parametrize(("url", "masked"), [
+    ("redis://:R-CANARY-9@redis:6379/0", "redis://:****@redis:6379/0"),
+    ("rediss://user:R-CANARY-9@redis.example:6380/2", "rediss://user:****@redis.example:6380/2"),
+    ("redis://redis:6379/0", "redis://redis:6379/0"),
+    ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+    (None, None),
+])
+def test_mask_url(url, masked) -> None:
+    assert mask_url(url) == masked
+
+
+def test_config_check_prints_no_secret(tmp_path, tokenizer_dir, capsys) -> None:
+    keys = tmp_path / "engine-key"
+    keys.write_text("# the engines' key\nE-CANARY-4\n")
+    doc = with_("model.tokenizer", str(tokenizer_dir))
+    doc["state"] = {"backend": "redis", "redis_url": "redis://default:R-CANARY-1@redis:6379/0"}
+    doc["auth"] = {"api_keys": ["K1-CANARY-2"], "admin_api_key": "A-CANARY-3",
+                   "engine_api_key_file": str(keys)}
+    assert main(["config", "check", str(write(tmp_path / "c.yaml", doc))]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    for canary in ("R-CANARY-1", "K1-CANARY-2", "A-CANARY-3", "E-CANARY-4"):
+        assert canary not in text
+    effective = json.loads(out.out)
+    assert effective["state"]["redis_url"] == "redis://default:****@redis:6379/0"
+    assert effective["auth"]["api_keys"] == ["**********"]
+    assert effective["auth"]["admin_api_key"] == "**********"
+
+
+@pytest.mark.parametrize(("setup", "needle"), [
+    ("no-dir", "model.tokenizer: no such directory: {tmp}/missing"),
+    ("empty-dir", ("model.tokenizer: {tmp}/empty holds no tokenizer (needs tokenizer_config.json and "
+                  "one of tokenizer.json, tokenizer.model, vocab.json)")),
+    ("key-file", "cannot read api_keys_file {tmp}/keys: No such file or directory"),
+    ("engine-env", "engine_api_key_env: environment variable SPECGATE_NO_SUCH_ENGINE_KEY is not set"),
+])
+def test_config_check_verifies_paths_in_one_line(tmp_path, tokenizer_dir, capsys, setup, needle) -> None:
+    (tmp_path / "empty").mkdir()
+    tok = {"no-dir": tmp_path / "missing", "empty-dir": tmp_path / "empty"}.get(setup, tokenizer_dir)
+    doc = with_("model.tokenizer", str(tok))
+    if setup == "key-file":
+        doc["auth"] = {"api_keys_file": str(tmp_path / "keys")}
+    if setup == "engine-env":
+        doc["auth"] = {"engine_api_key_env": "SPECGATE_NO_SUCH_ENGINE_KEY"}
+    path = write(tmp_path / "c.yaml", doc)
+    assert main(["config", "check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert one_line(err) == "specgate config check: " + needle.format(tmp=tmp_path)
+    assert main(["config", "check", "--no-paths", str(path)]) == 0
+
+
+def test_serve_unknown_pool_names_the_pools(tmp_path, capsys) -> None:
+    path = write(tmp_path / "c.yaml", with_("model.tokenizer", "/tmp/tok"))
+    assert main(["serve", "--config", str(path), "--pool", "nope", "--print-args"]) == 2
+    assert one_line(capsys.readouterr().err) == (
+        f"specgate serve: no pool 'nope' in {path}; its pools: spec, plain")
+
+
+def test_version(capsys) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"specgate {version('specgate')}\n"
+
+
+def test_every_flag_has_help() -> None:
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+            elif not action.help:
+                missing.append(" ".join([*path, *(action.option_strings or [action.dest])]))
+
+    walk(build_parser(), ["specgate"])
+    assert missing == []
+
+
+def test_router_start_errors_are_one_line_and_exit_2(tmp_path, tokenizer_dir) -> None:
+    bad = write(tmp_path / "bad.yaml", with_("routing.saturation.exit", 8))
+    proc = run_cli("router", "--config", str(bad))
+    assert proc.returncode == 2
+    assert "saturation.exit" in proc.stderr and "Traceback" not in proc.stderr
+
+    missing = write(tmp_path / "missing.yaml", with_("model.tokenizer", str(tmp_path / "nope")))
+    proc = run_cli("router", "--config", str(missing))
+    assert (proc.returncode, one_line(proc.stderr)) == (
+        2, f"specgate router: model.tokenizer: no such directory: {tmp_path}/nope")
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        ok = write(tmp_path / "ok.yaml", with_("model.tokenizer", str(tokenizer_dir)))
+        proc = run_cli("router", "--config", str(ok), "--port", str(port))
+    assert (proc.returncode, one_line(proc.stderr)) == (
+        2, f"specgate router: cannot listen on 127.0.0.1:{port}: Address already in use")
+
+
+def test_router_corrupt_tokenizer_is_one_line_and_exit_2(tmp_path, tokenizer_dir) -> None:
+    broken = tmp_path / "broken-tok"
+    broken.mkdir()
+    for f in tokenizer_dir.iterdir():
+        (broken / f.name).write_bytes(f.read_bytes())
+    (broken / "tokenizer.json").write_text("{not json")
+    path = write(tmp_path / "c.yaml", with_("model.tokenizer", str(broken)))
+    proc = run_cli("router", "--config", str(path), "--port", "0")
+    assert proc.returncode == 2
+    assert one_line(proc.stderr).startswith("specgate router: ")

@@ -1,0 +1,119 @@
+"""The predicted-completion pool choice, the per-class acceptance tracker and the flip bound."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from router.acceptance import AcceptanceTracker, temperature_class
+from router.bypass import BypassState
+from router.config import RoutingConfig
+from router.features import RequestFeatures
+from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Reason, Rules, decide
+from router.predict import SpeedModel, completion_s, token_s
+
+RULES = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
+PLAIN = SpeedModel(decode_s_per_token=0.01, batch_knee=32)
+SPEC = SpeedModel(decode_s_per_token=0.01, batch_knee=32, gamma=3, c=0.1)
+
+
+def pools(spec_load=0, plain_load=0, greedy=3.0, sampled=1.5, spec_speed=SPEC, saturated=False):
+    return (PoolSnapshot("spec", True, 2048, 4, (EndpointSnapshot("http://s", True, spec_load),),
+                         saturated=saturated, speed=spec_speed, accept_length_greedy=greedy,
+                         accept_length_sampled=sampled),
+            PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, plain_load),), speed=PLAIN))
+
+
+def req(temperature="sampled", p=100, m=100):
+    return RequestFeatures(prompt_tokens=p, max_new_tokens=m, temperature_class=temperature)
+
+
+def test_token_times_follow_the_formulas():
+    assert token_s(PLAIN, batch=1, context=0, accept_length=None) == pytest.approx(0.01 * (1 + 1 / 32))
+    plain1 = 0.01 * (1 + 1 / 32)
+    verify1 = 0.01 * (1 + 4 / 32)
+    assert token_s(SPEC, batch=1, context=0, accept_length=3.0) == pytest.approx((verify1 + 0.3 * plain1) / 3.0)
+    # tau is clamped to [1, gamma + 1]
+    assert token_s(SPEC, batch=1, context=0, accept_length=9.0) == token_s(SPEC, batch=1, context=0, accept_length=4.0)
+    queued = SpeedModel(decode_s_per_token=0.01, batch_knee=32, prefill_s_per_token=1e-4, max_running_requests=4)
+    one = 1e-4 * 90 + 50 * token_s(queued, batch=4, context=125, accept_length=None)
+    assert completion_s(queued, batch=6, prompt_tokens=100, cached_tokens=10, output_tokens=50,
+                        accept_length=None) == pytest.approx(one * 1.5)
+
+
+def times(features, snaps):
+    return tuple((s.name, completion_s(s.speed, batch=s.endpoints[0].load + 1, prompt_tokens=features.prompt_tokens,
+                                       cached_tokens=0, output_tokens=features.max_new_tokens,
+                                       accept_length=s.accept_length(features.temperature_class) if s.speculative
+                                       else None)) for s in snaps)
+
+
+CASES = [
+    ("idle pools, greedy: speculation pays", req("greedy"), pools(), "spec", Reason.SPECULATIVE),
+    ("idle pools, sampled tau 1.5 still pays", req(), pools(), "spec", Reason.SPECULATIVE),
+    ("sampled tau 1.2 does not", req(), pools(sampled=1.2), "plain", Reason.PLAIN_FASTER),
+    ("busy spec engine: the idle plain one finishes first", req("greedy"), pools(spec_load=40), "plain",
+     Reason.PLAIN_FASTER),
+    ("busy plain engine: speculation is faster even at batch 8", req("greedy"), pools(spec_load=8, plain_load=40),
+     "spec", Reason.SPECULATIVE),
+]
+
+
+@pytest.mark.parametrize("name,features,snaps,pool,reason", CASES, ids=[c[0] for c in CASES])
+def test_pool_choice_by_predicted_completion(name, features, snaps, pool, reason):
+    d = decide(features, snaps, RULES)
+    url = {"spec": "http://s", "plain": "http://p"}[pool]
+    assert d == Decision(pool, url, reason, predicted=times(features, snaps))
+
+
+def test_guards_still_apply_before_the_prediction():
+    # long prompt, saturated guard: the plain pool whatever it predicts; no prediction then
+    assert decide(req(p=2000), pools(), RULES) == Decision("plain", "http://p", Reason.LONG_CONTEXT)
+    assert decide(req("greedy"), pools(saturated=True), RULES) == Decision("plain", "http://p", Reason.SATURATED)
+    # a pool without a speed model: the guard rules alone
+    assert decide(req("greedy"), pools(spec_speed=None), RULES) == Decision("spec", "http://s", Reason.SPECULATIVE)
+
+
+def test_temperature_class():
+    assert [temperature_class(d) for d in ({"temperature": 0}, {"temperature": 0.0}, {"top_k": 1}, {},
+                                           {"temperature": 0.7}, {"temperature": False}, {"top_k": True})] == [
+        "greedy", "greedy", "greedy", "sampled", "sampled", "sampled", "sampled"]
+
+
+def test_tracker_ignores_an_idle_gauge_and_splits_classes():
+    t = AcceptanceTracker()
+    kw = {"weight": 0.5, "refresh_tokens": 160, "running_reqs": 1}
+    t.started("greedy")
+    assert t.scraped(3.0, 100.0, 1.0, **kw) is False        # first counter reading: a baseline
+    assert t.scraped(3.0, 150.0, 2.0, **kw) is True          # decoded, gauge moved from unknown
+    assert t.accept_length("greedy", 2.0, 10.0) == pytest.approx(3.0)
+    assert t.accept_length("sampled", 2.0, 10.0) is None
+    assert t.scraped(1.0, 150.0, 3.0, **kw) is False         # moved while idle: old news
+    assert t.scraped(3.0, 200.0, 4.0, **kw) is False         # same value, < 160 tokens since
+    t.finished("greedy")
+    t.started("sampled")
+    # window: 1 greedy still counted (it was running) + 1 sampled; observed tau 2.0
+    # sampled starts at 1/2; greedy x += 0.5 * r * 0.5 / 0.5 with r = 1/2 - (0.5/3 + 0.5/2)
+    assert t.scraped(2.0, 400.0, 5.0, **kw) is True
+    r = 0.5 - (0.5 / 3 + 0.5 / 2)
+    assert t.accept_length("greedy", 5.0, 10.0) == pytest.approx(1 / (1 / 3 + 0.5 * r))
+    assert t.accept_length("sampled", 5.0, 10.0) == pytest.approx(1 / (0.5 + 0.5 * r))
+    assert t.accept_length("greedy", 15.1, 10.0) is None     # too old: unknown
+    assert t.age_s("greedy", 7.0) == pytest.approx(2.0)
+
+
+def test_flags_flip_at_most_once_per_interval():
+    routing = RoutingConfig.model_validate({"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
+                                            "min_flip_interval_s": 5.0})
+    b = BypassState()
+    kw = {"accept_length": {"greedy": None, "sampled": None}, "routing": routing, "gamma": 3, "c": 0.05}
+    trace = [(0.0, 9), (1.0, 0), (2.0, 9), (5.5, 0), (6.0, 9), (11.0, 9), (11.5, 0)]
+    states = []
+    for now, load in trace:
+        b.commit(b.proposed(load=load, now=now, **kw), now)
+        states.append(b.flags["saturated"])
+    # on at 0; off wanted at 1.0 but held until 5.5; on wanted at 6.0, held until 11.0; then held on
+    assert states == [True, True, True, False, False, True, True]
+    assert b.flipped_at["saturated"] == 11.0
+    assert math.isinf(b.flipped_at["low_acceptance:greedy"])
