@@ -45,6 +45,7 @@ from router.features import (
 )
 from router.observe import ResponseObserver, wants_tools
 from router.policy import Outcome, Reason, flip_points, over_length_message, request_features
+from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 
@@ -138,14 +139,15 @@ def _add_fields(body: bytes, doc: dict[str, Any], fields: dict[str, Any]) -> byt
 
 
 async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest,
-                       body_bytes: int) -> tuple[int, int | None]:
+                       body_bytes: int, rendered_out: list[Any] | None = None) -> tuple[int, int | None]:
     """Prompt tokens for the decision: ``(P, None)`` exact, or ``(hi, lo)`` when no decision
     threshold lies between the byte-length bounds (then ``hi`` decides as P would).
 
     Rendering runs on the loop for small bodies, in the tokeniser threads for large ones;
     exact BPE encoding always runs in the threads, and only when a decision threshold falls
     inside the byte-length bounds (:class:`router.features.PromptCounter`). Never an
-    under-count: the value used is exact or ``hi >= P``.
+    under-count: the value used is exact or ``hi >= P``. The rendered prompt is appended to
+    ``rendered_out`` when given (for the prefix chain, without rendering twice).
     """
     counter = runtime.counter
     loop = asyncio.get_running_loop()
@@ -154,6 +156,8 @@ async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest,
         lo, hi = counter.bounds(rendered)
     else:
         rendered, (lo, hi) = await loop.run_in_executor(state.executor, _render_bounds, counter, parsed)
+    if rendered_out is not None:
+        rendered_out.append(rendered)
     if lo == hi:  # token-id prompts
         return hi, None
     if not needs_exact(lo, hi, flip_points(parsed.max_new_tokens, parsed.n, runtime.pools, runtime.rules)):
@@ -189,12 +193,20 @@ async def _generate(request: Request, kind: str) -> Response:
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
     key_default = runtime.auth.speculation_default(request.headers.get("authorization")) if runtime.auth else None
     hint = speculation_hint(doc, request.headers.get(HINT_HEADER), key_default)
-    prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body))
+    pc = cfg.routing.prefix_cache
+    rendered: list[Any] | None = [] if pc.enabled else None
+    prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body), rendered)
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
     features = dataclasses.replace(
         request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower), speculation=hint)
     request.state.features = features
-    decision = runtime.decide(features, state.clock())
+    chain = matches = None
+    if rendered:
+        chain = chain_for_request(rendered[0], doc, kind, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
+                                  anchor_blocks=pc.anchor_blocks)
+        if chain is not None:
+            matches = runtime.prefix_matches(chain, prompt_tokens)
+    decision = runtime.decide(features, state.clock(), chain=chain, matches=matches)
     if decision.outcome is Outcome.REFUSED and decision.reason is not Reason.CONTEXT_CAP:
         request.state.reject_reason = decision.reason.value
         raise InvalidRequest(_unserved_message(decision.reason.value, doc), code="unsupported_feature",
@@ -212,6 +224,8 @@ async def _generate(request: Request, kind: str) -> Response:
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
     if decision.predicted:
         state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
+    if chain is not None:
+        _note_prefix(state, runtime, decision, chain, matches, prompt_tokens)
     lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class)
     try:
         fields: dict[str, Any] = {}
@@ -237,9 +251,11 @@ async def _generate(request: Request, kind: str) -> Response:
         rt = state.runtime
         if excluded_pools:  # a pool that refused for capacity is skipped whole
             excluded = excluded | {u for p in rt.pools if p.name in excluded_pools for u in p.endpoints}
-        d = rt.decide(features, state.clock(), exclude=excluded)
+        d = rt.decide(features, state.clock(), exclude=excluded, chain=chain, matches=matches)
         if d.outcome is not Outcome.ROUTED:
             return d
+        if chain is not None:
+            _note_prefix(state, rt, d, chain, matches, prompt_tokens)
         return d, rt.endpoint(d.endpoint).lease(features.temperature_class)
 
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
@@ -252,6 +268,15 @@ def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
     field = trigger_param(doc, kind)
     return (f"no pool of this deployment serves `{kind}` (needed by `{field}`); every pool that "
             f"could is a speculative pool without it in its `capabilities` (docs/operator-guide.md)")
+
+
+def _note_prefix(state: Any, runtime: Any, decision: Any, chain: PrefixChain,
+                 matches: dict[str, dict[str, int]] | None, prompt_tokens: int) -> None:
+    """After a routed decision: record ``chain`` at its endpoint, observe the matched share."""
+    runtime.record_prefix(decision, chain)
+    cached = (matches or {}).get(decision.pool, {}).get(decision.endpoint, 0)
+    state.metrics.prefix_match_ratio.observe(
+        (decision.pool, decision.endpoint_reason or "least_load"), cached / prompt_tokens if prompt_tokens else 0.0)
 
 
 def _abort_rids(doc: dict[str, Any], features: RequestFeatures, request_id: str,
@@ -295,7 +320,8 @@ def _finish(state: Any, job: ProxyJob) -> None:
     if state.runtime.config.server.log_requests:
         access_log.info(orjson.dumps({
             "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
-            "reason": job.decision.reason.value, "status": job.status, "outcome": job.outcome,
+            "reason": job.decision.reason.value, "endpoint_reason": job.decision.endpoint_reason,
+            "status": job.status, "outcome": job.outcome,
             "prompt_tokens": job.features.prompt_tokens, "prompt_tokens_exact": job.features.prompt_exact,
             "max_tokens": job.features.max_new_tokens,
             "n": job.features.n, "stream": job.features.stream, "attempts": job.attempts,

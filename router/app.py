@@ -110,8 +110,9 @@ class AppState:
 
     def on_scrape_round(self, runtime: Runtime) -> None:
         """After each scrape round: advance the bypass hysteresis (the one place it moves),
-        then copy pool state into the gauges."""
+        forget unhealthy endpoints in the prefix indexes, then copy pool state into the gauges."""
         runtime.advance_bypass(self.clock())
+        runtime.prune_prefix()
         self.refresh_gauges(runtime)
         self.scrape_rounds += 1
 
@@ -129,6 +130,8 @@ class AppState:
             m.shared_inflight.labels(pool.name).set(pool.shared_inflight(now, stale))
             m.pool_load.labels(pool.name).set(pool.load(now, stale))
             m.healthy_endpoints.labels(pool.name).set(sum(e.healthy for e in pool.endpoints.values()))
+            if pool.name in runtime.prefix:
+                m.prefix_index_blocks.labels(pool.name).set(runtime.prefix[pool.name].entries())
             if pool.config.speculative:
                 m.bypass.labels(pool.name, "saturated").set(int(pool.saturated))
                 m.bypass.labels(pool.name, "low_acceptance").set(int(pool.low_acceptance))

@@ -67,6 +67,7 @@ __all__ = [
     "MultimodalConfig",
     "Overrides",
     "PoolConfig",
+    "PrefixCacheConfig",
     "RoutingConfig",
     "SaturationConfig",
     "ScrapeConfig",
@@ -433,6 +434,46 @@ class AcceptanceConfig(_Strict):
         return self
 
 
+class PrefixCacheConfig(_Strict):
+    """Prefix-cache-aware endpoint choice inside a pool (:mod:`router.prefix`, which states the
+    algorithm and its sources: SGLang's ``cache_aware`` policy, the Gateway API Inference
+    Extension prefix scorer, rendezvous hashing). Hot-reloadable; the index survives a reload
+    unless ``block_chars`` changes.
+
+    Attributes:
+        enabled: off: least load inside a pool, ties round robin (the router's older choice).
+        block_chars: block size of the rendered prompt's hash chain (characters; 64 is about
+            16 tokens of English at ~4 characters per token).
+        max_blocks: blocks hashed per request (blocks); the prompt beyond
+            ``block_chars * max_blocks`` characters is ignored (bounds the per-request cost).
+        anchor_blocks: a completions prompt's anchor (its conversation identity) is its first
+            this many blocks (blocks); a chat's is its prompt up to the first user message.
+        max_blocks_per_endpoint: index capacity per endpoint (blocks, LRU; the memory bound:
+            about 100 bytes each).
+        cache_threshold: a match counts when it exceeds this fraction of the prompt's tokens
+            (0-1; SGLang's ``cache_threshold``, 0.3).
+        balance_abs_threshold: load imbalance needs ``max - min`` load above this (requests;
+            SGLang's ``balance_abs_threshold``, 64).
+        balance_rel_threshold: and ``max > this * min`` (ratio; SGLang's 1.5).
+        hash_load_factor: a new conversation's rendezvous choice is skipped when its load
+            would exceed this factor of the mean (ratio; SGLang's ``prefix_hash`` uses 1.25).
+            Measured in ``benchmarks/multiturn.py`` (docs/performance.md): 1.25 lost up to 12%
+            of the hits with 2 router replicas (a conversation moved off its hash on one
+            replica misses on the others), 2.0 lost none but left the hash's luck to balance
+            (up to 17:7 conversations), 1.5 lost at most 4% with requests within 1.63x.
+    """
+
+    enabled: StrictBool = True
+    block_chars: PositiveInt = 64
+    max_blocks: PositiveInt = 512
+    anchor_blocks: PositiveInt = 4
+    max_blocks_per_endpoint: PositiveInt = 32768
+    cache_threshold: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.3
+    balance_abs_threshold: NonNegativeInt = 64
+    balance_rel_threshold: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
+    hash_load_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
+
+
 class RoutingConfig(_Strict):
     """Routing thresholds.
 
@@ -446,6 +487,7 @@ class RoutingConfig(_Strict):
             threshold cannot toggle a pool faster (vllm-project/vllm#49548 measured a flapping
             threshold cutting throughput from 232 to 24-157 tok/s).
         seed: seed of the endpoint tie-break.
+        prefix_cache: prefix-cache-aware endpoint choice inside a pool.
     """
 
     long_prompt_tokens: PositiveInt
@@ -453,6 +495,7 @@ class RoutingConfig(_Strict):
     acceptance: AcceptanceConfig = AcceptanceConfig()
     min_flip_interval_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
     seed: NonNegativeInt = 0
+    prefix_cache: PrefixCacheConfig = PrefixCacheConfig()
 
 
 class HealthConfig(_Strict):

@@ -192,6 +192,16 @@ class RouterMetrics:
                                           self.predicted_completion, self.completion_tokens,
                                           self.reasoning_tokens, self.usage_inconsistent,
                                           self.suspect_truncations]))
+        self.prefix_match_ratio = LoopHistogram(
+            "specgate_prefix_match_ratio",
+            "Per routed request with prefix routing on: the estimated fraction of its prompt tokens "
+            "cached at the chosen endpoint (router/prefix.py), by pool and endpoint_reason "
+            "(prefix_match, rendezvous, least_load, load_guard).", ["pool", "endpoint_reason"],
+            (0.0, 0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99))
+        registry.register(_LoopCollector([self.prefix_match_ratio]))
+        self.prefix_index_blocks = Gauge(
+            "specgate_prefix_index_blocks", "Block keys held by a pool's prefix index (memory bound: "
+            "routing.prefix_cache.max_blocks_per_endpoint per endpoint).", ["pool"], registry=registry)
         self.inflight = Gauge(
             "specgate_inflight_requests", "Requests dispatched by this router and not finished.",
             ["pool"], registry=registry)

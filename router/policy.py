@@ -42,6 +42,11 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
 Inside a pool: the healthy endpoint with the least load (``max(scraped running + queued,
 router in-flight)``); ties broken by ``(seed + tie_break) mod ties`` over endpoints sorted by
 URL, so a seeded sequence of requests spreads round-robin over equally loaded endpoints.
+With a :class:`router.prefix.PrefixRequest` (``routing.prefix_cache``), the choice inside a
+pool is :func:`router.prefix.pick_endpoint` on each snapshot's ``cached_tokens`` estimate
+(``prefix_match`` / ``rendezvous`` / ``least_load`` / ``load_guard``, in
+:attr:`Decision.endpoint_reason`), and a completion-time prediction counts that estimate as
+cached prefill.
 
 Hysteresis (:func:`next_saturated`, :func:`next_low_acceptance`) is pure too: the runtime
 advances it in one named step per scrape round and feeds the result back as snapshot flags.
@@ -58,6 +63,7 @@ from router.acceptance import temperature_class
 from router.capabilities import required_features, speculation_gate, unmet
 from router.features import ParsedRequest, RequestFeatures, prompt_count
 from router.predict import SpeedModel, completion_s
+from router.prefix import PrefixRequest, pick_endpoint
 
 __all__ = [
     "Decision",
@@ -149,11 +155,14 @@ class EndpointSnapshot:
         healthy: passes health checks (and not excluded by a failed attempt).
         load: ``max(scraped num_running_reqs + num_queue_reqs, router in-flight)``
             (requests); the in-flight count alone when the scrape is stale.
+        cached_tokens: estimated prompt tokens of this request already cached there
+            (tokens, :meth:`router.prefix.PrefixIndex.match`; 0 without prefix routing).
     """
 
     url: str
     healthy: bool
     load: int
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +215,8 @@ class Decision:
         outcome: routed, refused (``context_cap``) or unavailable (``no_healthy_upstream``).
         predicted: ``(pool, seconds)`` of every pool that could take the request, when the
             choice was made by predicted completion time (empty otherwise).
+        endpoint_reason: why this endpoint inside the pool (:class:`router.prefix.PickReason`
+            value) when prefix routing chose it; None otherwise.
     """
 
     pool: str | None
@@ -213,6 +224,7 @@ class Decision:
     reason: Reason
     outcome: Outcome = Outcome.ROUTED
     predicted: tuple[tuple[str, float], ...] = ()
+    endpoint_reason: str | None = None
 
 
 def output_budget(requested: int | None, prompt_tokens: int, rules: Rules) -> int:
@@ -308,7 +320,21 @@ def _unservable(features: RequestFeatures, pools: Sequence[PoolSnapshot]) -> Rea
     return None if None in missing else Reason(missing[0])
 
 
-def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: int) -> str | None:
+def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: int,
+          prefix: PrefixRequest | None = None, prompt_tokens: int = 0,
+          why: dict[str, str] | None = None) -> str | None:
+    if prefix is not None:
+        picked = pick_endpoint(endpoints, prompt_tokens=prompt_tokens, anchor=prefix.anchor,
+                               anchor_tokens=prefix.anchor_tokens, cache_threshold=prefix.cache_threshold,
+                               balance_abs_threshold=prefix.balance_abs_threshold,
+                               balance_rel_threshold=prefix.balance_rel_threshold,
+                               hash_load_factor=prefix.hash_load_factor, exclude=exclude, tie=tie,
+                               continued=prefix.continued)
+        if picked is None:
+            return None
+        if why is not None:
+            why[picked[0]] = picked[1]
+        return picked[0]
     healthy = [e for e in endpoints if e.healthy and e.url not in exclude]
     if not healthy:
         return None
@@ -321,16 +347,22 @@ def _load(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
     return next(e.load for e in endpoints if e.url == url)
 
 
+def _cached(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
+    return next(e.cached_tokens for e in endpoints if e.url == url)
+
+
 def _predict(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
     assert pool.speed is not None
     return completion_s(pool.speed, batch=_load(pool.endpoints, endpoint) + features.n,
-                        prompt_tokens=features.prompt_tokens, cached_tokens=0,
+                        prompt_tokens=features.prompt_tokens,
+                        cached_tokens=_cached(pool.endpoints, endpoint),
                         output_tokens=features.max_new_tokens,
                         accept_length=pool.accept_length(features.temperature_class) if pool.speculative else None)
 
 
 def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rules, *,
-           exclude: frozenset[str] = frozenset(), tie_break: int = 0) -> Decision:
+           exclude: frozenset[str] = frozenset(), tie_break: int = 0,
+           prefix: PrefixRequest | None = None) -> Decision:
     """Choose the pool and endpoint for one request (see the module docstring).
 
     Args:
@@ -339,6 +371,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         rules: the thresholds.
         exclude: endpoint URLs not to use (those that already failed this request).
         tie_break: a per-request integer (e.g. a request counter).
+        prefix: the request's anchor and the prefix-cache thresholds (None: least load).
 
     Returns:
         The :class:`Decision`; never raises.
@@ -352,6 +385,8 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     tie = rules.seed + tie_break
     spec_reason: Reason | None = None
     fallback: tuple[str, str] | None = None
+    why: dict[str, str] = {}  # endpoint -> PickReason value, when prefix routing chose it
+    p = features.prompt_tokens
     candidates: list[tuple[PoolSnapshot, str]] = []  # pools that may take it, in config order
     insist = features.speculation == "on"
     for pool in pools:
@@ -364,7 +399,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
                 or (features.prompt_tokens > rules.long_prompt_tokens and not insist)):
             reason = Reason.LONG_CONTEXT
         else:
-            endpoint = _pick(pool.endpoints, exclude, tie)
+            endpoint = _pick(pool.endpoints, exclude, tie, prefix, p, why)
             # the acceptance bypass is a guard only without a speed model (the prediction
             # weighs acceptance itself)
             low = pool.speed is None and features.temperature_class in pool.low_acceptance and not insist
@@ -375,7 +410,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
                           Reason.SATURATED if pool.saturated else Reason.LOW_ACCEPTANCE)
                 fallback = fallback or (pool.name, endpoint)
             elif insist:  # the client asked for speculation: no prediction
-                return Decision(pool.name, endpoint, Reason.SPECULATIVE)
+                return Decision(pool.name, endpoint, Reason.SPECULATIVE, endpoint_reason=why.get(endpoint))
             else:
                 candidates.append((pool, endpoint))
                 continue
@@ -383,7 +418,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     for pool in pools:
         if pool.speculative or seq > pool.limit:
             continue
-        endpoint = _pick(pool.endpoints, exclude, tie)
+        endpoint = _pick(pool.endpoints, exclude, tie, prefix, p, why)
         if endpoint is not None:
             candidates.append((pool, endpoint))
     if candidates and all(p.speed is not None for p, _ in candidates) and len(candidates) > 1:
@@ -396,13 +431,13 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
             reason = Reason.PLAIN_FASTER
         else:
             reason = spec_reason or Reason.PLAIN_ONLY
-        return Decision(pool.name, endpoint, reason, predicted=predicted)
+        return Decision(pool.name, endpoint, reason, predicted=predicted, endpoint_reason=why.get(endpoint))
     if candidates:
         pool, endpoint = candidates[0]
         return Decision(pool.name, endpoint, Reason.SPECULATIVE if pool.speculative
-                        else spec_reason or Reason.PLAIN_ONLY)
+                        else spec_reason or Reason.PLAIN_ONLY, endpoint_reason=why.get(endpoint))
     if fallback is not None:
-        return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY)
+        return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY, endpoint_reason=why.get(fallback[1]))
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
 
 

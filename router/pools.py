@@ -26,6 +26,12 @@ its in-flight leases run to their end, and the release of its last lease drops i
 in-flight). The pool's endpoint map is replaced, never mutated, so a snapshot is one consistent
 view.
 
+Prefix-cache routing (``routing.prefix_cache``, :mod:`router.prefix`): the runtime holds one
+:class:`~router.prefix.PrefixIndex` per pool (carried over by a reload unless the block size
+changes); :meth:`Runtime.prefix_matches` reads it for a request, :meth:`Runtime.record_prefix`
+writes the decision into it, and :meth:`Runtime.prune_prefix` (each scrape round) forgets the
+endpoints that are not healthy members of their pool, so one that comes back starts empty.
+
 Routing overrides (``PUT /admin/config``) live on the :class:`Runtime`: ``Runtime.routing`` is
 the YAML's ``routing`` with :class:`~router.config.Overrides` merged in; a reload carries them
 over to the new runtime.
@@ -53,6 +59,7 @@ from router.policy import (
     decide,
 )
 from router.predict import SpeedModel
+from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
 from router.scraper import EngineLoad
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
@@ -419,6 +426,39 @@ class Runtime:
                     pool.canary_mismatch, pool.canary_revoked = prev.canary_mismatch, prev.canary_revoked
             self.set_overrides(previous.overrides)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
+        pc = config.routing.prefix_cache
+        self.prefix: dict[str, PrefixIndex] = {}
+        if pc.enabled:
+            old_pc = previous.config.routing.prefix_cache if previous is not None else None
+            for pool in self.pools:
+                idx = previous.prefix.get(pool.name) if previous is not None else None
+                if idx is None or old_pc is None or old_pc.block_chars != pc.block_chars:
+                    idx = PrefixIndex(max_blocks_per_endpoint=pc.max_blocks_per_endpoint)
+                idx.max_blocks_per_endpoint = pc.max_blocks_per_endpoint  # trimmed at the next record
+                self.prefix[pool.name] = idx
+        self._prefix_params = {"cache_threshold": pc.cache_threshold,
+                               "balance_abs_threshold": pc.balance_abs_threshold,
+                               "balance_rel_threshold": pc.balance_rel_threshold,
+                               "hash_load_factor": pc.hash_load_factor}
+
+    def prefix_matches(self, chain: PrefixChain, prompt_tokens: int) -> dict[str, dict[str, int]]:
+        """``{pool: {url: estimated cached tokens}}`` for ``chain`` (read-only)."""
+        return {name: idx.match(chain, prompt_tokens) for name, idx in self.prefix.items()}
+
+    def record_prefix(self, decision: Decision, chain: PrefixChain | None) -> None:
+        """Note that ``decision`` sent ``chain`` to its endpoint (after the decision)."""
+        if chain is None or decision.pool is None or decision.endpoint is None:
+            return
+        idx = self.prefix.get(decision.pool)
+        if idx is not None:
+            idx.record(decision.endpoint, chain)
+
+    def prune_prefix(self) -> None:
+        """Forget, in every pool's index, the endpoints that left the pool or are unhealthy."""
+        for pool in self.pools:
+            idx = self.prefix.get(pool.name)
+            if idx is not None:
+                idx.retain({url for url, ep in pool.endpoints.items() if ep.healthy})
 
     def _adopt(self, ep: Endpoint) -> None:
         """Give an endpoint this runtime's ledger and ``health`` thresholds (on the loop)."""
@@ -570,15 +610,19 @@ class Runtime:
                     writes.append((f"{pool.name}:{flag}", previous[flag], new[flag]))
         return writes
 
-    def snapshots(self, now: float) -> tuple[PoolSnapshot, ...]:
+    def snapshots(self, now: float, matches: Mapping[str, Mapping[str, int]] | None = None
+                  ) -> tuple[PoolSnapshot, ...]:
         """Immutable views of every generation pool for :func:`router.policy.decide` (a pool
-        whose ``serves`` lacks ``generate``, e.g. an embedding pool, is never a target)."""
+        whose ``serves`` lacks ``generate``, e.g. an embedding pool, is never a target);
+        ``matches`` (:meth:`prefix_matches`) fills each endpoint's ``cached_tokens``."""
         stale = self.config.scrape.stale_after_s
         floor = self.routing.saturation.enter
         out = []
+        none: Mapping[str, int] = {}
         for p in self.pools:
             if "generate" not in p.config.serves:
                 continue
+            m = matches.get(p.name, none) if matches is not None else none
             # The flags as the next hysteresis step would set them from the load now (read
             # only: the stored state moves in advance_bypass), so a burst between two scrape
             # rounds meets the saturation guard at once.
@@ -594,17 +638,26 @@ class Runtime:
                 sat, low, taus = False, frozenset(), {}
             out.append(PoolSnapshot(
                 name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
-                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.backpressure_load(now, stale, floor))
+                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.backpressure_load(now, stale, floor),
+                                              m.get(e.url, 0))
                                 for e in p.endpoints.values()),
                 saturated=sat, low_acceptance=low, speed=p.speed,
                 accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled"),
                 capabilities=p.capabilities, canary_mismatch=p.canary_mismatch))
         return tuple(out)
 
-    def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset()) -> Decision:
+    def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
+               chain: PrefixChain | None = None, matches: Mapping[str, Mapping[str, int]] | None = None
+               ) -> Decision:
         """Snapshot the pools and run the pure policy (reads state, changes none but the
-        tie-break counter)."""
-        return decide(features, self.snapshots(now), self.rules, exclude=exclude, tie_break=next(self._tie))
+        tie-break counter). With ``chain`` (and its :meth:`prefix_matches`) and prefix routing
+        on, the endpoint inside a pool is chosen by :func:`router.prefix.pick_endpoint`."""
+        prefix = None
+        if chain is not None and self.prefix:
+            prefix = PrefixRequest(chain.anchor, chain.tokens(chain.anchor_blocks, features.prompt_tokens),
+                                   chain.continued, **self._prefix_params)
+        return decide(features, self.snapshots(now, matches), self.rules, exclude=exclude,
+                      tie_break=next(self._tie), prefix=prefix)
 
     def ready(self) -> bool:
         """True while at least one pool has a healthy endpoint."""

@@ -168,6 +168,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from serving.fake_prefix_cache import PrefixCache, chat_units, text_units
+
 __all__ = [
     "Behaviour",
     "FakeConfig",
@@ -268,6 +270,13 @@ class FakeConfig:
             off.
         perturb_only_field: with ``perturb_output``, perturb only requests whose JSON body has
             this top-level field (e.g. ``"tools"``: only tool-calling answers differ).
+    Prefix cache (``serving/fake_prefix_cache.py``):
+        prefix_cache_tokens: 0 (default) for none; else a radix-like cache of this many tokens
+            (LRU, leaves first) and SGLang's ``--enable-cache-report``: chat and single-text
+            completion usage carries ``prompt_tokens_details`` =
+            ``{"cached_tokens": N, "image_tokens": null, "audio_tokens": null,
+            "video_tokens": null}`` (0.5.23's ``PromptTokensDetails``, always present then),
+            and prefill costs ``prefill_s_per_token`` only for the uncached tokens.
     """
 
     model_name: str = "fake-model"
@@ -299,6 +308,7 @@ class FakeConfig:
     embedding_dim: int = 8
     perturb_output: bool = False
     perturb_only_field: str | None = None
+    prefix_cache_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.context_length < 8:
@@ -317,6 +327,8 @@ class FakeConfig:
             )
         if self.dp_size < 1:
             raise ValueError(f"dp_size must be >= 1, got {self.dp_size}")
+        if self.prefix_cache_tokens < 0:
+            raise ValueError("prefix_cache_tokens must be >= 0")
         for name in (
             "prefill_delay_s",
             "prefill_s_per_token",
@@ -541,6 +553,21 @@ class _TokenCounter:
             return simple_text_tokens(text)
         return len(self.tokenizer.encode(text))
 
+    def chat_units(self, messages: list[dict[str, Any]], tools: list[Any] | None) -> list[Any]:
+        """The chat prompt's tokens for the prefix cache (ids, or simple-count units)."""
+        tok = self.tokenizer
+        if tok is None or not getattr(tok, "chat_template", None):
+            return chat_units(messages, tools, _content_text)
+        msgs = [{**m, "content": _content_text(m.get("content"))} for m in messages]
+        rendered = tok.apply_chat_template(
+            msgs, tokenize=False, add_generation_prompt=True, tools=tools or None
+        )
+        return list(tok.encode(rendered, add_special_tokens=False))
+
+    def text_units(self, text: str) -> list[Any]:
+        """A text's tokens for the prefix cache (ids, or words)."""
+        return text_units(text) if self.tokenizer is None else list(self.tokenizer.encode(text))
+
 
 # --------------------------------------------------------------------------------------------
 # Errors and JSON helpers
@@ -653,6 +680,8 @@ class _Job:
     prompt_error: str | None = None  # scheduler-level abort message (check 4)
     ignore_eos: bool = False
     single: bool = True  # one prompt and n == 1 (/generate answers an object, not a list)
+    cache_units: list[list[Any]] | None = None  # per prompt, when the prefix cache is on
+    cached: list[int] = field(default_factory=list)  # cached tokens per prompt (prefix cache)
 
 
 class FakeState:
@@ -686,6 +715,7 @@ class FakeState:
         self.closing = asyncio.Event()
         #: requests served so far per connection (keyed by the uvicorn transport)
         self.connections: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self.prefix_cache = PrefixCache(config.prefix_cache_tokens) if config.prefix_cache_tokens else None
 
     # -- control ---------------------------------------------------------------------------
 
@@ -1083,6 +1113,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         job = _new_job(
             entry, "/v1/chat/completions", body, rids, [p] * len(rids), n, limit, behaviour
         )
+        if state.prefix_cache is not None:
+            job.cache_units = [state.counter.chat_units(messages, tools)]
         return job, [p]
 
     async def _parse_completions(
@@ -1113,6 +1145,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         rids = _make_rids(body.get("rid"), len(prompts), en, single and en == 1)
         counts = [prompts[i // en] for i in range(len(prompts) * en)]
         job = _new_job(entry, "/v1/completions", body, rids, counts, n, mt, behaviour)
+        if state.prefix_cache is not None and isinstance(prompt, str):
+            job.cache_units = [state.counter.text_units(prompt)]
         return job, prompts
 
     async def _parse_generate(
@@ -1308,9 +1342,11 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         if b is not None and b.chunk_delay_s is not None:
             step_delay = 0.0 if job.stream else b.chunk_delay_s
         await state.admit(job)
-        prefill = cfg.prefill_delay_s + cfg.prefill_s_per_token * max(
-            s.prompt_tokens for s in job.samples
-        )
+        cache = state.prefix_cache
+        if cache is not None and job.cache_units is not None and job.prompt_error is None:
+            job.cached = [cache.match(u) for u in job.cache_units]
+        uncached = max(s.prompt_tokens for s in job.samples) - max(job.cached, default=0)
+        prefill = cfg.prefill_delay_s + cfg.prefill_s_per_token * uncached
         if b is not None:
             prefill += b.delay_s
         if prefill > 0:
@@ -1337,6 +1373,9 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         state.prompt_tokens_total[stream_key] += sum(
             job.samples[i].prompt_tokens for i in range(0, len(job.samples), max(job.n, 1))
         )
+        if cache is not None and job.cache_units is not None:
+            for units in job.cache_units:
+                cache.insert(units)
         active = list(job.samples)
         first = True
         while active:
@@ -1396,6 +1435,11 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     still.append(s)
                 yield s, delta
             active = still
+        if cache is not None and job.cache_units is not None:
+            # cache_finished_req: prompt + output of each prompt's first choice
+            first = job.samples[0]
+            if first.finish is not None and first.finish.get("type") != "abort":
+                cache.insert(job.cache_units[0] + state.counter.text_units(first.text))
 
     # ---------------------------------------------------------------- rendering
 
@@ -1431,11 +1475,15 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             else sum(job.samples[i].prompt_tokens for i in range(0, len(job.samples), step))
         )
         c = sum(s.generated for s in job.samples)
+        details = None
+        if state.prefix_cache is not None and job.cache_units is not None:
+            details = {"cached_tokens": sum(job.cached), "image_tokens": None,
+                       "audio_tokens": None, "video_tokens": None}
         return {
             "prompt_tokens": p,
             "total_tokens": p + c,
             "completion_tokens": c,
-            "prompt_tokens_details": None,
+            "prompt_tokens_details": details,
             "reasoning_tokens": 0,
             "completion_tokens_details": None,
         }
@@ -2192,6 +2240,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
 
     async def flush_cache(request: Request) -> Response:
         state.flushes += 1
+        if state.prefix_cache is not None:
+            state.prefix_cache.clear()
         return Response(
             "Cache flushed.\nPlease check backend logs for more details. (When there are running "
             "or waiting requests, the operation will not be performed.)\n",
@@ -2649,6 +2699,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prefill-delay-s", type=float, default=0.0)
     ap.add_argument("--dp-size", type=int, default=1)
     ap.add_argument("--metrics-prefix", default="sglang:", choices=["sglang:", "sglang_"])
+    ap.add_argument("--prefix-cache-tokens", type=int, default=0,
+                    help="radix-like prefix cache of this many tokens, with cache reports (0: off)")
+    ap.add_argument("--prefill-s-per-token", type=float, default=0.0)
     args = ap.parse_args(argv)
     cfg = FakeConfig(
         model_name=args.model_name,
@@ -2667,6 +2720,8 @@ def main(argv: list[str] | None = None) -> None:
         prefill_delay_s=args.prefill_delay_s,
         dp_size=args.dp_size,
         metrics_prefix=args.metrics_prefix,
+        prefix_cache_tokens=args.prefix_cache_tokens,
+        prefill_s_per_token=args.prefill_s_per_token,
     )
     uvicorn.run(
         create_fake_app(cfg),

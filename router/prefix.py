@@ -1,0 +1,417 @@
+"""Prefix-cache-aware endpoint choice inside a pool: keep a conversation on the engine that
+holds its KV cache, on one router replica or several.
+
+An engine's prefix (radix) cache holds the KV of prompts it served; a request whose prompt
+starts with one of them prefills only the rest (SGLang reports the reused part as
+``usage.prompt_tokens_details.cached_tokens`` with ``--enable-cache-report``). The router
+cannot see that cache cheaply, so it keeps an *approximate* index of what it sent where.
+
+Sources:
+
+- SGLang model gateway ``cache_aware`` policy (``sgl-model-gateway/src/policies/cache_aware.rs``
+  and ``tree.rs``): an approximate radix tree of the routed request *text* per worker; a request
+  goes to the worker with the longest prefix match when ``matched / len > cache_threshold``
+  (default 0.3), otherwise to the least loaded (older versions: the smallest tree); when load is
+  imbalanced, ``max - min > balance_abs_threshold`` (64) **and** ``max > balance_rel_threshold
+  * min`` (1.5), it routes by shortest queue whatever the match; LRU leaves are evicted above
+  ``max_tree_size``; a worker that leaves is removed from the tree.
+- The Gateway API Inference Extension / llm-d prefix-cache scorer
+  (kubernetes-sigs/gateway-api-inference-extension, ``pkg/epp/scheduling/framework/plugins/
+  multi/prefix/plugin.go``): the prompt is cut into fixed-size blocks (64 characters in its
+  legacy mode; 16 tokens at ~4 characters per token), each block's hash chained with the
+  previous one, so a hash names a whole prefix; a per-server LRU of block hashes
+  (31,250 entries by default) stands in for the engine's cache; at most 256 blocks are matched.
+- Rendezvous (highest-random-weight) hashing, Thaler & Ravishankar 1998; with the load bound
+  of consistent hashing with bounded loads, Mirrokni, Thorup & Zadimoghaddam, arXiv:1608.01350.
+
+Structure (cheap on the hot path in Python: no tree walk, a few dict look-ups):
+
+- :func:`prefix_chain` cuts the rendered prompt (the chat template applied, exactly the text
+  the engine tokenises, :meth:`router.features.PromptCounter.render`) into blocks of
+  ``block_chars`` characters, at most ``max_blocks``; key ``i`` is ``hash((key[i-1], block_i))``.
+  A trailing partial block is not keyed (the engine may not keep it either).
+- :class:`PrefixIndex` (one per pool per runtime): per endpoint an LRU (``OrderedDict``) of the
+  keys last routed there, at most ``max_blocks_per_endpoint`` each (the memory bound).
+  :meth:`PrefixIndex.record` touches a chain's keys deepest first, so a prefix key is always
+  at least as recent as any key that extends it: eviction drops the tail of a conversation
+  before its head (a radix cache's leaf-first LRU), and the keys held for an endpoint are
+  prefix-closed, so :meth:`PrefixIndex.match` finds the matched length by binary search
+  (``log2(max_blocks)`` look-ups per endpoint).
+- The *anchor* of a request: a stable hash (BLAKE2b, the same in every process) of its prompt
+  up to the end of the first user message (the system prompt plus the question that opens the
+  conversation), or of the first ``anchor_blocks`` blocks when there is no such message. Every
+  turn of a conversation has the same anchor.
+- :func:`pick_endpoint`, pure, in this order over the healthy, not excluded endpoints:
+
+  1. ``load_guard``: loads imbalanced (SGLang's two thresholds above, requests) -> least load.
+  2. ``prefix_match``: the best estimated match ``cached_tokens`` exceeds both
+     ``cache_threshold * prompt_tokens`` and ``anchor_tokens`` (the anchor's whole blocks: a
+     match no longer than the shared system prompt is not this conversation's) -> the best
+     matching endpoint (ties: least load, then rendezvous rank).
+  3. ``rendezvous``: the request has an anchor -> the endpoint with the highest
+     ``rendezvous_score(url, anchor)`` (BLAKE2b keyed by the anchor); for a new conversation (no assistant turn yet) only
+     among those whose load stays within the bound
+     ``load + 1 <= ceil(hash_load_factor * (total load + 1) / endpoints)`` (the least loaded
+     always qualify), for a continued one among all. Replicas that share no state place a new
+     conversation on the same endpoint, and a conversation whose match was evicted, or that a
+     replica has not seen, goes back to it.
+  4. ``least_load``: no anchor (token-id or batched prompts, prefix routing off) -> least load,
+     ties broken by ``tie`` over URLs in order (the router's round-robin tie-break).
+
+Limits: the index is an estimate (it does not see engine evictions, restarts or
+``/flush_cache``); a ``load_guard`` or load-bound choice on one replica is not known to the
+others, so the next turn may miss once; an endpoint that goes unhealthy or leaves its pool is
+dropped from the index (:meth:`PrefixIndex.retain`): its conversations go to their rendezvous
+choice among the others, and when it returns it starts empty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+__all__ = [
+    "Candidate",
+    "PickReason",
+    "PrefixChain",
+    "PrefixIndex",
+    "PrefixRequest",
+    "chain_for_request",
+    "first_user_end",
+    "pick_endpoint",
+    "prefix_chain",
+    "rendezvous_score",
+]
+
+
+class PickReason(StrEnum):
+    """Why :func:`pick_endpoint` chose its endpoint (access-log field ``endpoint_reason``)."""
+
+    PREFIX_MATCH = "prefix_match"
+    RENDEZVOUS = "rendezvous"
+    LEAST_LOAD = "least_load"
+    LOAD_GUARD = "load_guard"
+
+
+class PrefixChain(NamedTuple):
+    """A rendered prompt's block keys (a named tuple: cheap to build on the hot path).
+
+    Attributes:
+        keys: chained block hashes, first block first (process-local ``hash``; never shared).
+        anchor: stable 64-bit hash of the conversation's anchor (see the module docstring), the
+            same in every router replica; None when the prompt is shorter than one block.
+        anchor_blocks: whole blocks inside the anchor (blocks); a match must exceed it to count
+            as this conversation's own.
+        chars: length of the rendered prompt (characters).
+        block_chars: block size (characters).
+        continued: the prompt continues a conversation (a chat with an assistant message):
+            some replica already placed it, so its rendezvous choice ignores the load bound.
+    """
+
+    keys: tuple[int, ...]
+    anchor: int | None
+    anchor_blocks: int
+    chars: int
+    block_chars: int
+    continued: bool = False
+
+    def tokens(self, blocks: int, prompt_tokens: int) -> int:
+        """Estimated tokens in the first ``blocks`` blocks: their characters times the prompt's
+        own tokens per character (``prompt_tokens / chars``), at most ``prompt_tokens``."""
+        if self.chars <= 0:
+            return 0
+        return min(prompt_tokens, blocks * self.block_chars * prompt_tokens // self.chars)
+
+
+def _stable_hash(text: str) -> int:
+    """A 64-bit hash that is the same in every process (BLAKE2b of the UTF-8 bytes; Python's
+    ``hash`` of a str is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+
+
+def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: int | None = None,
+                 anchor_blocks: int = 4, continued: bool = False) -> PrefixChain:
+    """The block keys and anchor of one rendered prompt.
+
+    Args:
+        text: the rendered prompt (characters, as the engine tokenises it).
+        block_chars: characters per block (> 0).
+        max_blocks: at most this many blocks are keyed (the rest of a long prompt is ignored).
+        anchor_end: end (character offset) of the conversation's anchor, e.g.
+            :func:`first_user_end`; None: the first ``anchor_blocks`` blocks.
+        anchor_blocks: anchor length in blocks when ``anchor_end`` is None.
+        continued: see :attr:`PrefixChain.continued`.
+
+    Cost: one slice and one tuple hash per block, and one BLAKE2b over the anchor.
+    """
+    size = len(text)
+    n = size // block_chars
+    n = min(n, max_blocks)
+    if not n:
+        return PrefixChain((), None, 0, size, block_chars)
+    keys = []
+    prev = 0
+    for start in range(0, n * block_chars, block_chars):
+        prev = hash((prev, text[start:start + block_chars]))
+        keys.append(prev)
+    if anchor_end is None or anchor_end <= 0:
+        anchor_end = anchor_blocks * block_chars
+    anchor_end = min(anchor_end, size, max_blocks * block_chars)
+    return PrefixChain(tuple(keys), _stable_hash(text[:anchor_end]), min(anchor_end // block_chars, n),
+                       size, block_chars, continued)
+
+
+def first_user_end(text: str, messages: Sequence[Any]) -> int | None:
+    """End offset (characters) in the rendered ``text`` of the first user message's content,
+    or None when there is no user message with text or the template does not show it verbatim.
+
+    Text parts of a content list are joined with ``" "`` as :mod:`router.features` renders
+    them; surrounding whitespace is ignored (templates often ``trim`` it).
+    """
+    for msg in messages:
+        if not isinstance(msg, dict) or msg.get("role") != "user":
+            continue
+        content = msg.get("content")
+        if isinstance(content, list):
+            content = " ".join(p.get("text", "") for p in content
+                               if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
+        if not isinstance(content, str) or not content.strip():
+            return None
+        needle = content.strip()
+        at = text.find(needle)
+        return None if at < 0 else at + len(needle)
+    return None
+
+
+def chain_for_request(rendered: Any, doc: dict[str, Any], kind: str, *, block_chars: int,
+                      max_blocks: int, anchor_blocks: int) -> PrefixChain | None:
+    """The chain of a request from its :class:`router.features.Rendered` prompt (no re-render).
+
+    Chat: anchored at the first user message, ``continued`` when an assistant message is in
+    the conversation. One text completion prompt: the first ``anchor_blocks`` blocks. Token-id
+    prompts and batches of prompts: None (least load).
+    """
+    texts = getattr(rendered, "texts", ())
+    if len(texts) != 1:
+        return None
+    text = texts[0]
+    end, continued = None, False
+    if kind == "chat":
+        messages = doc.get("messages") or ()
+        end = first_user_end(text, messages)
+        continued = any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
+    return prefix_chain(text, block_chars=block_chars, max_blocks=max_blocks, anchor_end=end,
+                        anchor_blocks=anchor_blocks, continued=continued)
+
+
+class PrefixIndex:
+    """Which block keys were last routed to which endpoint of one pool (approximate).
+
+    Memory bound: at most ``max_blocks_per_endpoint`` keys per endpoint, and only endpoints
+    passed to :meth:`record` since the last :meth:`retain` (about 100 bytes per key in CPython:
+    the default 32,768 keys are ~3-4 MB per endpoint).
+
+    Not thread-safe: call from the event loop only.
+
+    Args:
+        max_blocks_per_endpoint: LRU capacity per endpoint (blocks, > 0).
+    """
+
+    def __init__(self, *, max_blocks_per_endpoint: int) -> None:
+        if max_blocks_per_endpoint < 1:
+            raise ValueError("max_blocks_per_endpoint must be >= 1")
+        self.max_blocks_per_endpoint = max_blocks_per_endpoint
+        self._lru: dict[str, OrderedDict[int, None]] = {}
+
+    def match(self, chain: PrefixChain, prompt_tokens: int) -> dict[str, int]:
+        """``{url: estimated cached tokens}`` for each endpoint holding a prefix of ``chain``
+        (endpoints with no match are left out). Read-only: nothing moves in the LRU."""
+        keys = chain.keys
+        out: dict[str, int] = {}
+        if not keys:
+            return out
+        for url, held in self._lru.items():
+            if keys[0] not in held:
+                continue
+            lo, hi = 1, len(keys)  # keys[:lo] are held; find the largest such lo (prefix-closed)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if keys[mid - 1] in held:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            out[url] = chain.tokens(lo, prompt_tokens)
+        return out
+
+    def matched_blocks(self, url: str, chain: PrefixChain) -> int:
+        """Blocks of ``chain`` held for ``url`` (a linear scan; for tests and diagnostics)."""
+        held = self._lru.get(url, {})
+        n = 0
+        for key in chain.keys:
+            if key not in held:
+                break
+            n += 1
+        return n
+
+    def record(self, url: str, chain: PrefixChain) -> None:
+        """``chain`` was routed to ``url``: make its keys the most recent there (deepest
+        first, so the prefix keys end up newest), then evict the oldest above the cap."""
+        if not chain.keys:
+            return
+        held = self._lru.get(url)
+        if held is None:
+            held = self._lru[url] = OrderedDict()
+        for key in reversed(chain.keys):
+            if key in held:
+                held.move_to_end(key)
+            else:
+                held[key] = None
+        while len(held) > self.max_blocks_per_endpoint:
+            held.popitem(last=False)
+
+    def retain(self, urls: Collection[str]) -> list[str]:
+        """Forget every endpoint not in ``urls`` (those that left the pool or are unhealthy);
+        returns the URLs forgotten, sorted."""
+        gone = sorted(u for u in self._lru if u not in urls)
+        for url in gone:
+            del self._lru[url]
+        return gone
+
+    def entries(self, url: str | None = None) -> int:
+        """Keys held for ``url``, or over all endpoints (None)."""
+        if url is not None:
+            return len(self._lru.get(url, ()))
+        return sum(len(v) for v in self._lru.values())
+
+    def endpoints(self) -> list[str]:
+        """Endpoints with at least one key, sorted."""
+        return sorted(u for u, v in self._lru.items() if v)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixRequest:
+    """What :func:`router.policy.decide` needs to call :func:`pick_endpoint` for a request.
+
+    Attributes:
+        anchor: the request's anchor (:attr:`PrefixChain.anchor`), or None.
+        anchor_tokens: the anchor's whole blocks in tokens (a match must exceed it).
+        continued: :attr:`PrefixChain.continued`.
+        cache_threshold, balance_abs_threshold, balance_rel_threshold, hash_load_factor: as
+            :func:`pick_endpoint` (``routing.prefix_cache``).
+    """
+
+    anchor: int | None
+    anchor_tokens: int = 0
+    continued: bool = False
+    cache_threshold: float = 0.3
+    balance_abs_threshold: int = 64
+    balance_rel_threshold: float = 1.5
+    hash_load_factor: float = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One endpoint as :func:`pick_endpoint` sees it.
+
+    Attributes:
+        url: base URL.
+        healthy: routable.
+        load: requests running + queued (or in flight), as the policy measures load.
+        cached_tokens: estimated prompt tokens already cached there (tokens; 0: none).
+    """
+
+    url: str
+    healthy: bool
+    load: int
+    cached_tokens: int = 0
+
+
+def rendezvous_score(url: str, anchor: int) -> int:
+    """The rendezvous weight of ``url`` for ``anchor`` (the highest weight wins): BLAKE2b-64
+    of the URL keyed with the anchor, the same in every process (a keyed cryptographic hash:
+    no structure shared by URLs that differ only in their port; ~1 us per endpoint)."""
+    key = anchor.to_bytes(8, "big")
+    return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=8, key=key).digest(), "big")
+
+
+def pick_endpoint(candidates: Sequence[Any], *, prompt_tokens: int, anchor: int | None,
+                  anchor_tokens: int = 0, cache_threshold: float = 0.3, balance_abs_threshold: int = 64,
+                  balance_rel_threshold: float = 1.5, hash_load_factor: float = 1.5,
+                  exclude: Collection[str] = (), tie: int = 0,
+                  continued: bool = False) -> tuple[str, PickReason] | None:
+    """Choose the endpoint for one request inside a pool (see the module docstring).
+
+    Args:
+        candidates: the pool's endpoints, any order: :class:`Candidate` values or any objects
+            with the same attributes (``url``, ``healthy``, ``load``, ``cached_tokens``).
+        prompt_tokens: P, the prompt's length (tokens).
+        anchor: the request's anchor (:attr:`PrefixChain.anchor`), or None.
+        anchor_tokens: a match must exceed this (tokens) to count (0: any match).
+        cache_threshold: a match must exceed this fraction of ``prompt_tokens`` (0-1).
+        balance_abs_threshold: imbalance needs ``max - min`` load above this (requests).
+        balance_rel_threshold: and ``max > this * min`` (ratio).
+        hash_load_factor: a rendezvous choice keeps ``load + 1`` within this factor of the mean
+            load plus one request, rounded up (ratio >= 1).
+        exclude: URLs not to use (they failed this request).
+        tie: per-request integer breaking least-load ties (``seed + request counter``).
+        continued: the request continues a conversation (:attr:`PrefixChain.continued`): its
+            rendezvous choice ignores ``hash_load_factor`` (only the load guard moves it), so a
+            replica that did not see the earlier turns sends it where they most likely went.
+
+    Returns:
+        ``(url, reason)``, or None when no healthy endpoint is left. Never raises.
+    """
+    live = [c for c in candidates if c.healthy and c.url not in exclude]
+    if not live:
+        return None
+    lo = hi = live[0].load
+    best = total = 0
+    for c in live:
+        load = c.load
+        total += load
+        if load < lo:
+            lo = load
+        elif load > hi:
+            hi = load
+        best = max(best, c.cached_tokens)
+    if hi - lo > balance_abs_threshold and hi > balance_rel_threshold * lo:
+        return _least_load(live, lo, tie), PickReason.LOAD_GUARD
+    if best > anchor_tokens and best > cache_threshold * prompt_tokens:
+        top = [c for c in live if c.cached_tokens == best]
+        if len(top) > 1:
+            low = min(c.load for c in top)
+            top = [c for c in top if c.load == low]
+        if len(top) == 1:
+            return top[0].url, PickReason.PREFIX_MATCH
+        if anchor is None:
+            return _least_load(top, top[0].load, tie), PickReason.PREFIX_MATCH
+        return _highest(top, anchor), PickReason.PREFIX_MATCH
+    if anchor is None:
+        return _least_load(live, lo, tie), PickReason.LEAST_LOAD
+    if len(live) > 1 and not continued:
+        cap = math.ceil(hash_load_factor * (total + 1) / len(live))
+        live = [c for c in live if c.load < cap or c.load == lo]
+    return _highest(live, anchor), PickReason.RENDEZVOUS
+
+
+def _highest(cands: Sequence[Any], anchor: int) -> str:
+    if len(cands) == 1:
+        return cands[0].url
+    best_url, best = "", -1
+    for c in cands:
+        score = rendezvous_score(c.url, anchor)
+        if score > best:
+            best_url, best = c.url, score
+    return best_url
+
+
+def _least_load(cands: Sequence[Any], low: int, tie: int) -> str:
+    ties = sorted(c.url for c in cands if c.load == low)
+    if len(ties) == 1:
+        return ties[0]
+    return ties[tie % len(ties)]

@@ -1,0 +1,113 @@
+"""Prefix routing through the Runtime: reloads that change endpoints, endpoints that go unhealthy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from router.config import parse_config
+from router.policy import RequestFeatures
+from router.pools import Runtime
+from router.prefix import PickReason, prefix_chain, rendezvous_score
+from router.scraper import EngineLoad
+
+A, B, C = "http://10.0.0.1:30000", "http://10.0.0.2:30000", "http://10.0.0.3:30000"
+LOAD = EngineLoad(0, 0, 0.0, None, None)
+
+
+def config(tmp: Path, endpoints: list[str], **prefix: Any):
+    return parse_config({
+        "model": {"name": "m", "tokenizer": str(tmp)},
+        "limits": {"max_context_tokens": 4096},
+        "pools": [{"name": "plain", "speculative": False, "endpoints": endpoints}],
+        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
+                    "prefix_cache": {"block_chars": 8, **prefix}},
+    })
+
+
+def healthy(rt: Runtime, *urls: str) -> None:
+    for ep in rt.all_endpoints():
+        if ep.url in urls:
+            ep.record_success(LOAD, now=0.0)
+            ep.record_success(LOAD, now=0.0)
+        else:
+            ep.mark_down()
+    rt.prune_prefix()   # what each scrape round does
+
+
+def turn(i: int, t: int) -> tuple[str, bool]:
+    """Conversation ``i`` at turn ``t``: the rendered text (8-char blocks) and whether continued."""
+    text = f"<sys>brief</sys><user>question number {i:03d}</user>"
+    for k in range(t):
+        text += f"<asst>answer {k:02d}</asst><user>follow-up {k:02d}</user>"
+    return text, t > 0
+
+
+def route(rt: Runtime, i: int, t: int) -> tuple[str, str | None]:
+    text, continued = turn(i, t)
+    end = text.index("</user>")
+    chain = prefix_chain(text, block_chars=8, max_blocks=512, anchor_end=end, continued=continued)
+    p = len(text) // 4
+    decision = rt.decide(RequestFeatures(prompt_tokens=p, max_new_tokens=16), 0.0, chain=chain,
+                         matches=rt.prefix_matches(chain, p))
+    assert decision.endpoint is not None
+    rt.record_prefix(decision, chain)
+    return decision.endpoint, decision.endpoint_reason
+
+
+def test_affinity_then_unhealthy_endpoint_moves_and_comes_back_empty(tmp_path: Path) -> None:
+    rt = Runtime(config(tmp_path, [A, B, C]), counter=None)
+    healthy(rt, A, B, C)
+    homes = [route(rt, i, 0)[0] for i in range(9)]
+    assert homes == [max((A, B, C), key=lambda u, i=i: rendezvous_score(u, _anchor(i))) for i in range(9)]
+    assert [route(rt, i, 1) for i in range(9)] == [(h, PickReason.PREFIX_MATCH) for h in homes]
+    healthy(rt, B, C)   # A goes down: its index entries are forgotten
+    assert rt.prefix["plain"].endpoints() == sorted({h for h in homes if h != A})
+    moved = [route(rt, i, 2)[0] for i in range(9)]
+    assert A not in moved
+    assert [m for h, m in zip(homes, moved) if h != A] == [h for h in homes if h != A]
+    healthy(rt, A, B, C)   # A is back, empty: the moved conversations stay where their cache is
+    assert [route(rt, i, 3) for i in range(9)] == [(m, PickReason.PREFIX_MATCH) for m in moved]
+
+
+def _anchor(i: int) -> int:
+    text, _ = turn(i, 0)
+    return prefix_chain(text, block_chars=8, max_blocks=512, anchor_end=text.index("</user>")).anchor or 0
+
+
+def test_reload_keeps_the_index_and_drops_removed_endpoints(tmp_path: Path) -> None:
+    rt = Runtime(config(tmp_path, [A, B]), counter=None)
+    healthy(rt, A, B)
+    homes = [route(rt, i, 0)[0] for i in range(10)]   # 7 on A, 3 on B (the fixed hash)
+    index = rt.prefix["plain"]
+    assert set(index.endpoints()) == set(homes) == {A, B}
+    rt2 = Runtime(config(tmp_path, [B, C], max_blocks_per_endpoint=500), previous=rt, counter=None)
+    assert rt2.prefix["plain"] is index and index.max_blocks_per_endpoint == 500
+    healthy(rt2, B, C)
+    assert index.endpoints() == [B]
+    # B's conversations keep their affinity after the reload; A's go to their rendezvous choice
+    for i, h in enumerate(homes):
+        got, why = route(rt2, i, 1)
+        if h == B:
+            assert (got, why) == (B, PickReason.PREFIX_MATCH)
+        else:
+            assert why == PickReason.RENDEZVOUS and got == max((B, C), key=lambda u, i=i: rendezvous_score(u, _anchor(i)))
+    rt3 = Runtime(config(tmp_path, [B, C], max_blocks_per_endpoint=5), previous=rt2, counter=None)
+    healthy(rt3, B, C)
+    assert index.entries() > 5
+    got = route(rt3, 0, 2)[0]
+    assert index.entries(got) == 5   # a lower cap holds from the next record on
+
+
+def test_reload_with_another_block_size_or_disabled_starts_over(tmp_path: Path) -> None:
+    rt = Runtime(config(tmp_path, [A, B]), counter=None)
+    healthy(rt, A, B)
+    route(rt, 0, 0)
+    rt2 = Runtime(config(tmp_path, [A, B], block_chars=16), previous=rt, counter=None)
+    assert rt2.prefix["plain"] is not rt.prefix["plain"] and rt2.prefix["plain"].entries() == 0
+    rt3 = Runtime(config(tmp_path, [A, B], enabled=False), previous=rt2, counter=None)
+    assert rt3.prefix == {}
+    text, _ = turn(0, 1)
+    chain = prefix_chain(text, block_chars=8, max_blocks=512)
+    d = rt3.decide(RequestFeatures(prompt_tokens=10, max_new_tokens=16), 0.0, chain=chain, matches={})
+    assert d.endpoint_reason is None   # least load, ties round robin: the router's older choice
