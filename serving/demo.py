@@ -49,6 +49,7 @@ class DemoRequest:
 
     name: str
     stream: bool
+    temperature: float | None = 0.0  # None: left out, the OpenAI SDK's default (sampled, 1.0)
     pool: str | None = None
     reason: str | None = None
     status: int = 0
@@ -148,12 +149,13 @@ async def _wait_router(url: str, proc: _Proc, timeout_s: float) -> None:
 async def _one(client: Any, req: DemoRequest, messages: list[dict[str, str]], max_tokens: int) -> DemoRequest:
     import openai
 
+    sampling = {} if req.temperature is None else {"temperature": req.temperature}
     t0 = time.perf_counter()
     try:
         if req.stream:
             raw = await client.chat.completions.with_raw_response.create(
-                model="tiny-llama", messages=messages, max_tokens=max_tokens, temperature=0,
-                stream=True, stream_options={"include_usage": True})
+                model="tiny-llama", messages=messages, max_tokens=max_tokens, stream=True,
+                stream_options={"include_usage": True}, **sampling)
             req.pool, req.reason = raw.headers.get("x-specgate-pool"), raw.headers.get("x-specgate-reason")
             req.status = raw.http_response.status_code
             stream = raw.parse()
@@ -171,7 +173,7 @@ async def _one(client: Any, req: DemoRequest, messages: list[dict[str, str]], ma
                     req.tokens_per_s = max(req.completion_tokens - 1, 1) / (end - first)
         else:
             raw = await client.chat.completions.with_raw_response.create(
-                model="tiny-llama", messages=messages, max_tokens=max_tokens, temperature=0)
+                model="tiny-llama", messages=messages, max_tokens=max_tokens, **sampling)
             req.pool, req.reason = raw.headers.get("x-specgate-pool"), raw.headers.get("x-specgate-reason")
             req.status = raw.http_response.status_code
             resp = raw.parse()
@@ -190,7 +192,15 @@ async def _one(client: Any, req: DemoRequest, messages: list[dict[str, str]], ma
     return req
 
 
-async def _workload(router_url: str, long_prompt_tokens: int, burst: int) -> list[DemoRequest]:
+async def _ready(router_url: str) -> dict[str, Any]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s, s.get(router_url + "/ready") as r:
+        return await r.json()
+
+
+async def _workload(router_url: str, long_prompt_tokens: int, burst: int) -> tuple[list[DemoRequest], dict[str, Any]]:
+    """The demo's requests in order, and ``/ready``'s speculative-pool view after the sampled ones."""
     import openai
 
     client = openai.AsyncOpenAI(base_url=router_url + "/v1", api_key="demo", max_retries=0, timeout=300)
@@ -198,6 +208,16 @@ async def _workload(router_url: str, long_prompt_tokens: int, burst: int) -> lis
     user = lambda text: [{"role": "user", "content": text}]
     for i, prompt in enumerate(PROMPTS_SHORT):
         out.append(await _one(client, DemoRequest(f"short-{i}", stream=bool(i % 2)), user(prompt), 48))
+    # Sampled requests as the OpenAI SDK sends them by default (no temperature: 1.0). Their
+    # acceptance is tracked apart from greedy requests', so they cannot switch speculation off
+    # for greedy traffic (and a stale measurement expires: routing.acceptance.max_age_s).
+    for i, prompt in enumerate(PROMPTS_SHORT):
+        out.append(await _one(client, DemoRequest(f"sampled-{i}", stream=bool(i % 2), temperature=None),
+                              user(prompt), 48))
+    await asyncio.sleep(1.0)  # a few scrape rounds: the sampled measurements are taken in
+    after_sampled = await _ready(router_url)
+    for i, prompt in enumerate(PROMPTS_SHORT[:2]):
+        out.append(await _one(client, DemoRequest(f"greedy-after-sampled-{i}", stream=False), user(prompt), 48))
     long_text = "\n".join(f"def function_{i}(x):\n    return x * {i}\n" for i in range(long_prompt_tokens // 6))
     out.append(await _one(client, DemoRequest("long-stream", stream=True), user(long_text), 32))
     out.append(await _one(client, DemoRequest("long", stream=False), user(long_text), 32))
@@ -207,7 +227,7 @@ async def _workload(router_url: str, long_prompt_tokens: int, burst: int) -> lis
     huge = "x " * 6000
     out.append(await _one(client, DemoRequest("over-length", stream=True), user(huge), 16))
     await client.close()
-    return out
+    return out, after_sampled
 
 
 async def _accept_length(url: str) -> tuple[float | None, str]:
@@ -283,7 +303,7 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
             asyncio.run(_wait_router(router_url, router, 120))
             progress.update(rtask, description=f"router ready at {router_url}")
             wtask = progress.add_task("sending the workload through the openai client")
-            results = asyncio.run(_workload(router_url, doc["routing"]["long_prompt_tokens"], burst))
+            results, after_sampled = asyncio.run(_workload(router_url, doc["routing"]["long_prompt_tokens"], burst))
             progress.update(wtask, description=f"workload done: {len(results)} requests")
 
         spec_pools = [p for p in doc["pools"] if p.get("speculative")]
@@ -320,8 +340,15 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
             "long_context_routed_plain": all(r.pool == "plain" for r in results if r.name.startswith("long")),
             "spec_accept_length_reported": all(p.get("accept_length") for n, p in pools.items()
                                                if p["speculative"]),
+            "sampled_requests_served": all(r.status == 200 for r in results if r.name.startswith("sampled")),
+            "greedy_still_speculative_after_sampled": all(
+                r.pool in {p["name"] for p in spec_pools} for r in results if r.name.startswith("greedy-after")),
         }
-        summary = {"requests": len(results), "by_reason": reasons,
+        spec_view = {name: {k: v for k, v in view.items() if k in (
+            "accept_length_estimate", "low_acceptance_classes", "signal_age_s")}
+            for name, view in after_sampled.get("pools", {}).items() if name in {p["name"] for p in spec_pools}}
+        console.print(f"after the sampled requests, /ready says: {json.dumps(spec_view)}")
+        summary = {"requests": len(results), "by_reason": reasons, "after_sampled": spec_view,
                    "ok": sum(r.status == 200 for r in results), "elapsed_s": round(time.monotonic() - t_start, 1),
                    "checks": checks}
         for name, p in pools.items():
