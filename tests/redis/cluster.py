@@ -152,9 +152,10 @@ class Cluster:
 
     # -- traffic ----------------------------------------------------------------------
     def hang_next(self, n: int = 1) -> None:
-        """The next ``n`` chat requests to the spec fake send one event, then hang."""
+        """The next ``n`` chat requests to the spec fake send the role and the first content
+        event, then hang (the router commits a stream at its first content event)."""
         r = httpx.post(self.spec.base_url + "/_fake/script",
-                       json=[{"path": CHAT, "fault": "hang", "after_chunks": 1, "count": n}])
+                       json=[{"path": CHAT, "fault": "hang", "after_chunks": 2, "count": n}])
         assert r.status_code == 200, r.text
 
     def open_stream(self, replica: int, headers: dict[str, str] | None = None) -> httpx.Response:
