@@ -45,6 +45,7 @@ __all__ = [
     "ParsedRequest",
     "PromptCounter",
     "RequestFeatures",
+    "check_envelope",
     "needs_exact",
     "parse_chat",
     "parse_completions",
@@ -156,7 +157,13 @@ def _strict_int(doc: dict[str, Any], key: str, *, minimum: int, maximum: int | N
     return value
 
 
-def _common(doc: Any, kind: Kind, max_n: int) -> tuple[int | None, int, bool]:
+def check_envelope(doc: Any) -> bool:
+    """Validate what every generation request shares (a JSON object; ``model`` a string and
+    ``stream`` a boolean when given); returns ``stream``.
+
+    Raises:
+        InvalidRequest: on the first invalid field.
+    """
     if not isinstance(doc, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_json")
     model = doc.get("model")
@@ -165,11 +172,16 @@ def _common(doc: Any, kind: Kind, max_n: int) -> tuple[int | None, int, bool]:
     stream = doc.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("`stream` must be a boolean", param="stream")
+    return bool(stream)
+
+
+def _common(doc: Any, kind: Kind, max_n: int) -> tuple[int | None, int, bool]:
+    stream = check_envelope(doc)
     n = _strict_int(doc, "n", minimum=1, maximum=max_n)
     max_tokens = _strict_int(doc, "max_tokens", minimum=1)
     max_completion = _strict_int(doc, "max_completion_tokens", minimum=1)
     budget = max_completion if max_completion is not None else max_tokens
-    return budget, n or 1, bool(stream)
+    return budget, n or 1, stream
 
 
 #: Content part types that carry text (joined into the prompt, counted exactly).

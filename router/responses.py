@@ -42,7 +42,7 @@ import json
 from typing import Any
 
 from router.errors import InvalidRequest, UnsupportedEndpoint
-from router.features import ParsedRequest, RequestFeatures, _strict_int
+from router.features import ParsedRequest, RequestFeatures, _strict_int, check_envelope
 
 __all__ = ["RESPONSES_END_EVENTS", "check_served", "parse_responses", "responses_fields", "to_chat"]
 
@@ -185,16 +185,9 @@ def parse_responses(doc: Any, *, max_n: int) -> ParsedRequest:
         InvalidRequest: on the first invalid field (``param`` names it).
     """
     del max_n
-    if not isinstance(doc, dict):
-        raise InvalidRequest("the request body must be a JSON object", code="invalid_json")
-    model = doc.get("model")
-    if model is not None and not isinstance(model, str):
-        raise InvalidRequest("`model` must be a string", param="model")
-    stream = doc.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequest("`stream` must be a boolean", param="stream")
+    stream = check_envelope(doc)
     budget = _strict_int(doc, "max_output_tokens", minimum=1)
-    return ParsedRequest("chat", to_chat(doc), budget, 1, bool(stream), "input")
+    return ParsedRequest("chat", to_chat(doc), budget, 1, stream, "input")
 
 
 def check_served(runtime: Any) -> None:
