@@ -231,7 +231,7 @@ async def _generate(request: Request, kind: str) -> Response:
         fields: dict[str, Any] = {}
         if model is None:  # served as the configured model (SGLang would answer as "default")
             fields["model"] = cfg.model.name
-        if features.budget_defaulted:
+        if features.budget_defaulted and limits.default_max_tokens is not None:
             fields["max_tokens"] = features.max_new_tokens
         # the engine rid stays the router's own id: a client may reuse its x-request-id
         # (retries), and SGLang refuses a rid that is already running
@@ -242,7 +242,9 @@ async def _generate(request: Request, kind: str) -> Response:
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
                        received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
-                       observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None)
+                       observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None,
+                       default_budget=None if not features.budget_defaulted else
+                       "engine" if limits.default_max_tokens is None else str(features.max_new_tokens))
     except BaseException:
         lease.release()
         raise

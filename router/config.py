@@ -187,13 +187,16 @@ class LimitsConfig(_Strict):
             plus per-sequence output budget exceeds S gets HTTP 400 ``context_length_exceeded``.
         default_max_tokens: output budget D (tokens) applied when the client gives neither
             ``max_completion_tokens`` nor ``max_tokens``; forwarded explicitly as
-            ``max_tokens = min(D, S - prompt)``.
+            ``max_tokens = min(D, S - prompt)`` (and shown in the ``x-specgate-max-tokens``
+            response header). ``null``: the engine's default, nothing forwarded (SGLang
+            generates until end of sequence or its context); the decision then counts the
+            request at its worst case, ``S - prompt`` output tokens.
         max_request_bytes: request-body cap (bytes); larger bodies get HTTP 413.
         max_n: the largest accepted ``n`` (choices per request).
     """
 
     max_context_tokens: PositiveInt
-    default_max_tokens: PositiveInt = 256
+    default_max_tokens: PositiveInt | None = 256
     max_request_bytes: PositiveInt = 32 * 1024 * 1024
     max_n: PositiveInt = 128
 

@@ -122,13 +122,14 @@ class Rules:
 
     Attributes:
         max_context_tokens: S, the validated safe context (tokens).
-        default_max_tokens: D, the budget given when the client sets none (tokens).
+        default_max_tokens: D, the budget given when the client sets none (tokens); None: the
+            engine's default, counted as its worst case ``S - P``.
         long_prompt_tokens: prompts above this skip speculation (tokens).
         seed: ``routing.seed``, offset of the endpoint tie-break.
     """
 
     max_context_tokens: int
-    default_max_tokens: int
+    default_max_tokens: int | None
     long_prompt_tokens: int
     seed: int = 0
 
@@ -232,7 +233,9 @@ def output_budget(requested: int | None, prompt_tokens: int, rules: Rules) -> in
     (never below 0; a prompt at or over the cap is refused whatever its budget)."""
     if requested is not None:
         return requested
-    return max(0, min(rules.default_max_tokens, rules.max_context_tokens - prompt_tokens))
+    cap = rules.max_context_tokens
+    default = cap if rules.default_max_tokens is None else rules.default_max_tokens
+    return max(0, min(default, cap - prompt_tokens))
 
 
 def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
@@ -291,7 +294,8 @@ def flip_points(requested: int | None, n: int, pools: Iterable[PoolShape], rules
     <= limit`` flips where ``(n - 1) P >= n S + K - limit``.
     """
     cap = rules.max_context_tokens
-    m = rules.default_max_tokens if requested is None else requested
+    default = cap if rules.default_max_tokens is None else rules.default_max_tokens
+    m = default if requested is None else requested
     out = [cap - 1, cap - m, rules.long_prompt_tokens]
     for pool in pools:
         out.append(pool.limit - m)

@@ -149,6 +149,9 @@ class ProxyJob:
             None: the ``[DONE]`` rule.
         observer: sees the relayed bytes (a :class:`router.observe.ResponseObserver`: usage
             and ending metrics) and is told the pool when the response ends; None: none.
+        default_budget: the output budget the router chose for a request that set none, as the
+            ``x-specgate-max-tokens`` response header (tokens, or ``engine`` when
+            ``limits.default_max_tokens`` is null); None: the client set it.
     """
 
     request_id: str
@@ -161,6 +164,7 @@ class ProxyJob:
     received_at: float
     end_events: tuple[bytes, ...] | None = None
     observer: Any = None
+    default_budget: str | None = None
     status: int = 0
     outcome: str = "ok"
     ttfb_s: float | None = None
@@ -510,6 +514,8 @@ class ProxyResponse(Response):
             (b"x-specgate-pool", (job.decision.pool or "none").encode()),
             (b"x-specgate-reason", job.decision.reason.value.encode()),
         ]
+        if job.default_budget is not None:
+            headers.append((b"x-specgate-max-tokens", job.default_budget.encode()))
         if length is not None:
             headers.append((b"content-length", str(length).encode()))
         else:

@@ -207,7 +207,7 @@ def responses_fields(doc: dict[str, Any], features: RequestFeatures, request_id:
     (default ``resp_<uuid>``), so without one the router adds ``resp_specgate-<request id>``
     and ``/abort_request`` can name it.
     """
-    if fields.pop("max_tokens", None) is not None or features.budget_defaulted:
+    if fields.pop("max_tokens", None) is not None:
         fields["max_output_tokens"] = features.max_new_tokens
     rid = doc.get("request_id")
     if rid is None:

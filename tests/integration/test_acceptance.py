@@ -94,3 +94,20 @@ def test_low_acceptance_is_per_temperature_class_and_a_bypassed_pool_recovers(st
     # back within max_age_s (1.5 s) plus a few scrape rounds of 0.05 s
     assert recovered_after < 1.5 + 1.0, recovered_after
     assert spec_pool(stack).bypass.low_classes() == frozenset()
+
+
+@pytest.mark.parametrize(("default", "header", "forwarded"), [(256, "256", 256), (None, "engine", None)])
+def test_the_default_output_budget_is_visible_and_can_be_the_engines(tmp_path, tokenizer_dir, default, header,
+                                                                      forwarded):
+    s = Stack(tmp_path, tokenizer_dir, **{"limits.default_max_tokens": default})
+    try:
+        doc = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}]}
+        r = s.client.post(CHAT, json=doc)
+        assert r.status_code == 200, r.text
+        assert r.headers["x-specgate-max-tokens"] == header
+        sent = s.backend_requests(s.plain if r.headers["x-specgate-pool"] == "plain" else s.spec)[-1]["body"]
+        assert sent.get("max_tokens") == forwarded
+        r = s.client.post(CHAT, json={**doc, "max_tokens": 3})
+        assert "x-specgate-max-tokens" not in r.headers
+    finally:
+        s.close()
