@@ -146,7 +146,7 @@ def test_speculation_hint_precedence_and_validation():
 RULES = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
 
 
-def spec(capabilities=frozenset(), low_acceptance=False, saturated=False):
+def spec(capabilities=frozenset(), low_acceptance=frozenset(), saturated=False):
     return PoolSnapshot("spec", True, 2048, 4, (EndpointSnapshot("http://s0", True, 0),),
                         saturated=saturated, low_acceptance=low_acceptance, capabilities=capabilities)
 
@@ -186,7 +186,7 @@ DECISIONS = [
      Decision("spec", "http://s0", Reason.PLAIN_UNHEALTHY)),
     ("hint on passes the long-prompt threshold", feats(speculation="on", p=1500), [spec(), plain()],
      Decision("spec", "http://s0", Reason.SPECULATIVE)),
-    ("hint on passes the acceptance bypass", feats(speculation="on"), [spec(low_acceptance=True), plain()],
+    ("hint on passes the acceptance bypass", feats(speculation="on"), [spec(low_acceptance=frozenset({"greedy", "sampled"})), plain()],
      Decision("spec", "http://s0", Reason.SPECULATIVE)),
     ("hint on keeps the saturation guard", feats(speculation="on"), [spec(saturated=True), plain()],
      Decision("plain", "http://p0", Reason.SATURATED)),
