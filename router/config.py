@@ -479,7 +479,7 @@ class RoutingConfig(_Strict):
 
     Attributes:
         long_prompt_tokens: prompts longer than this (tokens) go to the plain pool
-            (reason ``long_context``): speculation loses at long context (DOMAIN.md section 4).
+            (reason ``long_context``): speculation loses at long context (docs/loadtests.md).
         saturation: load thresholds for the saturation bypass.
         acceptance: acceptance tracking and bypass.
         min_flip_interval_s: a bypass flag (saturation, acceptance) changes at most once per

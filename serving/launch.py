@@ -5,8 +5,8 @@ arguments), so the two cannot disagree. Rules:
 
 - ``--enable-metrics`` is always on (the router reads ``sglang:num_running_reqs`` & co.).
 - ``--context-length`` is ``min(engine.context_length, limits.max_context_tokens)``: never
-  above the validated safe context (article 003: a ~300k-token request killed an engine that
-  advertised 1M; capping the engine at the validated length turned that into a clean 400).
+  above the validated safe context (docs/operator-guide.md, "The context cap": a ~300k-token request killed an
+  engine that advertised 1M; capping the engine at the validated length turned that into a clean 400).
 - ``--served-model-name`` defaults to ``model.name``, so clients see one model name.
 - Speculative arguments are passed under SGLang's own names (``--speculative-algorithm``,
   ``--speculative-draft-model-path``, ``--speculative-num-steps``,
