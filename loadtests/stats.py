@@ -15,7 +15,7 @@ run's median decode tokens/s, or the run's spec/plain speedup). The *spread* of 
 is ``max / min`` (a long-context GPU measurement reran within 1.00-1.02x on a quiet node and
 1.02-1.09x in general; a node shared with a quality job showed 6.28x).
 
-Article 003's rule: *a spread that does not shrink with more repetitions is a bimodal
+The rule (docs/loadtests.md): *a spread that does not shrink with more repetitions is a bimodal
 workload, not noise* (copy task at concurrency 16: 1.52x at 5 runs, 1.55x at 15; free-form
 at the same concurrency: a stable 1.05x). Because ``max / min`` over a growing set never
 decreases, "shrink" is judged by comparing the runs' first half with their second half

@@ -393,7 +393,7 @@ class SaturationConfig(_Strict):
     """Hysteresis thresholds on a speculative pool's load (running + queued requests).
 
     Speculation is bypassed once load >= ``enter`` and resumes once load < ``exit``.
-    Article 001 advises bypassing at batch 16-32 on GPUs.
+    Production reports on GPUs advise bypassing at batch 16-32.
     """
 
     enter: PositiveInt
