@@ -17,7 +17,7 @@ arguments), so the two cannot disagree. Rules:
 - A pool whose ``serves`` lacks ``generate`` (an embedding or reranking model) gets
   ``--is-embedding``.
 - ``engine.cpu: true`` adds the CPU-engine flags known to run SGLang 0.5.23 on a CPU
-  (``../shared/SGLANG_CPU.md``): ``--device cpu --attention-backend intel_amx
+  (found by running it on this project's CPU VM): ``--device cpu --attention-backend intel_amx
   --sampling-backend pytorch --disable-overlap-schedule --sleep-on-idle`` and ``SGLANG_USE_CPU_ENGINE=1``.
 
 When SGLang is importable, :func:`check_with_sglang` parses the argv with SGLang's own
