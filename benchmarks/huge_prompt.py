@@ -1,4 +1,4 @@
-"""Sizing a 234,063-token prompt without stalling the router (issue 8, DOMAIN.md's long case).
+"""Sizing a 234,063-token prompt without stalling the router (docs/performance.md).
 
     .venv/bin/python benchmarks/huge_prompt.py [--tokens 234063] [--duration 8] [--out huge.json]
 

@@ -1,7 +1,7 @@
 /* LD_PRELOAD shim: set TCP_NODELAY on every TCP socket a process accepts or connects.
  *
  * Used by benchmarks/router_overhead.py to run SGLang's Rust router (sglang-router 0.3.2)
- * with TCP_NODELAY, as issue 8 asks: the router as shipped leaves Nagle's algorithm on, so
+ * with TCP_NODELAY (docs/performance.md): the router as shipped leaves Nagle's algorithm on, so
  * each streamed event waits for the client's delayed ACK (~40 ms). Setting the option on a
  * non-TCP socket fails with EOPNOTSUPP/ENOPROTOOPT, which is ignored.
  *

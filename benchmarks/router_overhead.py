@@ -1,4 +1,4 @@
-"""Router overhead, side by side: direct vs specgate vs SGLang's Rust router (issue 8).
+"""Router overhead, side by side: direct vs specgate vs SGLang's Rust router (docs/performance.md).
 
     .venv/bin/python benchmarks/router_overhead.py [--duration 8] [--runs 3] [--out bench.json]
 
@@ -74,7 +74,8 @@ def ensure_rust_router() -> Path:
 
 def ensure_nodelay_shim() -> Path:
     """Compile ``benchmarks/nodelay_shim.c`` (LD_PRELOAD: TCP_NODELAY on accepted/connected
-    TCP sockets) into ``.bench/`` once; the Rust router runs with it (issue 8's baseline)."""
+    TCP sockets) into ``.bench/`` once; the Rust router runs with it (the baseline
+    of docs/performance.md)."""
     src = ROOT / "benchmarks" / "nodelay_shim.c"
     out = ROOT / ".bench" / "nodelay_shim.so"
     if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:

@@ -1,4 +1,4 @@
-"""Scaling out: N router replicas sharing state through one Redis (issue 8).
+"""Scaling out: N router replicas sharing state through one Redis (docs/performance.md).
 
     .venv/bin/python benchmarks/scaling.py [--replicas 1,2] [--duration 6] [--out scaling.json]
 

@@ -1,9 +1,11 @@
-"""The router's upstream HTTP client, measured alone: aiohttp vs the alternatives (issue 8).
+"""The router's upstream HTTP client, measured alone: aiohttp vs the alternatives.
+
+Results and method: docs/performance.md.
 
     .venv/bin/python benchmarks/upstream_clients.py [--requests 3000] [--runs 3] [--out clients.json]
 
-Issue 8 asks for "the upstream client (aiohttp or another measured choice)". This script is
-the measurement: each client runs in its own process pinned to core 0, sending the router's
+The upstream client is a measured choice (aiohttp or another). This script is the
+measurement: each client runs in its own process pinned to core 0, sending the router's
 upstream request (the same headers, a small chat body) to ``benchmarks/fast_backend.py`` (core
 1) on kept-alive connections, and reading the whole answer:
 
@@ -12,7 +14,7 @@ upstream request (the same headers, a small chat body) to ``benchmarks/fast_back
   so a client's own worker threads count too), medians of ``--runs``.
 
 Clients: ``aiohttp`` (specgate's, with the router's settings: no cookie jar, unlimited
-pool), ``httpx`` (the issue's reference), and two candidates installed by this script into
+pool), ``httpx`` (the common reference), and two candidates installed by this script into
 ``.bench/clients`` (never into the project's environment): ``pyreqwest`` (Rust reqwest on a
 tokio thread) and ``aiosonic`` (pure Python).
 """

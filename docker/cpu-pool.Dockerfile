@@ -1,5 +1,5 @@
 # The CPU development pool: real SGLang 0.5.23 on its CPU backend with specgate's sgl_kernel
-# stand-in (shared/SGLANG_CPU.md), for clusters and laptops without GPUs (deploy/overlays/cpu-dev).
+# stand-in (serving/cpu), for clusters and laptops without GPUs (deploy/overlays/cpu-dev).
 # Build from the repository root:  docker build -f docker/cpu-pool.Dockerfile -t specgate/cpu-pool:0.1.0 .
 # Run: python3 -m sglang.launch_server ... --device cpu (the chart and the overlay give the flags).
 FROM python:3.11-slim-bookworm

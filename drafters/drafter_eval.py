@@ -29,8 +29,8 @@ What it measures, per temperature (``--temperature`` repeats; 0 = greedy, the de
 * **implied speedup**: alpha = the i.i.d. acceptance rate with E[tau](alpha, gamma) = tau, and
   S(g) = E[tau](alpha, g) / (c g + 1) over g, its optimum and S at the measured gamma
   (:mod:`drafters.acceptance`, :mod:`drafters.spec_math`). ``--c`` is the relative drafter
-  cost (draft time per token / target pass time); default 0.05, the EAGLE-3-on-GPU figure of
-  ``shared/DOMAIN.md`` section 3 (one decoder layer against a large target). The CPU tiny
+  cost (draft time per token / target pass time); default 0.05, the EAGLE-3-on-GPU figure
+  (one decoder layer against a large target). The CPU tiny
   pair's own c is not measured: on this stack both passes are dominated by Python and
   kernel-launch overhead, which says nothing about a GPU deployment.
 

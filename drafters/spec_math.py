@@ -16,7 +16,7 @@ tau     tokens emitted by one cycle, an integer in [1, gamma + 1]: accepted draf
         corrected token at the first rejection, or the bonus token when all are accepted).
 
 Formulas (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
-Decoding", arXiv:2211.17192, section 3; restated in this project's article 001)
+Decoding", arXiv:2211.17192, section 3)
 -----------------------------------------------------------------------------
 E[tau]      = (1 - alpha^(gamma+1)) / (1 - alpha)              (= gamma + 1 at alpha = 1)
 S(gamma)    = E[tau] / (c * gamma + 1)                        wall-time speedup over plain decode
@@ -31,7 +31,7 @@ inverse     alpha_from_expected_tokens: the alpha whose E[tau] equals a measured
 compute     (1 - alpha)(gamma * c_hat + gamma + 1) / (1 - alpha^(gamma+1)): expected FLOPs per
             emitted token relative to plain decoding; > 1 except at alpha = 1 with c_hat = 0.
 
-Speculative speculative decoding (SSD; this project's article 004), times in units of one
+Speculative speculative decoding (SSD; Kumar, Dao and May 2026, arXiv:2603.03251), times in units of one
 target forward pass:
 speedup_SSD = (p_hit E_hit + (1 - p_hit) E_miss) / (p_hit max(1, T_p) + (1 - p_hit)(1 + T_b))
 and, against plain speculative decoding with E_SD tokens per cycle and draft time T_SD,
@@ -330,11 +330,11 @@ def speedup_table(alpha: float, c: float, gamma_max: int) -> list[SpeedupRow]:
     ]
 
 
-# --------------------------------------------------------------------------- SSD (article 004)
+# ----------------------------------------------------------------- SSD (arXiv:2603.03251)
 def ssd_speedup(
     p_hit: float, e_hit: float, e_miss: float, t_primary: float, t_backup: float
 ) -> float:
-    """Expected speedup of speculative speculative decoding (article 004).
+    """Expected speedup of speculative speculative decoding (arXiv:2603.03251).
 
     speedup_SSD = (p_hit E_hit + (1 - p_hit) E_miss) / (p_hit max(1, T_p) + (1 - p_hit)(1 + T_b))
 
@@ -363,7 +363,7 @@ def ssd_speedup(
 
 
 def ssd_gain_bounds(p_hit: float, e_hit: float, e_sd: float, t_sd: float) -> tuple[float, float]:
-    """Bounds on speedup_SSD / speedup_SD from article 004.
+    """Bounds on speedup_SSD / speedup_SD (arXiv:2603.03251).
 
     (1 + T_SD)(E_hit / E_SD) p_hit <= speedup_SSD / speedup_SD <= (1 + T_SD)(E_hit / E_SD)
 

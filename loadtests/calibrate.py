@@ -8,8 +8,8 @@ the evidence behind each, and a YAML patch validated with :func:`router.config.p
 The speedup table
 -----------------
 Each operating point (bucket, load) gets ``S`` = the median over repetitions of the paired
-decode speedup spec/plain (``ratios.spec_vs_plain.decode_speedup.median``; DOMAIN.md
-section 4's table: 2.33x at concurrency 1 and 8-16K down to 1.16x at concurrency 8 and
+decode speedup spec/plain (``ratios.spec_vs_plain.decode_speedup.median``; on GPUs,
+docs/loadtests.md: 2.33x at concurrency 1 and 8-16K down to 1.16x at concurrency 8 and
 80-128K). Where it is missing (the plain pool was not measured there, or every request
 failed), the speedup model fills it in from the accept length measured at that point
 (``sglang:spec_accept_length``, mean over the run): ``alpha`` solves
@@ -30,7 +30,7 @@ Thresholds (``m`` = ``min_speedup``, default 1.0: "speculation stops paying")
   ``L* = exp(ln L_{i-1} + (S_{i-1} - m) / (S_{i-1} - S_i) * (ln L_i - ln L_{i-1}))``,
   proposed as ``floor(L*)``; so it always lies between the two buckets' lengths (within one
   bucket of the truth). If every measured bucket pays, the proposal is the top bucket's
-  ``hi`` (the longest validated length; article 003: "cap at the validated length"). If
+  ``hi`` (the longest validated length; docs/operator-guide.md, "The context cap"). If
   none pays, ``lo - 1`` of the first bucket (everything measured goes plain), with a warning.
 - **saturation.enter / exit**: along the load axis in the shortest bucket (or the one named
   by ``saturation_bucket``). Load is the per-engine batch the router compares with

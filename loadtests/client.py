@@ -16,7 +16,7 @@ Timings (seconds, ``time.perf_counter``), per request:
   first (needs >= 2 output tokens).
 - ``e2e_s``: request sent -> end of the response.
 - ``decode_tps``: ``(output_tokens - 1) / (t_last - t_first)``, the decode speed in tokens/s
-  that DOMAIN.md section 4's speedups compare; ``output_tps``: ``output_tokens / e2e_s``.
+  that the speedups in docs/loadtests.md compare; ``output_tps``: ``output_tokens / e2e_s``.
 
 ``output_tokens`` and ``prompt_tokens`` come from the response's ``usage`` (streams ask for it
 with ``stream_options.include_usage``); without usage, output tokens = events with text.

@@ -18,7 +18,8 @@ Schema ``specgate-loadtest`` version 1 (``report["schema"] == {"name": "specgate
 - ``points``: one per (bucket, load), each ``{"bucket", "bucket_lo", "bucket_hi", "load",
   "targets": {name: TargetPoint}, "ratios": {"<a>_vs_<b>": Ratio}}``;
 - ``tables``: ``{"<a>_vs_<b>" | "<target>": {"metric", "loads", "rows": [{"bucket",
-  "values": {load: number|null}}]}}``, the DOMAIN.md-style grid of the headline numbers.
+  "values": {load: number|null}}]}}``, the operating-point grid of the headline numbers
+  (docs/loadtests.md).
 
 ``TargetPoint`` (measured runs only; warm-ups are counted in ``counts`` and dropped):
 ``requests`` ``{"planned","sent","ok"}``, ``errors_by_status`` (HTTP status or error kind ->
@@ -29,10 +30,10 @@ when empty), ``output_tps_total`` ``{"per_run", "median", "min", "max"}``, ``poo
 (see :func:`loadtests.sampler.summarize_samples`), ``routed`` and ``reasons`` (router
 headers -> count), ``runs`` (one summary per measured run, in repetition order) and
 ``spread``: the :class:`~loadtests.stats.SpreadVerdict` of the runs' median decode tokens/s,
-whose ``bimodal`` flag marks a spread that did not shrink with more runs (article 003).
+whose ``bimodal`` flag marks a spread that did not shrink with more runs (docs/loadtests.md).
 
 ``Ratio`` (target ``a`` over target ``b``, paired by repetition): ``decode_speedup``
-(a's median decode tokens/s over b's: the DOMAIN.md section 4 speedup), ``e2e_speedup``
+(a's median decode tokens/s over b's: the speedup of docs/loadtests.md), ``e2e_speedup``
 (b's median end-to-end latency over a's) and ``throughput_ratio`` (total output tokens/s),
 each ``{"median", "min", "max", "per_rep", "spread"}``.
 """
@@ -352,7 +353,7 @@ def _ms(block: Mapping[str, Any] | None, key: str) -> str:
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
-    """The human summary of a report (tables like DOMAIN.md section 4's operating points)."""
+    """The human summary of a report (bucket x load tables, docs/loadtests.md)."""
     w = report["workload"]
     grid = report["grid"]
     kind = "concurrency" if grid["load_kind"] == "concurrency" else "rate (req/s)"
@@ -418,7 +419,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             if sp and sp["bimodal"]:
                 flags.append(f"- {p['bucket']} x {load_key(p['load'])}, {rname}: speedup runs split into "
                              f"{_fmt(sp['modes'][0])}x and {_fmt(sp['modes'][1])}x")
-    lines += ["", "## Bimodal points (article 003: a spread that does not shrink is not noise)", ""]
+    lines += ["", "## Bimodal points (a spread that does not shrink is not noise)", ""]
     lines += flags or ["- none"]
     lines.append("")
     return "\n".join(lines)

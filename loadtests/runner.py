@@ -3,7 +3,7 @@
 Plan (:func:`plan_runs`). The grid is every (bucket, load) *operating point*. For each point,
 in grid order (buckets outer, loads inner):
 
-1. ``warmup_runs`` warm-up runs per target (discarded: article 003 saw an 11.64x spread
+1. ``warmup_runs`` warm-up runs per target (discarded: a GPU measurement saw an 11.64x spread
    between the first run, which captured CUDA graphs, and later ones), each of
    ``warmup_requests_for(load)`` requests (one wave: every batch size the point uses gets
    captured);

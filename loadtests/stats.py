@@ -8,21 +8,21 @@ default of numpy, R and Excel ``PERCENTILE.INC``): for sorted values ``x[0..n-1]
 ``x[floor h] + (h - floor h) * (x[floor h + 1] - x[floor h])``. So for 1..10, p50 = 5.5,
 p90 = 9.1, p99 = 9.91. Units are those of the input (seconds, tokens/s, ...).
 
-Spread and the bimodal flag (DOMAIN.md section 4, article 003's measurement pitfalls)
--------------------------------------------------------------------------------------
+Spread and the bimodal flag (docs/loadtests.md, "Spread and the bimodal flag")
+--------------------------------------------------------------------------
 A point is measured in ``n`` repetitions ("runs"); each run gives one value (for example the
 run's median decode tokens/s, or the run's spec/plain speedup). The *spread* of a set of runs
-is ``max / min`` (article 003 quotes "rerun spread 1.00-1.02x" on a quiet node and
+is ``max / min`` (a long-context GPU measurement reran within 1.00-1.02x on a quiet node and
 1.02-1.09x in general; a node shared with a quality job showed 6.28x).
 
-Article 003's rule: *a spread that does not shrink with more repetitions is a bimodal
+The rule (docs/loadtests.md): *a spread that does not shrink with more repetitions is a bimodal
 workload, not noise* (copy task at concurrency 16: 1.52x at 5 runs, 1.55x at 15; free-form
 at the same concurrency: a stable 1.05x). Because ``max / min`` over a growing set never
 decreases, "shrink" is judged by comparing the runs' first half with their second half
 (``ceil(n/2)`` runs each; for odd ``n`` the middle run is in both):
 
 1. ``n < 2``: verdict ``single``.
-2. spread of all runs ``<= threshold`` (default 1.10, just above article 003's 1.09x):
+2. spread of all runs ``<= threshold`` (default 1.10, just above the quiet-node 1.09x):
    ``stable``; otherwise, with fewer than 4 runs: ``unsettled`` (too few runs to tell two
    modes from noise: rerun with more repetitions).
 3. Split the runs into a low and a high cluster at the largest gap between consecutive
@@ -51,7 +51,7 @@ __all__ = [
     "summarize",
 ]
 
-#: Spread (max / min) above which repeated runs are not "the same" (article 003: a quiet
+#: Spread (max / min) above which repeated runs are not "the same" (on GPUs a quiet
 #: node reran within 1.00-1.02x, runs generally within 1.02-1.09x).
 DEFAULT_SPREAD_THRESHOLD = 1.10
 
@@ -126,7 +126,8 @@ class SpreadVerdict:
         spread: max / min over all runs (dimensionless).
         spread_first_half: max / min over the first ``ceil(n/2)`` runs (None when n < 2).
         spread_second_half: max / min over the last ``ceil(n/2)`` runs (None when n < 2).
-        spread_curve: spread over the first k runs, k = 1..n (article 003 quotes it at k=5, 15).
+        spread_curve: spread over the first k runs, k = 1..n (docs/loadtests.md quotes it at
+            k=5, 15).
         modes: the low and high cluster means when bimodal, else None.
         threshold: the spread threshold used.
     """

@@ -5,7 +5,7 @@ fail) describing:
 
 - **Prompt-length buckets** (tokens, inclusive ``lo..hi``): given explicitly
   (``"1k-2k,8k-16k"``, ``k`` = 1024) or scaled to the served model's context length from
-  DOMAIN.md section 4's operating points (1-2K, 8-16K and 80-128K of a 128K context:
+  the GPU operating points of docs/loadtests.md (1-2K, 8-16K and 80-128K of a 128K context:
   fractions 1/128-2/128, 8/128-16/128, 80/128-128/128), the top one capped so that prompt +
   output + a margin fits the context. Within a bucket a request's prompt length is drawn
   uniformly, or from a **trace file** of real lengths (one JSON object per line with
@@ -15,7 +15,7 @@ fail) describing:
   default on) the engine generates exactly that many, so runs are comparable.
 - **Task kind**: ``copy`` (repeat a passage verbatim: lookup drafters accept 5.4-7.9 tokens
   per step there) or ``free`` (write something new about it: 1.2-2.3), mixed by
-  ``copy_fraction`` (article 003). Passages come from a corpus text file (windows of words at
+  ``copy_fraction``. Passages come from a corpus text file (windows of words at
   seeded offsets) or are generated from a fixed list of common English words.
 - **Load**: closed loop at fixed concurrency levels, or open loop at fixed Poisson arrival
   rates (requests/s); ``loads`` holds one or the other as selected by ``mode``.
@@ -35,7 +35,7 @@ Every random choice is seeded: request ``i`` of run ``rep`` at a point draws fro
 ``random.Random("seed:bucket:load:phase:rep:i")``, so every target (spec, plain, router) of
 a comparison gets the same prompts and lengths. With ``cache_bust`` (default on) a short
 unique line starts each prompt so that no engine answers from a prefix cache filled by an
-earlier target or run (DOMAIN.md section 4: quoted numbers were taken with a warm prefix
+earlier target or run (the GPU figures in docs/loadtests.md were taken with a warm prefix
 cache; ours are not unless asked).
 """
 
@@ -68,7 +68,8 @@ __all__ = [
     "scaled_buckets",
 ]
 
-#: DOMAIN.md section 4's context buckets as fractions of a 128K (131,072-token) context.
+#: The GPU operating points' context buckets (docs/loadtests.md) as fractions of a 128K
+#: (131,072-token) context.
 DOMAIN_BUCKET_FRACTIONS: tuple[tuple[float, float], ...] = (
     (1 / 128, 2 / 128),
     (8 / 128, 16 / 128),
@@ -193,7 +194,7 @@ def scaled_buckets(
     output_tokens: int = 0,
     fractions: Sequence[tuple[float, float]] = DOMAIN_BUCKET_FRACTIONS,
 ) -> tuple[Bucket, ...]:
-    """Buckets scaled to a model's context length (DOMAIN.md section 4's 1-2K/8-16K/80-128K).
+    """Buckets scaled to a model's context length (docs/loadtests.md's 1-2K/8-16K/80-128K).
 
     Args:
         context_tokens: the served model's context length (tokens).
@@ -291,7 +292,8 @@ class Workload:
         requests_per_load: with ``requests_per_run`` None, requests per unit of load (closed
             loop: waves, each worker sends this many; open loop: seconds of arrivals).
         min_requests_per_run: with ``requests_per_run`` None, the floor of a run's requests.
-        warmup_runs: discarded runs per point and target before measuring (article 003: >= 3).
+        warmup_runs: discarded runs per point and target before measuring (>= 3: CUDA
+            graphs are captured at the first real generation).
         warmup_requests: requests per warm-up run; None: one wave (``ceil(load)``, at most 64).
         repetitions: measured runs per point and target (>= 1; >= 3 to judge the spread).
         seed: seed of every random choice.

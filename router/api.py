@@ -122,7 +122,7 @@ def _add_fields(body: bytes, doc: dict[str, Any], fields: dict[str, Any]) -> byt
     """``body`` (the JSON object ``doc``) with ``fields`` added, without re-serialising it.
 
     The fields are spliced in before the closing brace (a 234k-token body is ~0.7-1 MB;
-    dumping it again would cost the event loop about a millisecond, issue 8). Falls back to
+    dumping it again would cost the event loop about a millisecond, docs/performance.md). Falls back to
     ``orjson.dumps`` when a field's key is already in ``doc`` (e.g. ``"max_tokens": null``)
     or the body does not end with ``}``.
     """
@@ -376,7 +376,7 @@ async def serve_generate(scope: dict[str, Any], receive: Any, send: Any, kind: s
     ``/v1/responses`` (:mod:`router.responses`).
 
     Called by :class:`router.app.RouterApp` ahead of FastAPI's middleware stack and router,
-    which cost about a sixth of the proxy's CPU per request (issue 8's profile); errors get the
+    which cost about a sixth of the proxy's CPU per request (the profile in docs/performance.md); errors get the
     same OpenAI envelope as every other route. ``scope["app"]`` must be the router app.
     A client that disconnects while its body is being read gets no answer (nothing to send to).
     """

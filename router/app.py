@@ -157,7 +157,7 @@ class AppState:
 
 
 def tune_interpreter() -> None:
-    """Process-wide interpreter settings for a router process (``specgate router``; issue 8).
+    """Process-wide interpreter settings for a router process (``specgate router``; docs/performance.md).
 
     - ``gc.set_threshold(50_000, 50, 100)``: fewer, later generation-0 collections; Python's
       collector made the proxy's p99 tail (p99 30 ms -> 6 ms at c=16, with ``gc.freeze`` of

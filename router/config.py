@@ -396,7 +396,7 @@ class SaturationConfig(_Strict):
     """Hysteresis thresholds on a speculative pool's load (running + queued requests).
 
     Speculation is bypassed once load >= ``enter`` and resumes once load < ``exit``.
-    Article 001 advises bypassing at batch 16-32 on GPUs.
+    Production reports on GPUs advise bypassing at batch 16-32.
     """
 
     enter: PositiveInt
@@ -482,7 +482,7 @@ class RoutingConfig(_Strict):
 
     Attributes:
         long_prompt_tokens: prompts longer than this (tokens) go to the plain pool
-            (reason ``long_context``): speculation loses at long context (DOMAIN.md section 4).
+            (reason ``long_context``): speculation loses at long context (docs/loadtests.md).
         saturation: load thresholds for the saturation bypass.
         acceptance: acceptance tracking and bypass.
         min_flip_interval_s: a bypass flag (saturation, acceptance) changes at most once per

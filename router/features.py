@@ -5,7 +5,7 @@ Three steps, so that only the middle one touches the tokenizer and runs off the 
 1. :func:`parse_chat` / :func:`parse_completions` validate the JSON document (pure, fast) and
    raise :class:`~router.errors.InvalidRequest` with ``param`` set on the first problem.
    Integers are strict: ``true``, ``"100"`` and ``1.5`` are rejected for ``max_tokens``,
-   ``max_completion_tokens`` and ``n`` (pydantic's lax mode would coerce them; HANDED C04).
+   ``max_completion_tokens`` and ``n`` (pydantic's lax mode would coerce them).
 2. :class:`PromptCounter` counts prompt tokens with the served model's own tokenizer and
    chat template, mirroring SGLang 0.5.23's ``serving_chat._apply_jinja_template``: message
    ``None`` fields dropped, ``content: null`` rendered as ``""``, text parts of a content
@@ -140,7 +140,8 @@ class RequestFeatures:
 
     @property
     def weight(self) -> int:
-        """KV weight of the request per prompt (tokens): ``P + n * max_new_tokens`` (HANDED C20)."""
+        """KV weight of the request per prompt (tokens): ``P + n * max_new_tokens`` (each of
+        the ``n`` choices decodes its own continuation)."""
         return self.prompt_tokens + self.n * self.max_new_tokens
 
 
@@ -148,7 +149,7 @@ def _strict_int(doc: dict[str, Any], key: str, *, minimum: int, maximum: int | N
     value = doc.get(key)
     if value is None:
         return None
-    if type(value) is not int:  # rejects bool, float, str (HANDED C04)
+    if type(value) is not int:  # rejects bool, float, str
         raise InvalidRequest(f"`{key}` must be an integer, got {type(value).__name__}", param=key)
     if value < minimum:
         raise InvalidRequest(f"`{key}` must be >= {minimum}, got {value}", param=key)
@@ -475,7 +476,7 @@ class PromptCounter:
             template = None if kwargs or not chat else self._template(tools is not None)
             if template is not None:
                 # What apply_chat_template(tokenize=False) does for one conversation without
-                # template kwargs, minus its per-call set-up (about half its cost, issue 8).
+                # template kwargs, minus its per-call set-up (about half its cost, docs/performance.md).
                 return template.render(messages=chat, tools=tools, documents=None,
                                        add_generation_prompt=True, **self._special)
             return self._tok.apply_chat_template(chat, tools=tools, tokenize=False,
@@ -514,7 +515,7 @@ class PromptCounter:
         backend = getattr(self._tok, "_tokenizer", None)
         if backend is not None:
             # The Rust tokenizer directly: encode_batch releases the GIL while it runs (encode
-            # does not), and len(Encoding) needs no Python list of ids (issue 8: a 234k-token
+            # does not), and len(Encoding) needs no Python list of ids (docs/performance.md: a 234k-token
             # prompt is counted in a worker thread without stalling the event loop).
             return max(len(e) for e in backend.encode_batch(list(rendered.texts),
                                                             add_special_tokens=rendered.special))

@@ -44,7 +44,7 @@ class LoopCounter:
     """A labelled counter written only from the event-loop thread, so without locks.
 
     prometheus_client's ``Counter`` takes a mutex in ``labels()`` and in ``inc()``; on the
-    proxy's hot path (every request) that is avoidable work (issue 8). The values live in a
+    proxy's hot path (every request) that is avoidable work (docs/performance.md). The values live in a
     plain dict keyed by the label tuple and are exported by :class:`_LoopCollector` when
     ``/metrics`` is read (on the same loop, so no torn reads). Not for use from other
     threads.

@@ -4,11 +4,11 @@ State lives on instances built by the app's lifespan (never module globals). The
 never reaches in here: it reads :class:`~router.policy.PoolSnapshot` values built by
 :meth:`Runtime.snapshots`.
 
-Health (HANDED C23, sgl-project/sglang#9198): an endpoint starts *unknown* (not routable);
+Health (sgl-project/sglang#9198, sgl-project/sglang#22511): an endpoint starts *unknown* (not routable);
 its first successful scrape admits it. Afterwards ``health.failure_threshold`` consecutive
 failures eject it and ``health.success_threshold`` consecutive successes re-admit it. A
 *slow* failure (timeout) never ejects the last healthy endpoint of its pool: busy is not
-dead. A connection failure seen by the proxy ejects at once (passive health, HANDED C02).
+dead. A connection failure seen by the proxy ejects at once (passive health).
 
 In-flight accounting: :meth:`Endpoint.lease` returns a :class:`Lease` that increments the
 count; :meth:`Lease.release` decrements it exactly once however often it is called. With a

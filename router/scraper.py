@@ -12,7 +12,8 @@ read 0 until 40 decode steps have run, ``decode_log_interval``; 0 means unknown)
 concurrently, each with ``scrape.timeout_s``; a success feeds the endpoint's load and health,
 a failure feeds health only (the load becomes unknown once ``stale_after_s`` passes, and the
 router's in-flight count stands in). A refused connection is a *dead* failure; a timeout is a
-*slow* one, which never ejects the last healthy endpoint of a pool (HANDED C23).
+*slow* one, which never ejects the last healthy endpoint of a pool (sgl-project/sglang#22511: SGLang's
+``/health`` stalls during long chunked prefills).
 """
 
 from __future__ import annotations

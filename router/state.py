@@ -39,7 +39,7 @@ Algorithm, per replica:
    and since all see the same shared loads they leave together.
 5. Overrides are read each batch and applied when they change.
 
-Failures (HANDED C25): every call is bounded by ``op_timeout_s`` (socket connect and read
+Failures (BerriAI/litellm#35273, #34299): every call is bounded by ``op_timeout_s`` (socket connect and read
 timeouts, plus ``asyncio.timeout``) and passes a :class:`CircuitBreaker`. *Degraded* means the
 breaker is not closed or no call has succeeded yet (a replica starts while Redis is down):
 shared counts are dropped and routing uses local counts, ``/ready`` says so (and stays ready),

@@ -1,4 +1,4 @@
-"""Extra latency the Redis shared state adds per request (issue 6), measured end to end.
+"""Extra latency the Redis shared state adds per request, measured end to end.
 
     .venv/bin/python scripts/bench_shared_state.py [--requests 1000] [--concurrency 1,16]
                                                    [--rounds 5] [--out bench-shared-state.json]

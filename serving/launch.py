@@ -5,8 +5,8 @@ arguments), so the two cannot disagree. Rules:
 
 - ``--enable-metrics`` is always on (the router reads ``sglang:num_running_reqs`` & co.).
 - ``--context-length`` is ``min(engine.context_length, limits.max_context_tokens)``: never
-  above the validated safe context (article 003: a ~300k-token request killed an engine that
-  advertised 1M; capping the engine at the validated length turned that into a clean 400).
+  above the validated safe context (docs/operator-guide.md, "The context cap": a ~300k-token request killed an
+  engine that advertised 1M; capping the engine at the validated length turned that into a clean 400).
 - ``--served-model-name`` defaults to ``model.name``, so clients see one model name.
 - Speculative arguments are passed under SGLang's own names (``--speculative-algorithm``,
   ``--speculative-draft-model-path``, ``--speculative-num-steps``,
@@ -17,7 +17,7 @@ arguments), so the two cannot disagree. Rules:
 - A pool whose ``serves`` lacks ``generate`` (an embedding or reranking model) gets
   ``--is-embedding``.
 - ``engine.cpu: true`` adds the CPU-engine flags known to run SGLang 0.5.23 on a CPU
-  (``../shared/SGLANG_CPU.md``): ``--device cpu --attention-backend intel_amx
+  (found by running it on this project's CPU VM): ``--device cpu --attention-backend intel_amx
   --sampling-backend pytorch --disable-overlap-schedule --sleep-on-idle`` and ``SGLANG_USE_CPU_ENGINE=1``.
 
 When SGLang is importable, :func:`check_with_sglang` parses the argv with SGLang's own

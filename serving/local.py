@@ -14,7 +14,7 @@ with the log tail if the process exits or is not ready in time. The returned
 SIGTERM to the process group, waits, and SIGKILLs the group after a grace period.
 
 :func:`cpu_launch_args` builds the argv that runs the real SGLang 0.5.23 on a CPU with the
-``sgl_kernel`` stand-in of ``serving/cpu`` (flags from ``shared/SGLANG_CPU.md``), and
+``sgl_kernel`` stand-in of ``serving/cpu`` (flags of :mod:`serving.launch`), and
 :func:`cpu_env` the environment (``SGLANG_USE_CPU_ENGINE=1``). ``serving/cpu/install.sh``
 must have been run on the interpreter's venv.
 

@@ -1,6 +1,6 @@
 """Safe-context probe: find, by bisection with real requests, the longest prompt an engine serves.
 
-Why: article 003's endpoint advertised 1M tokens, served 244,689, and crashed the engine
+Why: an endpoint measured in production advertised 1M tokens, served 244,689, and crashed the engine
 process (HTTP 500, ``cudaErrorIllegalAddress``) on ~300,000. The advertised context is not the
 validated one; this tool measures the validated one on a **staging** engine (it may crash it).
 

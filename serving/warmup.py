@@ -2,7 +2,7 @@
 
 An endpoint is ready only after ``/health`` answers 200 **and** it has served ``count``
 warm-up generations (default 3). On GPUs the first real generation captures CUDA graphs and
-is ~10x slower (article 003: first run 15.3 s, later 1.3 s), so traffic and timings must not
+is ~10x slower (one long-context GPU measurement: first run 15.3 s, later 1.3 s), so traffic and timings must not
 start before it. Each warm-up is a ``POST /generate`` of ``max_new_tokens`` greedy tokens.
 """
 

@@ -740,7 +740,7 @@ def test_cpu_dev_pool_has_no_gpu() -> None:
     f = k8s.flags(c["args"])
     assert (f["--speculative-algorithm"], f["--speculative-num-draft-tokens"]) == ("NGRAM", "4")
     assert "--speculative-draft-model-path" not in f
-    # engine.cpu: SGLang's CPU-engine flags (shared/SGLANG_CPU.md) and its switch.
+    # engine.cpu: SGLang's CPU-engine flags (serving/launch.py) and its switch.
     assert c["args"][-8:] == ["--device", "cpu", "--attention-backend", "intel_amx",
                               "--sampling-backend", "pytorch", "--disable-overlap-schedule",
                                               "--sleep-on-idle"]

@@ -54,7 +54,7 @@ def test_reload_keeps_endpoint_state_and_inflight(stack):
     assert old.inflight == 0
 
 
-def test_slow_metrics_do_not_eject_the_last_healthy_endpoint(stack):  # HANDED C23 step 1
+def test_slow_metrics_do_not_eject_the_last_healthy_endpoint(stack):  # sgl-project/sglang#22511
     httpx.post(stack.plain.base_url + "/_fake/metrics", json={"delay_s": 1.0})  # > scrape timeout 0.5 s
     ep = stack.router.state.runtime.endpoint(stack.plain.base_url)
     assert wait_until(lambda: ep.consecutive_failures >= 5, timeout=15)   # many timed-out scrapes
@@ -64,7 +64,7 @@ def test_slow_metrics_do_not_eject_the_last_healthy_endpoint(stack):  # HANDED C
     assert stack.router.metric("specgate_scrape_failures_total", pool="plain", endpoint=stack.plain.base_url) >= 3
 
 
-def test_dead_pool_recovers_after_restart(stack):  # HANDED C23 steps 2-3
+def test_dead_pool_recovers_after_restart(stack):  # sgl-project/sglang#7028
     port = stack.spec.port
     stack.spec.kill()
     assert wait_until(lambda: not stack.router.state.runtime.endpoint(stack.spec.base_url).healthy, timeout=5)
@@ -77,7 +77,7 @@ def test_dead_pool_recovers_after_restart(stack):  # HANDED C23 steps 2-3
     assert r.headers["x-specgate-pool"] == "spec"
 
 
-def test_three_hundred_concurrent_streams_reach_the_engine(tmp_path, tokenizer_dir):  # HANDED C27
+def test_three_hundred_concurrent_streams_reach_the_engine(tmp_path, tokenizer_dir):  # vllm-project/production-stack#767
     stack = Stack(tmp_path, tokenizer_dir, **{"routing.saturation": {"enter": 1000, "exit": 999}})
     try:
         _three_hundred(stack)

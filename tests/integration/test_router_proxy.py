@@ -1,4 +1,4 @@
-"""The router against fake SGLang pools over real HTTP on 127.0.0.1 (HANDED cases)."""
+"""The router against fake SGLang pools over real HTTP on 127.0.0.1 (failure cases from public issues)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_streaming_is_byte_identical_to_the_backend(stack):
     assert len(evs) == 1 + 20 + 1 + 1  # role, 20 tokens, finish, [DONE]
 
 
-def test_stream_is_not_buffered(stack):  # HANDED C14
+def test_stream_is_not_buffered(stack):  # BerriAI/litellm#26102
     stack.script(stack.spec, {"chunk_delay_s": 0.1})
     arrivals = []
     t0 = time.monotonic()
@@ -96,7 +96,7 @@ def test_stream_is_not_buffered(stack):  # HANDED C14
     assert arrivals[0] < 0.5
 
 
-def test_overlength_is_400_before_any_backend_call(stack):  # HANDED C03, C04, C05
+def test_overlength_is_400_before_any_backend_call(stack):  # sgl-project/sglang#6779, #4048, #17516
     long_text = "lorem ipsum " * 3000
     for req in (body(long_text, max_tokens=10), body(long_text, max_tokens=10, stream=True),
                 body(long_text), body(max_tokens=10**12), body(max_completion_tokens=100_000_000),
@@ -108,12 +108,12 @@ def test_overlength_is_400_before_any_backend_call(stack):  # HANDED C03, C04, C
     r = stack.client.post("/v1/completions", json={"model": "tiny-llama", "prompt": long_text, "max_tokens": 5})
     assert_e400(r, 400, "context_length_exceeded", "prompt")
     assert stack.backend_requests(stack.spec, None) == [] and stack.backend_requests(stack.plain, None) == []
-    # C05 request 3: max_completion_tokens wins and is what the engine receives.
+    # max_completion_tokens wins (sgl-project/sglang#17516) and is what the engine receives.
     r = stack.client.post(CHAT, json=body(max_tokens=100_000_000, max_completion_tokens=16))
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 16
 
 
-def test_exact_boundary(stack):  # HANDED C03 steps 1-2
+def test_exact_boundary(stack):  # sgl-project/sglang#6779, #33814
     from router.features import parse_chat
 
     text = "lorem ipsum " * 200
@@ -211,7 +211,7 @@ def test_model_aliases_are_accepted_and_listed(tmp_path, tokenizer_dir):
         stack.close()
 
 
-def test_spec_eligibility_boundary_uses_reserved_tokens(stack):  # HANDED C01
+def test_spec_eligibility_boundary_uses_reserved_tokens(stack):  # sgl-project/sglang#3574
     from router.features import parse_chat
 
     p = stack.router.state.runtime.counter.count(parse_chat(body("hi"), max_n=8))
@@ -223,7 +223,7 @@ def test_spec_eligibility_boundary_uses_reserved_tokens(stack):  # HANDED C01
         assert r.headers["x-specgate-pool"] == pool, total
 
 
-def test_missing_max_tokens_is_forwarded_explicitly(stack):  # HANDED C04
+def test_missing_max_tokens_is_forwarded_explicitly(stack):  # sgl-project/sglang#360, #4048
     r = stack.client.post(CHAT, json=body())
     assert r.status_code == 200
     assert stack.backend_requests(stack.spec)[0]["body"]["max_tokens"] == 256
@@ -235,7 +235,7 @@ def test_missing_max_tokens_is_forwarded_explicitly(stack):  # HANDED C04
     (b"{}", "application/json"),
     (json.dumps(body()).encode(), "text/plain"),
 ])
-def test_malformed_bodies_are_400(stack, raw, ctype):  # HANDED C10
+def test_malformed_bodies_are_400(stack, raw, ctype):  # vllm-project/vllm#42961
     r = stack.client.post(CHAT, content=raw, headers={"content-type": ctype})
     assert r.status_code == 400
     assert r.json()["error"]["type"] == "invalid_request_error"
@@ -243,14 +243,14 @@ def test_malformed_bodies_are_400(stack, raw, ctype):  # HANDED C10
     assert stack.backend_requests(stack.spec, None) == []
 
 
-def test_validation_error_is_small_and_not_echoed(stack):  # HANDED C10
+def test_validation_error_is_small_and_not_echoed(stack):  # vllm-project/vllm#49239
     doc = {"model": "m", "messages": [{"role": "user", "content": 123}] * 10_000}
     r = stack.client.post(CHAT, json=doc)
     assert_e400(r, 400, "invalid_value", "messages")
     assert len(r.content) < 8192
 
 
-def test_huge_body_is_413_from_content_length(stack):  # HANDED C12
+def test_huge_body_is_413_from_content_length(stack):  # sgl-project/sglang#38714
     # 1 MB cap in this config; declare 40 MB and send nothing more: rejected before reading.
     with socket.create_connection(("127.0.0.1", stack.router.port)) as s:
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
@@ -266,7 +266,7 @@ def test_huge_body_is_413_from_content_length(stack):  # HANDED C12
     assert b'"code":"request_too_large"' in data
 
 
-def test_chunked_body_stops_at_cap(stack):  # HANDED C12 step 2
+def test_chunked_body_stops_at_cap(stack):  # yhirose/cpp-httplib#144
     def gen():
         for _ in range(30):
             yield b"x" * 65536
@@ -281,7 +281,7 @@ def test_unknown_path_and_method_are_openai_errors(stack):
     assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
 
 
-def test_upstream_400_normalised_and_not_retried(stack):  # HANDED C02 step 4, C03 step 5
+def test_upstream_400_normalised_and_not_retried(stack):  # NVIDIA-NeMo/Switchyard#426
     stack.script(stack.spec, {"status": 400, "message": "The input (5000 tokens) is longer than the model's context length (2048 tokens)."})
     r = stack.client.post(CHAT, json=body(max_tokens=5, stream=True))
     err = assert_e400(r, 400, "context_length_exceeded", "messages")
@@ -293,7 +293,7 @@ def test_upstream_400_normalised_and_not_retried(stack):  # HANDED C02 step 4, C
     assert stack.settled_inflight() == 0
 
 
-def test_upstream_500_before_first_byte_fails_over(stack):  # HANDED C02 step 4
+def test_upstream_500_before_first_byte_fails_over(stack):  # sgl-project/sglang#28569
     stack.script(stack.spec, {"status": 500})
     r = stack.client.post(CHAT, json=body(max_tokens=5, stream=True))
     assert r.status_code == 200
@@ -311,7 +311,7 @@ def test_upstream_500_everywhere_is_502(stack):
 
 
 @pytest.mark.parametrize("fault", ["reset", "close", "truncate", "omit_done", "raw_text"])
-def test_midstream_failure_sends_one_error_event_and_no_done(stack, fault):  # HANDED C02, C15
+def test_midstream_failure_sends_one_error_event_and_no_done(stack, fault):  # vllm-project/guidellm#743, BerriAI/litellm#1255
     stack.script(stack.spec, {"fault": fault, "after_chunks": 3})
     with stack.client.stream("POST", CHAT, json=body(max_tokens=50, stream=True)) as r:
         assert r.status_code == 200
@@ -324,7 +324,7 @@ def test_midstream_failure_sends_one_error_event_and_no_done(stack, fault):  # H
     assert len(stack.backend_requests(stack.spec)) == 1  # never retried after the first byte
 
 
-def test_dead_spec_pool_fails_over_and_is_marked_down(stack):  # HANDED C02 steps 2-3
+def test_dead_spec_pool_fails_over_and_is_marked_down(stack):  # sgl-project/sglang#28569
     stack.spec.kill()
     for _ in range(5):
         r = stack.client.post(CHAT, json=body(max_tokens=5))
@@ -336,7 +336,7 @@ def test_dead_spec_pool_fails_over_and_is_marked_down(stack):  # HANDED C02 step
     assert stack.settled_inflight() == 0
 
 
-def test_all_pools_down_is_503_with_retry_after_and_not_ready(stack):  # HANDED C23 step 3
+def test_all_pools_down_is_503_with_retry_after_and_not_ready(stack):  # sgl-project/sglang#12248
     stack.spec.kill()
     stack.plain.kill()
     wait_until(lambda: not any(ep.healthy for ep in stack.router.state.runtime.all_endpoints()), 5,
@@ -348,7 +348,7 @@ def test_all_pools_down_is_503_with_retry_after_and_not_ready(stack):  # HANDED 
     assert stack.client.get("/ready").status_code == 503
 
 
-def test_saturation_bypass_with_hysteresis(stack):  # issue 2 item 3, HANDED C27
+def test_saturation_bypass_with_hysteresis(stack):  # docs/operator-guide.md, "Tune the thresholds"
     reasons = []
     for running in (3, 8, 7, 6, 5, 7):
         stack.set_gauges(stack.spec, num_running_reqs=running)
@@ -373,7 +373,7 @@ def test_inflight_counts_drive_saturation(stack):
     assert stack.settled_inflight() == 0
 
 
-def test_client_disconnect_aborts_upstream(stack):  # HANDED C17
+def test_client_disconnect_aborts_upstream(stack):  # sgl-project/sglang#37833, #11399
     stack.script(stack.spec, {"chunk_delay_s": 0.05, "ignore_disconnect": True})
     with httpx.Client(base_url=stack.router.base_url, timeout=10) as c, \
             c.stream("POST", CHAT, json=body(max_tokens=400, stream=True)) as r:
@@ -419,7 +419,7 @@ def test_n_greater_than_one_sends_no_rid(stack):
     assert "rid" not in stack.backend_requests(stack.spec)[-1]["body"]
 
 
-def test_client_disconnect_during_prefill_aborts(stack):  # HANDED C17 step 1
+def test_client_disconnect_during_prefill_aborts(stack):  # lemonade-sdk/lemonade#3133
     stack.script(stack.spec, {"delay_s": 3.0, "ignore_disconnect": True})
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(stack.router.base_url + CHAT, json=body(max_tokens=5, stream=True), timeout=0.5)
@@ -428,7 +428,7 @@ def test_client_disconnect_during_prefill_aborts(stack):  # HANDED C17 step 1
     assert stack.settled_inflight() == 0
 
 
-def test_first_byte_timeout_is_504_and_aborts(stack):  # HANDED C18
+def test_first_byte_timeout_is_504_and_aborts(stack):  # BerriAI/litellm#34819, radixark/miles#1334
     stack.script(stack.spec, {"fault": "hang"})
     r = stack.client.post(CHAT, json=body(max_tokens=5, stream=True))
     assert_e400(r, 504, "upstream_timeout", None, type_="server_error")
@@ -436,7 +436,7 @@ def test_first_byte_timeout_is_504_and_aborts(stack):  # HANDED C18
     assert len(stack.fake_log(stack.spec)["aborts"]) == 1
 
 
-def test_n_greater_than_one_streams_all_choices(stack):  # HANDED C20
+def test_n_greater_than_one_streams_all_choices(stack):  # sgl-project/sglang#1134, ai-dynamo/dynamo#8745
     with stack.client.stream("POST", CHAT, json=body("Name a color.", n=4, temperature=0.8,
                                                      max_tokens=10, stream=True)) as r:
         raw = r.read()
@@ -449,7 +449,7 @@ def test_n_greater_than_one_streams_all_choices(stack):  # HANDED C20
         assert_e400(stack.client.post(CHAT, json=body(n=n)), 400, "invalid_value", "n")
 
 
-def test_tool_call_conversation_forwarded_unchanged(stack):  # HANDED C07
+def test_tool_call_conversation_forwarded_unchanged(stack):  # vllm-project/vllm#16774
     msgs = [
         {"role": "user", "content": "Weather in CITY?"},
         {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",

@@ -1,4 +1,4 @@
-"""HANDED C25: Redis blackholed (SIGSTOP) under load, then back; counts reconcile exactly."""
+"""Redis blackholed (SIGSTOP) under load, then back; counts reconcile exactly."""
 
 from __future__ import annotations
 

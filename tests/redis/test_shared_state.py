@@ -1,4 +1,4 @@
-"""Two router replicas sharing one Redis: load, bypass, crashed replicas, overrides (issue 6)."""
+"""Two router replicas sharing one Redis: load, bypass, crashed replicas, overrides."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from loadtests.simulate import SimModel, simulate_report
 from loadtests.workload import parse_buckets
 from router.cli import main as specgate
 
-#: A DOMAIN.md-style table (bucket x concurrency -> spec/plain decode speedup).
+#: An operating-point table as in docs/loadtests.md (bucket x concurrency -> spec/plain decode speedup).
 TABLE = {
     "1k-2k": {1: 2.33, 8: 1.60, 16: 0.90},
     "8k-16k": {1: 1.80, 8: 1.30, 16: 0.85},

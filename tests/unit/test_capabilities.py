@@ -61,7 +61,7 @@ NEEDS = [
     ("custom logit processor", {"custom_logit_processor": "x"}, {"sampling_controls"}),
     ("logit_bias is lossless", {"logit_bias": {"50256": -100}}, set()),
     ("top_k/top_p/seed", {"top_k": 5, "top_p": 0.9, "seed": 1, "temperature": 0.7}, set()),
-    ("C35 repro", {"tools": TOOLS, "tool_choice": "auto", "parallel_tool_calls": True,
+    ("tools+thinking repro", {"tools": TOOLS, "tool_choice": "auto", "parallel_tool_calls": True,
                    "chat_template_kwargs": {"enable_thinking": True}}, {"tool_calls", "reasoning"}),
 ]
 

@@ -34,7 +34,7 @@ def chat(**kw):
 
 @pytest.mark.parametrize("value", [-5, 0, "100", True, False, 1.5, 1.0, [], {}])
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
-def test_budget_fields_are_strict_positive_integers(field, value):  # HANDED C04
+def test_budget_fields_are_strict_positive_integers(field, value):  # vllm-project/vllm#36789
     with pytest.raises(InvalidRequest) as exc:
         chat(**{field: value})
     assert exc.value.status == 400
@@ -43,13 +43,13 @@ def test_budget_fields_are_strict_positive_integers(field, value):  # HANDED C04
 
 
 @pytest.mark.parametrize("value", [0, -1, 9223372036854775807, 129, "4", True, 2.0])
-def test_n_validation(value):  # HANDED C20
+def test_n_validation(value):  # sgl-project/sglang#37202
     with pytest.raises(InvalidRequest) as exc:
         chat(n=value)
     assert exc.value.param == "n"
 
 
-def test_max_completion_tokens_wins_over_max_tokens():  # HANDED C05, sglang#17516
+def test_max_completion_tokens_wins_over_max_tokens():  # sgl-project/sglang#17516
     assert chat(max_tokens=16, max_completion_tokens=100_000_000).max_new_tokens == 100_000_000
     assert chat(max_tokens=100_000_000, max_completion_tokens=16).max_new_tokens == 16
     assert chat(max_completion_tokens=7).max_new_tokens == 7
@@ -72,7 +72,7 @@ def test_max_completion_tokens_wins_over_max_tokens():  # HANDED C05, sglang#175
     {"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": [{"function": {}}]}]},
     {"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]},
 ])
-def test_malformed_messages_are_400_messages(doc):  # HANDED C09, C07
+def test_malformed_messages_are_400_messages(doc):  # ai-dynamo/dynamo#2067, vllm-project/vllm#16774
     with pytest.raises(InvalidRequest) as exc:
         parse_chat(doc, max_n=8)
     assert exc.value.param == "messages"
@@ -80,13 +80,13 @@ def test_malformed_messages_are_400_messages(doc):  # HANDED C09, C07
 
 
 @pytest.mark.parametrize("doc", [[], None, "str", 123, 1.5])
-def test_non_object_bodies(doc):  # HANDED C10
+def test_non_object_bodies(doc):  # vllm-project/vllm#42961
     with pytest.raises(InvalidRequest) as exc:
         parse_chat(doc, max_n=8)
     assert exc.value.code == "invalid_json"
 
 
-def test_error_message_does_not_echo_huge_input():  # HANDED C10
+def test_error_message_does_not_echo_huge_input():  # vllm-project/vllm#49239
     doc = {"model": "m", "messages": [{"role": "user", "content": 123}] * 10_000}
     with pytest.raises(InvalidRequest) as exc:
         parse_chat(doc, max_n=8)
@@ -157,7 +157,7 @@ def test_over_length_messages_state_only_what_was_counted():
     assert (f.prompt_exact, f.prompt_phrase(), f.prompt_phrase(8)) == (True, "300", "308")
 
 
-def test_counter_counts_template_tools_and_null_content(tokenizer_dir):  # HANDED C07
+def test_counter_counts_template_tools_and_null_content(tokenizer_dir):  # pamelafox/openai-messages-token-helper#20
     counter = PromptCounter(tokenizer_dir)
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
@@ -226,7 +226,7 @@ def test_tool_dump_matches_sglang_function_serializer():
 
 
 def test_compiled_template_path_renders_like_apply_chat_template(tokenizer_dir, tmp_path):
-    """The counter renders with the compiled template (issue 8); the text must be exactly
+    """The counter renders with the compiled template (docs/performance.md); the text must be exactly
     transformers' apply_chat_template's, including special tokens and the tool_use variant."""
     from transformers import AutoTokenizer
 

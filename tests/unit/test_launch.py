@@ -43,7 +43,7 @@ def test_spec_argv():
 
 
 def test_context_length_never_above_the_validated_cap():
-    # the engine advertises 1M; the validated cap is 245,760 (article 003)
+    # the engine advertises 1M; the validated cap is 245,760 (docs/operator-guide.md)
     argv = engine_argv(parse_config(DOC), "plain", host="0.0.0.0", port=30000)
     i = argv.index("--context-length")
     assert argv[i + 1] == "245760"

@@ -46,7 +46,8 @@ CASES = [
     ("short->spec", 100, 100, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
     ("cap exactly S is served", 4000, 96, 1, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
     ("cap S+1 refused", 4000, 97, 1, [spec(), plain()], Decision(None, None, Reason.CONTEXT_CAP, Outcome.REFUSED)),
-    # spec eligibility boundary: P + n*M + K <= 2048 (HANDED C01 sweep L-K-1, L-K, L-K+1)
+    # spec eligibility boundary: P + n*M + K <= 2048 (sweep L-K-1, L-K, L-K+1;
+    # sgl-project/sglang#3574: an EAGLE draft crashed beyond its 2048 positions)
     ("L-K-1 -> spec", 1000, SPEC_LIMIT - K - 1 - 1000, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
     ("L-K -> spec", 1000, SPEC_LIMIT - K - 1000, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
     ("L-K+1 -> plain", 1000, SPEC_LIMIT - K + 1 - 1000, 1, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
@@ -54,7 +55,7 @@ CASES = [
     ("L+1 -> plain", 1000, SPEC_LIMIT + 1 - 1000, 1, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
     ("prompt == long threshold -> spec", LONG, 10, 1, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
     ("prompt > long threshold -> plain", LONG + 1, 10, 1, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
-    # n weights spec eligibility (C20) but each sequence fits the plain pool
+    # n weights spec eligibility (each choice decodes its own tokens) but each sequence fits the plain pool
     ("n weights spec pool", 100, 400, 8, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
     ("n small fits spec", 100, 400, 4, [spec(), plain()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
     ("n huge per-seq fits -> no 400", 96, 4000, 8, [spec(), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),

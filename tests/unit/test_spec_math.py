@@ -1,6 +1,6 @@
 """Speculative-decoding math (drafters.spec_math) and the ``specgate spec-math`` command.
 
-Reference figures: DOMAIN.md section 3 (from Leviathan et al. 2023 and article 001):
+Reference figures (from the formulas of Leviathan et al. 2023, arXiv:2211.17192):
 alpha 0.8, c 0.05 -> S_max ~ 3.1, every gamma in 6..11 within 3% of it;
 alpha 0.95, c 0.05 -> S_max ~ 6.6 at gamma* ~ 21; gamma 1 -> (1 + alpha) / (1 + c).
 """

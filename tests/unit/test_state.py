@@ -1,4 +1,4 @@
-"""Shared state, auth and overrides without a network: breaker, ledger, keys, config (issue 6).
+"""Shared state, auth and overrides without a network: breaker, ledger, keys, config.
 
 The ledger tests run :class:`router.state.RedisState` against a Python model of its Lua script
 (same semantics: ZADD with server-time expiry, ZREM, purge, ZCARD, CAS flags), with failures

@@ -32,7 +32,7 @@ def test_parse_buckets_and_ranges() -> None:
 
 
 def test_scaled_buckets_reproduce_domain_table_at_128k() -> None:
-    # DOMAIN.md section 4: 1-2K, 8-16K, 80-128K of a 128K context; the top capped for output.
+    # docs/loadtests.md's GPU operating points: 1-2K, 8-16K, 80-128K of a 128K context; the top capped for output.
     b = scaled_buckets(131072, output_tokens=256)
     assert [(x.lo, x.hi) for x in b] == [(1024, 2048), (8192, 16384), (81920, 131072 - 256 - 2048)]
     assert b[0].name == "1k-2k" and b[1].name == "8k-16k"
