@@ -1293,6 +1293,14 @@ def test_configmap_passes_specgate_config_check(name: str, tmp_path) -> None:
     for pool in effective["pools"]:
         # The router's own limit for the pool is the engine's --context-length, exactly.
         assert pool["effective_max_context_tokens"] == pool["engine"]["context_length"], pool["name"]
+        # the router drops an idle connection before the engine does (sgl-project/sglang#20851)
+        assert effective["upstream"]["keepalive_timeout_s"] < pool["engine_keepalive_s"], pool["name"]
+    if name == "default":  # the chart's pairing: engines 75 s, router 30 s
+        assert effective["upstream"]["keepalive_timeout_s"] == 30.0
+        assert [p["engine_keepalive_s"] for p in effective["pools"]] == [75.0, 75.0]
+    if name == "every-router-key":
+        assert effective["canary"]["on_mismatch"] == "eject"
+        assert [p["engine_keepalive_s"] for p in effective["pools"]] == [90.0, 60.0, 90.0, 120.5]
 
 
 LWS_ENV = {"$(LWS_LEADER_ADDRESS)": "10.0.0.1", "$(LWS_GROUP_SIZE)": "2", "$(LWS_WORKER_INDEX)": "0"}
