@@ -262,6 +262,8 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
       cap is max_context_tokens (else limits.max_context_tokens) and cap <= the limit;
     - speculative iff --speculative-algorithm, with the engine's algorithm and draft flags;
     - --model-path, --served-model-name, --tp-size, --port, --enable-metrics as configured;
+    - the pool's engine_keepalive_s is the pods' SGLANG_TIMEOUT_KEEP_ALIVE (unset: SGLang's 5 s),
+      above upstream.keepalive_timeout_s;
     - a discovery block selects the pool's serving pods (and its Service), not LWS workers,
       in the workload's namespace, on the serving port; static endpoints are URLs;
     - a pool without a workload here runs elsewhere and is only checked for its shape;
@@ -325,6 +327,10 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
         )
         env = {e["name"]: e.get("value") for e in sg.get("env", [])}
         assert (env.get("SGLANG_USE_CPU_ENGINE") == "1") == bool(engine.get("cpu")), env
+        # the router's view of the engines' keep-alive is the one the pods run with (unset:
+        # SGLang's uvicorn default, 5 s)
+        assert float(env.get("SGLANG_TIMEOUT_KEEP_ALIVE") or 5) == parsed.pool(name).engine_keepalive_s, env
+        assert parsed.upstream.keepalive_timeout_s < parsed.pool(name).engine_keepalive_s
         f = flags(sg["args"])
         assert f["--context-length"] == str(cap), f"pool {name}: {f['--context-length']} != {cap}"
         assert "--enable-metrics" in f and f["--enable-metrics"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -9,8 +10,60 @@ import yaml
 
 from . import k8s
 
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+SPEC_ENGINE = {"model_path": "/models/tiny-llama", "speculative_algorithm": "EAGLE3",
+               "speculative_draft_model_path": "/models/tiny-llama-eagle3", "speculative_num_steps": 3,
+               "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}  # fmt: skip
+
+#: Every router key the chart passes through besides the original ones, each set to a value
+#: other than its default (and the four pool shapes: speculative, plain, chart-run embedding,
+#: external), so the exact-render test below sees each land where the router reads it.
+EVERY_ROUTER_KEY = {
+    "model": {"multimodal": {"image_tokens": 1290, "audio_tokens": 750, "video_tokens": 4096}},
+    "routing": {
+        "acceptance": {"max_age_s": 20.0, "weight": 0.25},
+        "min_flip_interval_s": 2.5,
+        "prefix_cache": {"enabled": False, "block_chars": 128, "max_blocks": 256, "anchor_blocks": 2,
+                         "max_blocks_per_endpoint": 65536, "cache_threshold": 0.5,
+                         "balance_abs_threshold": 32, "balance_rel_threshold": 2.0, "hash_load_factor": 1.25},
+    },
+    "upstream": {"keepalive_timeout_s": 40.0, "backpressure_hold_s": 3.0, "backpressure_max_hold_s": 45.0},
+    "canary": {"enabled": True, "interval_s": 120.0, "check_s": 2.0, "max_tokens": 64, "timeout_s": 30.0,
+               "prompts": ["Say hi."], "on_mismatch": "eject"},
+    "auth": {"speculation_defaults": {_digest("client-a"): "off", _digest("client-b"): "on"}},
+    "poolDefaults": {"keepAliveTimeoutSeconds": 90},
+    "pools": [
+        {"name": "spec", "speculative": True, "max_context_tokens": 2048,
+         "engine": {**SPEC_ENGINE, "tool_call_parser": "qwen25", "reasoning_parser": "qwen3"},
+         "speed": {"decode_s_per_token": 0.012, "batch_knee": 24.0, "attention_s_per_token": 1.5e-07,
+                   "prefill_s_per_token": 4.0e-05, "max_running_requests": 64,
+                   "accept_length_greedy": 2.6, "accept_length_sampled": 1.9},
+         "capabilities": ["tool_calls", "reasoning"],
+         "serves": ["generate", "responses"],
+         "discovery": {"resync_s": 30.0, "serve_terminating_when_empty": True}},
+        {"name": "plain", "speculative": False,
+         "engine": {"model_path": "/models/tiny-llama", "tool_call_parser": "qwen25", "reasoning_parser": "qwen3"},
+         "speed": {"decode_s_per_token": 0.01, "batch_knee": 32.0},
+         "serves": ["generate", "responses", "score"],
+         "k8s": {"keepAliveTimeoutSeconds": 60}},
+        {"name": "embed", "speculative": False, "engine": {"model_path": "/models/bge"},
+         "serves": ["embeddings", "rerank"]},
+        {"name": "ext", "speculative": False, "endpoints": ["http://10.0.0.31:30000"],
+         "engine": {"model_path": "/models/cls"}, "serves": ["classify"],
+         "engine_keepalive_s": 120.5, "k8s": {"enabled": False}},
+    ],
+}  # fmt: skip
+
+PLAIN_POOL = {"name": "p", "speculative": False, "engine": {"model_path": "/m"}}
+SPEC_POOL = {"name": "s", "speculative": True, "engine": {"model_path": "/m", "speculative_algorithm": "EAGLE3"}}
+
 VALUE_SETS = {
     "default": {},
+    "every-router-key": EVERY_ROUTER_KEY,
     "cpu-dev": k8s.values_file("cpu-dev-values.yaml"),
     "gpu-eagle3-redis": k8s.values_file("gpu-eagle3-redis-values.yaml"),
     "lws": k8s.values_file("lws-values.yaml"),
@@ -44,6 +97,7 @@ def test_rendered_objects_validate_against_kubernetes_schemas(name: str) -> None
     objects = k8s.render(VALUE_SETS[name])
     expected_crds = {
         "default": [],
+        "every-router-key": [],
         "cpu-dev": [],
         "gpu-eagle3-redis": [
             "PrometheusRule/sg-specgate",
@@ -128,6 +182,7 @@ def test_default_router_config_is_exact() -> None:
                     "speculative_num_draft_tokens": 4,
                     "extra_args": [],
                 },
+                "engine_keepalive_s": 75,
             },
             {
                 "name": "plain",
@@ -145,13 +200,20 @@ def test_default_router_config_is_exact() -> None:
                     "tp_size": 1,
                     "extra_args": [],
                 },
+                "engine_keepalive_s": 75,
             },
         ],
         "routing": {
             "long_prompt_tokens": 1024,
             "saturation": {"enter": 8, "exit": 6},
-            "acceptance": {"enabled": True, "min_expected_speedup": 1.0, "exit_speedup": 1.05},
+            "acceptance": {"enabled": True, "min_expected_speedup": 1.0, "exit_speedup": 1.05,
+                           "max_age_s": 10.0, "weight": 0.5},
+            "min_flip_interval_s": 1.0,
             "seed": 0,
+            "prefix_cache": {"enabled": True, "block_chars": 64, "max_blocks": 512, "anchor_blocks": 4,
+                             "max_blocks_per_endpoint": 32768, "cache_threshold": 0.3,
+                             "balance_abs_threshold": 64, "balance_rel_threshold": 1.5,
+                             "hash_load_factor": 1.5},
         },
         "scrape": {"interval_s": 0.25, "timeout_s": 1.0, "stale_after_s": 2.0},
         "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 5},
@@ -164,9 +226,18 @@ def test_default_router_config_is_exact() -> None:
             "max_connections": 4096,
             "max_attempts": 3,
             "abort_timeout_s": 2.0,
+            "keepalive_timeout_s": 30.0,
+            "backpressure_hold_s": 2.0,
+            "backpressure_max_hold_s": 30.0,
         },
         "server": {"host": "0.0.0.0", "port": 8000, "reload_interval_s": 1.0, "log_requests": True,
                    "drain_listen_s": 5, "drain_timeout_s": 30},
+        "canary": {
+            "enabled": False, "interval_s": 300.0, "check_s": 1.0, "max_tokens": 32, "timeout_s": 60.0,
+            "prompts": ["Count from one to twenty in words, separated by commas.",
+                        "Write a Python function that returns the n-th Fibonacci number."],
+            "on_mismatch": "alert",
+        },
         "state": {
             "backend": "redis",
             "redis_url": "redis://sg-specgate-redis:6379/0",
@@ -177,6 +248,118 @@ def test_default_router_config_is_exact() -> None:
             "circuit_breaker": {"failure_threshold": 3, "reset_after_s": 1.0},
         },
     }
+
+
+def test_every_router_key_lands_in_the_rendered_config_exactly() -> None:
+    objects = k8s.render(EVERY_ROUTER_KEY)
+    cfg = k8s.router_config(objects)
+    assert cfg["model"] == {"name": "tiny-llama", "tokenizer": "/models/tiny-llama",
+                            "multimodal": {"image_tokens": 1290, "audio_tokens": 750, "video_tokens": 4096}}
+    assert cfg["routing"] == {
+        "long_prompt_tokens": 1024,
+        "saturation": {"enter": 8, "exit": 6},
+        "acceptance": {"enabled": True, "min_expected_speedup": 1.0, "exit_speedup": 1.05,
+                       "max_age_s": 20.0, "weight": 0.25},
+        "min_flip_interval_s": 2.5,
+        "seed": 0,
+        "prefix_cache": EVERY_ROUTER_KEY["routing"]["prefix_cache"],
+    }
+    assert {k: cfg["upstream"][k] for k in EVERY_ROUTER_KEY["upstream"]} == EVERY_ROUTER_KEY["upstream"]
+    assert cfg["canary"] == EVERY_ROUTER_KEY["canary"]
+    assert cfg["auth"] == {"speculation_defaults": {_digest("client-a"): "off", _digest("client-b"): "on"}}
+    selector = ("app.kubernetes.io/name=specgate,app.kubernetes.io/instance=sg,"
+                "app.kubernetes.io/component=pool-{}")  # fmt: skip
+    spec, plain, embed, ext = cfg["pools"]
+    assert spec == {
+        "name": "spec", "speculative": True, "max_context_tokens": 2048,
+        "discovery": {"namespace": "llm", "label_selector": selector.format("spec"), "port": 30000,
+                      "resync_s": 30.0, "serve_terminating_when_empty": True},
+        "engine": {**SPEC_ENGINE, "context_length": 2048, "tool_call_parser": "qwen25", "reasoning_parser": "qwen3"},
+        "engine_keepalive_s": 90,
+        "speed": EVERY_ROUTER_KEY["pools"][0]["speed"],
+        "capabilities": ["tool_calls", "reasoning"],
+        "serves": ["generate", "responses"],
+    }  # fmt: skip
+    assert plain == {
+        "name": "plain", "speculative": False,
+        "discovery": {"namespace": "llm", "label_selector": selector.format("plain"), "port": 30000},
+        "engine": {"model_path": "/models/tiny-llama", "context_length": 4096,
+                   "tool_call_parser": "qwen25", "reasoning_parser": "qwen3"},
+        "engine_keepalive_s": 60,
+        "speed": {"decode_s_per_token": 0.01, "batch_knee": 32.0},
+        "serves": ["generate", "responses", "score"],
+    }  # fmt: skip
+    assert embed == {
+        "name": "embed", "speculative": False,
+        "discovery": {"namespace": "llm", "label_selector": selector.format("embed"), "port": 30000},
+        "engine": {"model_path": "/models/bge", "context_length": 4096},
+        "engine_keepalive_s": 90,
+        "serves": ["embeddings", "rerank"],
+    }  # fmt: skip
+    assert ext == {
+        "name": "ext", "speculative": False, "endpoints": ["http://10.0.0.31:30000"],
+        "engine": {"model_path": "/models/cls", "context_length": 4096},
+        "engine_keepalive_s": 120.5, "serves": ["classify"],
+    }  # fmt: skip
+    # Go writes 0.00004 as 4e-05, a string to YAML 1.1 (PyYAML): the chart adds the point.
+    assert "prefill_s_per_token: 4.0e-05" in k8s.router_config_text(objects)
+    assert isinstance(spec["speed"]["prefill_s_per_token"], float)
+    # The router reads each as set (a key it did not know would fail here: extra="forbid").
+    parsed = k8s.router_validate(objects)
+    assert parsed.model.media_tokens == {"image": 1290, "audio": 750, "video": 4096}
+    assert (parsed.routing.min_flip_interval_s, parsed.routing.acceptance.weight) == (2.5, 0.25)
+    assert parsed.routing.prefix_cache.enabled is False and parsed.canary.on_mismatch == "eject"
+    assert parsed.auth.speculation_defaults == {_digest("client-a"): "off", _digest("client-b"): "on"}
+    assert [p.engine_keepalive_s for p in parsed.pools] == [90.0, 60.0, 90.0, 120.5]
+    assert parsed.pools[0].served_capabilities == frozenset({"tool_calls", "reasoning"})
+    assert parsed.pools[0].speed.accept_length_sampled == 1.9
+    assert parsed.pools[0].discovery.serve_terminating_when_empty is True
+    # The engines get the parsers, and a pool without `generate` runs as an embedding server.
+    for pool, extra in (("spec", ["--tool-call-parser", "qwen25", "--reasoning-parser", "qwen3"]),
+                        ("plain", ["--tool-call-parser", "qwen25", "--reasoning-parser", "qwen3"]),
+                        ("embed", ["--is-embedding"])):
+        c = k8s.container(k8s.serving_template(k8s.pool_workload(objects, pool)), "sglang")
+        assert [a for a in c["args"] if a in extra or a in {"qwen25", "qwen3"}] == extra, pool
+        keep_alive = {e["name"]: e["value"] for e in c["env"]}["SGLANG_TIMEOUT_KEEP_ALIVE"]
+        assert float(keep_alive) == cfg["pools"][[p["name"] for p in cfg["pools"]].index(pool)]["engine_keepalive_s"]
+    assert k8s.pool_workload(objects, "ext") is None
+
+
+def _config_defaults() -> dict:
+    from router.config import AuthConfig, CanaryConfig, Config, RoutingConfig
+
+    fields = Config.model_fields
+    out = {name: fields[name].default.model_dump(mode="json") for name in ("scrape", "health", "upstream", "server")}
+    routing = RoutingConfig.model_fields
+    out["routing"] = {k: routing[k].default.model_dump(mode="json") if hasattr(routing[k].default, "model_dump")
+                      else routing[k].default for k in ("acceptance", "min_flip_interval_s", "seed", "prefix_cache")}
+    out["canary"] = CanaryConfig().model_dump(mode="json")
+    out["auth"] = {"speculation_defaults": AuthConfig().speculation_defaults}
+    return out
+
+
+#: Where values.yaml differs from the router's own default on purpose (the comment says why).
+CHART_OWN_DEFAULTS = {
+    "upstream.keepalive_timeout_s": 30.0,  # the chart's engines keep idle connections 75 s
+    "server.host": None, "server.port": None,  # rendered from router.port, listening on 0.0.0.0
+}  # fmt: skip
+
+
+def test_values_defaults_equal_the_routers_defaults() -> None:
+    values = k8s.values_file("../values.yaml")
+    for section, defaults in _config_defaults().items():
+        for key, default in defaults.items():
+            path = f"{section}.{key}"
+            if path in CHART_OWN_DEFAULTS:
+                assert values[section].get(key) == CHART_OWN_DEFAULTS[path], path
+                continue
+            value = values[section][key]
+            assert (list(value) if isinstance(value, tuple) else value) == default, path
+    # Pool keys left out of values.yaml take the router's defaults: no speed model, serves
+    # [generate], no capabilities; engine_keepalive_s is the pods' keep-alive.
+    for pool in values["pools"]:
+        assert not {"speed", "serves", "capabilities", "engine_keepalive_s"} & set(pool), pool["name"]
+    assert "multimodal" not in values["model"]
 
 
 def test_default_spec_pool_container() -> None:
@@ -383,7 +566,7 @@ def test_explicit_discovery_block_is_passed_through() -> None:
     values = {
         "pools": [
             {"name": "spec", "speculative": True, "discovery": disc, "k8s": {"enabled": False},
-             "engine": {"model_path": "/m", "speculative_algorithm": "EAGLE3"}},
+             "engine_keepalive_s": 75, "engine": {"model_path": "/m", "speculative_algorithm": "EAGLE3"}},
             {"name": "plain", "speculative": False, "engine": {"model_path": "/m"}},
         ],
         "rbac": {"create": True, "extraNamespaces": ["gpu-a"]},
@@ -892,6 +1075,29 @@ def test_notes_name_the_router_service() -> None:
         ({"auth": {"apiKeys": {"keys": ["k"]}}}, "at '/auth/apiKeys': additional properties 'keys' not allowed"),
         ({"model": {"aliases": ["a", "a"]}}, "at '/model/aliases': items at 0 and 1 are equal"),
         ({"model": {"aliases": [""]}}, "at '/model/aliases/0'"),
+        ({"routing": {"acceptance": {"weight": 1.5}}}, "at '/routing/acceptance/weight'"),
+        ({"routing": {"min_flip_interval_s": -1}}, "at '/routing/min_flip_interval_s'"),
+        ({"routing": {"prefix_cache": {"block_size": 64}}}, "at '/routing/prefix_cache': additional properties 'block_size' not allowed"),
+        ({"upstream": {"keepalive_timeout_s": 0}}, "at '/upstream/keepalive_timeout_s'"),
+        ({"canary": {"prompts": []}}, "at '/canary/prompts'"),
+        ({"canary": {"on_mismatch": "page"}}, "at '/canary/on_mismatch'"),
+        ({"model": {"multimodal": {"image_tokens": 0}}}, "at '/model/multimodal/image_tokens'"),
+        ({"model": {"multimodal": {"pixels": 1}}}, "at '/model/multimodal': additional properties 'pixels' not allowed"),
+        # keyed by the SHA-256 digest, never the key itself; `off` unquoted is YAML's false
+        ({"auth": {"speculation_defaults": {"sk-live-key": "off"}}}, "invalid propertyName 'sk-live-key'"),
+        ({"auth": {"speculation_defaults": {_digest("k"): False}}}, "at '/auth/speculation_defaults/" + _digest("k") + "'"),
+        ({"pools": [{**PLAIN_POOL, "capabilities": ["logprobs"]}]}, "at '/pools/0'"),
+        ({"pools": [{**SPEC_POOL, "capabilities": ["beam_search"]}]}, "at '/pools/0/capabilities/0'"),
+        ({"pools": [{**SPEC_POOL, "serves": ["generate", "embeddings"]}]}, "at '/pools/0"),
+        ({"pools": [{**PLAIN_POOL, "serves": ["responses"]}]}, "at '/pools/0"),
+        ({"pools": [{**PLAIN_POOL, "serves": []}]}, "at '/pools/0/serves'"),
+        ({"pools": [{**SPEC_POOL, "speed": {"decode_s_per_token": 0.01, "batch_knee": 8}}]}, "at '/pools/0"),
+        ({"pools": [{**PLAIN_POOL, "speed": {"decode_s_per_token": 0.01}}]}, "at '/pools/0/speed'"),
+        ({"pools": [{**PLAIN_POOL, "speed": {"decode_s_per_token": 0.01, "batch_knee": 8, "t0": 1}}]}, "at '/pools/0/speed'"),
+        ({"pools": [{**PLAIN_POOL, "engine_keepalive_s": 0}]}, "at '/pools/0/engine_keepalive_s'"),
+        ({"pools": [{**PLAIN_POOL, "discovery": {"port": 30000}}]}, "at '/pools/0/discovery'"),
+        ({"pools": [{**PLAIN_POOL, "discovery": {"resync_s": 0}}]}, "at '/pools/0/discovery/resync_s'"),
+        ({"pools": [{"name": "p", "speculative": False, "engine": {"model_path": "/m", "tool_call_parser": ""}}]}, "at '/pools/0/engine/tool_call_parser'"),
     ],
 )  # fmt: skip
 def test_schema_rejects_bad_values(values: dict, message: str) -> None:
@@ -934,6 +1140,20 @@ def test_schema_rejects_bad_values(values: dict, message: str) -> None:
         (
             {"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m"}, "k8s": {"enabled": False}}]},
             'pool "s": k8s.enabled is false, so give endpoints or a discovery block',
+        ),
+        (
+            {"pools": [{"name": "s", "speculative": False, "engine": {"model_path": "/m"}, "k8s": {"enabled": False},
+                        "discovery": {"resync_s": 30}}]},
+            'pool "s": k8s.enabled is false, so give endpoints or a discovery block with a label_selector',
+        ),
+        (
+            {"pools": [{"name": "e", "speculative": False, "engine": {"model_path": "/m"}, "serves": ["embeddings"]}]},
+            "pools: no pool serves `generate`",
+        ),
+        (
+            {"pools": [{"name": "a", "speculative": False, "engine": {"model_path": "/m"}, "serves": ["generate", "responses"]},
+                       {"name": "b", "speculative": False, "engine": {"model_path": "/m"}}]},
+            "pools: list `responses` in serves of every pool that serves `generate`, or of none",
         ),
     ],
 )  # fmt: skip
@@ -1017,7 +1237,7 @@ def _documented_leaves(text: str, sections: tuple[str, ...]) -> dict[str, str]:
 def test_values_yaml_documents_every_routing_threshold_with_its_unit() -> None:
     text = (k8s.CHART / "values.yaml").read_text()
     values = yaml.safe_load(text)
-    sections = ("limits", "routing", "scrape", "health", "upstream", "server", "state")
+    sections = ("limits", "routing", "scrape", "health", "upstream", "server", "canary", "state")
     leaves = _documented_leaves(text, sections)
     units = ("tokens", "bytes", "requests", "seconds", "count", "ratio", "integer")
     expected = set()
@@ -1039,16 +1259,16 @@ def test_values_yaml_documents_every_routing_threshold_with_its_unit() -> None:
             assert any(u in comment.lower() for u in units), f"{path}: no unit in {comment!r}"
     # The schema describes the routing thresholds too (helm show values / IDE hints).
     schema = json.loads((k8s.CHART / "values.schema.json").read_text())
-    for block in ("limits", "scrape", "health", "upstream", "server", "state"):
+    for block in ("limits", "scrape", "health", "upstream", "server", "canary", "state"):
         for key, prop in schema["properties"][block]["properties"].items():
             if key != "circuit_breaker":
                 assert prop.get("description"), (block, key)
     for key, prop in schema["properties"]["state"]["properties"]["circuit_breaker"]["properties"].items():
         assert prop.get("description"), ("state.circuit_breaker", key)
     routing = schema["properties"]["routing"]["properties"]
-    for key in ("long_prompt_tokens", "seed"):
+    for key in ("long_prompt_tokens", "seed", "min_flip_interval_s"):
         assert routing[key].get("description"), key
-    for sub in ("saturation", "acceptance"):
+    for sub in ("saturation", "acceptance", "prefix_cache"):
         for key, prop in routing[sub]["properties"].items():
             assert prop.get("description"), (sub, key)
 
@@ -1073,6 +1293,14 @@ def test_configmap_passes_specgate_config_check(name: str, tmp_path) -> None:
     for pool in effective["pools"]:
         # The router's own limit for the pool is the engine's --context-length, exactly.
         assert pool["effective_max_context_tokens"] == pool["engine"]["context_length"], pool["name"]
+        # the router drops an idle connection before the engine does (sgl-project/sglang#20851)
+        assert effective["upstream"]["keepalive_timeout_s"] < pool["engine_keepalive_s"], pool["name"]
+    if name == "default":  # the chart's pairing: engines 75 s, router 30 s
+        assert effective["upstream"]["keepalive_timeout_s"] == 30.0
+        assert [p["engine_keepalive_s"] for p in effective["pools"]] == [75.0, 75.0]
+    if name == "every-router-key":
+        assert effective["canary"]["on_mismatch"] == "eject"
+        assert [p["engine_keepalive_s"] for p in effective["pools"]] == [90.0, 60.0, 90.0, 120.5]
 
 
 LWS_ENV = {"$(LWS_LEADER_ADDRESS)": "10.0.0.1", "$(LWS_GROUP_SIZE)": "2", "$(LWS_WORKER_INDEX)": "0"}
@@ -1183,9 +1411,41 @@ def test_engines_keep_connections_alive_longer_than_the_router() -> None:
     for pool in ("spec", "plain"):
         env = k8s.container(k8s.serving_template(k8s.pool_workload(objects, pool)), "sglang")["env"]
         assert {"name": "SGLANG_TIMEOUT_KEEP_ALIVE", "value": "75"} in env
-    objects = k8s.render({"poolDefaults": {"keepAliveTimeoutSeconds": 30}})
+    cfg = k8s.router_validate(objects)
+    assert cfg.upstream.keepalive_timeout_s == 30.0
+    assert [p.engine_keepalive_s for p in cfg.pools] == [75.0, 75.0]
+    objects = k8s.render({"poolDefaults": {"keepAliveTimeoutSeconds": 45}})
     env = k8s.container(k8s.serving_template(k8s.pool_workload(objects, "spec")), "sglang")["env"]
-    assert env == [{"name": "SGLANG_TIMEOUT_KEEP_ALIVE", "value": "30"}]
+    assert env == [{"name": "SGLANG_TIMEOUT_KEEP_ALIVE", "value": "45"}]
+    assert [p.engine_keepalive_s for p in k8s.router_validate(objects).pools] == [45.0, 45.0]
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"poolDefaults": {"keepAliveTimeoutSeconds": 30}},
+     ('pool "spec": k8s.keepAliveTimeoutSeconds (30, the engines\' SGLANG_TIMEOUT_KEEP_ALIVE) must exceed '
+     "upstream.keepalive_timeout_s (30)")),
+    ({"upstream": {"keepalive_timeout_s": 75.0}},
+     ('pool "spec": k8s.keepAliveTimeoutSeconds (75, the engines\' SGLANG_TIMEOUT_KEEP_ALIVE) must exceed '
+     "upstream.keepalive_timeout_s (75)")),
+    ({"pools": [{"name": "p", "speculative": False, "engine": {"model_path": "/m"}, "engine_keepalive_s": 60}]},
+     ('pool "p": engine_keepalive_s (60) differs from k8s.keepAliveTimeoutSeconds (75), the '
+     "SGLANG_TIMEOUT_KEEP_ALIVE the chart gives its pods")),
+    ({"pools": [{"name": "p", "speculative": False, "endpoints": ["http://e:1"], "engine": {"model_path": "/m"},
+                 "k8s": {"enabled": False}}]},
+     ('pool "p" runs outside the chart: its engine_keepalive_s (5 s; the router\'s default 5 is SGLang\'s own) '
+     "must exceed upstream.keepalive_timeout_s (30)")),
+])  # fmt: skip
+def test_render_refuses_a_router_keepalive_not_below_the_engines(values: dict, message: str) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError) as info:
+        k8s.render(values)
+    assert message in str(info.value)
+
+
+def test_a_chart_run_pool_may_restate_its_keepalive() -> None:
+    pool = {"name": "p", "speculative": False, "engine": {"model_path": "/m"}, "engine_keepalive_s": 75}
+    assert k8s.router_validate(k8s.render({"pools": [pool]})).pools[0].engine_keepalive_s == 75.0
 
 
 def test_a_disruption_budget_per_pool_selects_its_serving_pods() -> None:

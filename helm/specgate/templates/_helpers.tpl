@@ -96,6 +96,9 @@ k8s block (the pool wins, key by key; lists are replaced whole).
 
 {{/*
 The router's operator YAML, built from values. Only keys the router knows are emitted.
+A chart-run pool (k8s.enabled) gets engine_keepalive_s = its k8s.keepAliveTimeoutSeconds, the
+SGLANG_TIMEOUT_KEEP_ALIVE its pods run with, so the router's check
+upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really talks to.
 */}}
 {{- define "specgate.routerConfig" -}}
 {{- $root := . -}}
@@ -117,21 +120,43 @@ The router's operator YAML, built from values. Only keys the router knows are em
 {{- fail (printf "pool %q: speculative is false but engine.speculative_algorithm is %q" $pool.name $algo) }}
 {{- end }}
 {{- $p := dict "name" $pool.name "speculative" $pool.speculative }}
-{{- range $key := list "max_context_tokens" "draft_reserved_tokens" "drafter_cost_ratio" }}
+{{- range $key := list "max_context_tokens" "draft_reserved_tokens" "drafter_cost_ratio" "speed" "serves" "capabilities" }}
 {{- if hasKey $pool $key }}
 {{- if not (kindIs "invalid" (index $pool $key)) }}
 {{- $_ := set $p $key (index $pool $key) }}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- $disc := default (dict) $pool.discovery }}
 {{- if $pool.endpoints }}
 {{- $_ := set $p "endpoints" $pool.endpoints }}
-{{- else if $pool.discovery }}
-{{- $_ := set $p "discovery" $pool.discovery }}
+{{- else if $disc.label_selector }}
+{{- $_ := set $p "discovery" $disc }}
 {{- else if $k8s.enabled }}
-{{- $_ := set $p "discovery" (dict "namespace" $root.Release.Namespace "label_selector" (include "specgate.poolSelectorString" (dict "root" $root "pool" $pool)) "port" (int64 $k8s.port)) }}
+{{- /* the chart's own block; a discovery block without label_selector only tunes it */}}
+{{- $own := dict "namespace" $root.Release.Namespace "label_selector" (include "specgate.poolSelectorString" (dict "root" $root "pool" $pool)) "port" (int64 $k8s.port) }}
+{{- $_ := set $p "discovery" (merge $own (deepCopy $disc)) }}
 {{- else }}
-{{- fail (printf "pool %q: k8s.enabled is false, so give endpoints or a discovery block" $pool.name) }}
+{{- fail (printf "pool %q: k8s.enabled is false, so give endpoints or a discovery block with a label_selector" $pool.name) }}
+{{- end }}
+{{- $keepAlive := 5.0 }}
+{{- if $k8s.enabled }}
+{{- $keepAlive = float64 $k8s.keepAliveTimeoutSeconds }}
+{{- if and (hasKey $pool "engine_keepalive_s") (ne (float64 $pool.engine_keepalive_s) $keepAlive) }}
+{{- fail (printf "pool %q: engine_keepalive_s (%v) differs from k8s.keepAliveTimeoutSeconds (%v), the SGLANG_TIMEOUT_KEEP_ALIVE the chart gives its pods; set k8s.keepAliveTimeoutSeconds (or poolDefaults.keepAliveTimeoutSeconds) instead" $pool.name $pool.engine_keepalive_s $k8s.keepAliveTimeoutSeconds) }}
+{{- end }}
+{{- $_ := set $p "engine_keepalive_s" (int64 $k8s.keepAliveTimeoutSeconds) }}
+{{- else if hasKey $pool "engine_keepalive_s" }}
+{{- $keepAlive = float64 $pool.engine_keepalive_s }}
+{{- $_ := set $p "engine_keepalive_s" $pool.engine_keepalive_s }}
+{{- end }}
+{{- $up := $root.Values.upstream }}
+{{- if and (hasKey $up "keepalive_timeout_s") (ge (float64 $up.keepalive_timeout_s) $keepAlive) }}
+{{- if $k8s.enabled }}
+{{- fail (printf "pool %q: k8s.keepAliveTimeoutSeconds (%v, the engines' SGLANG_TIMEOUT_KEEP_ALIVE) must exceed upstream.keepalive_timeout_s (%v)" $pool.name $k8s.keepAliveTimeoutSeconds $up.keepalive_timeout_s) }}
+{{- else }}
+{{- fail (printf "pool %q runs outside the chart: its engine_keepalive_s (%v s; the router's default 5 is SGLang's own) must exceed upstream.keepalive_timeout_s (%v); set it to those engines' SGLANG_TIMEOUT_KEEP_ALIVE" $pool.name $keepAlive $up.keepalive_timeout_s) }}
+{{- end }}
 {{- end }}
 {{- $engine := dict "context_length" $cap }}
 {{- range $key, $value := $pool.engine }}
@@ -141,6 +166,18 @@ The router's operator YAML, built from values. Only keys the router knows are em
 {{- end }}
 {{- $_ := set $p "engine" $engine }}
 {{- $pools = append $pools $p }}
+{{- end }}
+{{- $generating := list }}
+{{- range $p := $pools }}
+{{- if has "generate" (default (list "generate") $p.serves) }}
+{{- $generating = append $generating (has "responses" (default (list) $p.serves)) }}
+{{- end }}
+{{- end }}
+{{- if not $generating }}
+{{- fail "pools: no pool serves `generate` (chat and completions); list it in one pool's serves" }}
+{{- end }}
+{{- if gt (len (uniq $generating)) 1 }}
+{{- fail "pools: list `responses` in serves of every pool that serves `generate`, or of none" }}
 {{- end }}
 {{- $sat := .Values.routing.saturation }}
 {{- if ge (int64 $sat.exit) (int64 $sat.enter) }}
@@ -159,6 +196,7 @@ The router's operator YAML, built from values. Only keys the router knows are em
   "health" .Values.health
   "upstream" .Values.upstream
   "server" $server
+  "canary" .Values.canary
   "state" (include "specgate.stateConfig" . | fromYaml) }}
 {{- $auth := dict }}
 {{- range $src := (include "specgate.authSources" . | fromYaml).sources }}
@@ -167,10 +205,15 @@ The router's operator YAML, built from values. Only keys the router knows are em
 {{- if .Values.auth.engineApiKey.existingSecret }}
 {{- $_ := set $auth "engine_api_key_env" "SPECGATE_ENGINE_API_KEY" }}
 {{- end }}
+{{- with .Values.auth.speculation_defaults }}
+{{- $_ := set $auth "speculation_defaults" . }}
+{{- end }}
 {{- if $auth }}
 {{- $_ := set $cfg "auth" $auth }}
 {{- end }}
-{{- toYaml $cfg }}
+{{- /* Go writes a float such as 0.00004 as 4e-05, which YAML 1.1 readers (PyYAML, so the
+router) take for a string: give such a bare number a decimal point (4.0e-05). */}}
+{{- regexReplaceAll "(?m)^(\\s*(?:- )?[^\\s:#]+: |\\s*- )(-?[0-9]+)(e[-+][0-9]+)$" (toYaml $cfg) "${1}${2}.0${3}" }}
 {{- end }}
 
 {{/*
@@ -371,6 +414,17 @@ engine_argv (the argv `specgate serve` would exec), then the LeaderWorkerSet fla
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if $engine.tool_call_parser }}
+- --tool-call-parser
+- {{ $engine.tool_call_parser | quote }}
+{{- end }}
+{{- if $engine.reasoning_parser }}
+- --reasoning-parser
+- {{ $engine.reasoning_parser | quote }}
+{{- end }}
+{{- if not (has "generate" (default (list "generate") $pool.serves)) }}
+- --is-embedding
+{{- end }}
 {{- if $engine.cpu }}
 {{- range list "--device" "cpu" "--attention-backend" "intel_amx" "--sampling-backend" "pytorch" "--disable-overlap-schedule" "--sleep-on-idle" }}
 - {{ . | quote }}
@@ -444,16 +498,3 @@ router.shutdownMarginSeconds, rounded up to whole seconds (router/drain.py).
 {{- ceil (addf $listen $timeout $abort (float64 .Values.router.shutdownMarginSeconds)) | int64 -}}
 {{- end }}
 
-{{/*
-The SGLang keep-alive of a pool's pods must outlast the router's upstream idle-connection
-timeout (upstream.keepalive_timeout_s when set), or the engine closes pooled connections the
-router is about to reuse. Pass (dict "root" $ "pool" $pool "k8s" $k8s).
-*/}}
-{{- define "specgate.checkKeepAlive" -}}
-{{- $up := .root.Values.upstream -}}
-{{- if and (hasKey $up "keepalive_timeout_s") $up.keepalive_timeout_s }}
-{{- if le (float64 .k8s.keepAliveTimeoutSeconds) (float64 $up.keepalive_timeout_s) }}
-{{- fail (printf "pool %q: k8s.keepAliveTimeoutSeconds (%v) must exceed upstream.keepalive_timeout_s (%v)" .pool.name .k8s.keepAliveTimeoutSeconds $up.keepalive_timeout_s) }}
-{{- end }}
-{{- end }}
-{{- end }}

@@ -37,7 +37,6 @@ containers:
         protocol: TCP
     {{- end }}
     {{- end }}
-    {{- include "specgate.checkKeepAlive" . }}
     {{- $env := prepend $k8s.env (dict "name" "SGLANG_TIMEOUT_KEEP_ALIVE" "value" (toString (int64 $k8s.keepAliveTimeoutSeconds))) }}
     {{- with $root.Values.auth.engineApiKey.existingSecret }}
     {{- $env = prepend $env (dict "name" "SGLANG_API_KEY" "valueFrom" (dict "secretKeyRef" (dict "name" . "key" $root.Values.auth.engineApiKey.key))) }}
