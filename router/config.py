@@ -51,6 +51,7 @@ from pydantic import (
     StrictBool,
     StrictStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -188,7 +189,7 @@ class LimitsConfig(_Strict):
         default_max_tokens: output budget D (tokens) applied when the client gives neither
             ``max_completion_tokens`` nor ``max_tokens``; forwarded explicitly as
             ``max_tokens = min(D, S - prompt)`` (and shown in the ``x-specgate-max-tokens``
-            response header). ``null``: the engine's default, nothing forwarded (SGLang
+            response header). ``null`` or ``engine``: the engine's default, nothing forwarded (SGLang
             generates until end of sequence or its context); the decision then counts the
             request at its worst case, ``S - prompt`` output tokens.
         max_request_bytes: request-body cap (bytes); larger bodies get HTTP 413.
@@ -197,6 +198,12 @@ class LimitsConfig(_Strict):
 
     max_context_tokens: PositiveInt
     default_max_tokens: PositiveInt | None = 256
+
+    @field_validator("default_max_tokens", mode="before")
+    @classmethod
+    def _engine_default(cls, value: Any) -> Any:
+        # "engine" spells null where null cannot be written (Helm drops null values)
+        return None if value == "engine" else value
     max_request_bytes: PositiveInt = 32 * 1024 * 1024
     max_n: PositiveInt = 128
 

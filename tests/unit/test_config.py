@@ -136,3 +136,9 @@ def test_config_check_cli(tmp_path, capsys):
     f.write_text(yaml.safe_dump(with_("routing.saturation.exit", 8)))
     assert main(["config", "check", "--no-paths", str(f)]) == 2
     assert "saturation.exit" in capsys.readouterr().err
+
+
+def test_default_max_tokens_engine_spells_null():
+    for value in (None, "engine"):
+        assert parse_config(with_("limits.default_max_tokens", value)).limits.default_max_tokens is None
+    assert parse_config(BASE).limits.default_max_tokens == 256
