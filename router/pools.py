@@ -43,14 +43,15 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Self, TypedDict
+from typing import Protocol, Self, TypedDict
 
 from yarl import URL
 
 from router.acceptance import CLASSES, AcceptanceTracker
+from router.auth import Auth
 from router.bypass import FLAGS, BypassState
 from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingConfig
-from router.features import RequestFeatures
+from router.features import PromptCounter, RequestFeatures
 from router.policy import (
     Decision,
     EndpointSnapshot,
@@ -391,8 +392,8 @@ class Runtime:
         auth: the resolved API keys (:class:`router.auth.Auth`), or None (no auth).
     """
 
-    def __init__(self, config: Config, counter: object, previous: Runtime | None = None, *,
-                 ledger: LeaseLedger | None = None, auth: Any = None) -> None:
+    def __init__(self, config: Config, counter: PromptCounter, previous: Runtime | None = None, *,
+                 ledger: LeaseLedger | None = None, auth: Auth | None = None) -> None:
         self.config = config
         self.counter = counter
         self.auth = auth
