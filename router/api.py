@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -49,6 +49,9 @@ from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 
+if TYPE_CHECKING:
+    from router.app import AppState
+
 __all__ = ["GENERATE_ROUTES", "install_routes", "serve_generate"]
 
 access_log = logging.getLogger("specgate.access")
@@ -67,8 +70,9 @@ def client_request_id(value: str | None) -> str | None:
     return None
 
 
-def _state(request: Request) -> Any:
-    return request.app.state.specgate
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.specgate
+    return state
 
 
 async def _read_body(request: Request, cap: int) -> bytes:
@@ -222,6 +226,7 @@ async def _generate(request: Request, kind: str) -> Response:
     if decision.outcome is Outcome.UNAVAILABLE:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
+    assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
     if decision.predicted:
         state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
     if chain is not None:
@@ -256,6 +261,7 @@ async def _generate(request: Request, kind: str) -> Response:
         d = rt.decide(features, state.clock(), exclude=excluded, chain=chain, matches=matches)
         if d.outcome is not Outcome.ROUTED:
             return d
+        assert d.endpoint is not None  # routed: it is set
         if chain is not None:
             _note_prefix(state, rt, d, chain, matches, prompt_tokens)
         return d, rt.endpoint(d.endpoint).lease(features.temperature_class)
