@@ -284,7 +284,7 @@ def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
 def _note_prefix(state: AppState, runtime: Runtime, decision: Decision, chain: PrefixChain,
                  matches: dict[str, dict[str, int]] | None, prompt_tokens: int) -> None:
     """After a routed decision: record ``chain`` at its endpoint, observe the matched share."""
-    assert decision.pool is not None  # routed: it is set
+    assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
     runtime.record_prefix(decision, chain)
     cached = (matches or {}).get(decision.pool, {}).get(decision.endpoint, 0)
     state.metrics.prefix_match_ratio.observe(
