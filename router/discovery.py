@@ -351,7 +351,7 @@ class Discovery:
         """Start a watcher for every discovered pool of the current runtime."""
         self.sync(self._get_runtime())
 
-    def sync(self, runtime: Any) -> None:
+    def sync(self, runtime: Runtime) -> None:
         """Match the watchers to ``runtime``'s pools and apply the known sets to it.
 
         Called right after a reload swapped ``runtime`` in (same event-loop step). A watcher
@@ -398,7 +398,7 @@ class Discovery:
         pool = next(p for p in runtime.pools if p.name == name)
         self._gauges(name, list(pool.endpoints.values()), w.last_resort)
 
-    def refresh_gauges(self, runtime: Any) -> None:
+    def refresh_gauges(self, runtime: Runtime) -> None:
         """Recount the endpoint gauges: ``specgate_discovered_endpoints`` of every discovered
         pool (drops happen on release) and ``specgate_endpoints`` of every pool."""
         g = self.metrics.endpoints
