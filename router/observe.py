@@ -31,10 +31,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 if TYPE_CHECKING:
     from router.metrics import RouterMetrics
-
-import orjson
 
 __all__ = ["MAX_PENDING_BYTES", "ResponseObserver", "wants_tools"]
 
