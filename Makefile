@@ -51,6 +51,7 @@ loadtest: models
 
 lint: venv
 	$(BIN)/ruff check router serving drafters loadtests benchmarks scripts tests
+	$(BIN)/mypy router
 
 clean:
 	rm -rf $(VENV) models build *.egg-info

@@ -21,7 +21,7 @@ the base: a config reload keeps the overrides on top of the new YAML.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -30,6 +30,9 @@ from starlette.responses import JSONResponse, Response
 from router.config import ConfigError, Overrides, RoutingConfig, parse_overrides
 from router.drain import is_loopback
 from router.errors import InvalidRequest, PermissionDenied, RequestTooLarge
+
+if TYPE_CHECKING:
+    from router.app import AppState
 
 __all__ = ["install_admin_routes"]
 
@@ -78,7 +81,7 @@ async def _read_overrides(request: Request) -> Overrides:
         raise InvalidRequest(str(exc)) from None
 
 
-async def _store(state: Any, overrides: Overrides) -> None:
+async def _store(state: AppState, overrides: Overrides) -> None:
     try:
         overrides.apply(state.runtime.config.routing)
     except ConfigError as exc:

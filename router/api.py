@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -49,6 +49,12 @@ from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 
+if TYPE_CHECKING:
+    from router.app import AppState
+    from router.features import PromptCounter, Rendered
+    from router.policy import Decision
+    from router.pools import Runtime
+
 __all__ = ["GENERATE_ROUTES", "install_routes", "serve_generate"]
 
 access_log = logging.getLogger("specgate.access")
@@ -67,8 +73,9 @@ def client_request_id(value: str | None) -> str | None:
     return None
 
 
-def _state(request: Request) -> Any:
-    return request.app.state.specgate
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.specgate
+    return state
 
 
 async def _read_body(request: Request, cap: int) -> bytes:
@@ -113,7 +120,7 @@ def _parse_json(request: Request, body: bytes) -> Any:
 _INLINE_RENDER_BYTES = 16 * 1024
 
 
-def _render_bounds(counter: Any, parsed: ParsedRequest) -> tuple[Any, tuple[int, int]]:
+def _render_bounds(counter: PromptCounter, parsed: ParsedRequest) -> tuple[Rendered, tuple[int, int]]:
     rendered = counter.render(parsed)
     return rendered, counter.bounds(rendered)
 
@@ -138,8 +145,8 @@ def _add_fields(body: bytes, doc: dict[str, Any], fields: dict[str, Any]) -> byt
     return b"".join((memoryview(body)[:end - 1], b"," if doc else b"", extra, b"}"))
 
 
-async def _size_prompt(state: Any, runtime: Any, parsed: ParsedRequest,
-                       body_bytes: int, rendered_out: list[Any] | None = None) -> tuple[int, int | None]:
+async def _size_prompt(state: AppState, runtime: Runtime, parsed: ParsedRequest,
+                       body_bytes: int, rendered_out: list[Rendered] | None = None) -> tuple[int, int | None]:
     """Prompt tokens for the decision: ``(P, None)`` exact, or ``(hi, lo)`` when no decision
     threshold lies between the byte-length bounds (then ``hi`` decides as P would).
 
@@ -194,7 +201,7 @@ async def _generate(request: Request, kind: str) -> Response:
     key_default = runtime.auth.speculation_default(request.headers.get("authorization")) if runtime.auth else None
     hint = speculation_hint(doc, request.headers.get(HINT_HEADER), key_default)
     pc = cfg.routing.prefix_cache
-    rendered: list[Any] | None = [] if pc.enabled else None
+    rendered: list[Rendered] | None = [] if pc.enabled else None
     prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body), rendered)
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
     features = dataclasses.replace(
@@ -222,6 +229,7 @@ async def _generate(request: Request, kind: str) -> Response:
     if decision.outcome is Outcome.UNAVAILABLE:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
+    assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
     if decision.predicted:
         state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
     if chain is not None:
@@ -256,6 +264,7 @@ async def _generate(request: Request, kind: str) -> Response:
         d = rt.decide(features, state.clock(), exclude=excluded, chain=chain, matches=matches)
         if d.outcome is not Outcome.ROUTED:
             return d
+        assert d.endpoint is not None  # routed: it is set
         if chain is not None:
             _note_prefix(state, rt, d, chain, matches, prompt_tokens)
         return d, rt.endpoint(d.endpoint).lease(features.temperature_class)
@@ -272,9 +281,10 @@ def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
             f"could is a speculative pool without it in its `capabilities` (docs/operator-guide.md)")
 
 
-def _note_prefix(state: Any, runtime: Any, decision: Any, chain: PrefixChain,
+def _note_prefix(state: AppState, runtime: Runtime, decision: Decision, chain: PrefixChain,
                  matches: dict[str, dict[str, int]] | None, prompt_tokens: int) -> None:
     """After a routed decision: record ``chain`` at its endpoint, observe the matched share."""
+    assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
     runtime.record_prefix(decision, chain)
     cached = (matches or {}).get(decision.pool, {}).get(decision.endpoint, 0)
     state.metrics.prefix_match_ratio.observe(
@@ -303,7 +313,7 @@ def _abort_rids(doc: dict[str, Any], features: RequestFeatures, request_id: str,
     return ()
 
 
-def _finish(state: Any, job: ProxyJob) -> None:
+def _finish(state: AppState, job: ProxyJob) -> None:
     m = state.metrics
     pool = job.decision.pool or "none"
     m.requests.inc((pool, job.decision.reason.value, str(job.status)))

@@ -36,10 +36,15 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
+
+if TYPE_CHECKING:
+    from router.config import Config
+    from router.metrics import RouterMetrics
+    from router.pools import Runtime
 
 __all__ = ["CANARY_HEADER", "Canary", "Probe", "answer_key", "probes"]
 
@@ -63,7 +68,7 @@ class Probe:
     kind: str | None = None
 
 
-def probes(config: Any) -> list[Probe]:
+def probes(config: Config) -> list[Probe]:
     """The probes of one round for ``config`` (a :class:`router.config.Config`)."""
     out = [Probe(f"prompt{i}", {"messages": [{"role": "user", "content": p}]})
            for i, p in enumerate(config.canary.prompts)]
@@ -105,7 +110,7 @@ class Canary:
         clock: monotonic clock (s).
     """
 
-    def __init__(self, session: aiohttp.ClientSession, get_runtime: Callable[[], Any], metrics: Any,
+    def __init__(self, session: aiohttp.ClientSession, get_runtime: Callable[[], Runtime], metrics: RouterMetrics,
                  clock: Callable[[], float]) -> None:
         self._session = session
         self._runtime = get_runtime
@@ -126,7 +131,7 @@ class Canary:
             self._task = None
 
     @staticmethod
-    def _signature(runtime: Any) -> tuple[Any, ...]:
+    def _signature(runtime: Runtime) -> tuple[Any, ...]:
         return (id(runtime.config),) + tuple((p.name, tuple(sorted(p.endpoints))) for p in runtime.pools)
 
     async def _loop(self) -> None:
@@ -150,7 +155,7 @@ class Canary:
                     pool.canary_mismatch, pool.canary_revoked = False, frozenset()
             await asyncio.sleep(cfg.check_s)
 
-    async def run_round(self, runtime: Any) -> bool:
+    async def run_round(self, runtime: Runtime) -> bool:
         """Run one round on ``runtime``; returns False when it was skipped (a pool it needs has
         no healthy endpoint), True when every speculative pool got a result."""
         plain = next((ep for p in runtime.pools if not p.config.speculative
@@ -181,7 +186,7 @@ class Canary:
             pool.canary_mismatch, pool.canary_revoked = whole, revoked
         return complete
 
-    async def _compare(self, cfg: Any, round_probes: list[Probe], spec_url: str, plain_url: str,
+    async def _compare(self, cfg: Config, round_probes: list[Probe], spec_url: str, plain_url: str,
                        pool: str) -> set[str | None] | None:
         """The :attr:`Probe.kind` of every probe whose answers differ (None in the set: a plain
         probe), or None when a call failed."""

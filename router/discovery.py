@@ -62,9 +62,13 @@ import os
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from router.config import DiscoveryConfig, PoolConfig
+
+if TYPE_CHECKING:
+    from router.metrics import RouterMetrics
+    from router.pools import Runtime
 
 __all__ = ["ENDPOINT_STATES", "Discovery", "DiscoverySettings", "SliceEndpoints", "endpoint_states", "ready_urls",
            "routable_urls", "slice_endpoints"]
@@ -122,7 +126,8 @@ def slice_endpoints(slice_: Mapping[str, Any], discovery: DiscoveryConfig) -> Sl
     Terminating: ``terminating`` true and ``serving`` not false. Everything else (not ready,
     not serving) is left out.
     """
-    ready, terminating = set(), set()
+    ready: set[str] = set()
+    terminating: set[str] = set()
     for ep in slice_.get("endpoints") or ():
         cond = ep.get("conditions") or {}
         if cond.get("terminating") is True:
@@ -307,7 +312,7 @@ class Discovery:
         settings: API access and timing (:class:`DiscoverySettings`).
     """
 
-    def __init__(self, get_runtime: Callable[[], Any], metrics: Any,
+    def __init__(self, get_runtime: Callable[[], Runtime], metrics: RouterMetrics,
                  settings: DiscoverySettings | None = None) -> None:
         settings = settings or DiscoverySettings()
         self._get_runtime = get_runtime
@@ -338,7 +343,7 @@ class Discovery:
     def backoff(self, failures: int) -> float:
         """Seconds to wait after ``failures`` consecutive failures (capped, +-20% jitter)."""
         s = self.settings
-        base = min(s.backoff_max_s, s.backoff_initial_s * (2 ** min(failures, 30)))
+        base: float = min(s.backoff_max_s, s.backoff_initial_s * (2 ** min(failures, 30)))
         return base * self._rng.uniform(0.8, 1.2)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -346,7 +351,7 @@ class Discovery:
         """Start a watcher for every discovered pool of the current runtime."""
         self.sync(self._get_runtime())
 
-    def sync(self, runtime: Any) -> None:
+    def sync(self, runtime: Runtime) -> None:
         """Match the watchers to ``runtime``'s pools and apply the known sets to it.
 
         Called right after a reload swapped ``runtime`` in (same event-loop step). A watcher
@@ -393,7 +398,7 @@ class Discovery:
         pool = next(p for p in runtime.pools if p.name == name)
         self._gauges(name, list(pool.endpoints.values()), w.last_resort)
 
-    def refresh_gauges(self, runtime: Any) -> None:
+    def refresh_gauges(self, runtime: Runtime) -> None:
         """Recount the endpoint gauges: ``specgate_discovered_endpoints`` of every discovered
         pool (drops happen on release) and ``specgate_endpoints`` of every pool."""
         g = self.metrics.endpoints

@@ -33,7 +33,7 @@ import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["CUT_KEY", "PROXY_KEY", "SHUTDOWN_BODY", "SHUTDOWN_EVENT", "Drainer", "is_loopback"]
@@ -56,7 +56,7 @@ PROXY_KEY = "specgate.proxy"
 CUT_KEY = "specgate.cut"
 
 
-def is_loopback(scope: dict[str, Any]) -> bool:
+def is_loopback(scope: Mapping[str, Any]) -> bool:
     """Whether the ASGI client address is a loopback address (127.0.0.0/8, ::1, or an
     IPv4-mapped 127.x); False when the server gives none or not an IP (a Unix socket)."""
     client = scope.get("client")

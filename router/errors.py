@@ -248,12 +248,14 @@ def map_engine_error(status: int, body: bytes, *, param: str) -> SpecgateError:
         param: ``messages`` or ``prompt``, used for over-length errors.
     """
     message = ""
+    doc: object
     try:
         doc = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
         doc = None
     if isinstance(doc, dict):
-        inner = doc.get("error") if isinstance(doc.get("error"), dict) else doc
+        err = doc.get("error")
+        inner = err if isinstance(err, dict) else doc
         raw = inner.get("message")
         message = raw if isinstance(raw, str) else ""
     elif body:

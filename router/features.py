@@ -36,10 +36,15 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from router.capabilities import validate as validate_capability_fields
 from router.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import jinja2
 
 __all__ = [
     "ParsedRequest",
@@ -442,7 +447,7 @@ class PromptCounter:
         self.max_token_bytes = max(len(t.encode("utf-8")) for t in self._tok.get_vocab()) or 1
         self._added = self._tok.num_special_tokens_to_add(pair=False)
         self._special = dict(self._tok.special_tokens_map)
-        self._compiled: dict[bool, Any] = {}
+        self._compiled: dict[bool, jinja2.Template | None] = {}
 
     def render(self, parsed: ParsedRequest) -> Rendered:
         """The prompt(s) as the engine will tokenise them (chat template applied).
@@ -479,13 +484,16 @@ class PromptCounter:
                 # template kwargs, minus its per-call set-up (about half its cost, docs/performance.md).
                 return template.render(messages=chat, tools=tools, documents=None,
                                        add_generation_prompt=True, **self._special)
-            return self._tok.apply_chat_template(chat, tools=tools, tokenize=False,
-                                                 add_generation_prompt=True, **kwargs)
+            # tokenize=False: a str (transformers' overloads do not say so); its stubs want a
+            # list of dicts or callables for ``tools``.
+            hf_tools = cast("list[dict[Any, Any] | Callable[..., Any]] | None", tools)
+            return cast(str, self._tok.apply_chat_template(chat, tools=hf_tools, tokenize=False,
+                                                           add_generation_prompt=True, **kwargs))
         except Exception as exc:  # noqa: BLE001  jinja2 errors, TypeError... from templates (SGLang -> 400)
             raise InvalidRequest(f"the chat template rejected the messages: {str(exc)[:200]}",
                                  param="messages") from None
 
-    def _template(self, with_tools: bool) -> Any:
+    def _template(self, with_tools: bool) -> jinja2.Template | None:
         """The compiled chat template transformers would pick (None: let it raise)."""
         if with_tools not in self._compiled:
             from transformers.utils.chat_template_utils import _compile_jinja_template

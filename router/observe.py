@@ -29,9 +29,12 @@ Cost: per streamed chunk a few byte searches; only events that carry a ``finish_
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from router.metrics import RouterMetrics
 
 __all__ = ["MAX_PENDING_BYTES", "ResponseObserver", "wants_tools"]
 
@@ -70,7 +73,7 @@ class ResponseObserver:
         "usage",
     )
 
-    def __init__(self, metrics: Any, *, tools: bool) -> None:
+    def __init__(self, metrics: RouterMetrics, *, tools: bool) -> None:
         self.metrics = metrics
         self.tools = tools
         self.content = self.reasoning = self.tool_calls = False

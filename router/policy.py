@@ -321,7 +321,8 @@ def _unservable(features: RequestFeatures, pools: Sequence[PoolSnapshot]) -> Rea
     if not features.needs:
         return None
     missing = [unmet(features.needs, p.capabilities) for p in pools]
-    return None if None in missing else Reason(missing[0])
+    first = missing[0]
+    return None if None in missing or first is None else Reason(first)
 
 
 def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: int,
@@ -398,7 +399,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
             continue
         gate = _gate(features, pool)
         if gate is not None and gate is not Reason.CLIENT_OPT_OUT:
-            reason = gate  # the pool does not serve what the request needs, or serves it wrong
+            reason: Reason = gate  # the pool does not serve what the request needs, or serves it wrong
         elif (features.weight + pool.reserved > pool.limit
                 or (features.prompt_tokens > rules.long_prompt_tokens and not insist)):
             reason = Reason.LONG_CONTEXT

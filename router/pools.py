@@ -43,14 +43,15 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Self
+from typing import Protocol, Self, TypedDict
 
 from yarl import URL
 
 from router.acceptance import CLASSES, AcceptanceTracker
+from router.auth import Auth
 from router.bypass import FLAGS, BypassState
 from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingConfig
-from router.features import RequestFeatures
+from router.features import PromptCounter, RequestFeatures
 from router.policy import (
     Decision,
     EndpointSnapshot,
@@ -359,6 +360,15 @@ class Pool:
         return min(ages) if ages else None
 
 
+class _PrefixParams(TypedDict):
+    """The prefix-cache thresholds a :class:`router.prefix.PrefixRequest` copies from config."""
+
+    cache_threshold: float
+    balance_abs_threshold: int
+    balance_rel_threshold: float
+    hash_load_factor: float
+
+
 class Runtime:
     """Everything built from one config: pools, endpoints, thresholds, tokenizer, API keys.
 
@@ -382,12 +392,12 @@ class Runtime:
         auth: the resolved API keys (:class:`router.auth.Auth`), or None (no auth).
     """
 
-    def __init__(self, config: Config, counter: object, previous: Runtime | None = None, *,
-                 ledger: LeaseLedger | None = None, auth: Any = None) -> None:
+    def __init__(self, config: Config, counter: PromptCounter, previous: Runtime | None = None, *,
+                 ledger: LeaseLedger | None = None, auth: Auth | None = None) -> None:
         self.config = config
         self.counter = counter
         self.auth = auth
-        self.ledger = ledger if ledger is not None else (previous.ledger if previous is not None else None)
+        self.ledger: LeaseLedger | None = ledger if ledger is not None else (previous.ledger if previous is not None else None)
         self.overrides = Overrides()
         self.routing: RoutingConfig = config.routing
         self.rules = self._rules()
@@ -426,20 +436,21 @@ class Runtime:
                     pool.canary_mismatch, pool.canary_revoked = prev.canary_mismatch, prev.canary_revoked
             self.set_overrides(previous.overrides)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
-        pc = config.routing.prefix_cache
+        prefix_cfg = config.routing.prefix_cache
         self.prefix: dict[str, PrefixIndex] = {}
-        if pc.enabled:
+        if prefix_cfg.enabled:
             old_pc = previous.config.routing.prefix_cache if previous is not None else None
             for pool in self.pools:
                 idx = previous.prefix.get(pool.name) if previous is not None else None
-                if idx is None or old_pc is None or old_pc.block_chars != pc.block_chars:
-                    idx = PrefixIndex(max_blocks_per_endpoint=pc.max_blocks_per_endpoint)
-                idx.max_blocks_per_endpoint = pc.max_blocks_per_endpoint  # trimmed at the next record
+                if idx is None or old_pc is None or old_pc.block_chars != prefix_cfg.block_chars:
+                    idx = PrefixIndex(max_blocks_per_endpoint=prefix_cfg.max_blocks_per_endpoint)
+                idx.max_blocks_per_endpoint = prefix_cfg.max_blocks_per_endpoint  # trimmed at the next record
                 self.prefix[pool.name] = idx
-        self._prefix_params = {"cache_threshold": pc.cache_threshold,
-                               "balance_abs_threshold": pc.balance_abs_threshold,
-                               "balance_rel_threshold": pc.balance_rel_threshold,
-                               "hash_load_factor": pc.hash_load_factor}
+        self._prefix_params: _PrefixParams = {
+            "cache_threshold": prefix_cfg.cache_threshold,
+            "balance_abs_threshold": prefix_cfg.balance_abs_threshold,
+            "balance_rel_threshold": prefix_cfg.balance_rel_threshold,
+            "hash_load_factor": prefix_cfg.hash_load_factor}
 
     def prefix_matches(self, chain: PrefixChain, prompt_tokens: int) -> dict[str, dict[str, int]]:
         """``{pool: {url: estimated cached tokens}}`` for ``chain`` (read-only)."""

@@ -73,7 +73,10 @@ from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    from router.features import Rendered
 
 __all__ = [
     "Candidate",
@@ -188,7 +191,7 @@ def first_user_end(text: str, messages: Sequence[Any]) -> int | None:
     return None
 
 
-def chain_for_request(rendered: Any, doc: dict[str, Any], kind: str, *, block_chars: int,
+def chain_for_request(rendered: Rendered, doc: dict[str, Any], kind: str, *, block_chars: int,
                       max_blocks: int, anchor_blocks: int) -> PrefixChain | None:
     """The chain of a request from its :class:`router.features.Rendered` prompt (no re-render).
 
@@ -196,7 +199,7 @@ def chain_for_request(rendered: Any, doc: dict[str, Any], kind: str, *, block_ch
     the conversation. One text completion prompt: the first ``anchor_blocks`` blocks. Token-id
     prompts and batches of prompts: None (least load).
     """
-    texts = getattr(rendered, "texts", ())
+    texts: tuple[str, ...] = getattr(rendered, "texts", ())
     if len(texts) != 1:
         return None
     text = texts[0]
@@ -250,7 +253,7 @@ class PrefixIndex:
 
     def matched_blocks(self, url: str, chain: PrefixChain) -> int:
         """Blocks of ``chain`` held for ``url`` (a linear scan; for tests and diagnostics)."""
-        held = self._lru.get(url, {})
+        held: Collection[int] = self._lru.get(url, {})
         n = 0
         for key in chain.keys:
             if key not in held:
@@ -331,6 +334,21 @@ class Candidate:
     cached_tokens: int = 0
 
 
+class EndpointLike(Protocol):
+    """What :func:`pick_endpoint` reads of a candidate (:class:`Candidate`,
+    :class:`router.policy.EndpointSnapshot`); read-only attributes, same meaning as
+    :class:`Candidate`'s."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def healthy(self) -> bool: ...
+    @property
+    def load(self) -> int: ...
+    @property
+    def cached_tokens(self) -> int: ...
+
+
 def rendezvous_score(url: str, anchor: int) -> int:
     """The rendezvous weight of ``url`` for ``anchor`` (the highest weight wins): BLAKE2b-64
     of the URL keyed with the anchor, the same in every process (a keyed cryptographic hash:
@@ -339,7 +357,7 @@ def rendezvous_score(url: str, anchor: int) -> int:
     return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=8, key=key).digest(), "big")
 
 
-def pick_endpoint(candidates: Sequence[Any], *, prompt_tokens: int, anchor: int | None,
+def pick_endpoint(candidates: Sequence[EndpointLike], *, prompt_tokens: int, anchor: int | None,
                   anchor_tokens: int = 0, cache_threshold: float = 0.3, balance_abs_threshold: int = 64,
                   balance_rel_threshold: float = 1.5, hash_load_factor: float = 1.5,
                   exclude: Collection[str] = (), tie: int = 0,
@@ -399,7 +417,7 @@ def pick_endpoint(candidates: Sequence[Any], *, prompt_tokens: int, anchor: int 
     return _highest(live, anchor), PickReason.RENDEZVOUS
 
 
-def _highest(cands: Sequence[Any], anchor: int) -> str:
+def _highest(cands: Sequence[EndpointLike], anchor: int) -> str:
     if len(cands) == 1:
         return cands[0].url
     best_url, best = "", -1
@@ -410,7 +428,7 @@ def _highest(cands: Sequence[Any], anchor: int) -> str:
     return best_url
 
 
-def _least_load(cands: Sequence[Any], low: int, tie: int) -> str:
+def _least_load(cands: Sequence[EndpointLike], low: int, tie: int) -> str:
     ties = sorted(c.url for c in cands if c.load == low)
     if len(ties) == 1:
         return ties[0]

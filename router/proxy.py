@@ -77,7 +77,9 @@ from typing import Any
 import aiohttp
 import orjson
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
+from router.config import UpstreamConfig
 from router.errors import (
     EngineOverloaded,
     SpecgateError,
@@ -194,7 +196,7 @@ class ProxyResponse(Response):
         clock: monotonic clock (s) for back-pressure records.
     """
 
-    def __init__(self, job: ProxyJob, *, session: aiohttp.ClientSession, upstream: Any,
+    def __init__(self, job: ProxyJob, *, session: aiohttp.ClientSession, upstream: UpstreamConfig,
                  redecide: Callable[[frozenset[str], frozenset[str]], Any], on_done: Callable[[ProxyJob], None],
                  spawn: Callable[[Any], None], retry_after_s: int = 5,
                  fresh_session: aiohttp.ClientSession | None = None,
@@ -210,7 +212,7 @@ class ProxyResponse(Response):
         self._clock = clock
         self.background = None
 
-    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         job = self.job
         scope["specgate.proxy"] = self  # router.drain.PROXY_KEY: the drain's deadline cuts it
         task = asyncio.current_task()

@@ -39,10 +39,13 @@ response.completed`` (or ``response.incomplete`` / ``response.failed``), not ``d
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from router.errors import InvalidRequest, UnsupportedEndpoint
 from router.features import ParsedRequest, RequestFeatures, _strict_int, check_envelope
+
+if TYPE_CHECKING:
+    from router.pools import Runtime
 
 __all__ = ["RESPONSES_END_EVENTS", "check_served", "parse_responses", "responses_fields", "to_chat"]
 
@@ -190,7 +193,7 @@ def parse_responses(doc: Any, *, max_n: int) -> ParsedRequest:
     return ParsedRequest("chat", to_chat(doc), budget, 1, stream, "input")
 
 
-def check_served(runtime: Any) -> None:
+def check_served(runtime: Runtime) -> None:
     """Raise :class:`UnsupportedEndpoint` (404) unless the pools of ``runtime`` (a
     :class:`router.pools.Runtime`) list ``responses`` in ``serves``."""
     if not any("responses" in p.config.serves for p in runtime.pools):

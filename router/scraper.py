@@ -24,8 +24,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
+
+if TYPE_CHECKING:
+    from router.config import Config
+    from router.pools import Endpoint, Runtime
 
 __all__ = ["EngineLoad", "Scraper", "parse_sglang_metrics"]
 
@@ -139,9 +144,9 @@ class Scraper:
         on_failure: called with the endpoint after each failed scrape (metrics).
     """
 
-    def __init__(self, session: aiohttp.ClientSession, get_runtime: Callable[[], object],
-                 on_round: Callable[[object], None], clock: Callable[[], float] = time.monotonic,
-                 on_failure: Callable[[object], None] = lambda endpoint: None) -> None:
+    def __init__(self, session: aiohttp.ClientSession, get_runtime: Callable[[], Runtime],
+                 on_round: Callable[[Runtime], None], clock: Callable[[], float] = time.monotonic,
+                 on_failure: Callable[[Endpoint], None] = lambda endpoint: None) -> None:
         self._session = session
         self._on_failure = on_failure
         self._get_runtime = get_runtime
@@ -164,8 +169,8 @@ class Scraper:
     async def run_once(self) -> None:
         """Scrape every endpoint of the current runtime once, concurrently."""
         runtime = self._get_runtime()
-        cfg = runtime.config  # type: ignore[attr-defined]
-        endpoints = runtime.all_endpoints()  # type: ignore[attr-defined]
+        cfg = runtime.config
+        endpoints = runtime.all_endpoints()
         await asyncio.gather(*(self._scrape(ep, cfg) for ep in endpoints))
         self._on_round(runtime)
 
@@ -180,10 +185,10 @@ class Scraper:
                 import logging
 
                 logging.getLogger("specgate.scraper").exception("scrape round failed")
-            interval = self._get_runtime().config.scrape.interval_s  # type: ignore[attr-defined]
+            interval = self._get_runtime().config.scrape.interval_s
             await asyncio.sleep(max(0.0, interval - (self._clock() - started)))
 
-    async def _scrape(self, endpoint, cfg) -> None:  # type: ignore[no-untyped-def]
+    async def _scrape(self, endpoint: Endpoint, cfg: Config) -> None:
         timeout = aiohttp.ClientTimeout(total=cfg.scrape.timeout_s)
         try:
             # identity: the shared session does not decompress (the proxy relays bytes), and

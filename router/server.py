@@ -22,9 +22,12 @@ import sys
 from collections.abc import Generator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
+
+if TYPE_CHECKING:
+    from router.drain import Drainer
 
 __all__ = ["StartupError", "bind", "serve"]
 
@@ -60,7 +63,7 @@ def bind(host: str, port: int) -> socket.socket:
 class _DrainingServer(uvicorn.Server):
     """uvicorn's server with the signals routed to the app's drain (never re-raised)."""
 
-    def __init__(self, config: uvicorn.Config, drainer: Any) -> None:
+    def __init__(self, config: uvicorn.Config, drainer: Drainer) -> None:
         super().__init__(config)
         self.drainer = drainer
         self.loop: asyncio.AbstractEventLoop | None = None
