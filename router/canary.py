@@ -32,7 +32,6 @@ with the kind as the reason), both until a later round matches; ``alert`` only r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
+
+from router.tasks import LoopTask
 
 if TYPE_CHECKING:
     from router.config import Config
@@ -100,7 +101,7 @@ def answer_key(doc: Any) -> tuple[Any, ...]:
         raise ValueError(f"not a chat completion: {exc!r}") from None
 
 
-class Canary:
+class Canary(LoopTask):
     """The canary loop (one asyncio task), built in the app's lifespan.
 
     Args:
@@ -110,25 +111,14 @@ class Canary:
         clock: monotonic clock (s).
     """
 
+    _name = "specgate-canary"  # the loop idles while ``canary.enabled`` is false
+
     def __init__(self, session: aiohttp.ClientSession, get_runtime: Callable[[], Runtime], metrics: RouterMetrics,
                  clock: Callable[[], float]) -> None:
         self._session = session
         self._runtime = get_runtime
         self._metrics = metrics
         self._clock = clock
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Start the loop task (it idles while ``canary.enabled`` is false)."""
-        self._task = asyncio.create_task(self._loop(), name="specgate-canary")
-
-    async def stop(self) -> None:
-        """Cancel the loop task and wait for it."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     @staticmethod
     def _signature(runtime: Runtime) -> tuple[Any, ...]:

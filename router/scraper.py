@@ -19,7 +19,6 @@ router's in-flight count stands in). A refused connection is a *dead* failure; a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -27,6 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
+
+from router.tasks import LoopTask
 
 if TYPE_CHECKING:
     from router.config import Config
@@ -133,7 +134,7 @@ def parse_sglang_metrics(text: str) -> EngineLoad:
     )
 
 
-class Scraper:
+class Scraper(LoopTask):
     """The background scrape loop (one asyncio task).
 
     Args:
@@ -144,6 +145,8 @@ class Scraper:
         on_failure: called with the endpoint after each failed scrape (metrics).
     """
 
+    _name = "specgate-scraper"
+
     def __init__(self, session: aiohttp.ClientSession, get_runtime: Callable[[], Runtime],
                  on_round: Callable[[Runtime], None], clock: Callable[[], float] = time.monotonic,
                  on_failure: Callable[[Endpoint], None] = lambda endpoint: None) -> None:
@@ -152,19 +155,6 @@ class Scraper:
         self._get_runtime = get_runtime
         self._on_round = on_round
         self._clock = clock
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Start the loop task."""
-        self._task = asyncio.create_task(self._loop(), name="specgate-scraper")
-
-    async def stop(self) -> None:
-        """Cancel the loop task and wait for it."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def run_once(self) -> None:
         """Scrape every endpoint of the current runtime once, concurrently."""
