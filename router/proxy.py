@@ -451,6 +451,16 @@ class ProxyResponse(Response):
         observer = job.observer
         read = resp.content.readany
         watch = IdleWatch(self._up.idle_timeout_s)
+
+        async def forward(data: bytes) -> None:  # relay bytes, noting the stream's end marks
+            nonlocal ended, tail
+            if ends is not None and not ended:
+                ended = any(e in tail + data for e in ends)
+            if observer is not None:
+                observer.feed(data)
+            tail = (tail + data)[-32:]
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
         try:
             while True:
                 if held:
@@ -469,12 +479,7 @@ class ProxyResponse(Response):
                         await send({"type": "http.response.body", "body": ENGINE_ABORT_EVENT,
                                     "more_body": False})
                         return
-                    if ends is not None and not ended:
-                        ended = any(e in tail + chunk for e in ends)
-                    if observer is not None:
-                        observer.feed(chunk)
-                    tail = (tail + chunk)[-32:]
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await forward(chunk)
                 chunk = await read()
                 if not chunk:
                     break
@@ -495,12 +500,7 @@ class ProxyResponse(Response):
         finally:
             watch.close()
         if held:  # bytes after the last complete event (not SSE): relayed as they are
-            if ends is not None and not ended:
-                ended = any(e in tail + held for e in ends)
-            if observer is not None:
-                observer.feed(held)
-            tail = (tail + held)[-32:]
-            await send({"type": "http.response.body", "body": held, "more_body": True})
+            await forward(held)
         complete = ended if ends is not None else _DONE in tail
         if not complete:
             job.outcome = "upstream_truncated"
