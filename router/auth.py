@@ -102,12 +102,12 @@ class Auth:
         """
         if self.client is None:
             return
-        token = bearer_token(authorization)
-        if token is None:
+        if not authorization:
             raise AuthenticationError("You didn't provide an API key. Send it in the "
                                       "Authorization header as 'Bearer <key>'.")
-        if not self.client.matches(token):
-            raise AuthenticationError("Incorrect API key provided.")
+        token = bearer_token(authorization)
+        if token is None or not self.client.matches(token):
+            raise AuthenticationError("Invalid API key")
 
     def check_admin(self, authorization: str | None) -> None:
         """Admit a request to an admin route.
@@ -118,15 +118,17 @@ class Auth:
         """
         if self.admin is None:
             raise PermissionDenied("the admin API is disabled (no auth.admin_api_key configured)")
-        token = bearer_token(authorization)
-        if token is None:
+        if not authorization:
             raise AuthenticationError("You didn't provide an admin API key. Send it in the "
                                       "Authorization header as 'Bearer <key>'.")
+        token = bearer_token(authorization)
+        if token is None:
+            raise AuthenticationError("Invalid API key")
         if self.admin.matches(token):
             return
         if self.client is not None and self.client.matches(token):
             raise PermissionDenied("this API key may not use the admin API")
-        raise AuthenticationError("Incorrect API key provided.")
+        raise AuthenticationError("Invalid API key")
 
 
 def _file_keys(path: str, what: str) -> list[str]:

@@ -49,7 +49,10 @@ def test_no_secret_in_anything_the_router_emits(tmp_path, tokenizer_dir, caplog,
         answers.append(c.post("/v1/chat/completions", json=chat(stream=True, max_tokens=20), headers=client_creds))
         assert [a.status_code for a in answers] == [200, 401, 401, 400, 403, 401, 200]
         assert b'"upstream_error"' in answers[-1].content
-        assert answers[1].json()["error"]["code"] == "invalid_api_key"
+        invalid = {"error": {"message": "Invalid API key", "type": "invalid_request_error",
+                             "param": None, "code": "invalid_api_key"}}
+        assert answers[1].json() == invalid  # a wrong key
+        assert answers[2].json() == invalid  # a key without the Bearer scheme
         # a config reload
         text = stack.config_path.read_text().replace("long_prompt_tokens: 1024", "long_prompt_tokens: 1000")
         stack.config_path.write_text(text)
