@@ -28,15 +28,19 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
    ``sampling_controls``); the client's ``off`` hint -> ``client_opt_out`` (a bypass: the
    pool stays a fallback). Then ``P + n * M + K <= limit`` (the ``n`` weighting keeps
    large-``n`` requests off the drafter pool: every sample drafts) and
-   ``P <= routing.long_prompt_tokens``; otherwise ``long_context``. Then: no healthy endpoint -> ``spec_unhealthy``; saturation bypass on ->
+   ``P <= routing.long_prompt_tokens``; otherwise ``long_context`` (the first test is a hard
+   limit; the threshold is a bypass: the pool stays a fallback). Then: no healthy endpoint ->
+   ``spec_unhealthy``; saturation bypass on ->
    ``saturated``; acceptance bypass on -> ``low_acceptance``; else the pool is chosen with
    reason ``speculative``. The client's ``on`` hint skips the long-prompt threshold and the
    acceptance bypass only.
 3. **Plain pools** in config order: the first with a healthy endpoint whose limit holds
    ``P + M`` (each of the ``n`` sequences is checked alone by the engine). The reason is the
    first speculative pool's rejection reason, or ``plain_only`` when there is none.
-4. **Fallback**: no plain pool can take it, but a speculative pool fits and is healthy
-   (only bypassed) -> that pool, reason ``plain_unhealthy``.
+4. **Fallback**: no plain pool can take it (none configured, none healthy, or none large
+   enough), but a speculative pool fits and is healthy (only bypassed: long prompt, opt-out,
+   saturation, acceptance) -> that pool, reason ``plain_unhealthy``. A deployment of
+   speculative pools only therefore serves every request that fits them.
 5. Otherwise :attr:`Outcome.UNAVAILABLE`, reason ``no_healthy_upstream`` (HTTP 503).
 
 Inside a pool: the healthy endpoint with the least load (``max(scraped running + queued,
@@ -400,18 +404,20 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         gate = _gate(features, pool)
         if gate is not None and gate is not Reason.CLIENT_OPT_OUT:
             reason: Reason = gate  # the pool does not serve what the request needs, or serves it wrong
-        elif (features.weight + pool.reserved > pool.limit
-                or (features.prompt_tokens > rules.long_prompt_tokens and not insist)):
-            reason = Reason.LONG_CONTEXT
+        elif features.weight + pool.reserved > pool.limit:
+            reason = Reason.LONG_CONTEXT  # the pool cannot hold it: never a fallback
         else:
             endpoint = _pick(pool.endpoints, exclude, tie, prefix, p, why)
+            # the long-prompt threshold is a bypass (the pool can hold the prompt), so it is
+            # still the fallback when no plain pool can take the request
+            long = features.prompt_tokens > rules.long_prompt_tokens and not insist
             # the acceptance bypass is a guard only without a speed model (the prediction
             # weighs acceptance itself)
             low = pool.speed is None and features.temperature_class in pool.low_acceptance and not insist
             if endpoint is None:
-                reason = Reason.SPEC_UNHEALTHY
-            elif gate is not None or pool.saturated or low:
-                reason = (Reason.CLIENT_OPT_OUT if gate is not None else
+                reason = Reason.LONG_CONTEXT if long else Reason.SPEC_UNHEALTHY
+            elif long or gate is not None or pool.saturated or low:
+                reason = (Reason.LONG_CONTEXT if long else Reason.CLIENT_OPT_OUT if gate is not None else
                           Reason.SATURATED if pool.saturated else Reason.LOW_ACCEPTANCE)
                 fallback = fallback or (pool.name, endpoint)
             elif insist:  # the client asked for speculation: no prediction

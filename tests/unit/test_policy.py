@@ -66,6 +66,14 @@ CASES = [
     ("plain down, spec saturated -> spec", 100, 100, 1, [spec(saturated=True), plain(healthy=False)], Decision("spec", "http://s0", Reason.PLAIN_UNHEALTHY)),
     ("plain down, long -> 503", 3000, 100, 1, [spec(), plain(healthy=False)], Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)),
     ("plain only config", 100, 100, 1, [plain()], Decision("plain", "http://p0", Reason.PLAIN_ONLY)),
+    # the long-prompt threshold is a bypass, not a limit: with no plain pool to take the
+    # request, the speculative pool that holds it serves it (a spec-only config served 503)
+    ("spec only config", 100, 100, 1, [spec()], Decision("spec", "http://s0", Reason.SPECULATIVE)),
+    ("spec only, prompt > long threshold -> spec", LONG + 1, 10, 1, [spec()], Decision("spec", "http://s0", Reason.PLAIN_UNHEALTHY)),
+    ("plain down, prompt > long threshold -> spec", LONG + 1, 10, 1, [spec(), plain(healthy=False)], Decision("spec", "http://s0", Reason.PLAIN_UNHEALTHY)),
+    ("spec only, saturated -> spec", 100, 100, 1, [spec(saturated=True)], Decision("spec", "http://s0", Reason.PLAIN_UNHEALTHY)),
+    ("spec down, prompt > long threshold -> plain", LONG + 1, 10, 1, [spec(healthy=False), plain()], Decision("plain", "http://p0", Reason.LONG_CONTEXT)),
+    ("spec only, over its limit -> 400", 2000, 100, 1, [spec()], Decision(None, None, Reason.CONTEXT_CAP, Outcome.REFUSED)),
     ("fits no pool limit -> 400", 3000, 100, 1, [spec(), plain(limit=3000)], Decision(None, None, Reason.CONTEXT_CAP, Outcome.REFUSED)),
     ("least loaded endpoint", 100, 100, 1, [spec(loads=(5, 2, 7)), plain()], Decision("spec", "http://s1", Reason.SPECULATIVE)),
 ]
