@@ -2,7 +2,8 @@
 
 Compares deployments at equal hardware: ``all-spec`` (N speculative engines, client round
 robin), ``all-plain`` and ``routed`` (k speculative + N-k plain engines behind a router
-callback, e.g. :class:`loadtests.dayrouter.PolicyRouter` around ``router.policy.decide``).
+callback, e.g. :class:`loadtests.dayrouter.PolicyRouter` around ``router.policy.decide``;
+:func:`fronted` also allows k = 0 or N, the router in front of one pool).
 No HTTP, no sleeping: a day of tens of thousands of requests runs in seconds of CPU, and the
 same inputs and seed give the same result.
 
@@ -76,6 +77,7 @@ __all__ = [
     "Router",
     "all_plain",
     "all_spec",
+    "fronted",
     "routed",
     "simulate_day",
 ]
@@ -285,6 +287,18 @@ def routed(k: int, n: int, make_router: Callable[[], Router], label: str = "rout
     if not 0 < k < n:
         raise ValueError(f"a routed split needs 0 < k < n, got k={k}, n={n}")
     return Deployment(f"{label} {k}s+{n - k}p", (("spec", True, k), ("plain", False, n - k)), make_router)
+
+
+def fronted(k: int, n: int, make_router: Callable[[], Router], label: str = "specgate") -> Deployment:
+    """k speculative + n-k plain engines behind ``make_router()``, for any 0 <= k <= n.
+
+    As :func:`routed`, but at k = n (or 0) the router fronts a single speculative (plain) pool:
+    the deployment ``specgate calibrate-split`` advises at its ends, with the router in front.
+    """
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"a split needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    pools = tuple(p for p in (("spec", True, k), ("plain", False, n - k)) if p[2] > 0)
+    return Deployment(f"{label} {k}s+{n - k}p", pools, make_router)
 
 
 # --------------------------------------------------------------------------- results

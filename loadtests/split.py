@@ -30,9 +30,10 @@ from typing import Any
 from loadtests.dayreport import Objective, summarize
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
 from loadtests.dayshapes import EngineModel, Request
-from loadtests.daysim import Deployment, all_plain, all_spec, routed, simulate_day
+from loadtests.daysim import Deployment, all_plain, all_spec, fronted, routed, simulate_day
 
-__all__ = ["METRICS", "SplitAdvice", "SplitError", "advise_split", "deployments_for", "requests_from_log"]
+__all__ = ["METRICS", "SplitAdvice", "SplitError", "advise_split", "best_prediction", "deployments_for",
+           "requests_from_log", "specgate_at"]
 
 #: metric -> True when higher is better.
 METRICS = {"mean_s": False, "p90_s": False, "long_mean_s": False, "goodput_rps": True}
@@ -97,6 +98,39 @@ def deployments_for(n: int, settings: PolicySettings, *, predict: bool = True) -
             deps.append((k, routed(k, n, lambda: PolicyRouter(replace(settings, predict=True)), label="predict")))
     deps.append((n, all_spec(n)))
     return deps
+
+
+def specgate_at(k: int, n: int, settings: PolicySettings) -> Deployment:
+    """The router in front of k speculative + n-k plain engines, 0 <= k <= n (``specgate
+    ks+(N-k)p``): the policy with speed models when ``settings.speed`` is set (the choice by
+    predicted completion time, what ``specgate calibrate`` configures), else its thresholds.
+    At 0 < k < n it is the ``predict`` (or ``routed``) deployment of :func:`deployments_for`.
+    """
+    mode = replace(settings, predict=settings.speed is not None)
+    return fronted(k, n, lambda: PolicyRouter(mode))
+
+
+def best_prediction(predictions: Sequence[Mapping[str, Any]], metric: str = "mean_s") -> Mapping[str, Any]:
+    """The advised row of ``predictions`` (``{"k", metric, ...}`` per deployment): the best
+    ``metric`` (:data:`METRICS` says which way), ties to the fewer speculative engines; a row
+    without the metric (None) ranks last.
+
+    Raises:
+        SplitError: no row, or an unknown metric.
+    """
+    if metric not in METRICS:
+        raise SplitError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    if not predictions:
+        raise SplitError("no prediction to choose from")
+    higher = METRICS[metric]
+
+    def key(p: Mapping[str, Any]) -> tuple[float, int]:
+        v = p[metric]
+        if v is None:
+            v = -float("inf") if higher else float("inf")
+        return (-v if higher else v, p["k"])
+
+    return min(predictions, key=key)
 
 
 @dataclass(frozen=True)
@@ -167,14 +201,6 @@ def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, 
     for k, dep in deployments_for(engines, settings, predict=predict):
         res = simulate_day(requests, dep, model, seed=seed)
         preds.append({"k": k, **summarize(res, day_s=day_s, long_prompt_tokens=cut, objective=objective)})
-    higher = METRICS[metric]
-
-    def key(p: dict[str, Any]) -> tuple[float, int]:
-        v = p[metric]
-        if v is None:
-            v = -float("inf") if higher else float("inf")
-        return (-v if higher else v, p["k"])
-
-    best = min(preds, key=key)
+    best = best_prediction(preds, metric)
     return SplitAdvice(engines, metric, best["k"], best["deployment"], preds,
                        {"policy": settings.as_dict(), "seed": seed, "requests": len(requests)})

@@ -20,10 +20,12 @@ from loadtests.daysim import (
     RequestView,
     all_plain,
     all_spec,
+    fronted,
     routed,
     simulate_day,
 )
 from loadtests.simulate import SimModel
+from loadtests.split import specgate_at
 
 #: t0 10 ms, knee 10, attention 1 us/token, prefill 1 ms/token, gamma 2, c 0.5.
 SPEED = SimModel(t0_s=0.01, batch_knee=10.0, attn_s_per_token=1e-6, prefill_s_per_token=1e-3,
@@ -214,6 +216,24 @@ def test_policy_adapter_routes_long_prompts_plain_and_short_ones_spec() -> None:
     assert [(r.pool, r.reason, r.status) for r in res.records] == [
         ("plain", "long_context", "ok"), ("spec", "speculative", "ok"), (None, "context_cap", "refused")]
     assert res.reasons == {"long_context": 1, "speculative": 1, "context_cap": 1}
+
+
+def test_the_router_in_front_of_spec_engines_alone_serves_long_prompts_there() -> None:
+    """At the split calibrate-split advises on a light day (every engine speculative) the long
+    prompts have no plain pool: the long-prompt bypass falls back to the speculative pool."""
+    model = default_engine_model()
+    settings = settings_for(model)
+    reqs = [_req(0, 100_000, 10, at=0.0), _req(1, 9000, 10, at=0.5), _req(2, 300_000, 10, at=1.0)]
+    dep = specgate_at(2, 2, settings)
+    assert (dep.name, dep.pools) == ("specgate 2s+0p", (("spec", True, 2),))
+    res = simulate_day(reqs, dep, model)
+    assert [(r.pool, r.reason, r.status) for r in res.records] == [
+        ("spec", "plain_unhealthy", "ok"), ("spec", "speculative", "ok"), (None, "context_cap", "refused")]
+    assert [r.endpoint for r in res.records[:2]] == ["http://spec-0", "http://spec-1"]  # least load
+    plain = simulate_day(reqs, specgate_at(0, 2, settings), model)
+    assert (plain.deployment, plain.reasons) == ("specgate 0s+2p", {"plain_only": 2, "context_cap": 1})
+    with pytest.raises(ValueError, match="0 <= k <= n"):
+        fronted(3, 2, lambda: PolicyRouter(settings))
 
 
 def test_settings_for_uses_the_models_crossover() -> None:
