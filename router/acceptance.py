@@ -24,7 +24,8 @@ bypassed on it never reports again. This module keeps what the gauge says true:
    it took part in; older, it is unknown: the decision then uses the pool's calibrated prior
    (predicted-time mode) or treats the pool as not bad (guard mode), so a bypassed pool gets
    traffic again and is measured again. The probe share this costs is bounded: one scrape
-   interval of eligible requests per ``max_age_s`` while the drafter really is bad.
+   interval of eligible requests per ``max_age_s`` while the drafter really is bad. An expired
+   estimate is dropped, not blended: the class's next observation starts afresh.
 
 State lives on one :class:`AcceptanceTracker` per endpoint, changed only on the event loop.
 """
@@ -127,9 +128,18 @@ class AcceptanceTracker:
         return True
 
     def accept_length(self, cls: str, now: float, max_age_s: float) -> float | None:
-        """The class's estimated tau if observed within ``max_age_s``, else None (unknown)."""
+        """The class's estimated tau if observed within ``max_age_s``, else None (unknown).
+
+        An estimate found older than ``max_age_s`` is dropped: the class's next observation
+        starts from the observed value, as a first one does, so a class bypassed on a bad
+        reading is judged on the new measurement alone, not blended with the reading that made
+        it bypassed (``observed_at`` is kept: :meth:`age_s` still says how old the last one is).
+        """
         at, inv = self.observed_at[cls], self.inverse[cls]
-        if at is None or inv is None or now - at > max_age_s:
+        if at is None or inv is None:
+            return None
+        if now - at > max_age_s:
+            self.inverse[cls] = None
             return None
         return 1.0 / inv
 

@@ -103,6 +103,26 @@ def test_tracker_ignores_an_idle_gauge_and_splits_classes():
     assert t.age_s("greedy", 7.0) == pytest.approx(2.0)
 
 
+def test_an_expired_estimate_is_measured_afresh_not_blended():
+    """A class bypassed on a bad reading is judged on its new measurement alone once the old
+    one expired (with weight 0.5 a blend of 1.4 and 2.4 would read 1.77: still bypassed)."""
+    t = AcceptanceTracker()
+    kw = {"weight": 0.5, "refresh_tokens": 160, "running_reqs": 1}
+    t.started("sampled")
+    t.scraped(1.4, 0.0, 0.0, **kw)
+    assert t.scraped(1.4, 100.0, 1.0, **kw) is True
+    assert t.accept_length("sampled", 1.0, 10.0) == pytest.approx(1.4)
+    t.finished("sampled")
+    assert t.accept_length("sampled", 11.5, 10.0) is None        # expired
+    assert t.age_s("sampled", 11.5) == pytest.approx(10.5)
+    t.started("sampled")
+    assert t.scraped(2.4, 300.0, 12.0, **kw) is True
+    assert t.accept_length("sampled", 12.0, 10.0) == pytest.approx(2.4)
+    # while fresh, observations blend (LMS step 0.5): 1/tau = 1/2.4 + 0.5 * (1/1.2 - 1/2.4)
+    assert t.scraped(1.2, 500.0, 13.0, **kw) is True
+    assert t.accept_length("sampled", 13.0, 10.0) == pytest.approx(1 / (1 / 2.4 + 0.5 * (1 / 1.2 - 1 / 2.4)))
+
+
 def test_flags_flip_at_most_once_per_interval():
     routing = RoutingConfig.model_validate({"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
                                             "min_flip_interval_s": 5.0})
