@@ -20,6 +20,10 @@ bypassed on it never reports again. This module keeps what the gauge says true:
    normalised-LMS step ``x += w * r * f / |f|^2`` with ``r = 1/tau_obs - f . x`` and
    ``w = acceptance.weight``. A pure-class observation is an exponential average of that class;
    a class seen for the first time starts at the observed value.
+   The next window starts with the requests still running and those that ended since the
+   previous scrape: the gauge moved at some instant before that scrape, and a request that
+   ended in between decoded its last steps into the next reading (a sampled request's tail
+   read as greedy made a greedy class look bad on the real CPU pools).
 3. **Age.** A class's estimate is used for ``acceptance.max_age_s`` after the last observation
    it took part in; older, it is unknown: the decision then uses the pool's calibrated prior
    (predicted-time mode) or treats the pool as not bad (guard mode), so a bypassed pool gets
@@ -62,12 +66,15 @@ class AcceptanceTracker:
         observed_at: monotonic time (s) of each class's last observation.
         window: requests sent per class since the last observation (the class mix).
         running: requests in flight per class (carried into the next window).
+        ended: requests per class that ended since the previous scrape (also carried: the
+            gauge may have moved before they ended, so their last steps count in the next one).
     """
 
     inverse: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(CLASSES))
     observed_at: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(CLASSES))
     window: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
     running: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
+    ended: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
     _last_value: float | None = None
     _last_counter: float | None = None
     _tokens_since: float = 0.0
@@ -80,6 +87,7 @@ class AcceptanceTracker:
     def finished(self, cls: str) -> None:
         """A request of class ``cls`` ended."""
         self.running[cls] -= 1
+        self.ended[cls] += 1
 
     def scraped(self, value: float | None, counter: float | None, now: float, *, weight: float,
                 refresh_tokens: float, running_reqs: int) -> bool:
@@ -94,6 +102,7 @@ class AcceptanceTracker:
             refresh_tokens: tokens after which an unchanged value still counts as re-measured.
             running_reqs: the engine's ``num_running_reqs``.
         """
+        ended, self.ended = self.ended, dict.fromkeys(CLASSES, 0)
         if counter is None:
             decoded, grew = running_reqs > 0, 0.0
         else:
@@ -124,7 +133,7 @@ class AcceptanceTracker:
                 inv = self.inverse[c] or target
                 self.inverse[c] = max(1e-3, inv + weight * residual * frac[c] / norm)
                 self.observed_at[c] = now
-        self.window = dict(self.running)
+        self.window = {c: self.running[c] + ended[c] for c in CLASSES}
         return True
 
     def accept_length(self, cls: str, now: float, max_age_s: float) -> float | None:

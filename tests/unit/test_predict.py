@@ -123,6 +123,26 @@ def test_an_expired_estimate_is_measured_afresh_not_blended():
     assert t.accept_length("sampled", 13.0, 10.0) == pytest.approx(1 / (1 / 2.4 + 0.5 * (1 / 1.2 - 1 / 2.4)))
 
 
+def test_a_request_that_ended_since_the_last_scrape_counts_in_the_next_reading():
+    """The gauge moved before the sampled request ended: its last steps are in the next reading,
+    so that reading is not put on the greedy request alone (the real pools showed it)."""
+    t = AcceptanceTracker()
+    kw = {"weight": 0.5, "refresh_tokens": 160, "running_reqs": 1}
+    t.started("sampled")
+    t.scraped(1.4, 0.0, 0.0, **kw)
+    t.finished("sampled")                                  # after the gauge moved to 1.4
+    assert t.scraped(1.4, 100.0, 1.0, **kw) is True
+    assert t.window == {"greedy": 0, "sampled": 1}          # carried into the next window
+    t.started("greedy")
+    assert t.scraped(1.9, 200.0, 2.0, **kw) is True
+    # window 1/2 greedy (first seen: 1/1.9), 1/2 sampled (1/1.4): one LMS step of w 0.5
+    r = 1 / 1.9 - (0.5 / 1.9 + 0.5 / 1.4)
+    assert t.accept_length("greedy", 2.0, 10.0) == pytest.approx(1 / (1 / 1.9 + 0.5 * r))
+    assert t.accept_length("sampled", 2.0, 10.0) == pytest.approx(1 / (1 / 1.4 + 0.5 * r))
+    assert t.scraped(1.9, 200.0, 3.0, **kw) is False
+    assert t.window == {"greedy": 1, "sampled": 0}          # only a reading resets the window
+
+
 def test_flags_flip_at_most_once_per_interval():
     routing = RoutingConfig.model_validate({"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
                                             "min_flip_interval_s": 5.0})
