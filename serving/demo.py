@@ -5,8 +5,13 @@
    same YAML), waits for ``/health`` and the warm-up generations (:mod:`serving.warmup`).
 3. Starts the router (``specgate router``) and waits for ``/ready``.
 4. Sends a real workload through the official ``openai`` client: short prompts (streamed and
-   not), long prompts, a burst of concurrent streams past the saturation threshold, and one
-   over-length request.
+   not), sampled ones until the sampled class is bypassed on acceptance, greedy ones after them,
+   long prompts, the sampled class's **recovery** (its bad estimate expires after
+   ``routing.acceptance.max_age_s``; low-temperature sampled requests, still the sampled class,
+   are sent to the speculative pool again, measured well, and stay there), a burst of concurrent
+   streams past the saturation threshold, and one over-length request. Each step of the
+   bypass and recovery is printed as it happens, with the response's ``x-specgate-reason`` and
+   ``/ready``'s view of the speculative pool (``summary.recovery`` in the report).
 5. Prints each request's pool, reason, status, time to first token and tokens/s, the
    speculative pool's accept length as SGLang reports it (``/server_info``
    ``internal_states[0].avg_spec_accept_length``, else ``sglang:spec_accept_length``), and a
@@ -33,7 +38,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["DemoRequest", "run_demo"]
+__all__ = ["DemoRequest", "DemoStack", "run_demo", "start_stack"]
 
 PROMPTS_SHORT = [
     "def fibonacci(n):",
@@ -59,6 +64,7 @@ class DemoRequest:
     prompt_tokens: int | None = None
     error_code: str | None = None
     elapsed_s: float = 0.0
+    finish_reason: str | None = None
 
 
 @dataclass
@@ -163,6 +169,8 @@ async def _one(client: Any, req: DemoRequest, messages: list[dict[str, str]], ma
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content and first is None:
                     first = time.perf_counter()
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    req.finish_reason = chunk.choices[0].finish_reason
                 if chunk.usage is not None:
                     req.completion_tokens = chunk.usage.completion_tokens
                     req.prompt_tokens = chunk.usage.prompt_tokens
@@ -182,6 +190,7 @@ async def _one(client: Any, req: DemoRequest, messages: list[dict[str, str]], ma
             req.completion_tokens = resp.usage.completion_tokens
             req.prompt_tokens = resp.usage.prompt_tokens
             req.tokens_per_s = resp.usage.completion_tokens / (end - t0)
+            req.finish_reason = resp.choices[0].finish_reason
     except openai.APIStatusError as exc:
         req.status = exc.status_code
         req.pool = exc.response.headers.get("x-specgate-pool")
@@ -199,35 +208,118 @@ async def _ready(router_url: str) -> dict[str, Any]:
         return await r.json()
 
 
-async def _workload(router_url: str, long_prompt_tokens: int, burst: int) -> tuple[list[DemoRequest], dict[str, Any]]:
-    """The demo's requests in order, and ``/ready``'s speculative-pool view after the sampled ones."""
+def _spec_view(ready: dict[str, Any], pool: str) -> dict[str, Any]:
+    """``/ready``'s acceptance view of one speculative pool: bypassed classes, estimates, ages."""
+    view = ready.get("pools", {}).get(pool, {})
+    est = view.get("accept_length_estimate") or {}
+    return {"low_acceptance_classes": view.get("low_acceptance_classes"),
+            "accept_length_estimate": {c: None if v is None else round(v, 3) for c, v in est.items()},
+            "acceptance_age_s": {c: (view.get("signal_age_s") or {}).get(f"acceptance_{c}") for c in est}}
+
+
+class _Steps:
+    """The bypass-and-recovery timeline: printed as it happens, kept for the report."""
+
+    def __init__(self, router_url: str, pool: str, say: Any) -> None:
+        self.router_url, self.pool, self.say = router_url, pool, say
+        self.t0 = time.monotonic()
+        self.rows: list[dict[str, Any]] = []
+
+    async def note(self, step: str, req: DemoRequest | None = None) -> dict[str, Any]:
+        view = _spec_view(await _ready(self.router_url), self.pool)
+        row: dict[str, Any] = {"t_s": round(time.monotonic() - self.t0, 2), "step": step, **view}
+        if req is not None:
+            row.update(request=req.name, temperature=req.temperature, pool=req.pool, reason=req.reason,
+                       status=req.status)
+        self.rows.append(row)
+        est = view["accept_length_estimate"].get("sampled")
+        head = (f"{req.name} (temperature {1.0 if req.temperature is None else req.temperature}) -> "
+                f"{req.status} pool {req.pool}, x-specgate-reason: {req.reason}; " if req else "")
+        self.say(f"[recovery +{row['t_s']:6.2f}s] {step}: {head}/ready: sampled estimate "
+                 f"{'unknown' if est is None else f'{est:.2f}'}, low_acceptance_classes "
+                 f"{view['low_acceptance_classes']}")
+        return view
+
+
+async def _until(predicate: Any, timeout_s: float, poll_s: float = 0.25) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(poll_s)
+    return False
+
+
+async def _workload(router_url: str, long_prompt_tokens: int, burst: int, *, spec_pool: str = "spec",
+                    max_age_s: float = 10.0, exit_accept_length: float = 0.0,
+                    say: Any = print) -> tuple[list[DemoRequest], dict[str, Any], list[dict[str, Any]]]:
+    """The demo's requests in order, ``/ready``'s speculative-pool view after the sampled ones,
+    and the bypass-and-recovery steps (:class:`_Steps` rows).
+
+    ``exit_accept_length`` (tokens per verify step) is the accept length at which the
+    acceptance bypass turns off (``routing.acceptance.exit_speedup * (c * gamma + 1)``).
+    """
     import openai
 
     client = openai.AsyncOpenAI(base_url=router_url + "/v1", api_key="demo", max_retries=0, timeout=300)
     out: list[DemoRequest] = []
+    steps = _Steps(router_url, spec_pool, say)
     user = lambda text: [{"role": "user", "content": text}]
     for i, prompt in enumerate(PROMPTS_SHORT):
         out.append(await _one(client, DemoRequest(f"short-{i}", stream=bool(i % 2)), user(prompt), 48))
-    # Sampled requests as the OpenAI SDK sends them by default (no temperature: 1.0). Their
-    # acceptance is tracked apart from greedy requests', so they cannot switch speculation off
-    # for greedy traffic (and a stale measurement expires: routing.acceptance.max_age_s).
-    for i, prompt in enumerate(PROMPTS_SHORT):
-        out.append(await _one(client, DemoRequest(f"sampled-{i}", stream=bool(i % 2), temperature=None),
-                              user(prompt), 48))
+    # Sampled requests as the OpenAI SDK sends them by default (no temperature: 1.0), until one
+    # is bypassed. Their acceptance is tracked apart from greedy requests', so they cannot switch
+    # speculation off for greedy traffic.
+    for i in range(8):
+        r = await _one(client, DemoRequest(f"sampled-{i}", stream=bool(i % 2), temperature=None),
+                       user(PROMPTS_SHORT[i % 4]), 48)
+        out.append(r)
+        await steps.note("sampled request", r)
+        if r.reason == "low_acceptance" and i >= 3:
+            break
     await asyncio.sleep(1.0)  # a few scrape rounds: the sampled measurements are taken in
     after_sampled = await _ready(router_url)
     for i, prompt in enumerate(PROMPTS_SHORT[:2]):
-        out.append(await _one(client, DemoRequest(f"greedy-after-sampled-{i}", stream=False), user(prompt), 48))
+        r = await _one(client, DemoRequest(f"greedy-after-sampled-{i}", stream=False), user(prompt), 48)
+        out.append(r)
+        await steps.note("greedy request while sampled is bypassed", r)
     long_text = "\n".join(f"def function_{i}(x):\n    return x * {i}\n" for i in range(long_prompt_tokens // 6))
     out.append(await _one(client, DemoRequest("long-stream", stream=True), user(long_text), 32))
     out.append(await _one(client, DemoRequest("long", stream=False), user(long_text), 32))
+    # Recovery. The sampled estimate is used for max_age_s after its last observation; older it
+    # is unknown, the bypass turns off, and the class is measured again. Sampled requests at a
+    # low temperature (still the sampled class) accept nearly as many draft tokens as greedy
+    # ones: measured well, the class stays on the speculative pool.
+    async def expired() -> bool:
+        return "sampled" not in (_spec_view(await _ready(router_url), spec_pool)["low_acceptance_classes"] or [])
+    await steps.note(f"waiting for the sampled estimate to expire (routing.acceptance.max_age_s {max_age_s:g} s)")
+    if await _until(expired, max_age_s + 10.0):
+        await steps.note("sampled estimate expired: the bypass is off, the class is measured again")
+    good = 0
+    for i in range(10):
+        r = await _one(client, DemoRequest(f"recover-{i}", stream=bool(i % 2), temperature=0.1),
+                       user(PROMPTS_SHORT[i % 4]), 48)
+        out.append(r)
+        await asyncio.sleep(0.6)  # two scrape rounds: a new gauge reading is taken in
+        view = await steps.note("sampled request at low temperature", r)
+        est = view["accept_length_estimate"].get("sampled")
+        measured = est is not None and est >= exit_accept_length and "sampled" not in (
+            view["low_acceptance_classes"] or [])
+        good = good + 1 if measured and r.reason == "speculative" else 0
+        if good >= 2:
+            break
+    for i in range(2):
+        r = await _one(client, DemoRequest(f"sampled-after-recovery-{i}", stream=bool(i % 2), temperature=0.1),
+                       user(PROMPTS_SHORT[i % 4]), 48)
+        out.append(r)
+        await steps.note("sampled request after recovery", r)
     burst_reqs = [DemoRequest(f"burst-{i}", stream=True) for i in range(burst)]
     out += await asyncio.gather(*(_one(client, r, user(PROMPTS_SHORT[i % 4]), 48)
                                   for i, r in enumerate(burst_reqs)))
     huge = "x " * 6000
     out.append(await _one(client, DemoRequest("over-length", stream=True), user(huge), 16))
     await client.close()
-    return out, after_sampled
+    return out, after_sampled, steps.rows
 
 
 async def _accept_length(url: str) -> tuple[float | None, str]:
@@ -303,7 +395,15 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
             asyncio.run(_wait_router(router_url, router, 120))
             progress.update(rtask, description=f"router ready at {router_url}")
             wtask = progress.add_task("sending the workload through the openai client")
-            results, after_sampled = asyncio.run(_workload(router_url, doc["routing"]["long_prompt_tokens"], burst))
+            from router.config import load_config
+
+            cfg = load_config(cfg_path)
+            spec_cfg = next(p for p in cfg.pools if p.speculative)
+            acc = cfg.routing.acceptance
+            exit_tau = acc.exit_speedup * (spec_cfg.drafter_cost_ratio * spec_cfg.gamma + 1)
+            results, after_sampled, recovery = asyncio.run(_workload(
+                router_url, cfg.routing.long_prompt_tokens, burst, spec_pool=spec_cfg.name,
+                max_age_s=acc.max_age_s, exit_accept_length=exit_tau, say=console.print))
             progress.update(wtask, description=f"workload done: {len(results)} requests")
 
         spec_pools = [p for p in doc["pools"] if p.get("speculative")]
@@ -343,12 +443,19 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
             "sampled_requests_served": all(r.status == 200 for r in results if r.name.startswith("sampled")),
             "greedy_still_speculative_after_sampled": all(
                 r.pool in {p["name"] for p in spec_pools} for r in results if r.name.startswith("greedy-after")),
+            "sampled_bypassed_on_acceptance": any(r.name.startswith("sampled-") and r.reason == "low_acceptance"
+                                                  for r in results),
+            "sampled_estimate_expired": any(s["step"].startswith("sampled estimate expired") for s in recovery),
+            "sampled_back_on_spec_after_recovery": _recovered(results, recovery, exit_tau),
+            "every_200_has_finish_reason_and_usage": all(
+                r.finish_reason and r.prompt_tokens and r.completion_tokens for r in results if r.status == 200),
         }
         spec_view = {name: {k: v for k, v in view.items() if k in (
             "accept_length_estimate", "low_acceptance_classes", "signal_age_s")}
             for name, view in after_sampled.get("pools", {}).items() if name in {p["name"] for p in spec_pools}}
         console.print(f"after the sampled requests, /ready says: {json.dumps(spec_view)}")
         summary = {"requests": len(results), "by_reason": reasons, "after_sampled": spec_view,
+                   "recovery": recovery, "recovery_exit_accept_length": round(exit_tau, 3),
                    "ok": sum(r.status == 200 for r in results), "elapsed_s": round(time.monotonic() - t_start, 1),
                    "checks": checks}
         for name, p in pools.items():
@@ -362,6 +469,79 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
         return 0 if all(checks.values()) else 1
     finally:
         stack.stop()
+
+
+@dataclass
+class DemoStack:
+    """A started demo stack (:func:`start_stack`): call :meth:`stop` when done.
+
+    Attributes:
+        doc: the rewritten config (free ports); config_path: its file; router_url: the router.
+        warmup: per pool name, its :class:`serving.warmup.WarmupResult`; logs: the server logs.
+    """
+
+    doc: dict[str, Any]
+    config_path: Path
+    router_url: str
+    warmup: dict[str, Any]
+    logs: Path
+    procs: _Stack
+
+    def stop(self) -> None:
+        """Stop every process the stack started (SIGTERM, then SIGKILL after 20 s)."""
+        self.procs.stop()
+
+
+def start_stack(config: Path, logs: Path, *, warmup: int = 3, timeout_s: float = 600.0) -> DemoStack:
+    """Start every pool of ``config`` (real SGLang, ``specgate serve``) and the router on free
+    ports of 127.0.0.1, as the demo does (steps 1-3 of the module docstring), without its output.
+
+    Raises:
+        RuntimeError: a server failed to start (its log tail is included); what started is stopped.
+    """
+    from serving.warmup import wait_ready
+
+    logs.mkdir(parents=True, exist_ok=True)
+    cfg_path, doc = _prepare_config(config, logs)
+    procs = _Stack()
+    py = sys.executable
+    try:
+        for pool in doc["pools"]:
+            procs.procs.append(_spawn(pool["name"], [py, "-m", "router.cli", "serve", "--config", str(cfg_path),
+                                                     "--pool", pool["name"]], logs / f"pool-{pool['name']}.log",
+                                      pool["endpoints"][0]))
+
+        async def warm(proc: _Proc) -> Any:
+            try:
+                return await wait_ready(proc.url, count=warmup, timeout_s=timeout_s,
+                                        alive=lambda: proc.popen.poll() is None)
+            except Exception as exc:  # noqa: BLE001  any failure: report it with the pool's log
+                raise RuntimeError(f"pool {proc.name} failed: {exc}\n{_tail(proc.log)}") from None
+
+        async def warm_all() -> list[Any]:
+            return list(await asyncio.gather(*(warm(p) for p in procs.procs)))
+
+        warmed = dict(zip([p.name for p in procs.procs], asyncio.run(warm_all())))
+        router_url = f"http://127.0.0.1:{doc['server']['port']}"
+        router = _spawn("router", [py, "-m", "router.cli", "router", "--config", str(cfg_path), "--json-logs"],
+                        logs / "router.log", router_url)
+        procs.procs.append(router)
+        asyncio.run(_wait_router(router_url, router, 120))
+    except BaseException:
+        procs.stop()
+        raise
+    return DemoStack(doc, cfg_path, router_url, warmed, logs, procs)
+
+
+def _recovered(results: list[DemoRequest], recovery: list[dict[str, Any]], exit_tau: float) -> bool:
+    """The sampled class is back on the speculative pool: the requests after the recovery went
+    there as ``speculative``, and ``/ready`` then held a fresh sampled estimate at or above the
+    bypass's exit accept length, with the class not bypassed."""
+    after = [r for r in results if r.name.startswith("sampled-after-recovery")]
+    last = [s for s in recovery if s["step"] == "sampled request after recovery"]
+    return bool(after) and all(r.status == 200 and r.reason == "speculative" for r in after) and all(
+        s["accept_length_estimate"].get("sampled") is not None and s["accept_length_estimate"]["sampled"] >= exit_tau
+        and "sampled" not in (s["low_acceptance_classes"] or []) for s in last)
 
 
 def _demo(args: argparse.Namespace) -> int:
