@@ -1,6 +1,10 @@
 """Does routing pay at equal hardware? A simulated day per shape, every deployment of N engines.
 
     /work/main/.venv/bin/python benchmarks/day.py [--engines 2,4] [--seed 0] [--out runs/day]
+    /work/main/.venv/bin/python benchmarks/day.py --real [--config examples/demo.yaml] [--out runs/day-real]
+
+``--real`` runs a short day on real SGLang CPU pools instead, for correctness
+(:mod:`loadtests.dayreal`); everything below is the simulator.
 
 For each named day shape (:mod:`loadtests.dayshapes`: ``light``, ``heavy``, ``mixed``, rates
 scaled to N engines) and each N, the same requests go through ``all-spec`` and ``all-plain``
@@ -77,7 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/day", help="output directory (default runs/day)")
     ap.add_argument("--logs", action="store_true", help="also write each run's request log (JSONL)")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--real", action="store_true", help="instead: a short day on the real demo stack (real SGLang "
+                    "CPU pools), checking every response (loadtests/dayreal.py; correctness, not speed)")
+    ap.add_argument("--config", default="examples/demo.yaml", help="--real: the stack's config")
     args = ap.parse_args(argv)
+    if args.real:
+        from loadtests.dayreal import run_real_day
+
+        return run_real_day(Path(args.config), Path(args.out if args.out != "runs/day" else "runs/day-real"),
+                            seed=args.seed)
     model = default_engine_model()
     settings = settings_for(model)
     objective = Objective()
