@@ -71,6 +71,8 @@ PROBE = textwrap.dedent(
             use_rejection_sampling=False)
         out["sampling_op"] = getattr(eagle_utils.tree_speculative_sampling_target_only,
                                      "__module__", None)
+        out["renorm_ops"] = [getattr(eagle_utils.top_k_renorm_prob, "__module__", None),
+                             getattr(eagle_utils.top_p_renorm_prob, "__module__", None)]
     print(json.dumps(out))
     """
 )
@@ -101,6 +103,9 @@ def test_pth_exposes_stand_in_only_in_cpu_mode_and_hooks_apply():
         "amx_path": True,
         "greedy_verify_at_t1": False,
         "sampling_op": "sgl_kernel.ops_spec",
+        # a greedy + sampled batch verifies with top-k renormalisation (None crashed the engine)
+        "renorm_ops": ["drafters.verifier", "drafters.verifier"],
     }
     stock = _probe(SGLANG_USE_CPU_ENGINE="1", SPECGATE_CPU_SAMPLED_VERIFY="0")
     assert stock["greedy_verify_at_t1"] is True and stock["sampling_op"] is None
+    assert stock["renorm_ops"] == [None, None]

@@ -24,8 +24,13 @@ registers two post-import adjustments of SGLang 0.5.23 modules; nothing else is 
    ``drafters.verifier`` is importable, this hook drops the ``is_cpu`` term and points
    ``eagle_utils.tree_speculative_sampling_target_only`` at
    ``sgl_kernel.tree_speculative_sampling_target_only`` (which calls
-   ``drafters.verifier.tree_speculative_sampling``). Set
-   ``SPECGATE_CPU_SAMPLED_VERIFY=0`` to keep SGLang's stock greedy verification.
+   ``drafters.verifier.tree_speculative_sampling``), and, where SGLang has no CPU kernel for
+   them (``kernels/ops/sampling/renorm.py`` leaves them None), ``eagle_utils.top_k_renorm_prob``
+   / ``top_p_renorm_prob`` at ``drafters.verifier.top_k_renorm_probs`` / ``top_p_renorm_probs``:
+   a batch mixing greedy requests (top_k 1) and sampled ones verifies on the sampled path with
+   top-k renormalisation, and the stock None crashed the scheduler (``TypeError: 'NoneType'
+   object is not callable`` in ``eagle_sample``). Set ``SPECGATE_CPU_SAMPLED_VERIFY=0`` to keep
+   SGLang's stock greedy verification.
 
 Both hooks apply at import of the target module (or at once when it is already imported).
 """
@@ -128,6 +133,15 @@ def _enable_sampled_verify(eagle_utils: ModuleType) -> None:
     eagle_utils.tree_speculative_sampling_target_only = (
         sgl_kernel.tree_speculative_sampling_target_only
     )
+    # A batch that mixes greedy requests (SGLang's top_k 1) with sampled ones verifies on the
+    # sampled path with need_top_k_sampling set, and calls these; off CUDA/HIP they are None
+    # (kernels/ops/sampling/renorm.py), which crashed the scheduler.
+    from drafters.verifier import top_k_renorm_probs, top_p_renorm_probs
+
+    if getattr(eagle_utils, "top_k_renorm_prob", None) is None:
+        eagle_utils.top_k_renorm_prob = top_k_renorm_probs
+    if getattr(eagle_utils, "top_p_renorm_prob", None) is None:
+        eagle_utils.top_p_renorm_prob = top_p_renorm_probs
 
 
 HOOKS: dict[str, Hook] = {
