@@ -534,14 +534,15 @@ def start_stack(config: Path, logs: Path, *, warmup: int = 3, timeout_s: float =
 
 
 def _recovered(results: list[DemoRequest], recovery: list[dict[str, Any]], exit_tau: float) -> bool:
-    """The sampled class is back on the speculative pool: the requests after the recovery went
-    there as ``speculative``, and ``/ready`` then held a fresh sampled estimate at or above the
-    bypass's exit accept length, with the class not bypassed."""
+    """The sampled class is back on the speculative pool: a low-temperature probe was measured
+    there at or above the bypass's exit accept length with the class not bypassed (``/ready``),
+    and the sampled requests after it went there as ``speculative`` (the estimate may have aged
+    out again by then on a slow machine: unknown is not bad)."""
     after = [r for r in results if r.name.startswith("sampled-after-recovery")]
-    last = [s for s in recovery if s["step"] == "sampled request after recovery"]
-    return bool(after) and all(r.status == 200 and r.reason == "speculative" for r in after) and all(
-        s["accept_length_estimate"].get("sampled") is not None and s["accept_length_estimate"]["sampled"] >= exit_tau
-        and "sampled" not in (s["low_acceptance_classes"] or []) for s in last)
+    measured = any(s["step"] == "sampled request at low temperature" and s.get("reason") == "speculative"
+                   and (s["accept_length_estimate"].get("sampled") or 0.0) >= exit_tau
+                   and "sampled" not in (s["low_acceptance_classes"] or []) for s in recovery)
+    return measured and bool(after) and all(r.status == 200 and r.reason == "speculative" for r in after)
 
 
 def _demo(args: argparse.Namespace) -> int:
