@@ -235,9 +235,8 @@ class _Steps:
         est = view["accept_length_estimate"].get("sampled")
         head = (f"{req.name} (temperature {1.0 if req.temperature is None else req.temperature}) -> "
                 f"{req.status} pool {req.pool}, x-specgate-reason: {req.reason}; " if req else "")
-        self.say(f"[recovery +{row['t_s']:6.2f}s] {step}: {head}/ready: sampled estimate "
-                 f"{'unknown' if est is None else f'{est:.2f}'}, low_acceptance_classes "
-                 f"{view['low_acceptance_classes']}")
+        self.say(f"[recovery +{row['t_s']:6.2f}s] {step}: {head}/ready: sampled tau "
+                 f"{'unknown' if est is None else f'{est:.2f}'}, bypassed {view['low_acceptance_classes']}")
         return view
 
 
@@ -403,7 +402,8 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
             exit_tau = acc.exit_speedup * (spec_cfg.drafter_cost_ratio * spec_cfg.gamma + 1)
             results, after_sampled, recovery = asyncio.run(_workload(
                 router_url, cfg.routing.long_prompt_tokens, burst, spec_pool=spec_cfg.name,
-                max_age_s=acc.max_age_s, exit_accept_length=exit_tau, say=console.print))
+                max_age_s=acc.max_age_s, exit_accept_length=exit_tau,
+                say=lambda line: console.print(line, markup=False, highlight=False)))
             progress.update(wtask, description=f"workload done: {len(results)} requests")
 
         spec_pools = [p for p in doc["pools"] if p.get("speculative")]
