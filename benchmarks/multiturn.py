@@ -32,9 +32,11 @@ clients each playing whole conversations one after the other, pausing ``--think-
 before each later turn. Every conversation shares one system prompt (120 words); its first
 user message has 40-80 seeded words, later ones 10-40; each answer asks ``--answer-tokens``
 tokens. Defaults: fakes 24 x 8 turns, 8 clients, 16-48 tokens, no pause; SGLang 8 x 5, 4
-clients, 8-16 tokens, pauses up to 0.5 s (without them, least load in a closed loop sends a
-client's next turn to the replica its last turn just left, by accident). Between targets the
-replicas' caches are flushed (and the fakes' logs reset).
+clients, 8-16 tokens, pauses up to 2 s (without them, least load in a closed loop tends to send
+a client's next turn to the replica its last turn just left, by accident). Between targets the
+replicas' caches are flushed (and the fakes' logs reset). Specgate scrapes real engines every
+0.5 s with a 5 s timeout (a busy CPU engine took over 1 s to answer ``/metrics``; three such
+scrapes eject it, and its prefix index with it).
 
 Measured per target: prefill work = sum over turns after the first of ``prompt_tokens -
 cached_tokens`` (tokens, as the engines report them), divided by the same sum for ``perfect``;
@@ -260,7 +262,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=None, help="default 8 (fake), 4 (sglang)")
     ap.add_argument("--answer-tokens", default=None, help="max_tokens range lo,hi: default 16,48 (fake), 8,16 (sglang)")
     ap.add_argument("--think-s", type=float, default=None,
-                    help="pause before each later turn, uniform in [0, this) s: default 0 (fake), 0.5 (sglang)")
+                    help="pause before each later turn, uniform in [0, this) s: default 0 (fake), 2 (sglang)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=1, help="repeat with seeds seed..seed+seeds-1")
     ap.add_argument("--cache-tokens", type=int, default=65536, help="prefix cache per fake replica (tokens)")
@@ -275,7 +277,7 @@ def main() -> int:
     args = ap.parse_args()
     real = args.engines == "sglang" or args.upstream is not None
     args.engines = "sglang" if real else "fake"
-    dflt = (8, 5, 4, "8,16", 0.5) if real else (24, 8, 8, "16,48", 0.0)
+    dflt = (8, 5, 4, "8,16", 2.0) if real else (24, 8, 8, "16,48", 0.0)
     for key, value in zip(("conversations", "turns", "concurrency", "answer_tokens", "think_s"), dflt, strict=True):
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -295,6 +297,10 @@ def main() -> int:
     # greedy on real engines: every target sees the same answers (the fake's are deterministic)
     extra = {"temperature": 0} if real else None
     context = 8192 if real else 65536
+    # a busy CPU engine can take over a second to answer /metrics: with the fakes' 1 s timeout
+    # it was ejected (3 failed scrapes) and its prefix index dropped, which moved conversations
+    scrape = ({"interval_s": 0.5, "timeout_s": 5.0, "stale_after_s": 5.0} if real else
+              {"interval_s": 0.2, "timeout_s": 1.0, "stale_after_s": 1.0})
 
     def spawn(cmd: list[str], log: str) -> subprocess.Popen[bytes]:
         p = subprocess.Popen(cmd, stdout=open(work / log, "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
@@ -322,7 +328,7 @@ def main() -> int:
             "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 100000, "exit": 99999},
                         "prefix_cache": {"enabled": enabled, **({"hash_load_factor": args.hash_load_factor}
                                                                 if args.hash_load_factor else {})}},
-            "scrape": {"interval_s": 0.2, "timeout_s": 1.0, "stale_after_s": 1.0},
+            "scrape": scrape,
             "server": {"log_requests": False}}))
         spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port", str(port)],
               f"{name}.log")
