@@ -297,6 +297,7 @@ def main() -> int:
     # greedy on real engines: every target sees the same answers (the fake's are deterministic)
     extra = {"temperature": 0} if real else None
     context = 8192 if real else 65536
+    ready_s = 300.0 if real else 60.0  # routers start slowly beside busy CPU engines
     # a busy CPU engine can take over a second to answer /metrics: with the fakes' 1 s timeout
     # it was ejected (3 failed scrapes) and its prefix index dropped, which moved conversations
     scrape = ({"interval_s": 0.5, "timeout_s": 5.0, "stale_after_s": 5.0} if real else
@@ -333,7 +334,7 @@ def main() -> int:
         spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port", str(port)],
               f"{name}.log")
         url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/ready")
+        wait_http(url + "/ready", ready_s)
         return url
 
     def rust(fakes: list[str], policy: str) -> str:
@@ -342,7 +343,7 @@ def main() -> int:
                "--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(free_port())],
               f"rust-{policy}.log")
         url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/health")
+        wait_http(url + "/health", ready_s)
         return url
 
     try:
