@@ -160,7 +160,7 @@ def _post(url: str, timeout_s: float = 10.0) -> int:
 
     try:
         with urllib.request.urlopen(urllib.request.Request(url, method="POST", data=b""), timeout=timeout_s) as r:
-            return r.status
+            return int(r.status)
     except urllib.error.HTTPError as exc:
         return exc.code
 
@@ -376,7 +376,7 @@ def main() -> int:
         time.sleep(1.0)  # a few scrape rounds: every specgate endpoint healthy
         results: dict[str, list[dict[str, Any]]] = {}
         for seed in range(args.seed, args.seed + args.seeds):
-            convs = conversations(args.conversations, args.turns, seed, answer)  # type: ignore[arg-type]
+            convs = conversations(args.conversations, args.turns, seed, answer)
             for name, urls in fronts.items():
                 backends = urls if name == "perfect" else replicas
                 for b in backends:
