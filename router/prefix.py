@@ -36,7 +36,9 @@ Structure (cheap on the hot path in Python: no tree walk, a few dict look-ups):
   at least as recent as any key that extends it: eviction drops the tail of a conversation
   before its head (a radix cache's leaf-first LRU), and the keys held for an endpoint are
   prefix-closed, so :meth:`PrefixIndex.match` finds the matched length by binary search
-  (``log2(max_blocks)`` look-ups per endpoint).
+  (``log2(max_blocks)`` look-ups per endpoint). An anchor that ends inside a block is keyed
+  too (one more key), so a first turn whose prompt ends within that block is still found by
+  the second.
 - The *anchor* of a request: a stable hash (BLAKE2b, the same in every process) of its prompt
   up to the end of the first user message (the system prompt plus the question that opens the
   conversation), or of the first ``anchor_blocks`` blocks when there is no such message. Every
@@ -70,7 +72,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -114,6 +116,9 @@ class PrefixChain(NamedTuple):
         block_chars: block size (characters).
         continued: the prompt continues a conversation (a chat with an assistant message):
             some replica already placed it, so its rendezvous choice ignores the load bound.
+        anchor_chars: where the anchor ends (characters; 0 without an anchor). Past
+            ``anchor_blocks * block_chars`` it ends inside a partial block, which
+            :class:`PrefixIndex` keys by the anchor itself.
     """
 
     keys: tuple[int, ...]
@@ -122,6 +127,7 @@ class PrefixChain(NamedTuple):
     chars: int
     block_chars: int
     continued: bool = False
+    anchor_chars: int = 0
 
     def tokens(self, blocks: int, prompt_tokens: int) -> int:
         """Estimated tokens in the first ``blocks`` blocks: their characters times the prompt's
@@ -129,6 +135,14 @@ class PrefixChain(NamedTuple):
         if self.chars <= 0:
             return 0
         return min(prompt_tokens, blocks * self.block_chars * prompt_tokens // self.chars)
+
+
+def _anchor_key(chain: PrefixChain) -> tuple[str, int] | None:
+    """The index key of ``chain``'s anchor when the anchor ends inside a block (past its whole
+    blocks), else None (its whole blocks say it all). A tuple: never equal to a block key."""
+    if chain.anchor is None or chain.anchor_chars <= chain.anchor_blocks * chain.block_chars:
+        return None
+    return ("anchor", chain.anchor)
 
 
 def _stable_hash(text: str) -> int:
@@ -166,7 +180,7 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
         anchor_end = anchor_blocks * block_chars
     anchor_end = min(anchor_end, size, max_blocks * block_chars)
     return PrefixChain(tuple(keys), _stable_hash(text[:anchor_end]), min(anchor_end // block_chars, n),
-                       size, block_chars, continued)
+                       size, block_chars, continued, anchor_end)
 
 
 def first_user_end(text: str, messages: Sequence[Any]) -> int | None:
@@ -229,15 +243,26 @@ class PrefixIndex:
         if max_blocks_per_endpoint < 1:
             raise ValueError("max_blocks_per_endpoint must be >= 1")
         self.max_blocks_per_endpoint = max_blocks_per_endpoint
-        self._lru: dict[str, OrderedDict[int, None]] = {}
+        self._lru: dict[str, OrderedDict[int | tuple[str, int], None]] = {}
 
     def match(self, chain: PrefixChain, prompt_tokens: int) -> dict[str, int]:
         """``{url: estimated cached tokens}`` for each endpoint holding a prefix of ``chain``
-        (endpoints with no match are left out). Read-only: nothing moves in the LRU."""
+        (endpoints with no match are left out). Read-only: nothing moves in the LRU.
+
+        An endpoint holding exactly the anchor's whole blocks and the anchor's own key (a
+        request with this very anchor went there: the first turn of this conversation, whose
+        prompt often ends within a block of the anchor, e.g. 33 characters of template after
+        the first user message) is estimated at the whole anchor, ``anchor_chars``: more than
+        the anchor's whole blocks, so the next turn finds it (:func:`pick_endpoint`'s
+        ``prefix_match``) instead of falling back to the rendezvous choice, which the load
+        bound may have skipped for the first turn.
+        """
         keys = chain.keys
         out: dict[str, int] = {}
         if not keys:
             return out
+        whole = chain.anchor_blocks
+        anchor_key = _anchor_key(chain)
         for url, held in self._lru.items():
             if keys[0] not in held:
                 continue
@@ -248,12 +273,15 @@ class PrefixIndex:
                     lo = mid
                 else:
                     hi = mid - 1
-            out[url] = chain.tokens(lo, prompt_tokens)
+            if lo == whole and anchor_key is not None and anchor_key in held:
+                out[url] = min(prompt_tokens, chain.anchor_chars * prompt_tokens // chain.chars)
+            else:
+                out[url] = chain.tokens(lo, prompt_tokens)
         return out
 
     def matched_blocks(self, url: str, chain: PrefixChain) -> int:
         """Blocks of ``chain`` held for ``url`` (a linear scan; for tests and diagnostics)."""
-        held: Collection[int] = self._lru.get(url, {})
+        held: Collection[int | tuple[str, int]] = self._lru.get(url, {})
         n = 0
         for key in chain.keys:
             if key not in held:
@@ -263,13 +291,17 @@ class PrefixIndex:
 
     def record(self, url: str, chain: PrefixChain) -> None:
         """``chain`` was routed to ``url``: make its keys the most recent there (deepest
-        first, so the prefix keys end up newest), then evict the oldest above the cap."""
+        first, so the prefix keys end up newest; the anchor's own key, when the anchor ends
+        inside a block, before them all), then evict the oldest above the cap."""
         if not chain.keys:
             return
         held = self._lru.get(url)
         if held is None:
             held = self._lru[url] = OrderedDict()
-        for key in reversed(chain.keys):
+        anchor_key = _anchor_key(chain)
+        keys: Iterable[int | tuple[str, int]] = (reversed(chain.keys) if anchor_key is None
+                                                 else (anchor_key, *reversed(chain.keys)))
+        for key in keys:
             if key in held:
                 held.move_to_end(key)
             else:

@@ -110,7 +110,7 @@ def test_chain_blocks_and_anchor() -> None:
 
 
 def test_chain_caps_and_short_prompts() -> None:
-    assert prefix_chain("x" * 15, block_chars=16, max_blocks=4) == ((), None, 0, 15, 16, False)
+    assert prefix_chain("x" * 15, block_chars=16, max_blocks=4) == ((), None, 0, 15, 16, False, 0)
     capped = prefix_chain("x" * 1000, block_chars=16, max_blocks=4)
     assert len(capped.keys) == 4 and capped.anchor_blocks == 4
     assert capped.tokens(2, 100) == 2 * 16 * 100 // 1000
@@ -230,3 +230,40 @@ def test_conversations_move_when_an_endpoint_goes_unhealthy_and_nothing_stale_re
     # A comes back empty: conversations that moved stay where their cache now is
     back = [route(t + " again and again", set(urls)) for t in turn2]
     assert back == moved
+
+
+def test_second_turn_finds_a_first_turn_that_ends_inside_the_anchors_last_block() -> None:
+    """The first turn's prompt ends a few template characters after the first user message, so
+    its chain holds no whole block past the anchor's; the anchor's own key tells the endpoint
+    that served it, and the second turn goes there even when the first turn was placed off
+    its rendezvous choice (the load bound). Seen with the tiny Llama's template: 33 characters
+    after the first user message, about half the conversations of benchmarks/multiturn.py."""
+    system, user = "s" * 100, "q" * 21
+    turn1 = f"<|system|>{system}<|user|>{user}<a>"   # the anchor ends at 10 + 100 + 8 + 21 = 139
+    end = len(turn1) - 3
+    first = prefix_chain(turn1, block_chars=16, max_blocks=64, anchor_end=end)
+    assert (end, len(turn1)) == (139, 142)
+    assert len(first.keys) == first.anchor_blocks == 8 and first.anchor_chars == end
+    turn2 = prefix_chain(turn1 + "answer<e><|user|>more words<a>", block_chars=16, max_blocks=64,
+                         anchor_end=end, continued=True)
+    assert turn2.anchor == first.anchor and turn2.keys[:8] == first.keys
+    p = turn2.chars  # one token per character
+    anchor_tokens = turn2.tokens(turn2.anchor_blocks, p)
+    ranked = sorted((A, B), key=lambda u: rendezvous_score(u, first.anchor), reverse=True)
+    off_hash = ranked[1]
+    idx = PrefixIndex(max_blocks_per_endpoint=100)
+    idx.record(off_hash, first)                       # placed off its hash by the load bound
+    other_start = f"<|system|>{system}<|user|>{'z' * 40}"
+    idx.record(ranked[0], prefix_chain(other_start + "<a>", block_chars=16, max_blocks=64,
+                                       anchor_end=len(other_start)))  # another conversation
+    match = idx.match(turn2, p)
+    assert match == {off_hash: end, ranked[0]: 7 * 16}
+    assert match[off_hash] > anchor_tokens == 8 * 16
+    got = pick_endpoint([Candidate(u, True, 0, match.get(u, 0)) for u in (A, B)], prompt_tokens=p,
+                        anchor=turn2.anchor, anchor_tokens=anchor_tokens, continued=True)
+    assert got == (off_hash, PickReason.PREFIX_MATCH)
+    # another first message with the same whole blocks: the anchor key is not its own
+    other = prefix_chain(f"<|system|>{system}<|user|>{'q' * 20}Z<a>more", block_chars=16, max_blocks=64,
+                         anchor_end=end)
+    assert other.keys[:8] == first.keys and other.anchor != first.anchor
+    assert idx.match(other, other.chars)[off_hash] == 8 * 16
