@@ -2733,7 +2733,3 @@ def main(argv: list[str] | None = None) -> None:
         ws="none",
         timeout_graceful_shutdown=2,
     )
-
-
-if __name__ == "__main__":
-    main()
