@@ -154,12 +154,14 @@ from serving.fake_sglang.app import create_fake_app
 from serving.fake_sglang.behaviour import Behaviour
 from serving.fake_sglang.cli import main
 from serving.fake_sglang.config import FakeConfig
+from serving.fake_sglang.endpoints import SGLANG_VERSION
 from serving.fake_sglang.errors import overlength_body, sglang_error_body
 from serving.fake_sglang.server import FakeServer, run_fake_server
 from serving.fake_sglang.state import FakeState
 from serving.fake_sglang.tokens import simple_chat_tokens, simple_text_tokens
 
 __all__ = [
+    "SGLANG_VERSION",
     "Behaviour",
     "FakeConfig",
     "FakeServer",

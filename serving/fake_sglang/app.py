@@ -8,23 +8,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import socket
 import struct
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict
 from typing import Any
 
-import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from serving.fake_sglang import admin, embeddings, endpoints
 from serving.fake_sglang.behaviour import SOFT_FAULTS, Behaviour
 from serving.fake_sglang.config import FakeConfig
+from serving.fake_sglang.endpoints import logged
 from serving.fake_sglang.errors import (
     ClientError,
     default_error_type,
@@ -32,126 +30,37 @@ from serving.fake_sglang.errors import (
     json_response,
     sglang_error,
 )
+from serving.fake_sglang.metrics import metrics
+from serving.fake_sglang.protocol import (
+    ROLES,
+    as_int,
+    check_lengths,
+    effective_limit,
+    include_usage,
+    make_rids,
+    read_json,
+    stop_list,
+)
 from serving.fake_sglang.state import FakeState, Job, Sample
 
-__all__ = ["SGLANG_VERSION", "create_fake_app"]
+__all__ = ["create_fake_app"]
 
-SGLANG_VERSION = "0.5.23"
 _CYCLE_KEY = "fake_sglang.cycle"
-_ROLES = frozenset({"system", "user", "assistant", "tool", "function", "developer"})
 _SSE_CT = b"text/event-stream; charset=utf-8"
 _DONE = b"data: [DONE]\n\n"
 _CONN_KEY = "fake_sglang.connection_requests"
 _QUEUE_FULL = "The request queue is full."
-_GAUGES = (
-    "num_running_reqs",
-    "num_queue_reqs",
-    "token_usage",
-    "spec_accept_length",
-    "spec_accept_rate",
-    "gen_throughput",
-    "cache_hit_rate",
-)
 
 
-def _as_int(value: Any, name: str) -> int | None:
-    """Pydantic-lax int coercion as SGLang's request models do; bad values: ``ClientError``."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise ClientError(
-        f"1 validation error: {name}: Input should be a valid integer", "Bad Request"
-    )
+def _bind(
+    state: FakeState, handler: Callable[[FakeState, Request], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Response]]:
+    """``handler(state, request)`` as a Starlette endpoint (not logged)."""
 
+    async def endpoint(request: Request) -> Response:
+        return await handler(state, request)
 
-# --------------------------------------------------------------------------------------------
-# Request parsing (SGLang's validation, partly)
-# --------------------------------------------------------------------------------------------
-
-
-def _stop_list(stop: Any) -> list[str]:
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        return [stop]
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return list(stop)
-    raise ClientError(
-        "1 validation error: stop: Input should be a valid string or list", "Bad Request"
-    )
-
-
-def _include_usage(body: dict[str, Any]) -> bool:
-    so = body.get("stream_options")
-    return bool(isinstance(so, dict) and so.get("include_usage"))
-
-
-def _make_rids(rid: Any, batch: int, n: int, single: bool) -> list[str]:
-    """Sample ids as SGLang 0.5.23 assigns them (module docstring, "Request ids")."""
-    if n > 1:
-        return [uuid.uuid4().hex for _ in range(batch * n)]
-    if single:
-        if rid is None:
-            return [uuid.uuid4().hex]
-        if isinstance(rid, str):
-            return [rid]
-        raise ClientError("The rid should be a string or a list of strings.")
-    if rid is None:
-        return [uuid.uuid4().hex for _ in range(batch)]
-    if isinstance(rid, str):
-        return [f"{rid}_{i}" for i in range(batch)]
-    if isinstance(rid, list) and all(isinstance(r, str) for r in rid):
-        if len(rid) != batch:
-            raise ClientError(
-                "The specified rids length mismatch with the batch_size for batch processing."
-            )
-        return list(rid)
-    raise ClientError("The rid should be a string or a list of strings.")
-
-
-def _check_lengths(cfg: FakeConfig, prompt_tokens: int, limit: int | None) -> None:
-    """SGLang's tokenizer-manager checks 2 and 3 (module docstring); raise ``ClientError``."""
-    c = cfg.context_length
-    num = prompt_tokens + cfg.num_reserved_tokens
-    if num >= c:
-        raise ClientError(
-            f"The input ({num} tokens) is longer than the model's context length ({c} tokens)."
-        )
-    if limit is not None and limit + num > c:
-        raise ClientError(
-            f"Requested token count exceeds the model's maximum context length of {c} tokens. "
-            f"You requested a total of {limit + num} tokens: {num} tokens from the input messages "
-            f"and {limit} tokens for the completion. Please reduce the number of tokens in the "
-            f"input messages or the completion to fit within the limit."
-        )
-    if limit is not None and limit < 0:
-        raise ClientError(f"max_new_tokens must be at least 0, got {limit}.")
-
-
-def _effective_limit(
-    cfg: FakeConfig, prompt_tokens: int, limit: int | None, behaviour: Behaviour | None
-) -> int:
-    """Scheduler clipping: min(limit, max_req_len - P - 1), then the behaviour's cap."""
-    room = max(0, cfg.max_req_len - prompt_tokens - 1)
-    eff = room if limit is None else max(0, min(limit, room))
-    if behaviour is not None and behaviour.max_tokens is not None:
-        eff = min(eff, behaviour.max_tokens)
-    return eff
-
-
-# --------------------------------------------------------------------------------------------
-# The app
-# --------------------------------------------------------------------------------------------
+    return endpoint
 
 
 class _FakeStarlette(Starlette):
@@ -176,19 +85,6 @@ class _Asgi:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.handler(scope, receive, send)
-
-
-async def _read_json(request: Request, entry: dict[str, Any] | None = None) -> Any:
-    raw = await request.body()
-    try:
-        body = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError as e:
-        if entry is not None:
-            entry["body"] = raw.decode("utf-8", "replace")
-        raise ClientError(f"JSON decode error: {e}", "Bad Request") from e
-    if entry is not None:
-        entry["body"] = body
-    return body
 
 
 def _perturbed(config: FakeConfig, job: Job) -> bool:
@@ -223,13 +119,13 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             if kind != "generate":
                 ct = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
                 if ct != "application/json":
-                    await _read_json(request, entry)
+                    await read_json(request, entry)
                     raise ClientError(
                         "1 validation error: header content-type: "
                         "Unsupported Media Type: Only 'application/json' is allowed",
                         "Bad Request",
                     )
-            body = await _read_json(request, entry)
+            body = await read_json(request, entry)
             if not isinstance(body, dict):
                 raise ClientError(
                     "1 validation error: body: Input should be a valid dictionary", "Bad Request"
@@ -271,15 +167,15 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             role = m.get("role")
             if role == "root":
                 raise ClientError("unsupported chat role: root", "BadRequest")
-            if role not in _ROLES:
+            if role not in ROLES:
                 raise ClientError(
                     "1 validation error: messages.role: 'role' must be one of "
-                    + ", ".join(f"'{r}'" for r in sorted(_ROLES)),
+                    + ", ".join(f"'{r}'" for r in sorted(ROLES)),
                     "Bad Request",
                 )
         if not messages:
             raise ClientError("Messages cannot be empty.")
-        n = _as_int(body.get("n", 1), "n")
+        n = as_int(body.get("n", 1), "n")
         if n is None:
             raise ClientError(
                 "1 validation error: n: Input should be a valid integer", "Bad Request"
@@ -287,8 +183,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         if n == 0 and not body.get("stream"):
             # SGLang 0.5.23 runs one choice, then fails on range(0, 1, n) in its usage sum
             raise ClientError("range() arg 3 must not be zero", "BadRequest")
-        mct = _as_int(body.get("max_completion_tokens"), "max_completion_tokens")
-        mt = _as_int(body.get("max_tokens"), "max_tokens")
+        mct = as_int(body.get("max_completion_tokens"), "max_completion_tokens")
+        mt = as_int(body.get("max_tokens"), "max_tokens")
         limit = mct or mt  # SGLang: `max_completion_tokens or max_tokens`
         if cfg.context_length_flag and limit and limit > cfg.context_length:
             raise ClientError(
@@ -300,8 +196,8 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             p = await asyncio.to_thread(state.counter.chat, messages, tools)
         else:
             p = state.counter.chat(messages, tools)
-        _check_lengths(cfg, p, limit)
-        rids = _make_rids(body.get("rid"), 1, max(n, 1), True)
+        check_lengths(cfg, p, limit)
+        rids = make_rids(body.get("rid"), 1, max(n, 1), True)
         job = _new_job(
             entry, "/v1/chat/completions", body, rids, [p] * len(rids), n, limit, behaviour
         )
@@ -317,14 +213,14 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             raise ClientError("1 validation error: prompt: Field required", "Bad Request")
         if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
             raise ClientError("Prompt cannot be empty")
-        n = _as_int(body.get("n", 1), "n")
+        n = as_int(body.get("n", 1), "n")
         if n is None:
             raise ClientError(
                 "1 validation error: n: Input should be a valid integer", "Bad Request"
             )
         if n == 0 and not body.get("stream"):
             raise ClientError("range() arg 3 must not be zero", "BadRequest")
-        mt = _as_int(body.get("max_tokens", 16), "max_tokens")
+        mt = as_int(body.get("max_tokens", 16), "max_tokens")
         if mt is not None and mt <= 0:
             raise ClientError(
                 "1 validation error: max_tokens: Value error, max_tokens must be positive",
@@ -332,9 +228,9 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             )
         prompts, single = await _prompt_counts(prompt)
         for p in prompts:
-            _check_lengths(cfg, p, mt)
+            check_lengths(cfg, p, mt)
         en = max(n, 1)
-        rids = _make_rids(body.get("rid"), len(prompts), en, single and en == 1)
+        rids = make_rids(body.get("rid"), len(prompts), en, single and en == 1)
         counts = [prompts[i // en] for i in range(len(prompts) * en)]
         job = _new_job(entry, "/v1/completions", body, rids, counts, n, mt, behaviour)
         if state.prefix_cache is not None and isinstance(prompt, str):
@@ -351,11 +247,11 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         if text is None and ids is None:
             raise ClientError("Either text, input_ids or input_embeds should be provided.")
         prompts, single = await _prompt_counts(text if text is not None else ids)
-        n = _as_int(sp.get("n", 1), "n") or 1
-        limit = _as_int(sp.get("max_new_tokens", 128), "max_new_tokens")
+        n = as_int(sp.get("n", 1), "n") or 1
+        limit = as_int(sp.get("max_new_tokens", 128), "max_new_tokens")
         for p in prompts:
-            _check_lengths(cfg, p, limit)
-        rids = _make_rids(body.get("rid"), len(prompts), n, single and n == 1)
+            check_lengths(cfg, p, limit)
+        rids = make_rids(body.get("rid"), len(prompts), n, single and n == 1)
         counts = [prompts[i // n] for i in range(len(prompts) * n)]
         body2 = dict(body)
         body2["stop"] = sp.get("stop")
@@ -401,7 +297,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
         limit: int | None,
         behaviour: Behaviour | None,
     ) -> Job:
-        stop = _stop_list(body.get("stop"))
+        stop = stop_list(body.get("stop"))
         rank = state.next_dp_rank()
         samples = []
         error = None
@@ -411,7 +307,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                     rid=rid,
                     index=i,
                     prompt_tokens=p,
-                    limit=_effective_limit(cfg, p, limit, behaviour),
+                    limit=effective_limit(cfg, p, limit, behaviour),
                     dp_rank=rank,
                 )
             )
@@ -430,7 +326,7 @@ def create_fake_app(config: FakeConfig) -> Starlette:
             n=n,
             model=str(body.get("model", "default")),
             stop=stop,
-            include_usage=_include_usage(body),
+            include_usage=include_usage(body),
             entry=entry,
             behaviour=behaviour,
             ignore_disconnect=(
@@ -1155,520 +1051,41 @@ def create_fake_app(config: FakeConfig) -> Starlette:
                 break
             await asyncio.sleep(0.001)
 
-    # ---------------------------------------------------------------- other SGLang endpoints
-
-    def _logged(
-        handler: Callable[[Request], Awaitable[Response]],
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def wrapped(request: Request) -> Response:
-            entry = state.log_request(request, None)
-            if request.method == "POST":
-                raw = await request.body()
-                try:
-                    entry["body"] = orjson.loads(raw) if raw else None
-                except orjson.JSONDecodeError:
-                    entry["body"] = raw.decode("utf-8", "replace")
-            resp = await handler(request)
-            entry["status"] = resp.status_code
-            entry["outcome"] = "completed"
-            return resp
-
-        return wrapped
-
-    async def health(request: Request) -> Response:
-        delay = state.health.get("delay_s")
-        delay = cfg.health_delay_s if delay is None else float(delay)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        status = state.health.get("status") or 200
-        return Response(status_code=int(status))
-
-    async def models(request: Request) -> Response:
-        return json_response({"object": "list", "data": [_model_card(cfg.model_name)]})
-
-    def _model_card(name: str) -> dict[str, Any]:
-        return {
-            "id": name,
-            "object": "model",
-            "created": int(state.started),
-            "owned_by": "sglang",
-            "root": name,
-            "parent": None,
-            "max_model_len": cfg.context_length,
-        }
-
-    async def model_one(request: Request) -> Response:
-        name = request.path_params["model"]
-        if name != cfg.model_name:
-            return json_response(
-                {
-                    "error": {
-                        "message": f"The model '{name}' does not exist",
-                        "type": "invalid_request_error",
-                        "param": "model",
-                        "code": "model_not_found",
-                    }
-                },
-                404,
-            )
-        return json_response(_model_card(name))
-
-    def _server_args() -> dict[str, Any]:
-        return {
-            "model_path": cfg.tokenizer_path or cfg.model_name,
-            "tokenizer_path": cfg.tokenizer_path or cfg.model_name,
-            "served_model_name": cfg.model_name,
-            "context_length": cfg.context_length if cfg.context_length_flag else None,
-            "device": "cpu",
-            "tp_size": 1,
-            "pp_size": 1,
-            "dp_size": cfg.dp_size,
-            "enable_metrics": cfg.enable_metrics,
-            "max_running_requests": cfg.max_running_requests,
-            "max_total_tokens": cfg.max_total_num_tokens,
-            "speculative_algorithm": cfg.speculative_algorithm,
-            "speculative_num_steps": cfg.speculative_num_steps
-            if cfg.speculative_algorithm
-            else None,
-            "speculative_eagle_topk": cfg.speculative_eagle_topk
-            if cfg.speculative_algorithm
-            else None,
-            "speculative_num_draft_tokens": (
-                cfg.speculative_num_draft_tokens if cfg.speculative_algorithm else None
-            ),
-            "weight_version": cfg.weight_version,
-        }
-
-    async def server_info(request: Request) -> Response:
-        internal = []
-        for rank, g in enumerate(state.gauges()):
-            st: dict[str, Any] = {
-                **_server_args(),
-                "dp_rank": rank,
-                "world_size": cfg.dp_size,
-                "startup_time": state.started,
-                "effective_max_running_requests_per_dp": cfg.max_running_requests,
-                "last_gen_throughput": g["gen_throughput"],
-                "memory_usage": {
-                    "weight": 0.0,
-                    "kvcache": 0.0,
-                    "token_capacity": cfg.max_total_num_tokens,
-                },
-            }
-            override = state.metrics_override.get("avg_spec_accept_length")
-            if override is not None:
-                st["avg_spec_accept_length"] = float(override)
-            elif cfg.speculative_algorithm and state.avg_spec_accept_length is not None:
-                st["avg_spec_accept_length"] = state.avg_spec_accept_length
-            internal.append(st)
-        return json_response(
-            {
-                **_server_args(),
-                "status": "ready",
-                "max_total_num_tokens": cfg.max_total_num_tokens,
-                "max_req_input_len": cfg.max_req_input_len,
-                "startup_time": state.started,
-                "internal_states": internal,
-                "version": SGLANG_VERSION,
-                "frontend": "python",
-            }
-        )
-
-    async def model_info(request: Request) -> Response:
-        return json_response(
-            {
-                "model_path": cfg.tokenizer_path or cfg.model_name,
-                "served_model_name": cfg.model_name,
-                "tokenizer_path": cfg.tokenizer_path or cfg.model_name,
-                "is_generation": True,
-                "preferred_sampling_params": None,
-                "weight_version": cfg.weight_version,
-                "load_format": "auto",
-                "reasoning_parser": None,
-                "tool_call_parser": None,
-                "disaggregation_mode": "null",
-                "has_image_understanding": False,
-                "has_audio_understanding": False,
-                "model_type": "llama",
-                "architectures": ["LlamaForCausalLM"],
-            }
-        )
-
-    async def metrics(request: Request) -> Response:
-        if not cfg.enable_metrics:
-            return json_response({"detail": "Not Found"}, 404)
-        o = state.metrics_override
-        if o.get("delay_s"):
-            await asyncio.sleep(float(o["delay_s"]))
-        if o.get("status"):
-            return Response(
-                o.get("body_text") or "Internal Server Error",
-                status_code=int(o["status"]),
-                media_type="text/plain",
-            )
-        if o.get("body_text") is not None:
-            return Response(o["body_text"], media_type="text/plain; version=0.0.4; charset=utf-8")
-        return Response(_render_metrics(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    def _render_metrics() -> str:
-        px = cfg.metrics_prefix
-        lines: list[str] = []
-        per_rank = state.gauges()
-        docs = {
-            "num_running_reqs": "The number of running requests.",
-            "num_queue_reqs": "The number of requests in the waiting queue.",
-            "token_usage": "The token usage.",
-            "spec_accept_length": "Mean acceptance length of speculative decoding (accepted "
-            "drafts + bonus token per forward).",
-            "spec_accept_rate": "Speculative acceptance rate (`accepted drafts / proposed drafts` "
-            "in batch).",
-            "gen_throughput": "The generation throughput (token/s).",
-            "cache_hit_rate": "The prefix cache hit rate.",
-            "max_total_num_tokens": "Maximum total number of tokens in the KV cache pool.",
-            "context_len": "Maximum context length.",
-        }
-
-        def labels(rank: int) -> str:
-            lab = {
-                "engine_type": "unified",
-                "model_name": cfg.model_name,
-                "moe_ep_rank": "0",
-                "pp_rank": "0",
-                "tp_rank": "0",
-            }
-            if cfg.dp_size > 1:
-                lab["dp_rank"] = str(rank)
-            return ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(lab.items()))
-
-        for name in (*_GAUGES, "max_total_num_tokens", "context_len"):
-            lines.append(f"# HELP {px}{name} {docs[name]}")
-            lines.append(f"# TYPE {px}{name} gauge")
-            for rank in range(cfg.dp_size):
-                if name == "max_total_num_tokens":
-                    v = float(cfg.max_total_num_tokens)
-                elif name == "context_len":
-                    v = float(cfg.context_length)
-                else:
-                    v = per_rank[rank][name]
-                lines.append(f"{px}{name}{{{labels(rank)}}} {_fmt(v)}")
-        model = _esc(cfg.model_name)
-        for name, value, doc in (
-            ("prompt_tokens", state.prompt_tokens_total, "Number of prefill tokens processed."),
-            (
-                "generation_tokens",
-                state.generation_tokens_total,
-                "Number of generation tokens processed.",
-            ),
-            ("num_requests", state.num_requests_total, "Number of requests processed."),
-            (
-                "num_aborted_requests",
-                state.num_aborted_requests_total,
-                "Number of requests aborted.",
-            ),
-        ):
-            lines.append(f"# HELP {px}{name}_total {doc}")
-            lines.append(f"# TYPE {px}{name}_total counter")
-            if isinstance(value, dict):
-                for streaming, v in value.items():
-                    lines.append(
-                        f'{px}{name}_total{{engine_type="unified",is_streaming="{streaming}",'
-                        f'model_name="{model}"}} {_fmt(float(v))}'
-                    )
-            else:
-                lines.append(
-                    f'{px}{name}_total{{engine_type="unified",model_name="{model}"}} '
-                    f"{_fmt(float(value))}"
-                )
-        return "\n".join(lines) + "\n"
-
-    async def loads(request: Request) -> Response:
-        out = []
-        for rank, g in enumerate(state.gauges()):
-            d: dict[str, Any] = {
-                "timestamp": time.time(),
-                "dp_rank": rank,
-                "num_running_reqs": int(g["num_running_reqs"]),
-                "num_waiting_reqs": int(g["num_queue_reqs"]),
-                "num_used_tokens": int(g["token_usage"] * cfg.max_total_num_tokens),
-                "max_total_num_tokens": cfg.max_total_num_tokens,
-                "max_running_requests": cfg.max_running_requests or 0,
-                "token_usage": g["token_usage"],
-                "gen_throughput": g["gen_throughput"],
-                "cache_hit_rate": g["cache_hit_rate"],
-            }
-            if cfg.speculative_algorithm:
-                d["speculative"] = {
-                    "accept_length": g["spec_accept_length"],
-                    "accept_rate": g["spec_accept_rate"],
-                }
-            out.append(d)
-        return json_response(
-            {
-                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-                "version": SGLANG_VERSION,
-                "accelerator": None,
-                "num_accelerators": 1,
-                "loads": out,
-            }
-        )
-
-    async def abort_request(request: Request) -> Response:
-        raw = await request.body()
-        try:
-            body = orjson.loads(raw) if raw else {}
-        except orjson.JSONDecodeError as e:
-            return sglang_error(f"1 validation error: JSON decode error: {e}", "Bad Request")
-        if not isinstance(body, dict):
-            return sglang_error(
-                "1 validation error: body: Input should be a valid dictionary", "Bad Request"
-            )
-        rid = body.get("rid") or ""
-        if body.get("abort_all"):
-            for s in list(state.running.values()):
-                state.abort(s.rid)
-        elif isinstance(rid, str) and rid:
-            state.abort(rid)
-        return Response(status_code=200)
-
-    async def flush_cache(request: Request) -> Response:
-        state.flushes += 1
-        if state.prefix_cache is not None:
-            state.prefix_cache.clear()
-        return Response(
-            "Cache flushed.\nPlease check backend logs for more details. (When there are running "
-            "or waiting requests, the operation will not be performed.)\n",
-            status_code=200,
-        )
-
-    # ---------------------------------------------------------------- control API
-
-    async def c_script(request: Request) -> Response:
-        try:
-            data = orjson.loads(await request.body() or b"null")
-            items = (
-                data.get("behaviours") if isinstance(data, dict) and "behaviours" in data else data
-            )
-            if isinstance(items, dict):
-                items = [items]
-            if not isinstance(items, list):
-                raise TypeError('expected a behaviour object, a list, or {"behaviours": [...]}')
-            parsed = [Behaviour.from_dict(x) for x in items]
-        except (ValueError, TypeError, orjson.JSONDecodeError) as e:
-            return json_response({"error": str(e)}, 400)
-        return json_response({"queued": state.script(parsed)})
-
-    async def c_requests(request: Request) -> Response:
-        return json_response(state.requests(request.query_params.get("path")))
-
-    async def c_reset(request: Request) -> Response:
-        state.reset()
-        return json_response({"ok": True})
-
-    async def c_health(request: Request) -> Response:
-        try:
-            data = orjson.loads(await request.body() or b"{}")
-            if not isinstance(data, dict) or set(data) - {"status", "delay_s"}:
-                raise TypeError('expected {"status": int|null, "delay_s": float|null}')
-        except (ValueError, TypeError, orjson.JSONDecodeError) as e:
-            return json_response({"error": str(e)}, 400)
-        for k, v in data.items():
-            if v is None:
-                state.health.pop(k, None)
-            else:
-                state.health[k] = v
-        return json_response({"health": state.health})
-
-    async def c_metrics(request: Request) -> Response:
-        allowed = {
-            "status",
-            "delay_s",
-            "body_text",
-            "gauges",
-            "decoding_gauges",
-            "dp_gauges",
-            "avg_spec_accept_length",
-        }
-        try:
-            data = orjson.loads(await request.body() or b"{}")
-            if not isinstance(data, dict) or set(data) - allowed:
-                raise ValueError(f"allowed keys: {sorted(allowed)}")
-            for key in ("gauges", "decoding_gauges"):
-                if data.get(key) is not None and set(data[key]) - set(_GAUGES):
-                    raise ValueError(f"gauges must be among {list(_GAUGES)}")
-        except (ValueError, TypeError, orjson.JSONDecodeError) as e:
-            return json_response({"error": str(e)}, 400)
-        for k, v in data.items():
-            if v is None:
-                state.metrics_override.pop(k, None)
-            elif k == "gauges":
-                merged = dict(state.metrics_override.get("gauges") or {})
-                for gk, gv in v.items():
-                    if gv is None:
-                        merged.pop(gk, None)
-                    else:
-                        merged[gk] = gv
-                state.metrics_override["gauges"] = merged
-            else:
-                state.metrics_override[k] = v
-        return json_response({"metrics": state.metrics_override})
-
-    async def c_state(request: Request) -> Response:
-        return json_response(
-            {
-                "running": [
-                    {
-                        "rid": s.rid,
-                        "index": s.index,
-                        "generated": s.generated,
-                        "prompt_tokens": s.prompt_tokens,
-                    }
-                    for s in state.running.values()
-                ],
-                "queued": [s.rid for job, _ in state.queued for s in job.samples],
-                "script_queue": [asdict(b) for b in state.script_queue],
-                "gauges": state.gauges(),
-            }
-        )
-
-    # ---------------------------------------------------------------- embedding endpoints
-
-    def _embedding_input(doc: Any) -> list[Any]:
-        if not isinstance(doc, dict):
-            raise ClientError("1 validation error: body: Input should be a valid dictionary", "Bad Request")
-        value = doc.get("input")
-        if not value or (isinstance(value, str) and not value.strip()):
-            raise ClientError("Input cannot be empty")
-        if isinstance(value, str) or (isinstance(value, list) and all(type(t) is int for t in value)):
-            return [value]
-        if isinstance(value, list) and all(isinstance(v, (str, list)) for v in value):
-            return list(value)
-        raise ClientError("1 validation error: input: Input should be a valid string or list", "Bad Request")
-
-    def _input_tokens(value: Any) -> int:
-        return len(value) if isinstance(value, list) else state.counter.text(value)
-
-    async def embeddings(request: Request) -> Response:
-        entry = state.log_request(request, None)
-        try:
-            doc = await _read_json(request, entry)
-            inputs = _embedding_input(doc)
-            if not cfg.is_embedding:
-                raise ClientError(
-                    "This model does not appear to be an embedding model by default. Please add "
-                    "`--is-embedding` when launching the server or try another model.")
-        except ClientError as e:
-            entry["status"], entry["outcome"] = e.status, "error"
-            return sglang_error(e.message, e.kind, e.status)
-        dim = doc.get("dimensions") if type(doc.get("dimensions")) is int else cfg.embedding_dim
-        tokens = sum(_input_tokens(v) for v in inputs)
-        entry["status"], entry["outcome"] = 200, "ok"
-        return json_response({
-            "data": [{"embedding": [math.sin(i * 1000 + k + 1) for k in range(dim)], "index": i,
-                      "object": "embedding"} for i in range(len(inputs))],
-            "model": doc.get("model") or cfg.model_name, "object": "list",
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0,
-                      "prompt_tokens_details": None}})
-
-    async def rerank(request: Request) -> Response:
-        entry = state.log_request(request, None)
-        try:
-            doc = await _read_json(request, entry)
-            if not isinstance(doc, dict) or not isinstance(doc.get("documents"), list) or "query" not in doc:
-                raise ClientError("1 validation error: query, documents: Field required", "Bad Request")
-            if not cfg.is_embedding:
-                raise ClientError(
-                    "This model does not appear to be an embedding model by default. Please add "
-                    "`--is-embedding` when launching the server or try another model.")
-        except ClientError as e:
-            entry["status"], entry["outcome"] = e.status, "error"
-            return sglang_error(e.message, e.kind, e.status)
-        docs = doc["documents"]
-        scored = sorted(({"score": 1.0 / (i + 1), "document": d, "index": i} for i, d in enumerate(docs)),
-                        key=lambda r: -r["score"])
-        entry["status"], entry["outcome"] = 200, "ok"
-        return json_response(scored)
-
-    # ---------------------------------------------------------------- responses endpoint
-
-    async def responses(request: Request) -> Response:
-        """A minimal ``/v1/responses``: ``max_output_tokens`` (default 16) tokens ``tok{i}``;
-        streamed as ``event: <type>`` + ``data:`` events ending with ``response.completed``."""
-        entry = state.log_request(request, None)
-        try:
-            doc = await _read_json(request, entry)
-            if not isinstance(doc, dict) or not isinstance(doc.get("input"), (str, list)):
-                raise ClientError("1 validation error: input: Field required", "Bad Request")
-        except ClientError as e:
-            entry["status"], entry["outcome"] = e.status, "error"
-            return sglang_error(e.message, e.kind, e.status)
-        n = doc.get("max_output_tokens") if type(doc.get("max_output_tokens")) is int else 16
-        rid = doc.get("request_id") or f"resp_{uuid.uuid4().hex}"
-        entry["rids"] = [rid]
-        text = " ".join(f"tok{i}" for i in range(n))
-        body = {"id": rid, "object": "response", "created_at": int(time.time()),
-                "model": doc.get("model") or cfg.model_name, "status": "completed",
-                "output": [{"type": "message", "id": f"msg_{rid}", "role": "assistant",
-                            "status": "completed",
-                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
-                "usage": {"input_tokens": 1, "output_tokens": n, "total_tokens": n + 1}}
-        entry["status"], entry["outcome"] = 200, "ok"
-        if not doc.get("stream"):
-            return json_response(body)
-
-        def event(kind: str, **payload: Any) -> bytes:
-            return f"event: {kind}\ndata: ".encode() + dumps({"type": kind, **payload}) + b"\n\n"
-
-        events = [event("response.created", response={**body, "status": "in_progress", "output": []})]
-        events += [event("response.output_text.delta", item_id=f"msg_{rid}", output_index=0,
-                         content_index=0, delta=("" if i == 0 else " ") + f"tok{i}") for i in range(n)]
-        events.append(event("response.completed", response=body))
-
-        async def gen() -> AsyncIterator[bytes]:
-            for e in events:
-                yield e
-
-        from starlette.responses import StreamingResponse
-
-        return StreamingResponse(gen(), media_type="text/event-stream")
-
+    bound = [
+        ("/v1/responses", endpoints.responses, ["POST"]),
+        ("/v1/embeddings", embeddings.embeddings, ["POST"]),
+        ("/v1/rerank", embeddings.rerank, ["POST", "PUT"]),
+    ]
+    logged_routes = [
+        ("/v1/models", endpoints.models, ["GET"]),
+        ("/v1/models/{model:path}", endpoints.model_one, ["GET"]),
+        ("/health", endpoints.health, ["GET"]),
+        ("/health_generate", endpoints.health, ["GET"]),
+        ("/server_info", endpoints.server_info, ["GET"]),
+        ("/get_server_info", endpoints.server_info, ["GET"]),
+        ("/model_info", endpoints.model_info, ["GET"]),
+        ("/get_model_info", endpoints.model_info, ["GET"]),
+        ("/metrics", metrics, ["GET"]),
+        ("/v1/loads", endpoints.loads, ["GET"]),
+        ("/abort_request", endpoints.abort_request, ["POST"]),
+        ("/flush_cache", endpoints.flush_cache, ["GET", "POST"]),
+    ]
+    control = [
+        ("/_fake/script", admin.c_script, ["POST"]),
+        ("/_fake/requests", admin.c_requests, ["GET"]),
+        ("/_fake/reset", admin.c_reset, ["POST"]),
+        ("/_fake/health", admin.c_health, ["POST"]),
+        ("/_fake/metrics", admin.c_metrics, ["POST"]),
+        ("/_fake/state", admin.c_state, ["GET"]),
+    ]
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/v1/responses", responses, methods=["POST"]),
-        Route("/v1/embeddings", embeddings, methods=["POST"]),
-        Route("/v1/rerank", rerank, methods=["POST", "PUT"]),
+        *(Route(p, _bind(state, h), methods=m) for p, h, m in bound),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/generate", generate, methods=["POST", "PUT"]),
-        Route("/v1/models", _logged(models), methods=["GET"]),
-        Route("/v1/models/{model:path}", _logged(model_one), methods=["GET"]),
-        Route("/health", _logged(health), methods=["GET"]),
-        Route("/health_generate", _logged(health), methods=["GET"]),
-        Route("/server_info", _logged(server_info), methods=["GET"]),
-        Route("/get_server_info", _logged(server_info), methods=["GET"]),
-        Route("/model_info", _logged(model_info), methods=["GET"]),
-        Route("/get_model_info", _logged(model_info), methods=["GET"]),
-        Route("/metrics", _logged(metrics), methods=["GET"]),
-        Route("/v1/loads", _logged(loads), methods=["GET"]),
-        Route("/abort_request", _logged(abort_request), methods=["POST"]),
-        Route("/flush_cache", _logged(flush_cache), methods=["GET", "POST"]),
-        Route("/_fake/script", c_script, methods=["POST"]),
-        Route("/_fake/requests", c_requests, methods=["GET"]),
-        Route("/_fake/reset", c_reset, methods=["POST"]),
-        Route("/_fake/health", c_health, methods=["POST"]),
-        Route("/_fake/metrics", c_metrics, methods=["POST"]),
-        Route("/_fake/state", c_state, methods=["GET"]),
+        *(Route(p, logged(state, h), methods=m) for p, h, m in logged_routes),
+        *(Route(p, _bind(state, h), methods=m) for p, h, m in control),
     ]
     app = _FakeStarlette(routes=routes)
     app.state.fake = state
     return app
-
-
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _fmt(v: float) -> str:
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(float(v))

@@ -72,9 +72,13 @@ class FakeState:
     """All state of one fake server; built by ``create_fake_app`` as ``app.state.fake``.
 
     Must be used from the server's event loop (``FakeServer.call`` marshals to it).
+    ``launch_config`` is the config the app was built with, which the handlers read (a
+    server's launch flags); ``config`` starts as the same object and a test may swap it: only
+    ``perturb_output`` and ``perturb_only_field`` are read from it, per token.
     """
 
     def __init__(self, config: FakeConfig) -> None:
+        self.launch_config = config
         self.config = config
         self.counter = TokenCounter(config.tokenizer_path)
         self.started = time.time()
