@@ -7,6 +7,7 @@ of :mod:`serving.fake_sglang` ("Token limit", "Over-length", "Request ids"); err
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from serving.fake_sglang.behaviour import Behaviour
 from serving.fake_sglang.config import FakeConfig
 from serving.fake_sglang.errors import ClientError
+from serving.fake_sglang.state import FakeState, Job, Sample
 
 __all__ = [
     "ROLES",
@@ -24,6 +26,9 @@ __all__ = [
     "effective_limit",
     "include_usage",
     "make_rids",
+    "parse_chat",
+    "parse_completions",
+    "parse_generate",
     "read_json",
     "stop_list",
 ]
@@ -142,3 +147,197 @@ async def read_json(request: Request, entry: dict[str, Any] | None = None) -> An
     if entry is not None:
         entry["body"] = body
     return body
+
+
+async def parse_chat(
+    state: FakeState, body: dict[str, Any], entry: dict[str, Any], behaviour: Behaviour | None
+) -> tuple[Job, list[int]]:
+    cfg = state.launch_config
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise ClientError(
+            "1 validation error: messages: Field required or not a list of message objects",
+            "Bad Request",
+        )
+    for m in messages:
+        role = m.get("role")
+        if role == "root":
+            raise ClientError("unsupported chat role: root", "BadRequest")
+        if role not in ROLES:
+            raise ClientError(
+                "1 validation error: messages.role: 'role' must be one of "
+                + ", ".join(f"'{r}'" for r in sorted(ROLES)),
+                "Bad Request",
+            )
+    if not messages:
+        raise ClientError("Messages cannot be empty.")
+    n = as_int(body.get("n", 1), "n")
+    if n is None:
+        raise ClientError(
+            "1 validation error: n: Input should be a valid integer", "Bad Request"
+        )
+    if n == 0 and not body.get("stream"):
+        # SGLang 0.5.23 runs one choice, then fails on range(0, 1, n) in its usage sum
+        raise ClientError("range() arg 3 must not be zero", "BadRequest")
+    mct = as_int(body.get("max_completion_tokens"), "max_completion_tokens")
+    mt = as_int(body.get("max_tokens"), "max_tokens")
+    limit = mct or mt  # SGLang: `max_completion_tokens or max_tokens`
+    if cfg.context_length_flag and limit and limit > cfg.context_length:
+        raise ClientError(
+            f"max_completion_tokens is too large: {limit}."
+            f"This model supports at most {cfg.context_length} completion tokens."
+        )
+    tools = body.get("tools")
+    if state.counter.tokenizer is not None:
+        p = await asyncio.to_thread(state.counter.chat, messages, tools)
+    else:
+        p = state.counter.chat(messages, tools)
+    check_lengths(cfg, p, limit)
+    rids = make_rids(body.get("rid"), 1, max(n, 1), True)
+    job = _new_job(
+        state, entry, "/v1/chat/completions", body, rids, [p] * len(rids), n, limit, behaviour
+    )
+    if state.prefix_cache is not None:
+        job.cache_units = [state.counter.chat_units(messages, tools)]
+    return job, [p]
+
+
+async def parse_completions(
+    state: FakeState, body: dict[str, Any], entry: dict[str, Any], behaviour: Behaviour | None
+) -> tuple[Job, list[int]]:
+    cfg = state.launch_config
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise ClientError("1 validation error: prompt: Field required", "Bad Request")
+    if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
+        raise ClientError("Prompt cannot be empty")
+    n = as_int(body.get("n", 1), "n")
+    if n is None:
+        raise ClientError(
+            "1 validation error: n: Input should be a valid integer", "Bad Request"
+        )
+    if n == 0 and not body.get("stream"):
+        raise ClientError("range() arg 3 must not be zero", "BadRequest")
+    mt = as_int(body.get("max_tokens", 16), "max_tokens")
+    if mt is not None and mt <= 0:
+        raise ClientError(
+            "1 validation error: max_tokens: Value error, max_tokens must be positive",
+            "Bad Request",
+        )
+    prompts, single = await _prompt_counts(state, prompt)
+    for p in prompts:
+        check_lengths(cfg, p, mt)
+    en = max(n, 1)
+    rids = make_rids(body.get("rid"), len(prompts), en, single and en == 1)
+    counts = [prompts[i // en] for i in range(len(prompts) * en)]
+    job = _new_job(state, entry, "/v1/completions", body, rids, counts, n, mt, behaviour)
+    if state.prefix_cache is not None and isinstance(prompt, str):
+        job.cache_units = [state.counter.text_units(prompt)]
+    return job, prompts
+
+
+async def parse_generate(
+    state: FakeState, body: dict[str, Any], entry: dict[str, Any], behaviour: Behaviour | None
+) -> tuple[Job, list[int]]:
+    cfg = state.launch_config
+    sp = body.get("sampling_params") or {}
+    if not isinstance(sp, dict):
+        raise ClientError("sampling_params must be an object")
+    text, ids = body.get("text"), body.get("input_ids")
+    if text is None and ids is None:
+        raise ClientError("Either text, input_ids or input_embeds should be provided.")
+    prompts, single = await _prompt_counts(state, text if text is not None else ids)
+    n = as_int(sp.get("n", 1), "n") or 1
+    limit = as_int(sp.get("max_new_tokens", 128), "max_new_tokens")
+    for p in prompts:
+        check_lengths(cfg, p, limit)
+    rids = make_rids(body.get("rid"), len(prompts), n, single and n == 1)
+    counts = [prompts[i // n] for i in range(len(prompts) * n)]
+    body2 = dict(body)
+    body2["stop"] = sp.get("stop")
+    body2["ignore_eos"] = sp.get("ignore_eos", False)
+    job = _new_job(state, entry, "/generate", body2, rids, counts, n, limit, behaviour)
+    return job, prompts
+
+
+async def _prompt_counts(state: FakeState, prompt: Any) -> tuple[list[int], bool]:
+    """Token counts of a completions-style prompt and whether it is a single prompt."""
+
+    def count(p: Any) -> int:
+        if isinstance(p, str):
+            return state.counter.text(p)
+        if isinstance(p, list) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in p
+        ):
+            return len(p)
+        raise ClientError(
+            "1 validation error: prompt: Input should be a string, a list of "
+            "strings, or token ids",
+            "Bad Request",
+        )
+
+    if isinstance(prompt, str) or (
+        isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)
+    ):
+        items, single = [prompt], True
+    elif isinstance(prompt, list):
+        items, single = list(prompt), False
+    else:
+        items, single = [prompt], True
+    if state.counter.tokenizer is not None:
+        return list(await asyncio.to_thread(lambda: [count(p) for p in items])), single
+    return [count(p) for p in items], single
+
+
+def _new_job(
+    state: FakeState,
+    entry: dict[str, Any],
+    path: str,
+    body: dict[str, Any],
+    rids: list[str],
+    prompt_counts: list[int],
+    n: int,
+    limit: int | None,
+    behaviour: Behaviour | None,
+) -> Job:
+    cfg = state.launch_config
+    stop = stop_list(body.get("stop"))
+    rank = state.next_dp_rank()
+    samples = []
+    error = None
+    for i, (rid, p) in enumerate(zip(rids, prompt_counts, strict=True)):
+        samples.append(
+            Sample(
+                rid=rid,
+                index=i,
+                prompt_tokens=p,
+                limit=effective_limit(cfg, p, limit, behaviour),
+                dp_rank=rank,
+            )
+        )
+        if p >= cfg.max_req_input_len and error is None:
+            error = (
+                f"Input length ({p} tokens) exceeds the maximum allowed length "
+                f"({cfg.max_req_input_len} tokens). Use a shorter input or enable "
+                f"--allow-auto-truncate."
+            )
+    entry["rids"] = list(rids)
+    job = Job(
+        seq=entry["seq"],
+        path=path,
+        stream=bool(body.get("stream", False)),
+        samples=samples,
+        n=n,
+        model=str(body.get("model", "default")),
+        stop=stop,
+        include_usage=include_usage(body),
+        entry=entry,
+        behaviour=behaviour,
+        ignore_disconnect=(
+            cfg.on_disconnect == "ignore" or bool(behaviour and behaviour.ignore_disconnect)
+        ),
+        prompt_error=error,
+    )
+    job.ignore_eos = bool(body.get("ignore_eos", False))
+    state.num_requests_total["true" if job.stream else "false"] += 1
+    return job
