@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/multiturn.py [--conversations 24] [--turns 8] [--concurrency 8]
         [--seed 0] [--seeds 1] [--cache-tokens 65536] [--out bench-multiturn.json]
 
-Setup (all on 127.0.0.1, in one run): two fake SGLang replicas (``serving/fake_sglang.py`` with
+Setup (all on 127.0.0.1, in one run): two fake SGLang replicas (``serving/fake_sglang/`` with
 its radix-like prefix cache, ``--prefix-cache-tokens``, reporting
 ``usage.prompt_tokens_details.cached_tokens`` as SGLang does with ``--enable-cache-report``)
 behind, in turn:

@@ -143,11 +143,18 @@ Differences from real SGLang (deliberate or unverified):
 State: everything lives on the ``FakeState`` built by ``create_fake_app`` (``app.state.fake``);
 there is no module-level mutable state, so several fakes can run in one process.
 
-Layout (``serving/fake_sglang/``): ``config.py`` (``FakeConfig``), ``behaviour.py``
-(``Behaviour``), ``errors.py`` (SGLang's error bodies), ``tokens.py`` (prompt counts),
-``prefix_cache.py`` (the radix-like cache), ``state.py`` (``FakeState``: in-flight samples,
-queue, log, counters), ``app.py`` (``create_fake_app``, the routes), ``server.py``
-(``FakeServer``, ``run_fake_server``), ``cli.py`` and ``__main__.py`` (the command line).
+Layout (``serving/fake_sglang/``; every handler is a module function taking the ``FakeState``):
+- ``config.py`` ``FakeConfig``; ``behaviour.py`` ``Behaviour`` (what ``/_fake/script`` takes);
+  ``state.py`` ``FakeState`` (in-flight samples, admission queue, access log, counters);
+- ``protocol.py`` request parsing and the length checks; ``tokens.py`` prompt counts;
+  ``errors.py`` SGLang's error bodies;
+- ``engine.py`` admission, prefill and decode steps (the speed model); ``prefix_cache.py`` the
+  radix-like cache; ``render.py`` SSE framing and JSON bodies; ``serve.py`` one job on the wire;
+  ``faults.py`` scripted answers and socket faults;
+- ``endpoints.py`` the other SGLang endpoints; ``metrics.py`` ``/metrics``; ``embeddings.py``;
+  ``admin.py`` the control API;
+- ``app.py`` ``create_fake_app`` (the routes); ``server.py`` ``FakeServer``,
+  ``run_fake_server``; ``cli.py`` and ``__main__.py`` the command line.
 """
 
 from serving.fake_sglang.app import create_fake_app

@@ -23,6 +23,7 @@ __all__ = ["c_health", "c_metrics", "c_requests", "c_reset", "c_script", "c_stat
 
 
 async def c_script(state: FakeState, request: Request) -> Response:
+    """POST ``/_fake/script``: queue behaviours; 200 ``{"queued": N}`` (the queue length)."""
     try:
         data = orjson.loads(await request.body() or b"null")
         items = (
@@ -39,15 +40,18 @@ async def c_script(state: FakeState, request: Request) -> Response:
 
 
 async def c_requests(state: FakeState, request: Request) -> Response:
+    """GET ``/_fake/requests[?path=P]``: the access log (``FakeState.requests``)."""
     return json_response(state.requests(request.query_params.get("path")))
 
 
 async def c_reset(state: FakeState, request: Request) -> Response:
+    """POST ``/_fake/reset``: ``FakeState.reset``; 200 ``{"ok": true}``."""
     state.reset()
     return json_response({"ok": True})
 
 
 async def c_health(state: FakeState, request: Request) -> Response:
+    """POST ``/_fake/health``: override ``/health``'s status and delay (null: back to normal)."""
     try:
         data = orjson.loads(await request.body() or b"{}")
         if not isinstance(data, dict) or set(data) - {"status", "delay_s"}:
@@ -63,6 +67,7 @@ async def c_health(state: FakeState, request: Request) -> Response:
 
 
 async def c_metrics(state: FakeState, request: Request) -> Response:
+    """POST ``/_fake/metrics``: merge overrides of ``/metrics``, ``/server_info`` and gauges."""
     allowed = {
         "status",
         "delay_s",
@@ -98,6 +103,7 @@ async def c_metrics(state: FakeState, request: Request) -> Response:
 
 
 async def c_state(state: FakeState, request: Request) -> Response:
+    """GET ``/_fake/state``: running and queued samples, the script queue, live gauges."""
     return json_response(
         {
             "running": [

@@ -120,14 +120,17 @@ async def _generation(state: FakeState, request: Request, kind: str) -> Any:
 
 
 async def _chat(state: FakeState, request: Request) -> Any:
+    """``POST /v1/chat/completions``."""
     return await _generation(state, request, "chat")
 
 
 async def _completions(state: FakeState, request: Request) -> Any:
+    """``POST /v1/completions``."""
     return await _generation(state, request, "completions")
 
 
 async def _generate(state: FakeState, request: Request) -> Any:
+    """``POST|PUT /generate`` (SGLang's native API)."""
     return await _generation(state, request, "generate")
 
 

@@ -20,6 +20,7 @@ __all__ = ["embeddings", "rerank"]
 
 
 def _embedding_input(doc: Any) -> list[Any]:
+    """The inputs of an embeddings body (a text, token ids, or a list); ``ClientError``."""
     if not isinstance(doc, dict):
         raise ClientError("1 validation error: body: Input should be a valid dictionary", "Bad Request")
     value = doc.get("input")
@@ -33,10 +34,12 @@ def _embedding_input(doc: Any) -> list[Any]:
 
 
 def _input_tokens(state: FakeState, value: Any) -> int:
+    """Prompt tokens of one input (token ids: their count)."""
     return len(value) if isinstance(value, list) else state.counter.text(value)
 
 
 async def embeddings(state: FakeState, request: Request) -> Response:
+    """``POST /v1/embeddings``: one deterministic embedding per input."""
     cfg = state.launch_config
     entry = state.log_request(request, None)
     try:
@@ -61,6 +64,7 @@ async def embeddings(state: FakeState, request: Request) -> Response:
 
 
 async def rerank(state: FakeState, request: Request) -> Response:
+    """``POST|PUT /v1/rerank``: documents scored ``1 / (i + 1)``, best first."""
     cfg = state.launch_config
     entry = state.log_request(request, None)
     try:

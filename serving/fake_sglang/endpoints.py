@@ -59,6 +59,7 @@ def logged(
 
 
 async def health(state: FakeState, request: Request) -> Response:
+    """``GET /health`` and ``/health_generate``: 200 (or ``/_fake/health``'s status)."""
     cfg = state.launch_config
     delay = state.health.get("delay_s")
     delay = cfg.health_delay_s if delay is None else float(delay)
@@ -69,11 +70,13 @@ async def health(state: FakeState, request: Request) -> Response:
 
 
 async def models(state: FakeState, request: Request) -> Response:
+    """``GET /v1/models``: the one served model."""
     cfg = state.launch_config
     return json_response({"object": "list", "data": [_model_card(state, cfg.model_name)]})
 
 
 def _model_card(state: FakeState, name: str) -> dict[str, Any]:
+    """SGLang's ``ModelCard`` of ``name`` (``max_model_len`` = the context length)."""
     cfg = state.launch_config
     return {
         "id": name,
@@ -87,6 +90,7 @@ def _model_card(state: FakeState, name: str) -> dict[str, Any]:
 
 
 async def model_one(state: FakeState, request: Request) -> Response:
+    """``GET /v1/models/{model}``: its card, or 404 ``model_not_found``."""
     cfg = state.launch_config
     name = request.path_params["model"]
     if name != cfg.model_name:
@@ -105,6 +109,7 @@ async def model_one(state: FakeState, request: Request) -> Response:
 
 
 def _server_args(state: FakeState) -> dict[str, Any]:
+    """The ``ServerArgs`` fields of ``/server_info`` a router reads."""
     cfg = state.launch_config
     return {
         "model_path": cfg.tokenizer_path or cfg.model_name,
@@ -133,6 +138,7 @@ def _server_args(state: FakeState) -> dict[str, Any]:
 
 
 async def server_info(state: FakeState, request: Request) -> Response:
+    """``GET /server_info``: server args, limits and one internal state per dp rank."""
     cfg = state.launch_config
     internal = []
     for rank, g in enumerate(state.gauges()):
@@ -170,6 +176,7 @@ async def server_info(state: FakeState, request: Request) -> Response:
 
 
 async def model_info(state: FakeState, request: Request) -> Response:
+    """``GET /model_info``: SGLang's model info (a Llama generation model)."""
     cfg = state.launch_config
     return json_response(
         {
@@ -192,6 +199,7 @@ async def model_info(state: FakeState, request: Request) -> Response:
 
 
 async def loads(state: FakeState, request: Request) -> Response:
+    """``GET /v1/loads``: per dp rank, running/waiting samples and token usage."""
     cfg = state.launch_config
     out = []
     for rank, g in enumerate(state.gauges()):
@@ -225,6 +233,7 @@ async def loads(state: FakeState, request: Request) -> Response:
 
 
 async def abort_request(state: FakeState, request: Request) -> Response:
+    """``POST /abort_request``: abort ``rid`` (exact match) or all; always 200."""
     raw = await request.body()
     try:
         body = orjson.loads(raw) if raw else {}
@@ -244,6 +253,7 @@ async def abort_request(state: FakeState, request: Request) -> Response:
 
 
 async def flush_cache(state: FakeState, request: Request) -> Response:
+    """``GET|POST /flush_cache``: empty the prefix cache; SGLang's 200 text."""
     state.flushes += 1
     if state.prefix_cache is not None:
         state.prefix_cache.clear()

@@ -27,7 +27,8 @@ __all__ = ["steps"]
 def _perturbed(config: FakeConfig, job: Job) -> bool:
     """Whether ``perturb_output`` applies to ``job`` (``perturb_only_field`` in its body)."""
     body = job.entry.get("body")
-    return config.perturb_only_field is None or (isinstance(body, dict) and config.perturb_only_field in body)
+    field = config.perturb_only_field
+    return field is None or (isinstance(body, dict) and field in body)
 
 
 async def _sleep_or_wake(job: Job, delay: float) -> None:
@@ -127,7 +128,8 @@ async def steps(state: FakeState, job: Job) -> AsyncIterator[tuple[Sample, str]]
             state.generation_tokens_total[stream_key] += 1
             decoding = state.metrics_override.get("decoding_gauges")
             if decoding:  # what the engine measures while it decodes (stale while idle)
-                state.metrics_override["gauges"] = {**(state.metrics_override.get("gauges") or {}), **decoding}
+                gauges = state.metrics_override.get("gauges") or {}
+                state.metrics_override["gauges"] = {**gauges, **decoding}
             if state.avg_spec_accept_length is None and cfg.speculative_algorithm:
                 state.avg_spec_accept_length = cfg.spec_accept_length
             new_text = s.text + delta

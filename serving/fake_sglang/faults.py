@@ -42,6 +42,7 @@ QUEUE_FULL = "The request queue is full."
 async def scripted_status(
     scope: Any, receive: Any, send: Any, entry: dict[str, Any], b: Behaviour
 ) -> None:
+    """Answer ``b.status`` with ``b.body``/``body_text``/SGLang's error body."""
     if b.delay_s:
         await asyncio.sleep(b.delay_s)
     status = b.status or 500
@@ -71,6 +72,7 @@ async def scripted_status(
 
 
 async def queue_full(send: Any, entry: dict[str, Any], stream: bool) -> None:
+    """SGLang's "The request queue is full." answer (503, or 200 + an error event)."""
     entry["status"] = 200 if stream else 503
     entry["outcome"] = entry["fault"] = "queue_full"
     if stream:
@@ -90,6 +92,7 @@ async def queue_full(send: Any, entry: dict[str, Any], stream: bool) -> None:
 async def scripted_sse(
     scope: Any, receive: Any, send: Any, entry: dict[str, Any], b: Behaviour
 ) -> None:
+    """Answer 200 SSE with exactly ``b.sse_events``, ``chunk_delay_s`` apart."""
     if b.delay_s:
         await asyncio.sleep(b.delay_s)
     entry["status"] = 200
@@ -118,6 +121,10 @@ async def close_after(cycle: Any, job: Job) -> None:
 async def apply_fault(
     state: FakeState, fault: str, cycle: Any, job: Job, b: Behaviour | None, send: Any = None
 ) -> None:
+    """Carry out a hard fault ("hang", "truncate", "raw_text", "reset", "close").
+
+    ``send`` (the raw ASGI send) is needed for "truncate" and "raw_text"; "reset" and "close"
+    need ``cycle`` (uvicorn's, else ``RuntimeError``)."""
     transport = getattr(cycle, "transport", None)
     if fault == "hang":
         while not job.client_gone and not state.closing.is_set():

@@ -30,6 +30,7 @@ GAUGES = (
 
 
 async def metrics(state: FakeState, request: Request) -> Response:
+    """``GET /metrics``: Prometheus text (404 without ``enable_metrics``; overrides first)."""
     cfg = state.launch_config
     if not cfg.enable_metrics:
         return json_response({"detail": "Not Found"}, 404)
@@ -48,6 +49,7 @@ async def metrics(state: FakeState, request: Request) -> Response:
 
 
 def render_metrics(state: FakeState) -> str:
+    """The Prometheus text of the gauges and counters (module docstring)."""
     cfg = state.launch_config
     px = cfg.metrics_prefix
     lines: list[str] = []
@@ -121,10 +123,12 @@ def render_metrics(state: FakeState) -> str:
 
 
 def _esc(v: str) -> str:
+    """A Prometheus label value, escaped."""
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _fmt(v: float) -> str:
+    """A sample value as prometheus_client prints it (``repr`` of a float, ``+Inf``, ``NaN``)."""
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):

@@ -62,6 +62,7 @@ def as_int(value: Any, name: str) -> int | None:
 
 
 def stop_list(stop: Any) -> list[str]:
+    """The ``stop`` field as a list of strings; ``ClientError`` for another type."""
     if stop is None:
         return []
     if isinstance(stop, str):
@@ -74,6 +75,7 @@ def stop_list(stop: Any) -> list[str]:
 
 
 def include_usage(body: dict[str, Any]) -> bool:
+    """Whether ``stream_options.include_usage`` is set."""
     so = body.get("stream_options")
     return bool(isinstance(so, dict) and so.get("include_usage"))
 
@@ -137,6 +139,7 @@ def effective_limit(
 
 
 async def read_json(request: Request, entry: dict[str, Any] | None = None) -> Any:
+    """The JSON body (None when empty), also stored as ``entry["body"]``; ``ClientError``."""
     raw = await request.body()
     try:
         body = orjson.loads(raw) if raw else None
@@ -152,6 +155,7 @@ async def read_json(request: Request, entry: dict[str, Any] | None = None) -> An
 async def parse_chat(
     state: FakeState, body: dict[str, Any], entry: dict[str, Any], behaviour: Behaviour | None
 ) -> tuple[Job, list[int]]:
+    """Validate a chat body; returns the job and the prompt tokens ``[P]``. ``ClientError``."""
     cfg = state.launch_config
     messages = body.get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
@@ -205,6 +209,7 @@ async def parse_chat(
 async def parse_completions(
     state: FakeState, body: dict[str, Any], entry: dict[str, Any], behaviour: Behaviour | None
 ) -> tuple[Job, list[int]]:
+    """Validate a completions body; returns the job and P per prompt. ``ClientError``."""
     cfg = state.launch_config
     prompt = body.get("prompt")
     if prompt is None:
@@ -239,6 +244,7 @@ async def parse_completions(
 async def parse_generate(
     state: FakeState, body: dict[str, Any], entry: dict[str, Any], behaviour: Behaviour | None
 ) -> tuple[Job, list[int]]:
+    """Validate a ``/generate`` body; returns the job and P per prompt. ``ClientError``."""
     cfg = state.launch_config
     sp = body.get("sampling_params") or {}
     if not isinstance(sp, dict):
@@ -300,6 +306,7 @@ def _new_job(
     limit: int | None,
     behaviour: Behaviour | None,
 ) -> Job:
+    """The job of a parsed request: one sample per rid, limits clipped, check 4 noted."""
     cfg = state.launch_config
     stop = stop_list(body.get("stop"))
     rank = state.next_dp_rank()

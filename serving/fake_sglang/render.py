@@ -44,6 +44,7 @@ def _stream_error(message: str) -> bytes:
 
 
 def _usage(state: FakeState, job: Job) -> dict[str, Any]:
+    """The ``usage`` object (prompt tokens counted once per prompt, not per choice)."""
     if job.prompt_error is not None:
         # the scheduler swapped the prompt for one token and ran one forward step
         p = len(job.samples) // max(job.n, 1)
@@ -86,6 +87,7 @@ def _chat_chunk(
     finish_reason: str | None = None,
     matched: Any = None,
 ) -> bytes:
+    """One ``chat.completion.chunk`` event with one choice."""
     return (
         b"data: "
         + dumps(
@@ -110,6 +112,7 @@ def _chat_chunk(
 
 
 async def chat_events(state: FakeState, job: Job) -> AsyncIterator[bytes]:
+    """The SSE events of a streamed chat job (module docstring, "Streaming")."""
     created = int(time.time())
     seen: set[int] = set()
     finished: list[Sample] = []
@@ -170,6 +173,7 @@ async def chat_events(state: FakeState, job: Job) -> AsyncIterator[bytes]:
 
 
 async def completion_events(state: FakeState, job: Job) -> AsyncIterator[bytes]:
+    """The SSE events of a streamed completions job."""
     created = int(time.time())
     last_id = job.samples[0].rid
     async for s, delta in steps(state, job):
@@ -221,6 +225,7 @@ async def completion_events(state: FakeState, job: Job) -> AsyncIterator[bytes]:
 
 
 def _meta(state: FakeState, s: Sample) -> dict[str, Any]:
+    """SGLang's ``meta_info`` of a ``/generate`` output."""
     cfg = state.launch_config
     return {
         "id": s.rid,
@@ -235,6 +240,7 @@ def _meta(state: FakeState, s: Sample) -> dict[str, Any]:
 
 
 async def generate_events(state: FakeState, job: Job) -> AsyncIterator[bytes]:
+    """The SSE events of a streamed ``/generate`` job (one per output)."""
     async for s, _delta in steps(state, job):
         out = {
             "text": s.text,

@@ -121,6 +121,7 @@ class _Reply:
 
 
 def _outcome(job: Job) -> str:
+    """The access-log outcome of a job that ran to its end."""
     if job.client_gone:
         return "client_disconnected"
     if any((s.finish or {}).get("type") == "abort" for s in job.samples):
@@ -239,7 +240,12 @@ async def _serve_stream(
                 and state.launch_config.disconnect_abort_delay_s <= 0
             ):
                 break
-            if fault is not None and fault not in SOFT_FAULTS and after is not None and sent >= after:
+            if (
+                fault is not None
+                and fault not in SOFT_FAULTS
+                and after is not None
+                and sent >= after
+            ):
                 if not reply.headers_sent:
                     await reply.start(200, SSE_CT)
                 entry["fault"] = fault
@@ -255,7 +261,12 @@ async def _serve_stream(
                 reply.engine_abort()
     finally:
         await events.aclose()
-    if fault is not None and fault not in SOFT_FAULTS and after is not None and not job.client_gone:
+    if (
+        fault is not None
+        and fault not in SOFT_FAULTS
+        and after is not None
+        and not job.client_gone
+    ):
         # the stream ended before `after_chunks` events: fire the fault at the end
         if not reply.headers_sent:
             await reply.start(200, SSE_CT)

@@ -103,7 +103,9 @@ class FakeState:
         self.closing = asyncio.Event()
         #: requests served so far per connection (keyed by the uvicorn transport)
         self.connections: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self.prefix_cache = PrefixCache(config.prefix_cache_tokens) if config.prefix_cache_tokens else None
+        self.prefix_cache = (
+            PrefixCache(config.prefix_cache_tokens) if config.prefix_cache_tokens else None
+        )
 
     # -- control ---------------------------------------------------------------------------
 
@@ -137,6 +139,7 @@ class FakeState:
         }
 
     def take_behaviour(self, path: str, reused: bool = True) -> Behaviour | None:
+        """Consume one use of the first queued behaviour matching ``path`` (None: none)."""
         for i, b in enumerate(self.script_queue):
             if (b.path is None or b.path == path) and (reused or not b.reused_only):
                 b.count -= 1
@@ -146,6 +149,7 @@ class FakeState:
         return None
 
     def log_request(self, request: Request, body: Any) -> dict[str, Any]:
+        """Append an access-log entry for ``request`` and return it (filled in later)."""
         self._seq += 1
         entry: dict[str, Any] = {
             "seq": self._seq,
@@ -242,6 +246,7 @@ class FakeState:
             fut.set_result(None)
 
     def next_dp_rank(self) -> int:
+        """The dp rank of the next job (round robin)."""
         r = self._dp_next % self.config.dp_size
         self._dp_next += 1
         return r

@@ -23,6 +23,7 @@ def simple_text_tokens(text: str) -> int:
 
 
 def content_text(content: Any) -> str:
+    """A message content as text (text parts joined by spaces; None: "")."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -58,6 +59,7 @@ class TokenCounter:
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
 
     def chat(self, messages: list[dict[str, Any]], tools: list[Any] | None) -> int:
+        """Prompt tokens of a chat (``ClientError`` when the template fails)."""
         tok = self.tokenizer
         if tok is None or not getattr(tok, "chat_template", None):
             return simple_chat_tokens(messages, tools)
@@ -75,6 +77,7 @@ class TokenCounter:
         return len(tok.encode(rendered, add_special_tokens=False))
 
     def text(self, text: str) -> int:
+        """Prompt tokens of a completions text."""
         if self.tokenizer is None:
             return simple_text_tokens(text)
         return len(self.tokenizer.encode(text))
