@@ -1,6 +1,6 @@
 """A deliberately minimal, fast fake SGLang backend for router-overhead benchmarks.
 
-Not the contract fake (``serving/fake_sglang.py`` models SGLang's behaviour in detail and is
+Not the contract fake (``serving/fake_sglang/`` models SGLang's behaviour in detail and is
 slower): this one answers canned bytes from an ``asyncio.Protocol`` with ``httptools``, so a
 single core serves far more requests per second than any router in front of it.
 

@@ -6,7 +6,7 @@
     .venv/bin/python benchmarks/multiturn.py --upstream http://HOST:PORT http://HOST:PORT ...
 
 Setup (all on 127.0.0.1, in one run): two replicas behind, in turn, every target below.
-``--engines fake`` (default): two fake SGLang replicas (``serving/fake_sglang.py`` with its
+``--engines fake`` (default): two fake SGLang replicas (``serving/fake_sglang/`` with its
 radix-like prefix cache, ``--prefix-cache-tokens``, reporting
 ``usage.prompt_tokens_details.cached_tokens`` as SGLang does with ``--enable-cache-report``).
 ``--engines sglang``: two real, plain SGLang CPU servers of ``--model`` started here
@@ -168,7 +168,7 @@ def _post(url: str, timeout_s: float = 10.0) -> int:
 class Engines:
     """The replicas behind every target: their URLs, how to reset them and count requests.
 
-    ``kind`` ``fake``: ``serving/fake_sglang.py`` (``/_fake/reset``, ``/_fake/requests``).
+    ``kind`` ``fake``: ``serving/fake_sglang/`` (``/_fake/reset``, ``/_fake/requests``).
     ``sglang``: real SGLang servers (started here or ``--upstream``): reset is
     ``POST /flush_cache`` (retried until 200: SGLang refuses it while requests run), requests
     are the delta of the ``sglang:num_requests_total`` counter of ``/metrics`` (needs
@@ -250,7 +250,7 @@ def start_sglang_replicas(model: Path, n: int, max_total_tokens: int, work: Path
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engines", choices=("fake", "sglang"), default="fake",
-                    help="fake: two serving/fake_sglang.py replicas; sglang: two real SGLang CPU replicas "
+                    help="fake: two serving/fake_sglang/ replicas; sglang: two real SGLang CPU replicas "
                          "of --model (started here unless --upstream)")
     ap.add_argument("--upstream", nargs="+", default=None, metavar="URL",
                     help="already-running SGLang replicas (served model `bench`, --enable-cache-report, "

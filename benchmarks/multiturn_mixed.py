@@ -4,7 +4,7 @@
         [--turns 6] [--enter 4] [--exit 2] [--seed 0] [--seeds 1] [--out bench-multiturn-mixed.json]
 
 Setup (127.0.0.1, one run): two pools of two fake SGLang replicas each
-(``serving/fake_sglang.py`` with its radix-like prefix cache and cache reports): ``spec``
+(``serving/fake_sglang/`` with its radix-like prefix cache and cache reports): ``spec``
 (``--speculative``, accept length ``--accept-length``) and ``plain``, behind specgate with
 ``routing.saturation`` ``--enter`` / ``--exit`` (a pool's load is that of its least-loaded
 endpoint, requests) and ``routing.min_flip_interval_s`` ``--min-flip-s``. Targets, one after

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from serving.fake_prefix_cache import PrefixCache, chat_units
 from serving.fake_sglang import FakeConfig, FakeServer, simple_chat_tokens
+from serving.fake_sglang.prefix_cache import PrefixCache, chat_units
 
 
 def test_match_leaves_one_token_to_compute() -> None:

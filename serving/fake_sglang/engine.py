@@ -1,0 +1,162 @@
+"""The generation engine: admission, prefill, decode steps, stops, aborts (the speed model).
+
+``steps(state, job)`` waits for a running slot (FIFO when ``max_running_requests`` is set),
+sleeps the prefill (``prefill_delay_s + prefill_s_per_token * uncached prompt tokens`` plus a
+behaviour's ``delay_s``), then emits one token per running choice per decode step
+(``decode_step_s`` apart, or ``chunk_delay_s`` for a non-streamed scripted request). Choice
+``j``'s token ``i`` is ``tok{i}``; a choice ends on a stop string, on ``eos_after_tokens``, at
+its limit, or on an abort (``/abort_request``, a client disconnect, an engine abort). The
+prefix cache is matched before prefill and filled after it and at the end (module docstring
+of :mod:`serving.fake_sglang`, and :mod:`serving.fake_sglang.prefix_cache`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from serving.fake_sglang.config import FakeConfig
+from serving.fake_sglang.state import FakeState, Job, Sample
+
+__all__ = ["steps"]
+
+
+def _perturbed(config: FakeConfig, job: Job) -> bool:
+    """Whether ``perturb_output`` applies to ``job`` (``perturb_only_field`` in its body)."""
+    body = job.entry.get("body")
+    field = config.perturb_only_field
+    return field is None or (isinstance(body, dict) and field in body)
+
+
+async def _sleep_or_wake(job: Job, delay: float) -> None:
+    """Sleep ``delay`` seconds or until ``job.wake`` is set (an abort); 0: yield once."""
+    if delay <= 0:
+        await asyncio.sleep(0)
+        return
+    job.wake.clear()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(job.wake.wait(), delay)
+
+
+def _finish(state: FakeState, s: Sample, finish: dict[str, Any]) -> None:
+    """End sample ``s`` with ``finish`` and take it off the running set."""
+    s.finish = finish
+    if finish["type"] == "abort":
+        state.num_aborted_requests_total += 1
+    state.release_sample(s)
+
+
+async def steps(state: FakeState, job: Job) -> AsyncIterator[tuple[Sample, str]]:
+    """Run prefill then decode; yield (sample, text delta) for each output SGLang would emit.
+
+    A sample's last yield has ``sample.finish`` set. Aborts (``/abort_request`` or a client
+    disconnect) end a sample with ``{"type": "abort", ...}``.
+    """
+    cfg = state.launch_config
+    b = job.behaviour
+    step_delay = cfg.decode_step_s
+    if b is not None and b.chunk_delay_s is not None:
+        step_delay = 0.0 if job.stream else b.chunk_delay_s
+    await state.admit(job)
+    cache = state.prefix_cache
+    if cache is not None and job.cache_units is not None and job.prompt_error is None:
+        job.cached = [cache.match(u) for u in job.cache_units]
+    uncached = max(s.prompt_tokens for s in job.samples) - max(job.cached, default=0)
+    prefill = cfg.prefill_delay_s + cfg.prefill_s_per_token * uncached
+    if b is not None:
+        prefill += b.delay_s
+    if prefill > 0:
+        deadline = time.monotonic() + prefill
+        while (left := deadline - time.monotonic()) > 0 and not any(
+            s.abort_requested for s in job.samples
+        ):
+            await _sleep_or_wake(job, left)
+    if job.prompt_error is not None:
+        for s in job.samples:
+            _finish(
+                state,
+                s,
+                {
+                    "type": "abort",
+                    "message": job.prompt_error,
+                    "status_code": 400,
+                    "err_type": "BadRequestError",
+                },
+            )
+            yield s, ""
+        return
+    stream_key = "true" if job.stream else "false"
+    state.prompt_tokens_total[stream_key] += sum(
+        job.samples[i].prompt_tokens for i in range(0, len(job.samples), max(job.n, 1))
+    )
+    if cache is not None and job.cache_units is not None:
+        for units in job.cache_units:
+            cache.insert(units)
+    active = list(job.samples)
+    first = True
+    while active:
+        if not first:
+            await _sleep_or_wake(job, step_delay)
+        first = False
+        still = []
+        for s in active:
+            if s.abort_requested:
+                _finish(
+                    state,
+                    s,
+                    {
+                        "type": "abort",
+                        "message": "Aborted",
+                        "status_code": None,
+                        "err_type": None,
+                    },
+                )
+                yield s, ""
+                continue
+            if s.generated >= s.limit:  # only for a limit of 0
+                _finish(state, s, {"type": "length", "length": s.limit})
+                yield s, ""
+                continue
+            i = s.generated
+            delta = f"tok{i}" if i == 0 else f" tok{i}"
+            if state.config.perturb_output and i >= 2 and _perturbed(state.config, job):
+                delta = f" tok{i + 1}"  # a lossy speculative engine
+            s.generated += 1
+            state.generation_tokens_total[stream_key] += 1
+            decoding = state.metrics_override.get("decoding_gauges")
+            if decoding:  # what the engine measures while it decodes (stale while idle)
+                gauges = state.metrics_override.get("gauges") or {}
+                state.metrics_override["gauges"] = {**gauges, **decoding}
+            if state.avg_spec_accept_length is None and cfg.speculative_algorithm:
+                state.avg_spec_accept_length = cfg.spec_accept_length
+            new_text = s.text + delta
+            matched = next((st for st in job.stop if st and st in new_text), None)
+            if matched is not None:
+                cut = new_text.index(matched)
+                delta = new_text[len(s.text) : cut] if cut >= len(s.text) else ""
+                s.text = new_text[:cut]
+                _finish(state, s, {"type": "stop", "matched": matched})
+            elif (
+                cfg.eos_after_tokens is not None
+                and not job.ignore_eos
+                and s.generated >= cfg.eos_after_tokens
+                and s.limit > cfg.eos_after_tokens
+            ):
+                s.text = new_text
+                _finish(state, s, {"type": "stop", "matched": cfg.eos_token_id})
+            elif s.generated >= s.limit:
+                s.text = new_text
+                _finish(state, s, {"type": "length", "length": s.limit})
+            else:
+                s.text = new_text
+                still.append(s)
+            yield s, delta
+        active = still
+    if cache is not None and job.cache_units is not None:
+        # cache_finished_req: prompt + output of each prompt's first choice
+        first = job.samples[0]
+        if first.finish is not None and first.finish.get("type") != "abort":
+            cache.insert(job.cache_units[0] + state.counter.text_units(first.text))
