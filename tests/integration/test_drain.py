@@ -54,7 +54,11 @@ class RouterProcess:
             [sys.executable, "-m", "router.cli", "router", "--config", str(cfg)], cwd=REPO,
             stdout=subprocess.DEVNULL, stderr=self.stderr.open("wb"),
             env={**os.environ, "PYTHONPATH": str(REPO)})
-        wait_for(self._ready, 60, "router /ready")
+        try:
+            wait_for(self._ready, 60, "router /ready")
+        except BaseException:
+            self.close()  # the fixture never saw this object: do not leave the router running
+            raise
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
