@@ -32,7 +32,7 @@ that owns the rest of the request's life. Its contract:
   or 429 status, or a 200 stream whose first events carry an error with code 503/429 (SGLang's
   queue-full refusal after the status was committed) or a ``finish_reason: "abort"`` before
   any content, is a refusal before the first byte. The endpoint is *not* ejected: it records
-  back-pressure (:meth:`router.pools.Endpoint.record_backpressure`, for the engine's
+  back-pressure (:meth:`router.endpoint.Endpoint.record_backpressure`, for the engine's
   ``Retry-After`` up to ``upstream.backpressure_max_hold_s``, else
   ``upstream.backpressure_hold_s``), and the request is resent once to another pool
   (``redecide`` with the refusing pool excluded). When that pool refuses too, or no other
@@ -80,6 +80,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from router.config import UpstreamConfig
+from router.endpoint import Lease
 from router.errors import (
     EngineOverloaded,
     SpecgateError,
@@ -90,7 +91,6 @@ from router.errors import (
 )
 from router.features import RequestFeatures
 from router.policy import Decision
-from router.pools import Lease
 from router.upstream import (
     ConnTrace,
     IdleWatch,
