@@ -47,7 +47,7 @@ from router.features import (
 from router.observe import ResponseObserver, wants_tools
 from router.policy import Outcome, Reason, flip_points, over_length_message, request_features
 from router.prefix import PrefixChain, chain_for_request
-from router.proxy import ProxyJob, ProxyResponse
+from router.proxy import ProxyJob, ProxyResponse, Redecision
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 
 if TYPE_CHECKING:
@@ -257,17 +257,17 @@ async def _generate(request: Request, kind: str) -> Response:
         lease.release()
         raise
 
-    def redecide(excluded: frozenset[str], excluded_pools: frozenset[str] = frozenset()) -> Any:
+    def redecide(excluded: frozenset[str], excluded_pools: frozenset[str] = frozenset()) -> Redecision:
         rt = state.runtime
         if excluded_pools:  # a pool that refused for capacity is skipped whole
             excluded = excluded | {u for p in rt.pools if p.name in excluded_pools for u in p.endpoints}
         d = rt.decide(features, state.clock(), exclude=excluded, chain=chain, matches=matches)
         if d.outcome is not Outcome.ROUTED:
-            return d
+            return Redecision(d)
         assert d.endpoint is not None  # routed: it is set
         if chain is not None:
             _note_prefix(state, rt, d, chain, matches, prompt_tokens)
-        return d, rt.endpoint(d.endpoint).lease(features.temperature_class)
+        return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class))
 
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
