@@ -130,14 +130,8 @@ class _ClientGone(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Redecision:
-    """What a failover's new routing decision gave (:data:`Redecide`).
-
-    Attributes:
-        decision: the policy's new decision (with the refused endpoints and pools excluded).
-        lease: the lease taken on the decision's endpoint when it routed; None when the
-            policy found nowhere left to go (the decision is not ``ROUTED``), and the proxy
-            answers with the failure it has.
-    """
+    """A failover's new decision (:data:`Redecide`) and the lease taken on its endpoint; no
+    lease when the policy found nowhere left to go (the proxy answers with its failure)."""
 
     decision: Decision
     lease: Lease | None = None
