@@ -55,7 +55,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import aiohttp
@@ -149,11 +149,12 @@ async def _until_disconnect(receive: Any) -> None:
         pass
 
 
-async def _call_unless_gone(request: Request, call: Any) -> tuple[int, str, bytes]:
+async def _call_unless_gone(request: Request, call: Coroutine[Any, Any, tuple[int, str, bytes]]
+                            ) -> tuple[int, str, bytes]:
     """Await the upstream ``call`` (a coroutine) unless the client disconnects first: then
     cancel it (aiohttp closes the upstream connection) and raise :class:`_ClientGone`. The body
     was read whole before, so the next ASGI message is the disconnect."""
-    upstream = asyncio.ensure_future(call)
+    upstream = asyncio.create_task(call)
     watch = asyncio.ensure_future(_until_disconnect(request.receive))
     try:
         await asyncio.wait((upstream, watch), return_when=asyncio.FIRST_COMPLETED)
