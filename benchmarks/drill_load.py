@@ -85,7 +85,7 @@ class LoadPlan:
 class Tally:
     """Counts of one drill's load: ``verdicts`` (every :data:`VERDICTS` key), ``error_codes``
     (the ``error.code`` of clean errors, or ``http_<status>`` when null), ``transport`` (the
-    exception class names of transport failures), ``refused_retries``, ``sent``."""
+    exception class and message of transport failures), ``refused_retries``, ``sent``."""
 
     sent: int = 0
     refused_retries: int = 0
@@ -201,13 +201,18 @@ async def _one(session: aiohttp.ClientSession, base: str, body: dict[str, Any], 
                 tally.refused_retries += 1
                 await asyncio.sleep(0.1)
                 continue
-            tally.transport[type(exc).__name__] += 1
+            tally.transport[_kind(exc)] += 1
             return "transport_before"
         except (TimeoutError, aiohttp.ServerTimeoutError):
             return "hung"
         except aiohttp.ClientError as exc:
-            tally.transport[type(exc).__name__] += 1
+            tally.transport[_kind(exc)] += 1
             return "transport_mid" if started else "transport_before"
+
+
+def _kind(exc: BaseException) -> str:
+    """``ClassName: message`` of a transport failure (the message cut at 80 characters)."""
+    return f"{type(exc).__name__}: {str(exc)[:80]}"
 
 
 def _draw(rng: random.Random, plan: LoadPlan) -> tuple[dict[str, Any], tuple[str, float] | None]:

@@ -19,7 +19,7 @@ def test_quick_disconnect_storm_leaves_nothing_behind(tmp_path: Path, tokenizer_
     out = tmp_path / "drills.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "drills.py"), "--quick", "--drills", "storm",
                            "--seed", "3", "--tokenizer", str(tokenizer_dir), "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+                          cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (row,) = json.loads(out.read_text())["drills"]
     assert row["drill"] == "storm"
