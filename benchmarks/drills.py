@@ -119,12 +119,15 @@ class Engine:
         if sig == signal.SIGKILL:
             self.proc.wait(10)
 
-    def running(self) -> int:
-        """Generations running or queued (0 for a dead engine: a new process knows none)."""
+    def running(self, min_generated: int = 0) -> int:
+        """Generations running or queued (0 for a dead engine: a new process knows none); with
+        ``min_generated``, only running ones that produced at least that many tokens."""
         try:
             doc = json.loads(_get(self.url + "/_fake/state"))
         except OSError:
             return 0
+        if min_generated:
+            return sum(1 for s in doc["running"] if s["generated"] >= min_generated)
         return len(doc["running"]) + len(doc["queued"])
 
     def unaborted(self) -> int:
@@ -252,8 +255,9 @@ class Drill:
                 "orphans_by_engine": orphans, "wall_s": round(time.monotonic() - t0, 1), **self.notes}
 
     async def busy(self, engine: Engine, timeout_s: float = 10.0) -> None:
-        """Wait until ``engine`` runs at least one generation (so a fault hits streams)."""
-        await _until(lambda: engine.running() > 0, timeout_s)
+        """Wait until ``engine`` runs at least two generations past their third token (so the
+        fault hits them mid-decode, streams past their first relayed byte)."""
+        await _until(lambda: engine.running(min_generated=3) >= 2, timeout_s)
 
 
 # -- the faults --------------------------------------------------------------------------------
