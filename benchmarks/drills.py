@@ -250,6 +250,10 @@ class Drill:
         unaborted = sum(e.unaborted() for e in self.engines)
         if self.after is not None:
             self.notes.update(await asyncio.to_thread(self.after))
+        m = await asyncio.to_thread(router.metrics)
+        self.notes["router_counters"] = {  # what the router did (its process since the last start)
+            key: sum(v for k, v in m.items() if k.startswith(f"specgate_{key}_total{{"))
+            for key in ("upstream_failures", "upstream_aborts", "upstream_stale_connection_retries")}
         return {"drill": self.name, **tally.as_dict(), "leases_left": leases, "orphans": sum(orphans.values()),
                 "unaborted": unaborted,
                 "orphans_by_engine": orphans, "wall_s": round(time.monotonic() - t0, 1), **self.notes}
