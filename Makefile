@@ -9,7 +9,7 @@ MODEL_DIR ?= models/tiny-llama
 DRAFT_DIR ?= models/tiny-llama-eagle3
 PYTEST_ARGS ?=
 
-.PHONY: venv cpu-engine models system-deps test test-fast demo loadtest lint clean
+.PHONY: venv cpu-engine models system-deps test test-fast demo loadtest drills lint clean
 
 venv: $(BASE_STAMP)
 $(BASE_STAMP): pyproject.toml
@@ -48,6 +48,15 @@ demo: models
 # report + calibration patch in runs/loadtest-local/; bounded to 10 minutes (docs/loadtests.md).
 loadtest: models
 	$(BIN)/specgate loadtest-local --config examples/demo.yaml --out runs/loadtest-local
+
+# Reliability drills: engine kill/freeze, Redis blackhole, non-atomic config rewrite, router
+# roll, discovery churn, disconnect storm, under load (docs/reliability.md); a few minutes,
+# DRILLS_ARGS=--quick for a short run. Exits 1 on a fabricated completion, a lease or an
+# orphaned generation left.
+DRILLS_ARGS ?=
+drills: venv
+	bash scripts/ensure-redis.sh
+	$(BIN)/python benchmarks/drills.py --out runs/drills.json $(DRILLS_ARGS)
 
 lint: venv
 	$(BIN)/ruff check router serving drafters loadtests benchmarks scripts tests

@@ -40,6 +40,11 @@ What the router does with a pass-through request:
 - **Relay**: the engine's body is read whole (bounded by ``upstream.nonstream_timeout_s``,
   504 ``upstream_timeout`` past it) and sent as the same bytes with its ``Content-Type`` and a
   ``Content-Length``: a 4 MB array of floats is never parsed or re-serialised.
+- **Client disconnect** (watched on the ASGI ``receive`` channel while the engine computes):
+  the upstream request is cancelled, which closes its connection (the engine sees the
+  disconnect and drops the work), the lease is released, nothing is retried, and the request
+  is counted with status 499; as :mod:`router.proxy` does for generations. These calls carry
+  no ``rid`` an ``/abort_request`` could name, so closing the connection is the whole abort.
 - **Metrics**: ``specgate_requests_total{pool, reason=<kind>, status}`` and
   ``specgate_request_duration_seconds{pool}``.
 """
@@ -47,9 +52,10 @@ What the router does with a pass-through request:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import aiohttp
@@ -135,6 +141,35 @@ async def _call(session: aiohttp.ClientSession, endpoint: Any, path: str, body: 
             return resp.status, resp.headers.get("content-type", "application/json"), data
 
 
+class _ClientGone(Exception):
+    """The client disconnected while the engine was computing its answer."""
+
+
+async def _until_disconnect(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _call_unless_gone(request: Request, call: Coroutine[Any, Any, tuple[int, str, bytes]]
+                            ) -> tuple[int, str, bytes]:
+    """Await the upstream ``call`` (a coroutine) unless the client disconnects first: then
+    cancel it (aiohttp closes the upstream connection) and raise :class:`_ClientGone`. The body
+    was read whole before, so the next ASGI message is the disconnect."""
+    upstream = asyncio.create_task(call)
+    watch = asyncio.ensure_future(_until_disconnect(request.receive))
+    try:
+        await asyncio.wait((upstream, watch), return_when=asyncio.FIRST_COMPLETED)
+        if upstream.done():
+            return upstream.result()
+        raise _ClientGone()
+    finally:
+        for task in (upstream, watch):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+
 async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     """Answer one pass-through request (see the module docstring)."""
     state = request.app.state.specgate
@@ -166,7 +201,11 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
             break
         lease = endpoint.lease()
         try:
-            status, ctype, data = await _call(state.session, endpoint, path, body, request_id, cfg.upstream)
+            status, ctype, data = await _call_unless_gone(
+                request, _call(state.session, endpoint, path, body, request_id, cfg.upstream))
+        except _ClientGone:
+            state.metrics.requests.inc((endpoint.pool, kind, "499"))
+            return Response(status_code=499)  # nobody to send it to (the server drops it)
         except TimeoutError:
             raise UpstreamTimeout("the engine did not answer within upstream.nonstream_timeout_s") from None
         except aiohttp.ClientConnectorError:

@@ -1,7 +1,14 @@
 """Config reload: watch the file -> validate -> build a new runtime -> swap one reference.
 
 The file is polled every ``server.reload_interval_s`` (stat: mtime, size, inode; Kubernetes
-ConfigMap volumes swap a symlink, which inotify-style watchers miss). On a change a worker
+ConfigMap volumes swap a symlink, which inotify-style watchers miss). A change is acted on once
+the file has stayed unchanged for :data:`SETTLE_S` seconds (seen by the polls): a file
+rewritten in place (truncated, then written in pieces, as ``cat > config.yaml``, a
+config-management tool or a copy does) is read when the writer is done, not half-way, where
+a cut at a section boundary would still parse and apply defaults for the sections not yet
+written (measured by the ``config`` drill, docs/reliability.md). A writer that pauses longer
+than that between two pieces can still be read half-way: write atomically (a rename) where
+that matters. On a change a worker
 thread does the I/O (:func:`router.app.load_runtime_inputs`: the YAML validated whole, the
 tokenizer, the API key files), touching no live object; back on the event loop the new
 :class:`~router.pools.Runtime` is built (endpoints of unchanged URLs keep their health and
@@ -39,9 +46,12 @@ from router.config import ConfigError
 if TYPE_CHECKING:
     from router.app import AppState
 
-__all__ = ["Reloader"]
+__all__ = ["SETTLE_S", "Reloader"]
 
 log = logging.getLogger("specgate.reload")
+
+#: Seconds a changed file must stay unchanged (same mtime, size and inode) before it is read.
+SETTLE_S = 0.5
 
 
 def _stamp(path: os.PathLike[str]) -> tuple[float, int, int] | None:
@@ -92,11 +102,20 @@ class Reloader:
                 await self._task
 
     async def _loop(self) -> None:
+        pending: tuple[float, int, int] | None = None  # a changed stamp, and since when (monotonic s)
+        since = 0.0
         while True:
             await asyncio.sleep(self._state.runtime.config.server.reload_interval_s)
             stamp = _stamp(self._path)
             if stamp is None or stamp == self._stamp:
+                pending = None
                 continue
+            now = time.monotonic()
+            if stamp != pending:  # still being written, or a new change: wait until it settles
+                pending, since = stamp, now
+            if now - since < SETTLE_S:
+                continue
+            pending = None
             self._stamp = stamp
             digest = _digest(self._path)
             if digest is not None and digest == self._applied:

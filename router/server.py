@@ -7,6 +7,11 @@ drain of :mod:`router.drain`, and the app's lifespan runs around it, so that:
 
 - a port in use, an invalid config, a missing tokenizer or key file each fail the start with
   one line on stderr and exit status 2 (no traceback);
+- the port is bound first (a port in use fails at once) but listens only once the app has
+  started (tokenizer loaded, first scrape round done): until then a connection is refused,
+  never accepted into the kernel's backlog to wait there for seconds, so a client retrying
+  refused connections during a restart on the same port reaches a router that answers
+  (measured by the ``roll`` drill, docs/reliability.md);
 - the first SIGTERM/SIGINT drains (:class:`router.drain.Drainer`), a second one cuts at once;
 - the exit status is the drain's: 0 when every request finished, 1 when some were cut.
 """
@@ -29,7 +34,7 @@ import uvicorn
 if TYPE_CHECKING:
     from router.drain import Drainer
 
-__all__ = ["StartupError", "bind", "serve"]
+__all__ = ["StartupError", "bind", "listen", "serve"]
 
 log = logging.getLogger("specgate")
 
@@ -42,7 +47,8 @@ class StartupError(Exception):
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (``SO_REUSEADDR``; IPv6 when ``host`` is).
+    """A TCP socket bound to ``host:port`` (``SO_REUSEADDR``; IPv6 when ``host`` is), not yet
+    listening: connections to it are refused until :func:`listen`.
 
     Raises:
         StartupError: the address is in use or cannot be bound.
@@ -52,12 +58,24 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-        sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def listen(sock: socket.socket, backlog: int = 2048) -> None:
+    """Start listening on a socket from :func:`bind` (connections are accepted from now on).
+
+    Raises:
+        StartupError: another socket listens on the address meanwhile.
+    """
+    try:
+        sock.listen(backlog)
+    except OSError as exc:
+        host, port = sock.getsockname()[:2]
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 class _DrainingServer(uvicorn.Server):
@@ -100,6 +118,7 @@ async def _main(app: Any, sock: socket.socket, *, log_level: str) -> int:
             drainer.close_listener = lambda: [s.close() for s in getattr(server, "servers", [])]
             drainer.stop_server = lambda: setattr(server, "should_exit", True)
             drainer.connections = lambda: server.server_state.connections
+            listen(sock)  # only now: connections before this are refused, not left waiting
             host, port = sock.getsockname()[:2]
             log.info("specgate router listening on http://%s:%d", host, port)
             await server.serve(sockets=[sock])
