@@ -343,6 +343,8 @@ class Workload:
             raise WorkloadError(f"output_tokens must satisfy 1 <= lo <= hi, got {self.output_tokens}")
         if not 0.0 <= self.copy_fraction <= 1.0:
             raise WorkloadError("copy_fraction must be in [0, 1]")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise WorkloadError("temperature must be a finite number >= 0")
         if not (self.requests_per_load > 0 and math.isfinite(self.requests_per_load)):
             raise WorkloadError("requests_per_load must be a positive number")
         for name in ("repetitions", "max_inflight", "min_requests_per_run"):

@@ -1086,7 +1086,10 @@ def test_notes_name_the_router_service() -> None:
         # keyed by the SHA-256 digest, never the key itself; `off` unquoted is YAML's false
         ({"auth": {"speculation_defaults": {"sk-live-key": "off"}}}, "invalid propertyName 'sk-live-key'"),
         ({"auth": {"speculation_defaults": {_digest("k"): False}}}, "at '/auth/speculation_defaults/" + _digest("k") + "'"),
-        ({"pools": [{**PLAIN_POOL, "capabilities": ["logprobs"]}]}, "at '/pools/0'"),
+        # the message names the key that a plain pool may not have
+        ({"pools": [{**PLAIN_POOL, "capabilities": ["logprobs"]}]}, "at '/pools/0/capabilities': false schema"),
+        ({"pools": [{**PLAIN_POOL, "engine": {"model_path": "/m", "speculative_algorithm": "NGRAM"}}]},
+         "at '/pools/0/engine/speculative_algorithm': false schema"),
         ({"pools": [{**SPEC_POOL, "capabilities": ["beam_search"]}]}, "at '/pools/0/capabilities/0'"),
         ({"pools": [{**SPEC_POOL, "serves": ["generate", "embeddings"]}]}, "at '/pools/0"),
         ({"pools": [{**PLAIN_POOL, "serves": ["responses"]}]}, "at '/pools/0"),

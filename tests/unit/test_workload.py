@@ -153,3 +153,30 @@ def test_locustfile_imports_without_locust_and_shares_the_workload(tmp_path: Pat
     assert shared.request(3, 0, "m") == (bucket, body)
     with pytest.raises(WorkloadError, match="unknown buckets"):
         lf.LocustWorkload.from_env({"SPECGATE_WORKLOAD": str(wfile), "SPECGATE_BUCKETS": "1-2"})
+
+
+def _loadtest_args(tmp_path: Path, *extra: str):
+    from router.cli import build_parser
+    return build_parser().parse_args(
+        ["loadtest", "--target", "http://127.0.0.1:1", "--out", str(tmp_path / "out"), *extra])
+
+
+def test_loadtest_temperature_flag_sets_the_sampled_workload(tmp_path: Path) -> None:
+    from loadtests.cli import _workload_from_args
+    assert _workload_from_args(_loadtest_args(tmp_path)).temperature == 0.0
+    assert _workload_from_args(_loadtest_args(tmp_path, "--temperature", "1")).temperature == 1.0
+    wl = tmp_path / "wl.yaml"
+    wl.write_text("temperature: 0.7\n")
+    assert _workload_from_args(_loadtest_args(tmp_path, "--workload", str(wl))).temperature == 0.7
+    # the flag wins over the file, 0 included
+    args = _loadtest_args(tmp_path, "--workload", str(wl), "--temperature", "0")
+    assert _workload_from_args(args).temperature == 0.0
+
+
+def test_loadtest_negative_temperature_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
+    from router.cli import main
+    assert main(["loadtest", "--target", "http://127.0.0.1:1", "--out", str(tmp_path / "out"),
+                 "--temperature", "-1"]) == 2
+    assert capsys.readouterr().err == "specgate loadtest: temperature must be a finite number >= 0\n"
+    with pytest.raises(WorkloadError, match="temperature must be a finite number >= 0"):
+        Workload(temperature=float("nan"))
