@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,7 @@ def _targets_from_args(args: argparse.Namespace) -> list[Any]:
         if args.spec or args.plain or args.router:
             raise LoadTestError("give --target alone, or --spec/--plain/--router for a comparison")
         urls = tuple(overrides.get("target", [metrics(args.target)]))
-        return [Target("target", args.target, "target", urls)]
+        return [Target("target", args.target, "target", urls, api_key=args.api_key)]
     given = [(n, u) for n, u in (("spec", args.spec), ("plain", args.plain), ("router", args.router)) if u]
     if len(given) < 2:
         raise LoadTestError("a comparison needs at least two of --spec, --plain, --router "
@@ -127,7 +128,7 @@ def _targets_from_args(args: argparse.Namespace) -> list[Any]:
             default = [metrics(u) for u in (args.spec, args.plain) if u]
         else:
             default = [metrics(url)]
-        out.append(Target(name, url, name, tuple(overrides.get(name, default))))
+        out.append(Target(name, url, name, tuple(overrides.get(name, default)), api_key=args.api_key))
     return out
 
 
@@ -351,6 +352,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     tg.add_argument("--spec", help="compare mode: the speculative pool's base URL")
     tg.add_argument("--plain", help="compare mode: the plain pool's base URL")
     tg.add_argument("--router", help="compare mode: the router's base URL")
+    tg.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY") or None,
+                    help="sent as 'Authorization: Bearer KEY' to every target (a router with "
+                         "auth.api_keys, SGLang's --api-key); default: $OPENAI_API_KEY")
     tg.add_argument("--metrics", action="append", metavar="NAME=URL",
                     help="a /metrics URL to sample for target NAME (target, spec, plain, router); "
                          "repeatable; default: each pool's own, the router's pools for the router")

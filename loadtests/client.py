@@ -118,6 +118,7 @@ async def send_request(
     temperature: float,
     timeout_s: float,
     clock_origin: float,
+    headers: dict[str, str] | None = None,
 ) -> RequestResult:
     """Send ``spec`` to ``base_url``; fill and return ``result`` (never raises, except
     ``asyncio.CancelledError`` propagates after marking the result ``cancelled``).
@@ -131,6 +132,7 @@ async def send_request(
         stream, ignore_eos, temperature: body options (see :class:`RequestSpec.body`).
         timeout_s: the whole request's limit (seconds).
         clock_origin: ``time.perf_counter()`` at the start of the run; ``t_start`` is relative.
+        headers: extra request headers (the target's ``Authorization``).
     """
     body = spec.body(model, stream=stream, ignore_eos=ignore_eos, temperature=temperature)
     url = base_url.rstrip("/") + "/v1/chat/completions"
@@ -139,7 +141,8 @@ async def send_request(
     events: list[float] = []
     text_events = 0
     try:
-        async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with session.post(url, json=body, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             result.status = resp.status
             result.pool = resp.headers.get("x-specgate-pool")
             result.reason = resp.headers.get("x-specgate-reason")

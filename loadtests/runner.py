@@ -94,12 +94,20 @@ class Target:
         role: ``spec`` (speculative pool), ``plain``, ``router`` or ``target`` (single mode).
         metrics_urls: full ``/metrics`` URLs of the SGLang pools behind it, sampled during
             measured runs (a router's own ``/metrics`` has no engine gauges).
+        api_key: sent as ``Authorization: Bearer <api_key>`` on the requests to ``url`` (a
+            router with ``auth.api_keys``, or SGLang's ``--api-key``); never on the metrics
+            samples, never in the report.
     """
 
     name: str
     url: str
     role: str = "target"
     metrics_urls: tuple[str, ...] = ()
+    api_key: str | None = field(default=None, repr=False, compare=False)
+
+    def auth_headers(self) -> dict[str, str]:
+        """``{"Authorization": "Bearer <api_key>"}``, or no header without a key."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -162,7 +170,8 @@ def plan_runs(workload: Workload, targets: Sequence[Target]) -> list[RunPlan]:
     return plans
 
 
-async def discover_model(session: aiohttp.ClientSession, base_url: str) -> tuple[str, int | None]:
+async def discover_model(session: aiohttp.ClientSession, base_url: str,
+                         headers: dict[str, str] | None = None) -> tuple[str, int | None]:
     """The first model id and its ``max_model_len`` (tokens) from ``{base_url}/v1/models``.
 
     Raises:
@@ -170,7 +179,7 @@ async def discover_model(session: aiohttp.ClientSession, base_url: str) -> tuple
     """
     url = base_url.rstrip("/") + "/v1/models"
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
             if r.status != 200:
                 raise LoadTestError(f"{url} answered HTTP {r.status}")
             data = await r.json(content_type=None)
@@ -230,7 +239,8 @@ class LoadTest:
         w = self.workload
         context = w.context_length
         if self.model is None or (not w.buckets and context is None):
-            model, length = await discover_model(session, self.targets[0].url)
+            model, length = await discover_model(session, self.targets[0].url,
+                                                 self.targets[0].auth_headers())
             self.model = self.model or model
             context = context or length
         if not w.buckets:
@@ -295,7 +305,8 @@ class LoadTest:
             timeout = min(w.request_timeout_s, max(0.5, left))
             await send_request(session, plan.target.url, spec, res, model=self.model or "",
                                stream=w.stream, ignore_eos=w.ignore_eos, temperature=w.temperature,
-                               timeout_s=timeout, clock_origin=origin)
+                               timeout_s=timeout, clock_origin=origin,
+                               headers=plan.target.auth_headers())
             if res.error == "timeout" and timeout < w.request_timeout_s:
                 res.error = "cancelled"
             rec.results.append(res)

@@ -164,3 +164,34 @@ def test_client_drops_idle_connections_before_sglang_does() -> None:
         assert m, "SGLang's keep-alive setting moved: recheck KEEPALIVE_S"
         sglang_keepalive_s = float(m.group(1))
     assert 0 < KEEPALIVE_S <= sglang_keepalive_s / 2
+
+
+def test_a_router_with_client_keys_is_load_tested_with_the_targets_api_key(
+        sim_pair: tuple[SimServer, SimServer], tmp_path: Path, tokenizer_dir: Path) -> None:
+    """``Target.api_key`` (``specgate loadtest --api-key``) goes out as ``Authorization: Bearer``;
+    without it every request of a router with ``auth.api_keys`` is a 401, and the key never
+    reaches the report."""
+    from tests.support.config import write_router_yaml
+    from tests.support.sim import sim_router_config
+
+    spec, plain = sim_pair
+    key = "sk-loadtest-key-0123"
+    doc = sim_router_config(tokenizer_dir, spec.base_url, plain.base_url)
+    doc["auth"] = {"api_keys": [key]}
+    router = RouterServer(write_router_yaml(tmp_path / "router.yaml", doc)).start(ready=True)
+    try:
+        w = Workload(buckets=parse_buckets("32-48"), loads=(1,), output_tokens=(4, 4),
+                     requests_per_run=3, warmup_runs=0, repetitions=1, metrics_interval_s=0.05,
+                     seed=3, model="sim-model")
+        reports = {}
+        for name, api_key in (("with_key", key), ("without_key", None)):
+            test = LoadTest(w, [Target("target", router.base_url, "target", api_key=api_key)])
+            asyncio.run(test.run())
+            reports[name] = build_report(test)
+    finally:
+        router.stop()
+    points = {name: r["points"][0]["targets"]["target"] for name, r in reports.items()}
+    assert points["with_key"]["requests"] == {"planned": 3, "sent": 3, "ok": 3}
+    assert points["without_key"]["requests"] == {"planned": 3, "sent": 3, "ok": 0}
+    assert points["without_key"]["errors_by_status"] == {"401": 3}
+    assert key not in json.dumps(reports["with_key"])
