@@ -9,7 +9,7 @@ few SSE events (mid-stream). A refused connection (the router is restarting) is 
 
 Each answer is judged against what the fake SGLang engine must produce: ``max_tokens = M``
 gives the content ``"tok0 tok1 ... tok{M-1}"`` with ``finish_reason: "length"``
-(``serving/fake_sglang.py``). Verdicts (:data:`VERDICTS`):
+(``serving/fake_sglang/``). Verdicts (:data:`VERDICTS`):
 
 - ``completed``: HTTP 200 with exactly that content and finish reason; a stream also ends
   with ``data: [DONE]`` and has no error event.

@@ -4,7 +4,7 @@
         [--out runs/drills.json]
 
 Every drill starts its own stack on 127.0.0.1, as separate processes so that they can be
-killed and stopped: fake SGLang engines (``serving/fake_sglang.py``'s app under uvicorn, one
+killed and stopped: fake SGLang engines (``serving/fake_sglang/``'s app under uvicorn, one
 process each, launched by this script's ``_engine`` mode so that ``FakeConfig`` can be set
 whole: every engine *ignores* client disconnects, ``on_disconnect: "ignore"``, as SGLang
 does when its cleanup regresses, sgl-project/sglang#37833, so only the router's
