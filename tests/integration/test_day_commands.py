@@ -46,6 +46,9 @@ def test_day_benchmark_writes_its_tables_json_and_plots(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "day.json").read_text())
     assert [(r["shape"], r["k"], r["deployment"]) for r in doc["runs"]] == [
         ("light", 0, "all-plain"), ("light", 1, "routed 1s+1p"), ("light", 1, "predict 1s+1p"),
-        ("light", 2, "all-spec")]
+        ("light", 2, "all-spec"), ("light", 2, "specgate 2s+0p")]
+    # the router at the advised split, against the better static deployment of the same engines
+    assert "advice 2 spec + 0 plain (all-spec); specgate 2s+0p: mean 0.989x, p90 0.975x the better " \
+        "static deployment (all-spec)" in proc.stdout
     assert (tmp_path / "light-n2.png").read_bytes()[:4] == b"\x89PNG"
     assert len(read_request_log(tmp_path / "light-n2-all-spec.jsonl")) == 610
