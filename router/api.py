@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from router.acceptance import CLASSES
 from router.admin import install_admin_routes
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
+from router.context import attach_context, request_context
 from router.errors import (
     AuthenticationError,
     ContextLengthExceeded,
@@ -46,7 +47,7 @@ from router.features import (
 from router.observe import ResponseObserver, wants_tools
 from router.policy import Outcome, Reason, flip_points, over_length_message, request_features
 from router.prefix import PrefixChain, chain_for_request
-from router.proxy import ProxyJob, ProxyResponse
+from router.proxy import ProxyJob, ProxyResponse, Redecision
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ async def _generate(request: Request, kind: str) -> Response:
     received = time.perf_counter()
     own_id = state.next_request_id()
     request_id = client_request_id(request.headers.get("x-request-id")) or own_id
-    request.state.request_id = request_id
+    context = attach_context(request, request_id)
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
     if kind == "responses":
@@ -194,7 +195,6 @@ async def _generate(request: Request, kind: str) -> Response:
         parsed = parse_chat(doc, max_n=limits.max_n, media=cfg.model.media_tokens)
     else:
         parsed = _PARSERS[kind](doc, max_n=limits.max_n)
-    request.state.param = parsed.param
     model = doc.get("model")
     if model is not None and not cfg.model.serves(model):
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
@@ -206,7 +206,7 @@ async def _generate(request: Request, kind: str) -> Response:
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
     features = dataclasses.replace(
         request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower), speculation=hint)
-    request.state.features = features
+    context.features = features
     chain = matches = None
     if rendered:
         chain = chain_for_request(rendered[0], doc, kind, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
@@ -215,7 +215,7 @@ async def _generate(request: Request, kind: str) -> Response:
             matches = runtime.prefix_matches(chain, prompt_tokens)
     decision = runtime.decide(features, state.clock(), chain=chain, matches=matches)
     if decision.outcome is Outcome.REFUSED and decision.reason is not Reason.CONTEXT_CAP:
-        request.state.reject_reason = decision.reason.value
+        context.reject_reason = decision.reason.value
         raise InvalidRequest(_unserved_message(decision.reason.value, doc), code="unsupported_feature",
                              param=trigger_param(doc, decision.reason.value))
     if decision.outcome is Outcome.REFUSED:
@@ -224,7 +224,7 @@ async def _generate(request: Request, kind: str) -> Response:
             # between the bounds), and a small prompt is counted exactly for the message.
             exact = await asyncio.get_running_loop().run_in_executor(state.executor, runtime.counter.count, parsed)
             features = request_features(parsed, exact, runtime.rules)
-            request.state.features = features
+            context.features = features
         raise ContextLengthExceeded(over_length_message(features, runtime.rules), param=parsed.param)
     if decision.outcome is Outcome.UNAVAILABLE:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
@@ -257,17 +257,17 @@ async def _generate(request: Request, kind: str) -> Response:
         lease.release()
         raise
 
-    def redecide(excluded: frozenset[str], excluded_pools: frozenset[str] = frozenset()) -> Any:
+    def redecide(excluded: frozenset[str], excluded_pools: frozenset[str] = frozenset()) -> Redecision:
         rt = state.runtime
         if excluded_pools:  # a pool that refused for capacity is skipped whole
             excluded = excluded | {u for p in rt.pools if p.name in excluded_pools for u in p.endpoints}
         d = rt.decide(features, state.clock(), exclude=excluded, chain=chain, matches=matches)
         if d.outcome is not Outcome.ROUTED:
-            return d
+            return Redecision(d)
         assert d.endpoint is not None  # routed: it is set
         if chain is not None:
             _note_prefix(state, rt, d, chain, matches, prompt_tokens)
-        return d, rt.endpoint(d.endpoint).lease(features.temperature_class)
+        return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class))
 
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
@@ -354,22 +354,25 @@ _REJECT_REASON = {
 
 def _error_response(request: Request, err: SpecgateError) -> Response:
     state = getattr(request.app.state, "specgate", None)
-    reason = getattr(request.state, "reject_reason", None) or _REJECT_REASON.get(type(err), "invalid_request")
+    context = request_context(request)
+    request_id = context.request_id if context is not None else None
+    features = context.features if context is not None else None
+    reason = (context.reject_reason if context is not None else None) or _REJECT_REASON.get(
+        type(err), "invalid_request")
     path = request.scope["path"]
-    features: RequestFeatures | None = getattr(request.state, "features", None)
     if state is not None and path.startswith("/v1/") and path != "/v1/models":
         state.metrics.requests.inc(("none", reason, str(err.status)))
         if state.runtime.config.server.log_requests:
             access_log.info(orjson.dumps({
-                "request_id": getattr(request.state, "request_id", None), "pool": "none",
+                "request_id": request_id, "pool": "none",
                 "reason": reason, "status": err.status, "code": err.code, "param": err.param,
                 "prompt_tokens": features.prompt_tokens if features is not None else None,
                 "prompt_tokens_exact": features.prompt_exact if features is not None else None}).decode())
     headers = err.response_headers()
     headers["x-specgate-pool"] = "none"
     headers["x-specgate-reason"] = reason
-    if getattr(request.state, "request_id", None):
-        headers["x-request-id"] = request.state.request_id
+    if request_id:
+        headers["x-request-id"] = request_id
     return Response(err.body(), status_code=err.status, headers=headers)
 
 

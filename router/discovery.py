@@ -293,7 +293,7 @@ ENDPOINT_STATES = ("healthy", "unknown", "unhealthy", "draining")
 
 
 def endpoint_states(endpoints: Iterable[Any]) -> dict[str, int]:
-    """Count endpoints (:class:`router.pools.Endpoint`) by state: ``draining`` first (a
+    """Count endpoints (:class:`router.endpoint.Endpoint`) by state: ``draining`` first (a
     draining endpoint gets no new request whatever its health), else its health state
     (``unknown``: not probed successfully yet, so not routable)."""
     out = dict.fromkeys(ENDPOINT_STATES, 0)

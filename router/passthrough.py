@@ -57,6 +57,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from router.api import _parse_json, _read_body
+from router.context import attach_context
 from router.errors import (
     InvalidRequest,
     NoHealthyUpstream,
@@ -141,7 +142,7 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     cfg = runtime.config
     received = time.perf_counter()
     request_id = state.next_request_id()
-    request.state.request_id = request_id
+    attach_context(request, request_id)
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
     path = request.scope["path"]

@@ -32,7 +32,7 @@ that owns the rest of the request's life. Its contract:
   or 429 status, or a 200 stream whose first events carry an error with code 503/429 (SGLang's
   queue-full refusal after the status was committed) or a ``finish_reason: "abort"`` before
   any content, is a refusal before the first byte. The endpoint is *not* ejected: it records
-  back-pressure (:meth:`router.pools.Endpoint.record_backpressure`, for the engine's
+  back-pressure (:meth:`router.endpoint.Endpoint.record_backpressure`, for the engine's
   ``Retry-After`` up to ``upstream.backpressure_max_hold_s``, else
   ``upstream.backpressure_hold_s``), and the request is resent once to another pool
   (``redecide`` with the refusing pool excluded). When that pool refuses too, or no other
@@ -80,6 +80,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from router.config import UpstreamConfig
+from router.endpoint import Lease
 from router.errors import (
     EngineOverloaded,
     SpecgateError,
@@ -90,7 +91,6 @@ from router.errors import (
 )
 from router.features import RequestFeatures
 from router.policy import Decision
-from router.pools import Lease
 from router.upstream import (
     ConnTrace,
     IdleWatch,
@@ -99,7 +99,8 @@ from router.upstream import (
     retry_after_seconds,
 )
 
-__all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse"]
+__all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
+           "Redecision"]
 
 #: The one terminal SSE event sent when the engine fails mid-stream.
 UPSTREAM_FAILED_EVENT = (
@@ -125,6 +126,26 @@ _BACKPRESSURE = (429, 503)
 
 class _ClientGone(Exception):
     """The client disconnected."""
+
+
+@dataclass(frozen=True, slots=True)
+class Redecision:
+    """What a failover's new routing decision gave (:data:`Redecide`).
+
+    Attributes:
+        decision: the policy's new decision (with the refused endpoints and pools excluded).
+        lease: the lease taken on the decision's endpoint when it routed; None when the
+            policy found nowhere left to go (the decision is not ``ROUTED``), and the proxy
+            answers with the failure it has.
+    """
+
+    decision: Decision
+    lease: Lease | None = None
+
+
+#: ``redecide(excluded_urls, excluded_pools)``: re-run the routing decision without those
+#: endpoints and pools, taking the lease when it routes (``router.api`` builds it).
+Redecide = Callable[[frozenset[str], frozenset[str]], Redecision]
 
 
 @dataclass(slots=True)
@@ -186,8 +207,9 @@ class ProxyResponse(Response):
         job: the admitted request.
         session: the shared aiohttp session.
         upstream: the ``upstream`` config section (timeouts, attempts).
-        redecide: ``redecide(excluded_urls, excluded_pools) -> (Decision, Lease) | Decision``
-            for failover; a bare Decision means the policy refused (e.g. 503).
+        redecide: ``redecide(excluded_urls, excluded_pools) -> Redecision`` for failover
+            (:data:`Redecide`); a :class:`Redecision` without a lease means the policy found
+            nowhere left to go.
         on_done: called once with the job when the response is finished (metrics, log).
         spawn: schedules a background coroutine (used for ``/abort_request``).
         retry_after_s: ``Retry-After`` (s) of ``engine_overloaded`` when no engine sent one.
@@ -197,7 +219,7 @@ class ProxyResponse(Response):
     """
 
     def __init__(self, job: ProxyJob, *, session: aiohttp.ClientSession, upstream: UpstreamConfig,
-                 redecide: Callable[[frozenset[str], frozenset[str]], Any], on_done: Callable[[ProxyJob], None],
+                 redecide: Redecide, on_done: Callable[[ProxyJob], None],
                  spawn: Callable[[Any], None], retry_after_s: int = 5,
                  fresh_session: aiohttp.ClientSession | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -285,7 +307,7 @@ class ProxyResponse(Response):
                 excluded_pools.add(endpoint.pool)
                 nxt = None if refused > 1 or job.attempts >= up.max_attempts else self._redecide(
                     frozenset(excluded), frozenset(excluded_pools))
-                if nxt is None or isinstance(nxt, Decision):
+                if nxt is None or nxt.lease is None:
                     seconds = retry_after if retry_after is not None else self._retry_after
                     if failed is not None:
                         job.outcome = failed.code or "error"
@@ -299,7 +321,7 @@ class ProxyResponse(Response):
                     await self._send_error(send, fo.error)
                     return
                 nxt = self._redecide(frozenset(excluded), frozenset(excluded_pools))
-                if isinstance(nxt, Decision):  # nowhere left to go: the engine's failure stands
+                if nxt.lease is None:  # nowhere left to go: the engine's failure stands
                     await self._send_error(send, fo.error)
                     return
             except asyncio.CancelledError:
@@ -309,7 +331,7 @@ class ProxyResponse(Response):
                 await self._send_error(send, err)
                 return
             job.lease.release()
-            job.decision, job.lease = nxt
+            job.decision, job.lease = nxt.decision, nxt.lease
             job.attempts += 1
             fresh = False
 

@@ -32,9 +32,12 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from router.config import ConfigError
+
+if TYPE_CHECKING:
+    from router.app import AppState
 
 __all__ = ["Reloader"]
 
@@ -62,11 +65,17 @@ class Reloader:
     A change is a new (mtime, size, inode) whose bytes differ from the last applied file's:
     a file rewritten with the same bytes (an editor's save, a non-atomic write seen twice)
     is not reloaded again.
+
+    Raises:
+        ValueError: when ``state`` was built from a :class:`~router.config.Config` value
+            (``state.config_path`` is None: no file to watch).
     """
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: AppState) -> None:
+        if state.config_path is None:
+            raise ValueError("a Reloader needs an AppState built from a config file")
         self._state = state
-        self._path = state.config_path
+        self._path: Path = state.config_path
         self._stamp = _stamp(self._path)
         self._applied = _digest(self._path)
         self._task: asyncio.Task[None] | None = None
@@ -130,7 +139,7 @@ class Reloader:
         if state.runtime.config.state != config.state:
             log.warning("state changed; restart the router to apply")
         state.runtime = runtime
-        if getattr(state, "discovery", None) is not None:
+        if state.discovery is not None:
             try:
                 state.discovery.sync(runtime)
             except Exception as exc:  # noqa: BLE001  (the swap stands; the failure is counted)

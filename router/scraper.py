@@ -31,7 +31,8 @@ from router.tasks import LoopTask
 
 if TYPE_CHECKING:
     from router.config import Config
-    from router.pools import Endpoint, Runtime
+    from router.endpoint import Endpoint
+    from router.pools import Runtime
 
 __all__ = ["EngineLoad", "Scraper", "parse_sglang_metrics"]
 

@@ -17,7 +17,7 @@ all keys of one deployment share a slot and one Lua script may touch them all)::
 
 Algorithm, per replica:
 
-1. Taking or releasing a :class:`~router.pools.Lease` changes process memory only: the local
+1. Taking or releasing a :class:`~router.endpoint.Lease` changes process memory only: the local
    count, the set of open leases, a queue of ZADDs / ZREMs. No request waits for Redis.
 2. One writer task sends what is queued as **one Lua script call** (atomic): ZADD new leases
    with score ``now + lease_ttl_s`` (``now`` from Redis ``TIME``, so replica clocks do not
@@ -31,7 +31,7 @@ Algorithm, per replica:
 3. The result gives each endpoint the count C over all replicas, paired with this replica's
    local count B when the batch was taken; until the next batch the policy sees
    ``max(local, C + local - B)`` (own changes exact, other replicas' as of the batch), and the
-   load is ``max(scraped engine load, that)`` (:meth:`router.pools.Endpoint.load`).
+   load is ``max(scraped engine load, that)`` (:meth:`router.endpoint.Endpoint.load`).
 4. Bypass: after each batch every speculative pool's hysteresis continues *from the shared
    flag* (:meth:`router.pools.Runtime.sync_bypass`, the pure ``next_saturated`` /
    ``next_low_acceptance``); a differing result is written back with compare-and-set. When one

@@ -53,3 +53,24 @@ def test_client_request_id_is_echoed_logged_and_sent_upstream(tmp_path, tokenize
     rids = [r["body"]["rid"] for r in upstream]
     assert rids[1] == f"specgate-{own}"
     assert rids[0].startswith("specgate-") and "client-abc" not in rids[0]
+
+
+def test_a_refused_request_is_logged_with_its_id_reason_and_prompt_size(tmp_path, tokenizer_dir, caplog) -> None:
+    """The error path reads the request's context: the 400's access line names the adopted id,
+    the refusal reason and the prompt size the policy refused (counted exactly: a small body)."""
+    from router.features import parse_chat
+
+    caplog.set_level(logging.INFO, logger="specgate.access")
+    stack = Stack(tmp_path, tokenizer_dir, **{"server.log_requests": True})
+    try:
+        prompt = stack.router.state.runtime.counter.count(parse_chat(chat(), max_n=8))
+        r = stack.client.post("/v1/chat/completions", json=chat(max_tokens=10**6),
+                              headers={"x-request-id": "client-big"})
+    finally:
+        stack.close()
+    assert (r.status_code, r.headers["x-request-id"], r.headers["x-specgate-reason"]) == (
+        400, "client-big", "context_cap")
+    lines = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "specgate.access"]
+    assert lines == [{"request_id": "client-big", "pool": "none", "reason": "context_cap", "status": 400,
+                      "code": "context_length_exceeded", "param": "messages", "prompt_tokens": prompt,
+                      "prompt_tokens_exact": True}]

@@ -1,10 +1,10 @@
-"""Endpoint health transitions and their log lines (router.pools.Endpoint)."""
+"""Endpoint health transitions and their log lines (router.endpoint.Endpoint)."""
 
 from __future__ import annotations
 
 import logging
 
-from router.pools import Endpoint
+from router.endpoint import Endpoint
 from router.scraper import EngineLoad
 
 LOAD = EngineLoad(0, 0, 0.0, None, None)

@@ -1,0 +1,129 @@
+"""The ``routing`` section of the config tree (:mod:`router.config`): the thresholds the
+policy reads (:mod:`router.policy`, :mod:`router.bypass`, :mod:`router.prefix`). They are
+hot-reloadable, and :class:`router.config_overrides.Overrides` can change some of them at
+runtime (``PUT /admin/config``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, StrictBool, model_validator
+
+from router.config_base import NonNegativeInt, PositiveFloat, PositiveInt, Strict
+
+__all__ = [
+    "AcceptanceConfig",
+    "PrefixCacheConfig",
+    "RoutingConfig",
+    "SaturationConfig",
+]
+
+
+class SaturationConfig(Strict):
+    """Hysteresis thresholds on a speculative pool's load (running + queued requests).
+
+    Speculation is bypassed once load >= ``enter`` and resumes once load < ``exit``.
+    Production reports on GPUs advise bypassing at batch 16-32.
+    """
+
+    enter: PositiveInt
+    exit: NonNegativeInt
+
+    @model_validator(mode="after")
+    def _check(self) -> SaturationConfig:
+        if self.exit >= self.enter:
+            raise ValueError(f"saturation.exit ({self.exit}) must be < saturation.enter ({self.enter})")
+        return self
+
+
+class AcceptanceConfig(Strict):
+    """Acceptance tracking (:mod:`router.acceptance`) and the acceptance bypass.
+
+    The expected speedup is S = E[tau] / (c*gamma + 1) computed from the pool's live accept
+    length per temperature class (Leviathan et al. 2023, arXiv:2211.17192); without speed
+    models, a class below ``min_expected_speedup`` skips speculation until it reaches
+    ``exit_speedup`` (hysteresis). ``enabled: false`` turns the bypass off.
+
+    Attributes:
+        max_age_s: seconds an accept-length measurement stays valid; older, it is unknown
+            and the pool is used (and so measured) again: the bound on how long a pool stays
+            bypassed on a measurement it can no longer refresh.
+        weight: the step of the per-class estimate in (0, 1] (1: the last observation only).
+    """
+
+    enabled: StrictBool = True
+    min_expected_speedup: PositiveFloat = 1.0
+    exit_speedup: PositiveFloat = 1.05
+    max_age_s: PositiveFloat = 10.0
+    weight: Annotated[float, Field(gt=0, le=1)] = 0.5
+
+    @model_validator(mode="after")
+    def _check(self) -> AcceptanceConfig:
+        if self.exit_speedup < self.min_expected_speedup:
+            raise ValueError("acceptance.exit_speedup must be >= min_expected_speedup")
+        return self
+
+
+class PrefixCacheConfig(Strict):
+    """Prefix-cache-aware endpoint choice inside a pool (:mod:`router.prefix`, which states the
+    algorithm and its sources: SGLang's ``cache_aware`` policy, the Gateway API Inference
+    Extension prefix scorer, rendezvous hashing). Hot-reloadable; the index survives a reload
+    unless ``block_chars`` changes.
+
+    Attributes:
+        enabled: off: least load inside a pool, ties round robin (the router's older choice).
+        block_chars: block size of the rendered prompt's hash chain (characters; 64 is about
+            16 tokens of English at ~4 characters per token).
+        max_blocks: blocks hashed per request (blocks); the prompt beyond
+            ``block_chars * max_blocks`` characters is ignored (bounds the per-request cost).
+        anchor_blocks: a completions prompt's anchor (its conversation identity) is its first
+            this many blocks (blocks); a chat's is its prompt up to the first user message.
+        max_blocks_per_endpoint: index capacity per endpoint (blocks, LRU; the memory bound:
+            about 100 bytes each).
+        cache_threshold: a match counts when it exceeds this fraction of the prompt's tokens
+            (0-1; SGLang's ``cache_threshold``, 0.3).
+        balance_abs_threshold: load imbalance needs ``max - min`` load above this (requests;
+            SGLang's ``balance_abs_threshold``, 64).
+        balance_rel_threshold: and ``max > this * min`` (ratio; SGLang's 1.5).
+        hash_load_factor: a new conversation's rendezvous choice is skipped when its load
+            would exceed this factor of the mean (ratio; SGLang's ``prefix_hash`` uses 1.25).
+            Measured in ``benchmarks/multiturn.py`` (docs/performance.md): 1.25 lost up to 12%
+            of the hits with 2 router replicas (a conversation moved off its hash on one
+            replica misses on the others), 2.0 lost none but left the hash's luck to balance
+            (up to 17:7 conversations), 1.5 lost at most 4% with requests within 1.63x.
+    """
+
+    enabled: StrictBool = True
+    block_chars: PositiveInt = 64
+    max_blocks: PositiveInt = 512
+    anchor_blocks: PositiveInt = 4
+    max_blocks_per_endpoint: PositiveInt = 32768
+    cache_threshold: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.3
+    balance_abs_threshold: NonNegativeInt = 64
+    balance_rel_threshold: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
+    hash_load_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
+
+
+class RoutingConfig(Strict):
+    """Routing thresholds.
+
+    Attributes:
+        long_prompt_tokens: prompts longer than this (tokens) go to the plain pool
+            (reason ``long_context``): speculation loses at long context (docs/loadtests.md).
+        saturation: load thresholds for the saturation bypass.
+        acceptance: acceptance tracking and bypass.
+        min_flip_interval_s: a bypass flag (saturation, acceptance) changes at most once per
+            this many seconds per pool, so a load or acceptance signal hovering at a
+            threshold cannot toggle a pool faster (vllm-project/vllm#49548 measured a flapping
+            threshold cutting throughput from 232 to 24-157 tok/s).
+        seed: seed of the endpoint tie-break.
+        prefix_cache: prefix-cache-aware endpoint choice inside a pool.
+    """
+
+    long_prompt_tokens: PositiveInt
+    saturation: SaturationConfig
+    acceptance: AcceptanceConfig = AcceptanceConfig()
+    min_flip_interval_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
+    seed: NonNegativeInt = 0
+    prefix_cache: PrefixCacheConfig = PrefixCacheConfig()

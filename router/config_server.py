@@ -1,0 +1,148 @@
+"""The sections of the config tree (:mod:`router.config`) about the router process itself:
+where it listens and how it drains (:class:`ServerConfig`), what its replicas share
+(:class:`StateConfig`, :class:`CircuitBreakerConfig`) and who may call it (:class:`AuthConfig`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, StrictBool, StrictStr, model_validator
+
+from router.config_base import EnvName, PositiveFloat, PositiveInt, Strict
+
+__all__ = [
+    "AuthConfig",
+    "CircuitBreakerConfig",
+    "ServerConfig",
+    "StateConfig",
+]
+
+
+class ServerConfig(Strict):
+    """Where the router listens."""
+
+    host: StrictStr = "127.0.0.1"
+    port: Annotated[int, Field(strict=True, ge=0, le=65535)] = 8000
+    reload_interval_s: PositiveFloat = 1.0
+    log_requests: StrictBool = True
+    #: Graceful drain (SIGTERM or ``GET /drain``, see router/drain.py): seconds the listener
+    #: stays open after the drain starts (``/ready`` answers 503 at once, so endpoints
+    #: propagate while requests that still arrive are served).
+    drain_listen_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 5.0
+    #: Seconds requests still in flight get after the listener closed; then each is cut with
+    #: a ``router_shutdown`` error (a stream: one terminal SSE event) and aborted upstream.
+    drain_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
+
+
+class CircuitBreakerConfig(Strict):
+    """The circuit breaker in front of every shared-state (Redis) call.
+
+    Attributes:
+        failure_threshold: consecutive failed calls (timeout, refused, error) that open it.
+        reset_after_s: seconds it stays open (no call is made) before one probe call is let
+            through (half-open); the probe's success closes it, its failure reopens it.
+    """
+
+    failure_threshold: PositiveInt = 3
+    reset_after_s: PositiveFloat = 1.0
+
+
+class StateConfig(Strict):
+    """Where replicas share in-flight leases, bypass flags and routing overrides.
+
+    ``memory`` (default) keeps everything in the process: right for one replica. ``redis``
+    shares it through one Redis (see :mod:`router.state` for the algorithm and key layout); a
+    Redis that is down, refusing or blackholed makes the router *degraded* (local counts), never
+    unavailable. ``state`` changes need a restart (a reload only logs them).
+
+    Attributes:
+        backend: ``memory`` or ``redis``.
+        redis_url: ``redis://[user:password@]host:port/db``, ``rediss://...`` or
+            ``unix:///path``; when left out, the environment variable named by
+            ``redis_url_env`` is read at start (the Helm chart sets ``SPECGATE_REDIS_URL``).
+        redis_url_env: that variable's name.
+        key_prefix: prefix of every key, used as a Redis Cluster hash tag (``{prefix}:...``);
+            deployments sharing one Redis need distinct prefixes.
+        op_timeout_s: bound on every Redis call, connecting included (seconds).
+        lease_ttl_s: a request's lease expires this long after its last renewal unless
+            released (seconds): how long a crashed replica's requests keep counting.
+        renew_interval_s: how often open leases are renewed (seconds).
+        circuit_breaker: see :class:`CircuitBreakerConfig`.
+    """
+
+    backend: Literal["memory", "redis"] = "memory"
+    redis_url: Annotated[str, Field(strict=True, pattern=r"^(redis|rediss|unix)://\S+$")] | None = None
+    redis_url_env: EnvName = "SPECGATE_REDIS_URL"
+    key_prefix: Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")] = "specgate"
+    op_timeout_s: PositiveFloat = 0.05
+    lease_ttl_s: PositiveFloat = 15.0
+    renew_interval_s: PositiveFloat = 5.0
+    circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> StateConfig:
+        if self.renew_interval_s * 2 > self.lease_ttl_s:
+            raise ValueError("state.renew_interval_s must be <= lease_ttl_s / 2")
+        if self.op_timeout_s >= self.renew_interval_s:
+            raise ValueError("state.op_timeout_s must be < renew_interval_s")
+        return self
+
+
+class AuthConfig(Strict):
+    """API keys: clients on ``/v1/*``, the operator on ``/admin/*`` (``Authorization: Bearer``).
+
+    Each key set can come from the YAML, a file (a Kubernetes Secret mounted as a volume: one
+    key per line; blank lines and lines starting with ``#`` are ignored) and an environment
+    variable (a Secret exposed with ``secretKeyRef``: keys separated by commas or newlines);
+    the sources add up. Client authentication is on as soon as one client source is named;
+    a named file or variable that is missing or holds no key fails the start (and a reload
+    keeps the last good keys). Without an admin key ``/admin/*`` answers 403. Files and
+    variables are read at start and on every config reload. Relative paths are resolved
+    against the config file.
+
+    Attributes:
+        api_keys: client keys given inline.
+        api_keys_file: path of a file of client keys.
+        api_keys_env: name of an environment variable holding client keys.
+        admin_api_key: the admin key given inline.
+        admin_api_key_file: path of a file holding admin keys.
+        admin_api_key_env: name of an environment variable holding admin keys.
+        speculation_defaults: per client key, the speculation hint (``off``/``auto``/``on``,
+            :data:`router.capabilities.SPECULATION_MODES`) its requests get when they send
+            none; keyed by the key's SHA-256 digest in lowercase hex
+            (``printf %s "$KEY" | sha256sum``), so no key is written here.
+    """
+
+    api_keys: tuple[SecretStr, ...] = ()
+    api_keys_file: StrictStr | None = None
+    api_keys_env: EnvName | None = None
+    admin_api_key: SecretStr | None = None
+    admin_api_key_file: StrictStr | None = None
+    admin_api_key_env: EnvName | None = None
+    #: The engines' key (SGLang ``--api-key``), sent upstream as ``Authorization: Bearer``;
+    #: inline, from a file (first non-comment line) or from an environment variable. None of
+    #: the three: no Authorization header goes upstream. Read at start (a change needs a restart).
+    engine_api_key: SecretStr | None = None
+    engine_api_key_file: StrictStr | None = None
+    engine_api_key_env: EnvName | None = None
+    speculation_defaults: dict[Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]{64}$")],
+                               Literal["off", "auto", "on"]] = {}  # noqa: RUF012 (a pydantic field)
+
+    @model_validator(mode="after")
+    def _check(self) -> AuthConfig:
+        inline = [k.get_secret_value() for k in self.api_keys]
+        if self.admin_api_key is not None:
+            inline.append(self.admin_api_key.get_secret_value())
+        for key in inline:
+            if not key or any(ch.isspace() for ch in key):
+                raise ValueError("an API key must be non-empty and hold no whitespace")
+        admin = self.admin_api_key.get_secret_value() if self.admin_api_key is not None else None
+        if admin is not None and admin in {k.get_secret_value() for k in self.api_keys}:
+            raise ValueError("auth.admin_api_key must not also be a client key")
+        return self
+
+    @property
+    def client_auth(self) -> bool:
+        """True when at least one client key source is configured."""
+        return bool(self.api_keys) or self.api_keys_file is not None or self.api_keys_env is not None

@@ -1,0 +1,235 @@
+"""One SGLang server's state: health, in-flight leases, scraped load, back-pressure.
+
+An :class:`Endpoint` belongs to one :class:`router.pools.Pool` and is carried over by a reload
+when its URL stays (:class:`router.pools.Runtime`), so its health and in-flight count survive.
+
+Health (sgl-project/sglang#9198, sgl-project/sglang#22511): an endpoint starts *unknown* (not routable);
+its first successful scrape admits it. Afterwards ``health.failure_threshold`` consecutive
+failures eject it and ``health.success_threshold`` consecutive successes re-admit it. A
+*slow* failure (timeout) never ejects the last healthy endpoint of its pool: busy is not
+dead. A connection failure seen by the proxy ejects at once (passive health).
+
+In-flight accounting: :meth:`Endpoint.lease` returns a :class:`Lease` that increments the
+count; :meth:`Lease.release` decrements it exactly once however often it is called. With a
+shared state (``state.backend: redis``) the endpoint's *ledger* (:class:`router.state.RedisState`)
+is told of both, in memory only (no I/O on the request path); its writer task brings back
+``shared_inflight``, the count over all replicas, and :meth:`Endpoint.inflight_view` adds this
+replica's own changes since. The load a decision sees is ``max(scraped engine load, that)``.
+
+Back-pressure (sgl-project/sglang#28175): an engine that refused a request for capacity (503,
+429, a queue-full event; :mod:`router.proxy`) is held as saturated for a while
+(:meth:`Endpoint.record_backpressure`), without any effect on its health.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, Self
+
+from yarl import URL
+
+from router.acceptance import AcceptanceTracker
+from router.scraper import EngineLoad
+
+__all__ = ["Endpoint", "Lease", "LeaseLedger"]
+
+log = logging.getLogger("specgate")
+
+
+class LeaseLedger(Protocol):
+    """Told of every lease taken and released (the shared state); in-memory calls only."""
+
+    def acquired(self, endpoint: Endpoint) -> str:
+        """Record a new lease on ``endpoint``; returns its id."""
+        ...
+
+    def released(self, endpoint: Endpoint, lease_id: str) -> None:
+        """Record the release of lease ``lease_id`` (called once per lease)."""
+        ...
+
+
+class Lease:
+    """One request's hold on an endpoint's in-flight count; release is idempotent."""
+
+    __slots__ = ("endpoint", "lease_id", "released", "temperature")
+
+    def __init__(self, endpoint: Endpoint, temperature: str = "sampled") -> None:
+        self.endpoint = endpoint
+        self.released = False
+        self.temperature = temperature
+        endpoint.inflight += 1
+        endpoint.acceptance.started(temperature)
+        ledger = endpoint.ledger
+        self.lease_id = ledger.acquired(endpoint) if ledger is not None else None
+
+    def release(self) -> None:
+        """Decrement the endpoint's in-flight count (and tell the ledger), once."""
+        if not self.released:
+            self.released = True
+            endpoint = self.endpoint
+            endpoint.inflight -= 1
+            endpoint.acceptance.finished(self.temperature)
+            ledger = endpoint.ledger
+            if ledger is not None and self.lease_id is not None:
+                ledger.released(endpoint, self.lease_id)
+            if endpoint.draining and endpoint.inflight == 0 and endpoint.on_drained is not None:
+                endpoint.on_drained(endpoint)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@dataclass(eq=False)
+class Endpoint:
+    """One SGLang server.
+
+    Attributes:
+        url: base URL; pool: owning pool's name.
+        inflight: requests this router has dispatched and not finished.
+        shared_inflight: in-flight requests of all replicas at the last shared-state sync
+            (None: unknown, e.g. memory backend or degraded); shared_base: this replica's
+            ``inflight`` when that sync's batch was taken; shared_at: its monotonic time (s).
+        ledger: the shared state told of leases (None: memory backend).
+        healthy: routable (state ``healthy`` and not draining); state:
+            ``unknown``/``healthy``/``unhealthy``.
+        engine: last scraped :class:`EngineLoad`; scraped_at: its monotonic time (s).
+        draining: left its discovered pool; in-flight requests finish, no new ones come.
+        on_drained: called once the last lease of a draining endpoint is released.
+        acceptance: per-class accept-length estimates (:mod:`router.acceptance`).
+        observed_at: the ``scraped_at`` of the last scrape fed to ``acceptance``.
+        backpressure_until: monotonic time (s) until which the engine's last capacity refusal
+            (503, 429, queue-full event; sgl-project/sglang#28175) holds, or None.
+        backpressure_count: capacity refusals recorded.
+    """
+
+    url: str
+    pool: str
+    failure_threshold: int = 3
+    success_threshold: int = 2
+    inflight: int = 0
+    state: str = "unknown"
+    consecutive_failures: int = 0
+    consecutive_successes: int = 0
+    engine: EngineLoad | None = None
+    scraped_at: float | None = None
+    scrape_failures: int = 0
+    shared_inflight: int | None = None
+    shared_base: int = 0
+    shared_at: float | None = None
+    ledger: LeaseLedger | None = field(default=None, repr=False)
+    draining: bool = False
+    on_drained: Callable[[Endpoint], None] | None = field(default=None, repr=False)
+    acceptance: AcceptanceTracker = field(default_factory=AcceptanceTracker, repr=False)
+    observed_at: float | None = None
+    backpressure_until: float | None = None
+    backpressure_count: int = 0
+    _siblings: list[Endpoint] = field(default_factory=list, repr=False)
+    _targets: dict[str, URL] = field(default_factory=dict, repr=False)
+
+    def target(self, path: str) -> URL:
+        """``url + path`` as a parsed ``yarl.URL``, built once per path (aiohttp would
+        otherwise parse the string on every request)."""
+        url = self._targets.get(path)
+        if url is None:
+            url = self._targets[path] = URL(self.url + path)
+        return url
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "healthy" and not self.draining
+
+    def lease(self, temperature: str = "sampled") -> Lease:
+        """Take a lease (in-flight + 1) for a request of ``temperature`` class; release it
+        when the response ends."""
+        return Lease(self, temperature)
+
+    def inflight_view(self, now: float, stale_after_s: float) -> int:
+        """In-flight requests over all replicas (requests).
+
+        ``max(local, shared + local - shared_base)`` while the last shared sync is fresh
+        (within ``stale_after_s``), else the local count alone.
+        """
+        if self.shared_inflight is None or self.shared_at is None or now - self.shared_at > stale_after_s:
+            return self.inflight
+        return max(self.inflight, self.shared_inflight + self.inflight - self.shared_base)
+
+    def load(self, now: float, stale_after_s: float) -> int:
+        """``max(scraped running + queued, in-flight)``; in-flight alone when stale (requests).
+
+        In-flight is :meth:`inflight_view` (all replicas when shared).
+        """
+        inflight = self.inflight_view(now, stale_after_s)
+        if self.engine is not None and self.scraped_at is not None and now - self.scraped_at <= stale_after_s:
+            return max(self.engine.load, inflight)
+        return inflight
+
+    def record_backpressure(self, now: float, hold_s: float) -> None:
+        """The engine refused a request for capacity: hold that signal for ``hold_s`` seconds
+        from ``now`` (monotonic s). Not a health signal: the endpoint stays routable."""
+        self.backpressure_count += 1
+        until = now + hold_s
+        if self.backpressure_until is None or until > self.backpressure_until:
+            self.backpressure_until = until
+
+    def backpressured(self, now: float) -> bool:
+        """True while a recorded capacity refusal holds (``now``: monotonic s)."""
+        return self.backpressure_until is not None and now < self.backpressure_until
+
+    def backpressure_load(self, now: float, stale_after_s: float, floor: int) -> int:
+        """:meth:`load`, raised to at least ``floor`` (requests; the pool's saturation
+        ``enter`` threshold) while :meth:`backpressured`, so a refusing pool counts as
+        saturated and sheds new requests until the hold expires (sgl-project/sglang#28175)."""
+        load = self.load(now, stale_after_s)
+        return max(load, floor) if self.backpressured(now) else load
+
+    def accept_length(self, now: float, stale_after_s: float) -> float | None:
+        """The scraped ``spec_accept_length`` if fresh and positive, else None (unknown)."""
+        if self.engine is None or self.scraped_at is None or now - self.scraped_at > stale_after_s:
+            return None
+        return self.engine.spec_accept_length
+
+    def record_success(self, engine: EngineLoad, *, now: float) -> None:
+        """A successful scrape: store the load; count towards (re-)admission."""
+        self.engine = engine
+        self.scraped_at = now
+        self.consecutive_failures = 0
+        self.consecutive_successes += 1
+        if self.state == "unknown" or (
+            self.state == "unhealthy" and self.consecutive_successes >= self.success_threshold
+        ):
+            self._set_state("healthy", f"{self.consecutive_successes} successful scrape(s)")
+
+    def record_failure(self, *, slow: bool, now: float, reason: str = "") -> None:
+        """A failed scrape; ``slow`` for a timeout (busy), else dead (refused, reset, 5xx);
+        ``reason`` (e.g. the error) goes into the log line of a health change."""
+        self.scrape_failures += 1
+        self.consecutive_successes = 0
+        self.consecutive_failures += 1
+        if self.consecutive_failures < self.failure_threshold:
+            return
+        if slow and self.state == "healthy" and not any(s.healthy for s in self._siblings if s is not self):
+            return  # busy, and the last healthy endpoint of its pool: keep it
+        self._set_state("unhealthy", f"{self.consecutive_failures} failed scrapes"
+                        + (f", last: {reason}" if reason else ""))
+
+    def mark_down(self) -> None:
+        """Passive health: the proxy could not connect or the connection broke; eject now."""
+        self._set_state("unhealthy", "a proxied request could not connect or its connection broke")
+        self.consecutive_successes = 0
+        self.consecutive_failures = max(self.consecutive_failures, self.failure_threshold)
+
+    def _set_state(self, state: str, why: str) -> None:
+        """Change :attr:`state`, logging the change once (WARNING when an endpoint leaves
+        service, INFO when it enters it), so operators see pools come and go."""
+        if state == self.state:
+            return
+        self.state = state
+        if state == "healthy":
+            log.info("endpoint %s of pool %s is healthy (%s)", self.url, self.pool, why)
+        else:
+            log.warning("endpoint %s of pool %s is %s (%s)", self.url, self.pool, state, why)
