@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from typing import TypedDict
 
@@ -455,8 +456,9 @@ class Runtime:
         on, the endpoint inside a pool is chosen by :func:`router.prefix.pick_endpoint`."""
         prefix = None
         if chain is not None and self.prefix:
+            sticky = math.ceil(self.routing.prefix_cache.sticky_load_factor * self.routing.saturation.enter)
             prefix = PrefixRequest(chain.anchor, chain.tokens(chain.anchor_blocks, features.prompt_tokens),
-                                   chain.continued, **self._prefix_params)
+                                   chain.continued, **self._prefix_params, sticky_max_load=sticky)
         return decide(features, self.snapshots(now, matches), self.rules, exclude=exclude,
                       tie_break=next(self._tie), prefix=prefix)
 
