@@ -213,3 +213,23 @@ AFFINITY_CASES = [
                          ids=[c[0] for c in AFFINITY_CASES])
 def test_prefix_affinity_table(name, p, pools, ceiling, speculation, expected):
     assert affinity(p, pools, ceiling, speculation) == expected
+
+
+def test_with_speed_models_a_saturated_pool_kept_by_affinity_is_predicted():
+    # With speed models the prediction decides: a saturated spec pool is a candidate only for a
+    # conversation cached on it below the ceiling, and its cached prefill is counted.
+    from router.predict import SpeedModel
+    plain_speed = SpeedModel(decode_s_per_token=0.01, batch_knee=32, prefill_s_per_token=1e-4)
+    spec_speed = SpeedModel(decode_s_per_token=0.01, batch_knee=32, gamma=3, c=0.1, prefill_s_per_token=1e-4)
+
+    def pools(cached):
+        s = PoolSnapshot("spec", True, SPEC_LIMIT, K, (EndpointSnapshot("http://s0", True, 5, cached),),
+                         saturated=True, speed=spec_speed, accept_length_sampled=3.0)
+        p = PoolSnapshot("plain", False, S, 0, (EndpointSnapshot("http://p0", True, 0),), speed=plain_speed)
+        return [s, p]
+
+    kept = affinity(1000, pools(CACHED))
+    assert (kept.pool, kept.reason, kept.endpoint_reason) == ("spec", Reason.PREFIX_AFFINITY, "prefix_match")
+    assert [name for name, _ in kept.predicted] == ["spec", "plain"]
+    shed = affinity(1000, pools(0))
+    assert (shed.pool, shed.reason, shed.predicted) == ("plain", Reason.SATURATED, ())
