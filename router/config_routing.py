@@ -93,12 +93,13 @@ class PrefixCacheConfig(Strict):
             replica misses on the others), 2.0 lost none but left the hash's luck to balance
             (up to 17:7 conversations), 1.5 lost at most 4% with requests within 1.63x.
         sticky_load_factor: conversation affinity across pools (:func:`router.policy.decide`):
-            a conversation whose prefix is cached in a pool (a ``prefix_match`` there) stays
-            on that endpoint while its load is below ``ceil(sticky_load_factor *
-            routing.saturation.enter)`` requests, even when the speculative pool is bypassed
-            as ``saturated`` (only then: every other bypass stays hard), and is not pulled
-            off a plain pool while speculation would have been chosen (ratio over ``enter``,
-            >= 0; 0: no affinity across pools, the saturation bypass moves every turn).
+            a continued chat (an assistant message in it) whose prefix is cached on an
+            endpoint (a ``prefix_match`` there) stays on it while its load is below
+            ``ceil(sticky_load_factor * routing.saturation.enter)`` requests, even when the
+            speculative pool is bypassed as ``saturated`` (only then: every other bypass
+            stays hard), and is not pulled off a plain pool while speculation would have
+            been chosen (ratio over ``enter``, >= 0; 0: no affinity across pools, the
+            saturation bypass moves every turn).
             Measured in ``benchmarks/multiturn_mixed.py`` (docs/performance.md).
     """
 

@@ -33,9 +33,10 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
    ``spec_unhealthy``; saturation bypass on ->
    ``saturated``; acceptance bypass on -> ``low_acceptance``; else the pool is chosen with
    reason ``speculative``. The client's ``on`` hint skips the long-prompt threshold and the
-   acceptance bypass only. **Affinity** (with a :class:`router.prefix.PrefixRequest`): a pool
-   bypassed as ``saturated`` and nothing else stays a candidate when its chosen endpoint is a
-   ``prefix_match`` (the conversation is cached there) whose load is below
+   acceptance bypass only. **Affinity** (with a :class:`router.prefix.PrefixRequest` of a
+   continued conversation, ``prefix.continued``): a pool bypassed as ``saturated`` and nothing
+   else stays a candidate when its chosen endpoint is a ``prefix_match`` (the conversation is
+   cached there) whose load is below
    ``prefix.sticky_max_load`` (requests); new conversations (no match) are the ones shed.
    Every other rejection (gate, opt-out, ``long_context``, ``low_acceptance``, unhealthy)
    stays hard: a conversation grown past ``routing.long_prompt_tokens`` moves to plain.
@@ -378,9 +379,10 @@ def _cached(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
 
 def _sticky(endpoints: Sequence[EndpointSnapshot], url: str, why: dict[str, str],
             prefix: PrefixRequest | None) -> bool:
-    """``url`` holds this conversation's prefix (``prefix_match``) and its load is below the
-    affinity ceiling ``prefix.sticky_max_load`` (requests)."""
-    return (prefix is not None and why.get(url) == PickReason.PREFIX_MATCH
+    """The request continues a conversation (``prefix.continued``: a chat with an assistant
+    turn; a repeated first prompt is not one), ``url`` holds its prefix (``prefix_match``) and
+    its load is below the affinity ceiling ``prefix.sticky_max_load`` (requests)."""
+    return (prefix is not None and prefix.continued and why.get(url) == PickReason.PREFIX_MATCH
             and _load(endpoints, url) < prefix.sticky_max_load)
 
 

@@ -146,10 +146,10 @@ def cached_plain(load=0, cached=0, healthy=True):
     return PoolSnapshot("plain", False, S, 0, (EndpointSnapshot("http://p0", healthy, load, cached),))
 
 
-def affinity(p, pools, ceiling=CEILING, speculation="auto"):
+def affinity(p, pools, ceiling=CEILING, speculation="auto", continued=True):
     rules = Rules(max_context_tokens=S, default_max_tokens=256, long_prompt_tokens=LONG)
     features = RequestFeatures(prompt_tokens=p, max_new_tokens=100, speculation=speculation)
-    prefix = PrefixRequest(anchor=1, anchor_tokens=50, continued=True, sticky_max_load=ceiling)
+    prefix = PrefixRequest(anchor=1, anchor_tokens=50, continued=continued, sticky_max_load=ceiling)
     return decide(features, pools, rules, prefix=prefix)
 
 
@@ -233,3 +233,14 @@ def test_with_speed_models_a_saturated_pool_kept_by_affinity_is_predicted():
     assert [name for name, _ in kept.predicted] == ["spec", "plain"]
     shed = affinity(1000, pools(0))
     assert (shed.pool, shed.reason, shed.predicted) == ("plain", Reason.SATURATED, ())
+
+
+def test_a_repeated_first_prompt_is_not_a_conversation_to_keep():
+    # no assistant turn (PrefixRequest.continued False): the same prompt cached on plain (e.g.
+    # sent there while a capability was revoked) goes back to speculation, and a saturated
+    # spec pool sheds it even when it is cached there
+    plain_cached = [cached_spec(cached=(0, 0), loads=(5, 6)), cached_plain(cached=CACHED)]
+    assert affinity(1000, plain_cached, continued=False) == Decision(
+        "spec", "http://s0", Reason.SPECULATIVE, endpoint_reason="rendezvous")
+    assert affinity(1000, [cached_spec(saturated=True), cached_plain()], continued=False) == Decision(
+        "plain", "http://p0", Reason.SATURATED, endpoint_reason="rendezvous")
