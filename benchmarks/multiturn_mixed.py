@@ -141,6 +141,8 @@ def main() -> int:
     ap.add_argument("--cache-tokens", type=int, default=1 << 20, help="prefix cache per fake replica (tokens)")
     ap.add_argument("--decode-step-s", type=float, default=0.01)
     ap.add_argument("--prefill-s-per-token", type=float, default=2e-5)
+    ap.add_argument("--sticky-load-factor", type=float, default=None,
+                    help="routing.prefix_cache.sticky_load_factor of the after target (ratio; default: the config's)")
     ap.add_argument("--targets", default="perfect,before,after")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
     ap.add_argument("--out", default="bench-multiturn-mixed.json")
@@ -171,6 +173,8 @@ def main() -> int:
 
     def specgate(spec: list[str], plain: list[str], enabled: bool, name: str) -> str:
         port = free_port()
+        sticky = {} if args.sticky_load_factor is None or not enabled else {
+            "sticky_load_factor": args.sticky_load_factor}
         cfg = work / f"{name}.yaml"
         cfg.write_text(json.dumps({
             "model": {"name": "bench", "tokenizer": str(tokenizer)},
@@ -178,7 +182,7 @@ def main() -> int:
             "pools": [{"name": "spec", "speculative": True, "endpoints": spec, "draft_reserved_tokens": 4},
                       {"name": "plain", "speculative": False, "endpoints": plain}],
             "routing": {"long_prompt_tokens": 16384, "saturation": {"enter": args.enter, "exit": args.exit},
-                        "min_flip_interval_s": args.min_flip_s, "prefix_cache": {"enabled": enabled}},
+                        "min_flip_interval_s": args.min_flip_s, "prefix_cache": {"enabled": enabled, **sticky}},
             "scrape": {"interval_s": 0.1, "timeout_s": 1.0, "stale_after_s": 1.0},
             "server": {"log_requests": False}}))
         spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port", str(port)],

@@ -92,6 +92,15 @@ class PrefixCacheConfig(Strict):
             of the hits with 2 router replicas (a conversation moved off its hash on one
             replica misses on the others), 2.0 lost none but left the hash's luck to balance
             (up to 17:7 conversations), 1.5 lost at most 4% with requests within 1.63x.
+        sticky_load_factor: conversation affinity across pools (:func:`router.policy.decide`):
+            a continued chat (an assistant message in it) whose prefix is cached on an
+            endpoint (a ``prefix_match`` there) stays on it while its load is below
+            ``ceil(sticky_load_factor * routing.saturation.enter)`` requests, even when the
+            speculative pool is bypassed as ``saturated`` (only then: every other bypass
+            stays hard), and is not pulled off a plain pool while speculation would have
+            been chosen (ratio over ``enter``, >= 0; 0: no affinity across pools, the
+            saturation bypass moves every turn).
+            Measured in ``benchmarks/multiturn_mixed.py`` (docs/performance.md).
     """
 
     enabled: StrictBool = True
@@ -103,6 +112,7 @@ class PrefixCacheConfig(Strict):
     balance_abs_threshold: NonNegativeInt = 64
     balance_rel_threshold: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
     hash_load_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
+    sticky_load_factor: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 2.0
 
 
 class RoutingConfig(Strict):

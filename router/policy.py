@@ -33,10 +33,22 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
    ``spec_unhealthy``; saturation bypass on ->
    ``saturated``; acceptance bypass on -> ``low_acceptance``; else the pool is chosen with
    reason ``speculative``. The client's ``on`` hint skips the long-prompt threshold and the
-   acceptance bypass only.
+   acceptance bypass only. **Affinity** (with a :class:`router.prefix.PrefixRequest` of a
+   continued conversation, ``prefix.continued``): a pool bypassed as ``saturated`` and nothing
+   else stays a candidate when its chosen endpoint is a ``prefix_match`` (the conversation is
+   cached there) whose load is below
+   ``prefix.sticky_max_load`` (requests); new conversations (no match) are the ones shed.
+   Every other rejection (gate, opt-out, ``long_context``, ``low_acceptance``, unhealthy)
+   stays hard: a conversation grown past ``routing.long_prompt_tokens`` moves to plain.
 3. **Plain pools** in config order: the first with a healthy endpoint whose limit holds
    ``P + M`` (each of the ``n`` sequences is checked alone by the engine). The reason is the
    first speculative pool's rejection reason, or ``plain_only`` when there is none.
+   Without a prediction, the candidate whose endpoint caches the longest prefix under the
+   same ceiling wins (:func:`_affine`), else the first in config order: a conversation that
+   started on a plain pool while the speculative one was saturated stays there after the
+   bypass turns off (reason ``prefix_affinity``), until its endpoint reaches the ceiling or
+   its cache is gone. With speed models every candidate is predicted (cached prefill
+   counted), and a saturated pool kept by affinity that wins says ``prefix_affinity``.
 4. **Fallback**: no plain pool can take it (none configured, none healthy, or none large
    enough), but a speculative pool fits and is healthy (only bypassed: long prompt, opt-out,
    saturation, acceptance) -> that pool, reason ``plain_unhealthy``. A deployment of
@@ -67,7 +79,7 @@ from router.acceptance import temperature_class
 from router.capabilities import required_features, speculation_gate, unmet
 from router.features import ParsedRequest, RequestFeatures, prompt_count
 from router.predict import SpeedModel, completion_s
-from router.prefix import PrefixRequest, pick_endpoint
+from router.prefix import PickReason, PrefixRequest, pick_endpoint
 
 __all__ = [
     "Decision",
@@ -110,6 +122,9 @@ class Reason(StrEnum):
     SAMPLING_CONTROLS = "sampling_controls"
     CLIENT_OPT_OUT = "client_opt_out"
     CANARY_MISMATCH = "canary_mismatch"  # the lossless canary ejected the pool (router.canary)
+    # The conversation stayed in the pool that caches its prefix: on a saturated speculative
+    # pool, or on a plain pool while the speculative one would have been chosen (_affine).
+    PREFIX_AFFINITY = "prefix_affinity"
 
 
 class Outcome(StrEnum):
@@ -295,7 +310,9 @@ def flip_points(requested: int | None, n: int, pools: Iterable[PoolShape], rules
     bound of the true count) decides as the true count would. Extra points are harmless (they
     only cost an exact count). With a defaulted budget, ``M = min(D, S - P)`` changes form at
     ``S - D``; above it ``P + M = S`` and the ``n``-weighted speculative fit ``P + n(S - P) + K
-    <= limit`` flips where ``(n - 1) P >= n S + K - limit``.
+    <= limit`` flips where ``(n - 1) P >= n S + K - limit``. Prefix affinity adds no length
+    threshold: a ``prefix_match`` compares the estimated cached tokens, which scale with
+    ``P`` (:meth:`router.prefix.PrefixChain.tokens`), with ``cache_threshold * P``.
     """
     cap = rules.max_context_tokens
     default = cap if rules.default_max_tokens is None else rules.default_max_tokens
@@ -360,6 +377,27 @@ def _cached(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
     return next(e.cached_tokens for e in endpoints if e.url == url)
 
 
+def _sticky(endpoints: Sequence[EndpointSnapshot], url: str, why: dict[str, str],
+            prefix: PrefixRequest | None) -> bool:
+    """The request continues a conversation (``prefix.continued``: a chat with an assistant
+    turn; a repeated first prompt is not one), ``url`` holds its prefix (``prefix_match``) and
+    its load is below the affinity ceiling ``prefix.sticky_max_load`` (requests)."""
+    return (prefix is not None and prefix.continued and why.get(url) == PickReason.PREFIX_MATCH
+            and _load(endpoints, url) < prefix.sticky_max_load)
+
+
+def _affine(candidates: Sequence[tuple[PoolSnapshot, str]], why: dict[str, str],
+            prefix: PrefixRequest | None) -> tuple[PoolSnapshot, str] | None:
+    """The candidate whose endpoint caches the longest prefix of the conversation among those
+    under the affinity ceiling (:func:`_sticky`; the first in config order on ties), or None."""
+    best: tuple[PoolSnapshot, str] | None = None
+    most = -1
+    for pool, url in candidates:
+        if _sticky(pool.endpoints, url, why, prefix) and (cached := _cached(pool.endpoints, url)) > most:
+            best, most = (pool, url), cached
+    return best
+
+
 def _predict(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
     assert pool.speed is not None
     return completion_s(pool.speed, batch=_load(pool.endpoints, endpoint) + features.n,
@@ -416,6 +454,10 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
             low = pool.speed is None and features.temperature_class in pool.low_acceptance and not insist
             if endpoint is None:
                 reason = Reason.LONG_CONTEXT if long else Reason.SPEC_UNHEALTHY
+            elif (pool.saturated and not (long or gate is not None or low)
+                  and _sticky(pool.endpoints, endpoint, why, prefix)):
+                candidates.append((pool, endpoint))  # saturated, but the conversation is cached here
+                continue
             elif long or gate is not None or pool.saturated or low:
                 reason = (Reason.LONG_CONTEXT if long else Reason.CLIENT_OPT_OUT if gate is not None else
                           Reason.SATURATED if pool.saturated else Reason.LOW_ACCEPTANCE)
@@ -437,16 +479,21 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         best = min(range(len(candidates)), key=lambda i: predicted[i][1])  # first wins ties
         pool, endpoint = candidates[best]
         if pool.speculative:
-            reason = Reason.SPECULATIVE
+            reason = Reason.PREFIX_AFFINITY if pool.saturated else Reason.SPECULATIVE
         elif any(p.speculative for p, _ in candidates):
             reason = Reason.PLAIN_FASTER
         else:
             reason = spec_reason or Reason.PLAIN_ONLY
         return Decision(pool.name, endpoint, reason, predicted=predicted, endpoint_reason=why.get(endpoint))
     if candidates:
-        pool, endpoint = candidates[0]
-        return Decision(pool.name, endpoint, Reason.SPECULATIVE if pool.speculative
-                        else spec_reason or Reason.PLAIN_ONLY, endpoint_reason=why.get(endpoint))
+        pool, endpoint = _affine(candidates, why, prefix) or candidates[0]
+        if pool.speculative:
+            reason = Reason.PREFIX_AFFINITY if pool.saturated else Reason.SPECULATIVE
+        elif any(p.speculative for p, _ in candidates):
+            reason = Reason.PREFIX_AFFINITY  # speculation would have been chosen but for the cache
+        else:
+            reason = spec_reason or Reason.PLAIN_ONLY
+        return Decision(pool.name, endpoint, reason, endpoint_reason=why.get(endpoint))
     if fallback is not None:
         return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY, endpoint_reason=why.get(fallback[1]))
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from typing import TypedDict
 
@@ -417,7 +418,9 @@ class Runtime:
         whose ``serves`` lacks ``generate``, e.g. an embedding pool, is never a target);
         ``matches`` (:meth:`prefix_matches`) fills each endpoint's ``cached_tokens``."""
         stale = self.config.scrape.stale_after_s
-        floor = self.routing.saturation.enter
+        # a back-pressured endpoint counts as saturated, and as at the affinity ceiling: a
+        # refusing engine keeps no conversation (router.policy._sticky)
+        floor = max(self.routing.saturation.enter, self._sticky_max_load())
         out = []
         none: Mapping[str, int] = {}
         for p in self.pools:
@@ -456,9 +459,15 @@ class Runtime:
         prefix = None
         if chain is not None and self.prefix:
             prefix = PrefixRequest(chain.anchor, chain.tokens(chain.anchor_blocks, features.prompt_tokens),
-                                   chain.continued, **self._prefix_params)
+                                   chain.continued, **self._prefix_params, sticky_max_load=self._sticky_max_load())
         return decide(features, self.snapshots(now, matches), self.rules, exclude=exclude,
                       tie_break=next(self._tie), prefix=prefix)
+
+    def _sticky_max_load(self) -> int:
+        """The cross-pool affinity ceiling (requests): ``ceil(routing.prefix_cache.
+        sticky_load_factor * routing.saturation.enter)``; 0 with prefix routing off."""
+        pc = self.routing.prefix_cache
+        return math.ceil(pc.sticky_load_factor * self.routing.saturation.enter) if pc.enabled else 0
 
     def ready(self) -> bool:
         """True while at least one pool has a healthy endpoint."""

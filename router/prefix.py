@@ -338,6 +338,9 @@ class PrefixRequest:
         continued: :attr:`PrefixChain.continued`.
         cache_threshold, balance_abs_threshold, balance_rel_threshold, hash_load_factor: as
             :func:`pick_endpoint` (``routing.prefix_cache``).
+        sticky_max_load: a ``prefix_match`` endpoint keeps its conversation across pools
+            while its load is below this (requests; ``ceil(routing.prefix_cache.
+            sticky_load_factor * routing.saturation.enter)``; 0: no affinity across pools).
     """
 
     anchor: int | None
@@ -347,6 +350,7 @@ class PrefixRequest:
     balance_abs_threshold: int = 64
     balance_rel_threshold: float = 1.5
     hash_load_factor: float = 1.5
+    sticky_max_load: int = 0
 
 
 @dataclass(frozen=True, slots=True)

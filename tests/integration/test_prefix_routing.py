@@ -124,3 +124,43 @@ def test_least_load_without_prefix_routing_splits_conversations(tmp_path: Path, 
         assert len({served[f"t{t}"] for t in range(4)}) == 2
     finally:
         p.close()
+
+
+def test_a_conversation_keeps_its_pool_across_the_saturation_bypass(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """enter 4 / exit 2, ``sticky_load_factor`` 2.0: the ceiling is 8 requests. The spec
+    engine reports 5 running requests (saturated, under the ceiling), then 8 (at it), then 0
+    (the bypass turns off)."""
+    from tests.support.stack import Stack
+
+    s = Stack(tmp_path, tokenizer_dir, **{"routing.saturation": {"enter": 4, "exit": 2}})
+    system = {"role": "system", "content": "You answer briefly. " * 8}
+    history: dict[int, list[dict[str, str]]] = {}
+
+    def turn(i: int) -> tuple[str, str]:
+        msgs = history.setdefault(i, [system])
+        msgs.append({"role": "user", "content": conversation(i)[sum(m["role"] == "user" for m in msgs)]})
+        r = s.client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 8})
+        assert r.status_code == 200, r.text
+        msgs.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
+        return r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]
+
+    def running(n: int) -> None:
+        s.set_gauges(s.spec, num_running_reqs=n)
+        s.wait_scrapes(2)
+
+    try:
+        assert turn(0) == ("spec", "speculative")
+        running(5)
+        assert turn(0) == ("spec", "prefix_affinity")   # cached there, 5 < 8: stays
+        assert turn(1) == ("plain", "saturated")         # a new conversation is shed
+        running(8)
+        assert turn(0) == ("plain", "saturated")         # at the ceiling: moves
+        running(0)
+        assert turn(1) == ("plain", "prefix_affinity")   # bypass off: stays where it is cached
+        assert turn(0) == ("plain", "prefix_affinity")
+        assert turn(2) == ("spec", "speculative")        # a new conversation gets speculation
+        m = s.router.metric
+        assert m("specgate_requests_total", pool="spec", reason="prefix_affinity", status="200") == 1
+        assert m("specgate_requests_total", pool="plain", reason="prefix_affinity", status="200") == 2
+    finally:
+        s.close()

@@ -17,6 +17,7 @@ from router.policy import (
     next_low_acceptance,
     next_saturated,
 )
+from router.prefix import PrefixRequest
 
 S = 4096          # limits.max_context_tokens
 SPEC_LIMIT = 2048  # spec pool max_context_tokens
@@ -125,3 +126,121 @@ def test_expected_speedup_and_low_acceptance_hysteresis():
     # unknown (stale, or the gauge's 0 before 40 decode steps) is never "bad"
     assert next_low_acceptance(True, None, **kw) is False
     assert next_low_acceptance(True, 0.0, **kw) is False
+
+
+# Conversation affinity across pools (routing.prefix_cache.sticky_load_factor): a conversation
+# cached on a saturated speculative pool's endpoint stays there below the ceiling; one cached
+# on a plain pool is not pulled back to speculation when the bypass turns off.
+CEILING = 8  # PrefixRequest.sticky_max_load (requests)
+CACHED = 800  # estimated cached tokens of a 1000-token prompt (> 0.3 * P and > the anchor)
+
+
+def cached_spec(saturated=False, low_acceptance=frozenset(), loads=(5, 5), cached=(0, CACHED), healthy=True):
+    return PoolSnapshot("spec", True, SPEC_LIMIT, K,
+                        tuple(EndpointSnapshot(f"http://s{i}", healthy, load, c)
+                              for i, (load, c) in enumerate(zip(loads, cached))),
+                        saturated=saturated, low_acceptance=low_acceptance)
+
+
+def cached_plain(load=0, cached=0, healthy=True):
+    return PoolSnapshot("plain", False, S, 0, (EndpointSnapshot("http://p0", healthy, load, cached),))
+
+
+def affinity(p, pools, ceiling=CEILING, speculation="auto", continued=True):
+    rules = Rules(max_context_tokens=S, default_max_tokens=256, long_prompt_tokens=LONG)
+    features = RequestFeatures(prompt_tokens=p, max_new_tokens=100, speculation=speculation)
+    prefix = PrefixRequest(anchor=1, anchor_tokens=50, continued=continued, sticky_max_load=ceiling)
+    return decide(features, pools, rules, prefix=prefix)
+
+
+AFFINITY_CASES = [
+    # id, prompt tokens, pools, ceiling, speculation hint, expected decision
+    ("cached on saturated spec, under the ceiling -> stays", 1000,
+     [cached_spec(saturated=True, loads=(5, CEILING - 1)), cached_plain()], CEILING, "auto",
+     Decision("spec", "http://s1", Reason.PREFIX_AFFINITY, endpoint_reason="prefix_match")),
+    ("cached on saturated spec, at the ceiling -> plain", 1000,
+     [cached_spec(saturated=True, loads=(5, CEILING)), cached_plain()], CEILING, "auto",
+     Decision("plain", "http://p0", Reason.SATURATED, endpoint_reason="rendezvous")),
+    ("no match, spec saturated -> plain (shed)", 1000,
+     [cached_spec(saturated=True, cached=(0, 0)), cached_plain()], CEILING, "auto",
+     Decision("plain", "http://p0", Reason.SATURATED, endpoint_reason="rendezvous")),
+    ("match within the anchor only is no match -> plain", 1000,
+     [cached_spec(saturated=True, cached=(0, 50)), cached_plain()], CEILING, "auto",
+     Decision("plain", "http://p0", Reason.SATURATED, endpoint_reason="rendezvous")),
+    ("affinity off (ceiling 0) -> plain", 1000,
+     [cached_spec(saturated=True), cached_plain()], 0, "auto",
+     Decision("plain", "http://p0", Reason.SATURATED, endpoint_reason="rendezvous")),
+    ("cached on spec, grown past long_prompt_tokens -> plain", LONG + 1,
+     [cached_spec(saturated=True), cached_plain()], CEILING, "auto",
+     Decision("plain", "http://p0", Reason.LONG_CONTEXT, endpoint_reason="rendezvous")),
+    ("cached on spec, not saturated, grown past long_prompt_tokens -> plain", LONG + 1,
+     [cached_spec(), cached_plain()], CEILING, "auto",
+     Decision("plain", "http://p0", Reason.LONG_CONTEXT, endpoint_reason="rendezvous")),
+    ("cached on spec with low acceptance -> plain (hard)", 1000,
+     [cached_spec(low_acceptance=frozenset({"sampled"})), cached_plain()], CEILING, "auto",
+     Decision("plain", "http://p0", Reason.LOW_ACCEPTANCE, endpoint_reason="rendezvous")),
+    ("cached on saturated spec with low acceptance -> plain (hard)", 1000,
+     [cached_spec(saturated=True, low_acceptance=frozenset({"sampled"})), cached_plain()], CEILING, "auto",
+     Decision("plain", "http://p0", Reason.SATURATED, endpoint_reason="rendezvous")),
+    ("cached on saturated spec, client opt-out -> plain (hard)", 1000,
+     [cached_spec(saturated=True), cached_plain()], CEILING, "off",
+     Decision("plain", "http://p0", Reason.CLIENT_OPT_OUT, endpoint_reason="rendezvous")),
+    ("cached endpoint unhealthy -> plain", 1000,
+     [cached_spec(saturated=True, healthy=False), cached_plain()], CEILING, "auto",
+     Decision("plain", "http://p0", Reason.SPEC_UNHEALTHY, endpoint_reason="rendezvous")),
+    ("cached on plain, spec flag off -> stays on plain", 1000,
+     [cached_spec(cached=(0, 0)), cached_plain(cached=CACHED)], CEILING, "auto",
+     Decision("plain", "http://p0", Reason.PREFIX_AFFINITY, endpoint_reason="prefix_match")),
+    ("cached on plain at the ceiling, spec flag off -> spec", 1000,
+     [cached_spec(cached=(0, 0), loads=(5, 6)), cached_plain(load=CEILING, cached=CACHED)], CEILING, "auto",
+     Decision("spec", "http://s0", Reason.SPECULATIVE, endpoint_reason="rendezvous")),
+    ("cached on both, longer on plain -> plain", 1000,
+     [cached_spec(cached=(0, 400)), cached_plain(cached=CACHED)], CEILING, "auto",
+     Decision("plain", "http://p0", Reason.PREFIX_AFFINITY, endpoint_reason="prefix_match")),
+    ("cached on both, longer on spec -> spec", 1000,
+     [cached_spec(), cached_plain(cached=400)], CEILING, "auto",
+     Decision("spec", "http://s1", Reason.SPECULATIVE, endpoint_reason="prefix_match")),
+    ("cached on plain, affinity off -> spec", 1000,
+     [cached_spec(cached=(0, 0), loads=(5, 6)), cached_plain(cached=CACHED)], 0, "auto",
+     Decision("spec", "http://s0", Reason.SPECULATIVE, endpoint_reason="rendezvous")),
+    ("cached on saturated spec, plain down -> spec", 1000,
+     [cached_spec(saturated=True), cached_plain(healthy=False)], CEILING, "auto",
+     Decision("spec", "http://s1", Reason.PREFIX_AFFINITY, endpoint_reason="prefix_match")),
+]
+
+
+@pytest.mark.parametrize("name,p,pools,ceiling,speculation,expected", AFFINITY_CASES,
+                         ids=[c[0] for c in AFFINITY_CASES])
+def test_prefix_affinity_table(name, p, pools, ceiling, speculation, expected):
+    assert affinity(p, pools, ceiling, speculation) == expected
+
+
+def test_with_speed_models_a_saturated_pool_kept_by_affinity_is_predicted():
+    # With speed models the prediction decides: a saturated spec pool is a candidate only for a
+    # conversation cached on it below the ceiling, and its cached prefill is counted.
+    from router.predict import SpeedModel
+    plain_speed = SpeedModel(decode_s_per_token=0.01, batch_knee=32, prefill_s_per_token=1e-4)
+    spec_speed = SpeedModel(decode_s_per_token=0.01, batch_knee=32, gamma=3, c=0.1, prefill_s_per_token=1e-4)
+
+    def pools(cached):
+        s = PoolSnapshot("spec", True, SPEC_LIMIT, K, (EndpointSnapshot("http://s0", True, 5, cached),),
+                         saturated=True, speed=spec_speed, accept_length_sampled=3.0)
+        p = PoolSnapshot("plain", False, S, 0, (EndpointSnapshot("http://p0", True, 0),), speed=plain_speed)
+        return [s, p]
+
+    kept = affinity(1000, pools(CACHED))
+    assert (kept.pool, kept.reason, kept.endpoint_reason) == ("spec", Reason.PREFIX_AFFINITY, "prefix_match")
+    assert [name for name, _ in kept.predicted] == ["spec", "plain"]
+    shed = affinity(1000, pools(0))
+    assert (shed.pool, shed.reason, shed.predicted) == ("plain", Reason.SATURATED, ())
+
+
+def test_a_repeated_first_prompt_is_not_a_conversation_to_keep():
+    # no assistant turn (PrefixRequest.continued False): the same prompt cached on plain (e.g.
+    # sent there while a capability was revoked) goes back to speculation, and a saturated
+    # spec pool sheds it even when it is cached there
+    plain_cached = [cached_spec(cached=(0, 0), loads=(5, 6)), cached_plain(cached=CACHED)]
+    assert affinity(1000, plain_cached, continued=False) == Decision(
+        "spec", "http://s0", Reason.SPECULATIVE, endpoint_reason="rendezvous")
+    assert affinity(1000, [cached_spec(saturated=True), cached_plain()], continued=False) == Decision(
+        "plain", "http://p0", Reason.SATURATED, endpoint_reason="rendezvous")

@@ -111,3 +111,60 @@ def test_reload_with_another_block_size_or_disabled_starts_over(tmp_path: Path) 
     chain = prefix_chain(text, block_chars=8, max_blocks=512)
     d = rt3.decide(RequestFeatures(prompt_tokens=10, max_new_tokens=16), 0.0, chain=chain, matches={})
     assert d.endpoint_reason is None   # least load, ties round robin: the router's older choice
+
+
+def two_pools(tmp: Path, **prefix: Any):
+    return parse_config({
+        "model": {"name": "m", "tokenizer": str(tmp)},
+        "limits": {"max_context_tokens": 4096},
+        "pools": [{"name": "spec", "speculative": True, "endpoints": [A]},
+                  {"name": "plain", "speculative": False, "endpoints": [B]}],
+        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
+                    "min_flip_interval_s": 0, "prefix_cache": {"block_chars": 8, **prefix}},
+    })
+
+
+def routed(rt: Runtime, i: int, t: int) -> tuple[str | None, str, str | None]:
+    text, continued = turn(i, t)
+    chain = prefix_chain(text, block_chars=8, max_blocks=512, anchor_end=text.index("</user>"),
+                         continued=continued)
+    p = len(text) // 4
+    d = rt.decide(RequestFeatures(prompt_tokens=p, max_new_tokens=16), 0.0, chain=chain,
+                  matches=rt.prefix_matches(chain, p))
+    rt.record_prefix(d, chain)
+    return d.pool, d.reason.value, d.endpoint_reason
+
+
+def test_saturated_spec_keeps_its_conversations_below_the_ceiling_and_sheds_new_ones(tmp_path: Path) -> None:
+    # enter 8 * sticky_load_factor 2.0: the ceiling is 16 requests on the cached endpoint
+    rt = Runtime(two_pools(tmp_path), counter=None)
+    healthy(rt, A, B)
+    assert routed(rt, 1, 0) == ("spec", "speculative", "rendezvous")
+    busy = rt.endpoint(A)
+    busy.record_success(EngineLoad(10, 0, 0.0, None, None), now=0.0)   # saturated, under 16
+    assert routed(rt, 1, 1) == ("spec", "prefix_affinity", "prefix_match")
+    assert routed(rt, 2, 0) == ("plain", "saturated", "rendezvous")   # a new conversation is shed
+    busy.record_success(EngineLoad(16, 0, 0.0, None, None), now=0.0)   # at the ceiling
+    assert routed(rt, 1, 2) == ("plain", "saturated", "rendezvous")
+    busy.record_success(EngineLoad(0, 0, 0.0, None, None), now=0.0)    # the bypass turns off
+    assert routed(rt, 1, 3) == ("plain", "prefix_affinity", "prefix_match")  # cached on plain now
+    assert routed(rt, 2, 1) == ("plain", "prefix_affinity", "prefix_match")
+    assert routed(rt, 3, 0) == ("spec", "speculative", "rendezvous")
+
+
+def test_a_back_pressured_endpoint_keeps_no_conversation(tmp_path: Path) -> None:
+    rt = Runtime(two_pools(tmp_path), counter=None)
+    healthy(rt, A, B)
+    assert routed(rt, 1, 0) == ("spec", "speculative", "rendezvous")
+    rt.endpoint(A).backpressure_until = 10.0   # a capacity refusal holds (load 0: counts as the ceiling)
+    assert routed(rt, 1, 1) == ("plain", "saturated", "rendezvous")
+
+
+def test_sticky_load_factor_zero_moves_every_turn_off_a_saturated_pool(tmp_path: Path) -> None:
+    rt = Runtime(two_pools(tmp_path, sticky_load_factor=0), counter=None)
+    healthy(rt, A, B)
+    assert routed(rt, 1, 0) == ("spec", "speculative", "rendezvous")
+    rt.endpoint(A).record_success(EngineLoad(10, 0, 0.0, None, None), now=0.0)
+    assert routed(rt, 1, 1) == ("plain", "saturated", "rendezvous")
+    rt.endpoint(A).record_success(EngineLoad(0, 0, 0.0, None, None), now=0.0)
+    assert routed(rt, 1, 2) == ("spec", "speculative", "prefix_match")
