@@ -38,6 +38,14 @@ def _input_tokens(state: FakeState, value: Any) -> int:
     return len(value) if isinstance(value, list) else state.counter.text(value)
 
 
+
+def _require_embedding(is_embedding: bool) -> None:
+    """SGLang's refusal of an embedding route on a generation model (``ClientError``, 400)."""
+    if not is_embedding:
+        raise ClientError(
+            "This model does not appear to be an embedding model by default. Please add "
+            "`--is-embedding` when launching the server or try another model.")
+
 async def embeddings(state: FakeState, request: Request) -> Response:
     """``POST /v1/embeddings``: one deterministic embedding per input."""
     cfg = state.launch_config
@@ -45,10 +53,7 @@ async def embeddings(state: FakeState, request: Request) -> Response:
     try:
         doc = await read_json(request, entry)
         inputs = _embedding_input(doc)
-        if not cfg.is_embedding:
-            raise ClientError(
-                "This model does not appear to be an embedding model by default. Please add "
-                "`--is-embedding` when launching the server or try another model.")
+        _require_embedding(cfg.is_embedding)
     except ClientError as e:
         entry["status"], entry["outcome"] = e.status, "error"
         return sglang_error(e.message, e.kind, e.status)
@@ -71,10 +76,7 @@ async def rerank(state: FakeState, request: Request) -> Response:
         doc = await read_json(request, entry)
         if not isinstance(doc, dict) or not isinstance(doc.get("documents"), list) or "query" not in doc:
             raise ClientError("1 validation error: query, documents: Field required", "Bad Request")
-        if not cfg.is_embedding:
-            raise ClientError(
-                "This model does not appear to be an embedding model by default. Please add "
-                "`--is-embedding` when launching the server or try another model.")
+        _require_embedding(cfg.is_embedding)
     except ClientError as e:
         entry["status"], entry["outcome"] = e.status, "error"
         return sglang_error(e.message, e.kind, e.status)

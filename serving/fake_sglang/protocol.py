@@ -152,6 +152,14 @@ async def read_json(request: Request, entry: dict[str, Any] | None = None) -> An
     return body
 
 
+def _parse_n(body: dict[str, Any]) -> int:
+    """The body's ``n`` (default 1); ``ClientError`` (400) as SGLang words it when not an integer."""
+    n = as_int(body.get("n", 1), "n")
+    if n is None:
+        raise ClientError("1 validation error: n: Input should be a valid integer", "Bad Request")
+    return n
+
+
 async def parse_chat(
     state: FakeState, body: dict[str, Any], entry: dict[str, Any], behaviour: Behaviour | None
 ) -> tuple[Job, list[int]]:
@@ -175,11 +183,7 @@ async def parse_chat(
             )
     if not messages:
         raise ClientError("Messages cannot be empty.")
-    n = as_int(body.get("n", 1), "n")
-    if n is None:
-        raise ClientError(
-            "1 validation error: n: Input should be a valid integer", "Bad Request"
-        )
+    n = _parse_n(body)
     if n == 0 and not body.get("stream"):
         # SGLang 0.5.23 runs one choice, then fails on range(0, 1, n) in its usage sum
         raise ClientError("range() arg 3 must not be zero", "BadRequest")
@@ -216,11 +220,7 @@ async def parse_completions(
         raise ClientError("1 validation error: prompt: Field required", "Bad Request")
     if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
         raise ClientError("Prompt cannot be empty")
-    n = as_int(body.get("n", 1), "n")
-    if n is None:
-        raise ClientError(
-            "1 validation error: n: Input should be a valid integer", "Bad Request"
-        )
+    n = _parse_n(body)
     if n == 0 and not body.get("stream"):
         raise ClientError("range() arg 3 must not be zero", "BadRequest")
     mt = as_int(body.get("max_tokens", 16), "max_tokens")
