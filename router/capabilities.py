@@ -53,6 +53,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from router.errors import InvalidRequest
+from router.reasons import CAPABILITY_KINDS, Reason
 
 __all__ = [
     "CLIENT_OPT_OUT",
@@ -73,14 +74,15 @@ __all__ = [
     "validate",
 ]
 
-CONSTRAINED_DECODING = "constrained_decoding"
-TOOL_CALLS = "tool_calls"
-REASONING = "reasoning"
-LOGPROBS = "logprobs"
-SAMPLING_CONTROLS = "sampling_controls"
+CONSTRAINED_DECODING = Reason.CONSTRAINED_DECODING.value
+TOOL_CALLS = Reason.TOOL_CALLS.value
+REASONING = Reason.REASONING.value
+LOGPROBS = Reason.LOGPROBS.value
+SAMPLING_CONTROLS = Reason.SAMPLING_CONTROLS.value
 
-#: Every kind, in the order :func:`unmet` reports the first one missing.
-KINDS: tuple[str, ...] = (CONSTRAINED_DECODING, TOOL_CALLS, REASONING, LOGPROBS, SAMPLING_CONTROLS)
+#: Every kind, in the order :func:`unmet` reports the first one missing: the capability
+#: kinds of the reason table (:data:`router.reasons.CAPABILITY_KINDS`).
+KINDS: tuple[str, ...] = tuple(k.value for k in CAPABILITY_KINDS)
 
 _RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema", "structural_tag")
 _STRING_CONSTRAINTS = ("regex", "ebnf", "json_schema", "structural_tag")
@@ -245,7 +247,7 @@ def unmet(required: frozenset[str], capabilities: frozenset[str] | None) -> str 
 #: its health and the saturation bypass (which protects every other request on the pool).
 SPECULATION_MODES = ("off", "auto", "on")
 
-CLIENT_OPT_OUT = "client_opt_out"
+CLIENT_OPT_OUT = Reason.CLIENT_OPT_OUT.value
 
 
 def speculation_gate(needs: frozenset[str], hint: str, capabilities: frozenset[str] | None) -> str | None:

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictBool, StrictStr, model_validator
 
 from router.config_base import NonEmptyStr, NonNegativeInt, PositiveFloat, PositiveInt, Strict, Url
+from router.reasons import capability_kind
 
 __all__ = [
     "EAGLE_FAMILY",
@@ -150,8 +151,9 @@ class PoolConfig(Strict):
             is never a generation target; a speculative pool serves only ``generate`` and
             ``responses``.
         capabilities: what a speculative pool may serve beyond plain sampling, a list of
-            ``constrained_decoding``, ``tool_calls``, ``reasoning``, ``logprobs``,
-            ``sampling_controls`` (:mod:`router.capabilities`); unknown names fail. Default:
+            the capability kinds of :data:`router.reasons.CAPABILITY_KINDS`
+            (``constrained_decoding``, ``tool_calls``, ``reasoning``, ``logprobs``,
+            ``sampling_controls``; :mod:`router.capabilities`); unknown names fail. Default:
             none of them (requests needing one go to a plain pool, with the kind as the
             decision reason). List a kind only after validating it on the pool's engine
             version (docs/operator-guide.md, "Which requests the speculative pool serves").
@@ -169,8 +171,7 @@ class PoolConfig(Strict):
     speed: SpeedConfig | None = None
     engine_keepalive_s: PositiveFloat = 5.0
     serves: tuple[EndpointKind, ...] = ("generate",)
-    capabilities: tuple[Literal["constrained_decoding", "tool_calls", "reasoning", "logprobs",
-                                "sampling_controls"], ...] | None = None
+    capabilities: tuple[StrictStr, ...] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
@@ -184,6 +185,8 @@ class PoolConfig(Strict):
             raise ValueError("`capabilities` is for speculative pools (a plain pool serves every kind)")
         if self.capabilities is not None and len(set(self.capabilities)) != len(self.capabilities):
             raise ValueError("`capabilities` repeats a name")
+        for name in self.capabilities or ():
+            capability_kind(name)  # the reason table's capability kinds (router.reasons)
         if not self.endpoints and self.discovery is None:
             raise ValueError("a pool needs `endpoints` or a `discovery` block")
         if len(set(self.endpoints)) != len(self.endpoints):

@@ -71,15 +71,17 @@ advances it in one named step per scrape round and feeds the result back as snap
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
 
 from router.acceptance import temperature_class
-from router.capabilities import required_features, speculation_gate, unmet
+from router.capabilities import required_features, unmet
+from router.checks import SPECULATIVE_CHECKS, Rejection, Strength
 from router.features import ParsedRequest, RequestFeatures, prompt_count
 from router.predict import SpeedModel, completion_s
 from router.prefix import PickReason, PrefixRequest, pick_endpoint
+from router.reasons import Reason
 
 __all__ = [
     "Decision",
@@ -97,34 +99,8 @@ __all__ = [
     "output_budget",
     "over_length_message",
     "request_features",
+    "screen",
 ]
-
-
-class Reason(StrEnum):
-    """Machine-readable decision reasons (response header, metric label, log field)."""
-
-    SPECULATIVE = "speculative"
-    LONG_CONTEXT = "long_context"
-    SATURATED = "saturated"
-    LOW_ACCEPTANCE = "low_acceptance"
-    SPEC_UNHEALTHY = "spec_unhealthy"
-    PLAIN_FASTER = "plain_faster"
-    PLAIN_ONLY = "plain_only"
-    PLAIN_UNHEALTHY = "plain_unhealthy"
-    CONTEXT_CAP = "context_cap"
-    NO_HEALTHY_UPSTREAM = "no_healthy_upstream"
-    # A speculative pool does not serve what the request needs (router.capabilities.KINDS),
-    # or the client opted out of speculation.
-    CONSTRAINED_DECODING = "constrained_decoding"
-    TOOL_CALLS = "tool_calls"
-    REASONING = "reasoning"
-    LOGPROBS = "logprobs"
-    SAMPLING_CONTROLS = "sampling_controls"
-    CLIENT_OPT_OUT = "client_opt_out"
-    CANARY_MISMATCH = "canary_mismatch"  # the lossless canary ejected the pool (router.canary)
-    # The conversation stayed in the pool that caches its prefix: on a saturated speculative
-    # pool, or on a plain pool while the speculative one would have been chosen (_affine).
-    PREFIX_AFFINITY = "prefix_affinity"
 
 
 class Outcome(StrEnum):
@@ -327,15 +303,6 @@ def flip_points(requested: int | None, n: int, pools: Iterable[PoolShape], rules
     return out
 
 
-def _gate(features: RequestFeatures, pool: PoolSnapshot) -> Reason | None:
-    """Why a speculative pool may not serve this request at all: ejected by the canary, a kind
-    it does not serve, or the client's ``off`` hint (the one bypass a fallback may override)."""
-    if pool.canary_mismatch:
-        return Reason.CANARY_MISMATCH
-    gate = speculation_gate(features.needs, features.speculation, pool.capabilities)
-    return None if gate is None else Reason(gate)
-
-
 def _unservable(features: RequestFeatures, pools: Sequence[PoolSnapshot]) -> Reason | None:
     """None when some pool serves every kind the request needs, else the first pool's missing
     kind (the request can never be served as asked: a refusal, whatever the pools' health)."""
@@ -344,6 +311,29 @@ def _unservable(features: RequestFeatures, pools: Sequence[PoolSnapshot]) -> Rea
     missing = [unmet(features.needs, p.capabilities) for p in pools]
     first = missing[0]
     return None if None in missing or first is None else Reason(first)
+
+
+def _without(pool: PoolSnapshot, exclude: frozenset[str]) -> PoolSnapshot:
+    """``pool`` with the endpoints in ``exclude`` (those that failed this request) unhealthy."""
+    if not any(e.url in exclude for e in pool.endpoints):
+        return pool
+    return replace(pool, endpoints=tuple(replace(e, healthy=False) if e.url in exclude else e
+                                         for e in pool.endpoints))
+
+
+def screen(features: RequestFeatures, pool: PoolSnapshot, rules: Rules, *,
+           predicting: bool = False) -> list[Rejection]:
+    """The rejections of :data:`router.checks.SPECULATIVE_CHECKS` for one speculative pool, in
+    check order, less those that do not apply: soft ones under the client's ``on`` hint, and
+    the ``predicted`` ones when ``predicting`` (every pool carries a speed model)."""
+    insist = features.speculation == "on"
+    out = []
+    for check in SPECULATIVE_CHECKS:
+        r = check(features, pool, rules)
+        if r is None or (insist and r.strength is Strength.SOFT) or (predicting and r.predicted):
+            continue
+        out.append(r)
+    return out
 
 
 def _pick(endpoints: Sequence[EndpointSnapshot], exclude: frozenset[str], tie: int,
@@ -428,75 +418,70 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     missing = _unservable(features, pools)
     if missing is not None:
         return Decision(None, None, missing, Outcome.REFUSED)
-    seq = features.sequence_tokens
     tie = rules.seed + tie_break
-    spec_reason: Reason | None = None
-    fallback: tuple[str, str] | None = None
     why: dict[str, str] = {}  # endpoint -> PickReason value, when prefix routing chose it
     p = features.prompt_tokens
+    predicting = all(pool.speed is not None for pool in pools)
+    spec_reason: Reason | None = None
+    fallback: tuple[str, str] | None = None
     candidates: list[tuple[PoolSnapshot, str]] = []  # pools that may take it, in config order
-    insist = features.speculation == "on"
+    kept: set[str] = set()  # saturated speculative pools kept as candidates by affinity
     for pool in pools:
         if not pool.speculative:
             continue
-        gate = _gate(features, pool)
-        if gate is not None and gate is not Reason.CLIENT_OPT_OUT:
-            reason: Reason = gate  # the pool does not serve what the request needs, or serves it wrong
-        elif features.weight + pool.reserved > pool.limit:
-            reason = Reason.LONG_CONTEXT  # the pool cannot hold it: never a fallback
-        else:
-            endpoint = _pick(pool.endpoints, exclude, tie, prefix, p, why)
-            # the long-prompt threshold is a bypass (the pool can hold the prompt), so it is
-            # still the fallback when no plain pool can take the request
-            long = features.prompt_tokens > rules.long_prompt_tokens and not insist
-            # the acceptance bypass is a guard only without a speed model (the prediction
-            # weighs acceptance itself)
-            low = pool.speed is None and features.temperature_class in pool.low_acceptance and not insist
-            if endpoint is None:
-                reason = Reason.LONG_CONTEXT if long else Reason.SPEC_UNHEALTHY
-            elif (pool.saturated and not (long or gate is not None or low)
-                  and _sticky(pool.endpoints, endpoint, why, prefix)):
-                candidates.append((pool, endpoint))  # saturated, but the conversation is cached here
-                continue
-            elif long or gate is not None or pool.saturated or low:
-                reason = (Reason.LONG_CONTEXT if long else Reason.CLIENT_OPT_OUT if gate is not None else
-                          Reason.SATURATED if pool.saturated else Reason.LOW_ACCEPTANCE)
-                fallback = fallback or (pool.name, endpoint)
-            elif insist:  # the client asked for speculation: no prediction
+        pool = _without(pool, exclude)
+        rejections = screen(features, pool, rules, predicting=predicting)
+        if rejections and max(r.strength for r in rejections) is Strength.HARD:
+            spec_reason = spec_reason or rejections[0].reason
+            continue
+        endpoint = _pick(pool.endpoints, frozenset(), tie, prefix, p, why)
+        if endpoint is None:  # prefix routing found no endpoint to take it
+            spec_reason = spec_reason or Reason.SPEC_UNHEALTHY
+            continue
+        if not rejections:
+            if features.speculation == "on":  # the client asked for speculation: no prediction
                 return Decision(pool.name, endpoint, Reason.SPECULATIVE, endpoint_reason=why.get(endpoint))
-            else:
-                candidates.append((pool, endpoint))
-                continue
-        spec_reason = spec_reason or reason
+            candidates.append((pool, endpoint))
+        elif len(rejections) == 1 and rejections[0].reason is Reason.SATURATED and _sticky(
+                pool.endpoints, endpoint, why, prefix):
+            candidates.append((pool, endpoint))  # saturated, but the conversation is cached here
+            kept.add(pool.name)
+        else:
+            spec_reason = spec_reason or rejections[0].reason
+            fallback = fallback or (pool.name, endpoint)
+    seq = features.sequence_tokens
     for pool in pools:
         if pool.speculative or seq > pool.limit:
             continue
         endpoint = _pick(pool.endpoints, exclude, tie, prefix, p, why)
         if endpoint is not None:
             candidates.append((pool, endpoint))
-    if candidates and all(p.speed is not None for p, _ in candidates) and len(candidates) > 1:
-        predicted = tuple((p.name, _predict(features, p, url)) for p, url in candidates)
+    if len(candidates) > 1 and all(c.speed is not None for c, _ in candidates):
+        predicted = tuple((c.name, _predict(features, c, url)) for c, url in candidates)
         best = min(range(len(candidates)), key=lambda i: predicted[i][1])  # first wins ties
         pool, endpoint = candidates[best]
-        if pool.speculative:
-            reason = Reason.PREFIX_AFFINITY if pool.saturated else Reason.SPECULATIVE
-        elif any(p.speculative for p, _ in candidates):
-            reason = Reason.PLAIN_FASTER
-        else:
-            reason = spec_reason or Reason.PLAIN_ONLY
-        return Decision(pool.name, endpoint, reason, predicted=predicted, endpoint_reason=why.get(endpoint))
+        return Decision(pool.name, endpoint, _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER),
+                        predicted=predicted, endpoint_reason=why.get(endpoint))
     if candidates:
         pool, endpoint = _affine(candidates, why, prefix) or candidates[0]
-        if pool.speculative:
-            reason = Reason.PREFIX_AFFINITY if pool.saturated else Reason.SPECULATIVE
-        elif any(p.speculative for p, _ in candidates):
-            reason = Reason.PREFIX_AFFINITY  # speculation would have been chosen but for the cache
-        else:
-            reason = spec_reason or Reason.PLAIN_ONLY
-        return Decision(pool.name, endpoint, reason, endpoint_reason=why.get(endpoint))
+        # on a plain pool while speculation would have been chosen: kept there by the cache
+        return Decision(pool.name, endpoint, _reason(pool, candidates, kept, spec_reason, Reason.PREFIX_AFFINITY),
+                        endpoint_reason=why.get(endpoint))
     if fallback is not None:
         return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY, endpoint_reason=why.get(fallback[1]))
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
+
+
+def _reason(pool: PoolSnapshot, candidates: Sequence[tuple[PoolSnapshot, str]], kept: set[str],
+            spec_reason: Reason | None, over_speculative: Reason) -> Reason:
+    """The reason of a routed decision: ``prefix_affinity`` on a speculative pool kept by
+    affinity, else ``speculative``; on a plain pool, ``over_speculative`` when a speculative
+    pool was a candidate too, else the first speculative rejection (``plain_only``: none)."""
+    if pool.speculative:
+        return Reason.PREFIX_AFFINITY if pool.name in kept else Reason.SPECULATIVE
+    if any(c.speculative for c, _ in candidates):
+        return over_speculative
+    return spec_reason or Reason.PLAIN_ONLY
 
 
 def next_saturated(previous: bool, load: int, *, enter: int, exit: int) -> bool:
