@@ -26,15 +26,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from drafters.spec_math import expected_tokens
 from loadtests.dayapi import Choice, PoolView, RequestView
 from loadtests.dayshapes import EngineModel
+from loadtests.daysim import RequestRecord
 from router.acceptance import CLASSES, AcceptanceTracker
 from router.bypass import BypassState
 from router.config import AcceptanceConfig, RoutingConfig, SaturationConfig
 from router.features import RequestFeatures
+from router.learn import DEFAULT_PRIOR, Observation, SpeedFit
 from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Rules, decide
 from router.predict import SpeedModel
 
@@ -58,6 +60,13 @@ class PolicySettings:
         speed: the engines' model: in ``predict`` mode it gives each pool's ``speed`` block
             (the true parameters: a perfectly calibrated config) and the accept-length priors.
         predict: pools carry speed models (choice by predicted completion time).
+        learn: pools carry speed models learned from their own finished requests
+            (``routing.learning``: ``router.learn.SpeedFit`` from ``router.learn.DEFAULT_PRIOR``,
+            or from the true model when ``predict`` is set too), with exploration; no priors for
+            the accept length (the live estimates only), as a deployment without speed blocks.
+        explore_every, explore_ratio, forgetting, prior_weight: ``routing.learning``.
+        prior_scale: the learned mode's prior is the true model with every time scaled by this
+            (with ``predict``; 1: exact), to test how the fit recovers from a wrong prior.
     """
 
     long_prompt_tokens: int
@@ -77,6 +86,12 @@ class PolicySettings:
     seed: int = 0
     speed: EngineModel | None = None
     predict: bool = False
+    learn: bool = False
+    explore_every: int = 50
+    explore_ratio: float = 1.5
+    forgetting: float = 0.995
+    prior_weight: float = 0.05
+    prior_scale: float = 1.0
 
     def as_dict(self) -> dict[str, object]:
         """The config values, JSON-ready (the speed model left out)."""
@@ -93,7 +108,8 @@ class PolicySettings:
 
 
 def settings_for(model: EngineModel, *, long_prompt_tokens: int = 32768, min_speedup: float = 1.0,
-                 context_tokens: float = 12288.0, hysteresis: float = 0.25, predict: bool = False) -> PolicySettings:
+                 context_tokens: float = 12288.0, hysteresis: float = 0.25, predict: bool = False,
+                 learn: bool = False) -> PolicySettings:
     """The policy tuned as ``specgate calibrate`` would from the model's own crossovers.
 
     ``saturation.enter = ceil(b*)`` with ``b*`` the batch where the speedup falls to
@@ -108,14 +124,15 @@ def settings_for(model: EngineModel, *, long_prompt_tokens: int = 32768, min_spe
     exit_ = max(0, min(enter - 1, math.floor(enter * (1 - hysteresis))))
     return PolicySettings(long_prompt_tokens=long_prompt_tokens, saturation_enter=enter, saturation_exit=exit_,
                           gamma=m.gamma, drafter_cost_ratio=m.c, reserved_tokens=m.gamma + 1, speed=model,
-                          predict=predict)
+                          predict=predict, learn=learn)
 
 
 def decide_main(features: RequestFeatures, pools: tuple[PoolSnapshot, ...], settings: PolicySettings,
                 tie_break: int) -> Decision:
     """``router.policy.decide`` with main's signature (``Rules`` from the settings)."""
     rules = Rules(max_context_tokens=settings.max_context_tokens, default_max_tokens=features.max_new_tokens,
-                  long_prompt_tokens=settings.long_prompt_tokens, seed=settings.seed)
+                  long_prompt_tokens=settings.long_prompt_tokens, seed=settings.seed,
+                  explore_every=settings.explore_every if settings.learn else 0, explore_ratio=settings.explore_ratio)
     return decide(features, pools, rules, tie_break=tie_break)
 
 
@@ -155,6 +172,19 @@ class PolicyRouter:
                     gamma=settings.gamma if spec else 0, c=settings.drafter_cost_ratio if spec else 0.0)
             short = s.alpha_knee_tokens
             self._priors = {c: expected_tokens(m.alpha(short, c == "sampled"), s.gamma) for c in CLASSES}
+        self.fits: dict[bool, SpeedFit] = {}
+        if settings.learn:
+            for spec in (True, False):
+                gamma, c = (settings.gamma, settings.drafter_cost_ratio) if spec else (0, 0.0)
+                prior = replace(DEFAULT_PRIOR, gamma=gamma, c=c)
+                if spec in self._speed:
+                    k, exact = settings.prior_scale, self._speed[spec]
+                    prior = replace(exact, decode_s_per_token=exact.decode_s_per_token * k,
+                                    attention_s_per_token=exact.attention_s_per_token * k,
+                                    prefill_s_per_token=exact.prefill_s_per_token * k)
+                self.fits[spec] = SpeedFit(prior, prior_weight=settings.prior_weight, forgetting=settings.forgetting)
+            self._speed, self._priors = {}, {}
+        self._dispatched: dict[tuple[str, float], tuple[int, int]] = {}  # (url, t) -> (load, queued)
 
     def _tracker(self, url: str) -> AcceptanceTracker:
         t = self.trackers.get(url)
@@ -190,9 +220,29 @@ class PolicyRouter:
                                              weight=self.settings.weight, refresh_tokens=refresh, running_reqs=e.running)
             self.bypass.setdefault(p.name, BypassState()).commit(self._proposed(p, now), now)
 
-    def on_done(self, now: float, request: RequestView, url: str) -> None:
-        """A request ended: its lease is released."""
-        self._tracker(url).finished(_class(request))
+    def on_done(self, now: float, request: RequestView, url: str, record: RequestRecord | None = None,
+                pools: tuple[PoolView, ...] = ()) -> None:
+        """A request ended: its lease is released; in ``learn`` mode its pool's fit takes it
+        (``Runtime.learn``: dispatch -> end time, output and cached tokens, the endpoint's
+        mean load; not when the engine queued requests at dispatch)."""
+        cls = _class(request)
+        self._tracker(url).finished(cls)
+        if record is None:
+            return
+        load, queued = self._dispatched.pop((url, record.arrival_s), (0, 1))
+        if not self.fits or queued or record.pool is None:
+            return
+        spec = record.speculative
+        end_load = next((e.load for p in pools for e in p.endpoints if e.url == url), load)
+        tau = None
+        if spec:
+            vals = [a for p in pools if p.speculative for e in p.endpoints if e.url == url
+                    for a in [self._tracker(e.url).accept_length(cls, now, self.settings.max_age_s)] if a]
+            tau = vals[0] if vals else None
+        self.fits[spec].observe(Observation(
+            prompt_tokens=record.prompt_tokens, cached_tokens=record.cached_tokens, output_tokens=record.output_tokens,
+            batch=max(1.0, (load + end_load) / 2 + 0.5), duration_s=now - record.arrival_s, accept_length=tau), now,
+            cls)
 
     def snapshots(self, pools: tuple[PoolView, ...], now: float) -> tuple[PoolSnapshot, ...]:
         """The policy's snapshots of the simulator's views (``Runtime.snapshots``)."""
@@ -205,12 +255,19 @@ class PolicyRouter:
                 taus = self._taus(p, now)
                 if self._priors:
                     taus = {c: taus[c] or self._priors[c] for c in CLASSES}
+                if self.fits:  # no fresh live estimate: the tau the fit last observed
+                    taus = {c: taus[c] or self.fits[True].accept_length(c) for c in CLASSES}
                 sat, low = flags["saturated"], self.bypass[p.name].low_classes(flags)
+            cap = s.speed.kv_capacity(p.speculative) if s.speed is not None else None
+            speed = self.fits[p.speculative].model if self.fits else self._speed.get(p.speculative)
             out.append(PoolSnapshot(
                 name=p.name, speculative=p.speculative, limit=s.pool_limit_tokens,
                 reserved=s.reserved_tokens if p.speculative else 0,
-                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load) for e in p.endpoints),
-                saturated=sat, low_acceptance=low, speed=self._speed.get(p.speculative),
+                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load, 0, e.queued,
+                                                 None if cap is None else max(0, round(cap * (1 - e.token_usage))),
+                                                 0 if cap is None else round(cap * e.token_usage))
+                                for e in p.endpoints),
+                saturated=sat, low_acceptance=low, speed=speed,
                 accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled")))
         return tuple(out)
 
@@ -222,4 +279,6 @@ class PolicyRouter:
         d = self._decide(features, self.snapshots(pools, now), self.settings, next(self._tie))
         if d.endpoint is not None:
             self._tracker(d.endpoint).started(cls)
+            e = next(e for p in pools for e in p.endpoints if e.url == d.endpoint)
+            self._dispatched[(d.endpoint, now)] = (e.load, e.queued)
         return Choice(d.pool, d.endpoint, str(d.reason))

@@ -455,7 +455,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
                     rec.tpot_s = (now - s.first_s) / (s.req.output_tokens - 1)
                 inflight[e.url] -= 1
                 if on_done is not None:
-                    on_done(now, RequestView(s.req.prompt_tokens, s.req.max_new_tokens, s.req.temperature), e.url)
+                    on_done(now, RequestView(s.req.prompt_tokens, s.req.max_new_tokens, s.req.temperature), e.url,
+                            rec, _views(pools, scraped, inflight, now))
                 pending -= 1
                 end = now
             dt = e.start_step(now)

@@ -235,6 +235,7 @@ async def _generate(request: Request, kind: str) -> Response:
     if chain is not None:
         _note_prefix(state, runtime, decision, chain, matches, prompt_tokens)
     lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class)
+    dispatch = (decision.endpoint, *runtime.dispatch_state(decision.endpoint, state.clock()))
     try:
         fields: dict[str, Any] = {}
         if model is None:  # served as the configured model (SGLang would answer as "default")
@@ -252,7 +253,8 @@ async def _generate(request: Request, kind: str) -> Response:
                        received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
                        observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None,
                        default_budget=None if not features.budget_defaulted else
-                       "engine" if limits.default_max_tokens is None else str(features.max_new_tokens))
+                       "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
+                       extra={"dispatch": dispatch})
     except BaseException:
         lease.release()
         raise
@@ -329,6 +331,7 @@ def _finish(state: AppState, job: ProxyJob) -> None:
         m.upstream_stale_retries.inc((stale_pool,))
     for refused in job.rejections:
         m.engine_rejections.inc(refused)
+    _learn(state, job, duration)
     if state.runtime.config.server.log_requests:
         access_log.info(orjson.dumps({
             "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
@@ -341,6 +344,26 @@ def _finish(state: AppState, job: ProxyJob) -> None:
             "predicted_s": {p: round(t, 4) for p, t in job.decision.predicted} or None,
             "ttfb_s": None if job.ttfb_s is None else round(job.ttfb_s, 6),
             "duration_s": round(duration, 6)}).decode())
+
+
+def _learn(state: AppState, job: ProxyJob, duration_s: float) -> None:
+    """Feed a chat request answered in full, on the endpoint it was dispatched to, with no
+    engine queue ahead of it, to its pool's live speed model (:meth:`Runtime.learn`)."""
+    usage = job.observer.usage if job.observer is not None else None
+    dispatch = job.extra.get("dispatch")
+    if (job.status != 200 or job.outcome != "ok" or not isinstance(usage, dict) or dispatch is None
+            or job.features.n != 1 or job.features.num_prompts != 1 or job.decision.pool is None):
+        return
+    url, load, queued = dispatch
+    output = usage.get("completion_tokens")
+    if url != job.lease.endpoint.url or queued or type(output) is not int or output <= 0:
+        return
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    state.runtime.learn(job.decision.pool, url, prompt_tokens=job.features.prompt_tokens,
+                        cached_tokens=cached if type(cached) is int else 0, output_tokens=output,
+                        dispatch_load=load, duration_s=duration_s,
+                        temperature=job.features.temperature_class, now=state.clock())
 
 
 _REJECT_REASON = {

@@ -81,10 +81,10 @@ Check = Callable[["RequestFeatures", "PoolSnapshot", "Rules"], "Rejection | None
 
 _CANARY = Rejection(Reason.CANARY_MISMATCH, Strength.HARD)
 _TOO_LONG = Rejection(Reason.LONG_CONTEXT, Strength.HARD)
-_LONG = Rejection(Reason.LONG_CONTEXT, Strength.SOFT)
+_LONG = Rejection(Reason.LONG_CONTEXT, Strength.SOFT, predicted=True)
 _UNHEALTHY = Rejection(Reason.SPEC_UNHEALTHY, Strength.HARD)
 _OPT_OUT = Rejection(Reason.CLIENT_OPT_OUT, Strength.BYPASS)
-_SATURATED = Rejection(Reason.SATURATED, Strength.BYPASS)
+_SATURATED = Rejection(Reason.SATURATED, Strength.BYPASS, predicted=True)
 _LOW = Rejection(Reason.LOW_ACCEPTANCE, Strength.SOFT, predicted=True)
 _CAPABILITY = {kind: Rejection(Reason(kind), Strength.HARD) for kind in Reason if kind.capability}
 

@@ -14,6 +14,7 @@ from router.config_base import NonNegativeInt, PositiveFloat, PositiveInt, Stric
 
 __all__ = [
     "AcceptanceConfig",
+    "LearningConfig",
     "PrefixCacheConfig",
     "RoutingConfig",
     "SaturationConfig",
@@ -115,6 +116,34 @@ class PrefixCacheConfig(Strict):
     sticky_load_factor: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 2.0
 
 
+class LearningConfig(Strict):
+    """The live speed models (:mod:`router.learn`): each pool's speed learned from its own
+    finished requests, starting from its ``speed`` block (else a default prior).
+
+    While learning is on, every pool carries a speed model, so the pool is chosen by
+    predicted completion time (:mod:`router.predict`) and the long-prompt, saturation and
+    acceptance thresholds give way to the prediction; only the hard limits (the context cap,
+    a pool's ``P + n * M + K``, capabilities, the canary, the client's hint) stay rules.
+
+    Attributes:
+        enabled: learn and predict (False: pools without a ``speed`` block use the thresholds).
+        forgetting: per-request decay of an observation's weight in (0, 1); about
+            ``1 / (1 - forgetting)`` recent requests per pool make the model.
+        prior_weight: the prior's strength (observations' worth; small: the traffic wins).
+        explore_every: every this many predicted decisions (per router), the runner-up pool
+            takes the request when it is predicted at most ``explore_ratio`` times slower, so
+            a pool the prediction avoids is still measured (a share of at most
+            ``1 / explore_every``, reason ``explore``); 0: never.
+        explore_ratio: the runner-up's largest predicted slowdown that exploration accepts.
+    """
+
+    enabled: StrictBool = True
+    forgetting: Annotated[float, Field(gt=0, lt=1)] = 0.995
+    prior_weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.05
+    explore_every: NonNegativeInt = 50
+    explore_ratio: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
+
+
 class RoutingConfig(Strict):
     """Routing thresholds.
 
@@ -129,6 +158,7 @@ class RoutingConfig(Strict):
             threshold cutting throughput from 232 to 24-157 tok/s).
         seed: seed of the endpoint tie-break.
         prefix_cache: prefix-cache-aware endpoint choice inside a pool.
+        learning: the live speed models (:class:`LearningConfig`).
     """
 
     long_prompt_tokens: PositiveInt
@@ -137,3 +167,4 @@ class RoutingConfig(Strict):
     min_flip_interval_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
     seed: NonNegativeInt = 0
     prefix_cache: PrefixCacheConfig = PrefixCacheConfig()
+    learning: LearningConfig = LearningConfig()

@@ -121,12 +121,18 @@ class Rules:
             engine's default, counted as its worst case ``S - P``.
         long_prompt_tokens: prompts above this skip speculation (tokens).
         seed: ``routing.seed``, offset of the endpoint tie-break.
+        explore_every: every this many decisions by prediction (``tie_break`` modulo it), the
+            runner-up pool takes the request when predicted at most ``explore_ratio`` times
+            slower (reason ``explore``); 0: never (``routing.learning``).
+        explore_ratio: the runner-up's largest accepted slowdown.
     """
 
     max_context_tokens: int
     default_max_tokens: int | None
     long_prompt_tokens: int
     seed: int = 0
+    explore_every: int = 0
+    explore_ratio: float = 1.5
 
 
 class PoolShape(Protocol):
@@ -153,12 +159,19 @@ class EndpointSnapshot:
             (requests); the in-flight count alone when the scrape is stale.
         cached_tokens: estimated prompt tokens of this request already cached there
             (tokens, :meth:`router.prefix.PrefixIndex.match`; 0 without prefix routing).
+        queued: requests waiting in the engine (``sglang:num_queue_reqs``, fresh scrape; else 0).
+        kv_free_tokens: free KV tokens of the engine (``sglang:max_total_num_tokens`` less
+            the used ones, fresh scrape), None when unknown.
+        kv_used_tokens: used KV tokens of the engine (0 when unknown).
     """
 
     url: str
     healthy: bool
     load: int
     cached_tokens: int = 0
+    queued: int = 0
+    kv_free_tokens: int | None = None
+    kv_used_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,12 +402,14 @@ def _affine(candidates: Sequence[tuple[PoolSnapshot, str]], why: dict[str, str],
 
 
 def _predict(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
+    """Predicted completion seconds of the request on ``endpoint`` (:func:`router.predict.completion_s`)."""
     assert pool.speed is not None
-    return completion_s(pool.speed, batch=_load(pool.endpoints, endpoint) + features.n,
-                        prompt_tokens=features.prompt_tokens,
-                        cached_tokens=_cached(pool.endpoints, endpoint),
-                        output_tokens=features.max_new_tokens,
-                        accept_length=pool.accept_length(features.temperature_class) if pool.speculative else None)
+    e = next(e for e in pool.endpoints if e.url == endpoint)
+    need = (features.num_prompts * features.weight + pool.reserved) * (1 + e.queued)
+    return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=features.prompt_tokens,
+                        cached_tokens=e.cached_tokens, output_tokens=features.max_new_tokens,
+                        accept_length=pool.accept_length(features.temperature_class) if pool.speculative else None,
+                        kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
 
 
 def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rules, *,
@@ -426,6 +441,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     fallback: tuple[str, str] | None = None
     candidates: list[tuple[PoolSnapshot, str]] = []  # pools that may take it, in config order
     kept: set[str] = set()  # saturated speculative pools kept as candidates by affinity
+    bypassed: tuple[PoolSnapshot, str] | None = None  # the first pool bypassed for speed alone
     for pool in pools:
         if not pool.speculative:
             continue
@@ -449,6 +465,8 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         else:
             spec_reason = spec_reason or rejections[0].reason
             fallback = fallback or (pool.name, endpoint)
+            if bypassed is None and all(r.predicted for r in rejections):
+                bypassed = (pool, endpoint)  # moved only for speed: kept when plain is busier
     seq = features.sequence_tokens
     for pool in pools:
         if pool.speculative or seq > pool.limit:
@@ -458,18 +476,44 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
             candidates.append((pool, endpoint))
     if len(candidates) > 1 and all(c.speed is not None for c, _ in candidates):
         predicted = tuple((c.name, _predict(features, c, url)) for c, url in candidates)
-        best = min(range(len(candidates)), key=lambda i: predicted[i][1])  # first wins ties
-        pool, endpoint = candidates[best]
-        return Decision(pool.name, endpoint, _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER),
-                        predicted=predicted, endpoint_reason=why.get(endpoint))
+        order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
+        pool, endpoint = candidates[order[0]]
+        reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
+        runner = _runner_up(candidates, order, predicted, tie_break, rules)
+        if runner is not None:
+            pool, endpoint = candidates[runner]
+            reason = Reason.EXPLORE
+        return Decision(pool.name, endpoint, reason, predicted=predicted, endpoint_reason=why.get(endpoint))
     if candidates:
-        pool, endpoint = _affine(candidates, why, prefix) or candidates[0]
+        affine = _affine(candidates, why, prefix)
+        pool, endpoint = affine or candidates[0]
         # on a plain pool while speculation would have been chosen: kept there by the cache
-        return Decision(pool.name, endpoint, _reason(pool, candidates, kept, spec_reason, Reason.PREFIX_AFFINITY),
-                        endpoint_reason=why.get(endpoint))
+        reason = _reason(pool, candidates, kept, spec_reason, Reason.PREFIX_AFFINITY)
+        if affine is None and bypassed is not None and not pool.speculative and (
+                _load(pool.endpoints, endpoint) > _load(bypassed[0].endpoints, bypassed[1])):
+            # a bypass never moves work to a busier pool without a prediction saying it pays
+            pool, endpoint, reason = bypassed[0], bypassed[1], Reason.PLAIN_BUSIER
+        return Decision(pool.name, endpoint, reason, endpoint_reason=why.get(endpoint))
     if fallback is not None:
         return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY, endpoint_reason=why.get(fallback[1]))
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
+
+
+def _runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
+               predicted: Sequence[tuple[str, float]], tie_break: int, rules: Rules) -> int | None:
+    """The candidate that explores this request (``rules.explore_every``), or None: on every
+    ``explore_every``-th request, the fastest candidate of another pool than the predicted
+    best, when its prediction is at most ``explore_ratio`` times the best's."""
+    every = rules.explore_every
+    if every <= 0 or tie_break % every != every - 1:
+        return None
+    best = order[0]
+    for i in order[1:]:
+        if candidates[i][0].name != candidates[best][0].name:
+            if predicted[i][1] <= rules.explore_ratio * predicted[best][1]:
+                return i
+            return None
+    return None
 
 
 def _reason(pool: PoolSnapshot, candidates: Sequence[tuple[PoolSnapshot, str]], kept: set[str],

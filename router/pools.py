@@ -33,6 +33,7 @@ import itertools
 import logging
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import TypedDict
 
 from router.acceptance import CLASSES
@@ -41,6 +42,7 @@ from router.bypass import FLAGS, BypassState
 from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingConfig
 from router.endpoint import Endpoint, Lease, LeaseLedger
 from router.features import PromptCounter, RequestFeatures
+from router.learn import DEFAULT_PRIOR, Observation, SpeedFit
 from router.policy import (
     Decision,
     EndpointSnapshot,
@@ -70,12 +72,15 @@ class Pool:
         self.canary_mismatch = False  # set by router.canary under canary.on_mismatch: eject
         self.canary_revoked: frozenset[str] = frozenset()  # kinds the canary found broken
         speed = config.speed
+        gamma, c = (config.gamma, config.drafter_cost_ratio) if config.speculative else (0, 0.0)
         self.speed = None if speed is None else SpeedModel(
             decode_s_per_token=speed.decode_s_per_token, batch_knee=speed.batch_knee,
             attention_s_per_token=speed.attention_s_per_token, prefill_s_per_token=speed.prefill_s_per_token,
-            max_running_requests=speed.max_running_requests,
-            gamma=config.gamma if config.speculative else 0,
-            c=config.drafter_cost_ratio if config.speculative else 0.0)
+            max_running_requests=speed.max_running_requests, gamma=gamma, c=c)
+        #: the live speed model (routing.learning), set by the Runtime; None: not learning
+        self.fit: SpeedFit | None = None
+        #: what the fit starts from: the speed block, else the default prior
+        self.prior = self.speed or replace(DEFAULT_PRIOR, gamma=gamma, c=c)
 
     @property
     def saturated(self) -> bool:
@@ -226,6 +231,7 @@ class Runtime:
                     pool.bypass = prev.bypass
                     pool.canary_mismatch, pool.canary_revoked = prev.canary_mismatch, prev.canary_revoked
             self.set_overrides(previous.overrides)
+        self._start_learning(previous)
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
         prefix_cfg = config.routing.prefix_cache
         self.prefix: dict[str, PrefixIndex] = {}
@@ -242,6 +248,53 @@ class Runtime:
             "balance_abs_threshold": prefix_cfg.balance_abs_threshold,
             "balance_rel_threshold": prefix_cfg.balance_rel_threshold,
             "hash_load_factor": prefix_cfg.hash_load_factor}
+
+    def _start_learning(self, previous: Runtime | None) -> None:
+        """Give every generation pool its :class:`router.learn.SpeedFit` (``routing.learning``);
+        a reload keeps a pool's fit while its prior (speed block, gamma, c) is unchanged."""
+        learning = self.config.routing.learning
+        if not learning.enabled:
+            return
+        for pool in self.pools:
+            prev = next((p for p in previous.pools if p.name == pool.name), None) if previous is not None else None
+            fit = prev.fit if prev is not None else None
+            if (fit is None or fit.prior != pool.prior or fit.forgetting != learning.forgetting):
+                fit = SpeedFit(pool.prior, prior_weight=learning.prior_weight, forgetting=learning.forgetting)
+            pool.fit = fit
+
+    def dispatch_state(self, url: str, now: float) -> tuple[int, int]:
+        """``(load, queued)`` of an endpoint now (requests; queued 0 without a fresh scrape):
+        what a finished request's :class:`router.learn.Observation` compares its end with."""
+        ep = self._by_url.get(url)
+        if ep is None:
+            return 0, 0
+        stale = self.config.scrape.stale_after_s
+        fresh = ep.engine is not None and ep.scraped_at is not None and now - ep.scraped_at <= stale
+        return ep.load(now, stale), ep.engine.num_queue_reqs if fresh and ep.engine is not None else 0
+
+    def learn(self, pool_name: str, url: str, *, prompt_tokens: int, cached_tokens: int, output_tokens: int,
+              dispatch_load: int, duration_s: float, temperature: str, now: float) -> bool:
+        """Feed one finished request (one prompt, one choice, answered in full) to its pool's
+        fit. The batch is the mean of the endpoint's load at dispatch and now, this request
+        counted; tau (speculative pools) the class's live estimate. Returns whether it was taken."""
+        pool = next((p for p in self.pools if p.name == pool_name), None)
+        if pool is None or pool.fit is None:
+            return False
+        end_load, _ = self.dispatch_state(url, now)
+        tau = None
+        if pool.speculative:
+            tau = self._accept_lengths(pool, now).get(temperature) or self._prior_tau(pool, temperature)
+        pool.fit.observe(Observation(prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
+                                     output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5),
+                                     duration_s=duration_s, accept_length=tau), now)
+        return True
+
+    @staticmethod
+    def _prior_tau(pool: Pool, temperature: str) -> float | None:
+        speed = pool.config.speed
+        if speed is None:
+            return None
+        return speed.accept_length_greedy if temperature == "greedy" else speed.accept_length_sampled
 
     def prefix_matches(self, chain: PrefixChain, prompt_tokens: int) -> dict[str, dict[str, int]]:
         """``{pool: {url: estimated cached tokens}}`` for ``chain`` (read-only)."""
@@ -340,8 +393,11 @@ class Runtime:
 
     def _rules(self) -> Rules:
         limits = self.config.limits
+        learning = self.routing.learning
         return Rules(max_context_tokens=limits.max_context_tokens, default_max_tokens=limits.default_max_tokens,
-                     long_prompt_tokens=self.routing.long_prompt_tokens, seed=self.routing.seed)
+                     long_prompt_tokens=self.routing.long_prompt_tokens, seed=self.routing.seed,
+                     explore_every=learning.explore_every if learning.enabled else 0,
+                     explore_ratio=learning.explore_ratio)
 
     def all_endpoints(self) -> list[Endpoint]:
         """Every endpoint of every pool."""
@@ -433,19 +489,15 @@ class Runtime:
             if p.config.speculative:
                 flags = self._proposed(p, now)
                 taus = self._accept_lengths(p, now)
-                speed = p.config.speed
-                if speed is not None:  # no live estimate: the calibrated prior
-                    taus = {"greedy": taus["greedy"] or speed.accept_length_greedy,
-                            "sampled": taus["sampled"] or speed.accept_length_sampled}
+                taus = {c: taus[c] or self._prior_tau(p, c) for c in CLASSES}  # else the calibrated prior
                 sat, low = flags["saturated"], p.bypass.low_classes(flags)
             else:
                 sat, low, taus = False, frozenset(), {}
             out.append(PoolSnapshot(
                 name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
-                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.backpressure_load(now, stale, floor),
-                                              m.get(e.url, 0))
+                endpoints=tuple(_endpoint_snapshot(e, now, stale, floor, m.get(e.url, 0))
                                 for e in p.endpoints.values()),
-                saturated=sat, low_acceptance=low, speed=p.speed,
+                saturated=sat, low_acceptance=low, speed=p.speed if p.fit is None else p.fit.model,
                 accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled"),
                 capabilities=p.capabilities, canary_mismatch=p.canary_mismatch))
         return tuple(out)
@@ -472,3 +524,16 @@ class Runtime:
     def ready(self) -> bool:
         """True while at least one pool has a healthy endpoint."""
         return any(e.healthy for e in self._by_url.values())
+
+
+def _endpoint_snapshot(e: Endpoint, now: float, stale_after_s: float, floor: int, cached: int) -> EndpointSnapshot:
+    """One endpoint's :class:`router.policy.EndpointSnapshot`: its KV and queue only from a
+    fresh scrape that exports the KV capacity (``sglang:max_total_num_tokens``)."""
+    load = e.backpressure_load(now, stale_after_s, floor)
+    engine = e.engine
+    if engine is None or e.scraped_at is None or now - e.scraped_at > stale_after_s:
+        return EndpointSnapshot(e.url, e.healthy, load, cached)
+    cap = engine.max_total_num_tokens
+    used = engine.kv_used
+    return EndpointSnapshot(e.url, e.healthy, load, cached, engine.num_queue_reqs,
+                            None if cap is None else max(0, cap - used), used)

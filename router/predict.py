@@ -19,6 +19,16 @@ and ``M`` output tokens:
     prefill = p * (P - C)
     decode  = M * T(b, P + M / 2)             (mean context over the generation)
     queue   = (b - R) / R * (prefill + decode) when b > R (R: the engine's running-request cap)
+    kv wait = (need - free) / used * (prefill + decode) when need > free
+
+where ``need`` is the request's KV reservation (``P + n * M``, plus the draft tokens ``K`` on a
+speculative engine) times ``1 + queued`` (the requests already waiting are taken to reserve
+as much), ``free`` the engine's free KV tokens (``sglang:max_total_num_tokens`` less the
+used ones) and ``used`` its used KV tokens: SGLang admits a request only when its
+reservation fits (``max_total_num_tokens``), and the running requests free their KV at
+about one engine's worth per request lifetime. A heuristic, not a queueing model: it makes
+an engine whose KV is full predicted slow, which neither the batch nor the running cap
+shows.
 
 Parameters (:class:`SpeedModel`, per pool, from ``specgate calibrate``): ``t0`` =
 ``decode_s_per_token`` (s), ``b_knee`` = ``batch_knee`` (sequences), ``a`` =
@@ -77,7 +87,8 @@ def token_s(model: SpeedModel, *, batch: float, context: float, accept_length: f
 
 
 def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_tokens: int,
-                 output_tokens: int, accept_length: float | None) -> float:
+                 output_tokens: int, accept_length: float | None, kv_need_tokens: int = 0,
+                 kv_free_tokens: int | None = None, kv_used_tokens: int = 0) -> float:
     """Predicted seconds from dispatch to the last token (see the module docstring).
 
     Args:
@@ -85,6 +96,9 @@ def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_to
         prompt_tokens: P; cached_tokens: C (tokens of P the endpoint has cached).
         output_tokens: M, the output budget per sequence (tokens).
         accept_length: tau for this request's temperature class (None on a plain pool).
+        kv_need_tokens: the KV tokens the request and those queued before it reserve.
+        kv_free_tokens: the engine's free KV tokens (None: unknown, no KV wait).
+        kv_used_tokens: the engine's used KV tokens.
     """
     prefill = model.prefill_s_per_token * max(0, prompt_tokens - cached_tokens)
     running = batch
@@ -94,6 +108,9 @@ def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_to
     decode = output_tokens * token_s(model, batch=running, context=prompt_tokens + output_tokens / 2,
                                      accept_length=accept_length)
     total = prefill + decode
+    service = total
     if cap is not None and batch > cap:
-        total += (batch - cap) / cap * total
+        total += (batch - cap) / cap * service
+    if kv_free_tokens is not None and kv_need_tokens > kv_free_tokens:
+        total += (kv_need_tokens - kv_free_tokens) / max(kv_used_tokens, 1) * service
     return total

@@ -40,6 +40,8 @@ _WANTED = {
     "num_running_reqs": "sum",
     "num_queue_reqs": "sum",
     "token_usage": "max",
+    "max_total_num_tokens": "min",
+    "kv_used_tokens": "max",
     "spec_accept_length": "mean",
     "spec_accept_rate": "mean",
     "generation_tokens_total": "sum",
@@ -56,6 +58,10 @@ class EngineLoad:
         token_usage: KV-cache usage fraction in [0, 1] (max over ranks).
         spec_accept_length: mean accepted tokens per verify step, None when unknown.
         spec_accept_rate: mean acceptance rate, None when unknown.
+        max_total_num_tokens: the KV pool's capacity in tokens (the smallest over ranks),
+            None when not exported.
+        kv_used_tokens: KV tokens in use (the largest over ranks); None when not exported
+            (then ``token_usage * max_total_num_tokens``, :attr:`kv_used`).
         generation_tokens_total: tokens generated since the engine started (the tokenizer
             counter, summed over its label sets and ranks), None when not exported. It tells a
             fresh ``spec_accept_length`` from the last value of an idle engine, which SGLang
@@ -68,6 +74,16 @@ class EngineLoad:
     spec_accept_length: float | None = None
     spec_accept_rate: float | None = None
     generation_tokens_total: float | None = None
+    max_total_num_tokens: int | None = None
+    kv_used_tokens: int | None = None
+
+    @property
+    def kv_used(self) -> int:
+        """KV tokens in use: ``kv_used_tokens``, else ``token_usage`` of the capacity (0 unknown)."""
+        if self.kv_used_tokens is not None:
+            return self.kv_used_tokens
+        cap = self.max_total_num_tokens
+        return 0 if cap is None else round(self.token_usage * cap)
 
     @property
     def load(self) -> int:
@@ -122,6 +138,8 @@ def parse_sglang_metrics(text: str) -> EngineLoad:
             return sum(vals)
         if how == "max":
             return max(vals)
+        if how == "min":
+            return min(vals)
         positive = [v for v in vals if v > 0]
         return sum(positive) / len(positive) if positive else None
 
@@ -132,6 +150,8 @@ def parse_sglang_metrics(text: str) -> EngineLoad:
         spec_accept_length=agg("spec_accept_length"),
         spec_accept_rate=agg("spec_accept_rate"),
         generation_tokens_total=agg("generation_tokens_total"),
+        max_total_num_tokens=_int(agg("max_total_num_tokens")),
+        kv_used_tokens=_int(agg("kv_used_tokens")),
     )
 
 
@@ -199,3 +219,7 @@ class Scraper(LoopTask):
             self._on_failure(endpoint)
             return
         endpoint.record_success(parse_sglang_metrics(text), now=self._clock())
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)

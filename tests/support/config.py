@@ -15,7 +15,9 @@ _BASE: dict[str, Any] = {
     "model": {"name": "tiny-llama"},
     "limits": {"max_context_tokens": 4096, "default_max_tokens": 256, "max_request_bytes": 1_000_000},
     # no flip bound: the tests step the hysteresis faster than a deployment would
-    "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}, "min_flip_interval_s": 0},
+    # the thresholds' own behaviour (learning on, the prediction decides: tests/unit/test_learn.py)
+    "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}, "min_flip_interval_s": 0,
+                "learning": {"enabled": False}},
     "scrape": {"interval_s": 0.05, "timeout_s": 0.5, "stale_after_s": 1.0},
     "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 3},
     "upstream": {"first_byte_timeout_s": 5.0, "idle_timeout_s": 5.0, "nonstream_timeout_s": 10.0},

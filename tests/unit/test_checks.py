@@ -58,7 +58,7 @@ def test_fit_is_p_plus_n_m_plus_k_against_the_limit():
 
 def test_long_prompt_is_soft():
     assert long_prompt(req(1024), pool(), RULES) is None
-    assert long_prompt(req(1025), pool(), RULES) == Rejection(Reason.LONG_CONTEXT, Strength.SOFT)
+    assert long_prompt(req(1025), pool(), RULES) == Rejection(Reason.LONG_CONTEXT, Strength.SOFT, predicted=True)
 
 
 def test_health():
@@ -76,7 +76,7 @@ def test_opt_out_is_a_bypass():
 
 def test_saturation_is_a_predicted_bypass():
     assert saturation(req(), pool(), RULES) is None
-    assert saturation(req(), pool(saturated=True), RULES) == Rejection(Reason.SATURATED, Strength.BYPASS)
+    assert saturation(req(), pool(saturated=True), RULES) == Rejection(Reason.SATURATED, Strength.BYPASS, predicted=True)
 
 
 def test_acceptance_is_per_temperature_class():
@@ -99,9 +99,8 @@ def test_check_order():
      pool(saturated=True, low_acceptance=frozenset({"sampled"})), False, [Reason.SATURATED]),
     # with speed models the predicted rejections give way to the prediction; the others stay
     (req(1500, 100, temperature_class="sampled"),
-     pool(saturated=True, low_acceptance=frozenset({"sampled"})), True, [Reason.LONG_CONTEXT, Reason.SATURATED]),
-    (req(1500, 1000, speculation="off"), pool(saturated=True), True,
-     [Reason.LONG_CONTEXT, Reason.LONG_CONTEXT, Reason.CLIENT_OPT_OUT, Reason.SATURATED]),
+     pool(saturated=True, low_acceptance=frozenset({"sampled"})), True, []),
+    (req(1500, 1000, speculation="off"), pool(saturated=True), True, [Reason.LONG_CONTEXT, Reason.CLIENT_OPT_OUT]),
 ])
 def test_screen(features, snapshot, predicting, expected):
     assert [r.reason for r in screen(features, snapshot, RULES, predicting=predicting)] == expected

@@ -220,7 +220,8 @@ def test_policy_adapter_routes_long_prompts_plain_and_short_ones_spec() -> None:
 
 def test_the_router_in_front_of_spec_engines_alone_serves_long_prompts_there() -> None:
     """At the split calibrate-split advises on a light day (every engine speculative) the long
-    prompts have no plain pool: the long-prompt bypass falls back to the speculative pool."""
+    prompts have no plain pool: with speed models the long-prompt threshold gives way to the
+    prediction, and the speculative pool (the only one) takes them."""
     model = default_engine_model()
     settings = settings_for(model)
     reqs = [_req(0, 100_000, 10, at=0.0), _req(1, 9000, 10, at=0.5), _req(2, 300_000, 10, at=1.0)]
@@ -228,7 +229,7 @@ def test_the_router_in_front_of_spec_engines_alone_serves_long_prompts_there() -
     assert (dep.name, dep.pools) == ("specgate 2s+0p", (("spec", True, 2),))
     res = simulate_day(reqs, dep, model)
     assert [(r.pool, r.reason, r.status) for r in res.records] == [
-        ("spec", "plain_unhealthy", "ok"), ("spec", "speculative", "ok"), (None, "context_cap", "refused")]
+        ("spec", "speculative", "ok"), ("spec", "speculative", "ok"), (None, "context_cap", "refused")]
     assert [r.endpoint for r in res.records[:2]] == ["http://spec-0", "http://spec-1"]  # least load
     plain = simulate_day(reqs, specgate_at(0, 2, settings), model)
     assert (plain.deployment, plain.reasons) == ("specgate 0s+2p", {"plain_only": 2, "context_cap": 1})

@@ -228,11 +228,15 @@ def test_with_speed_models_a_saturated_pool_kept_by_affinity_is_predicted():
         p = PoolSnapshot("plain", False, S, 0, (EndpointSnapshot("http://p0", True, 0),), speed=plain_speed)
         return [s, p]
 
+    # with speed models saturation is no guard: the saturated pool is predicted, cached or not,
+    # and its cached prefill is counted
     kept = affinity(1000, pools(CACHED))
-    assert (kept.pool, kept.reason, kept.endpoint_reason) == ("spec", Reason.PREFIX_AFFINITY, "prefix_match")
+    assert (kept.pool, kept.reason, kept.endpoint_reason) == ("spec", Reason.SPECULATIVE, "prefix_match")
     assert [name for name, _ in kept.predicted] == ["spec", "plain"]
-    shed = affinity(1000, pools(0))
-    assert (shed.pool, shed.reason, shed.predicted) == ("plain", Reason.SATURATED, ())
+    cold = affinity(1000, pools(0))
+    assert [name for name, _ in cold.predicted] == ["spec", "plain"]
+    assert dict(kept.predicted)["spec"] < dict(cold.predicted)["spec"]
+    assert dict(kept.predicted)["plain"] == dict(cold.predicted)["plain"]
 
 
 def test_a_repeated_first_prompt_is_not_a_conversation_to_keep():

@@ -67,12 +67,16 @@ def test_pool_choice_by_predicted_completion(name, features, snaps, pool, reason
     assert d == Decision(pool, url, reason, predicted=times(features, snaps))
 
 
-def test_guards_still_apply_before_the_prediction():
-    # long prompt, saturated guard: the plain pool whatever it predicts; no prediction then
-    assert decide(req(p=2000), pools(), RULES) == Decision("plain", "http://p", Reason.LONG_CONTEXT)
-    assert decide(req("greedy"), pools(saturated=True), RULES) == Decision("plain", "http://p", Reason.SATURATED)
+def test_with_speed_models_the_thresholds_give_way_to_the_prediction():
+    # long prompt, saturated: no guard; the pools are predicted (both kept as candidates)
+    long = decide(req(p=1500), pools(), RULES)
+    assert [name for name, _ in long.predicted] == ["spec", "plain"]
+    sat = decide(req("greedy"), pools(saturated=True), RULES)
+    assert [name for name, _ in sat.predicted] == ["spec", "plain"]
+    assert (sat.pool, sat.reason) == ("spec", Reason.SPECULATIVE)
     # a pool without a speed model: the guard rules alone
     assert decide(req("greedy"), pools(spec_speed=None), RULES) == Decision("spec", "http://s", Reason.SPECULATIVE)
+    assert decide(req(p=1500), pools(spec_speed=None), RULES) == Decision("plain", "http://p", Reason.LONG_CONTEXT)
 
 
 def test_temperature_class():

@@ -20,7 +20,7 @@ def config(tmp: Path, endpoints: list[str], **prefix: Any):
         "model": {"name": "m", "tokenizer": str(tmp)},
         "limits": {"max_context_tokens": 4096},
         "pools": [{"name": "plain", "speculative": False, "endpoints": endpoints}],
-        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
+        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}, "learning": {"enabled": False},
                     "prefix_cache": {"block_chars": 8, **prefix}},
     })
 
@@ -119,7 +119,7 @@ def two_pools(tmp: Path, **prefix: Any):
         "limits": {"max_context_tokens": 4096},
         "pools": [{"name": "spec", "speculative": True, "endpoints": [A]},
                   {"name": "plain", "speculative": False, "endpoints": [B]}],
-        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
+        "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}, "learning": {"enabled": False},
                     "min_flip_interval_s": 0, "prefix_cache": {"block_chars": 8, **prefix}},
     })
 

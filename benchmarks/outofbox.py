@@ -1,0 +1,111 @@
+"""Does the router pay out of the box? Learned speed models against static deployments, simulated.
+
+    .venv/bin/python benchmarks/outofbox.py [--engines 2] [--shapes light,heavy,mixed] [--seed 0]
+                                            [--out runs/outofbox.json]
+
+For each day shape (:mod:`loadtests.dayshapes`) and engine count N, the same requests go
+through, in one run of the discrete-event simulator (:mod:`loadtests.daysim`, virtual time,
+seeded): ``all-plain`` and ``all-spec`` (client round robin: the static deployments), and for
+every split k = 1..N-1 the router (``router.policy.decide`` through
+:class:`loadtests.dayrouter.PolicyRouter`) in four configurations:
+
+- ``guards``: no speed models, learning off (the thresholds alone, ``plain_busier`` included);
+- ``learned``: what a new deployment runs: no ``speed`` blocks, ``routing.learning`` on (the fit
+  starts from ``router.learn.DEFAULT_PRIOR`` and learns from the router's own finished requests);
+- ``exact``: the engines' true speed model as ``speed`` blocks, no learning;
+- ``prior x0.5`` / ``prior x2``: learning from the true model with every time scaled by 0.5 / 2.
+
+Printed per shape and N: mean / p90 end-to-end latency (s) of each deployment and its mean
+ratio to the better static deployment (the lower mean of all-plain and all-spec); the
+``learned`` rows also give the ratio over the requests after the first 200 (the warm-up) and
+the warm-up's own mean. Everything is the simulator's: speed claims, not engine measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
+from loadtests.dayshapes import SHAPES, default_engine_model, get_shape
+from loadtests.daysim import DayResult, Deployment, all_plain, all_spec, routed, simulate_day
+
+WARMUP = 200  # requests
+
+
+def _stats(res: DayResult, skip: int = 0) -> dict[str, float | None]:
+    ok = sorted((r for r in res.records if r.status == "ok" and r.e2e_s is not None), key=lambda r: r.arrival_s)
+    e2e = [r.e2e_s for r in ok[skip:] if r.e2e_s is not None]
+    if not e2e:
+        return {"mean_s": None, "p90_s": None, "n": 0}
+    e2e.sort()
+    return {"mean_s": statistics.fmean(e2e), "p90_s": e2e[int(0.9 * (len(e2e) - 1))], "n": len(e2e)}
+
+
+def _modes(settings: PolicySettings) -> dict[str, PolicySettings]:
+    return {
+        "guards": replace(settings, predict=False, learn=False),
+        "learned": replace(settings, predict=False, learn=True),
+        "exact": replace(settings, predict=True, learn=False),
+        "prior x0.5": replace(settings, predict=True, learn=True, prior_scale=0.5),
+        "prior x2": replace(settings, predict=True, learn=True, prior_scale=2.0),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--engines", default="2", help="engine counts N, comma-separated (default 2)")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="day shapes (default all)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="runs/outofbox.json")
+    args = ap.parse_args(argv)
+    model = default_engine_model()
+    settings = settings_for(model)
+    rows: list[dict[str, Any]] = []
+    for n in (int(x) for x in args.engines.split(",") if x):
+        for name in args.shapes.split(","):
+            shape = get_shape(name, n)
+            reqs = shape.requests(args.seed)
+            deps: list[tuple[str, Deployment]] = [("all-plain", all_plain(n)), ("all-spec", all_spec(n))]
+            for k in range(1, n):
+                for label, mode in _modes(settings).items():
+                    deps.append((f"{label} {k}s+{n - k}p", routed(k, n, lambda m=mode: PolicyRouter(m), label=label)))
+            print(f"\n{name}, N={n}: {len(reqs)} requests over {shape.duration_s:.0f} s")
+            results = {label: simulate_day(reqs, dep, model, seed=args.seed) for label, dep in deps}
+            stats = {label: _stats(res) for label, res in results.items()}
+            static = min(("all-plain", "all-spec"), key=lambda s: stats[s]["mean_s"] or float("inf"))
+            base = stats[static]["mean_s"] or float("nan")
+            base_after = _stats(results[static], WARMUP)["mean_s"] or float("nan")
+            for label, res in results.items():
+                s = stats[label]
+                mean, p90 = s["mean_s"], s["p90_s"]
+                line = f"{label:<18} mean {mean or float('nan'):7.2f} s  p90 {p90 or float('nan'):7.2f} s  " \
+                       f"{(mean or float('nan')) / base:6.3f}x {static}"
+                row: dict[str, Any] = {"shape": name, "engines": n, "deployment": label, **s,
+                                       "ratio": (mean or float("nan")) / base, "static": static}
+                if label.startswith("learned"):
+                    after = _stats(res, WARMUP)["mean_s"] or float("nan")
+                    warm = _stats(replace(res, records=sorted(res.records, key=lambda r: r.arrival_s)[:WARMUP]))
+                    row.update(after_warmup_ratio=after / base_after, warmup_mean_s=warm["mean_s"])
+                    line += f"; after {WARMUP} requests {after / base_after:6.3f}x, warm-up mean " \
+                            f"{warm['mean_s'] or float('nan'):.2f} s"
+                reasons = ", ".join(f"{k} {v}" for k, v in sorted(res.reasons.items(), key=lambda kv: -kv[1])[:4])
+                print(f"{line}  [{reasons}]")
+                rows.append(row)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"seed": args.seed, "rows": rows}, indent=1) + "\n")
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,181 @@
+"""A pool's speed model learned from its own finished requests (online, bounded memory).
+
+:mod:`router.predict` needs, per pool, ``t0`` (s per output token of a batch of one),
+``b_knee`` (sequences), ``a`` (s per output token per context token) and ``p`` (s per
+uncached prompt token). Every finished request gives the router its dispatch-to-end time
+``y`` (s), its output tokens ``M`` (``usage.completion_tokens``), its prompt and cached tokens
+``P``, ``C`` and the endpoint's batch ``b`` while it ran (the mean of its load at dispatch and
+at the end, requests). With ``theta = (p, t0, t0 / b_knee, a)`` the model of
+:mod:`router.predict` is linear in ``theta``:
+
+    plain:        y = p * U + t0 * M + (t0 / b_knee) * M * b + a * M * L
+    speculative:  y = p * U + t0 * M (1 + c gamma) / tau + (t0 / b_knee) * M * b (gamma + 1 + c gamma) / tau
+                      + a * M * L (1 + c gamma) / tau
+
+(``U = P - C`` uncached prompt tokens, ``L = P + M / 2`` the mean context; ``gamma`` and ``c``
+from the pool's config, ``tau`` the request's accept length or its temperature class's live
+estimate). :class:`SpeedFit` solves it by recursive weighted least squares with exponential
+forgetting (each observation's weight decays by ``forgetting`` per later observation, so
+about ``1 / (1 - forgetting)`` recent requests count: drift in load mix, drafter or engine is
+followed) and a ridge pull toward the prior ``theta_0`` that does not decay (a direction the
+traffic does not excite, such as the batch slope of an idle pool, stays at the prior instead
+of drifting). Residuals are relative (each row is divided by ``y``), so a 50 s request and a
+0.5 s one weigh the same. The prior is the pool's ``speed`` block when the YAML has one
+(``specgate calibrate``), else :data:`DEFAULT_PRIOR`, the same for every pool: before any
+traffic the pools differ only by their live accept length and load, and the fit then tells
+them apart. Requests that waited in the engine's queue (``num_queue_reqs`` > 0 at dispatch)
+are left out: their time is the queue's (modelled apart, from the KV and running caps).
+
+Pure: no I/O, no clock; the caller passes each observation's time. Memory: one 4 x 4 matrix
+and two 4-vectors per fit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from router.predict import SpeedModel
+
+__all__ = ["DEFAULT_PRIOR", "Observation", "SpeedFit"]
+
+#: The prior of a pool without a ``speed`` block: a mid-size model on one accelerator
+#: (50 tokens/s for one sequence, decode compute equal to the weight reads at 32 sequences,
+#: 5,000 prompt tokens/s of prefill, one more t0 per 100k tokens of context). Only ratios
+#: between pools steer the decision, and the fit replaces these within a few dozen requests.
+DEFAULT_PRIOR = SpeedModel(decode_s_per_token=0.02, batch_knee=32.0, attention_s_per_token=2e-7,
+                           prefill_s_per_token=2e-4)
+
+_N = 4  # theta = (p, t0, t0 / b_knee, a)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One finished request on one endpoint.
+
+    Attributes:
+        prompt_tokens: P (tokens); cached_tokens: C (tokens of P served from cache).
+        output_tokens: M (tokens generated, ``usage.completion_tokens``), > 0.
+        batch: mean sequences on the endpoint while it ran, this request included.
+        duration_s: dispatch to last token (s), > 0.
+        accept_length: tau of the request (speculative pools; None on plain pools).
+    """
+
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    batch: float
+    duration_s: float
+    accept_length: float | None = None
+
+
+def _theta(model: SpeedModel) -> list[float]:
+    return [model.prefill_s_per_token, model.decode_s_per_token,
+            model.decode_s_per_token / model.batch_knee, model.attention_s_per_token]
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """``a x = b`` by Gaussian elimination with partial pivoting (None when singular)."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-300:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            if f:
+                for k in range(col, n + 1):
+                    m[r][k] -= f * m[col][k]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - sum(m[r][k] * x[k] for k in range(r + 1, n))) / m[r][r]
+    return x
+
+
+class SpeedFit:
+    """The online fit of one pool's speed model (module docstring).
+
+    Args:
+        prior: theta_0 and the model's fixed parts (``max_running_requests``, ``gamma``, ``c``).
+        prior_weight: the prior's strength, in observations' worth per parameter.
+        forgetting: the decay of an observation's weight per later observation, in (0, 1].
+    """
+
+    def __init__(self, prior: SpeedModel, *, prior_weight: float = 0.05, forgetting: float = 0.995) -> None:
+        if not 0 < forgetting <= 1:
+            raise ValueError("forgetting must be in (0, 1]")
+        self.prior = prior
+        self.forgetting = forgetting
+        self._theta0 = _theta(prior)
+        # the prior's precision per parameter: prior_weight relative observations whose row
+        # for parameter i alone is 1 / theta0_i (a relative error of 100% costs prior_weight)
+        self._lam = [prior_weight / max(t, 1e-12) ** 2 for t in self._theta0]
+        self._a = [[0.0] * _N for _ in range(_N)]
+        self._g = [0.0] * _N
+        self._model = prior
+        self.count = 0
+        self._tau: dict[str, float] = {}  # temperature class -> tau of its observations (EWMA)
+        self.updated_at: float | None = None
+        self.error: float | None = None  # relative error of the prediction, exponentially averaged
+
+    @property
+    def model(self) -> SpeedModel:
+        """The current speed model (the prior until the first observation)."""
+        return self._model
+
+    def accept_length(self, temperature: str) -> float | None:
+        """tau of the class's observed requests (exponentially averaged), None before any:
+        what the prediction uses when the live gauge has no fresh estimate (an idle pool)."""
+        return self._tau.get(temperature)
+
+    def row(self, obs: Observation) -> list[float]:
+        """The observation's regressors (the module docstring's features, before scaling)."""
+        m, p = obs.output_tokens, obs.prompt_tokens
+        u = max(0, p - obs.cached_tokens)
+        ctx = p + m / 2
+        gamma, c = self.prior.gamma, self.prior.c
+        if gamma > 0 and obs.accept_length is not None:
+            tau = min(max(obs.accept_length, 1.0), gamma + 1.0)
+            k = (1 + c * gamma) / tau
+            return [u, m * k, m * obs.batch * (gamma + 1 + c * gamma) / tau, m * ctx * k]
+        return [u, m, m * obs.batch, m * ctx]
+
+    def predict_s(self, obs: Observation) -> float:
+        """The current model's time for ``obs`` (s; no queueing)."""
+        return sum(x * t for x, t in zip(self.row(obs), _theta(self._model), strict=True))
+
+    def observe(self, obs: Observation, now: float, temperature: str | None = None) -> None:
+        """Take one finished request (``now``: its end, monotonic s; ``temperature``: its
+        class, for :meth:`accept_length`); a non-positive duration or output is ignored."""
+        if obs.duration_s <= 0 or obs.output_tokens <= 0:
+            return
+        if temperature is not None and obs.accept_length is not None:
+            old = self._tau.get(temperature)
+            w = max(1.0 - self.forgetting, 0.05)
+            self._tau[temperature] = obs.accept_length if old is None else old + w * (obs.accept_length - old)
+        predicted = self.predict_s(obs)
+        rel = abs(predicted - obs.duration_s) / obs.duration_s
+        self.error = rel if self.error is None else 0.9 * self.error + 0.1 * rel
+        x = [v / obs.duration_s for v in self.row(obs)]  # relative residuals: y / y = 1
+        f = self.forgetting
+        for i in range(_N):
+            self._g[i] = f * self._g[i] + x[i]
+            row = self._a[i]
+            for j in range(_N):
+                row[j] = f * row[j] + x[i] * x[j]
+        self.count += 1
+        self.updated_at = now
+        self._model = self._refit()
+
+    def _refit(self) -> SpeedModel:
+        a = [[self._a[i][j] + (self._lam[i] if i == j else 0.0) for j in range(_N)] for i in range(_N)]
+        b = [self._g[i] + self._lam[i] * self._theta0[i] for i in range(_N)]
+        theta = _solve(a, b)
+        if theta is None or not all(math.isfinite(t) for t in theta):
+            return self._model
+        t0 = [max(t, t0 / 100) for t, t0 in zip(theta, self._theta0, strict=True)]  # positive, at most 100x below
+        p, decode, slope, attn = t0
+        return replace(self.prior, prefill_s_per_token=p, decode_s_per_token=decode,
+                       batch_knee=decode / slope, attention_s_per_token=attn)
