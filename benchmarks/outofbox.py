@@ -6,14 +6,16 @@
 For each day shape (:mod:`loadtests.dayshapes`) and engine count N, the same requests go
 through, in one run of the discrete-event simulator (:mod:`loadtests.daysim`, virtual time,
 seeded): ``all-plain`` and ``all-spec`` (client round robin: the static deployments), and for
-every split k = 1..N-1 the router (``router.policy.decide`` through
+every split k = 1..N-1 (and ``learned`` also at k = N, the router in front of speculative
+engines alone) the router (``router.policy.decide`` through
 :class:`loadtests.dayrouter.PolicyRouter`) in four configurations:
 
 - ``guards``: no speed models, learning off (the thresholds alone, ``plain_busier`` included);
 - ``learned``: what a new deployment runs: no ``speed`` blocks, ``routing.learning`` on (the fit
   starts from ``router.learn.DEFAULT_PRIOR`` and learns from the router's own finished requests);
 - ``exact``: the engines' true speed model as ``speed`` blocks, no learning;
-- ``prior x0.5`` / ``prior x2``: learning from the true model with every time scaled by 0.5 / 2.
+- ``prior x1`` / ``prior x0.5`` / ``prior x2``: learning from the true model as the prior, exact
+  or with every time scaled by 0.5 / 2 (a calibration wrong by 2x either way).
 
 Printed per shape and N: mean / p90 end-to-end latency (s) of each deployment and its mean
 ratio to the better static deployment (the lower mean of all-plain and all-spec); the
@@ -36,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
 from loadtests.dayshapes import SHAPES, default_engine_model, get_shape
-from loadtests.daysim import DayResult, Deployment, all_plain, all_spec, routed, simulate_day
+from loadtests.daysim import DayResult, Deployment, all_plain, all_spec, fronted, routed, simulate_day
 
 WARMUP = 200  # requests
 
@@ -55,6 +57,7 @@ def _modes(settings: PolicySettings) -> dict[str, PolicySettings]:
         "guards": replace(settings, predict=False, learn=False),
         "learned": replace(settings, predict=False, learn=True),
         "exact": replace(settings, predict=True, learn=False),
+        "prior x1": replace(settings, predict=True, learn=True, prior_scale=1.0),
         "prior x0.5": replace(settings, predict=True, learn=True, prior_scale=0.5),
         "prior x2": replace(settings, predict=True, learn=True, prior_scale=2.0),
     }
@@ -78,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             for k in range(1, n):
                 for label, mode in _modes(settings).items():
                     deps.append((f"{label} {k}s+{n - k}p", routed(k, n, lambda m=mode: PolicyRouter(m), label=label)))
+            learned = _modes(settings)["learned"]
+            deps.append((f"learned {n}s+0p", fronted(n, n, lambda: PolicyRouter(learned), label="learned")))
             print(f"\n{name}, N={n}: {len(reqs)} requests over {shape.duration_s:.0f} s")
             results = {label: simulate_day(reqs, dep, model, seed=args.seed) for label, dep in deps}
             stats = {label: _stats(res) for label, res in results.items()}

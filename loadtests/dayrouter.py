@@ -234,15 +234,11 @@ class PolicyRouter:
             return
         spec = record.speculative
         end_load = next((e.load for p in pools for e in p.endpoints if e.url == url), load)
-        tau = None
-        if spec:
-            vals = [a for p in pools if p.speculative for e in p.endpoints if e.url == url
-                    for a in [self._tracker(e.url).accept_length(cls, now, self.settings.max_age_s)] if a]
-            tau = vals[0] if vals else None
+        tau = record.accept_length if spec else None  # the request's own (spec_tokens_details)
         self.fits[spec].observe(Observation(
             prompt_tokens=record.prompt_tokens, cached_tokens=record.cached_tokens, output_tokens=record.output_tokens,
             batch=max(1.0, (load + end_load) / 2 + 0.5), duration_s=now - record.arrival_s, accept_length=tau), now,
-            cls)
+            cls, measured=tau is not None)
 
     def snapshots(self, pools: tuple[PoolView, ...], now: float) -> tuple[PoolSnapshot, ...]:
         """The policy's snapshots of the simulator's views (``Runtime.snapshots``)."""
@@ -268,6 +264,7 @@ class PolicyRouter:
                                                  0 if cap is None else round(cap * e.token_usage))
                                 for e in p.endpoints),
                 saturated=sat, low_acceptance=low, speed=speed,
+                accept_table=self.fits[True].accept_table() if self.fits and p.speculative else None,
                 accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled")))
         return tuple(out)
 

@@ -94,6 +94,8 @@ class _Seq:
         "prefill_left",
         "req",
         "reserve",
+        "spec_tokens",
+        "verify_ct",
     )
 
     def __init__(self, req: Request, ln_alpha: float) -> None:
@@ -105,6 +107,8 @@ class _Seq:
         self.first_s = -1.0
         self.admitted_s = -1.0
         self.reserve = req.prompt_tokens + req.max_new_tokens
+        self.spec_tokens = 0  # tokens of its verify steps (accepted + bonus): SGLang's spec_tokens_details
+        self.verify_ct = 0
 
 
 class Engine:
@@ -214,6 +218,8 @@ class Engine:
                         u = 1.0 - rnd()   # in (0, 1]
                         k = min(gamma, int(math.log(u) / la))
                     tokens += k + 1
+                    s.spec_tokens += k + 1
+                    s.verify_ct += 1
                     emit = min(k + 1, s.req.output_tokens - s.generated)
                     self.generated_total += emit
                     s.generated += emit
@@ -308,7 +314,9 @@ class RequestRecord:
 
     ``status``: ``ok`` or ``refused`` (the router refused it, or no engine of the chosen one
     could ever hold its KV reservation). ``ttft_s``, ``e2e_s``, ``tpot_s``, ``queue_s``
-    (arrival -> admission) are None unless ok; ``tpot_s`` is None for 1-token outputs.
+    (arrival -> admission) are None unless ok; ``tpot_s`` is None for 1-token outputs;
+    ``accept_length`` is the request's own tokens per verify step on a speculative engine (what
+    SGLang returns with ``return_spec_tokens_details``: ``spec_accept_length``), else None.
     """
 
     rid: int
@@ -328,6 +336,7 @@ class RequestRecord:
     e2e_s: float | None = None
     tpot_s: float | None = None
     queue_s: float | None = None
+    accept_length: float | None = None
 
 
 @dataclass
@@ -453,6 +462,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
                 rec.queue_s = s.admitted_s - s.req.arrival_s
                 if s.req.output_tokens > 1:
                     rec.tpot_s = (now - s.first_s) / (s.req.output_tokens - 1)
+                if s.verify_ct:
+                    rec.accept_length = s.spec_tokens / s.verify_ct
                 inflight[e.url] -= 1
                 if on_done is not None:
                     on_done(now, RequestView(s.req.prompt_tokens, s.req.max_new_tokens, s.req.temperature), e.url,

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from router.predict import SpeedModel
 
-__all__ = ["DEFAULT_PRIOR", "Observation", "SpeedFit"]
+__all__ = ["CONTEXT_BUCKETS", "DEFAULT_PRIOR", "Observation", "SpeedFit", "context_bucket"]
 
 #: The prior of a pool without a ``speed`` block: a mid-size model on one accelerator
 #: (50 tokens/s for one sequence, decode compute equal to the weight reads at 32 sequences,
@@ -47,6 +47,22 @@ DEFAULT_PRIOR = SpeedModel(decode_s_per_token=0.02, batch_knee=32.0, attention_s
                            prefill_s_per_token=2e-4)
 
 _N = 4  # theta = (p, t0, t0 / b_knee, a)
+
+#: Upper edges (prompt tokens) of the context buckets of the acceptance table; the last
+#: bucket is everything above. Acceptance falls with context (vllm-project/vllm#47602,
+#: sgl-project/sglang#30763), so tau is kept per temperature class and bucket.
+CONTEXT_BUCKETS: tuple[int, ...] = (1024, 4096, 16384, 65536)
+
+#: Observations of a (class, bucket) cell before its tau is used for a prediction.
+MIN_BUCKET_OBSERVATIONS = 3
+
+
+def context_bucket(prompt_tokens: int) -> int:
+    """The index of ``prompt_tokens``'s bucket in :data:`CONTEXT_BUCKETS` (0 .. len)."""
+    for i, edge in enumerate(CONTEXT_BUCKETS):
+        if prompt_tokens <= edge:
+            return i
+    return len(CONTEXT_BUCKETS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +133,9 @@ class SpeedFit:
         self._model = prior
         self.count = 0
         self._tau: dict[str, float] = {}  # temperature class -> tau of its observations (EWMA)
+        # (class, context bucket) -> (tau EWMA, observations): per-request tau only (the
+        # engine's spec_tokens_details), never the batch-wide gauge
+        self._cells: dict[tuple[str, int], tuple[float, int]] = {}
         self.updated_at: float | None = None
         self.error: float | None = None  # relative error of the prediction, exponentially averaged
 
@@ -129,6 +148,11 @@ class SpeedFit:
         """tau of the class's observed requests (exponentially averaged), None before any:
         what the prediction uses when the live gauge has no fresh estimate (an idle pool)."""
         return self._tau.get(temperature)
+
+    def accept_table(self) -> dict[tuple[str, int], float]:
+        """``{(temperature class, context bucket): tau}`` of the cells with at least
+        :data:`MIN_BUCKET_OBSERVATIONS` per-request measurements (a fresh dict)."""
+        return {k: tau for k, (tau, n) in self._cells.items() if n >= MIN_BUCKET_OBSERVATIONS}
 
     def row(self, obs: Observation) -> list[float]:
         """The observation's regressors (the module docstring's features, before scaling)."""
@@ -146,11 +170,18 @@ class SpeedFit:
         """The current model's time for ``obs`` (s; no queueing)."""
         return sum(x * t for x, t in zip(self.row(obs), _theta(self._model), strict=True))
 
-    def observe(self, obs: Observation, now: float, temperature: str | None = None) -> None:
+    def observe(self, obs: Observation, now: float, temperature: str | None = None, *,
+                measured: bool = False) -> None:
         """Take one finished request (``now``: its end, monotonic s; ``temperature``: its
-        class, for :meth:`accept_length`); a non-positive duration or output is ignored."""
+        class, for :meth:`accept_length`; ``measured``: ``obs.accept_length`` is the request's
+        own, for :meth:`accept_table`); a non-positive duration or output is ignored."""
         if obs.duration_s <= 0 or obs.output_tokens <= 0:
             return
+        if measured and temperature is not None and obs.accept_length is not None:
+            key = (temperature, context_bucket(obs.prompt_tokens))
+            tau, n = self._cells.get(key, (obs.accept_length, 0))
+            w = max(1.0 - self.forgetting, 1.0 / (n + 1))  # a mean until it forgets
+            self._cells[key] = (tau + w * (obs.accept_length - tau), n + 1)
         if temperature is not None and obs.accept_length is not None:
             old = self._tau.get(temperature)
             w = max(1.0 - self.forgetting, 0.05)

@@ -70,7 +70,7 @@ advances it in one named step per scrape round and feeds the result back as snap
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
@@ -79,6 +79,7 @@ from router.acceptance import temperature_class
 from router.capabilities import required_features, unmet
 from router.checks import SPECULATIVE_CHECKS, Rejection, Strength
 from router.features import ParsedRequest, RequestFeatures, prompt_count
+from router.learn import context_bucket
 from router.predict import SpeedModel, completion_s
 from router.prefix import PickReason, PrefixRequest, pick_endpoint
 from router.reasons import Reason
@@ -193,6 +194,9 @@ class PoolSnapshot:
         capabilities: the kinds of :data:`router.capabilities.KINDS` the pool serves; None
             serves every kind (a plain pool).
         canary_mismatch: the lossless canary took the pool out of rotation.
+        accept_table: measured tau per ``(temperature class, context bucket)``
+            (:meth:`router.learn.SpeedFit.accept_table`, :func:`router.learn.context_bucket`);
+            a request's cell wins over the class's tau.
     """
 
     name: str
@@ -207,9 +211,14 @@ class PoolSnapshot:
     accept_length_sampled: float | None = None
     capabilities: frozenset[str] | None = None
     canary_mismatch: bool = False
+    accept_table: Mapping[tuple[str, int], float] | None = None
 
-    def accept_length(self, temperature: str) -> float | None:
-        """tau for a request of this temperature class."""
+    def accept_length(self, temperature: str, prompt_tokens: int | None = None) -> float | None:
+        """tau for a request of this temperature class (and prompt length: its measured cell)."""
+        if self.accept_table and prompt_tokens is not None:
+            tau = self.accept_table.get((temperature, context_bucket(prompt_tokens)))
+            if tau is not None:
+                return tau
         return self.accept_length_greedy if temperature == "greedy" else self.accept_length_sampled
 
 
@@ -408,7 +417,8 @@ def _predict(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> fl
     need = (features.num_prompts * features.weight + pool.reserved) * (1 + e.queued)
     return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=features.prompt_tokens,
                         cached_tokens=e.cached_tokens, output_tokens=features.max_new_tokens,
-                        accept_length=pool.accept_length(features.temperature_class) if pool.speculative else None,
+                        accept_length=pool.accept_length(features.temperature_class, features.prompt_tokens)
+                        if pool.speculative else None,
                         kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
 
 
