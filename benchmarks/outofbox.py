@@ -38,7 +38,15 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
 from loadtests.dayshapes import SHAPES, default_engine_model, get_shape
-from loadtests.daysim import DayResult, Deployment, all_plain, all_spec, fronted, routed, simulate_day
+from loadtests.daysim import (
+    DayResult,
+    Deployment,
+    all_plain,
+    all_spec,
+    fronted,
+    routed,
+    simulate_day,
+)
 
 WARMUP = 200  # requests
 
