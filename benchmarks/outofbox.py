@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 for label, mode in _modes(settings).items():
                     deps.append((f"{label} {k}s+{n - k}p", routed(k, n, lambda m=mode: PolicyRouter(m), label=label)))
             learned = _modes(settings)["learned"]
-            deps.append((f"learned {n}s+0p", fronted(n, n, lambda: PolicyRouter(learned), label="learned")))
+            deps.append((f"learned {n}s+0p", fronted(n, n, lambda m=learned: PolicyRouter(m), label="learned")))
             print(f"\n{name}, N={n}: {len(reqs)} requests over {shape.duration_s:.0f} s")
             results = {label: simulate_day(reqs, dep, model, seed=args.seed) for label, dep in deps}
             stats = {label: _stats(res) for label, res in results.items()}
