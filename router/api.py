@@ -45,10 +45,18 @@ from router.features import (
     parse_completions,
 )
 from router.observe import ResponseObserver, wants_tools
-from router.policy import Outcome, Reason, flip_points, over_length_message, request_features
+from router.policy import (
+    Decision,
+    Outcome,
+    Reason,
+    flip_points,
+    over_length_message,
+    request_features,
+)
 from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse, Redecision
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
+from router.specstats import FIELD as SPEC_STATS_FIELD
 
 if TYPE_CHECKING:
     from router.app import AppState
@@ -242,6 +250,7 @@ async def _generate(request: Request, kind: str) -> Response:
             fields["model"] = cfg.model.name
         if features.budget_defaulted and limits.default_max_tokens is not None:
             fields["max_tokens"] = features.max_new_tokens
+        spec_stats = _spec_stats(runtime, decision, kind, doc, fields)
         # the engine rid stays the router's own id: a client may reuse its x-request-id
         # (retries), and SGLang refuses a rid that is already running
         abort_rids = (responses_fields if kind == "responses" else _abort_rids)(doc, features, own_id, fields)
@@ -254,7 +263,7 @@ async def _generate(request: Request, kind: str) -> Response:
                        observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None,
                        default_budget=None if not features.budget_defaulted else
                        "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
-                       extra={"dispatch": dispatch})
+                       extra={"dispatch": dispatch, "spec_stats": spec_stats})
     except BaseException:
         lease.release()
         raise
@@ -346,6 +355,23 @@ def _finish(state: AppState, job: ProxyJob) -> None:
             "duration_s": round(duration, 6)}).decode())
 
 
+def _spec_stats(runtime: Runtime, decision: Decision, kind: str, doc: dict[str, Any],
+                fields: dict[str, Any]) -> str | None:
+    """Ask a speculative engine for the request's own statistics (:mod:`router.specstats`):
+    ``strip`` when the router set the field (the relay cuts them out again), ``read`` when the
+    client asked for them itself, None when not read (a plain pool, ``/v1/responses``, or
+    learning off)."""
+    pool = next((p for p in runtime.pools if p.name == decision.pool), None)
+    if kind == "responses" or pool is None or not pool.speculative or pool.fit is None:
+        return None
+    if doc.get(SPEC_STATS_FIELD) is True:
+        return "read"
+    if SPEC_STATS_FIELD in doc:
+        return None
+    fields[SPEC_STATS_FIELD] = True
+    return "strip"
+
+
 def _learn(state: AppState, job: ProxyJob, duration_s: float) -> None:
     """Feed a chat request answered in full, on the endpoint it was dispatched to, with no
     engine queue ahead of it, to its pool's live speed model (:meth:`Runtime.learn`)."""
@@ -363,7 +389,8 @@ def _learn(state: AppState, job: ProxyJob, duration_s: float) -> None:
     state.runtime.learn(job.decision.pool, url, prompt_tokens=job.features.prompt_tokens,
                         cached_tokens=cached if type(cached) is int else 0, output_tokens=output,
                         dispatch_load=load, duration_s=duration_s,
-                        temperature=job.features.temperature_class, now=state.clock())
+                        temperature=job.features.temperature_class, now=state.clock(),
+                        accept_length=job.extra.get("spec_accept_length"))
 
 
 _REJECT_REASON = {

@@ -273,20 +273,25 @@ class Runtime:
         return ep.load(now, stale), ep.engine.num_queue_reqs if fresh and ep.engine is not None else 0
 
     def learn(self, pool_name: str, url: str, *, prompt_tokens: int, cached_tokens: int, output_tokens: int,
-              dispatch_load: int, duration_s: float, temperature: str, now: float) -> bool:
+              dispatch_load: int, duration_s: float, temperature: str, now: float,
+              accept_length: float | None = None) -> bool:
         """Feed one finished request (one prompt, one choice, answered in full) to its pool's
         fit. The batch is the mean of the endpoint's load at dispatch and now, this request
-        counted; tau (speculative pools) the class's live estimate. Returns whether it was taken."""
+        counted; tau (speculative pools) the request's own ``accept_length`` (SGLang's
+        ``spec_tokens_details``, :mod:`router.specstats`), else the class's live estimate.
+        Returns whether it was taken."""
         pool = next((p for p in self.pools if p.name == pool_name), None)
         if pool is None or pool.fit is None:
             return False
         end_load, _ = self.dispatch_state(url, now)
         tau = None
         if pool.speculative:
-            tau = self._accept_lengths(pool, now).get(temperature) or self._prior_tau(pool, temperature)
+            tau = (accept_length or self._accept_lengths(pool, now).get(temperature)
+                   or self._prior_tau(pool, temperature))
         pool.fit.observe(Observation(prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
                                      output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5),
-                                     duration_s=duration_s, accept_length=tau), now)
+                                     duration_s=duration_s, accept_length=tau), now, temperature,
+                         measured=pool.speculative and accept_length is not None)
         return True
 
     @staticmethod
@@ -489,7 +494,9 @@ class Runtime:
             if p.config.speculative:
                 flags = self._proposed(p, now)
                 taus = self._accept_lengths(p, now)
-                taus = {c: taus[c] or self._prior_tau(p, c) for c in CLASSES}  # else the calibrated prior
+                # no fresh live estimate: what the fit last measured, else the calibrated prior
+                taus = {c: taus[c] or (p.fit.accept_length(c) if p.fit is not None else None)
+                        or self._prior_tau(p, c) for c in CLASSES}
                 sat, low = flags["saturated"], p.bypass.low_classes(flags)
             else:
                 sat, low, taus = False, frozenset(), {}
@@ -498,6 +505,7 @@ class Runtime:
                 endpoints=tuple(_endpoint_snapshot(e, now, stale, floor, m.get(e.url, 0))
                                 for e in p.endpoints.values()),
                 saturated=sat, low_acceptance=low, speed=p.speed if p.fit is None else p.fit.model,
+                accept_table=p.fit.accept_table() if p.fit is not None and p.config.speculative else None,
                 accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled"),
                 capabilities=p.capabilities, canary_mismatch=p.canary_mismatch))
         return tuple(out)

@@ -91,6 +91,7 @@ from router.errors import (
 )
 from router.features import RequestFeatures
 from router.policy import Decision
+from router.specstats import strip_body, strip_event
 from router.upstream import (
     ConnTrace,
     IdleWatch,
@@ -385,6 +386,10 @@ class ProxyResponse(Response):
                 raise UpstreamError("upstream worker failed")
             job.ttfb_s = time.perf_counter() - job.received_at
             ctype = resp.headers.get("content-type", "application/json")
+            if not job.features.stream and job.extra.get("spec_stats") is not None:
+                stripped, job.extra["spec_accept_length"] = strip_body(first)
+                if job.extra["spec_stats"] == "strip":
+                    first = stripped
             if job.observer is not None and not job.features.stream:
                 job.observer.body(first)  # a stream's events are fed as they are relayed
             if not job.features.stream:
@@ -468,8 +473,18 @@ class ProxyResponse(Response):
         read = resp.content.readany
         watch = IdleWatch(self._up.idle_timeout_s)
 
+        spec_stats = job.extra.get("spec_stats")
+
         async def forward(data: bytes) -> None:  # relay bytes, noting the stream's end marks
             nonlocal ended, tail
+            if spec_stats is not None:
+                stripped, tau = strip_event(data)
+                if tau is not None:
+                    job.extra["spec_accept_length"] = tau
+                if spec_stats == "strip":
+                    data = stripped
+                    if not data:
+                        return
             if ends is not None and not ended:
                 ended = any(e in tail + data for e in ends)
             if observer is not None:

@@ -134,7 +134,9 @@ Differences from real SGLang (deliberate or unverified):
   measured). ``n = 0`` not streamed -> 400 ``"range() arg 3 must not be zero"`` (type
   ``"BadRequest"``), ``n < 0`` -> one choice with ``prompt_tokens`` 0, as SGLang 0.5.23 does.
   Logprobs, tool-call parsing, reasoning, ``continuous_usage_stats``, ``echo`` and ``sglext``
-  are not modelled.
+  are not modelled, except ``sglext.spec_tokens_details`` for ``return_spec_tokens_details:
+  true`` on a speculative fake (the body's member; in a stream its own chunk before the usage
+  chunk), whose ``spec_accept_length`` is the configured one.
 - A client disconnect stops the fake's generation at once (``FakeConfig.on_disconnect =
   "abort"``, after ``disconnect_abort_delay_s``); SGLang aborts a streamed request 2 s after the
   disconnect (``create_abort_task``) and sometimes not at all (sglang#37833): set

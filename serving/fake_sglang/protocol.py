@@ -346,5 +346,6 @@ def _new_job(
         prompt_error=error,
     )
     job.ignore_eos = bool(body.get("ignore_eos", False))
+    job.spec_details = body.get("return_spec_tokens_details") is True and cfg.spec_accept_length > 0
     state.num_requests_total["true" if job.stream else "false"] += 1
     return job

@@ -9,6 +9,7 @@ per choice, the usage chunk) is the module docstring of :mod:`serving.fake_sglan
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -152,6 +153,21 @@ async def chat_events(state: FakeState, job: Job) -> AsyncIterator[bytes]:
             {"reasoning_content": None},
             s.finish["type"],
             s.finish.get("matched"),
+        )
+    if job.spec_details:
+        yield (
+            b"data: "
+            + dumps(
+                {
+                    "id": last_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": job.model,
+                    "choices": [],
+                    "sglext": {"spec_tokens_details": spec_tokens_details(state, job)},
+                }
+            )
+            + b"\n\n"
         )
     if job.include_usage:
         yield (
@@ -300,7 +316,7 @@ def final_body(state: FakeState, job: Job, kind: str) -> tuple[int, Any]:
             )
         else:
             choices.append({"index": s.index, "text": s.text, **common})
-    return 200, {
+    body = {
         "id": s0.rid,
         "object": "chat.completion" if kind == "chat" else "text_completion",
         "created": created,
@@ -314,3 +330,21 @@ def final_body(state: FakeState, job: Job, kind: str) -> tuple[int, Any]:
             ],
         },
     }
+    if job.spec_details:
+        body["sglext"] = {"spec_tokens_details": spec_tokens_details(state, job)}
+    return 200, body
+
+
+def spec_tokens_details(state: FakeState, job: Job) -> Any:
+    """SGLang's ``SpecTokensDetails`` per sample (``sglext.spec_tokens_details``, a list when
+    ``n > 1``): ``spec_accept_length`` is the engine's configured accept length, the verify
+    steps those that length takes to emit each sample's tokens."""
+    tau = state.launch_config.spec_accept_length
+    out = []
+    for s in job.samples:
+        steps = max(1, math.ceil(s.generated / tau))
+        out.append({"spec_accept_rate": 0.0, "spec_accept_length": tau, "spec_cap_length": 0.0,
+                    "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 0,
+                    "spec_num_proposed_drafts": 0, "spec_verify_ct": steps,
+                    "spec_correct_drafts_histogram": [], "spec_cap_lens_histogram": []})
+    return out if job.n > 1 else out[0]

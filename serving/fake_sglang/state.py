@@ -66,6 +66,7 @@ class Job:
     single: bool = True  # one prompt and n == 1 (/generate answers an object, not a list)
     cache_units: list[list[Any]] | None = None  # per prompt, when the prefix cache is on
     cached: list[int] = field(default_factory=list)  # cached tokens per prompt (prefix cache)
+    spec_details: bool = False  # return_spec_tokens_details on a speculative engine (sglext)
 
 
 class FakeState:

@@ -1,0 +1,71 @@
+"""Live speed models over real HTTP: per-request acceptance asked of the speculative engine and
+cut out of what the client receives, the fits fed by finished requests (router.learn)."""
+
+from __future__ import annotations
+
+import httpx
+import orjson
+import pytest
+
+from router.learn import context_bucket
+from tests.integration.conftest import Stack
+from tests.support.wait import wait_until
+
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture()
+def stack(tmp_path, tokenizer_dir):
+    s = Stack(tmp_path, tokenizer_dir, **{"routing.learning": {"enabled": True, "explore_every": 0}})
+    yield s
+    s.close()
+
+
+def _doc(**kw):
+    return {"model": "tiny-llama", "max_tokens": 6, "temperature": 0,
+            "messages": [{"role": "user", "content": "count to three"}], **kw}
+
+
+def _spec(stack, **kw):
+    """A greedy chat pinned to the speculative pool (the client's on hint)."""
+    r = stack.client.post(CHAT, json=_doc(**kw), headers={"x-specgate-speculation": "on"})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-specgate-pool"] == "spec"
+    return r
+
+
+def test_the_engine_is_asked_and_the_client_gets_what_sglang_sends_without_the_field(stack):
+    r = _spec(stack)
+    body = r.json()
+    sent = stack.backend_requests(stack.spec)[-1]["body"]
+    assert sent["return_spec_tokens_details"] is True
+    assert b"sglext" not in r.content and b"spec_tokens_details" not in r.content
+    direct = httpx.post(stack.spec.base_url + CHAT, json={**_doc(), "rid": "direct"}).json()
+    assert list(body) == list(direct)  # the same members, in the same order
+    assert int(r.headers["content-length"]) == len(r.content)
+    # streamed: the sglext chunk is dropped, every other event relayed
+    with stack.client.stream("POST", CHAT, json=_doc(stream=True, stream_options={"include_usage": True}),
+                             headers={"x-specgate-speculation": "on"}) as s:
+        raw = b"".join(s.iter_bytes())
+    assert b"sglext" not in raw and raw.endswith(b"data: [DONE]\n\n")
+    events = [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+    assert events[-1]["usage"]["completion_tokens"] == 6
+
+
+def test_a_client_that_asks_keeps_the_details(stack):
+    r = _spec(stack, return_spec_tokens_details=True)
+    assert r.json()["sglext"]["spec_tokens_details"]["spec_accept_length"] == 2.5
+
+
+def test_finished_requests_feed_the_fits(stack):
+    rt = stack.router.state.runtime
+    spec, plain = rt.pools
+    for _ in range(3):
+        _spec(stack)
+    wait_until(lambda: spec.fit.count == 3, 5, "three observations")
+    assert spec.fit.accept_table() == {("greedy", context_bucket(10)): 2.5}
+    assert plain.fit.count == 0
+    r = stack.client.post(CHAT, json=_doc(), headers={"x-specgate-speculation": "off"})
+    assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "plain")
+    assert "return_spec_tokens_details" not in stack.backend_requests(stack.plain)[-1]["body"]
+    wait_until(lambda: plain.fit.count == 1, 5, "one observation")
