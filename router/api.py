@@ -502,7 +502,8 @@ def install_routes(app: FastAPI) -> None:
                           "low_acceptance_classes": sorted(p.bypass.low_classes()),
                           "signal_age_s": {"scrape": age(p.scrape_age_s(now)),
                                            **{f"acceptance_{c}": age(p.signal_age_s(c, now)) for c in CLASSES}},
-                          "accept_length_estimate": {c: p.estimated_accept_length(c, now, max_age) for c in CLASSES}}
+                          "accept_length_estimate": {c: p.estimated_accept_length(c, now, max_age) for c in CLASSES},
+                          "speed_model": None if p.fit is None else p.fit.status(now)}
                  for p in runtime.pools}
         drain = getattr(request.app, "drain", None)  # router.drain: not ready from the drain's start
         draining = drain is not None and drain.active

@@ -39,7 +39,8 @@ from router.config import Config, load_config
 from router.discovery import Discovery, DiscoverySettings
 from router.drain import CUT_KEY, Drainer
 from router.features import PromptCounter
-from router.metrics import RouterMetrics
+from router.learn import SpeedFit, bucket_label
+from router.metrics import LearningSeries, RouterMetrics
 from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
@@ -144,6 +145,8 @@ class AppState:
                     m.signal_age.labels(pool.name, f"acceptance_{cls}").set(-1.0 if age is None else age)
             scrape_age = pool.scrape_age_s(now)
             m.signal_age.labels(pool.name, "scrape").set(-1.0 if scrape_age is None else scrape_age)
+            if pool.fit is not None:
+                _learning_gauges(m.learning, pool.name, pool.fit, now)
         routing, active = runtime.routing, runtime.overrides.flat()
         for key, value, path in (
                 ("long_prompt_tokens", routing.long_prompt_tokens, "routing.long_prompt_tokens"),
@@ -154,6 +157,20 @@ class AppState:
         m.shared_state_degraded.set(int(self.shared.degraded))
         if self.discovery is not None:
             self.discovery.refresh_gauges(runtime)
+
+
+def _learning_gauges(series: LearningSeries, pool: str, fit: SpeedFit, now: float) -> None:
+    """Set one pool's :class:`router.metrics.LearningSeries` from its fit."""
+    model = fit.model
+    for param, value in (("decode_s_per_token", model.decode_s_per_token), ("batch_knee", model.batch_knee),
+                         ("attention_s_per_token", model.attention_s_per_token),
+                         ("prefill_s_per_token", model.prefill_s_per_token)):
+        series.param.labels(pool, param).set(value)
+    series.observations.labels(pool).set(fit.count)
+    series.error.labels(pool).set(-1.0 if fit.error is None else fit.error)
+    series.age.labels(pool).set(-1.0 if fit.updated_at is None else now - fit.updated_at)
+    for (cls, bucket), tau in fit.accept_table().items():
+        series.accept_length.labels(pool, cls, bucket_label(bucket)).set(tau)
 
 
 def tune_interpreter() -> None:

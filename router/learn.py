@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from router.predict import SpeedModel
 
-__all__ = ["CONTEXT_BUCKETS", "DEFAULT_PRIOR", "Observation", "SpeedFit", "context_bucket"]
+__all__ = ["CONTEXT_BUCKETS", "DEFAULT_PRIOR", "Observation", "SpeedFit", "bucket_label", "context_bucket"]
 
 #: The prior of a pool without a ``speed`` block: a mid-size model on one accelerator
 #: (50 tokens/s for one sequence, decode compute equal to the weight reads at 32 sequences,
@@ -55,6 +55,11 @@ CONTEXT_BUCKETS: tuple[int, ...] = (1024, 4096, 16384, 65536)
 
 #: Observations of a (class, bucket) cell before its tau is used for a prediction.
 MIN_BUCKET_OBSERVATIONS = 3
+
+
+def bucket_label(bucket: int) -> str:
+    """A bucket's name: ``le_<edge>`` (prompt tokens at most the edge), ``gt_<last edge>``."""
+    return f"le_{CONTEXT_BUCKETS[bucket]}" if bucket < len(CONTEXT_BUCKETS) else f"gt_{CONTEXT_BUCKETS[-1]}"
 
 
 def context_bucket(prompt_tokens: int) -> int:
@@ -153,6 +158,17 @@ class SpeedFit:
         """``{(temperature class, context bucket): tau}`` of the cells with at least
         :data:`MIN_BUCKET_OBSERVATIONS` per-request measurements (a fresh dict)."""
         return {k: tau for k, (tau, n) in self._cells.items() if n >= MIN_BUCKET_OBSERVATIONS}
+
+    def status(self, now: float) -> dict[str, object]:
+        """What ``/ready`` shows of the fit: the model's parameters, observations, relative
+        error, age (s), and the measured tau per ``class/bucket``."""
+        m = self._model
+        return {"decode_s_per_token": m.decode_s_per_token, "batch_knee": round(m.batch_knee, 3),
+                "attention_s_per_token": m.attention_s_per_token, "prefill_s_per_token": m.prefill_s_per_token,
+                "observations": self.count, "error": None if self.error is None else round(self.error, 4),
+                "age_s": None if self.updated_at is None else round(now - self.updated_at, 3),
+                "accept_length": {f"{c}/{bucket_label(b)}": round(t, 3)
+                                  for (c, b), t in sorted(self.accept_table().items())}}
 
     def row(self, obs: Observation) -> list[float]:
         """The observation's regressors (the module docstring's features, before scaling)."""

@@ -129,6 +129,32 @@ class _LoopCollector:
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
+class LearningSeries:
+    """The live speed models' series (:mod:`router.learn`; ``routing.learning``), set at each
+    ``/metrics`` read: ``specgate_speed_model{pool,param}`` (``decode_s_per_token``,
+    ``batch_knee``, ``attention_s_per_token``, ``prefill_s_per_token``: seconds, sequences),
+    ``specgate_speed_model_observations{pool}`` (requests taken), ``..._error{pool}`` (relative
+    prediction error, exponentially averaged; -1 before any), ``..._age_seconds{pool}`` (since
+    the last observation; -1: never), ``specgate_accept_length_learned{pool,class,bucket}``
+    (measured tau per temperature class and context bucket, ``le_<tokens>`` or ``gt_<tokens>``).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.param = Gauge("specgate_speed_model", "The pool's live speed model, by parameter.",
+                           ["pool", "param"], registry=registry)
+        self.observations = Gauge("specgate_speed_model_observations",
+                                  "Finished requests the pool's speed model has taken.", ["pool"], registry=registry)
+        self.error = Gauge("specgate_speed_model_error",
+                           "Relative error of the speed model's predictions (EWMA; -1 before any).",
+                           ["pool"], registry=registry)
+        self.age = Gauge("specgate_speed_model_age_seconds",
+                         "Seconds since the speed model's last observation (-1: never).", ["pool"], registry=registry)
+        self.accept_length = Gauge(
+            "specgate_accept_length_learned",
+            "Measured accept length per temperature class and context bucket (tokens per verify step).",
+            ["pool", "class", "bucket"], registry=registry)
+
+
 class RouterMetrics:
     """The router's Prometheus series.
 
@@ -138,6 +164,7 @@ class RouterMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.learning = LearningSeries(registry)
         # Per-request series: lock-free, written on the event loop only (LoopCounter).
         self.requests = LoopCounter(
             "specgate_requests", "Requests answered, by pool, decision reason and HTTP status.",

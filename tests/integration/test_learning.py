@@ -69,3 +69,11 @@ def test_finished_requests_feed_the_fits(stack):
     assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "plain")
     assert "return_spec_tokens_details" not in stack.backend_requests(stack.plain)[-1]["body"]
     wait_until(lambda: plain.fit.count == 1, 5, "one observation")
+    ready = stack.client.get("/ready").json()["pools"]
+    assert ready["spec"]["speed_model"]["observations"] == 3
+    assert ready["spec"]["speed_model"]["accept_length"] == {"greedy/le_1024": 2.5}
+    assert ready["plain"]["speed_model"]["observations"] == 1
+    assert ready["plain"]["speed_model"]["error"] is not None
+    assert stack.router.metric("specgate_speed_model_observations", pool="spec") == 3
+    assert stack.router.metric("specgate_accept_length_learned", pool="spec", **{"class": "greedy"},
+                               bucket="le_1024") == 2.5
