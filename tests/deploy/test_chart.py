@@ -31,6 +31,8 @@ EVERY_ROUTER_KEY = {
                          "max_blocks_per_endpoint": 65536, "cache_threshold": 0.5,
                          "balance_abs_threshold": 32, "balance_rel_threshold": 2.0, "hash_load_factor": 1.25,
                          "sticky_load_factor": 1.5},
+        "learning": {"enabled": False, "forgetting": 0.99, "prior_weight": 0.5, "explore_every": 20,
+                     "explore_ratio": 2.0},
     },
     "upstream": {"keepalive_timeout_s": 40.0, "backpressure_hold_s": 3.0, "backpressure_max_hold_s": 45.0},
     "canary": {"enabled": True, "interval_s": 120.0, "check_s": 2.0, "max_tokens": 64, "timeout_s": 30.0,
@@ -264,6 +266,7 @@ def test_every_router_key_lands_in_the_rendered_config_exactly() -> None:
         "min_flip_interval_s": 2.5,
         "seed": 0,
         "prefix_cache": EVERY_ROUTER_KEY["routing"]["prefix_cache"],
+        "learning": EVERY_ROUTER_KEY["routing"]["learning"],
     }
     assert {k: cfg["upstream"][k] for k in EVERY_ROUTER_KEY["upstream"]} == EVERY_ROUTER_KEY["upstream"]
     assert cfg["canary"] == EVERY_ROUTER_KEY["canary"]
