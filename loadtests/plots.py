@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtests.report import TRUSTED_VERDICTS, spec_share
+
 __all__ = ["HeatCell", "break_even_accept_length", "heatmap_cells", "shared_speedup_bounds",
            "spec_share", "write_plots"]
 
-#: Verdicts whose runs agree: a cell with any other verdict is hatched on the heat map.
-TRUSTED_VERDICTS = frozenset({"stable", "single"})
 #: The narrowest colour range, so a grid of near-1.0x cells is not painted deep red/green.
 MIN_SPAN = 1.25
 
@@ -243,28 +243,6 @@ def _latency(report: Mapping[str, Any], path: Path) -> Any:
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=9)
     fig.savefig(path)
     return fig
-
-
-def spec_share(report: Mapping[str, Any], target: str, tp: Mapping[str, Any]) -> float:
-    """Fraction (0..1) of target ``target``'s answered requests at a point that the
-    speculative pool served: 1.0 for the ``spec`` target, 0.0 for ``plain``; for a router,
-    its requests with reason ``speculative`` over all its routed requests (a router report
-    without reasons: those routed to a pool named like the spec target). ``prefix_affinity``
-    requests are not counted (that reason does not say which pool)."""
-    roles = {t["name"]: t["role"] for t in report["targets"]}
-    role = roles.get(target)
-    if role == "spec":
-        return 1.0
-    if role != "router":
-        return 0.0
-    reasons = tp.get("reasons") or {}
-    if reasons:
-        total = sum(reasons.values())
-        return reasons.get("speculative", 0) / total if total else 0.0
-    routed = tp.get("routed") or {}
-    spec_names = {t["name"] for t in report["targets"] if t["role"] == "spec"}
-    total = sum(routed.values())
-    return sum(n for pool, n in routed.items() if pool in spec_names) / total if total else 0.0
 
 
 def break_even_accept_length(report: Mapping[str, Any]) -> float | None:

@@ -143,3 +143,32 @@ def test_write_plots_writes_three_pngs(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["speedup_heatmap.png", "latency_percentiles.png", "accept_length.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_md_decision_table() -> None:
+    from loadtests.report import decision_table, render_markdown
+
+    report = sim()
+    mark(report, "64-256", 4, "noisy", 3.46)
+    for p in report["points"]:
+        if p["bucket"] == "256-1k" and p["load"] == 4:
+            p["targets"]["router"]["reasons"] = {"speculative": 3, "saturated": 1}
+    speedups = {(p["bucket"], p["load"]): (p["ratios"]["spec_vs_plain"]["decode_speedup"]["median"],
+                                           p["ratios"]["router_vs_plain"]["decode_speedup"]["median"])
+                for p in report["points"]}
+    lines = decision_table(report)
+    assert lines[0] == "## Decisions per operating point"
+    assert lines[4] == ("| bucket | concurrency | spec vs plain | reading | router vs plain "
+                        "| router's decisions (reason: requests) | to spec pool |")
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in lines[6:-1]}
+    assert len(rows) == 9
+    s, r = speedups[("64-256", 4)]
+    assert rows[("64-256", "4")] == f"| 64-256 | 4 | {s:.2f}x | not evidence (noisy 3.46x) | {r:.2f}x | pool spec: 4 | 100% |"
+    s, r = speedups[("256-1k", 4)]
+    assert rows[("256-1k", "4")] == f"| 256-1k | 4 | {s:.2f}x | pays | {r:.2f}x | speculative: 3, saturated: 1 | 75% |"
+    s, r = speedups[("1k-4k", 12)]
+    assert rows[("1k-4k", "12")] == f"| 1k-4k | 12 | {s:.2f}x | pays | {r:.2f}x | pool plain: 4 | 0% |"
+    assert "\n".join(lines) in render_markdown(report)
+    costly = sim()
+    costly["points"][0]["ratios"]["spec_vs_plain"]["decode_speedup"]["median"] = 0.95
+    assert "| 0.95x | costs |" in decision_table(costly)[6]
