@@ -135,3 +135,26 @@ def test_same_report_same_patch_and_the_cli_prints_the_warning(tmp_path: Path,
     assert ("warning: saturation not proposed, the evidence is noise: 100-300 x 1 is noisy (spread 3.46x over 5 "
             "runs, runs 0.60x-2.08x)") in err
     assert "saturation: not proposed: the speedups along the load in 100-300 are noise" in err
+
+
+def test_speed_fit_leaves_out_points_whose_runs_disagree() -> None:
+    from loadtests.speedfit import FitError, fit_speed_model
+
+    report = fixed_report()
+    clean = fit_speed_model(report)
+    for p in report["points"]:
+        if p["bucket"] == "1k-2k" and p["load"] == 8:
+            p["targets"]["plain"]["spread"].update(verdict="noisy", spread=2.5, n=5)
+            p["targets"]["spec"]["spread"].update(verdict="bimodal", spread=1.6, n=8)
+    fit = fit_speed_model(report)
+    assert "plain: 1k-2k x 8 left out of the fit: its runs are noisy (decode tok/s spread 2.50x over 5 runs; " \
+           "rerun with --repetitions 10)" in fit["warnings"]
+    assert "spec: 1k-2k x 8 left out of the fit: its runs are bimodal (decode tok/s spread 1.60x over 8 runs; " \
+           "rerun with --repetitions 16)" in fit["warnings"]
+    assert len(fit["points"]["plain"]) == len(clean["points"]["plain"]) - 1
+    assert len(fit["points"]["spec"]) == len(clean["points"]["spec"]) - 1
+    for p in report["points"]:
+        p["targets"]["plain"]["spread"].update(verdict="noisy", spread=2.5, n=5)
+    with pytest.raises(FitError, match="every plain point's runs disagree"):
+        fit_speed_model(report)
+    assert calibrate(report).evidence["speed_model"]["pools"] == {}   # the thresholds do not need it
