@@ -39,7 +39,7 @@ from router.config import Config, load_config
 from router.discovery import Discovery, DiscoverySettings
 from router.drain import CUT_KEY, Drainer
 from router.features import PromptCounter
-from router.metrics import RouterMetrics
+from router.metrics import RouterMetrics, set_or_clear
 from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
@@ -138,8 +138,8 @@ class AppState:
                 m.accept_length.labels(pool.name).set(pool.accept_length(now, stale) or 0.0)
                 max_age = runtime.routing.acceptance.max_age_s
                 for cls in CLASSES:
-                    m.accept_length_estimate.labels(pool.name, cls).set(
-                        pool.estimated_accept_length(cls, now, max_age) or 0.0)
+                    set_or_clear(m.accept_length_estimate, (pool.name, cls),
+                                 pool.estimated_accept_length(cls, now, max_age))
                     age = pool.signal_age_s(cls, now)
                     m.signal_age.labels(pool.name, f"acceptance_{cls}").set(-1.0 if age is None else age)
             scrape_age = pool.scrape_age_s(now)
