@@ -119,6 +119,22 @@ def test_every_flag_has_help() -> None:
     assert missing == []
 
 
+def test_help_texts_carry_no_rst_markup() -> None:
+    raw = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        if "``" in parser.format_help():
+            raw.append(" ".join(path))
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+
+    walk(build_parser(), ["specgate"])
+    assert raw == []
+    assert build_parser().format_help().splitlines()[2].startswith("specgate: an OpenAI-compatible router")
+
+
 def test_router_start_errors_are_one_line_and_exit_2(tmp_path, tokenizer_dir) -> None:
     bad = write(tmp_path / "bad.yaml", with_("routing.saturation.exit", 8))
     proc = run_cli("router", "--config", str(bad))
