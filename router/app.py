@@ -352,7 +352,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         drainer.configure(drain_settings, wait_aborts)
         gc.collect()
         gc.freeze()  # startup objects (tokenizer, config, app) never need scanning again
-        log.info("specgate router ready: pools=%s", [p.name for p in runtime.pools])
+        log.info("specgate router started: pools=%s; /ready answers 503 until an endpoint is healthy "
+                 "(logged as 'endpoint ... is healthy')", [p.name for p in runtime.pools])
         try:
             yield
         finally:
