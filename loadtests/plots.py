@@ -7,8 +7,9 @@ global state, no display needed).
   green: speculation pays, red: it costs), symmetric in ``log(speedup)`` so 0.5x is as red as
   2.0x is green (:func:`shared_speedup_bounds`); the colour bar marks 1.0x. Each cell also
   states the verdict of its spread over repetitions (:func:`loadtests.stats.spread_verdict`:
-  ``stable``, ``noisy 3.46x``, ``bimodal``...) and a cell whose verdict is not ``stable`` or
-  ``single`` is hatched: its colour is not evidence (:func:`heatmap_cells`). A single-target
+  ``stable``, ``noisy 3.46x``, ``bimodal``...) and a cell whose runs disagree (``noisy``,
+  ``unsettled``, ``bimodal``: :func:`loadtests.evidence.untrusted`, the cells calibration
+  will not read a threshold from) is hatched: its colour is not evidence (:func:`heatmap_cells`). A single-target
   report gets a heat map of median decode tokens/s instead.
 - ``latency_percentiles.png``: small multiples, one row per metric (TTFT, inter-token latency,
   end-to-end latency, ms) and one column per bucket, against load; one colour per target,
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtests.report import TRUSTED_VERDICTS, spec_share
+from loadtests.evidence import untrusted
+from loadtests.report import spec_share
 
 __all__ = ["HeatCell", "break_even_accept_length", "heatmap_cells", "shared_speedup_bounds",
            "spec_share", "write_plots"]
@@ -58,7 +60,7 @@ class HeatCell:
         verdict: the spread verdict of the runs (``stable``, ``noisy``, ...) or None.
         spread: max / min over the runs (dimensionless) or None.
         label: the text drawn in the cell (value, then verdict).
-        hatched: True when the verdict is known and not in :data:`TRUSTED_VERDICTS`.
+        hatched: True when the runs disagree (:func:`loadtests.evidence.untrusted`).
     """
 
     value: float | None
@@ -108,12 +110,11 @@ def heatmap_cells(report: Mapping[str, Any], name: str) -> list[list[HeatCell]]:
                 cells.append(HeatCell(None, verdict, spread, "-", False))
                 continue
             text = f"{v:.2f}x" if is_ratio else f"{v:.0f}"
-            if verdict in TRUSTED_VERDICTS:
+            if verdict in ("stable", "single"):
                 text += f"\n{verdict}"
             elif verdict is not None:
                 text += f"\n{verdict}" + (f" {spread:.2f}x" if spread is not None else "")
-            cells.append(HeatCell(float(v), verdict, spread, text,
-                                  verdict is not None and verdict not in TRUSTED_VERDICTS))
+            cells.append(HeatCell(float(v), verdict, spread, text, untrusted(verdict)))
         out.append(cells)
     return out
 
@@ -181,7 +182,7 @@ def _heatmaps(report: Mapping[str, Any], path: Path) -> Any:
         cbar.set_ticks(ticks, labels=[("1.00x break-even" if t == 1.0 else f"{t:.2f}x") for t in ticks])
         cbar.add_lines(levels=[1.0], colors=["black"], linewidths=[1.5])
         fig.suptitle("median decode speedup per operating point; one colour scale, 1.0x = break-even; "
-                     "hatched: runs disagree (verdict not stable), colour is not evidence", fontsize=9)
+                     "hatched: runs disagree (noisy / unsettled / bimodal), colour is not evidence", fontsize=9)
     fig.savefig(path)
     return fig
 

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.client import RequestResult, error_key
+from loadtests.evidence import untrusted
 from loadtests.runner import LoadTest, RunRecord
 from loadtests.sampler import summarize_samples
 from loadtests.stats import percentile, spread_verdict, summarize
@@ -376,17 +377,13 @@ def _ms(block: Mapping[str, Any] | None, key: str) -> str:
     return "-" if not block else f"{block[key] * 1000:.1f}"
 
 
-#: Spread verdicts whose runs agree (:func:`loadtests.stats.spread_verdict`).
-TRUSTED_VERDICTS = frozenset({"stable", "single"})
-
-
 def _reading(block: Mapping[str, Any] | None) -> str:
     """What a speedup block says: ``pays``, ``costs`` or ``not evidence (noisy 3.46x)``."""
     if not block or block.get("median") is None:
         return "-"
     sp = block.get("spread") or {}
     verdict = sp.get("verdict")
-    if verdict is not None and verdict not in TRUSTED_VERDICTS:
+    if untrusted(verdict):
         spread = sp.get("spread")
         return f"not evidence ({verdict}" + (f" {spread:.2f}x" if spread is not None else "") + ")"
     return "pays" if block["median"] >= 1.0 else "costs"
@@ -402,8 +399,8 @@ def _routes(tp: Mapping[str, Any]) -> str:
 def decision_table(report: Mapping[str, Any]) -> list[str]:
     """The "Decisions per operating point" section of ``report.md``: per (bucket, load) the
     spec-vs-plain decode speedup and what it says (``pays`` >= 1.0x, ``costs`` < 1.0x, or
-    ``not evidence (<verdict> <spread>)`` when its runs disagree: more repetitions or
-    requests), and, with a router target, the router's speedup over plain, its routing
+    ``not evidence (<verdict> <spread>)`` when its runs disagree, :func:`loadtests.evidence.untrusted`:
+    more repetitions or requests), and, with a router target, the router's speedup over plain, its routing
     reasons with counts (``x-specgate-reason``; pools when no reason was returned) and the
     share of its requests the speculative pool served (:func:`spec_share`). Empty without a
     spec-vs-plain ratio or a router."""

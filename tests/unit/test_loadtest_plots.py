@@ -56,6 +56,9 @@ def test_heatmap_cells_state_value_and_verdict() -> None:
     assert noisy.label == f"{noisy.value:.2f}x\nnoisy 3.46x"
     assert (stable.hatched, stable.label) == (False, f"{stable.value:.2f}x\nstable")
     assert (single.verdict, single.hatched, single.label) == ("single", False, f"{single.value:.2f}x\nsingle")
+    mark(report, "1k-4k", 12, "converging", 1.2)   # a faded disturbance: stated, not hatched
+    converging = heatmap_cells(report, "spec_vs_plain")[2][2]
+    assert (converging.hatched, converging.label) == (False, f"{converging.value:.2f}x\nconverging 1.20x")
 
 
 def test_heatmap_panels_share_one_centred_scale(tmp_path: Path) -> None:
