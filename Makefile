@@ -36,10 +36,10 @@ system-deps: venv
 	bash deploy/install-helm.sh $(VENV)
 
 test: models system-deps
-	SPECGATE_REQUIRE_SGLANG=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	SPECGATE_REQUIRE_SGLANG=1 $(BIN)/python -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS)
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not sglang and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not sglang and not slow" $(PYTEST_ARGS)
 
 demo: models
 	$(BIN)/specgate demo --config examples/demo.yaml --report demo-report.json

@@ -47,8 +47,16 @@ attention and prefill s/token, alpha, c, gamma) fitted by :func:`loadtests.speed
 when the report allows (a plain target; for alpha and c, accept lengths and gamma), and the patch's
 comments list them; ``specgate calibrate-split --report`` replays a day with them.
 
-A non-monotone row (the speedup dips below ``m`` and rises again) uses the first crossing and
-is noted. Every proposal carries its evidence: the cells used, their sources and the
+Noise is not evidence (:mod:`loadtests.evidence`): before either threshold is read, its axis
+(the lowest-load row; the saturation bucket's column) is checked. When a measured cell on it
+has runs that disagree (spread verdict ``noisy``, ``unsettled`` or ``bimodal``) or the speedup
+rises along it by more than the report's spread threshold (not monotone), that threshold is
+**not proposed**: the patch leaves it out, and a warning in the patch's comments and in
+``calibration.json`` (``warnings``; the axis's ``check`` with each cell's spread and the
+suggested ``--repetitions``) says why and what would settle it. Same report, same patch.
+
+A row that dips below ``m`` and rises again within the spread threshold uses the first
+crossing and is noted. Every proposal carries its evidence: the cells used, their sources and the
 interpolation.
 
 Errors: :class:`CalibrationError` (no spec/plain data, no usable row, a patch the router's
@@ -68,7 +76,9 @@ from typing import Any
 import yaml
 
 from drafters.spec_math import alpha_from_expected_tokens, speedup
+from loadtests.evidence import AxisCheck, advice, check_axis
 from loadtests.report import load_key, validate_report
+from loadtests.stats import DEFAULT_SPREAD_THRESHOLD
 
 __all__ = [
     "Calibration",
@@ -115,6 +125,9 @@ class Cell:
         accept_length: measured mean accept length (tokens/step) or None.
         alpha: acceptance rate derived from it (model cells) or None.
         spread: the verdict of the speedup's spread over repetitions (measured cells).
+        spread_ratio: that spread, max / min of the runs' speedups (measured cells).
+        runs: the number of paired runs behind the speedup (measured cells).
+        run_min / run_max: the lowest and highest of those runs' speedups (measured cells).
     """
 
     bucket: str
@@ -128,6 +141,10 @@ class Cell:
     accept_length: float | None = None
     alpha: float | None = None
     spread: str | None = None
+    spread_ratio: float | None = None
+    runs: int | None = None
+    run_min: float | None = None
+    run_max: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -237,9 +254,11 @@ def _cells(report: Mapping[str, Any], gamma: int | None, c: float | None) -> lis
         if closed:
             engine_load = p["load"] / endpoints
         if s is not None:
+            sp = ratio.get("spread") or {}
             cells.append(Cell(p["bucket"], p["bucket_lo"], p["bucket_hi"], length, p["load"],
-                              engine_load, float(s), "measured", acc,
-                              spread=(ratio.get("spread") or {}).get("verdict")))
+                              engine_load, float(s), "measured", acc, spread=sp.get("verdict"),
+                              spread_ratio=sp.get("spread"), runs=sp.get("n"),
+                              run_min=ratio.get("min"), run_max=ratio.get("max")))
         elif acc is not None and gamma is not None and c is not None:
             alpha = alpha_from_accept_length(acc, gamma)
             cells.append(Cell(p["bucket"], p["bucket_lo"], p["bucket_hi"], length, p["load"],
@@ -266,6 +285,19 @@ def _crossing(xs: Sequence[float], ss: Sequence[float], m: float, log: bool) -> 
             return {"kind": "crossed", "index": i, "x": x, "between": [x0, x1], "speedups": [s0, s1],
                     "non_monotone": any(v >= m for v in later)}
     return {"kind": "always_pays"}
+
+
+def _check(cells: Sequence[Cell], threshold: float, axis: str, m: float) -> AxisCheck:
+    return check_axis([{"label": f"{x.bucket} x {load_key(x.load)}", "speedup": x.speedup,
+                        "source": x.source, "verdict": x.spread, "spread": x.spread_ratio,
+                        "runs": x.runs, "min": x.run_min, "max": x.run_max} for x in cells],
+                      threshold=threshold, axis=axis, min_speedup=m)
+
+
+def _refusal(key: str, check: AxisCheck, cells: Sequence[Cell]) -> str:
+    bimodal = any(x.spread == "bimodal" for x in cells)
+    return (f"{key} not proposed, the evidence is noise: " + "; ".join(check.problems)
+            + f". To settle it: {advice(check, bimodal=bimodal)}")
 
 
 def calibrate(
@@ -298,6 +330,7 @@ def calibrate(
     g = gamma if gamma is not None else spec_block.get("gamma")
     c = drafter_cost_ratio if drafter_cost_ratio is not None else spec_block.get("drafter_cost_ratio")
     cells = _cells(report, g, c)
+    threshold = float((report.get("workload") or {}).get("spread_threshold") or DEFAULT_SPREAD_THRESHOLD)
     warnings: list[str] = []
     known = [x for x in cells if x.speedup is not None]
     if not known:
@@ -325,7 +358,14 @@ def calibrate(
         cr = long_ev["rows"][load_key(chosen_load)]
         row = sorted((x for x in known if x.load == chosen_load), key=lambda x: x.length)
         long_ev["load"] = chosen_load
-        if cr["kind"] == "crossed":
+        check = _check(row, threshold, f"along the context at load {load_key(chosen_load)}", min_speedup)
+        long_ev["check"] = check.as_dict()
+        warnings += [f"long_prompt_tokens: {n}: used" for n in check.notes]
+        if not check.ok:
+            long_ev["summary"] = (f"not proposed: the speedups along the context at load "
+                                  f"{load_key(chosen_load)} are noise ({'; '.join(check.problems)})")
+            warnings.append(_refusal("long_prompt_tokens", check, row))
+        elif cr["kind"] == "crossed":
             long_value = max(1, math.floor(cr["x"]))
             a, b = row[cr["index"] - 1], row[cr["index"]]
             long_ev["summary"] = (
@@ -374,7 +414,14 @@ def calibrate(
         cr = sat_ev["columns"][sat_name]
         col = sorted(by_bucket[sat_name], key=lambda x: x.engine_load or 0.0)
         sat_ev["bucket"] = sat_name
-        if len(col) < 2 and cr["kind"] != "never_pays":
+        check = _check(col, threshold, f"along the load in {sat_name}", min_speedup)
+        sat_ev["check"] = check.as_dict()
+        warnings += [f"saturation: {n}: used" for n in check.notes]
+        if not check.ok:
+            sat_ev["summary"] = (f"not proposed: the speedups along the load in {sat_name} are noise "
+                                 f"({'; '.join(check.problems)})")
+            warnings.append(_refusal("saturation", check, col))
+        elif len(col) < 2 and cr["kind"] != "never_pays":
             sat_ev["summary"] = f"only one load measured in {sat_name}: not proposed"
             warnings.append("saturation not proposed: measure at least two loads")
         elif cr["kind"] == "crossed":

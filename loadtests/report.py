@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.client import RequestResult, error_key
+from loadtests.evidence import untrusted
 from loadtests.runner import LoadTest, RunRecord
 from loadtests.sampler import summarize_samples
 from loadtests.stats import percentile, spread_verdict, summarize
@@ -59,9 +60,11 @@ __all__ = [
     "SCHEMA_VERSION",
     "ReportError",
     "build_report",
+    "decision_table",
     "load_report",
     "render_markdown",
     "sanitize",
+    "spec_share",
     "validate_report",
     "write_report",
 ]
@@ -339,6 +342,28 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def spec_share(report: Mapping[str, Any], target: str, tp: Mapping[str, Any]) -> float:
+    """Fraction (0..1) of target ``target``'s answered requests at a point that the
+    speculative pool served: 1.0 for the ``spec`` target, 0.0 for ``plain``; for a router,
+    its requests with reason ``speculative`` over all its routed requests (a router report
+    without reasons: those routed to a pool named like the spec target). ``prefix_affinity``
+    requests are not counted (that reason does not say which pool)."""
+    roles = {t["name"]: t["role"] for t in report["targets"]}
+    role = roles.get(target)
+    if role == "spec":
+        return 1.0
+    if role != "router":
+        return 0.0
+    reasons = tp.get("reasons") or {}
+    if reasons:
+        total = sum(reasons.values())
+        return reasons.get("speculative", 0) / total if total else 0.0
+    routed = tp.get("routed") or {}
+    spec_names = {t["name"] for t in report["targets"] if t["role"] == "spec"}
+    total = sum(routed.values())
+    return sum(n for pool, n in routed.items() if pool in spec_names) / total if total else 0.0
+
+
 # --------------------------------------------------------------------------- Markdown
 def _fmt(v: Any, digits: int = 2) -> str:
     if v is None:
@@ -350,6 +375,62 @@ def _fmt(v: Any, digits: int = 2) -> str:
 
 def _ms(block: Mapping[str, Any] | None, key: str) -> str:
     return "-" if not block else f"{block[key] * 1000:.1f}"
+
+
+def _reading(block: Mapping[str, Any] | None) -> str:
+    """What a speedup block says: ``pays``, ``costs`` or ``not evidence (noisy 3.46x)``."""
+    if not block or block.get("median") is None:
+        return "-"
+    sp = block.get("spread") or {}
+    verdict = sp.get("verdict")
+    if untrusted(verdict):
+        spread = sp.get("spread")
+        return f"not evidence ({verdict}" + (f" {spread:.2f}x" if spread is not None else "") + ")"
+    return "pays" if block["median"] >= 1.0 else "costs"
+
+
+def _routes(tp: Mapping[str, Any]) -> str:
+    """``speculative: 14, saturated: 6`` (reasons, most first); ``pool plain: 20`` without reasons."""
+    reasons = tp.get("reasons") or {}
+    counts, prefix = (reasons, "") if reasons else (tp.get("routed") or {}, "pool ")
+    return ", ".join(f"{prefix}{k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
+
+
+def decision_table(report: Mapping[str, Any]) -> list[str]:
+    """The "Decisions per operating point" section of ``report.md``: per (bucket, load) the
+    spec-vs-plain decode speedup and what it says (``pays`` >= 1.0x, ``costs`` < 1.0x, or
+    ``not evidence (<verdict> <spread>)`` when its runs disagree, :func:`loadtests.evidence.untrusted`:
+    more repetitions or requests), and, with a router target, the router's speedup over plain, its routing
+    reasons with counts (``x-specgate-reason``; pools when no reason was returned) and the
+    share of its requests the speculative pool served (:func:`spec_share`). Empty without a
+    spec-vs-plain ratio or a router."""
+    router = next((t["name"] for t in report["targets"] if t["role"] == "router"), None)
+    has_ratio = any("spec_vs_plain" in p["ratios"] for p in report["points"])
+    if not has_ratio and router is None:
+        return []
+    kind = "concurrency" if report["grid"]["load_kind"] == "concurrency" else "rate (req/s)"
+    head = f"| bucket | {kind} | spec vs plain | reading |"
+    rule = "|---|---|---|---|"
+    if router is not None:
+        head += " router vs plain | router's decisions (reason: requests) | to spec pool |"
+        rule += "---|---|---|"
+    lines = ["## Decisions per operating point", "",
+             ("Speedup = median decode tokens/s ratio over paired runs; \"not evidence\": the runs "
+             "disagree (spread verdict), so no threshold should be read from that cell."), "",
+             head, rule]
+    for p in report["points"]:
+        sp = (p["ratios"].get("spec_vs_plain") or {}).get("decode_speedup")
+        row = (f"| {p['bucket']} | {load_key(p['load'])} | "
+               f"{'-' if not sp or sp.get('median') is None else format(sp['median'], '.2f') + 'x'} | "
+               f"{_reading(sp)} |")
+        if router is not None:
+            rp = (p["ratios"].get("router_vs_plain") or {}).get("decode_speedup")
+            tp = p["targets"].get(router) or {}
+            row += (f" {'-' if not rp or rp.get('median') is None else format(rp['median'], '.2f') + 'x'} | "
+                    f"{_routes(tp)} | {spec_share(report, router, tp):.0%} |")
+        lines.append(row)
+    lines.append("")
+    return lines
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
@@ -388,6 +469,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 cells.append("-" if v is None else (f"{v:.2f}x" if is_ratio else f"{v:.1f}"))
             lines.append(f"| {row['bucket']} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += decision_table(report)
     lines += ["## Per operating point", "",
               ("| bucket | load | target | ok/sent | errors | TTFT p50/p90/p99 ms | ITL p50/p90/p99 ms "
                "| E2E p50/p90/p99 ms | decode tok/s p50 | total tok/s | accept len | queue max | "

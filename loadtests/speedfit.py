@@ -25,6 +25,11 @@ Fits, in order (least squares, ``numpy.linalg.lstsq``):
 ``gamma`` comes from the report's ``speculation`` block (or the argument). The result names
 each parameter by pool and carries the residuals and the points used.
 
+Noise is not evidence (:mod:`loadtests.evidence`): a point whose runs disagree for that target
+(its ``spread`` verdict, of the runs' median decode tokens/s, is ``noisy``, ``unsettled`` or
+``bimodal``) is left out of every fit, with a warning naming it, its spread and the suggested
+``--repetitions``; when that leaves the plain target no point, nothing is fitted.
+
 Errors: :class:`FitError` (no plain and spec data to fit from).
 """
 
@@ -63,10 +68,29 @@ def _points(report: Mapping[str, Any], target: Mapping[str, Any]) -> list[dict[s
         b = p["load"] / endpoints if closed else (pm.get("engine_load") or {}).get("mean")
         if tpot is None or b is None:
             continue
+        sp = t.get("spread") or {}
         out.append({"bucket": p["bucket"], "load": p["load"], "b": float(b), "L": float(length),
                     "tpot": float(tpot), "ttft": None if ttft is None else float(ttft),
-                    "tau": (pm.get("accept_length") or {}).get("mean")})
+                    "tau": (pm.get("accept_length") or {}).get("mean"),
+                    "verdict": sp.get("verdict"), "spread": sp.get("spread"), "runs": sp.get("n")})
     return out
+
+
+def _trusted(points: list[dict[str, Any]], role: str, warnings: list[str]) -> list[dict[str, Any]]:
+    """``points`` without those whose runs disagree; one warning per point left out."""
+    from loadtests.evidence import suggested_repetitions, untrusted
+
+    kept = []
+    for p in points:
+        if not untrusted(p["verdict"]):
+            kept.append(p)
+            continue
+        spread = p["spread"]
+        text = f"{spread:.2f}x" if spread is not None and math.isfinite(spread) else "unknown"
+        warnings.append(f"{role}: {p['bucket']} x {p['load']:g} left out of the fit: its runs are "
+                        f"{p['verdict']} (decode tok/s spread {text} over {p['runs'] or '?'} runs; rerun "
+                        f"with --repetitions {suggested_repetitions(p['runs'])})")
+    return kept
 
 
 def _prefill(points: list[dict[str, Any]]) -> float | None:
@@ -93,9 +117,13 @@ def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> d
     plain_t, spec_t = _target(report, "plain"), _target(report, "spec")
     if plain_t is None:
         raise FitError("the report has no plain target: run `specgate loadtest --spec URL --plain URL ...`")
-    pp = _points(report, plain_t)
-    if not pp:
+    all_pp = _points(report, plain_t)
+    if not all_pp:
         raise FitError("the plain target has no point with a time per output token")
+    pp = _trusted(all_pp, "plain", warnings)
+    if not pp:
+        raise FitError("every plain point's runs disagree (noisy, unsettled or bimodal): rerun with more "
+                       "--repetitions; " + "; ".join(warnings))
     loads = {p["b"] for p in pp}
     lengths = {p["L"] for p in pp}
     cols = [np.ones(len(pp))]
@@ -131,7 +159,7 @@ def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> d
     if spec_t is None:
         warnings.append("no spec target: only the plain pool fitted")
         return out
-    sp = _points(report, spec_t)
+    sp = _trusted(_points(report, spec_t), "spec", warnings)
     g = gamma if gamma is not None else (report.get("speculation") or {}).get("gamma")
     spec: dict[str, Any] = {k: v for k, v in plain.items() if k != "prefill_s_per_token"}
     spre = _prefill(sp)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
@@ -515,7 +515,7 @@ def install_routes(app: FastAPI) -> None:
     async def metrics(request: Request) -> Response:
         state = _state(request)
         state.refresh_gauges()
-        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(SpecgateError)
     async def _specgate_error(request: Request, exc: SpecgateError) -> Response:

@@ -40,7 +40,7 @@ from router.discovery import Discovery, DiscoverySettings
 from router.drain import CUT_KEY, Drainer
 from router.features import PromptCounter
 from router.learn import SpeedFit, bucket_label
-from router.metrics import LearningSeries, RouterMetrics
+from router.metrics import LearningSeries, RouterMetrics, set_or_clear
 from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
@@ -139,8 +139,8 @@ class AppState:
                 m.accept_length.labels(pool.name).set(pool.accept_length(now, stale) or 0.0)
                 max_age = runtime.routing.acceptance.max_age_s
                 for cls in CLASSES:
-                    m.accept_length_estimate.labels(pool.name, cls).set(
-                        pool.estimated_accept_length(cls, now, max_age) or 0.0)
+                    set_or_clear(m.accept_length_estimate, (pool.name, cls),
+                                 pool.estimated_accept_length(cls, now, max_age))
                     age = pool.signal_age_s(cls, now)
                     m.signal_age.labels(pool.name, f"acceptance_{cls}").set(-1.0 if age is None else age)
             scrape_age = pool.scrape_age_s(now)
@@ -369,7 +369,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         drainer.configure(drain_settings, wait_aborts)
         gc.collect()
         gc.freeze()  # startup objects (tokenizer, config, app) never need scanning again
-        log.info("specgate router ready: pools=%s", [p.name for p in runtime.pools])
+        log.info("specgate router started: pools=%s; /ready answers 503 until an endpoint is healthy "
+                 "(logged as 'endpoint ... is healthy')", [p.name for p in runtime.pools])
         try:
             yield
         finally:

@@ -12,6 +12,11 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+#: What ``specgate --help`` says first (plain text: argparse prints it as is).
+DESCRIPTION = ("specgate: an OpenAI-compatible router that sends each request to a speculative-decoding or a "
+               "plain SGLang pool by prompt length, load and measured acceptance; plus the tools to launch, "
+               "load-test and calibrate those pools.")
+
 #: Modules that contribute sub-commands, in help order.
 _COMMAND_MODULES = (
     "router.commands",
@@ -37,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         The parser; each sub-command sets ``func`` (a callable taking the parsed
         namespace and returning an exit code).
     """
-    parser = argparse.ArgumentParser(prog="specgate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="specgate", description=DESCRIPTION,
+        epilog="Run `specgate COMMAND --help` for a command's options; docs/ and README.md for the rest.")
     parser.add_argument("--version", action="version", version=f"specgate {_version()}",
                         help="print the installed specgate version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

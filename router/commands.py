@@ -11,14 +11,16 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from router.config import Config, ConfigError, load_config
 
-__all__ = ["add_commands", "check_paths", "mask_url"]
+__all__ = ["add_commands", "check_engine_paths", "check_paths", "mask_url"]
 
 #: A tokenizer directory needs its config and one of these vocabulary files (the files
 #: ``transformers.AutoTokenizer`` loads a fast or slow tokenizer from).
@@ -56,6 +58,37 @@ def check_paths(cfg: Config) -> None:
                           f"and one of {', '.join(_TOKENIZER_FILES)})")
     load_auth(cfg.auth)
     load_engine_key(cfg.auth)
+
+
+#: A Hugging Face hub id (``org/name``): SGLang downloads it, so it is not a local path to check.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_engine_paths(cfg: Config, pools: Iterable[str] | None = None) -> None:
+    """Check the model directories ``specgate serve`` would hand SGLang: for every pool with an
+    ``engine`` block (or only those named in ``pools``), ``engine.model_path`` and
+    ``engine.speculative_draft_model_path`` when set. A local path (absolute, or starting with
+    ``.`` or ``~``; the loader has already made paths that exist absolute) must be a directory
+    holding ``config.json``; a bare ``org/name`` is a Hugging Face hub id and is left to SGLang.
+
+    Raises:
+        ConfigError: one line naming the pool, the key and the path.
+    """
+    wanted = None if pools is None else set(pools)
+    for pool in cfg.pools:
+        if pool.engine is None or (wanted is not None and pool.name not in wanted):
+            continue
+        for key in ("model_path", "speculative_draft_model_path"):
+            value = getattr(pool.engine, key)
+            if not value or (_HUB_ID.match(value) and not Path(value).exists()):
+                continue
+            path = Path(value).expanduser()
+            if not path.is_dir():
+                raise ConfigError(f"pools[{pool.name}].engine.{key}: no such directory: {value} "
+                                  "(`specgate serve` would start SGLang on it)")
+            if not (path / "config.json").is_file():
+                raise ConfigError(f"pools[{pool.name}].engine.{key}: {value} holds no config.json "
+                                  "(not a model directory)")
 
 
 def _fail(command: str, exc: BaseException) -> int:
@@ -105,6 +138,7 @@ def _config_check(args: argparse.Namespace) -> int:
         cfg = load_config(args.path)
         if not args.no_paths:
             check_paths(cfg)
+            check_engine_paths(cfg)
     except ConfigError as exc:
         return _fail("config check", exc)
     print(json.dumps(effective_config(cfg), indent=2, sort_keys=False))
@@ -140,8 +174,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                                           "(secrets masked); exit 2 on error")
     check.add_argument("path", help="the operator YAML to check")
     check.add_argument("--no-paths", action="store_true",
-                       help="skip the checks that the tokenizer directory and key files exist "
-                            "(for a config meant for another machine)")
+                       help="skip the checks that the tokenizer directory, the key files and the "
+                            "engines' model directories exist (for a config meant for another machine)")
     check.set_defaults(func=_config_check)
 
     d = sub.add_parser("drain", help="start the graceful drain of the router on this host "

@@ -394,7 +394,7 @@ def parse_config(data: Any, *, base_dir: Path | None = None) -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError("invalid config:\n" + format_errors(exc)) from None
+        raise ConfigError("invalid config:\n" + format_errors(exc, model=Config)) from None
 
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -439,5 +439,8 @@ def load_config(path: str | Path) -> Config:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
+        for mark in (getattr(exc, "context_mark", None), getattr(exc, "problem_mark", None)):
+            if mark is not None:
+                mark.name = str(path)  # PyYAML names a parsed string "<unicode string>"
         raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
     return parse_config(data, base_dir=path.resolve().parent)

@@ -30,14 +30,15 @@ API keys never appear in any series.
 
 from __future__ import annotations
 
+import platform
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["LoopCounter", "LoopHistogram", "RouterMetrics"]
+__all__ = ["LoopCounter", "LoopHistogram", "RouterMetrics", "set_or_clear"]
 
 
 class LoopCounter:
@@ -155,16 +156,56 @@ class LearningSeries:
             ["pool", "class", "bucket"], registry=registry)
 
 
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specgate")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class _WithoutCreated:
+    """A registry's metrics minus prometheus_client's ``*_created`` samples (each counter's and
+    histogram's creation time: a second series per series that no rule or dashboard reads)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():  # fresh Metric objects on every collect
+            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield metric
+
+
+def set_or_clear(gauge: Gauge, labels: Sequence[str], value: float | None) -> None:
+    """Set ``gauge{labels}`` to ``value``, or remove that series when ``value`` is None (an
+    unknown value is absent, not 0: a rule such as ``< 1.9`` must not fire on "not measured")."""
+    if value is None:
+        try:
+            gauge.remove(*labels)
+        except KeyError:
+            pass
+    else:
+        gauge.labels(*labels).set(value)
+
+
 class RouterMetrics:
     """The router's Prometheus series.
 
     Args:
         registry: where to register (one per app, so two apps can live in one process).
+        version: the ``version`` label of ``specgate_build_info`` (default: the installed
+            specgate's, ``unknown`` when it is not installed).
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, version: str | None = None) -> None:
         self.registry = registry
         self.learning = LearningSeries(registry)
+        self.build_info = Gauge(
+            "specgate_build_info", "Always 1: the running router's version and Python.", ["version", "python"],
+            registry=registry)
+        self.build_info.labels(version or _installed_version(), platform.python_version()).set(1)
         # Per-request series: lock-free, written on the event loop only (LoopCounter).
         self.requests = LoopCounter(
             "specgate_requests", "Requests answered, by pool, decision reason and HTTP status.",
@@ -245,7 +286,7 @@ class RouterMetrics:
             ["pool"], registry=registry)
         self.accept_length_estimate = Gauge(
             "specgate_accept_length_estimate",
-            "Live accept-length estimate per temperature class (tokens per verify step; 0 when "
+            "Live accept-length estimate per temperature class (tokens per verify step; absent when "
             "unknown or older than routing.acceptance.max_age_s).", ["pool", "class"], registry=registry)
         self.signal_age = Gauge(
             "specgate_signal_age_seconds",
@@ -307,3 +348,7 @@ class RouterMetrics:
         self.config_info = Gauge(
             "specgate_config_last_reload_success_timestamp_seconds",
             "Unix time of the last successful config load.", registry=registry)
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus' text format, without the ``*_created`` samples."""
+        return generate_latest(_WithoutCreated(self.registry))

@@ -12,6 +12,7 @@ __all__ = ["add_commands"]
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from router.commands import check_engine_paths
     from router.config import ConfigError, load_config
     from serving.launch import (
         LaunchError,
@@ -40,6 +41,11 @@ def _serve(args: argparse.Namespace) -> int:
     if args.print_args:
         print(shlex.join(cmd))
         return 0
+    try:
+        check_engine_paths(cfg, [args.pool])
+    except ConfigError as exc:
+        print(f"specgate serve: {exc}", file=sys.stderr)
+        return 2
     try:
         checked = check_with_sglang(argv)
     except LaunchError as exc:

@@ -12,10 +12,12 @@
    streams past the saturation threshold, and one over-length request. Each step of the
    bypass and recovery is printed as it happens, with the response's ``x-specgate-reason`` and
    ``/ready``'s view of the speculative pool (``summary.recovery`` in the report).
-5. Prints each request's pool, reason, status, time to first token and tokens/s, the
-   speculative pool's accept length as SGLang reports it (``/server_info``
+5. Prints each step as it happens (``[+  12.3 s] ...`` lines, before any result), then a table
+   of each request's pool, reason, status, time to first token, tokens/s, token counts and
+   error code, the speculative pool's accept length as SGLang reports it (``/server_info``
    ``internal_states[0].avg_spec_accept_length``, else ``sglang:spec_accept_length``), and a
-   summary; writes the same as JSON (``--report``); stops every process it started.
+   few summary lines (:mod:`serving.democonsole`); the whole summary goes to the JSON report
+   (``--report``) only; stops every process it started.
 
 Timings are wall-clock seconds on this machine's CPU: they show the routing, not GPU speed.
 """
@@ -348,9 +350,9 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
         RuntimeError: when a server fails to start (its log tail is included).
     """
     from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
+    from serving import democonsole as dc
     from serving.warmup import wait_ready
 
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -361,50 +363,48 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
     stack = _Stack()
     py = sys.executable
     t_start = time.monotonic()
+
+    def say(text: str) -> None:  # progress, printed as it happens (before the results)
+        console.print(dc.progress_line(time.monotonic() - t_start, text), markup=False, highlight=False)
+
     try:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                      console=console, transient=False) as progress:
-            tasks = {}
-            for pool in doc["pools"]:
-                url = pool["endpoints"][0]
-                proc = _spawn(pool["name"], [py, "-m", "router.cli", "serve", "--config", str(cfg_path),
-                                             "--pool", pool["name"]], logs / f"pool-{pool['name']}.log", url)
-                stack.procs.append(proc)
-                tasks[pool["name"]] = progress.add_task(f"starting SGLang pool [bold]{pool['name']}[/] at {url}")
+        for pool in doc["pools"]:
+            url = pool["endpoints"][0]
+            proc = _spawn(pool["name"], [py, "-m", "router.cli", "serve", "--config", str(cfg_path),
+                                         "--pool", pool["name"]], logs / f"pool-{pool['name']}.log", url)
+            stack.procs.append(proc)
+            say(f"starting SGLang pool {pool['name']} at {url}")
 
-            async def warm_all() -> dict[str, Any]:
-                async def warm(proc: _Proc) -> Any:
-                    try:
-                        res = await wait_ready(proc.url, count=warmup, timeout_s=600,
-                                               alive=lambda: proc.popen.poll() is None)
-                    except Exception as exc:  # noqa: BLE001  any failure: report it with the pool's log
-                        raise RuntimeError(f"pool {proc.name} failed: {exc}\n{_tail(proc.log)}") from None
-                    progress.update(tasks[proc.name], description=(
-                        f"pool [bold]{proc.name}[/] ready: healthy after {res.health_s:.1f} s, warm-up "
-                        + ", ".join(f"{t:.2f}s" for t in res.generation_s)))
-                    return res
-                return dict(zip([p.name for p in stack.procs], await asyncio.gather(*(warm(p) for p in stack.procs))))
+        async def warm_all() -> dict[str, Any]:
+            async def warm(proc: _Proc) -> Any:
+                try:
+                    res = await wait_ready(proc.url, count=warmup, timeout_s=600,
+                                           alive=lambda: proc.popen.poll() is None)
+                except Exception as exc:  # noqa: BLE001  any failure: report it with the pool's log
+                    raise RuntimeError(f"pool {proc.name} failed: {exc}\n{_tail(proc.log)}") from None
+                say(f"pool {proc.name} ready: healthy after {res.health_s:.1f} s, warm-up "
+                    + ", ".join(f"{t:.2f}s" for t in res.generation_s))
+                return res
+            return dict(zip([p.name for p in stack.procs], await asyncio.gather(*(warm(p) for p in stack.procs))))
 
-            warm = asyncio.run(warm_all())
-            router_url = f"http://127.0.0.1:{doc['server']['port']}"
-            rtask = progress.add_task(f"starting router at {router_url}")
-            router = _spawn("router", [py, "-m", "router.cli", "router", "--config", str(cfg_path), "--json-logs"],
-                            logs / "router.log", router_url)
-            stack.procs.append(router)
-            asyncio.run(_wait_router(router_url, router, 120))
-            progress.update(rtask, description=f"router ready at {router_url}")
-            wtask = progress.add_task("sending the workload through the openai client")
-            from router.config import load_config
+        warm = asyncio.run(warm_all())
+        router_url = f"http://127.0.0.1:{doc['server']['port']}"
+        say(f"starting router at {router_url}")
+        router = _spawn("router", [py, "-m", "router.cli", "router", "--config", str(cfg_path), "--json-logs"],
+                        logs / "router.log", router_url)
+        stack.procs.append(router)
+        asyncio.run(_wait_router(router_url, router, 120))
+        say(f"router ready at {router_url}; sending the workload through the openai client")
+        from router.config import load_config
 
-            cfg = load_config(cfg_path)
-            spec_cfg = next(p for p in cfg.pools if p.speculative)
-            acc = cfg.routing.acceptance
-            exit_tau = acc.exit_speedup * (spec_cfg.drafter_cost_ratio * spec_cfg.gamma + 1)
-            results, after_sampled, recovery = asyncio.run(_workload(
-                router_url, cfg.routing.long_prompt_tokens, burst, spec_pool=spec_cfg.name,
-                max_age_s=acc.max_age_s, exit_accept_length=exit_tau,
-                say=lambda line: console.print(line, markup=False, highlight=False)))
-            progress.update(wtask, description=f"workload done: {len(results)} requests")
+        cfg = load_config(cfg_path)
+        spec_cfg = next(p for p in cfg.pools if p.speculative)
+        acc = cfg.routing.acceptance
+        exit_tau = acc.exit_speedup * (spec_cfg.drafter_cost_ratio * spec_cfg.gamma + 1)
+        results, after_sampled, recovery = asyncio.run(_workload(
+            router_url, cfg.routing.long_prompt_tokens, burst, spec_pool=spec_cfg.name,
+            max_age_s=acc.max_age_s, exit_accept_length=exit_tau, say=say))
+        say(f"workload done: {len(results)} requests")
 
         spec_pools = [p for p in doc["pools"] if p.get("speculative")]
         pools: dict[str, Any] = {}
@@ -421,13 +421,10 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
             pools[pool["name"]] = entry
 
         table = Table(title="specgate demo: each request")
-        for col in ("request", "stream", "pool", "reason", "status", "TTFT s", "tok/s", "prompt tok", "out tok"):
+        for col in dc.TABLE_COLUMNS:
             table.add_column(col)
         for r in results:
-            table.add_row(r.name, "yes" if r.stream else "no", r.pool or "-", r.reason or "-", str(r.status),
-                          "-" if r.ttft_s is None else f"{r.ttft_s:.3f}",
-                          "-" if r.tokens_per_s is None else f"{r.tokens_per_s:.1f}",
-                          str(r.prompt_tokens or "-"), str(r.completion_tokens or (r.error_code or "-")))
+            table.add_row(*dc.table_row(r))
         console.print(table)
         reasons: dict[str, int] = {}
         for r in results:
@@ -453,19 +450,17 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
         spec_view = {name: {k: v for k, v in view.items() if k in (
             "accept_length_estimate", "low_acceptance_classes", "signal_age_s")}
             for name, view in after_sampled.get("pools", {}).items() if name in {p["name"] for p in spec_pools}}
-        console.print(f"after the sampled requests, /ready says: {json.dumps(spec_view)}")
+        console.print(dc.ready_line(spec_view), markup=False, highlight=False)
         summary = {"requests": len(results), "by_reason": reasons, "after_sampled": spec_view,
                    "recovery": recovery, "recovery_exit_accept_length": round(exit_tau, 3),
                    "ok": sum(r.status == 200 for r in results), "elapsed_s": round(time.monotonic() - t_start, 1),
                    "checks": checks}
-        for name, p in pools.items():
-            console.print(f"pool [bold]{name}[/]: served {p['served']}"
-                          + (f", accept length {p['accept_length']:.2f} ({p['accept_length_source']})"
-                             if p.get("accept_length") else ""))
-        console.print(f"summary: {json.dumps(summary)}")
+        for line in dc.summary_lines(summary, pools):
+            console.print(line, markup=False, highlight=False)
         report.write_text(json.dumps({"requests": [asdict(r) for r in results], "pools": pools,
                                       "summary": summary, "config": str(config)}, indent=2))
-        console.print(f"report written to {report}; logs in {logs}")
+        console.print(f"report (summary, recovery steps, every request) written to {report}; logs in {logs}",
+                      markup=False, highlight=False)
         return 0 if all(checks.values()) else 1
     finally:
         stack.stop()

@@ -119,6 +119,22 @@ def test_every_flag_has_help() -> None:
     assert missing == []
 
 
+def test_help_texts_carry_no_rst_markup() -> None:
+    raw = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        if "``" in parser.format_help():
+            raw.append(" ".join(path))
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+
+    walk(build_parser(), ["specgate"])
+    assert raw == []
+    assert build_parser().format_help().splitlines()[2].startswith("specgate: an OpenAI-compatible router")
+
+
 def test_router_start_errors_are_one_line_and_exit_2(tmp_path, tokenizer_dir) -> None:
     bad = write(tmp_path / "bad.yaml", with_("routing.saturation.exit", 8))
     proc = run_cli("router", "--config", str(bad))
@@ -150,3 +166,51 @@ def test_router_corrupt_tokenizer_is_one_line_and_exit_2(tmp_path, tokenizer_dir
     proc = run_cli("router", "--config", str(path), "--port", "0")
     assert proc.returncode == 2
     assert one_line(proc.stderr).startswith("specgate router: ")
+
+
+def _engine_doc(tokenizer_dir: Path, model_path: str, draft: str | None = None) -> dict:
+    doc = with_("model.tokenizer", str(tokenizer_dir))
+    doc["pools"][1]["engine"] = {"model_path": model_path}
+    if draft is not None:
+        doc["pools"][0]["engine"] = {"model_path": model_path, "speculative_algorithm": "EAGLE3",
+                                     "speculative_draft_model_path": draft, "speculative_num_steps": 3,
+                                     "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+        del doc["pools"][0]["draft_reserved_tokens"]
+    return doc
+
+
+def test_config_check_verifies_the_engines_model_directories(tmp_path, tokenizer_dir, capsys) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (tmp_path / "not-a-model").mkdir()
+    path = write(tmp_path / "c.yaml", _engine_doc(tokenizer_dir, "/nonexistent-model"))
+    assert main(["config", "check", str(path)]) == 2
+    assert one_line(capsys.readouterr().err) == (
+        "specgate config check: pools[plain].engine.model_path: no such directory: /nonexistent-model "
+        "(`specgate serve` would start SGLang on it)")
+    assert main(["config", "check", "--no-paths", str(path)]) == 0
+    capsys.readouterr()
+    path = write(tmp_path / "c.yaml", _engine_doc(tokenizer_dir, "not-a-model"))   # relative to the file
+    assert main(["config", "check", str(path)]) == 2
+    assert one_line(capsys.readouterr().err) == (
+        f"specgate config check: pools[plain].engine.model_path: {tmp_path}/not-a-model holds no config.json "
+        "(not a model directory)")
+    (model / "config.json").write_text("{}")
+    path = write(tmp_path / "c.yaml", _engine_doc(tokenizer_dir, "model", draft="./no-draft"))
+    assert main(["config", "check", str(path)]) == 2
+    assert one_line(capsys.readouterr().err) == (
+        "specgate config check: pools[spec].engine.speculative_draft_model_path: no such directory: ./no-draft "
+        "(`specgate serve` would start SGLang on it)")
+    # a Hugging Face hub id is SGLang's to download; a model directory passes
+    path = write(tmp_path / "c.yaml", _engine_doc(tokenizer_dir, "meta-llama/Llama-3.1-8B-Instruct", draft="model"))
+    assert main(["config", "check", str(path)]) == 0
+
+
+def test_serve_refuses_a_missing_model_directory_before_starting_sglang(tmp_path, capsys) -> None:
+    doc = _engine_doc(Path("/tmp/tok"), "/nonexistent-model")
+    path = write(tmp_path / "c.yaml", doc)
+    assert main(["serve", "--config", str(path), "--pool", "plain"]) == 2
+    assert one_line(capsys.readouterr().err) == (
+        "specgate serve: pools[plain].engine.model_path: no such directory: /nonexistent-model "
+        "(`specgate serve` would start SGLang on it)")
+    assert main(["serve", "--config", str(path), "--pool", "plain", "--print-args"]) == 0   # argv only

@@ -142,3 +142,28 @@ def test_default_max_tokens_engine_spells_null():
     for value in (None, "engine"):
         assert parse_config(with_("limits.default_max_tokens", value)).limits.default_max_tokens is None
     assert parse_config(BASE).limits.default_max_tokens == 256
+
+
+def test_errors_suggest_the_key_echo_the_value_and_name_the_file(tmp_path):
+    doc = with_("routing", {"long_promt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}})
+    doc["pools"][0]["draft_reserved_tokens"] = "four"
+    doc["scrape"]["intervall_s"] = 1.0
+    doc["auth"] = {"api_keys": [12], "admin_api_key": 7}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(doc)
+    assert str(exc.value).splitlines() == [
+        "invalid config:",
+        "  pools.0.draft_reserved_tokens: Input should be a valid integer (got 'four')",
+        "  routing.long_promt_tokens: unknown key; did you mean 'long_prompt_tokens'?",
+        "  scrape.intervall_s: unknown key; did you mean 'interval_s'?",
+        "  auth.api_keys.0: Input should be a valid string",        # a key's value is never echoed
+        "  auth.admin_api_key: Input should be a valid string",
+    ]
+    with pytest.raises(ConfigError) as exc:
+        parse_config(with_("pools.1.zzz", 1))
+    assert str(exc.value).splitlines()[1:] == ["  pools.1.zzz: unknown key"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {name: x\nlimits: [\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(bad)
+    assert f'in "{bad}", line 1, column 8' in str(exc.value) and "<unicode string>" not in str(exc.value)

@@ -43,3 +43,33 @@ def test_loop_counter_labels_are_positional():
     c.inc(("1", "2"))
     (sample,) = c.collect().samples
     assert (sample.name, sample.labels, sample.value) == ("x_total", {"a": "1", "b": "2"}, 1.0)
+
+
+def test_exposition_has_build_info_and_no_created_series():
+    import platform
+
+    m = RouterMetrics(CollectorRegistry(auto_describe=True), version="9.9.9")
+    m.requests.inc(("spec", "speculative", "200"))
+    m.scrape_failures.labels("spec", "http://127.0.0.1:1").inc()
+    m.config_reloads.labels("success").inc()
+    text = m.exposition().decode()
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert f'specgate_build_info{{python="{platform.python_version()}",version="9.9.9"}} 1.0' in lines
+    assert not [line for line in lines if "_created" in line]
+    assert 'specgate_config_reloads_total{result="success"} 1.0' in lines
+    assert 'specgate_requests_total{pool="spec",reason="speculative",status="200"} 1.0' in lines
+    # the registry itself still has them (prometheus_client's default), only the exposition drops them
+    assert m.registry.get_sample_value("specgate_config_reloads_created", {"result": "success"}) is not None
+
+
+def test_unknown_accept_length_estimate_is_absent_not_zero():
+    from router.metrics import set_or_clear
+
+    m = RouterMetrics(CollectorRegistry(auto_describe=True))
+    get = m.registry.get_sample_value
+    set_or_clear(m.accept_length_estimate, ("spec", "greedy"), None)    # never set: nothing to remove
+    assert get("specgate_accept_length_estimate", {"pool": "spec", "class": "greedy"}) is None
+    set_or_clear(m.accept_length_estimate, ("spec", "greedy"), 2.4)
+    assert get("specgate_accept_length_estimate", {"pool": "spec", "class": "greedy"}) == 2.4
+    set_or_clear(m.accept_length_estimate, ("spec", "greedy"), None)
+    assert get("specgate_accept_length_estimate", {"pool": "spec", "class": "greedy"}) is None
