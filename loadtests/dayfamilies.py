@@ -101,8 +101,7 @@ def kv_limited_family() -> EngineFamily:
     fill an engine and the rest queue at admission (the simulator admits by KV reservation,
     as SGLang does by ``max_total_num_tokens``); the running batch stays far below
     ``max_running``. Speed as the default model's (the same model on GPUs with little memory
-    left for KV). This is the engine of the issue's outside check: KV-limited engines, 20%
-    long prompts.
+    left for KV).
     """
     base = default_engine_model()
     model = EngineModel(speed=base.speed, alpha_sampled_short=base.alpha_sampled_short, kv_tokens=61_440,
