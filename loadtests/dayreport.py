@@ -8,6 +8,14 @@ A request *meets the objective* when it completed, its time to first token is at
 requests per second of the day (the shape's duration), the DistServe definition
 (arXiv:2401.09670, section 2); ``goodput_share`` is the share of all requests that met it.
 
+Recovery after a shift
+----------------------
+:func:`windowed_means` cuts a day into windows by *arrival* time (default 30 s from a day's
+``shift_at_s``) and gives the mean end-to-end latency of the requests that arrived in each;
+:func:`recovery_s` compares two such series (a routed run against the better static
+deployment) and says how long after the shift the first window is back within a tolerance
+(default 5%).
+
 Request log (JSONL, one :class:`loadtests.daysim.RequestRecord` per line): what
 ``specgate calibrate --split`` replays (:mod:`loadtests.split`).
 """
@@ -23,7 +31,8 @@ from typing import Any
 
 from loadtests.daysim import DayResult, RequestRecord
 
-__all__ = ["Objective", "plot_loads", "read_request_log", "summarize", "write_request_log"]
+__all__ = ["Objective", "plot_loads", "read_request_log", "recovery_s", "summarize", "windowed_means",
+           "write_request_log"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,52 @@ def summarize(result: DayResult, *, day_s: float, long_prompt_tokens: int,
         "spec_share": (sum(1 for r in ok if r.speculative) / len(ok)) if ok else None,
         "busy_share": {u: round(b / end, 4) for u, b in result.busy_s.items()},
     }
+
+
+def windowed_means(records: Iterable[RequestRecord], *, start_s: float, end_s: float,
+                   window_s: float = 30.0) -> list[dict[str, Any]]:
+    """Mean latency of the requests arriving in each window ``[start_s + i * window_s, ...)``
+    up to ``end_s`` (seconds; the last window may be shorter).
+
+    Returns ``[{"start_s", "end_s", "requests", "ok", "mean_s"}]`` (``requests``: arrivals in
+    the window, ``ok``: of them completed, ``mean_s``: their mean end-to-end latency, None when
+    none completed).
+
+    Raises:
+        ValueError: window_s <= 0 or end_s < start_s.
+    """
+    if window_s <= 0 or end_s < start_s:
+        raise ValueError(f"need window_s > 0 and end_s >= start_s, got {window_s}, {start_s}..{end_s}")
+    n = max(1, math.ceil((end_s - start_s) / window_s - 1e-9))
+    lat: list[list[float]] = [[] for _ in range(n)]
+    arrived = [0] * n
+    for r in records:
+        if not start_s <= r.arrival_s < end_s:
+            continue
+        i = min(n - 1, int((r.arrival_s - start_s) // window_s))
+        arrived[i] += 1
+        if r.status == "ok" and r.e2e_s is not None:
+            lat[i].append(r.e2e_s)
+    return [{"start_s": start_s + i * window_s, "end_s": min(end_s, start_s + (i + 1) * window_s),
+             "requests": arrived[i], "ok": len(lat[i]), "mean_s": _mean(lat[i])} for i in range(n)]
+
+
+def recovery_s(windows: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]], *,
+               start_s: float, tolerance: float = 0.05) -> float | None:
+    """Seconds from ``start_s`` to the start of the first window whose mean is at most
+    ``(1 + tolerance)`` times the reference's mean in the same window (:func:`windowed_means`
+    series over the same windows); None when no window is (windows without a mean on either
+    side are skipped).
+
+    Raises:
+        ValueError: the two series have different windows.
+    """
+    if [w["start_s"] for w in windows] != [w["start_s"] for w in reference]:
+        raise ValueError("recovery_s needs two series over the same windows")
+    for w, ref in zip(windows, reference, strict=True):
+        if w["mean_s"] is not None and ref["mean_s"] is not None and w["mean_s"] <= (1 + tolerance) * ref["mean_s"]:
+            return float(w["start_s"]) - start_s
+    return None
 
 
 def write_request_log(records: Iterable[RequestRecord], path: str | Path) -> Path:

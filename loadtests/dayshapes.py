@@ -21,6 +21,17 @@ rates scale with the engine count through ``rate_scale``):
 - ``mixed``: a light morning, a heavy midday, a sampled batch job (temperature 1) that pulls
   the speculative gauge down, an idle gap, then a light evening: the idle gauge keeps its last
   (low) value through the gap.
+- ``shift_long``: 3.4 requests/s per 2 engines all day; short prompts only until mid-day
+  (300 s), then the long documents (20% of the requests, 80-131K tokens) start arriving: the
+  speculative engines are the better static deployment before the shift, the plain ones after.
+- ``shift_sampled``: 2.4 requests/s per 2 engines all day, the default prompt mix; greedy until
+  mid-day, then every request is sampled (temperature 1): acceptance falls at once, and the
+  accept-length gauge only shows it after its next update.
+
+A shifting day names the instant of its shift (``shift_at_s``) so that reports can follow the
+recovery after it (:func:`loadtests.dayreport.windowed_means`). :meth:`DayShape.shortened`
+gives a shorter day at the same rates (CI-sized runs); :meth:`DayShape.with_lengths`
+scales every prompt and output length (to fit an engine family: :mod:`loadtests.dayfamilies`).
 """
 
 from __future__ import annotations
@@ -194,6 +205,8 @@ class DayShape:
         bursts: instants with many arrivals.
         long_prompt_tokens: prompts above this count as ``long`` in reports (tokens).
         rate_scale: multiplies every rate and burst size (e.g. engines / 2).
+        shift_at_s: the instant the traffic mix changes (s from the day's start), None for a
+            day without a shift.
     """
 
     name: str
@@ -202,6 +215,7 @@ class DayShape:
     bursts: tuple[Burst, ...] = ()
     long_prompt_tokens: int = 32768
     rate_scale: float = 1.0
+    shift_at_s: float | None = None
 
     @property
     def duration_s(self) -> float:
@@ -211,6 +225,48 @@ class DayShape:
     def scaled(self, factor: float) -> DayShape:
         """The same day with ``factor`` times the traffic (rates and bursts)."""
         return replace(self, rate_scale=self.rate_scale * factor)
+
+    def shortened(self, factor: float) -> DayShape:
+        """The same day compressed in time by ``factor`` in (0, 1]: every segment lasts
+        ``factor`` times as long, bursts and the shift come ``factor`` times as early, the rates
+        and burst sizes are unchanged (about ``factor`` times the requests).
+
+        Raises:
+            ValueError: factor not in (0, 1].
+        """
+        if not 0 < factor <= 1:
+            raise ValueError(f"shortened needs a factor in (0, 1], got {factor}")
+        return replace(self, segments=tuple(replace(s, duration_s=s.duration_s * factor) for s in self.segments),
+                       bursts=tuple(replace(b, at_s=b.at_s * factor) for b in self.bursts),
+                       shift_at_s=None if self.shift_at_s is None else self.shift_at_s * factor)
+
+    def with_lengths(self, prompt_scale: float = 1.0, output_scale: float = 1.0) -> DayShape:
+        """The same day with every prompt length range (and the ``long`` cut of the reports)
+        multiplied by ``prompt_scale``, every output range and budget by ``output_scale``
+        (rounded, at least 1 token); arrivals unchanged.
+
+        Raises:
+            ValueError: a scale <= 0.
+        """
+        if prompt_scale <= 0 or output_scale <= 0:
+            raise ValueError(f"with_lengths needs scales > 0, got {prompt_scale}, {output_scale}")
+        if prompt_scale == output_scale == 1:
+            return self
+
+        def tok(n: int, f: float) -> int:
+            return max(1, round(n * f))
+
+        def mix(m: tuple[PromptClass, ...] | None) -> tuple[PromptClass, ...] | None:
+            if m is None:
+                return None
+            return tuple(replace(c, lo=tok(c.lo, prompt_scale), hi=tok(c.hi, prompt_scale),
+                                 out_lo=tok(c.out_lo, output_scale), out_hi=tok(c.out_hi, output_scale),
+                                 max_new_tokens=tok(c.max_new_tokens, output_scale)) for c in m)
+
+        return replace(self, mix=mix(self.mix) or (),
+                       segments=tuple(replace(s, mix=mix(s.mix)) for s in self.segments),
+                       bursts=tuple(replace(b, mix=mix(b.mix)) for b in self.bursts),
+                       long_prompt_tokens=tok(self.long_prompt_tokens, prompt_scale))
 
     def requests(self, seed: int = 0) -> list[Request]:
         """Draw the day's requests, sorted by arrival (deterministic for a seed)."""
@@ -260,6 +316,12 @@ SHAPES: dict[str, DayShape] = {
                                 Segment(60, 4.0, 1.5), Segment(60, 1.0, 1.0, _BATCH_JOB),
                                 Segment(60, 0, 0), Segment(180, 0.6, 1.5)), _MIX,
                       bursts=(Burst(300, 20),)),
+    "shift_long": DayShape("shift_long", (Segment(300, 3.4, 3.4, (replace(_SHORT, weight=1.0),)),
+                                          Segment(300, 3.4, 3.4)), _MIX, shift_at_s=300.0),
+    "shift_sampled": DayShape("shift_sampled",
+                              (Segment(300, 2.4, 2.4, tuple(replace(c, sampled_fraction=0.0) for c in _MIX)),
+                               Segment(300, 2.4, 2.4, tuple(replace(c, sampled_fraction=1.0) for c in _MIX))),
+                              _MIX, shift_at_s=300.0),
 }
 
 

@@ -1,7 +1,8 @@
 """A discrete-event simulator of a day of traffic over N engines (virtual time, seeded).
 
 Compares deployments at equal hardware: ``all-spec`` (N speculative engines, client round
-robin), ``all-plain`` and ``routed`` (k speculative + N-k plain engines behind a router
+robin), ``all-plain``, ``all-adaptive`` (N speculative engines that decode plainly above a batch
+threshold: :func:`all_adaptive`) and ``routed`` (k speculative + N-k plain engines behind a router
 callback, e.g. :class:`loadtests.dayrouter.PolicyRouter` around ``router.policy.decide``;
 :func:`fronted` also allows k = 0 or N, the router in front of one pool).
 No HTTP, no sleeping: a day of tens of thousands of requests runs in seconds of CPU, and the
@@ -33,6 +34,14 @@ One step lasts ``T_step = T_decode + prefill_s_per_token * chunk``:
   uniform ``u`` (so ``E[k + 1] = E[tau](alpha, gamma)``, Leviathan et al. 2023,
   arXiv:2211.17192). ``alpha`` is :meth:`EngineModel.alpha` at the sequence's prompt length,
   greedy or sampled.
+- An *adaptive* speculative engine (``adaptive_max_batch`` set) runs the speculative cycle only
+  while ``b <= adaptive_max_batch`` and a plain step (one token per sequence, no drafter) above
+  it: in-engine adaptive speculation as SGLang's ``--speculative-adaptive`` (batch-size-aware
+  since sgl-project/sglang#24055; the steps adapt to acceptance since #21599) and vLLM's
+  ``num_speculative_tokens_per_batch_size`` (vllm-project/vllm#32374) do, reduced to on/off.
+  It keeps the drafter's KV cost (:meth:`EngineModel.kv_capacity` with ``speculative=True``)
+  and pays no switching overhead (vllm-project/vllm#49548 measures one: this baseline is
+  optimistic). :func:`adaptive_max_batch` gives the threshold from the engine model.
 
 The gauge and the scrape
 ------------------------
@@ -75,6 +84,8 @@ __all__ = [
     "RequestView",
     "RoundRobin",
     "Router",
+    "adaptive_max_batch",
+    "all_adaptive",
     "all_plain",
     "all_spec",
     "fronted",
@@ -117,6 +128,8 @@ class Engine:
     Args:
         url: its URL; pool: its pool's name; speculative: runs a drafter.
         model: speed and capacity; rng: this engine's random source (acceptance draws).
+        adaptive_max_batch: on a speculative engine, the largest decoding batch that still
+            speculates (above it a step decodes plainly); None: always speculate.
 
     Attributes (read by the simulator): ``waiting`` (deque), ``prefilling``, ``decoding``
     (lists), ``kv_reserved`` (tokens), ``accept_length`` (the gauge, None until the first
@@ -124,8 +137,11 @@ class Engine:
     ``busy`` (a step is running), ``steps``, ``busy_s``.
     """
 
-    def __init__(self, url: str, pool: str, speculative: bool, model: EngineModel, rng: random.Random) -> None:
+    def __init__(self, url: str, pool: str, speculative: bool, model: EngineModel, rng: random.Random, *,
+                 adaptive_max_batch: int | None = None) -> None:
         self.url, self.pool, self.speculative, self.model = url, pool, speculative, model
+        self.adaptive_max_batch = adaptive_max_batch if speculative else None
+        self._spec_step = speculative
         self.capacity = model.kv_capacity(speculative)
         self.rng = rng
         self.waiting: deque[_Seq] = deque()
@@ -158,13 +174,17 @@ class Engine:
         ln_alpha = math.log(alpha) if alpha > 0 else -math.inf
         self.waiting.append(_Seq(req, ln_alpha))
 
+    def speculates_at(self, b: int) -> bool:
+        """Whether a step with ``b`` decoding sequences runs the speculative cycle."""
+        return self.speculative and (self.adaptive_max_batch is None or b <= self.adaptive_max_batch)
+
     def decode_time(self, b: int, mean_context: float) -> float:
         """``T_decode`` of one step with ``b`` decoding sequences at mean context (s)."""
         if b == 0:
             return 0.0
         m = self.model.speed
         plain = m.t0_s * (1 + b / m.batch_knee) + m.attn_s_per_token * mean_context
-        if not self.speculative:
+        if not self.speculates_at(b):
             return plain
         verify = m.t0_s * (1 + b * (m.gamma + 1) / m.batch_knee) + m.attn_s_per_token * mean_context
         return verify + m.c * m.gamma * plain
@@ -193,6 +213,7 @@ class Engine:
         self._chunk = chunk
         prefilled = self.model.prefill_chunk_tokens - budget
         b = len(self.decoding)
+        self._spec_step = self.speculates_at(b)
         dt = self.decode_time(b, self.ctx_sum / b if b else 0.0) + self.model.speed.prefill_s_per_token * prefilled
         self.busy = True
         self.steps += 1
@@ -204,7 +225,7 @@ class Engine:
         done: list[_Seq] = []
         keep: list[_Seq] = []
         if self.decoding:
-            if self.speculative:
+            if self._spec_step:
                 gamma = self.model.speed.gamma
                 rnd = self.rng.random
                 tokens = 0
@@ -266,11 +287,14 @@ class Deployment:
         name: label (``all-spec``, ``all-plain``, ``routed k=1``...).
         pools: ``(pool name, speculative, engine count)`` in config order.
         make_router: builds a fresh router for a run (routers keep state).
+        adaptive_max_batch: every speculative engine is adaptive with this threshold
+            (:class:`Engine`); None: they always speculate.
     """
 
     name: str
     pools: tuple[tuple[str, bool, int], ...]
     make_router: Callable[[], Router]
+    adaptive_max_batch: int | None = None
 
     @property
     def engines(self) -> int:
@@ -286,6 +310,27 @@ def all_spec(n: int) -> Deployment:
 def all_plain(n: int) -> Deployment:
     """N plain engines, client round robin."""
     return Deployment("all-plain", (("plain", False, n),), RoundRobin)
+
+
+def adaptive_max_batch(model: EngineModel, context_tokens: float = 12288.0) -> int | None:
+    """The largest decoding batch at which speculation still pays on ``model`` (requests).
+
+    ``floor(b*)`` with ``b*`` the batch where the greedy speedup falls to 1 at
+    ``context_tokens`` (:meth:`loadtests.simulate.SimModel.crossover_load`): what an operator
+    would put in a batch-size schedule for that model. 0 when speculation never pays there;
+    None when it pays at every batch up to 1e6 (never switch off).
+    """
+    m = model.speed
+    if m.speedup(0.0, context_tokens) < 1.0:
+        return 0
+    b = m.crossover_load(context_tokens)
+    return None if b is None else math.floor(b)
+
+
+def all_adaptive(n: int, max_batch: int | None) -> Deployment:
+    """N speculative engines with in-engine adaptive speculation (plain decode above
+    ``max_batch`` decoding sequences; :func:`adaptive_max_batch`), client round robin."""
+    return Deployment("all-adaptive", (("spec", True, n),), RoundRobin, adaptive_max_batch=max_batch)
 
 
 def routed(k: int, n: int, make_router: Callable[[], Router], label: str = "routed") -> Deployment:
@@ -395,7 +440,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
     pools: list[tuple[str, bool, list[Engine]]] = []
     by_url: dict[str, Engine] = {}
     for pi, (name, spec, n) in enumerate(deployment.pools):
-        engines = [Engine(f"http://{name}-{i}", name, spec, model, random.Random(seed * 1_000_003 + pi * 997 + i))
+        engines = [Engine(f"http://{name}-{i}", name, spec, model, random.Random(seed * 1_000_003 + pi * 997 + i),
+                          adaptive_max_batch=deployment.adaptive_max_batch)
                    for i in range(n)]
         pools.append((name, spec, engines))
         by_url.update({e.url: e for e in engines})

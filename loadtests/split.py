@@ -18,6 +18,11 @@ fitted from a load-test report by :func:`loadtests.speedfit.fit_speed_model`). T
 the split with the best chosen metric (lowest ``mean_s`` / ``p90_s``, or highest
 ``goodput_rps``); ties go to the fewer speculative engines (the drafter costs KV capacity).
 
+The benchmark's yardstick, *the better static deployment* (:func:`better_static`), is the
+lowest mean of the deployments without a router: ``all-plain``, ``all-spec`` and
+``all-adaptive`` (every engine speculative with in-engine adaptive speculation,
+:func:`loadtests.daysim.all_adaptive`; not a split, so never advised).
+
 Errors: :class:`SplitError` (an empty or unusable day, bad arguments).
 """
 
@@ -32,15 +37,32 @@ from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
 from loadtests.dayshapes import EngineModel, Request
 from loadtests.daysim import Deployment, all_plain, all_spec, fronted, routed, simulate_day
 
-__all__ = ["METRICS", "SplitAdvice", "SplitError", "advise_split", "best_prediction", "deployments_for",
-           "requests_from_log", "specgate_at"]
+__all__ = ["METRICS", "STATIC_DEPLOYMENTS", "SplitAdvice", "SplitError", "advise_split", "best_prediction",
+           "better_static", "deployments_for", "requests_from_log", "specgate_at"]
 
 #: metric -> True when higher is better.
 METRICS = {"mean_s": False, "p90_s": False, "long_mean_s": False, "goodput_rps": True}
 
 
+#: the deployments without a router, candidates for the better static deployment.
+STATIC_DEPLOYMENTS = ("all-plain", "all-spec", "all-adaptive")
+
+
 class SplitError(ValueError):
     """The day or the arguments do not allow split advice."""
+
+
+def better_static(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The row of :data:`STATIC_DEPLOYMENTS` with the lowest ``mean_s`` (first wins a tie, a
+    row without a mean ranks last).
+
+    Raises:
+        SplitError: no static deployment among ``rows``.
+    """
+    static = [r for r in rows if r["deployment"] in STATIC_DEPLOYMENTS]
+    if not static:
+        raise SplitError(f"no static deployment ({', '.join(STATIC_DEPLOYMENTS)}) among the rows")
+    return min(static, key=lambda r: float("inf") if r["mean_s"] is None else r["mean_s"])
 
 
 def requests_from_log(rows: Sequence[Mapping[str, Any]], *, temperature: float | None = None,

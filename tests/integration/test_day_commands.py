@@ -39,16 +39,41 @@ def test_calibrate_split_command(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_day_benchmark_writes_its_tables_json_and_plots(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, str(root / "benchmarks" / "day.py"), "--engines", "2", "--shapes",
-                           "light", "--out", str(tmp_path), "--logs"], capture_output=True, text=True,
-                          timeout=120, check=False)
+                           "light", "--families", "default", "--out", str(tmp_path), "--logs"], capture_output=True,
+                          text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert "light, N=2: 610 requests over 600 s" in proc.stdout
+    assert "default / light, N=2: 610 requests over 600 s" in proc.stdout
     doc = json.loads((tmp_path / "day.json").read_text())
-    assert [(r["shape"], r["k"], r["deployment"]) for r in doc["runs"]] == [
-        ("light", 0, "all-plain"), ("light", 1, "routed 1s+1p"), ("light", 1, "predict 1s+1p"),
-        ("light", 2, "all-spec"), ("light", 2, "specgate 2s+0p")]
+    assert [(r["family"], r["shape"], r["k"], r["deployment"]) for r in doc["runs"]] == [
+        ("default", "light", 0, "all-plain"), ("default", "light", 1, "routed 1s+1p"),
+        ("default", "light", 1, "predict 1s+1p"), ("default", "light", 2, "all-spec"),
+        ("default", "light", 2, "all-adaptive"), ("default", "light", 2, "specgate 2s+0p")]
+    assert doc["families"]["default"]["adaptive_max_batch"] == 41
     # the router at the advised split, against the better static deployment of the same engines
+    # (all-adaptive ties all-spec on the light day: its batches stay below 41)
     assert "advice 2 spec + 0 plain (all-spec); specgate 2s+0p: mean 0.989x, p90 0.975x the better " \
         "static deployment (all-spec)" in proc.stdout
-    assert (tmp_path / "light-n2.png").read_bytes()[:4] == b"\x89PNG"
-    assert len(read_request_log(tmp_path / "light-n2-all-spec.jsonl")) == 610
+    assert doc["advice"][0]["static"] == "all-spec"
+    assert (tmp_path / "default-light-n2.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(read_request_log(tmp_path / "default-light-n2-all-spec.jsonl")) == 610
+
+
+def test_day_benchmark_quick_run_of_a_shift_day(tmp_path: Path) -> None:
+    """--quick: a quarter of the day, N = 2; the windows after the shift in day.json and the
+    recovery line per routed row."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "day.py"), "--quick", "--families",
+                           "kv_limited", "--shapes", "shift_sampled", "--out", str(tmp_path), "--no-plots"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "kv_limited / shift_sampled, N=2: 379 requests over 150 s (long = prompt > 2048 tokens, mix shifts " \
+        "at 75 s)" in proc.stdout
+    assert "after the shift, per 30 s of arrivals, mean / all-plain's:" in proc.stdout
+    doc = json.loads((tmp_path / "day.json").read_text())
+    assert doc["quick"] is True and {r["engines"] for r in doc["runs"]} == {2}
+    predict = next(r for r in doc["runs"] if r["deployment"] == "predict 1s+1p")
+    assert [w["start_s"] for w in predict["windows"]] == [75.0, 105.0, 135.0]
+    assert set(doc["advice"][0]["recovery_s"]) == {"routed 1s+1p", "predict 1s+1p", doc["advice"][0]["specgate"]}
+    bad = subprocess.run([sys.executable, str(root / "benchmarks" / "day.py"), "--families", "nope", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "unknown engine family 'nope'" in bad.stderr

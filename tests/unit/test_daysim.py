@@ -18,6 +18,8 @@ from loadtests.daysim import (
     Engine,
     PoolView,
     RequestView,
+    adaptive_max_batch,
+    all_adaptive,
     all_plain,
     all_spec,
     fronted,
@@ -280,3 +282,57 @@ def test_summary_goodput_and_latencies_on_a_hand_day(tmp_path: Path) -> None:
     assert s["goodput_rps"] == pytest.approx(2 / 20) and s["goodput_share"] == 1.0
     png = plot_loads([res], tmp_path / "day.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_adaptive_engine_decodes_plainly_above_its_batch_threshold() -> None:
+    """Two sequences at threshold 1: plain steps (one token each) while both decode, the
+    speculative cycle once one is left; the KV capacity stays the speculative engine's."""
+    m = _model(kv_tokens=2000, gauge_interval_steps=1)
+    e = Engine("http://spec-0", "spec", True, m, random.Random(0), adaptive_max_batch=1)
+    assert e.capacity == 1500 and e.speculates_at(1) and not e.speculates_at(2)
+    e.submit(_req(0, 10, 2))
+    e.submit(_req(1, 10, 5))
+    # prefill both (20 tokens x 1 ms), then b = 2 > 1: a plain step at mean context 11
+    [(t1, _, _)] = [(t, rid, f) for t, rid, f in _run_until_first_done(e)]
+    assert t1 == pytest.approx(0.020 + 0.01 * 1.2 + 11e-6, abs=1e-12)
+    assert e.accept_length is None   # no speculative step yet
+    # request 1 alone (context 12, 2 generated): alpha 1 gives 3 tokens per cycle, the last capped
+    [(end, rid, _)] = _run(e, t1)
+    assert rid == 1
+    assert end == pytest.approx(t1 + _cycle(12), abs=1e-12)
+    assert e.accept_length == 3.0
+    plain = Engine("http://plain-0", "plain", False, m, random.Random(0), adaptive_max_batch=1)
+    assert plain.adaptive_max_batch is None and plain.capacity == 2000
+
+
+def _run_until_first_done(engine: Engine, now: float = 0.0) -> list[tuple[float, int, float]]:
+    while (dt := engine.start_step(now)) is not None:
+        now += dt
+        done = [(now, s.req.rid, s.first_s) for s in engine.finish_step(now)]
+        if done:
+            return done
+    return []
+
+
+def test_adaptive_threshold_comes_from_the_models_crossover() -> None:
+    m = default_engine_model()
+    assert adaptive_max_batch(m) == math.floor(m.speed.crossover_load(12288.0) or 0) == 41
+    never = EngineModel(speed=replace(SPEED, alpha_short=0.0))        # speculation never pays
+    assert adaptive_max_batch(never) == 0
+    always = EngineModel(speed=replace(SPEED, batch_knee=1e9, c=0.0))  # pays at every batch
+    assert adaptive_max_batch(always) is None
+    dep = all_adaptive(2, 41)
+    assert (dep.name, dep.pools, dep.adaptive_max_batch) == ("all-adaptive", (("spec", True, 2),), 41)
+
+
+def test_all_adaptive_matches_all_spec_below_and_all_plain_speed_above_the_threshold() -> None:
+    m = default_engine_model()
+    reqs = [_req(i, 1000, 50, at=0.01 * i) for i in range(60)]   # one burst of 60 on one engine
+    spec = simulate_day(reqs, all_spec(1), m)
+    low = simulate_day(reqs, all_adaptive(1, 1000), m)             # never reached: all-spec exactly
+    assert [r.e2e_s for r in low.records] == [r.e2e_s for r in spec.records]
+    high = simulate_day(reqs, all_adaptive(1, 0), m)               # never speculates
+    plain = simulate_day(reqs, all_plain(1), m)
+    assert [r.e2e_s for r in high.records] == [r.e2e_s for r in plain.records]
+    mid = simulate_day(reqs, all_adaptive(1, 41), m)
+    assert max(r.e2e_s or 0 for r in mid.records) < max(r.e2e_s or 0 for r in spec.records)
