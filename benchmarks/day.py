@@ -16,13 +16,15 @@ requests go through ``all-spec``, ``all-plain`` and ``all-adaptive`` (client rou
 above the batch where speculation stops paying for that family,
 :func:`loadtests.daysim.adaptive_max_batch`), and for k = 1..N-1 ``routed ks+(N-k)p``
 (``router.policy.decide`` through :class:`loadtests.dayrouter.PolicyRouter` on its thresholds
-alone, from :func:`loadtests.dayrouter.settings_for` on the family's model) and ``predict
-ks+(N-k)p`` (the same with every pool's speed model: the choice by predicted completion time)
-in the discrete-event simulator (:mod:`loadtests.daysim`; virtual time, seeded). Then the
-split ``specgate calibrate-split`` advises on that day (:func:`loadtests.split.best_prediction`
-over the split rows, lowest mean; ties to fewer speculative engines) is run with the router in
-front (``specgate ks+(N-k)p``, :func:`loadtests.split.specgate_at`: at k = N the router fronts
-the speculative engines alone, its bypasses falling back to them).
+alone, from :func:`loadtests.dayrouter.settings_for` on the family's model, learning off),
+``learned ks+(N-k)p`` (out of the box: no speed blocks, the speed models learned from the
+router's own traffic, ``routing.learning``) and ``predict ks+(N-k)p`` (every pool's true speed
+model, no learning: a perfectly calibrated config) in the discrete-event simulator
+(:mod:`loadtests.daysim`; virtual time, seeded). Then the split ``specgate calibrate-split``
+advises on that day (:func:`loadtests.split.best_prediction` over the split rows, lowest mean;
+ties to fewer speculative engines) is run with the out-of-the-box router in front (``specgate
+ks+(N-k)p``, :func:`loadtests.split.specgate_at`, learned: at k = N the router fronts the
+speculative engines alone).
 
 Printed per family, shape and N, one row per deployment: mean / p90 end-to-end latency, mean
 for long prompts, goodput under the objective of :mod:`loadtests.dayreport` (TTFT <= 5 s and
@@ -149,6 +151,8 @@ def _day(family: EngineFamily, name: str, n: int, settings: PolicySettings, args
         "routed_ratio": min((r["mean_ratio"] for r in rows if r["deployment"].startswith("routed ")
                              and r["mean_ratio"] is not None), default=None),
         "predict_ratio": min((r["mean_ratio"] for r in rows if r["deployment"].startswith("predict ")
+                              and r["mean_ratio"] is not None), default=None),
+        "learned_ratio": min((r["mean_ratio"] for r in rows if r["deployment"].startswith("learned ")
                               and r["mean_ratio"] is not None), default=None)}
     print(f"advice {k} spec + {n - k} plain ({best['deployment']}); {sg['deployment']}: mean "
           f"{sg['mean_ratio']:.3f}x, p90 {p90:.3f}x the better static deployment ({static['deployment']})")
@@ -171,14 +175,15 @@ def _day(family: EngineFamily, name: str, n: int, settings: PolicySettings, args
 
 
 def _summary(advice: list[dict[str, Any]]) -> None:
-    print("\nmean / the better static deployment's (routed, predict: the best split):")
-    print(f"{'family':<15} {'shape':<14} {'N':>2} {'static':<13} {'routed':>7} {'predict':>7} "
+    print("\nmean / the better static deployment's (routed, learned, predict: the best split):")
+    print(f"{'family':<15} {'shape':<14} {'N':>2} {'static':<13} {'routed':>7} {'learned':>7} {'predict':>7} "
           f"{'specgate':>9}  recovery (specgate)")
     for a in advice:
         rec = (a.get("recovery_s") or {}).get(a["specgate"], "")
         rec_s = "" if rec == "" else ("never" if rec is None else f"+{rec:.0f} s")
         print(f"{a['family']:<15} {a['shape']:<14} {a['engines']:>2} {a['static']:<13} "
-              f"{_f(a['routed_ratio'], 7)} {_f(a['predict_ratio'], 7)} {_f(a['mean_ratio'], 9)}  {rec_s}")
+              f"{_f(a['routed_ratio'], 7)} {_f(a['learned_ratio'], 7)} {_f(a['predict_ratio'], 7)} "
+              f"{_f(a['mean_ratio'], 9)}  {rec_s}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,7 +37,7 @@ from router.bypass import BypassState
 from router.config import AcceptanceConfig, RoutingConfig, SaturationConfig
 from router.features import RequestFeatures
 from router.learn import DEFAULT_PRIOR, Observation, SpeedFit
-from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Rules, decide
+from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Rules, batch_context, decide
 from router.predict import SpeedModel
 
 __all__ = ["PolicyRouter", "PolicySettings", "decide_main", "settings_for"]
@@ -184,7 +184,9 @@ class PolicyRouter:
                                     prefill_s_per_token=exact.prefill_s_per_token * k)
                 self.fits[spec] = SpeedFit(prior, prior_weight=settings.prior_weight, forgetting=settings.forgetting)
             self._speed, self._priors = {}, {}
-        self._dispatched: dict[tuple[str, float], tuple[int, int]] = {}  # (url, t) -> (load, queued)
+        # (url, t) -> (load, queued, batch context) at dispatch
+        self._dispatched: dict[tuple[str, float], tuple[int, int, float | None]] = {}
+        self._last: tuple[PoolSnapshot, ...] = ()
 
     def _tracker(self, url: str) -> AcceptanceTracker:
         t = self.trackers.get(url)
@@ -229,7 +231,7 @@ class PolicyRouter:
         self._tracker(url).finished(cls)
         if record is None:
             return
-        load, queued = self._dispatched.pop((url, record.arrival_s), (0, 1))
+        load, queued, ctx = self._dispatched.pop((url, record.arrival_s), (0, 1, None))
         if not self.fits or queued or record.pool is None:
             return
         spec = record.speculative
@@ -237,7 +239,8 @@ class PolicyRouter:
         tau = record.accept_length if spec else None  # the request's own (spec_tokens_details)
         self.fits[spec].observe(Observation(
             prompt_tokens=record.prompt_tokens, cached_tokens=record.cached_tokens, output_tokens=record.output_tokens,
-            batch=max(1.0, (load + end_load) / 2 + 0.5), duration_s=now - record.arrival_s, accept_length=tau), now,
+            batch=max(1.0, (load + end_load) / 2 + 0.5), duration_s=now - record.arrival_s, accept_length=tau,
+            context=ctx), now,
             cls, measured=tau is not None)
 
     def snapshots(self, pools: tuple[PoolView, ...], now: float) -> tuple[PoolSnapshot, ...]:
@@ -273,9 +276,13 @@ class PolicyRouter:
         cls = _class(request)
         features = RequestFeatures(prompt_tokens=request.prompt_tokens, max_new_tokens=request.max_new_tokens,
                                    n=request.n, temperature_class=cls)
-        d = self._decide(features, self.snapshots(pools, now), self.settings, next(self._tie))
+        self._last = self.snapshots(pools, now)
+        d = self._decide(features, self._last, self.settings, next(self._tie))
         if d.endpoint is not None:
             self._tracker(d.endpoint).started(cls)
-            e = next(e for p in pools for e in p.endpoints if e.url == d.endpoint)
-            self._dispatched[(d.endpoint, now)] = (e.load, e.queued)
+            snap = next(e for p in self._last for e in p.endpoints if e.url == d.endpoint)
+            need = request.prompt_tokens + request.n * request.max_new_tokens
+            waits = snap.queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
+            self._dispatched[(d.endpoint, now)] = (snap.load, int(waits), batch_context(
+                snap, request.prompt_tokens, request.max_new_tokens))
         return Choice(d.pool, d.endpoint, str(d.reason))

@@ -106,29 +106,34 @@ def requests_from_log(rows: Sequence[Mapping[str, Any]], *, temperature: float |
 def deployments_for(n: int, settings: PolicySettings, *, predict: bool = True) -> list[tuple[int, Deployment]]:
     """``(k, deployment)`` for k = 0..n speculative engines (k = 0 / n: round robin).
 
-    Each split 0 < k < n appears as ``routed`` (the policy's thresholds, no speed models) and,
-    with ``predict`` and ``settings.speed`` set, as ``predict`` (pools carry the speed model:
-    the choice by predicted completion time).
+    Each split 0 < k < n appears as ``routed`` (the policy's thresholds, no speed models, no
+    learning), as ``learned`` (what a new deployment runs: no speed blocks, the speed models
+    learned from the router's own traffic, ``routing.learning``) and, with ``predict`` and
+    ``settings.speed`` set, as ``predict`` (pools carry the true speed model, no learning: a
+    perfectly calibrated config).
     """
     if n < 1:
         raise SplitError(f"need at least one engine, got {n}")
-    guard = replace(settings, predict=False)
+    guard = replace(settings, predict=False, learn=False)
+    learned = replace(settings, predict=False, learn=True)
     deps = [(0, all_plain(n))]
     for k in range(1, n):
         deps.append((k, routed(k, n, lambda: PolicyRouter(guard))))
+        deps.append((k, routed(k, n, lambda: PolicyRouter(learned), label="learned")))
         if predict and settings.speed is not None:
-            deps.append((k, routed(k, n, lambda: PolicyRouter(replace(settings, predict=True)), label="predict")))
+            deps.append((k, routed(k, n, lambda: PolicyRouter(replace(settings, predict=True, learn=False)),
+                                   label="predict")))
     deps.append((n, all_spec(n)))
     return deps
 
 
 def specgate_at(k: int, n: int, settings: PolicySettings) -> Deployment:
     """The router in front of k speculative + n-k plain engines, 0 <= k <= n (``specgate
-    ks+(N-k)p``): the policy with speed models when ``settings.speed`` is set (the choice by
-    predicted completion time, what ``specgate calibrate`` configures), else its thresholds.
-    At 0 < k < n it is the ``predict`` (or ``routed``) deployment of :func:`deployments_for`.
+    ks+(N-k)p``), as a new deployment runs it: no speed blocks, the speed models learned from
+    its own traffic (``routing.learning``, on by default). At 0 < k < n it is the ``learned``
+    deployment of :func:`deployments_for`.
     """
-    mode = replace(settings, predict=settings.speed is not None)
+    mode = replace(settings, predict=False, learn=True)
     return fronted(k, n, lambda: PolicyRouter(mode))
 
 

@@ -243,7 +243,7 @@ async def _generate(request: Request, kind: str) -> Response:
     if chain is not None:
         _note_prefix(state, runtime, decision, chain, matches, prompt_tokens)
     lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class)
-    dispatch = (decision.endpoint, *runtime.dispatch_state(decision.endpoint, state.clock()))
+    dispatch = (decision.endpoint, *runtime.dispatch_state(decision.endpoint, state.clock(), features))
     try:
         fields: dict[str, Any] = {}
         if model is None:  # served as the configured model (SGLang would answer as "default")
@@ -373,16 +373,16 @@ def _spec_stats(runtime: Runtime, decision: Decision, kind: str, doc: dict[str, 
 
 
 def _learn(state: AppState, job: ProxyJob, duration_s: float) -> None:
-    """Feed a chat request answered in full, on the endpoint it was dispatched to, with no
-    engine queue ahead of it, to its pool's live speed model (:meth:`Runtime.learn`)."""
+    """Feed a chat request answered in full, on the endpoint it was dispatched to, that did not
+    wait in the engine (no queue, its KV free), to its pool's live speed model (:meth:`Runtime.learn`)."""
     usage = job.observer.usage if job.observer is not None else None
     dispatch = job.extra.get("dispatch")
     if (job.status != 200 or job.outcome != "ok" or not isinstance(usage, dict) or dispatch is None
             or job.features.n != 1 or job.features.num_prompts != 1 or job.decision.pool is None):
         return
-    url, load, queued = dispatch
+    url, load, waits, context = dispatch
     output = usage.get("completion_tokens")
-    if url != job.lease.endpoint.url or queued or type(output) is not int or output <= 0:
+    if url != job.lease.endpoint.url or waits or type(output) is not int or output <= 0:
         return
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
@@ -390,7 +390,7 @@ def _learn(state: AppState, job: ProxyJob, duration_s: float) -> None:
                         cached_tokens=cached if type(cached) is int else 0, output_tokens=output,
                         dispatch_load=load, duration_s=duration_s,
                         temperature=job.features.temperature_class, now=state.clock(),
-                        accept_length=job.extra.get("spec_accept_length"))
+                        accept_length=job.extra.get("spec_accept_length"), context=context)
 
 
 _REJECT_REASON = {

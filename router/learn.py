@@ -12,7 +12,8 @@ at the end, requests). With ``theta = (p, t0, t0 / b_knee, a)`` the model of
     speculative:  y = p * U + t0 * M (1 + c gamma) / tau + (t0 / b_knee) * M * b (gamma + 1 + c gamma) / tau
                       + a * M * L (1 + c gamma) / tau
 
-(``U = P - C`` uncached prompt tokens, ``L = P + M / 2`` the mean context; ``gamma`` and ``c``
+(``U = P - C`` uncached prompt tokens, ``L`` the mean context of the batch it decoded in, else
+``P + M / 2``; ``gamma`` and ``c``
 from the pool's config, ``tau`` the request's accept length or its temperature class's live
 estimate). :class:`SpeedFit` solves it by recursive weighted least squares with exponential
 forgetting (each observation's weight decays by ``forgetting`` per later observation, so
@@ -80,6 +81,8 @@ class Observation:
         batch: mean sequences on the endpoint while it ran, this request included.
         duration_s: dispatch to last token (s), > 0.
         accept_length: tau of the request (speculative pools; None on plain pools).
+        context: the mean context of its batch (:func:`router.policy.batch_context` at
+            dispatch, tokens); None: its own ``P + M / 2``.
     """
 
     prompt_tokens: int
@@ -88,6 +91,7 @@ class Observation:
     batch: float
     duration_s: float
     accept_length: float | None = None
+    context: float | None = None
 
 
 def _theta(model: SpeedModel) -> list[float]:
@@ -174,7 +178,7 @@ class SpeedFit:
         """The observation's regressors (the module docstring's features, before scaling)."""
         m, p = obs.output_tokens, obs.prompt_tokens
         u = max(0, p - obs.cached_tokens)
-        ctx = p + m / 2
+        ctx = p + m / 2 if obs.context is None else obs.context
         gamma, c = self.prior.gamma, self.prior.c
         if gamma > 0 and obs.accept_length is not None:
             tau = min(max(obs.accept_length, 1.0), gamma + 1.0)

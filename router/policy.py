@@ -92,6 +92,7 @@ __all__ = [
     "PoolSnapshot",
     "Reason",
     "Rules",
+    "batch_context",
     "decide",
     "expected_speedup",
     "flip_points",
@@ -410,12 +411,23 @@ def _affine(candidates: Sequence[tuple[PoolSnapshot, str]], why: dict[str, str],
     return best
 
 
+def batch_context(e: EndpointSnapshot, prompt_tokens: int, output_tokens: int) -> float | None:
+    """The mean context (tokens) of ``e``'s batch once a request of ``prompt_tokens`` joins it,
+    halfway through its ``output_tokens``: the engine's used KV plus the request's, over its
+    running requests plus one; None when the engine's KV is unknown."""
+    if e.kv_free_tokens is None:
+        return None
+    running = max(0, e.load - e.queued)
+    return (e.kv_used_tokens + prompt_tokens + output_tokens / 2) / (running + 1)
+
+
 def _predict(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
     """Predicted completion seconds of the request on ``endpoint`` (:func:`router.predict.completion_s`)."""
     assert pool.speed is not None
     e = next(e for e in pool.endpoints if e.url == endpoint)
     need = (features.num_prompts * features.weight + pool.reserved) * (1 + e.queued)
     return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=features.prompt_tokens,
+                        context_tokens=batch_context(e, features.prompt_tokens, features.max_new_tokens),
                         cached_tokens=e.cached_tokens, output_tokens=features.max_new_tokens,
                         accept_length=pool.accept_length(features.temperature_class, features.prompt_tokens)
                         if pool.speculative else None,

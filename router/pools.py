@@ -48,6 +48,7 @@ from router.policy import (
     EndpointSnapshot,
     PoolSnapshot,
     Rules,
+    batch_context,
     decide,
 )
 from router.predict import SpeedModel
@@ -262,35 +263,44 @@ class Runtime:
                 fit = SpeedFit(pool.prior, prior_weight=learning.prior_weight, forgetting=learning.forgetting)
             pool.fit = fit
 
-    def dispatch_state(self, url: str, now: float) -> tuple[int, int]:
-        """``(load, queued)`` of an endpoint now (requests; queued 0 without a fresh scrape):
-        what a finished request's :class:`router.learn.Observation` compares its end with."""
+    def dispatch_state(self, url: str, now: float, features: RequestFeatures | None = None
+                       ) -> tuple[int, bool, float | None]:
+        """``(load, waits, context)`` of an endpoint now, for a request of ``features``: its load
+        (requests), whether the request will wait in the engine (requests queued there, or its
+        KV reservation above the free KV; fresh scrape only) and the mean context of the batch
+        it joins (:func:`router.policy.batch_context`; None when unknown). What a finished
+        request's :class:`router.learn.Observation` is built from."""
         ep = self._by_url.get(url)
         if ep is None:
-            return 0, 0
+            return 0, False, None
         stale = self.config.scrape.stale_after_s
-        fresh = ep.engine is not None and ep.scraped_at is not None and now - ep.scraped_at <= stale
-        return ep.load(now, stale), ep.engine.num_queue_reqs if fresh and ep.engine is not None else 0
+        snap = _endpoint_snapshot(ep, now, stale, 0, 0)
+        if features is None:
+            return snap.load, snap.queued > 0, None
+        need = features.num_prompts * features.weight
+        waits = snap.queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
+        return snap.load, waits, batch_context(snap, features.prompt_tokens, features.max_new_tokens)
 
     def learn(self, pool_name: str, url: str, *, prompt_tokens: int, cached_tokens: int, output_tokens: int,
               dispatch_load: int, duration_s: float, temperature: str, now: float,
-              accept_length: float | None = None) -> bool:
+              accept_length: float | None = None, context: float | None = None) -> bool:
         """Feed one finished request (one prompt, one choice, answered in full) to its pool's
         fit. The batch is the mean of the endpoint's load at dispatch and now, this request
-        counted; tau (speculative pools) the request's own ``accept_length`` (SGLang's
+        counted; ``context`` the batch's mean context at dispatch (None: its own); tau
+        (speculative pools) the request's own ``accept_length`` (SGLang's
         ``spec_tokens_details``, :mod:`router.specstats`), else the class's live estimate.
         Returns whether it was taken."""
         pool = next((p for p in self.pools if p.name == pool_name), None)
         if pool is None or pool.fit is None:
             return False
-        end_load, _ = self.dispatch_state(url, now)
+        end_load, _, _ = self.dispatch_state(url, now)
         tau = None
         if pool.speculative:
             tau = (accept_length or self._accept_lengths(pool, now).get(temperature)
                    or self._prior_tau(pool, temperature))
         pool.fit.observe(Observation(prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
                                      output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5),
-                                     duration_s=duration_s, accept_length=tau), now, temperature,
+                                     duration_s=duration_s, accept_length=tau, context=context), now, temperature,
                          measured=pool.speculative and accept_length is not None)
         return True
 

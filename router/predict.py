@@ -17,7 +17,8 @@ and for the whole request, with ``P`` prompt tokens of which ``C`` are cached on
 and ``M`` output tokens:
 
     prefill = p * (P - C)
-    decode  = M * T(b, P + M / 2)             (mean context over the generation)
+    decode  = M * T(b, L)   L: the batch's mean context (the engine's used KV and this request's
+                            P + M / 2 over its running requests and this one), else P + M / 2
     queue   = (b - R) / R * (prefill + decode) when b > R (R: the engine's running-request cap)
     kv wait = (need - free) / used * (prefill + decode) when need > free
 
@@ -88,7 +89,8 @@ def token_s(model: SpeedModel, *, batch: float, context: float, accept_length: f
 
 def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_tokens: int,
                  output_tokens: int, accept_length: float | None, kv_need_tokens: int = 0,
-                 kv_free_tokens: int | None = None, kv_used_tokens: int = 0) -> float:
+                 kv_free_tokens: int | None = None, kv_used_tokens: int = 0,
+                 context_tokens: float | None = None) -> float:
     """Predicted seconds from dispatch to the last token (see the module docstring).
 
     Args:
@@ -99,14 +101,17 @@ def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_to
         kv_need_tokens: the KV tokens the request and those queued before it reserve.
         kv_free_tokens: the engine's free KV tokens (None: unknown, no KV wait).
         kv_used_tokens: the engine's used KV tokens.
+        context_tokens: the mean context of the batch the request decodes in (tokens; every
+            sequence of a batch waits for the step, whose attention reads every sequence's
+            KV); None: the request's own ``P + M / 2``.
     """
     prefill = model.prefill_s_per_token * max(0, prompt_tokens - cached_tokens)
     running = batch
     cap = model.max_running_requests
     if cap is not None:
         running = min(batch, cap)
-    decode = output_tokens * token_s(model, batch=running, context=prompt_tokens + output_tokens / 2,
-                                     accept_length=accept_length)
+    context = prompt_tokens + output_tokens / 2 if context_tokens is None else context_tokens
+    decode = output_tokens * token_s(model, batch=running, context=context, accept_length=accept_length)
     total = prefill + decode
     service = total
     if cap is not None and batch > cap:

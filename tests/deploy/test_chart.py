@@ -217,6 +217,8 @@ def test_default_router_config_is_exact() -> None:
                              "max_blocks_per_endpoint": 32768, "cache_threshold": 0.3,
                              "balance_abs_threshold": 64, "balance_rel_threshold": 1.5,
                              "hash_load_factor": 1.5, "sticky_load_factor": 2.0},
+            "learning": {"enabled": True, "forgetting": 0.995, "prior_weight": 0.05, "explore_every": 50,
+                         "explore_ratio": 1.5},
         },
         "scrape": {"interval_s": 0.25, "timeout_s": 1.0, "stale_after_s": 2.0},
         "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 5},
