@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 
 from router.acceptance import CLASSES
 from router.admin import install_admin_routes
+from router.body import loads_unique
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
 from router.context import attach_context, request_context
 from router.errors import (
@@ -110,10 +111,7 @@ def _parse_json(request: Request, body: bytes) -> Any:
     ctype = request.headers.get("content-type", "")
     if ctype.split(";", 1)[0].strip().lower() != "application/json":
         raise UnsupportedMediaType("Content-Type must be application/json", param=None)
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise InvalidRequest("the request body is not valid JSON", code="invalid_json") from None
+    return loads_unique(body)  # 400 invalid_json, or duplicate_key naming the key (router.body)
 
 
 #: Bodies up to this size are rendered on the event loop (a chat template over a few KB takes
