@@ -172,7 +172,7 @@ class RouterMetrics:
             "specgate_engine_rejections",
             "Engine refusals before the first byte, by pool and reason (http_503, http_429, "
             "stream_error: a 429/503 error event in a 200 stream, stream_abort: an abort "
-            "before any content).", ["pool", "reason"])
+            "before any content, body_abort: the same in a non-streamed 200).", ["pool", "reason"])
         # Response usage and endings (router.observe): per pool.
         self.completion_tokens = LoopCounter(
             "specgate_completion_tokens", "usage.completion_tokens of chat responses.", ["pool"])

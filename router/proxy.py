@@ -46,11 +46,19 @@ that owns the rest of the request's life. Its contract:
   compression), whole SSE events at a time (an incomplete trailing event waits for its end);
   never retried; an upstream failure or idle timeout sends one ``data: {"error": ...}`` event
   and closes; a stream that ends without ``data: [DONE]`` gets the same error event, and
-  ``[DONE]`` is never invented. An engine-initiated abort after content (a chunk with
-  ``"finish_reason":"abort"``, not an OpenAI value, vllm-project/vllm#57082) is not relayed:
-  the content before it is, then one ``data: {"error":{"message":"generation aborted by
-  engine","type":"server_error","param":null,"code":"engine_abort"}}`` event, no ``[DONE]``,
-  no retry.
+  ``[DONE]`` is never invented. An engine-initiated abort after content (a chunk with a
+  choice ending ``finish_reason: "abort"``, not an OpenAI value, vllm-project/vllm#57082) is
+  not relayed: the content before it is, then one ``data: {"error":{"message":"generation
+  aborted by engine","type":"server_error","param":null,"code":"engine_abort"}}`` event, no
+  ``[DONE]``, no retry. The engine's events are read by the SSE and JSON grammars
+  (:func:`router.upstream.find_abort`): any JSON spacing or escaping, ``data:`` with or without
+  its space; a chunk is parsed only when it may hold ``"abort"`` (two byte searches), and the
+  relayed bytes stay the engine's.
+- **Non-streamed aborts**: a 200 body with a choice ending ``finish_reason: "abort"`` is
+  never relayed as a success: with no output in any choice it is a capacity refusal
+  (``body_abort``, resent as above); with output, 502 ``{"error":{"message":"generation
+  aborted by engine","type":"server_error","param":null,"code":"engine_abort"}}``, not
+  retried.
 - **Client disconnect** (watched on the ASGI ``receive`` channel, also while waiting for the
   engine): the upstream request is closed and ``POST /abort_request {"rid": ...}`` goes to the
   endpoint that owns it, once per engine request id (one prompt: its ``rid``; a batch of
@@ -95,8 +103,12 @@ from router.upstream import (
     ConnTrace,
     IdleWatch,
     abort_request,
+    body_abort,
     classify_event,
+    find_abort,
     retry_after_seconds,
+    sse_data,
+    stream_done,
 )
 
 __all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
@@ -116,9 +128,6 @@ ENGINE_ABORT_EVENT = (
     b'data: {"error":{"message":"generation aborted by engine","type":"server_error",'
     b'"param":null,"code":"engine_abort"}}\n\n'
 )
-_DONE = b"data: [DONE]"
-_ABORT_MARK = b'"finish_reason":"abort"'  # compact JSON (SGLang's pydantic dumps); quotes
-# inside string values are escaped, so content cannot contain it
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_HELD = 1 << 20  # bytes of an incomplete SSE event held back before relaying them anyway
 _BACKPRESSURE = (429, 503)
@@ -160,7 +169,7 @@ class ProxyJob:
         received_at: ``time.perf_counter()`` when the request arrived (s).
         stale_retries: the pool of each resend after a stale keep-alive connection.
         rejections: ``(pool, reason)`` of each engine capacity refusal (reason ``http_503``,
-            ``http_429``, ``stream_error`` or ``stream_abort``).
+            ``http_429``, ``stream_error``, ``stream_abort`` or ``body_abort``).
         end_events: for a stream that does not end with ``data: [DONE]`` (``/v1/responses``):
             the byte strings of which one must appear for the stream to count as complete;
             None: the ``[DONE]`` rule.
@@ -383,6 +392,14 @@ class ProxyResponse(Response):
             if not first:
                 job.outcome = "upstream_empty"
                 raise UpstreamError("upstream worker failed")
+            if not job.features.stream:
+                aborted = body_abort(first)
+                if aborted == "before_content":  # a refusal, as a stream's abort before content
+                    job.outcome = "engine_overloaded"
+                    raise _Backpressure("body_abort", None)
+                if aborted is not None:
+                    job.outcome = "engine_abort"
+                    raise UpstreamError("generation aborted by engine", code="engine_abort")
             job.ttfb_s = time.perf_counter() - job.received_at
             ctype = resp.headers.get("content-type", "application/json")
             if job.observer is not None and not job.features.stream:
@@ -425,7 +442,7 @@ class ProxyResponse(Response):
             if kind == "content":
                 return buf
             if kind == "error":
-                self._stream_error(buf[pos + len(b"data: "):end])
+                self._stream_error(sse_data(buf[pos:end]) or b"")
             if kind == "abort":
                 self.job.outcome = "engine_overloaded"
                 raise _Backpressure("stream_abort", None)
@@ -485,10 +502,9 @@ class ProxyResponse(Response):
                     cut = chunk.rfind(b"\n\n") + 2
                     chunk, held = (chunk[:cut], chunk[cut:]) if cut > 1 else (b"", chunk)
                 if chunk:
-                    if _ABORT_MARK in chunk:
-                        at = chunk.find(_ABORT_MARK)
-                        start = chunk.rfind(b"\n\n", 0, at)
-                        before = chunk[:start + 2] if start >= 0 else b""
+                    at = find_abort(chunk)
+                    if at is not None:
+                        before = chunk[:at]
                         if before:
                             await send({"type": "http.response.body", "body": before, "more_body": True})
                         job.outcome = "engine_abort"
@@ -517,7 +533,7 @@ class ProxyResponse(Response):
             watch.close()
         if held:  # bytes after the last complete event (not SSE): relayed as they are
             await forward(held)
-        complete = ended if ends is not None else _DONE in tail
+        complete = ended if ends is not None else stream_done(tail)
         if not complete:
             job.outcome = "upstream_truncated"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
@@ -585,7 +601,7 @@ class _Backpressure(Exception):
     """The engine refused for capacity before the first byte.
 
     Attributes:
-        reason: ``http_503``, ``http_429``, ``stream_error`` or ``stream_abort``.
+        reason: ``http_503``, ``http_429``, ``stream_error``, ``stream_abort`` or ``body_abort``.
         retry_after: the engine's ``Retry-After`` (s), or None.
     """
 

@@ -42,3 +42,78 @@ def test_unique_keys_with_any_spacing_are_served(stack: Stack) -> None:
     sent = stack.backend_requests(stack.spec) + stack.backend_requests(stack.plain)
     assert len(sent) == 1 and sent[0]["body"]["max_tokens"] == 3
 
+
+
+# -- framing: the engine's answer read by its grammar ---------------------------------------------
+
+ROLE = 'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+TOK = 'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok0"}}]}\n\n'
+SPACED_ABORT = ('data: {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, '
+                '"finish_reason": "abort"}]}\n\n')
+
+
+def chat(**kw):
+    return {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **kw}
+
+
+@pytest.mark.parametrize("abort", [SPACED_ABORT, SPACED_ABORT.replace("data: ", "data:"),
+                                   SPACED_ABORT.replace('"abort"', '"\\u0061bort"')])
+def test_a_spaced_abort_after_content_is_an_error_event_not_done(stack: Stack, abort: str) -> None:
+    from router.proxy import ENGINE_ABORT_EVENT
+
+    stack.script(stack.spec, {"sse_events": [ROLE, TOK, abort, "data: [DONE]\n\n"]})
+    with stack.client.stream("POST", CHAT, json=chat(stream=True)) as r:
+        assert r.status_code == 200 and r.headers["x-specgate-pool"] == "spec"
+        raw = r.read()
+    assert raw == (ROLE + TOK).encode() + ENGINE_ABORT_EVENT  # no [DONE], the abort chunk not relayed
+    assert stack.backend_requests(stack.plain) == []  # content was sent: never retried
+    assert stack.router.metric("specgate_upstream_failures_total", pool="spec", kind="engine_abort") == 1
+
+
+def test_a_spaced_abort_before_content_is_a_refusal_resent_to_the_other_pool(stack: Stack) -> None:
+    stack.script(stack.spec, {"sse_events": [ROLE.replace("data: ", "data:"), SPACED_ABORT, "data: [DONE]\n\n"]})
+    r = stack.client.post(CHAT, json=chat(stream=True))
+    assert r.status_code == 200 and r.headers["x-specgate-pool"] == "plain"
+    assert r.content.endswith(b"data: [DONE]\n\n") and b"abort" not in r.content
+    assert stack.router.metric("specgate_engine_rejections_total", pool="spec", reason="stream_abort") == 1
+
+
+def test_events_without_the_space_after_data_relay_whole(stack: Stack) -> None:
+    events = [ROLE.replace("data: ", "data:"), TOK.replace("data: ", "data:"),
+              'data:{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n', "data:[DONE]\n\n"]
+    stack.script(stack.spec, {"sse_events": events})
+    with stack.client.stream("POST", CHAT, json=chat(stream=True)) as r:
+        assert r.status_code == 200
+        raw = r.read()
+    assert raw == "".join(events).encode()  # byte-identical, no error event appended
+    assert stack.router.metric("specgate_upstream_failures_total", pool="spec", kind="upstream_truncated") == 0
+
+
+def _whole(content: str) -> str:
+    return ('{"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", '
+            f'"content": "{content}"}}, "finish_reason": "abort"}}], "usage": {{"prompt_tokens": 3, '
+            '"completion_tokens": 1, "total_tokens": 4}}')
+
+
+def test_a_non_streamed_abort_is_never_a_200(stack: Stack) -> None:
+    answer = {"status": 200, "body_text": _whole("tok0"), "content_type": "application/json"}
+    stack.script(stack.spec, answer)
+    r = stack.client.post(CHAT, json=chat())
+    assert_e400(r, 502, "engine_abort", None, type_="server_error")
+    assert stack.backend_requests(stack.plain) == []
+    stack.script(stack.spec, {**answer, "body_text": _whole("")})  # no output: a refusal, resent
+    r = stack.client.post(CHAT, json=chat())
+    assert r.status_code == 200 and r.headers["x-specgate-pool"] == "plain"
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    assert stack.router.metric("specgate_engine_rejections_total", pool="spec", reason="body_abort") == 1
+
+
+def test_top_logprobs_follows_openai_limits(stack: Stack) -> None:
+    for value in (21, 25, -1, 2.5, "5", True):
+        r = stack.client.post(CHAT, json=chat(logprobs=True, top_logprobs=value))
+        assert_e400(r, 400, "invalid_value", "top_logprobs")
+    assert stack.backend_requests(stack.spec) == [] and stack.backend_requests(stack.plain) == []
+    r = stack.client.post(CHAT, json=chat(logprobs=True, top_logprobs=20))
+    assert r.status_code == 200, r.text
+    sent = stack.backend_requests(stack.spec) + stack.backend_requests(stack.plain)
+    assert [s["body"]["top_logprobs"] for s in sent] == [20]
