@@ -26,6 +26,7 @@ from router.admin import install_admin_routes
 from router.body import loads_unique
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
 from router.context import attach_context, request_context
+from router.encoding import content_codings, decode_body
 from router.errors import (
     AuthenticationError,
     ContextLengthExceeded,
@@ -81,6 +82,9 @@ def _state(request: Request) -> AppState:
 
 
 async def _read_body(request: Request, cap: int) -> bytes:
+    """The request body, its ``Content-Encoding`` undone; ``cap`` bounds the bytes read and
+    the decoded bytes (:mod:`router.encoding`: 413, 415, 400 ``invalid_content_encoding``)."""
+    codings = content_codings(request.headers.getlist("content-encoding"))
     length = request.headers.get("content-length")
     if length is not None:
         try:
@@ -104,7 +108,8 @@ async def _read_body(request: Request, cap: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return await decode_body(body, codings, cap) if codings else body
 
 
 def _parse_json(request: Request, body: bytes) -> Any:

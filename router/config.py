@@ -207,7 +207,8 @@ class LimitsConfig(Strict):
             response header). ``null`` or ``engine``: the engine's default, nothing forwarded (SGLang
             generates until end of sequence or its context); the decision then counts the
             request at its worst case, ``S - prompt`` output tokens.
-        max_request_bytes: request-body cap (bytes); larger bodies get HTTP 413.
+        max_request_bytes: request-body cap (bytes), on the bytes read and on the decoded
+            bytes of a compressed body (router.encoding); larger bodies get HTTP 413.
         max_n: the largest accepted ``n`` (choices per request).
     """
 

@@ -117,3 +117,49 @@ def test_top_logprobs_follows_openai_limits(stack: Stack) -> None:
     assert r.status_code == 200, r.text
     sent = stack.backend_requests(stack.spec) + stack.backend_requests(stack.plain)
     assert [s["body"]["top_logprobs"] for s in sent] == [20]
+
+
+# -- compressed bodies ----------------------------------------------------------------------------
+
+BODY = b'{"model":"tiny-llama","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
+
+
+@pytest.mark.parametrize(("coding", "encode"), [
+    ("gzip", lambda b: __import__("gzip").compress(b)),
+    ("deflate", lambda b: __import__("zlib").compress(b)),
+    ("zstd", lambda b: __import__("zstandard").ZstdCompressor().compress(b)),
+    ("identity", lambda b: b),
+])
+def test_compressed_bodies_are_decoded_and_forwarded_plain(stack: Stack, coding, encode) -> None:
+    for path, stream in ((CHAT, False), (CHAT, True), ("/v1/completions", False)):
+        body = BODY.replace(b'"messages":[{"role":"user","content":"hi"}]', b'"prompt":"hi"') \
+            if path != CHAT else BODY
+        if stream:
+            body = body[:-1] + b',"stream":true}'
+        r = stack.client.post(path, content=encode(body), headers={**JSON, "content-encoding": coding})
+        assert r.status_code == 200, r.text
+    sent = [s for f in (stack.spec, stack.plain) for s in stack.backend_requests(f, None)]
+    assert len(sent) == 3
+    for s in sent:
+        assert "content-encoding" not in s["headers"] and isinstance(s["body"], dict)
+        assert s["body"]["max_tokens"] == 8
+
+
+def test_a_gzip_bomb_is_413_at_the_decoded_cap(stack: Stack) -> None:
+    import gzip
+
+    bomb = gzip.compress(b'{"model":"tiny-llama","messages":[{"role":"user","content":"' + b"a" * (48 << 20) + b'"}]}')
+    assert len(bomb) < 100_000  # about 47 KiB on the wire, 48 MiB decoded; the cap is 1 MB
+    r = stack.client.post(CHAT, content=bomb, headers={**JSON, "content-encoding": "gzip"})
+    assert_e400(r, 413, "request_too_large", None)
+    assert stack.backend_requests(stack.spec, None) == [] and stack.backend_requests(stack.plain, None) == []
+
+
+def test_unknown_codings_are_415_and_corrupt_data_400_never_invalid_json(stack: Stack) -> None:
+    r = stack.client.post(CHAT, content=BODY, headers={**JSON, "content-encoding": "br"})
+    err = assert_e400(r, 415, "unsupported_content_encoding", None)
+    assert err["message"] == "Content-Encoding br is not supported"
+    assert r.headers["accept-encoding"] == "gzip, deflate, zstd, identity"
+    r = stack.client.post(CHAT, content=BODY, headers={**JSON, "content-encoding": "gzip"})  # not gzip
+    assert_e400(r, 400, "invalid_content_encoding", None)
+    assert stack.backend_requests(stack.spec, None) == [] and stack.backend_requests(stack.plain, None) == []
