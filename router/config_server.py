@@ -14,13 +14,30 @@ from router.config_base import EnvName, PositiveFloat, PositiveInt, Strict
 __all__ = [
     "AuthConfig",
     "CircuitBreakerConfig",
+    "HeaderLimitsConfig",
     "ServerConfig",
     "StateConfig",
 ]
 
 
+class HeaderLimitsConfig(Strict):
+    """Limits on a request's head (request line and header fields), enforced as bytes arrive
+    (:mod:`router.http_limits`); over one: 431, the connection closed, a metric counted.
+
+    Attributes:
+        max_bytes: the whole head, request line and header fields with their line ends (bytes;
+            Envoy's default is 60 KiB).
+        max_fields: header fields per request (Envoy's default 100).
+        max_field_bytes: one field's name and value, or the request target (bytes).
+    """
+
+    max_bytes: Annotated[int, Field(strict=True, ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
+    max_fields: Annotated[int, Field(strict=True, ge=8, le=10_000)] = 100
+    max_field_bytes: Annotated[int, Field(strict=True, ge=256, le=16 * 1024 * 1024)] = 8 * 1024
+
+
 class ServerConfig(Strict):
-    """Where the router listens."""
+    """Where the router listens, and what a request's head may be (``headers``)."""
 
     host: StrictStr = "127.0.0.1"
     port: Annotated[int, Field(strict=True, ge=0, le=65535)] = 8000
@@ -33,6 +50,7 @@ class ServerConfig(Strict):
     #: Seconds requests still in flight get after the listener closed; then each is cut with
     #: a ``router_shutdown`` error (a stream: one terminal SSE event) and aborted upstream.
     drain_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
+    headers: HeaderLimitsConfig = HeaderLimitsConfig()
 
 
 class CircuitBreakerConfig(Strict):

@@ -186,12 +186,16 @@ class RouterMetrics:
             "specgate_suspect_truncations",
             "Responses to a tools request that ended 'stop' with only reasoning (no content, no "
             "tool call).", ["pool"])
+        self.header_limit_rejections = LoopCounter(
+            "specgate_header_limit_rejections",
+            "Requests refused with 431 because their head passed a server.headers limit "
+            "(limit: bytes, fields, field_bytes); the connection was closed.", ["limit"])
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
                                           self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
                                           self.upstream_stale_retries, self.engine_rejections,
                                           self.predicted_completion, self.completion_tokens,
                                           self.reasoning_tokens, self.usage_inconsistent,
-                                          self.suspect_truncations]))
+                                          self.suspect_truncations, self.header_limit_rejections]))
         self.prefix_match_ratio = LoopHistogram(
             "specgate_prefix_match_ratio",
             "Per routed request with prefix routing on: the estimated fraction of its prompt tokens "
