@@ -51,6 +51,7 @@ from router.policy import Outcome, Reason, flip_points, over_length_message, req
 from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse, Redecision
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
+from router.trace import trace_headers
 
 if TYPE_CHECKING:
     from router.app import AppState
@@ -255,7 +256,9 @@ async def _generate(request: Request, kind: str) -> Response:
                        received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
                        observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None,
                        default_budget=None if not features.budget_defaulted else
-                       "engine" if limits.default_max_tokens is None else str(features.max_new_tokens))
+                       "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
+                       trace=trace_headers(request.headers.getlist("traceparent"),
+                                           request.headers.getlist("tracestate")))
     except BaseException:
         lease.release()
         raise

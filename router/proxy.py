@@ -178,6 +178,7 @@ class ProxyJob:
         default_budget: the output budget the router chose for a request that set none, as the
             ``x-specgate-max-tokens`` response header (tokens, or ``engine`` when
             ``limits.default_max_tokens`` is null); None: the client set it.
+        trace: the W3C trace headers sent on every attempt (:func:`router.trace.trace_headers`).
     """
 
     request_id: str
@@ -191,6 +192,7 @@ class ProxyJob:
     end_events: tuple[bytes, ...] | None = None
     observer: Any = None
     default_budget: str | None = None
+    trace: dict[str, str] = field(default_factory=dict)
     status: int = 0
     outcome: str = "ok"
     ttfb_s: float | None = None
@@ -347,7 +349,7 @@ class ProxyResponse(Response):
         timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=up.connect_timeout_s,
                                         sock_read=None)
         headers = {"content-type": "application/json", "x-request-id": job.request_id,
-                   "accept-encoding": "identity"}
+                   "accept-encoding": "identity", **job.trace}
         resp: aiohttp.ClientResponse | None = None
         conn = ConnTrace()
         try:

@@ -163,3 +163,37 @@ def test_unknown_codings_are_415_and_corrupt_data_400_never_invalid_json(stack: 
     r = stack.client.post(CHAT, content=BODY, headers={**JSON, "content-encoding": "gzip"})  # not gzip
     assert_e400(r, 400, "invalid_content_encoding", None)
     assert stack.backend_requests(stack.spec, None) == [] and stack.backend_requests(stack.plain, None) == []
+
+
+# -- trace context --------------------------------------------------------------------------------
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_trace_context_reaches_the_engine_on_every_attempt(stack: Stack, stream: bool) -> None:
+    stack.script(stack.spec, {"status": 500})  # the first attempt fails: failover to plain
+    rid = "trace-req-0f3a"
+    r = stack.client.post(CHAT, json=chat(stream=stream), headers={
+        "traceparent": TRACEPARENT, "tracestate": "vendora=x,vendorb=y", "x-request-id": rid,
+        "baggage": "user=alice"})
+    assert r.status_code == 200 and r.headers["x-specgate-pool"] == "plain"
+    assert r.headers["x-request-id"] == rid
+    attempts = stack.backend_requests(stack.spec) + stack.backend_requests(stack.plain)
+    assert len(attempts) == 2
+    for sent in attempts:
+        h = sent["headers"]
+        assert (h["traceparent"], h["tracestate"], h["x-request-id"]) == (TRACEPARENT, "vendora=x,vendorb=y", rid)
+        assert "baggage" not in h
+        assert sent["body"]["rid"] not in (rid, "4bf92f3577b34da6a3ce929d0e0e4736")  # the router's own id
+
+
+def test_malformed_trace_context_is_dropped_and_the_request_served(stack: Stack) -> None:
+    r = stack.client.post(CHAT, json=chat(), headers={"traceparent": "zz-" + "g" * 297, "tracestate": "=" * 600})
+    assert r.status_code == 200
+    sent = (stack.backend_requests(stack.spec) + stack.backend_requests(stack.plain))[0]["headers"]
+    assert "traceparent" not in sent and "tracestate" not in sent
+    r = stack.client.post(CHAT, json=chat(), headers={"traceparent": TRACEPARENT, "tracestate": "=" * 600})
+    assert r.status_code == 200
+    sent = (stack.backend_requests(stack.spec) + stack.backend_requests(stack.plain))[-1]["headers"]
+    assert sent["traceparent"] == TRACEPARENT and "tracestate" not in sent
