@@ -189,6 +189,11 @@ async def _generate(request: Request, kind: str) -> Response:
     own_id = state.next_request_id()
     request_id = client_request_id(request.headers.get("x-request-id")) or own_id
     context = attach_context(request, request_id)
+    headers = request.headers
+    trace = trace_headers(headers.getlist("traceparent"), headers.getlist("tracestate"),
+                          headers.get("baggage") if cfg.tracing.forward_baggage else None)
+    if state.tracing is not None:  # router.tracing: the server span, ended by _finish or the error path
+        context.span = state.tracing.start_request(request.scope["path"], trace, request_id)
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
     if kind == "responses":
@@ -234,6 +239,12 @@ async def _generate(request: Request, kind: str) -> Response:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
     assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
+    if context.span is not None:
+        context.span.set_attributes({
+            "specgate.pool": decision.pool, "specgate.reason": decision.reason.value,
+            "specgate.endpoint_reason": decision.endpoint_reason or "least_load",
+            "specgate.prompt_tokens": features.prompt_tokens, "specgate.prompt_tokens_exact": features.prompt_exact,
+            **({"specgate.predicted_s": dict(decision.predicted)[decision.pool]} if decision.predicted else {})})
     if decision.predicted:
         state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
     if chain is not None:
@@ -257,8 +268,7 @@ async def _generate(request: Request, kind: str) -> Response:
                        observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None,
                        default_budget=None if not features.budget_defaulted else
                        "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
-                       trace=trace_headers(request.headers.getlist("traceparent"),
-                                           request.headers.getlist("tracestate")))
+                       trace=trace, span=context.span)
     except BaseException:
         lease.release()
         raise
@@ -278,7 +288,7 @@ async def _generate(request: Request, kind: str) -> Response:
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
-                         clock=state.clock)
+                         clock=state.clock, tracing=state.tracing)
 
 
 def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
@@ -335,6 +345,9 @@ def _finish(state: AppState, job: ProxyJob) -> None:
         m.upstream_stale_retries.inc((stale_pool,))
     for refused in job.rejections:
         m.engine_rejections.inc(refused)
+    if job.span is not None:
+        state.tracing.end(job.span, job.status, None if job.outcome == "ok" else job.outcome,
+                          final_pool=job.decision.pool, attempts=job.attempts, outcome=job.outcome)
     if state.runtime.config.server.log_requests:
         access_log.info(orjson.dumps({
             "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
@@ -374,6 +387,9 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
                 "reason": reason, "status": err.status, "code": err.code, "param": err.param,
                 "prompt_tokens": features.prompt_tokens if features is not None else None,
                 "prompt_tokens_exact": features.prompt_exact if features is not None else None}).decode())
+    if context is not None and context.span is not None and state is not None and state.tracing is not None:
+        state.tracing.end(context.span, err.status, err.code or "error", reason=reason)
+        context.span = None
     headers = err.response_headers()
     headers["x-specgate-pool"] = "none"
     headers["x-specgate-reason"] = reason

@@ -83,7 +83,13 @@ from router.config_routing import (
     RoutingConfig,
     SaturationConfig,
 )
-from router.config_server import AuthConfig, CircuitBreakerConfig, ServerConfig, StateConfig
+from router.config_server import (
+    AuthConfig,
+    CircuitBreakerConfig,
+    ServerConfig,
+    StateConfig,
+    TracingConfig,
+)
 
 __all__ = [
     "EAGLE_FAMILY",
@@ -111,6 +117,7 @@ __all__ = [
     "ServerConfig",
     "SpeedConfig",
     "StateConfig",
+    "TracingConfig",
     "UpstreamConfig",
     "load_config",
     "parse_config",
@@ -292,6 +299,7 @@ class Config(Strict):
     state: StateConfig = StateConfig()
     auth: AuthConfig = AuthConfig()
     canary: CanaryConfig = CanaryConfig()
+    tracing: TracingConfig = TracingConfig()
 
     @model_validator(mode="after")
     def _check(self) -> Config:

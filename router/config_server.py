@@ -17,6 +17,7 @@ __all__ = [
     "HeaderLimitsConfig",
     "ServerConfig",
     "StateConfig",
+    "TracingConfig",
 ]
 
 
@@ -51,6 +52,32 @@ class ServerConfig(Strict):
     #: a ``router_shutdown`` error (a stream: one terminal SSE event) and aborted upstream.
     drain_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
     headers: HeaderLimitsConfig = HeaderLimitsConfig()
+
+
+class TracingConfig(Strict):
+    """OpenTelemetry traces of the router (:mod:`router.tracing`); off by default.
+
+    Attributes:
+        enabled: export spans (a server span per request, a client span per upstream attempt).
+        endpoint: the OTLP/HTTP traces endpoint (protobuf), e.g. a collector's
+            ``http://otel-collector:4318/v1/traces``.
+        sampler_ratio: the share of new traces sampled (``TraceIdRatioBased``); a client's
+            sampled flag is followed (``ParentBased``).
+        service_name: the ``service.name`` resource attribute.
+        resource_attributes: more resource attributes (``deployment.environment``...).
+        forward_baggage: forward the client's W3C ``baggage`` header to the engine (off: it can
+            carry user data); applies with tracing on or off.
+        export_timeout_s: seconds one export may take.
+    Changes take effect on restart (a reload keeps the running exporter).
+    """
+
+    enabled: StrictBool = False
+    endpoint: StrictStr = "http://127.0.0.1:4318/v1/traces"
+    sampler_ratio: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 1.0
+    service_name: StrictStr = "specgate-router"
+    resource_attributes: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    forward_baggage: StrictBool = False
+    export_timeout_s: PositiveFloat = 10.0
 
 
 class CircuitBreakerConfig(Strict):

@@ -99,6 +99,7 @@ from router.errors import (
 )
 from router.features import RequestFeatures
 from router.policy import Decision
+from router.upstream import Backpressure as _Backpressure
 from router.upstream import (
     ConnTrace,
     IdleWatch,
@@ -110,6 +111,8 @@ from router.upstream import (
     sse_data,
     stream_done,
 )
+from router.upstream import Failover as _Failover
+from router.upstream import Stale as _Stale
 
 __all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
            "Redecision"]
@@ -179,6 +182,7 @@ class ProxyJob:
             ``x-specgate-max-tokens`` response header (tokens, or ``engine`` when
             ``limits.default_max_tokens`` is null); None: the client set it.
         trace: the W3C trace headers sent on every attempt (:func:`router.trace.trace_headers`).
+        span: the request's server span (:mod:`router.tracing`), None with tracing off.
     """
 
     request_id: str
@@ -193,6 +197,7 @@ class ProxyJob:
     observer: Any = None
     default_budget: str | None = None
     trace: dict[str, str] = field(default_factory=dict)
+    span: Any = None
     status: int = 0
     outcome: str = "ok"
     ttfb_s: float | None = None
@@ -221,14 +226,17 @@ class ProxyResponse(Response):
         fresh_session: a ``force_close`` session for the resend after a stale connection
             (None: ``session``).
         clock: monotonic clock (s) for back-pressure records.
+        tracing: a :class:`router.tracing.Tracing`: a client span per attempt, whose context
+            is sent upstream (None: the job's ``trace`` headers as they are).
     """
 
     def __init__(self, job: ProxyJob, *, session: aiohttp.ClientSession, upstream: UpstreamConfig,
                  redecide: Redecide, on_done: Callable[[ProxyJob], None],
                  spawn: Callable[[Any], None], retry_after_s: int = 5,
                  fresh_session: aiohttp.ClientSession | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, tracing: Any = None) -> None:
         self.job = job
+        self._tracing = tracing
         self._session = session
         self._fresh = fresh_session or session
         self._up = upstream
@@ -350,6 +358,10 @@ class ProxyResponse(Response):
                                         sock_read=None)
         headers = {"content-type": "application/json", "x-request-id": job.request_id,
                    "accept-encoding": "identity", **job.trace}
+        span = None
+        if self._tracing is not None and job.span is not None:  # its context goes upstream
+            span, context = self._tracing.start_attempt(job.span, endpoint.url, job.path, endpoint.pool, job.attempts)
+            headers.update(context)
         resp: aiohttp.ClientResponse | None = None
         conn = ConnTrace()
         try:
@@ -417,6 +429,9 @@ class ProxyResponse(Response):
         finally:
             if resp is not None:
                 resp.close()
+            if span is not None:
+                self._tracing.end(span, None if resp is None else resp.status,
+                                  None if job.outcome == "ok" else job.outcome)
 
     async def _first_events(self, resp: aiohttp.ClientResponse) -> bytes:
         """Read a 200 stream until its first *content* event and return the bytes read.
@@ -587,27 +602,3 @@ class ProxyResponse(Response):
         ``upstream.abort_timeout_s`` per id)."""
         if self.job.abort_rids:
             await abort_request(self._fresh, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s)
-
-
-class _Failover(Exception):
-    def __init__(self, error: SpecgateError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-class _Stale(Exception):
-    """A reused keep-alive connection broke before any response byte."""
-
-
-class _Backpressure(Exception):
-    """The engine refused for capacity before the first byte.
-
-    Attributes:
-        reason: ``http_503``, ``http_429``, ``stream_error``, ``stream_abort`` or ``body_abort``.
-        retry_after: the engine's ``Retry-After`` (s), or None.
-    """
-
-    def __init__(self, reason: str, retry_after: int | None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after

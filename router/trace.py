@@ -15,7 +15,8 @@ joins the engine's spans to the client's trace. What is forwarded:
   values are joined with ``,`` (section 3.3.1.1 allows it) and forwarded unchanged when every
   member is ``key=value`` per the grammar, keys are unique and there are at most 32 members;
   otherwise it is dropped.
-- ``baggage`` is never forwarded from here (it can carry user data).
+- ``baggage`` is forwarded only with ``tracing.forward_baggage`` (it can carry user data),
+  unchanged, up to 8192 bytes.
 
 Neither the trace id nor the client's ``x-request-id`` becomes the engine's request id: a
 trace id is shared by many requests (the router's own id names the engine request).
@@ -26,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["MAX_TRACESTATE_MEMBERS", "trace_headers", "valid_traceparent", "valid_tracestate"]
+__all__ = ["MAX_BAGGAGE_BYTES", "MAX_TRACESTATE_MEMBERS", "trace_headers", "valid_traceparent", "valid_tracestate"]
 
 #: Most list members a ``tracestate`` may have (section 3.3.1.1).
 MAX_TRACESTATE_MEMBERS = 32
@@ -79,11 +80,23 @@ def valid_tracestate(values: Sequence[str]) -> str | None:
     return joined if 0 < members <= MAX_TRACESTATE_MEMBERS else None
 
 
-def trace_headers(traceparent: Sequence[str], tracestate: Sequence[str]) -> dict[str, str]:
+#: Longest ``baggage`` forwarded (bytes; W3C Baggage: "at least 8192 bytes" must be propagated).
+MAX_BAGGAGE_BYTES = 8192
+
+
+def trace_headers(traceparent: Sequence[str], tracestate: Sequence[str],
+                  baggage: str | None = None) -> dict[str, str]:
     """The trace headers to send upstream from the client's ``traceparent`` and ``tracestate``
-    header values: ``{}``, ``{"traceparent": ...}`` or both (module docstring)."""
+    header values: ``{}``, ``{"traceparent": ...}`` or both (module docstring); plus
+    ``baggage`` when given (``tracing.forward_baggage``) and at most 8192 bytes."""
+    out: dict[str, str] = {}
+    if baggage and len(baggage.encode()) <= MAX_BAGGAGE_BYTES:
+        out["baggage"] = baggage
     parent = valid_traceparent(traceparent) if traceparent else None
     if parent is None:
-        return {}
+        return out
+    out["traceparent"] = parent
     state = valid_tracestate(tracestate)
-    return {"traceparent": parent} if state is None else {"traceparent": parent, "tracestate": state}
+    if state is not None:
+        out["tracestate"] = state
+    return out

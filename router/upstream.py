@@ -24,8 +24,23 @@ from typing import Any
 import aiohttp
 import orjson
 
-__all__ = ["ConnTrace", "IdleWatch", "abort_request", "body_abort", "classify_event",
-           "connection_trace_config", "find_abort", "retry_after_seconds", "sse_data", "stream_done"]
+from router.errors import SpecgateError
+
+__all__ = [
+    "Backpressure",
+    "ConnTrace",
+    "Failover",
+    "IdleWatch",
+    "Stale",
+    "abort_request",
+    "body_abort",
+    "classify_event",
+    "connection_trace_config",
+    "find_abort",
+    "retry_after_seconds",
+    "sse_data",
+    "stream_done",
+]
 
 class ConnTrace:
     """Per-request trace context: set when aiohttp took the connection from its pool."""
@@ -219,3 +234,30 @@ async def abort_request(session: aiohttp.ClientSession, base_url: str, rids: tup
             async with session.post(base_url + "/abort_request", json={"rid": rid},
                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                 await resp.read()
+
+
+# -- the proxy's control-flow exceptions (router.proxy) --------------------------------
+class Failover(Exception):
+    """An engine failure before the first byte that another endpoint may serve."""
+
+    def __init__(self, error: SpecgateError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class Stale(Exception):
+    """A reused keep-alive connection broke before any response byte."""
+
+
+class Backpressure(Exception):
+    """The engine refused for capacity before the first byte.
+
+    Attributes:
+        reason: ``http_503``, ``http_429``, ``stream_error``, ``stream_abort`` or ``body_abort``.
+        retry_after: the engine's ``Retry-After`` (s), or None.
+    """
+
+    def __init__(self, reason: str, retry_after: int | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after

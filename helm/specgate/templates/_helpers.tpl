@@ -197,6 +197,7 @@ upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really
   "upstream" .Values.upstream
   "server" $server
   "canary" .Values.canary
+  "tracing" .Values.tracing
   "state" (include "specgate.stateConfig" . | fromYaml) }}
 {{- $auth := dict }}
 {{- range $src := (include "specgate.authSources" . | fromYaml).sources }}
