@@ -28,6 +28,11 @@ discovery   the ``spec`` pool discovered from EndpointSlices of a fake Kubernete
             turned not-ready, one change every 0.3 s
 storm       clients close 30% of requests before the headers (mid-prefill) and 30% of
             streams after 1-4 events, and every client drops its request at the end
+headers     rounds of two connections streaming 48 MiB of header bytes each in 64 KiB
+            writes, never ending the head (``server.headers`` cuts them, 431); notes: bytes
+            a flood wrote before the cut, the router's RSS growth, the 431s counted
+bomb        gzip bombs (48 MiB of prompt text in ~47 KiB, ``limits.max_request_bytes`` 32
+            MiB) sent every 0.5 s; notes: their statuses (413), the router's RSS growth
 ==========  ===============================================================================
 
 After the load stops, the drill waits (up to 10 s) for the router's in-flight gauges
@@ -46,6 +51,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -61,7 +67,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.drill_load import LoadPlan, run_load
 from benchmarks.router_overhead import free_port, stop_processes, wait_http
 
-DRILLS = ("kill", "freeze", "redis", "config", "roll", "discovery", "storm")
+DRILLS = ("kill", "freeze", "redis", "config", "roll", "discovery", "storm", "headers", "bomb")
 COLUMNS = ("sent", "completed", "clean_error", "fabricated", "bad_error", "transport_before", "transport_mid",
            "hung", "client_closed", "leases_left", "orphans", "unaborted")
 #: Every engine: the tests' tiny-llama identity, a 0.1 s prefill, 25 ms per decode step.
@@ -360,6 +366,69 @@ async def storm(d: Drill, stop: asyncio.Event) -> None:
     return None
 
 
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _flood(port: int, total: int) -> int:
+    """One connection writing a head that never ends (64 KiB writes, up to ``total`` bytes);
+    returns the bytes written before the router cut it."""
+    block, sent = b"a" * 65536, 0
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        try:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-flood: ")
+            while sent < total:
+                s.sendall(block)
+                sent += len(block)
+        except OSError:
+            pass
+    return sent
+
+
+async def headers(d: Drill, stop: asyncio.Event) -> None:
+    """Header floods during the load: rounds of two connections streaming 48 MiB of header
+    bytes each, never ending the head (router.http_limits cuts them at server.headers)."""
+    assert d.router is not None and d.router.proc is not None
+    pid, port = d.router.proc.pid, d.router.port
+    base = _rss_kib(pid)
+    peak, floods, written = base, 0, []
+    await asyncio.sleep(d.args.duration * 0.1)
+    while not stop.is_set() and floods < 8:
+        written += await asyncio.gather(*(asyncio.to_thread(_flood, port, 48 << 20) for _ in range(2)))
+        floods += 2
+        peak = max(peak, _rss_kib(pid))
+        await asyncio.sleep(0.5)
+    d.notes.update(floods=floods, flood_max_bytes_written=max(written, default=0),
+                   router_rss_growth_kib=peak - base)
+
+
+async def bomb(d: Drill, stop: asyncio.Event) -> None:
+    """gzip bombs during the load (48 MiB of prompt text in ~47 KiB; decoded cap 32 MiB)."""
+    import gzip
+
+    import httpx
+
+    assert d.router is not None and d.router.proc is not None
+    pid = d.router.proc.pid
+    payload = await asyncio.to_thread(gzip.compress, b'{"model":"tiny-llama","messages":[{"role":"user",'
+                                      b'"content":"' + b"a" * (48 << 20) + b'"}]}')
+    base = _rss_kib(pid)
+    peak, statuses = base, []
+    await asyncio.sleep(d.args.duration * 0.1)
+    async with httpx.AsyncClient(base_url=d.router.url, timeout=30) as client:
+        while not stop.is_set() and len(statuses) < 8:
+            r = await client.post("/v1/chat/completions", content=payload,
+                                  headers={"content-type": "application/json", "content-encoding": "gzip"})
+            statuses.append(r.status_code)
+            peak = max(peak, _rss_kib(pid))
+            await asyncio.sleep(0.5)
+    d.notes.update(bombs=len(statuses), bomb_statuses=sorted(set(statuses)), bomb_bytes=len(payload),
+                   router_rss_growth_kib=peak - base)
+
+
 # -- the drills' stacks ------------------------------------------------------------------------
 
 def setup(d: Drill, plan: LoadPlan) -> tuple[Callable[[Drill, asyncio.Event], Awaitable[None]], LoadPlan]:
@@ -410,6 +479,14 @@ def setup(d: Drill, plan: LoadPlan) -> tuple[Callable[[Drill, asyncio.Event], Aw
         return storm, LoadPlan(**{**vars_of(plan), "clients": plan.clients + 2, "max_tokens": (20, 80),
                                   "prefill_close_fraction": 0.3, "stream_close_fraction": 0.3,
                                   "drop_at_stop": True})
+    if name == "headers":
+        d.basic()
+        d.after = lambda: {"header_rejections": d.router.metric("specgate_header_limit_rejections_total")
+                           if d.router else 0}
+        return headers, plan
+    if name == "bomb":
+        d.basic(limits={"max_context_tokens": 4096, "default_max_tokens": 256, "max_request_bytes": 32 << 20})
+        return bomb, plan
     d.basic()
     return {"kill": kill, "freeze": freeze}[name], plan
 

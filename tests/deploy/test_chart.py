@@ -232,7 +232,11 @@ def test_default_router_config_is_exact() -> None:
             "backpressure_max_hold_s": 30.0,
         },
         "server": {"host": "0.0.0.0", "port": 8000, "reload_interval_s": 1.0, "log_requests": True,
-                   "drain_listen_s": 5, "drain_timeout_s": 30},
+                   "drain_listen_s": 5, "drain_timeout_s": 30,
+                   "headers": {"max_bytes": 65536, "max_fields": 100, "max_field_bytes": 8192}},
+        "tracing": {"enabled": False, "endpoint": "http://otel-collector:4318/v1/traces", "sampler_ratio": 1.0,
+                    "service_name": "specgate-router", "resource_attributes": {}, "forward_baggage": False,
+                    "export_timeout_s": 10.0},
         "canary": {
             "enabled": False, "interval_s": 300.0, "check_s": 1.0, "max_tokens": 32, "timeout_s": 60.0,
             "prompts": ["Count from one to twenty in words, separated by commas.",
