@@ -197,3 +197,16 @@ def test_malformed_trace_context_is_dropped_and_the_request_served(stack: Stack)
     assert r.status_code == 200
     sent = (stack.backend_requests(stack.spec) + stack.backend_requests(stack.plain))[-1]["headers"]
     assert sent["traceparent"] == TRACEPARENT and "tracestate" not in sent
+
+
+def test_the_stale_connection_resend_carries_the_trace_context_too(stack: Stack) -> None:
+    headers = {"traceparent": TRACEPARENT, "tracestate": "vendora=x"}
+    assert stack.client.post(CHAT, json=chat(), headers=headers).status_code == 200  # pools a connection
+    pool = "spec" if stack.backend_requests(stack.spec) else "plain"
+    fake = stack.spec if pool == "spec" else stack.plain
+    stack.script(fake, {"fault": "reset", "reused_only": True})
+    assert stack.client.post(CHAT, json=chat(), headers=headers).status_code == 200
+    log = stack.backend_requests(fake)
+    assert [e["fault"] for e in log[1:]] == ["reset", None]  # the reused connection broke, then the resend
+    assert all((e["headers"]["traceparent"], e["headers"]["tracestate"]) == (TRACEPARENT, "vendora=x") for e in log)
+    assert stack.router.metric("specgate_upstream_stale_connection_retries_total", pool=pool) == 1
