@@ -427,6 +427,21 @@ def test_default_spec_pool_container() -> None:
     }
 
 
+def test_engine_tracing_flags_render_as_specgate_serve_writes_them() -> None:
+    values = {"pools": [{"name": "plain", "speculative": False,
+                         "engine": {"model_path": "/models/tiny-llama", "otlp_traces_endpoint": "otel:4317",
+                                    "otlp_service_name": "sglang-plain"}}],
+              "tracing": {"enabled": True, "endpoint": "http://otel:4318/v1/traces"}}
+    objects = k8s.render(values)
+    args = k8s.container(k8s.one(objects, "Deployment", "sg-specgate-pool-plain")["spec"]["template"], "sglang")["args"]
+    i = args.index("--enable-trace")
+    assert args[i:i + 5] == ["--enable-trace", "--otlp-traces-endpoint", "otel:4317", "--otlp-service-name",
+                             "sglang-plain"]
+    cfg = k8s.router_validate(objects)
+    assert cfg.tracing.enabled and cfg.tracing.endpoint == "http://otel:4318/v1/traces"
+    assert cfg.pool("plain").engine.otlp_traces_endpoint == "otel:4317"
+
+
 def test_plain_pool_has_no_speculative_flags() -> None:
     dep = k8s.one(k8s.render(), "Deployment", "sg-specgate-pool-plain")
     args = k8s.container(dep["spec"]["template"], "sglang")["args"]

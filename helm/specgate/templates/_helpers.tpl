@@ -423,6 +423,15 @@ engine_argv (the argv `specgate serve` would exec), then the LeaderWorkerSet fla
 - --reasoning-parser
 - {{ $engine.reasoning_parser | quote }}
 {{- end }}
+{{- if $engine.otlp_traces_endpoint }}
+- --enable-trace
+- --otlp-traces-endpoint
+- {{ $engine.otlp_traces_endpoint | quote }}
+{{- if $engine.otlp_service_name }}
+- --otlp-service-name
+- {{ $engine.otlp_service_name | quote }}
+{{- end }}
+{{- end }}
 {{- if not (has "generate" (default (list "generate") $pool.serves)) }}
 - --is-embedding
 {{- end }}
