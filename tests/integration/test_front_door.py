@@ -3,7 +3,6 @@ sees it (duplicate keys, content codings) and what the router reads back (framin
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from tests.integration.test_router_proxy import assert_e400

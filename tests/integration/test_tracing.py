@@ -23,8 +23,8 @@ TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
 def traced(tmp_path: Path, tokenizer_dir: Path) -> Iterator[tuple[Stack, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
     s = Stack(tmp_path, tokenizer_dir, router_kwargs={"span_exporter": exporter},
-              **{"tracing": {"enabled": True, "service_name": "specgate-test",
-                             "resource_attributes": {"deployment.environment": "ci"}}})
+              tracing={"enabled": True, "service_name": "specgate-test",
+                             "resource_attributes": {"deployment.environment": "ci"}})
     try:
         yield s, exporter
     finally:
