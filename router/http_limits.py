@@ -94,14 +94,15 @@ def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
             if self._rejected:
                 return
             if self._in_head:
-                seen = self._tail + data
+                tail = self._tail
+                seen = tail + data if tail else data
                 end = seen.find(b"\r\n\r\n")
-                head = len(data) if end < 0 else max(0, end + 4 - len(self._tail))
-                self._head_bytes += head
+                self._head_bytes += len(data) if end < 0 else max(0, end + 4 - len(tail))
                 if self._head_bytes > self._limits.max_bytes:
                     self._reject("bytes")
                     return
-                self._tail = seen[-3:]
+                if end < 0:
+                    self._tail = seen[-3:]
             self._unset_keepalive_if_required()
             try:
                 self.parser.feed_data(data)
@@ -130,18 +131,24 @@ def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
             self.transport.write(rejection_response(limit, self._limits))
             self.transport.close()
 
+        # on_url and on_header repeat uvicorn's bodies (0.54) rather than call them: a parser
+        # callback per header is the hot path, and a super() call there costs a frame each.
         def on_url(self, url: bytes) -> None:
-            super().on_url(url)
+            self.url += url
             if len(self.url) > self._limits.max_field_bytes:
                 raise _HeadTooLarge("field_bytes")
 
         def on_header(self, name: bytes, value: bytes) -> None:
             self._fields += 1
-            if self._fields > self._limits.max_fields:
+            limits = self._limits
+            if self._fields > limits.max_fields:
                 raise _HeadTooLarge("fields")
-            if len(name) + len(value) > self._limits.max_field_bytes:
+            if len(name) + len(value) > limits.max_field_bytes:
                 raise _HeadTooLarge("field_bytes")
-            super().on_header(name, value)
+            name = name.lower()
+            if name == b"expect" and value.lower() == b"100-continue":
+                self.expect_100_continue = True
+            self.headers.append((name, value))
 
         def on_headers_complete(self) -> None:
             self._in_head = False

@@ -106,7 +106,9 @@ from router.upstream import (
     abort_request,
     body_abort,
     classify_event,
+    complete_events,
     find_abort,
+    next_event,
     retry_after_seconds,
     sse_data,
     stream_done,
@@ -446,8 +448,8 @@ class ProxyResponse(Response):
         buf = await resp.content.readany()
         pos = 0
         while True:
-            end = buf.find(b"\n\n", pos)
-            if end < 0:
+            found = next_event(buf, pos)
+            if found is None:
                 if len(buf) >= _MAX_HELD:
                     return buf
                 more = await resp.content.readany()
@@ -455,6 +457,7 @@ class ProxyResponse(Response):
                     return buf
                 buf += more
                 continue
+            end, after = found
             kind = classify_event(buf[pos:end])
             if kind == "content":
                 return buf
@@ -463,7 +466,7 @@ class ProxyResponse(Response):
             if kind == "abort":
                 self.job.outcome = "engine_overloaded"
                 raise _Backpressure("stream_abort", None)
-            pos = end + 2
+            pos = after
 
     def _stream_error(self, payload: bytes) -> None:
         """The engine's first SSE event is an error (SGLang streams scheduler-side refusals
@@ -516,8 +519,8 @@ class ProxyResponse(Response):
                 if held:
                     chunk, held = held + chunk, b""
                 if not chunk.endswith(b"\n\n") and len(chunk) < _MAX_HELD:
-                    cut = chunk.rfind(b"\n\n") + 2
-                    chunk, held = (chunk[:cut], chunk[cut:]) if cut > 1 else (b"", chunk)
+                    cut = complete_events(chunk)  # whole events only (CRLF or LF line ends)
+                    chunk, held = chunk[:cut], chunk[cut:]
                 if chunk:
                     at = find_abort(chunk)
                     if at is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -35,8 +36,10 @@ __all__ = [
     "abort_request",
     "body_abort",
     "classify_event",
+    "complete_events",
     "connection_trace_config",
     "find_abort",
+    "next_event",
     "retry_after_seconds",
     "sse_data",
     "stream_done",
@@ -66,17 +69,45 @@ def connection_trace_config() -> aiohttp.TraceConfig:
     return trace
 
 
+#: A blank line ending an SSE event: two line ends, each CRLF, LF or CR (WHATWG HTML,
+#: "Server-sent events", the event stream's grammar).
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r|\n\r\n|\r\n\n")
+
+
+def next_event(buf: bytes, pos: int = 0) -> tuple[int, int] | None:
+    """``(end, after)`` of the first SSE event in ``buf`` from ``pos``: the event is
+    ``buf[pos:end]``, the next one starts at ``after``; None when no event ends there yet.
+    Without CR bytes one byte search finds the usual ``\\n\\n``; else the grammar's regex."""
+    if b"\r" not in buf:
+        end = buf.find(b"\n\n", pos)
+        return None if end < 0 else (end, end + 2)
+    m = _EVENT_END.search(buf, pos)
+    return None if m is None else (m.start(), m.end())
+
+
+def complete_events(buf: bytes) -> int:
+    """How many leading bytes of ``buf`` are whole SSE events (0: no event ends in it)."""
+    if buf.endswith((b"\n\n", b"\r\n\r\n")):
+        return len(buf)
+    best = buf.rfind(b"\n\n") + 2
+    if b"\r" in buf:
+        for sep in (b"\r\n\r\n", b"\r\r", b"\n\r\n"):
+            at = buf.rfind(sep, max(best - 2, 0))
+            if at >= 0:
+                best = max(best, at + len(sep))
+    return best if best > 1 else 0
+
+
 def sse_data(event: bytes) -> bytes | None:
     """The data of one SSE event (without its blank line), read by the event-stream grammar
     (WHATWG HTML, "Server-sent events", interpreting an event stream): its ``data`` field
     lines, each with ``data:`` and one optional space after it removed, joined by ``\\n``;
-    lines may end with ``\\r\\n``. None when the event has no ``data`` field (a comment such
+    lines may end with CRLF, LF or CR. None when the event has no ``data`` field (a comment such
     as ``: keep-alive``, or another field only)."""
-    if event.startswith(b"data: ") and b"\n" not in event:  # the usual one-line event
-        return event[6:].rstrip(b"\r")
+    if event.startswith(b"data: ") and b"\n" not in event and b"\r" not in event:  # the usual one-line event
+        return event[6:]
     parts = []
-    for line in event.split(b"\n"):
-        line = line.rstrip(b"\r")
+    for line in event.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
         if line == b"data":
             parts.append(b"")
         elif line.startswith(b"data:"):
@@ -152,15 +183,16 @@ def find_abort(chunk: bytes) -> int | None:
         return None
     pos = 0
     while True:
-        end = chunk.find(b"\n\n", pos)
-        if end < 0:
+        found = next_event(chunk, pos)
+        if found is None:
             return None
+        end, after = found
         event = chunk[pos:end]
         if _may_abort(event):
             data = sse_data(event)
             if data is not None and _aborts(_json_object(data)):
                 return pos
-        pos = end + 2
+        pos = after
 
 
 def body_abort(body: bytes) -> str | None:

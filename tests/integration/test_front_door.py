@@ -209,3 +209,18 @@ def test_the_stale_connection_resend_carries_the_trace_context_too(stack: Stack)
     assert [e["fault"] for e in log[1:]] == ["reset", None]  # the reused connection broke, then the resend
     assert all((e["headers"]["traceparent"], e["headers"]["tracestate"]) == (TRACEPARENT, "vendora=x") for e in log)
     assert stack.router.metric("specgate_upstream_stale_connection_retries_total", pool=pool) == 1
+
+
+def test_crlf_framed_streams_relay_whole_and_aborts_are_found(stack: Stack) -> None:
+    from router.proxy import ENGINE_ABORT_EVENT
+
+    stop = 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    crlf = [e.replace("\n\n", "\r\n\r\n") for e in (ROLE, TOK, stop, "data: [DONE]\n\n")]
+    stack.script(stack.spec, {"sse_events": crlf})
+    with stack.client.stream("POST", CHAT, json=chat(stream=True)) as r:
+        raw = r.read()
+    assert raw == "".join(crlf).encode()  # byte-identical, nothing appended
+    stack.script(stack.spec, {"sse_events": [crlf[0], crlf[1], SPACED_ABORT.replace("\n\n", "\r\n\r\n"), crlf[3]]})
+    with stack.client.stream("POST", CHAT, json=chat(stream=True)) as r:
+        raw = r.read()
+    assert raw == (crlf[0] + crlf[1]).encode() + ENGINE_ABORT_EVENT

@@ -74,3 +74,19 @@ def test_body_abort(body, verdict):
 def test_stream_done_with_or_without_the_space():
     assert stream_done(b"...\n\ndata: [DONE]\n\n") and stream_done(b"data:[DONE]\n\n")
     assert not stream_done(b'data: {"x":"[DONE]"}\n\n')
+
+
+def test_cr_and_crlf_line_ends_are_read_by_the_grammar():
+    from router.upstream import complete_events, next_event
+
+    crlf = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\r\n\r\ndata: [DONE]\r\n\r\n'
+    assert next_event(crlf) == (crlf.index(b"\r\n\r\n"), crlf.index(b"\r\n\r\n") + 4)
+    assert complete_events(crlf) == len(crlf) and complete_events(crlf[:-1]) == crlf.index(b"data: [DONE]")
+    assert complete_events(b"data: x") == 0 and complete_events(b"data: x\n\ndata: y") == 9
+    assert complete_events(b"data: x\r\rdata: y") == 9 and next_event(b"data: x\r\ry") == (7, 9)
+    abort = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "abort"}]}'
+    for sep in (b"\r\n\r\n", b"\r\r", b"\n\r\n"):
+        chunk = b"data: a" + sep + abort + sep
+        assert find_abort(chunk) == len(b"data: a" + sep)
+    assert sse_data(b"data: a\rdata:b") == b"a\nb"
+    assert classify_event(abort.replace(b"data: ", b"data:")) == "abort"
