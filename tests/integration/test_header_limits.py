@@ -119,3 +119,11 @@ def test_endless_heads_are_cut_without_stalling_other_clients(stack: Stack) -> N
     assert len(sent) == 2 and all(n < 16 << 20 for n in sent), sent  # cut near the limit, not at 48 MiB
     assert max(latencies) < 1.5, latencies
     assert stack.router.metric("specgate_header_limit_rejections_total", limit="bytes") == 2
+
+
+def test_a_request_target_over_the_field_limit_is_431(stack: Stack) -> None:
+    raw = exchange(stack.router.port, b"POST /v1/chat/completions?x=" + b"a" * 9000 + b" HTTP/1.1\r\nhost: x\r\n"
+                   b"content-type: application/json\r\ncontent-length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY)
+    assert_431_or_closed(raw, "field_bytes")
+    assert raw.startswith(b"HTTP/1.1 431 ")
+    assert stack.router.metric("specgate_header_limit_rejections_total", limit="field_bytes") == 1
