@@ -30,11 +30,14 @@ class HeaderLimitsConfig(Strict):
             Envoy's default is 60 KiB).
         max_fields: header fields per request (Envoy's default 100).
         max_field_bytes: one field's name and value, or the request target (bytes).
+        head_timeout_s: seconds a request's head may take to arrive once its first byte did
+            (a client dripping header bytes): then 408 and the connection closed.
     """
 
     max_bytes: Annotated[int, Field(strict=True, ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
     max_fields: Annotated[int, Field(strict=True, ge=8, le=10_000)] = 100
     max_field_bytes: Annotated[int, Field(strict=True, ge=256, le=16 * 1024 * 1024)] = 8 * 1024
+    head_timeout_s: PositiveFloat = 30.0
 
 
 class ServerConfig(Strict):

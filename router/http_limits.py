@@ -14,7 +14,11 @@ httptools' CPU per request. :func:`limited_protocol` keeps httptools and adds, p
   connection holds at most the limit plus one read of head bytes (python-hyper/h11#155:
   count bytes as they arrive, not headers after parsing);
 - ``max_fields``: header fields, counted as the parser yields them;
-- ``max_field_bytes``: one field's name plus value, and the request target.
+- ``max_field_bytes``: one field's name plus value, and the request target;
+- ``head_timeout_s``: a head that has not arrived whole this long after its first byte (a
+  client dripping bytes to hold the connection: uvicorn's keep-alive timer restarts on every
+  byte) is answered 408 ``request_timeout`` and the connection closed. The timer is armed
+  only when a head spans more than one read, so the usual request costs none.
 
 Over any limit the answer is written at once and the connection closed::
 
@@ -26,7 +30,7 @@ Over any limit the answer is written at once and the connection closed::
               "type":"invalid_request_error","param":null,"code":"request_header_fields_too_large"}}
 
 (RFC 6585 section 5), and ``specgate_header_limit_rejections_total{limit}`` counts it
-(``bytes``, ``fields``, ``field_bytes``). The limits are read from the app's current config
+(``bytes``, ``fields``, ``field_bytes``; ``head_timeout`` for the 408). The limits are read from the app's current config
 when a connection opens, so a reload applies to new connections.
 """
 
@@ -55,7 +59,13 @@ class _HeadTooLarge(Exception):
 
 
 def rejection_response(limit: str, limits: HeaderLimitsConfig) -> bytes:
-    """The whole 431 response for a head over ``limit`` (``bytes``, ``fields``, ``field_bytes``)."""
+    """The whole 431 response for a head over ``limit`` (``bytes``, ``fields``, ``field_bytes``),
+    or the 408 for ``head_timeout``."""
+    if limit == "head_timeout":
+        body = error_body(f"the request head did not arrive within {limits.head_timeout_s:g} s",
+                          "invalid_request_error", None, "request_timeout")
+        return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: "
+                + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
     what = {"bytes": f"{limits.max_bytes} bytes", "fields": f"{limits.max_fields} fields",
             "field_bytes": f"{limits.max_field_bytes} bytes per field"}[limit]
     body = error_body(f"request header fields too large (limit: {what})", "invalid_request_error", None,
@@ -89,6 +99,7 @@ def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
             self._fields = 0
             self._tail = b""  # the last 3 head bytes: a CRLFCRLF split between two reads
             self._rejected = False
+            self._head_timer: asyncio.TimerHandle | None = None
 
         def data_received(self, data: bytes) -> None:
             if self._rejected:
@@ -119,6 +130,23 @@ def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
                     self.handle_websocket_upgrade()
                 else:
                     self._unsupported_upgrade_warning()
+                return
+            if self._in_head and self._head_bytes and self._head_timer is None and not self._rejected:
+                self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
+
+        def _head_late(self) -> None:
+            self._head_timer = None
+            if self._in_head and not self._rejected and not self.transport.is_closing():
+                self._reject("head_timeout")
+
+        def _stop_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_head_timer()
+            super().connection_lost(exc)
 
         def _bad_request(self) -> None:
             msg = "Invalid HTTP request received."
@@ -152,6 +180,8 @@ def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
 
         def on_headers_complete(self) -> None:
             self._in_head = False
+            if self._head_timer is not None:
+                self._stop_head_timer()
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:

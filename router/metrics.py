@@ -189,7 +189,8 @@ class RouterMetrics:
         self.header_limit_rejections = LoopCounter(
             "specgate_header_limit_rejections",
             "Requests refused with 431 because their head passed a server.headers limit "
-            "(limit: bytes, fields, field_bytes); the connection was closed.", ["limit"])
+            "(limit: bytes, fields, field_bytes), or with 408 because it arrived slower than "
+            "server.headers.head_timeout_s (limit: head_timeout); the connection was closed.", ["limit"])
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
                                           self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
                                           self.upstream_stale_retries, self.engine_rejections,

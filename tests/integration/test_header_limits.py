@@ -127,3 +127,26 @@ def test_a_request_target_over_the_field_limit_is_431(stack: Stack) -> None:
     assert_431_or_closed(raw, "field_bytes")
     assert raw.startswith(b"HTTP/1.1 431 ")
     assert stack.router.metric("specgate_header_limit_rejections_total", limit="field_bytes") == 1
+
+
+def test_a_head_dripped_slower_than_the_head_timeout_is_408(tmp_path, tokenizer_dir) -> None:
+    s = Stack(tmp_path, tokenizer_dir, **{"server.headers": {"head_timeout_s": 0.5}})
+    try:
+        with socket.create_connection(("127.0.0.1", s.router.port), timeout=10) as c:
+            c.sendall(head())  # the head, without its blank line
+            t0 = time.monotonic()
+            for _ in range(3):  # a byte now and then: uvicorn's keep-alive timer alone would restart
+                time.sleep(0.1)
+                c.sendall(b"x")
+            raw = b""
+            while chunk := c.recv(65536):
+                raw += chunk
+            waited = time.monotonic() - t0
+        assert raw.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), raw[:200]
+        assert json.loads(raw.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
+        assert 0.4 < waited < 5
+        assert s.router.metric("specgate_header_limit_rejections_total", limit="head_timeout") == 1
+        r = s.client.post("/v1/chat/completions", content=BODY, headers={"content-type": "application/json"})
+        assert r.status_code == 200  # whole heads are not timed
+    finally:
+        s.close()
