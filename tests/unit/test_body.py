@@ -82,3 +82,17 @@ def test_fast_identity_agrees_with_the_walk_on_random_documents(size):
         body = raw.encode()
         expect = find_duplicate_key(raw) is not None
         assert has_duplicate_keys(body, orjson.loads(body)) is expect
+
+
+def test_large_bodies_are_scanned_in_windows_without_missing_an_escape_at_a_boundary():
+    from router.body import _WINDOW
+
+    filler = '"' + "a" * 60 + '",'
+    for at in (_WINDOW - 3, _WINDOW - 1, _WINDOW, 2 * _WINDOW + 1):  # where the escaped colon starts
+        head = '{"k":"' + "b" * (at - 6) 
+        raw = head + '\\u003a","k":1,"m":[' + filler * 1000 + '"z"]}'
+        assert raw.index("\\u003a") == at
+        with pytest.raises(InvalidRequest) as exc:
+            loads_unique(raw.encode())
+        assert exc.value.param == "k"
+        assert loads_unique(raw.replace('"k":1', '"j":1').encode())["j"] == 1
