@@ -50,15 +50,10 @@ that owns the rest of the request's life. Its contract:
   choice ending ``finish_reason: "abort"``, not an OpenAI value, vllm-project/vllm#57082) is
   not relayed: the content before it is, then one ``data: {"error":{"message":"generation
   aborted by engine","type":"server_error","param":null,"code":"engine_abort"}}`` event, no
-  ``[DONE]``, no retry. The engine's events are read by the SSE and JSON grammars
-  (:func:`router.upstream.find_abort`): any JSON spacing or escaping, ``data:`` with or without
-  its space; a chunk is parsed only when it may hold ``"abort"`` (two byte searches), and the
-  relayed bytes stay the engine's.
-- **Non-streamed aborts**: a 200 body with a choice ending ``finish_reason: "abort"`` is
-  never relayed as a success: with no output in any choice it is a capacity refusal
-  (``body_abort``, resent as above); with output, 502 ``{"error":{"message":"generation
-  aborted by engine","type":"server_error","param":null,"code":"engine_abort"}}``, not
-  retried.
+  ``[DONE]``, no retry. Events are read by the SSE and JSON grammars (any spacing, escaping,
+  ``data:`` with or without its space, LF/CRLF/CR; :mod:`router.upstream`).
+- **Non-streamed aborts** (a choice ending ``"abort"``): with no output, a capacity refusal
+  (``body_abort``, resent as above); with output, 502 ``engine_abort``; never a 200.
 - **Client disconnect** (watched on the ASGI ``receive`` channel, also while waiting for the
   engine): the upstream request is closed and ``POST /abort_request {"rid": ...}`` goes to the
   endpoint that owns it, once per engine request id (one prompt: its ``rid``; a batch of
