@@ -224,3 +224,22 @@ def test_crlf_framed_streams_relay_whole_and_aborts_are_found(stack: Stack) -> N
     with stack.client.stream("POST", CHAT, json=chat(stream=True)) as r:
         raw = r.read()
     assert raw == (crlf[0] + crlf[1]).encode() + ENGINE_ABORT_EVENT
+
+
+def test_admin_overrides_follow_the_same_body_rules(tmp_path, tokenizer_dir) -> None:
+    import gzip
+
+    s = Stack(tmp_path, tokenizer_dir, auth={"admin_api_key": "adm-key-1"})
+    try:
+        auth = {"authorization": "Bearer adm-key-1", **JSON}
+        dup = b'{"routing":{"long_prompt_tokens":900,"long_prompt_tokens":5}}'
+        assert_e400(s.client.put("/admin/config", content=dup, headers=auth), 400, "duplicate_key",
+                    "routing.long_prompt_tokens")
+        r = s.client.put("/admin/config", content=gzip.compress(b'{"routing":{"long_prompt_tokens":900}}'),
+                         headers={**auth, "content-encoding": "gzip"})
+        assert r.status_code == 200, r.text
+        assert s.router.state.runtime.routing.long_prompt_tokens == 900
+        assert_e400(s.client.put("/admin/config", content=b"{}", headers={**auth, "content-encoding": "br"}),
+                    415, "unsupported_content_encoding", None)
+    finally:
+        s.close()
