@@ -28,6 +28,11 @@ discovery   the ``spec`` pool discovered from EndpointSlices of a fake Kubernete
             turned not-ready, one change every 0.3 s
 storm       clients close 30% of requests before the headers (mid-prefill) and 30% of
             streams after 1-4 events, and every client drops its request at the end
+headers     rounds of two connections streaming 48 MiB of header bytes each in 64 KiB
+            writes, never ending the head (``server.headers`` cuts them, 431); notes: bytes
+            a flood wrote before the cut, the router's RSS growth, the 431s counted
+bomb        gzip bombs (48 MiB of prompt text in ~47 KiB, ``limits.max_request_bytes`` 32
+            MiB) sent every 0.5 s; notes: their statuses (413), the router's RSS growth
 ==========  ===============================================================================
 
 After the load stops, the drill waits (up to 10 s) for the router's in-flight gauges
@@ -58,10 +63,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.drill_front_door import bomb, headers
 from benchmarks.drill_load import LoadPlan, run_load
 from benchmarks.router_overhead import free_port, stop_processes, wait_http
 
-DRILLS = ("kill", "freeze", "redis", "config", "roll", "discovery", "storm")
+DRILLS = ("kill", "freeze", "redis", "config", "roll", "discovery", "storm", "headers", "bomb")
 COLUMNS = ("sent", "completed", "clean_error", "fabricated", "bad_error", "transport_before", "transport_mid",
            "hung", "client_closed", "leases_left", "orphans", "unaborted")
 #: Every engine: the tests' tiny-llama identity, a 0.1 s prefill, 25 ms per decode step.
@@ -410,6 +416,14 @@ def setup(d: Drill, plan: LoadPlan) -> tuple[Callable[[Drill, asyncio.Event], Aw
         return storm, LoadPlan(**{**vars_of(plan), "clients": plan.clients + 2, "max_tokens": (20, 80),
                                   "prefill_close_fraction": 0.3, "stream_close_fraction": 0.3,
                                   "drop_at_stop": True})
+    if name == "headers":
+        d.basic()
+        d.after = lambda: {"header_rejections": d.router.metric("specgate_header_limit_rejections_total")
+                           if d.router else 0}
+        return headers, plan
+    if name == "bomb":
+        d.basic(limits={"max_context_tokens": 4096, "default_max_tokens": 256, "max_request_bytes": 32 << 20})
+        return bomb, plan
     d.basic()
     return {"kill": kill, "freeze": freeze}[name], plan
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
+from router.body import loads_unique
 from router.config import ConfigError, Overrides, RoutingConfig, parse_overrides
 from router.drain import is_loopback
+from router.encoding import content_codings, decode_body
 from router.errors import InvalidRequest, PermissionDenied, RequestTooLarge
 
 if TYPE_CHECKING:
@@ -68,13 +69,13 @@ def _authorize(request: Request) -> Any:
 
 
 async def _read_overrides(request: Request) -> Overrides:
+    codings = content_codings(request.headers.getlist("content-encoding"))  # router.encoding: 415
     body = await request.body()
     if len(body) > _MAX_BODY:
         raise RequestTooLarge(f"request body exceeds the {_MAX_BODY}-byte limit")
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise InvalidRequest("the request body is not valid JSON", code="invalid_json") from None
+    if codings:
+        body = await decode_body(body, codings, _MAX_BODY)
+    doc = loads_unique(body)  # one rule for duplicate keys on every route (router.body)
     try:
         return parse_overrides(doc)
     except ConfigError as exc:

@@ -23,8 +23,10 @@ from starlette.responses import JSONResponse, Response
 
 from router.acceptance import CLASSES
 from router.admin import install_admin_routes
+from router.body import loads_unique
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
 from router.context import attach_context, request_context
+from router.encoding import content_codings, decode_body
 from router.errors import (
     AuthenticationError,
     ContextLengthExceeded,
@@ -57,6 +59,7 @@ from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse, Redecision
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 from router.specstats import FIELD as SPEC_STATS_FIELD
+from router.trace import trace_headers
 
 if TYPE_CHECKING:
     from router.app import AppState
@@ -88,6 +91,9 @@ def _state(request: Request) -> AppState:
 
 
 async def _read_body(request: Request, cap: int) -> bytes:
+    """The request body, its ``Content-Encoding`` undone; ``cap`` bounds the bytes read and
+    the decoded bytes (:mod:`router.encoding`: 413, 415, 400 ``invalid_content_encoding``)."""
+    codings = content_codings(request.headers.getlist("content-encoding"))
     length = request.headers.get("content-length")
     if length is not None:
         try:
@@ -111,17 +117,15 @@ async def _read_body(request: Request, cap: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return await decode_body(body, codings, cap) if codings else body
 
 
 def _parse_json(request: Request, body: bytes) -> Any:
     ctype = request.headers.get("content-type", "")
     if ctype.split(";", 1)[0].strip().lower() != "application/json":
         raise UnsupportedMediaType("Content-Type must be application/json", param=None)
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise InvalidRequest("the request body is not valid JSON", code="invalid_json") from None
+    return loads_unique(body)  # 400 invalid_json, or duplicate_key naming the key (router.body)
 
 
 #: Bodies up to this size are rendered on the event loop (a chat template over a few KB takes
@@ -193,6 +197,11 @@ async def _generate(request: Request, kind: str) -> Response:
     own_id = state.next_request_id()
     request_id = client_request_id(request.headers.get("x-request-id")) or own_id
     context = attach_context(request, request_id)
+    headers = request.headers
+    trace = trace_headers(headers.getlist("traceparent"), headers.getlist("tracestate"),
+                          headers.get("baggage") if cfg.tracing.forward_baggage else None)
+    if state.tracing is not None:  # router.tracing: the server span, ended by _finish or the error path
+        context.span = state.tracing.start_request(request.scope["path"], trace, request_id)
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
     if kind == "responses":
@@ -238,6 +247,12 @@ async def _generate(request: Request, kind: str) -> Response:
         raise NoHealthyUpstream("no healthy upstream can serve this request",
                                 headers={"retry-after": str(cfg.health.retry_after_s)})
     assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
+    if context.span is not None:
+        context.span.set_attributes({
+            "specgate.pool": decision.pool, "specgate.reason": decision.reason.value,
+            "specgate.endpoint_reason": decision.endpoint_reason or "least_load",
+            "specgate.prompt_tokens": features.prompt_tokens, "specgate.prompt_tokens_exact": features.prompt_exact,
+            **({"specgate.predicted_s": dict(decision.predicted)[decision.pool]} if decision.predicted else {})})
     if decision.predicted:
         state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
     if chain is not None:
@@ -263,7 +278,7 @@ async def _generate(request: Request, kind: str) -> Response:
                        observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None,
                        default_budget=None if not features.budget_defaulted else
                        "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
-                       extra={"dispatch": dispatch, "spec_stats": spec_stats})
+                       trace=trace, span=context.span, extra={"dispatch": dispatch, "spec_stats": spec_stats})
     except BaseException:
         lease.release()
         raise
@@ -283,7 +298,7 @@ async def _generate(request: Request, kind: str) -> Response:
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
-                         clock=state.clock)
+                         clock=state.clock, tracing=state.tracing)
 
 
 def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
@@ -341,6 +356,9 @@ def _finish(state: AppState, job: ProxyJob) -> None:
     for refused in job.rejections:
         m.engine_rejections.inc(refused)
     _learn(state, job, duration)
+    if job.span is not None:
+        state.tracing.end(job.span, job.status, None if job.outcome == "ok" else job.outcome,
+                          final_pool=job.decision.pool, attempts=job.attempts, outcome=job.outcome)
     if state.runtime.config.server.log_requests:
         access_log.info(orjson.dumps({
             "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
@@ -418,6 +436,9 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
                 "reason": reason, "status": err.status, "code": err.code, "param": err.param,
                 "prompt_tokens": features.prompt_tokens if features is not None else None,
                 "prompt_tokens_exact": features.prompt_exact if features is not None else None}).decode())
+    if context is not None and context.span is not None and state is not None and state.tracing is not None:
+        state.tracing.end(context.span, err.status, err.code or "error", reason=reason)
+        context.span = None
     headers = err.response_headers()
     headers["x-specgate-pool"] = "none"
     headers["x-specgate-reason"] = reason

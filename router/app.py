@@ -88,6 +88,7 @@ class AppState:
         self.clock = clock
         self.tasks: set[asyncio.Task[Any]] = set()
         self.discovery: Discovery | None = None
+        self.tracing: Any = None  # a router.tracing.Tracing when tracing.enabled
         self.scrape_rounds = 0
         self.reloads_ok = 0
         self.reloads_failed = 0
@@ -304,7 +305,7 @@ def build_runtime(config: Config, previous: Runtime | None = None,
 
 def create_app(config: str | Path | Config, *, session_factory: Callable[[Config], aiohttp.ClientSession] | None = None,
                clock: Callable[[], float] = time.monotonic, scrape: bool = True, watch: bool = True,
-               discovery: DiscoverySettings | None = None) -> RouterApp:
+               discovery: DiscoverySettings | None = None, span_exporter: Any = None) -> RouterApp:
     """Build the router app.
 
     Args:
@@ -316,6 +317,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         watch: reload the config file when it changes (paths only).
         discovery: Kubernetes API access for pools with a ``discovery`` block (tests point
             ``api_url`` at a fake API server); watchers run only when such a pool exists.
+        span_exporter: with ``tracing.enabled``, export spans to this OpenTelemetry
+            ``SpanExporter`` synchronously instead of OTLP (tests: ``InMemorySpanExporter``).
 
     Raises:
         ConfigError: at startup, when the config is invalid.
@@ -343,6 +346,10 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         state = AppState(runtime, config_path=path, session=session, executor=executor,
                          metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session)
         app.state.specgate = state
+        if cfg.tracing.enabled:  # router.tracing (imported only when on)
+            from router.tracing import Tracing
+
+            state.tracing = Tracing(cfg.tracing, span_exporter)
         await shared.start(lambda: state.runtime)
         scraper = Scraper(session, lambda: state.runtime, state.on_scrape_round, clock,
                           on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc())
@@ -387,6 +394,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             if fresh_session is not None:
                 await fresh_session.close()
             executor.shutdown(wait=False, cancel_futures=True)
+            if state.tracing is not None:  # flushes the last spans (bounded by the export timeout)
+                await loop.run_in_executor(None, state.tracing.shutdown)
 
     app = RouterApp(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.drain = Drainer(clock)

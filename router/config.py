@@ -83,7 +83,13 @@ from router.config_routing import (
     RoutingConfig,
     SaturationConfig,
 )
-from router.config_server import AuthConfig, CircuitBreakerConfig, ServerConfig, StateConfig
+from router.config_server import (
+    AuthConfig,
+    CircuitBreakerConfig,
+    ServerConfig,
+    StateConfig,
+    TracingConfig,
+)
 
 __all__ = [
     "EAGLE_FAMILY",
@@ -111,6 +117,7 @@ __all__ = [
     "ServerConfig",
     "SpeedConfig",
     "StateConfig",
+    "TracingConfig",
     "UpstreamConfig",
     "load_config",
     "parse_config",
@@ -207,7 +214,8 @@ class LimitsConfig(Strict):
             response header). ``null`` or ``engine``: the engine's default, nothing forwarded (SGLang
             generates until end of sequence or its context); the decision then counts the
             request at its worst case, ``S - prompt`` output tokens.
-        max_request_bytes: request-body cap (bytes); larger bodies get HTTP 413.
+        max_request_bytes: request-body cap (bytes), on the bytes read and on the decoded
+            bytes of a compressed body (router.encoding); larger bodies get HTTP 413.
         max_n: the largest accepted ``n`` (choices per request).
     """
 
@@ -291,6 +299,7 @@ class Config(Strict):
     state: StateConfig = StateConfig()
     auth: AuthConfig = AuthConfig()
     canary: CanaryConfig = CanaryConfig()
+    tracing: TracingConfig = TracingConfig()
 
     @model_validator(mode="after")
     def _check(self) -> Config:

@@ -58,6 +58,11 @@ class EngineConfig(Strict):
     draft_max_positions: PositiveInt | None = None
     tool_call_parser: NonEmptyStr | None = None
     reasoning_parser: NonEmptyStr | None = None
+    #: SGLang's own OpenTelemetry traces: ``--enable-trace --otlp-traces-endpoint <host:port>``
+    #: (OTLP/gRPC, SGLang 0.5.23 ``arg_groups/fields/observability.py``) and
+    #: ``--otlp-service-name``; None leaves tracing off on the engine.
+    otlp_traces_endpoint: NonEmptyStr | None = None
+    otlp_service_name: NonEmptyStr | None = None
     cpu: StrictBool = False
     extra_args: tuple[StrictStr, ...] = ()
 

@@ -14,13 +14,34 @@ from router.config_base import EnvName, PositiveFloat, PositiveInt, Strict
 __all__ = [
     "AuthConfig",
     "CircuitBreakerConfig",
+    "HeaderLimitsConfig",
     "ServerConfig",
     "StateConfig",
+    "TracingConfig",
 ]
 
 
+class HeaderLimitsConfig(Strict):
+    """Limits on a request's head (request line and header fields), enforced as bytes arrive
+    (:mod:`router.http_limits`); over one: 431, the connection closed, a metric counted.
+
+    Attributes:
+        max_bytes: the whole head, request line and header fields with their line ends (bytes;
+            Envoy's default is 60 KiB).
+        max_fields: header fields per request (Envoy's default 100).
+        max_field_bytes: one field's name and value, or the request target (bytes).
+        head_timeout_s: seconds a request's head may take to arrive once its first byte did
+            (a client dripping header bytes): then 408 and the connection closed.
+    """
+
+    max_bytes: Annotated[int, Field(strict=True, ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
+    max_fields: Annotated[int, Field(strict=True, ge=8, le=10_000)] = 100
+    max_field_bytes: Annotated[int, Field(strict=True, ge=256, le=16 * 1024 * 1024)] = 8 * 1024
+    head_timeout_s: PositiveFloat = 30.0
+
+
 class ServerConfig(Strict):
-    """Where the router listens."""
+    """Where the router listens, and what a request's head may be (``headers``)."""
 
     host: StrictStr = "127.0.0.1"
     port: Annotated[int, Field(strict=True, ge=0, le=65535)] = 8000
@@ -33,6 +54,33 @@ class ServerConfig(Strict):
     #: Seconds requests still in flight get after the listener closed; then each is cut with
     #: a ``router_shutdown`` error (a stream: one terminal SSE event) and aborted upstream.
     drain_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
+    headers: HeaderLimitsConfig = HeaderLimitsConfig()
+
+
+class TracingConfig(Strict):
+    """OpenTelemetry traces of the router (:mod:`router.tracing`); off by default.
+
+    Attributes:
+        enabled: export spans (a server span per request, a client span per upstream attempt).
+        endpoint: the OTLP/HTTP traces endpoint (protobuf), e.g. a collector's
+            ``http://otel-collector:4318/v1/traces``.
+        sampler_ratio: the share of new traces sampled (``TraceIdRatioBased``); a client's
+            sampled flag is followed (``ParentBased``).
+        service_name: the ``service.name`` resource attribute.
+        resource_attributes: more resource attributes (``deployment.environment``...).
+        forward_baggage: forward the client's W3C ``baggage`` header to the engine (off: it can
+            carry user data); applies with tracing on or off.
+        export_timeout_s: seconds one export may take.
+    Changes take effect on restart (a reload keeps the running exporter).
+    """
+
+    enabled: StrictBool = False
+    endpoint: StrictStr = "http://127.0.0.1:4318/v1/traces"
+    sampler_ratio: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 1.0
+    service_name: StrictStr = "specgate-router"
+    resource_attributes: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    forward_baggage: StrictBool = False
+    export_timeout_s: PositiveFloat = 10.0
 
 
 class CircuitBreakerConfig(Strict):

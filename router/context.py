@@ -13,7 +13,7 @@ on the same scope, sees it too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -37,11 +37,14 @@ class RequestContext:
             an upper bound), None before.
         reject_reason: the policy's reason (a :class:`router.policy.Reason` value) when it
             refused a kind no pool serves, None otherwise (the error's own reason applies).
+        span: the request's server span while the handler owns it (:mod:`router.tracing`;
+            None with tracing off); the error path ends it.
     """
 
     request_id: str
     features: RequestFeatures | None = None
     reject_reason: str | None = None
+    span: Any = None
 
 
 def attach_context(request: Request, request_id: str) -> RequestContext:

@@ -7,6 +7,7 @@
     │   ├── ContextLengthExceeded       400     invalid_request_error  context_length_exceeded
     │   └── UnsupportedMediaType        400     invalid_request_error  invalid_content_type
     ├── RequestTooLarge                 413     invalid_request_error  request_too_large
+├── UnsupportedContentEncoding      415     invalid_request_error  unsupported_content_encoding
     ├── NotFound                        404     invalid_request_error  not_found
     ├── UnsupportedEndpoint             404     invalid_request_error  unsupported_endpoint
     ├── MethodNotAllowed                405     invalid_request_error  method_not_allowed
@@ -43,6 +44,7 @@ __all__ = [
     "RequestTooLarge",
     "SharedStateUnavailable",
     "SpecgateError",
+    "UnsupportedContentEncoding",
     "UnsupportedEndpoint",
     "UnsupportedMediaType",
     "UpstreamClientError",
@@ -119,6 +121,15 @@ class RequestTooLarge(SpecgateError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class UnsupportedContentEncoding(SpecgateError):
+    """A ``Content-Encoding`` the router does not decode (HTTP 415 with ``Accept-Encoding``,
+    RFC 7694 section 3)."""
+
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_content_encoding"
 
 
 class ModelNotFound(SpecgateError):

@@ -47,10 +47,12 @@ if TYPE_CHECKING:
     import jinja2
 
 __all__ = [
+    "MAX_TOP_LOGPROBS",
     "ParsedRequest",
     "PromptCounter",
     "RequestFeatures",
     "check_envelope",
+    "check_top_logprobs",
     "needs_exact",
     "parse_chat",
     "parse_completions",
@@ -179,6 +181,20 @@ def check_envelope(doc: Any) -> bool:
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("`stream` must be a boolean", param="stream")
     return bool(stream)
+
+
+#: OpenAI's largest ``top_logprobs`` (chat completions and responses: "an integer between 0
+#: and 20"); SGLang's own check differs by version, so the router holds OpenAI's.
+MAX_TOP_LOGPROBS = 20
+
+
+def check_top_logprobs(doc: dict[str, Any]) -> None:
+    """``top_logprobs``, when not null, is an integer in ``[0, MAX_TOP_LOGPROBS]``.
+
+    Raises:
+        InvalidRequest: ``param: "top_logprobs"``.
+    """
+    _strict_int(doc, "top_logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
 
 
 def _common(doc: Any, kind: Kind, max_n: int) -> tuple[int | None, int, bool]:
@@ -320,6 +336,7 @@ def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) 
         InvalidRequest: on the first invalid field (``param`` names it).
     """
     budget, n, stream = _common(doc, "chat", max_n)
+    check_top_logprobs(doc)
     media_tokens = _check_messages(doc.get("messages"), media)
     _check_tools(doc.get("tools"))
     validate_capability_fields(doc)

@@ -240,7 +240,7 @@ class RouterMetrics:
             "specgate_engine_rejections",
             "Engine refusals before the first byte, by pool and reason (http_503, http_429, "
             "stream_error: a 429/503 error event in a 200 stream, stream_abort: an abort "
-            "before any content).", ["pool", "reason"])
+            "before any content, body_abort: the same in a non-streamed 200).", ["pool", "reason"])
         # Response usage and endings (router.observe): per pool.
         self.completion_tokens = LoopCounter(
             "specgate_completion_tokens", "usage.completion_tokens of chat responses.", ["pool"])
@@ -254,12 +254,17 @@ class RouterMetrics:
             "specgate_suspect_truncations",
             "Responses to a tools request that ended 'stop' with only reasoning (no content, no "
             "tool call).", ["pool"])
+        self.header_limit_rejections = LoopCounter(
+            "specgate_header_limit_rejections",
+            "Requests refused with 431 because their head passed a server.headers limit "
+            "(limit: bytes, fields, field_bytes), or with 408 because it arrived slower than "
+            "server.headers.head_timeout_s (limit: head_timeout); the connection was closed.", ["limit"])
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
                                           self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
                                           self.upstream_stale_retries, self.engine_rejections,
                                           self.predicted_completion, self.completion_tokens,
                                           self.reasoning_tokens, self.usage_inconsistent,
-                                          self.suspect_truncations]))
+                                          self.suspect_truncations, self.header_limit_rejections]))
         self.prefix_match_ratio = LoopHistogram(
             "specgate_prefix_match_ratio",
             "Per routed request with prefix routing on: the estimated fraction of its prompt tokens "

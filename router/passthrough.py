@@ -62,7 +62,7 @@ import aiohttp
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from router.api import _parse_json, _read_body
+from router.api import _parse_json, _read_body, client_request_id
 from router.context import attach_context
 from router.errors import (
     InvalidRequest,
@@ -73,6 +73,7 @@ from router.errors import (
     UpstreamTimeout,
     map_engine_error,
 )
+from router.trace import trace_headers
 
 __all__ = ["PASSTHROUGH_ROUTES", "UnsupportedEndpoint", "check_body", "install_passthrough_routes",
            "serving_pools"]
@@ -131,10 +132,10 @@ def _candidates(pools: list[Any], excluded: set[str], tie: int) -> Iterator[Any]
 
 
 async def _call(session: aiohttp.ClientSession, endpoint: Any, path: str, body: bytes,
-                request_id: str, upstream: Any) -> tuple[int, str, bytes]:
+                request_id: str, upstream: Any, trace: dict[str, str]) -> tuple[int, str, bytes]:
     timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=upstream.connect_timeout_s)
     headers = {"content-type": "application/json", "x-request-id": request_id,
-               "accept-encoding": "identity"}
+               "accept-encoding": "identity", **trace}
     async with asyncio.timeout(upstream.nonstream_timeout_s):
         async with session.post(endpoint.target(path), data=body, headers=headers, timeout=timeout) as resp:
             data = await resp.read()
@@ -176,7 +177,7 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     runtime = state.runtime
     cfg = runtime.config
     received = time.perf_counter()
-    request_id = state.next_request_id()
+    request_id = client_request_id(request.headers.get("x-request-id")) or state.next_request_id()
     attach_context(request, request_id)
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
@@ -193,6 +194,7 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
             and not any("generate" in p.config.serves for p in pools)):
         raise InvalidRequest(f"The model `{model}` is a generation model; {path} is served by "
                              f"another model", param="model", code="model_not_supported")
+    trace = trace_headers(request.headers.getlist("traceparent"), request.headers.getlist("tracestate"))
     excluded: set[str] = set()
     error: SpecgateError | None = None
     for attempt in range(cfg.upstream.max_attempts):
@@ -202,7 +204,7 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
         lease = endpoint.lease()
         try:
             status, ctype, data = await _call_unless_gone(
-                request, _call(state.session, endpoint, path, body, request_id, cfg.upstream))
+                request, _call(state.session, endpoint, path, body, request_id, cfg.upstream, trace))
         except _ClientGone:
             state.metrics.requests.inc((endpoint.pool, kind, "499"))
             return Response(status_code=499)  # nobody to send it to (the server drops it)

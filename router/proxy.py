@@ -46,11 +46,14 @@ that owns the rest of the request's life. Its contract:
   compression), whole SSE events at a time (an incomplete trailing event waits for its end);
   never retried; an upstream failure or idle timeout sends one ``data: {"error": ...}`` event
   and closes; a stream that ends without ``data: [DONE]`` gets the same error event, and
-  ``[DONE]`` is never invented. An engine-initiated abort after content (a chunk with
-  ``"finish_reason":"abort"``, not an OpenAI value, vllm-project/vllm#57082) is not relayed:
-  the content before it is, then one ``data: {"error":{"message":"generation aborted by
-  engine","type":"server_error","param":null,"code":"engine_abort"}}`` event, no ``[DONE]``,
-  no retry.
+  ``[DONE]`` is never invented. An engine-initiated abort after content (a chunk with a
+  choice ending ``finish_reason: "abort"``, not an OpenAI value, vllm-project/vllm#57082) is
+  not relayed: the content before it is, then one ``data: {"error":{"message":"generation
+  aborted by engine","type":"server_error","param":null,"code":"engine_abort"}}`` event, no
+  ``[DONE]``, no retry. Events are read by the SSE and JSON grammars (any spacing, escaping,
+  ``data:`` with or without its space, LF/CRLF/CR; :mod:`router.upstream`).
+- **Non-streamed aborts** (a choice ending ``"abort"``): with no output, a capacity refusal
+  (``body_abort``, resent as above); with output, 502 ``engine_abort``; never a 200.
 - **Client disconnect** (watched on the ASGI ``receive`` channel, also while waiting for the
   engine): the upstream request is closed and ``POST /abort_request {"rid": ...}`` goes to the
   endpoint that owns it, once per engine request id (one prompt: its ``rid``; a batch of
@@ -92,13 +95,22 @@ from router.errors import (
 from router.features import RequestFeatures
 from router.policy import Decision
 from router.specstats import strip_body, strip_event
+from router.upstream import Backpressure as _Backpressure
 from router.upstream import (
     ConnTrace,
     IdleWatch,
     abort_request,
+    body_abort,
     classify_event,
+    complete_events,
+    find_abort,
+    next_event,
     retry_after_seconds,
+    sse_data,
+    stream_done,
 )
+from router.upstream import Failover as _Failover
+from router.upstream import Stale as _Stale
 
 __all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
            "Redecision"]
@@ -117,9 +129,6 @@ ENGINE_ABORT_EVENT = (
     b'data: {"error":{"message":"generation aborted by engine","type":"server_error",'
     b'"param":null,"code":"engine_abort"}}\n\n'
 )
-_DONE = b"data: [DONE]"
-_ABORT_MARK = b'"finish_reason":"abort"'  # compact JSON (SGLang's pydantic dumps); quotes
-# inside string values are escaped, so content cannot contain it
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_HELD = 1 << 20  # bytes of an incomplete SSE event held back before relaying them anyway
 _BACKPRESSURE = (429, 503)
@@ -161,7 +170,7 @@ class ProxyJob:
         received_at: ``time.perf_counter()`` when the request arrived (s).
         stale_retries: the pool of each resend after a stale keep-alive connection.
         rejections: ``(pool, reason)`` of each engine capacity refusal (reason ``http_503``,
-            ``http_429``, ``stream_error`` or ``stream_abort``).
+            ``http_429``, ``stream_error``, ``stream_abort`` or ``body_abort``).
         end_events: for a stream that does not end with ``data: [DONE]`` (``/v1/responses``):
             the byte strings of which one must appear for the stream to count as complete;
             None: the ``[DONE]`` rule.
@@ -170,6 +179,8 @@ class ProxyJob:
         default_budget: the output budget the router chose for a request that set none, as the
             ``x-specgate-max-tokens`` response header (tokens, or ``engine`` when
             ``limits.default_max_tokens`` is null); None: the client set it.
+        trace: the W3C trace headers sent on every attempt (:func:`router.trace.trace_headers`).
+        span: the request's server span (:mod:`router.tracing`), None with tracing off.
     """
 
     request_id: str
@@ -183,6 +194,8 @@ class ProxyJob:
     end_events: tuple[bytes, ...] | None = None
     observer: Any = None
     default_budget: str | None = None
+    trace: dict[str, str] = field(default_factory=dict)
+    span: Any = None
     status: int = 0
     outcome: str = "ok"
     ttfb_s: float | None = None
@@ -211,14 +224,17 @@ class ProxyResponse(Response):
         fresh_session: a ``force_close`` session for the resend after a stale connection
             (None: ``session``).
         clock: monotonic clock (s) for back-pressure records.
+        tracing: a :class:`router.tracing.Tracing`: a client span per attempt, whose context
+            is sent upstream (None: the job's ``trace`` headers as they are).
     """
 
     def __init__(self, job: ProxyJob, *, session: aiohttp.ClientSession, upstream: UpstreamConfig,
                  redecide: Redecide, on_done: Callable[[ProxyJob], None],
                  spawn: Callable[[Any], None], retry_after_s: int = 5,
                  fresh_session: aiohttp.ClientSession | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, tracing: Any = None) -> None:
         self.job = job
+        self._tracing = tracing
         self._session = session
         self._fresh = fresh_session or session
         self._up = upstream
@@ -339,7 +355,11 @@ class ProxyResponse(Response):
         timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=up.connect_timeout_s,
                                         sock_read=None)
         headers = {"content-type": "application/json", "x-request-id": job.request_id,
-                   "accept-encoding": "identity"}
+                   "accept-encoding": "identity", **job.trace}
+        span = None
+        if self._tracing is not None and job.span is not None:  # its context goes upstream
+            span, context = self._tracing.start_attempt(job.span, endpoint.url, job.path, endpoint.pool, job.attempts)
+            headers.update(context)
         resp: aiohttp.ClientResponse | None = None
         conn = ConnTrace()
         try:
@@ -384,6 +404,14 @@ class ProxyResponse(Response):
             if not first:
                 job.outcome = "upstream_empty"
                 raise UpstreamError("upstream worker failed")
+            if not job.features.stream:
+                aborted = body_abort(first)
+                if aborted == "before_content":  # a refusal, as a stream's abort before content
+                    job.outcome = "engine_overloaded"
+                    raise _Backpressure("body_abort", None)
+                if aborted is not None:
+                    job.outcome = "engine_abort"
+                    raise UpstreamError("generation aborted by engine", code="engine_abort")
             job.ttfb_s = time.perf_counter() - job.received_at
             ctype = resp.headers.get("content-type", "application/json")
             if not job.features.stream and job.extra.get("spec_stats") is not None:
@@ -403,6 +431,9 @@ class ProxyResponse(Response):
         finally:
             if resp is not None:
                 resp.close()
+            if span is not None:
+                self._tracing.end(span, None if resp is None else resp.status,
+                                  None if job.outcome == "ok" else job.outcome)
 
     async def _first_events(self, resp: aiohttp.ClientResponse) -> bytes:
         """Read a 200 stream until its first *content* event and return the bytes read.
@@ -417,8 +448,8 @@ class ProxyResponse(Response):
         buf = await resp.content.readany()
         pos = 0
         while True:
-            end = buf.find(b"\n\n", pos)
-            if end < 0:
+            found = next_event(buf, pos)
+            if found is None:
                 if len(buf) >= _MAX_HELD:
                     return buf
                 more = await resp.content.readany()
@@ -426,15 +457,16 @@ class ProxyResponse(Response):
                     return buf
                 buf += more
                 continue
+            end, after = found
             kind = classify_event(buf[pos:end])
             if kind == "content":
                 return buf
             if kind == "error":
-                self._stream_error(buf[pos + len(b"data: "):end])
+                self._stream_error(sse_data(buf[pos:end]) or b"")
             if kind == "abort":
                 self.job.outcome = "engine_overloaded"
                 raise _Backpressure("stream_abort", None)
-            pos = end + 2
+            pos = after
 
     def _stream_error(self, payload: bytes) -> None:
         """The engine's first SSE event is an error (SGLang streams scheduler-side refusals
@@ -497,13 +529,12 @@ class ProxyResponse(Response):
                 if held:
                     chunk, held = held + chunk, b""
                 if not chunk.endswith(b"\n\n") and len(chunk) < _MAX_HELD:
-                    cut = chunk.rfind(b"\n\n") + 2
-                    chunk, held = (chunk[:cut], chunk[cut:]) if cut > 1 else (b"", chunk)
+                    cut = complete_events(chunk)  # whole events only (CRLF or LF line ends)
+                    chunk, held = chunk[:cut], chunk[cut:]
                 if chunk:
-                    if _ABORT_MARK in chunk:
-                        at = chunk.find(_ABORT_MARK)
-                        start = chunk.rfind(b"\n\n", 0, at)
-                        before = chunk[:start + 2] if start >= 0 else b""
+                    at = find_abort(chunk)
+                    if at is not None:
+                        before = chunk[:at]
                         if before:
                             await send({"type": "http.response.body", "body": before, "more_body": True})
                         job.outcome = "engine_abort"
@@ -532,7 +563,7 @@ class ProxyResponse(Response):
             watch.close()
         if held:  # bytes after the last complete event (not SSE): relayed as they are
             await forward(held)
-        complete = ended if ends is not None else _DONE in tail
+        complete = ended if ends is not None else stream_done(tail)
         if not complete:
             job.outcome = "upstream_truncated"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
@@ -584,27 +615,3 @@ class ProxyResponse(Response):
         ``upstream.abort_timeout_s`` per id)."""
         if self.job.abort_rids:
             await abort_request(self._fresh, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s)
-
-
-class _Failover(Exception):
-    def __init__(self, error: SpecgateError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-class _Stale(Exception):
-    """A reused keep-alive connection broke before any response byte."""
-
-
-class _Backpressure(Exception):
-    """The engine refused for capacity before the first byte.
-
-    Attributes:
-        reason: ``http_503``, ``http_429``, ``stream_error`` or ``stream_abort``.
-        retry_after: the engine's ``Retry-After`` (s), or None.
-    """
-
-    def __init__(self, reason: str, retry_after: int | None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
+from router.http_limits import app_limits, limited_protocol
+
 if TYPE_CHECKING:
     from router.drain import Drainer
 
@@ -96,7 +98,9 @@ class _DrainingServer(uvicorn.Server):
 
 
 async def _main(app: Any, sock: socket.socket, *, log_level: str) -> int:
-    config = uvicorn.Config(app, lifespan="off", loop="none", http="httptools", log_level=log_level,
+    # httptools with the head limits of server.headers (router.http_limits)
+    config = uvicorn.Config(app, lifespan="off", loop="none", http=limited_protocol(app_limits(app)),
+                            log_level=log_level,
                             access_log=False, timeout_keep_alive=30, timeout_graceful_shutdown=5,
                             # no X-Forwarded-* rewriting (nothing reads the client address but
                             # /drain's loopback check) and no `server` header: both cost CPU on

@@ -6,6 +6,9 @@
   sgl-project/sglang#20851, aio-libs/aiohttp#7363).
 - :func:`classify_event`: what one SSE event says before any content was relayed (the proxy
   holds the status line until the first content event; sgl-project/sglang#28175).
+- :func:`find_abort`, :func:`body_abort`, :func:`stream_done`, :func:`sse_data`: the engine's
+  stream and body read by the SSE and JSON grammars, not by one serializer's bytes (any JSON
+  spacing, ``data:`` with or without its space).
 - :func:`retry_after_seconds`: an engine's ``Retry-After`` (delta-seconds) as an int.
 - :class:`IdleWatch`: the between-chunks idle timer of a relayed stream.
 - :func:`abort_request`: SGLang's ``POST /abort_request`` for a list of engine request ids.
@@ -15,17 +18,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
 import orjson
 
-__all__ = ["ConnTrace", "IdleWatch", "abort_request", "classify_event", "connection_trace_config",
-           "retry_after_seconds"]
+from router.errors import SpecgateError
 
-_ERROR_EVENT = b'data: {"error"'
-
+__all__ = [
+    "Backpressure",
+    "ConnTrace",
+    "Failover",
+    "IdleWatch",
+    "Stale",
+    "abort_request",
+    "body_abort",
+    "classify_event",
+    "complete_events",
+    "connection_trace_config",
+    "find_abort",
+    "next_event",
+    "retry_after_seconds",
+    "sse_data",
+    "stream_done",
+]
 
 class ConnTrace:
     """Per-request trace context: set when aiohttp took the connection from its pool."""
@@ -51,29 +69,89 @@ def connection_trace_config() -> aiohttp.TraceConfig:
     return trace
 
 
+#: A blank line ending an SSE event: two line ends, each CRLF, LF or CR (WHATWG HTML,
+#: "Server-sent events", the event stream's grammar).
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r|\n\r\n|\r\n\n")
+
+
+def next_event(buf: bytes, pos: int = 0) -> tuple[int, int] | None:
+    """``(end, after)`` of the first SSE event in ``buf`` from ``pos``: the event is
+    ``buf[pos:end]``, the next one starts at ``after``; None when no event ends there yet.
+    Without CR bytes one byte search finds the usual ``\\n\\n``; else the grammar's regex."""
+    if b"\r" not in buf:
+        end = buf.find(b"\n\n", pos)
+        return None if end < 0 else (end, end + 2)
+    m = _EVENT_END.search(buf, pos)
+    return None if m is None else (m.start(), m.end())
+
+
+def complete_events(buf: bytes) -> int:
+    """How many leading bytes of ``buf`` are whole SSE events (0: no event ends in it)."""
+    if buf.endswith((b"\n\n", b"\r\n\r\n")):
+        return len(buf)
+    best = buf.rfind(b"\n\n") + 2
+    if b"\r" in buf:
+        for sep in (b"\r\n\r\n", b"\r\r", b"\n\r\n"):
+            at = buf.rfind(sep, max(best - 2, 0))
+            if at >= 0:
+                best = max(best, at + len(sep))
+    return best if best > 1 else 0
+
+
+def sse_data(event: bytes) -> bytes | None:
+    """The data of one SSE event (without its blank line), read by the event-stream grammar
+    (WHATWG HTML, "Server-sent events", interpreting an event stream): its ``data`` field
+    lines, each with ``data:`` and one optional space after it removed, joined by ``\\n``;
+    lines may end with CRLF, LF or CR. None when the event has no ``data`` field (a comment such
+    as ``: keep-alive``, or another field only)."""
+    if event.startswith(b"data: ") and b"\n" not in event and b"\r" not in event:  # the usual one-line event
+        return event[6:]
+    parts = []
+    for line in event.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
+        if line == b"data":
+            parts.append(b"")
+        elif line.startswith(b"data:"):
+            parts.append(line[6:] if line.startswith(b"data: ") else line[5:])
+    return b"\n".join(parts) if parts else None
+
+
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _has_content(choice: dict[str, Any]) -> bool:
+    """Whether one choice (a stream chunk's or a whole response's) carries generated output."""
+    if choice.get("text"):
+        return True
+    for key in ("delta", "message"):
+        part = choice.get(key)
+        if isinstance(part, dict) and any(v for k, v in part.items() if k != "role"):
+            return True
+    return False
+
+
 def classify_event(event: bytes) -> str:
     """What one SSE event (without its blank line) says before any content was relayed:
     ``"content"`` (commit the response: content, a non-abort finish, ``[DONE]``, or anything
-    not JSON), ``"error"`` (an error event), ``"abort"`` (``finish_reason: "abort"``) or
-    ``"skip"`` (no content yet: the role chunk, a usage chunk)."""
-    if event.startswith(_ERROR_EVENT):
-        return "error"
-    if not event.startswith(b"data: {"):
+    not a JSON object), ``"error"`` (an error event: an object with ``error`` and no
+    ``choices``), ``"abort"`` (``finish_reason: "abort"``) or ``"skip"`` (no content yet: the
+    role chunk, a usage chunk). Read by the SSE and JSON grammars, any spacing."""
+    data = sse_data(event)
+    doc = None if data is None else _json_object(data)
+    if doc is None:
         return "content"
-    try:
-        doc = orjson.loads(event[6:])
-    except orjson.JSONDecodeError:
-        return "content"
-    choices = doc.get("choices") if isinstance(doc, dict) else None
+    choices = doc.get("choices")
     if not isinstance(choices, list):
-        return "content"
+        return "error" if "error" in doc else "content"
     verdict = "skip"
     for choice in choices:
         if not isinstance(choice, dict):
             return "content"
-        delta = choice.get("delta")
-        if choice.get("text") or (isinstance(delta, dict) and any(
-                v for k, v in delta.items() if k != "role")):
+        if _has_content(choice):
             return "content"
         finish = choice.get("finish_reason")
         if finish == "abort":
@@ -81,6 +159,60 @@ def classify_event(event: bytes) -> str:
         elif finish is not None:
             return "content"
     return verdict
+
+
+def _aborts(doc: dict[str, Any] | None) -> bool:
+    choices = doc.get("choices") if doc is not None else None
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices)
+
+
+def _may_abort(data: bytes) -> bool:
+    """False only when ``data`` cannot hold the JSON string ``"abort"``: it would be written
+    ``abort`` or with a ``\\u`` escape. Two byte searches, so a relayed chunk is parsed only
+    when it may carry an abort."""
+    return b"abort" in data or b"\\u" in data
+
+
+def find_abort(chunk: bytes) -> int | None:
+    """The offset of the first whole SSE event in ``chunk`` (events end with a blank line)
+    whose JSON has a choice with ``finish_reason: "abort"`` (any JSON spacing or escaping,
+    ``data:`` with or without its space), else None. The events before that offset are
+    complete and may be relayed."""
+    if not _may_abort(chunk):
+        return None
+    pos = 0
+    while True:
+        found = next_event(chunk, pos)
+        if found is None:
+            return None
+        end, after = found
+        event = chunk[pos:end]
+        if _may_abort(event):
+            data = sse_data(event)
+            if data is not None and _aborts(_json_object(data)):
+                return pos
+        pos = after
+
+
+def body_abort(body: bytes) -> str | None:
+    """What a non-streamed response body says about an engine abort: None (no choice ended
+    ``finish_reason: "abort"``), ``"before_content"`` (one did and no choice carries output)
+    or ``"after_content"``. Parsed only when it may hold ``"abort"``."""
+    if not _may_abort(body):
+        return None
+    doc = _json_object(body)
+    if not _aborts(doc):
+        return None
+    assert doc is not None  # _aborts: an object with choices
+    return "after_content" if any(isinstance(c, dict) and _has_content(c) for c in doc["choices"]) \
+        else "before_content"
+
+
+def stream_done(tail: bytes) -> bool:
+    """Whether ``tail`` (the last bytes of a relayed stream) holds the ``[DONE]`` event, with
+    or without the space after ``data:``."""
+    return b"data: [DONE]" in tail or b"data:[DONE]" in tail
 
 
 def retry_after_seconds(headers: Any) -> int | None:
@@ -134,3 +266,30 @@ async def abort_request(session: aiohttp.ClientSession, base_url: str, rids: tup
             async with session.post(base_url + "/abort_request", json={"rid": rid},
                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                 await resp.read()
+
+
+# -- the proxy's control-flow exceptions (router.proxy) --------------------------------
+class Failover(Exception):
+    """An engine failure before the first byte that another endpoint may serve."""
+
+    def __init__(self, error: SpecgateError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class Stale(Exception):
+    """A reused keep-alive connection broke before any response byte."""
+
+
+class Backpressure(Exception):
+    """The engine refused for capacity before the first byte.
+
+    Attributes:
+        reason: ``http_503``, ``http_429``, ``stream_error``, ``stream_abort`` or ``body_abort``.
+        retry_after: the engine's ``Retry-After`` (s), or None.
+    """
+
+    def __init__(self, reason: str, retry_after: int | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after

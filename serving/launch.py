@@ -14,6 +14,9 @@ arguments), so the two cannot disagree. Rules:
 - ``engine.tool_call_parser`` / ``engine.reasoning_parser`` become ``--tool-call-parser`` /
   ``--reasoning-parser`` (set per pool: both pools of one model should use the same parsers,
   or the tool-call output differs by pool); left out when unset.
+- ``engine.otlp_traces_endpoint`` (``host:port``, OTLP/gRPC) becomes ``--enable-trace
+  --otlp-traces-endpoint`` (and ``engine.otlp_service_name`` ``--otlp-service-name``): the
+  engine's request spans then join the router's trace (it forwards ``traceparent``).
 - A pool whose ``serves`` lacks ``generate`` (an embedding or reranking model) gets
   ``--is-embedding``.
 - ``engine.cpu: true`` adds the CPU-engine flags known to run SGLang 0.5.23 on a CPU
@@ -97,6 +100,10 @@ def engine_argv(config: Config, pool_name: str, *, host: str | None = None, port
         argv += ["--tool-call-parser", engine.tool_call_parser]
     if engine.reasoning_parser is not None:
         argv += ["--reasoning-parser", engine.reasoning_parser]
+    if engine.otlp_traces_endpoint is not None:
+        argv += ["--enable-trace", "--otlp-traces-endpoint", engine.otlp_traces_endpoint]
+        if engine.otlp_service_name is not None:
+            argv += ["--otlp-service-name", engine.otlp_service_name]
     if "generate" not in pool.serves:
         argv += ["--is-embedding"]
     if engine.cpu:

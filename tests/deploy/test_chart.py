@@ -236,7 +236,12 @@ def test_default_router_config_is_exact() -> None:
             "backpressure_max_hold_s": 30.0,
         },
         "server": {"host": "0.0.0.0", "port": 8000, "reload_interval_s": 1.0, "log_requests": True,
-                   "drain_listen_s": 5, "drain_timeout_s": 30},
+                   "drain_listen_s": 5, "drain_timeout_s": 30,
+                   "headers": {"max_bytes": 65536, "max_fields": 100, "max_field_bytes": 8192,
+                               "head_timeout_s": 30.0}},
+        "tracing": {"enabled": False, "endpoint": "http://otel-collector:4318/v1/traces", "sampler_ratio": 1.0,
+                    "service_name": "specgate-router", "resource_attributes": {}, "forward_baggage": False,
+                    "export_timeout_s": 10.0},
         "canary": {
             "enabled": False, "interval_s": 300.0, "check_s": 1.0, "max_tokens": 32, "timeout_s": 60.0,
             "prompts": ["Count from one to twenty in words, separated by commas.",
@@ -426,6 +431,21 @@ def test_default_spec_pool_container() -> None:
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
     }
+
+
+def test_engine_tracing_flags_render_as_specgate_serve_writes_them() -> None:
+    values = {"pools": [{"name": "plain", "speculative": False,
+                         "engine": {"model_path": "/models/tiny-llama", "otlp_traces_endpoint": "otel:4317",
+                                    "otlp_service_name": "sglang-plain"}}],
+              "tracing": {"enabled": True, "endpoint": "http://otel:4318/v1/traces"}}
+    objects = k8s.render(values)
+    args = k8s.container(k8s.one(objects, "Deployment", "sg-specgate-pool-plain")["spec"]["template"], "sglang")["args"]
+    i = args.index("--enable-trace")
+    assert args[i:i + 5] == ["--enable-trace", "--otlp-traces-endpoint", "otel:4317", "--otlp-service-name",
+                             "sglang-plain"]
+    cfg = k8s.router_validate(objects)
+    assert cfg.tracing.enabled and cfg.tracing.endpoint == "http://otel:4318/v1/traces"
+    assert cfg.pool("plain").engine.otlp_traces_endpoint == "otel:4317"
 
 
 def test_plain_pool_has_no_speculative_flags() -> None:

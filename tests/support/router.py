@@ -30,13 +30,15 @@ class RouterServer:
 
     def __init__(self, config_path: Path, **app_kwargs: Any) -> None:
         from router.app import create_app
+        from router.http_limits import app_limits, limited_protocol
 
         self.config_path = config_path
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(config_path, **app_kwargs)
         cfg = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                             loop="asyncio", http="httptools", lifespan="on", access_log=False)
+                             loop="asyncio", http=limited_protocol(app_limits(self.app)), lifespan="on",
+                             access_log=False)  # httptools with the head limits, as `specgate router` serves
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.client = httpx.Client(base_url=self.base_url, timeout=30)

@@ -28,16 +28,18 @@ class Stack:
     Args:
         tmp: a directory for ``router.yaml``.
         tokenizer: the tokenizer directory (router and fakes count with it).
+        router_kwargs: passed to :func:`router.app.create_app` (e.g. ``span_exporter``).
         overrides: dotted config paths (:func:`tests.support.config.router_config`).
     """
 
-    def __init__(self, tmp: Path, tokenizer: Path, **overrides: Any) -> None:
+    def __init__(self, tmp: Path, tokenizer: Path, *, router_kwargs: dict[str, Any] | None = None,
+                 **overrides: Any) -> None:
         self.spec = FakeServer(spec_fake_config(tokenizer)).start()
         self.plain = FakeServer(FakeConfig(model_name="tiny-llama", context_length=4096,
                                            tokenizer_path=str(tokenizer))).start()
         self.config_path = write_router_yaml(
             tmp / "router.yaml", router_config(tokenizer, self.spec.base_url, self.plain.base_url, **overrides))
-        self.router = RouterServer(self.config_path).start()
+        self.router = RouterServer(self.config_path, **(router_kwargs or {})).start()
         # the first scrape may time out on a loaded machine
         wait_until(lambda: all(ep.healthy for ep in self.router.state.runtime.all_endpoints()), 15,
                    "the fake endpoints to become healthy")

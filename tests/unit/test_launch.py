@@ -105,3 +105,15 @@ def test_parsers_are_set_per_pool_and_embedding_pools_get_is_embedding():
         doc["pools"][1]["engine"]["tool_call_parser"] = "nope"
         with pytest.raises(LaunchError, match="tool-call-parser"):
             check_with_sglang(engine_argv(parse_config(doc), "plain"))
+
+
+def test_engine_tracing_flags_follow_the_pool_config():
+    doc = yaml.safe_load(yaml.safe_dump(DOC))
+    doc["pools"][1]["engine"].update(otlp_traces_endpoint="otel-collector:4317", otlp_service_name="sglang-plain")
+    cfg = parse_config(doc)
+    plain = engine_argv(cfg, "plain")
+    assert plain[plain.index("--enable-trace"):][:5] == [
+        "--enable-trace", "--otlp-traces-endpoint", "otel-collector:4317", "--otlp-service-name", "sglang-plain"]
+    assert "--enable-trace" not in engine_argv(cfg, "spec")  # off unless configured
+    if importlib.util.find_spec("sglang") is not None:
+        assert check_with_sglang(plain)

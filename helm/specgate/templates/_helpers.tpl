@@ -197,6 +197,7 @@ upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really
   "upstream" .Values.upstream
   "server" $server
   "canary" .Values.canary
+  "tracing" .Values.tracing
   "state" (include "specgate.stateConfig" . | fromYaml) }}
 {{- $auth := dict }}
 {{- range $src := (include "specgate.authSources" . | fromYaml).sources }}
@@ -421,6 +422,15 @@ engine_argv (the argv `specgate serve` would exec), then the LeaderWorkerSet fla
 {{- if $engine.reasoning_parser }}
 - --reasoning-parser
 - {{ $engine.reasoning_parser | quote }}
+{{- end }}
+{{- if $engine.otlp_traces_endpoint }}
+- --enable-trace
+- --otlp-traces-endpoint
+- {{ $engine.otlp_traces_endpoint | quote }}
+{{- if $engine.otlp_service_name }}
+- --otlp-service-name
+- {{ $engine.otlp_service_name | quote }}
+{{- end }}
 {{- end }}
 {{- if not (has "generate" (default (list "generate") $pool.serves)) }}
 - --is-embedding

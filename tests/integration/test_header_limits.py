@@ -1,0 +1,152 @@
+"""Limits on a request's head over real HTTP on 127.0.0.1 (router.http_limits): one huge
+header, thousands of fields, and heads that never end are cut at the limit with 431."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from tests.support import wait_until
+from tests.support.stack import Stack
+
+BODY = json.dumps({"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
+
+
+def head(extra: bytes = b"") -> bytes:
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: " + str(len(BODY)).encode() + b"\r\n" + extra)
+
+
+def exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send ``data`` (tolerating the server closing meanwhile) and read until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        try:
+            s.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+                if b"\r\n\r\n" in out and b"connection: close" not in out.split(b"\r\n\r\n")[0]:
+                    break  # a kept-alive answer: do not wait for a close
+        except (ConnectionResetError, TimeoutError):
+            pass
+        return out
+
+
+def assert_431_or_closed(raw: bytes, limit: str) -> None:
+    if raw:  # the server may reset before the client reads: then nothing arrives
+        status, _, rest = raw.partition(b"\r\n")
+        assert status == b"HTTP/1.1 431 Request Header Fields Too Large", raw[:200]
+        doc = json.loads(rest.partition(b"\r\n\r\n")[2])
+        assert doc["error"]["code"] == "request_header_fields_too_large"
+        limit_text = {"bytes": "65536 bytes", "fields": "100 fields", "field_bytes": "8192 bytes per field"}[limit]
+        assert doc["error"] == {"message": f"request header fields too large (limit: {limit_text})",
+                                "type": "invalid_request_error", "param": None,
+                                "code": "request_header_fields_too_large"}
+
+
+@pytest.mark.parametrize(("extra", "limit"), [
+    (b"x-big: " + b"a" * (8 << 20) + b"\r\n\r\n", "bytes"),                  # one 8 MiB header
+    (b"".join(b"x-h%d: v\r\n" % i for i in range(20_000)) + b"\r\n", "bytes"),  # 20,000 fields (~200 KB)
+    (b"".join(b"x-h%d: v\r\n" % i for i in range(150)) + b"\r\n", "fields"),    # 150 fields, 1.5 KB
+    (b"x-one: " + b"a" * 9000 + b"\r\n\r\n", "field_bytes"),                  # one 9 KB field
+])
+def test_a_head_over_a_limit_is_431_and_closed(stack: Stack, extra: bytes, limit: str) -> None:
+    raw = exchange(stack.router.port, head(extra) + BODY)
+    assert_431_or_closed(raw, limit)
+    wait_until(lambda: stack.router.metric("specgate_header_limit_rejections_total", limit=limit) == 1, 5,
+               f"the {limit} rejection counted")
+    assert stack.backend_requests(stack.spec, None) == [] and stack.backend_requests(stack.plain, None) == []
+    if len(extra) < 100_000:  # written whole before the answer: the 431 is read
+        assert raw.startswith(b"HTTP/1.1 431 ")
+
+
+def test_heads_within_the_limits_are_served_on_a_kept_alive_connection(stack: Stack) -> None:
+    extra = b"".join(b"x-h%d: %s\r\n" % (i, b"v" * 500) for i in range(90)) + b"\r\n"  # 90 fields, ~46 KB
+    one = head(extra) + BODY
+    with socket.create_connection(("127.0.0.1", stack.router.port), timeout=10) as s:
+        for _ in range(3):  # the count restarts with each request
+            s.sendall(one)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += s.recv(65536)
+            assert got.startswith(b"HTTP/1.1 200 "), got[:200]
+            length = int(next(line.split(b":")[1] for line in got.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            while len(got.partition(b"\r\n\r\n")[2]) < length:
+                got += s.recv(65536)
+    assert stack.router.metric("specgate_header_limit_rejections_total", limit="bytes") == 0
+
+
+def test_endless_heads_are_cut_without_stalling_other_clients(stack: Stack) -> None:
+    """Two connections stream header bytes in 64 KiB writes (48 MiB each if let), never ending
+    the head; small requests every 50 ms keep their latency."""
+    block = b"a" * 65536
+    sent: list[int] = []
+
+    def flood() -> None:
+        total = 0
+        with socket.create_connection(("127.0.0.1", stack.router.port), timeout=10) as s:
+            try:
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-flood: ")
+                while total < 48 << 20:
+                    s.sendall(block)
+                    total += len(block)
+            except (BrokenPipeError, ConnectionResetError, TimeoutError):
+                pass
+        sent.append(total)
+
+    floods = [threading.Thread(target=flood) for _ in range(2)]
+    for t in floods:
+        t.start()
+    latencies = []
+    t0 = time.monotonic()
+    while any(t.is_alive() for t in floods) or time.monotonic() - t0 < 1.0:
+        start = time.monotonic()
+        r = stack.client.post("/v1/chat/completions", content=BODY, headers={"content-type": "application/json"})
+        latencies.append(time.monotonic() - start)
+        assert r.status_code == 200
+        time.sleep(0.05)
+        assert time.monotonic() - t0 < 30
+    for t in floods:
+        t.join()
+    assert len(sent) == 2 and all(n < 16 << 20 for n in sent), sent  # cut near the limit, not at 48 MiB
+    assert max(latencies) < 1.5, latencies
+    assert stack.router.metric("specgate_header_limit_rejections_total", limit="bytes") == 2
+
+
+def test_a_request_target_over_the_field_limit_is_431(stack: Stack) -> None:
+    raw = exchange(stack.router.port, b"POST /v1/chat/completions?x=" + b"a" * 9000 + b" HTTP/1.1\r\nhost: x\r\n"
+                   b"content-type: application/json\r\ncontent-length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY)
+    assert_431_or_closed(raw, "field_bytes")
+    assert raw.startswith(b"HTTP/1.1 431 ")
+    assert stack.router.metric("specgate_header_limit_rejections_total", limit="field_bytes") == 1
+
+
+def test_a_head_dripped_slower_than_the_head_timeout_is_408(tmp_path, tokenizer_dir) -> None:
+    s = Stack(tmp_path, tokenizer_dir, **{"server.headers": {"head_timeout_s": 0.5}})
+    try:
+        with socket.create_connection(("127.0.0.1", s.router.port), timeout=10) as c:
+            c.sendall(head())  # the head, without its blank line
+            t0 = time.monotonic()
+            for _ in range(3):  # a byte now and then: uvicorn's keep-alive timer alone would restart
+                time.sleep(0.1)
+                c.sendall(b"x")
+            raw = b""
+            while chunk := c.recv(65536):
+                raw += chunk
+            waited = time.monotonic() - t0
+        assert raw.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), raw[:200]
+        assert json.loads(raw.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
+        assert 0.4 < waited < 5
+        assert s.router.metric("specgate_header_limit_rejections_total", limit="head_timeout") == 1
+        r = s.client.post("/v1/chat/completions", content=BODY, headers={"content-type": "application/json"})
+        assert r.status_code == 200  # whole heads are not timed
+    finally:
+        s.close()
