@@ -151,6 +151,42 @@ class Pool:
         return min(ages) if ages else None
 
 
+class _SnapshotCache:
+    """The last :class:`~router.policy.PoolSnapshot` built for each set of a pool's values, so a
+    decision whose pool reads as a recent one did reuses that object instead of building it
+    (a frozen dataclass of 12 fields costs about as much as the rest of the snapshot).
+
+    Keyed by every value the snapshot holds that can change (the endpoint snapshots, the
+    bypass flags, the accept lengths, the capabilities, the canary flag) plus the pool object,
+    whose config-derived fields (name, limit, reserved, speed model) are fixed for its life; so
+    a hit is equal to what a fresh build would give. Loads take few distinct values, so most
+    decisions hit; the map is cleared when it holds :attr:`MAX_ENTRIES`.
+    """
+
+    MAX_ENTRIES = 1024
+
+    __slots__ = ("_map",)
+
+    def __init__(self) -> None:
+        self._map: dict[tuple[object, ...], PoolSnapshot] = {}
+
+    def get(self, pool: Pool, endpoints: tuple[EndpointSnapshot, ...], saturated: bool,
+            low: frozenset[str], greedy: float | None, sampled: float | None) -> PoolSnapshot:
+        """The snapshot of ``pool`` with these values (built on a miss)."""
+        capabilities = pool.capabilities
+        key = (pool, endpoints, saturated, low, greedy, sampled, capabilities, pool.canary_mismatch)
+        snap = self._map.get(key)
+        if snap is None:
+            if len(self._map) >= self.MAX_ENTRIES:
+                self._map.clear()
+            snap = self._map[key] = PoolSnapshot(
+                name=pool.name, speculative=pool.config.speculative, limit=pool.limit, reserved=pool.reserved,
+                endpoints=endpoints, saturated=saturated, low_acceptance=low, speed=pool.speed,
+                accept_length_greedy=greedy, accept_length_sampled=sampled,
+                capabilities=capabilities, canary_mismatch=pool.canary_mismatch)
+        return snap
+
+
 class _PrefixParams(TypedDict):
     """The prefix-cache thresholds a :class:`router.prefix.PrefixRequest` copies from config."""
 
@@ -194,6 +230,8 @@ class Runtime:
         self.rules = self._rules()
         self.override_error: str | None = None
         self._tie = itertools.count()
+        self._sticky: tuple[RoutingConfig | None, int] = (None, 0)
+        self._snapshot_cache = _SnapshotCache()
         old: dict[tuple[str, str], Endpoint] = {}
         if previous is not None:
             for pool in previous.pools:
@@ -440,14 +478,10 @@ class Runtime:
                 sat, low = flags["saturated"], p.bypass.low_classes(flags)
             else:
                 sat, low, taus = False, frozenset(), {}
-            out.append(PoolSnapshot(
-                name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
-                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.backpressure_load(now, stale, floor),
-                                              m.get(e.url, 0))
-                                for e in p.endpoints.values()),
-                saturated=sat, low_acceptance=low, speed=p.speed,
-                accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled"),
-                capabilities=p.capabilities, canary_mismatch=p.canary_mismatch))
+            endpoints = tuple([EndpointSnapshot(e.url, e.healthy, e.backpressure_load(now, stale, floor),
+                                                m.get(e.url, 0) if m else 0)
+                               for e in p.endpoints.values()])
+            out.append(self._snapshot_cache.get(p, endpoints, sat, low, taus.get("greedy"), taus.get("sampled")))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
@@ -465,9 +499,13 @@ class Runtime:
 
     def _sticky_max_load(self) -> int:
         """The cross-pool affinity ceiling (requests): ``ceil(routing.prefix_cache.
-        sticky_load_factor * routing.saturation.enter)``; 0 with prefix routing off."""
-        pc = self.routing.prefix_cache
-        return math.ceil(pc.sticky_load_factor * self.routing.saturation.enter) if pc.enabled else 0
+        sticky_load_factor * routing.saturation.enter)``; 0 with prefix routing off. Computed
+        once per ``routing`` value (overrides replace it whole)."""
+        routing = self.routing
+        if self._sticky[0] is not routing:
+            pc = routing.prefix_cache
+            self._sticky = (routing, math.ceil(pc.sticky_load_factor * routing.saturation.enter) if pc.enabled else 0)
+        return self._sticky[1]
 
     def ready(self) -> bool:
         """True while at least one pool has a healthy endpoint."""
