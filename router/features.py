@@ -483,16 +483,19 @@ class PromptCounter:
                 # What apply_chat_template(tokenize=False) does for one conversation without
                 # template kwargs, minus its per-call set-up (about half its cost, docs/performance.md).
                 # Template.render would merge the template's globals (a ChainMap over the
-                # environment's) into a new dict per call, about two thirds of a small render;
-                # they are merged once (_template) and the context is built on that copy, which is
-                # what render's own context holds (jinja2.runtime.new_context).
+                # environment's) into a new dict per call and take the set of their names, about
+                # two thirds of a small render; they are merged once (_template) and the context is
+                # built on a copy of that, with the variables render's own context holds
+                # (jinja2.runtime.new_context, Jinja 3.1).
                 template, merged = compiled
-                ctx = template.new_context({**merged, "messages": chat, "tools": tools, "documents": None,
-                                            "add_generation_prompt": True, **self._special}, shared=True)
+                env = template.environment
+                ctx = env.context_class(env, {**merged, "messages": chat, "tools": tools, "documents": None,
+                                              "add_generation_prompt": True, **self._special},
+                                        template.name, template.blocks, globals=merged)
                 try:
-                    return template.environment.concat(template.root_render_func(ctx))
+                    return env.concat(template.root_render_func(ctx))
                 except Exception:  # noqa: BLE001  as Template.render: the template's frames in the traceback
-                    template.environment.handle_exception()
+                    env.handle_exception()
             # tokenize=False: a str (transformers' overloads do not say so); its stubs want a
             # list of dicts or callables for ``tools``.
             hf_tools = cast("list[dict[Any, Any] | Callable[..., Any]] | None", tools)
