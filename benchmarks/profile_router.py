@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.router_overhead import (  # noqa: E402  (after the path set-up)
+from benchmarks.router_overhead import (  # after the path set-up
     CHAT_BODY,
     ROOT,
     STREAM_BODY,
