@@ -33,7 +33,7 @@ import itertools
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from router.acceptance import CLASSES
 from router.auth import Auth
@@ -156,11 +156,12 @@ class _SnapshotCache:
     decision whose pool reads as a recent one did reuses that object instead of building it
     (a frozen dataclass of 12 fields costs about as much as the rest of the snapshot).
 
-    Keyed by every value the snapshot holds that can change (the endpoint snapshots, the
-    bypass flags, the accept lengths, the capabilities, the canary flag) plus the pool object,
-    whose config-derived fields (name, limit, reserved, speed model) are fixed for its life; so
-    a hit is equal to what a fresh build would give. Loads take few distinct values, so most
-    decisions hit; the map is cleared when it holds :attr:`MAX_ENTRIES`.
+    :meth:`get` takes every field that can change as a keyword (hashable values: tuples,
+    frozensets, numbers, None) and keys on all of them plus the pool object, whose
+    config-derived fields (name, speculative, limit, reserved, speed model) are fixed for its
+    life; so a hit equals what a fresh build would give, and a new snapshot field passed here is
+    keyed without further change. Loads take few distinct values, so most decisions hit; the
+    map is cleared when it holds :attr:`MAX_ENTRIES`.
     """
 
     MAX_ENTRIES = 1024
@@ -170,20 +171,16 @@ class _SnapshotCache:
     def __init__(self) -> None:
         self._map: dict[tuple[object, ...], PoolSnapshot] = {}
 
-    def get(self, pool: Pool, endpoints: tuple[EndpointSnapshot, ...], saturated: bool,
-            low: frozenset[str], greedy: float | None, sampled: float | None) -> PoolSnapshot:
-        """The snapshot of ``pool`` with these values (built on a miss)."""
-        capabilities = pool.capabilities
-        key = (pool, endpoints, saturated, low, greedy, sampled, capabilities, pool.canary_mismatch)
+    def get(self, pool: Pool, **values: Any) -> PoolSnapshot:
+        """The snapshot of ``pool`` with ``values`` (built on a miss)."""
+        key = (pool, *values.items())
         snap = self._map.get(key)
         if snap is None:
             if len(self._map) >= self.MAX_ENTRIES:
                 self._map.clear()
             snap = self._map[key] = PoolSnapshot(
                 name=pool.name, speculative=pool.config.speculative, limit=pool.limit, reserved=pool.reserved,
-                endpoints=endpoints, saturated=saturated, low_acceptance=low, speed=pool.speed,
-                accept_length_greedy=greedy, accept_length_sampled=sampled,
-                capabilities=capabilities, canary_mismatch=pool.canary_mismatch)
+                speed=pool.speed, **values)
         return snap
 
 
@@ -481,7 +478,10 @@ class Runtime:
             endpoints = tuple([EndpointSnapshot(e.url, e.healthy, e.backpressure_load(now, stale, floor),
                                                 m.get(e.url, 0) if m else 0)
                                for e in p.endpoints.values()])
-            out.append(self._snapshot_cache.get(p, endpoints, sat, low, taus.get("greedy"), taus.get("sampled")))
+            out.append(self._snapshot_cache.get(
+                p, endpoints=endpoints, saturated=sat, low_acceptance=low, accept_length_greedy=taus.get("greedy"),
+                accept_length_sampled=taus.get("sampled"), capabilities=p.capabilities,
+                canary_mismatch=p.canary_mismatch))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
