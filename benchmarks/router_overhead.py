@@ -351,7 +351,6 @@ def main() -> int:
         stop_processes(procs)
         if base_tree is not None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)], check=False)
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=False)  # an earlier killed run's
 
 
 #: Every target, in the order each round runs them.
