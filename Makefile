@@ -9,7 +9,7 @@ MODEL_DIR ?= models/tiny-llama
 DRAFT_DIR ?= models/tiny-llama-eagle3
 PYTEST_ARGS ?=
 
-.PHONY: venv cpu-engine models system-deps test test-fast demo loadtest drills lint clean
+.PHONY: venv cpu-engine models system-deps test test-fast demo loadtest drills bench bench-check bench-gate lint clean
 
 venv: $(BASE_STAMP)
 $(BASE_STAMP): pyproject.toml
@@ -57,6 +57,25 @@ DRILLS_ARGS ?=
 drills: venv
 	bash scripts/ensure-redis.sh
 	$(BIN)/python benchmarks/drills.py --out runs/drills.json $(DRILLS_ARGS)
+
+# Router cost per request (docs/performance.md): direct, the bare stack, specgate at BENCH_BASE
+# (default: the merge base with origin/main, else main), specgate now and SGLang's Rust router,
+# interleaved, 3 rounds; req/s and CPU per request, non-stream and stream, c=1/16/64. Needs the
+# 2 cores to itself for meaningful figures; about 10 minutes. runs/bench-router.json.
+BENCH_ARGS ?=
+BENCH_BASE ?=
+bench: venv
+	$(BIN)/python benchmarks/router_overhead.py --out runs/bench-router.json \
+		$(if $(BENCH_BASE),--base $(BENCH_BASE)) $(BENCH_ARGS)
+
+# The release gate: exits 1 when specgate's CPU per request is more than 10% above
+# BENCH_BASE's in a cell at c=16 (non-stream and stream; median of 3 paired rounds).
+bench-check: venv
+	$(BIN)/python benchmarks/router_overhead.py --targets base,specgate --concurrency 16 --runs 3 \
+		--duration 5 --no-ttfb --check 0.10 --out runs/bench-check.json \
+		$(if $(BENCH_BASE),--base $(BENCH_BASE)) $(BENCH_ARGS)
+
+bench-gate: bench-check
 
 lint: venv
 	$(BIN)/ruff check router serving drafters loadtests benchmarks scripts tests

@@ -1,27 +1,39 @@
-"""Router overhead, side by side: direct vs specgate vs SGLang's Rust router (docs/performance.md).
+"""Router cost per request, side by side: direct, the bare stack, specgate at a base revision,
+specgate now, and SGLang's Rust router (docs/performance.md).
 
-    .venv/bin/python benchmarks/router_overhead.py [--duration 8] [--runs 3] [--out bench.json]
+    .venv/bin/python benchmarks/router_overhead.py [--duration 6] [--runs 3] [--base REV]
+        [--targets direct,bare,base,specgate,rust] [--check 0.10] [--out bench.json]
+
+``make bench`` runs it with its defaults; ``make bench-check`` runs ``base`` against
+``specgate`` only and exits 1 when specgate's CPU per request is more than ``--check`` (10%)
+above the base revision's in any cell at concurrency > 1.
 
 Setup (all on 127.0.0.1): ``benchmarks/fast_backend.py`` (canned answers, SSE events 1 ms
-apart) pinned with its load generator ``wrk`` to the last core; the router under test pinned
-alone to core 0: specgate (``specgate router``, one process, uvloop + httptools, token counting
-with a real tokenizer, the decision and metrics included) or ``sglang-router`` 0.3.2 from PyPI
-(``--policy round_robin``), installed by this script into ``.bench/rust-venv`` and run with
-TCP_NODELAY on its sockets through ``benchmarks/nodelay_shim.c`` (LD_PRELOAD, compiled with
-gcc; ``--rust-as-shipped`` runs it without), or ``benchmarks/bare_proxy.py`` (``bare``: the
-floor, specgate's server and client stack doing none of specgate's work). For every
-(mode, concurrency) cell the four targets (direct, bare, specgate, rust) run interleaved,
-``--runs`` times; medians are reported. Measured per run:
+apart) pinned with its load generator ``wrk`` to the last core; each router under test pinned
+alone to core 0 (``taskset``): specgate now (``specgate router`` from this checkout: one
+process, uvloop + httptools, token counting with a real tokenizer, the decision, prefix
+choice and metrics included, access log off); ``base``: the same command from a temporary
+``git worktree`` of ``--base`` (default: the merge base of ``HEAD`` and ``origin/main``, else
+of ``main``; removed at the end); ``sglang-router`` 0.3.2 from PyPI (``--policy round_robin``),
+installed by this script into ``.bench/rust-venv`` (skipped with a message when it cannot be
+installed) and run with TCP_NODELAY on its sockets through ``benchmarks/nodelay_shim.c``
+(LD_PRELOAD, compiled with gcc; ``--rust-as-shipped`` runs it without); and
+``benchmarks/bare_proxy.py`` (``bare``: the floor, specgate's server and client stack doing
+none of specgate's work). For every (mode, concurrency) cell the targets run interleaved,
+``--runs`` rounds; medians are reported. Measured per run:
 
 - req/s and latency p50/p99 (ms) from ``wrk --latency`` (for streams: the whole stream);
 - router CPU per request (us): the router process's utime+stime (``/proc/PID/stat``) during
-  the run divided by the requests wrk completed;
+  the run divided by the requests wrk completed (co-tenants on the machine disturb it less
+  than req/s); specgate/base is the median over the rounds of each round's ratio (the two
+  ran back to back in a round, so a round is a pair);
 - time to first body byte at concurrency 1 (ms, median of 200 sequential requests on a
   kept-alive connection, from a small socket client pinned with ``wrk`` to the last core; for
   streams the first ``data:`` event, see :func:`ttfb_ms`), for the added-TTFB figures.
 
-Prints the ratios specgate/Rust, bare/Rust and specgate/direct, the added latencies at
-concurrency 1 (each target minus direct), and writes JSON.
+Prints, per cell, every target's req/s and CPU per request, the ratios specgate/base (CPU)
+and specgate/Rust (req/s, CPU), the added latencies at concurrency 1 (each target minus
+direct), and writes JSON.
 """
 
 from __future__ import annotations
@@ -170,21 +182,58 @@ def _complete(buf: bytes) -> bool:
     return bool(m) and len(body) >= int(m.group(1))
 
 
+def git_base(rev: str | None) -> str:
+    """The commit to compare against: ``rev``, else the merge base of ``HEAD`` and
+    ``origin/main`` (else ``main``), as a full hash."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    if rev:
+        return git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    for ref in ("origin/main", "main"):
+        try:
+            return git("merge-base", "HEAD", ref)
+        except subprocess.CalledProcessError:
+            continue
+    raise SystemExit("no --base given and neither origin/main nor main exists")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--duration", type=int, default=8, help="seconds per wrk run")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=6, help="seconds per wrk run")
+    ap.add_argument("--runs", type=int, default=3, help="interleaved rounds per cell")
     ap.add_argument("--concurrency", default="1,16,64")
     ap.add_argument("--out", default="bench-router.json")
     ap.add_argument("--modes", default="nonstream,stream", help="comma-separated: nonstream, stream")
+    ap.add_argument("--targets", default=",".join(TARGETS),
+                    help=f"comma-separated subset of {','.join(TARGETS)}")
+    ap.add_argument("--base", default=None,
+                    help="git revision of the base target (default: merge base with origin/main, else main)")
+    ap.add_argument("--check", type=float, default=None, metavar="TOL",
+                    help="exit 1 when specgate's CPU per request exceeds (1 + TOL) x base's in a cell at c > 1")
     ap.add_argument("--rust-as-shipped", action="store_true",
                     help="run the Rust router without the TCP_NODELAY shim (its streams stall on delayed ACK)")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
+    ap.add_argument("--no-ttfb", action="store_true", help="skip the concurrency-1 TTFB probe")
     args = ap.parse_args()
+    wanted = [t for t in args.targets.split(",") if t]
+    unknown = set(wanted) - set(TARGETS)
+    if unknown:
+        ap.error(f"unknown targets {sorted(unknown)}")
+    if args.check is not None and not {"base", "specgate"} <= set(wanted):
+        ap.error("--check needs the base and specgate targets")
     ncpu = os.cpu_count() or 2
     router_cpu, load_cpu = "0", str(ncpu - 1)
     wrk = ensure_wrk()
-    rust_py = ensure_rust_router()
+    rust_py = None
+    if "rust" in wanted:
+        try:
+            rust_py = ensure_rust_router()
+        except (subprocess.CalledProcessError, OSError) as exc:
+            print(f"sglang-router could not be installed from the package registry ({exc}); "
+                  "the rust target is skipped", flush=True)
+            wanted.remove("rust")
     work = Path(tempfile.mkdtemp(prefix="specgate-bench-"))
     tokenizer = Path(args.tokenizer)
     if not (tokenizer / "tokenizer.json").exists():
@@ -193,10 +242,12 @@ def main() -> int:
 
         tokenizer = make_test_tokenizer(work / "tokenizer")
     procs: list[subprocess.Popen[bytes]] = []
+    base_tree: Path | None = None
 
-    def spawn(cmd: list[str], cpu: str, log: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def spawn(cmd: list[str], cpu: str, log: str, env: dict[str, str] | None = None,
+              cwd: Path | None = None) -> subprocess.Popen[bytes]:
         p = subprocess.Popen(["taskset", "-c", cpu, *cmd], stdout=open(work / log, "wb"),  # noqa: SIM115  the child owns it
-                             stderr=subprocess.STDOUT, start_new_session=True,
+                             stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
                              env={**os.environ, **env} if env else None)
         procs.append(p)
         return p
@@ -207,7 +258,6 @@ def main() -> int:
               load_cpu, "backend.log")
         wait_http(f"http://127.0.0.1:{backend_port}/health")
         backend = f"http://127.0.0.1:{backend_port}"
-        sg_port, rust_port = free_port(), free_port()
         cfg = work / "router.yaml"
         cfg.write_text(json.dumps({
             "model": {"name": "bench", "tokenizer": str(tokenizer)},
@@ -216,26 +266,52 @@ def main() -> int:
             "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 100000, "exit": 99999}},
             "scrape": {"interval_s": 1.0, "timeout_s": 1.0, "stale_after_s": 5.0},
             "server": {"log_requests": False}}))
-        sg = spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port", str(sg_port)],
-                   router_cpu, "specgate.log")
-        rust = spawn([str(rust_py), "-m", "sglang_router.launch_router", "--worker-urls", backend,
-                      "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(rust_port)],
-                     router_cpu, "rust.log",
-                     env=None if args.rust_as_shipped else {"LD_PRELOAD": str(ensure_nodelay_shim())})
-        bare_port = free_port()
-        bare = spawn([sys.executable, str(ROOT / "benchmarks" / "bare_proxy.py"), "--port", str(bare_port),
-                      "--upstream", backend], router_cpu, "bare.log")
-        wait_http(f"http://127.0.0.1:{sg_port}/ready")
-        wait_http(f"http://127.0.0.1:{rust_port}/health")
-        wait_http(f"http://127.0.0.1:{bare_port}/health")
-        targets = {"direct": (backend_port, None), "bare": (bare_port, bare.pid), "specgate": (sg_port, sg.pid),
-                   "rust": (rust_port, rust.pid)}
+        targets: dict[str, tuple[int, int | None]] = {}
+        health: dict[str, str] = {}
+        if "direct" in wanted:
+            targets["direct"] = (backend_port, None)
+        if "bare" in wanted:
+            port = free_port()
+            p = spawn([sys.executable, str(ROOT / "benchmarks" / "bare_proxy.py"), "--port", str(port),
+                       "--upstream", backend], router_cpu, "bare.log")
+            targets["bare"], health["bare"] = (port, p.pid), f"http://127.0.0.1:{port}/health"
+
+        def specgate(name: str, tree: Path) -> None:
+            port = free_port()
+            # -m from the tree's root with it on PYTHONPATH: that tree's router package is run,
+            # not whatever checkout the venv was installed from
+            p = spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port", str(port)],
+                      router_cpu, f"{name}.log", env={"PYTHONPATH": str(tree)}, cwd=tree)
+            targets[name], health[name] = (port, p.pid), f"http://127.0.0.1:{port}/ready"
+
+        base_rev = None
+        if "base" in wanted:
+            base_rev = git_base(args.base)
+            base_tree = work / "base-tree"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(base_tree),
+                            base_rev], check=True)
+            specgate("base", base_tree)
+            print(f"base: {base_rev[:12]} ({base_tree})", flush=True)
+        if "specgate" in wanted:
+            specgate("specgate", ROOT)
+        if "rust" in wanted and rust_py is not None:
+            port = free_port()
+            p = spawn([str(rust_py), "-m", "sglang_router.launch_router", "--worker-urls", backend,
+                       "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(port)],
+                      router_cpu, "rust.log",
+                      env=None if args.rust_as_shipped else {"LD_PRELOAD": str(ensure_nodelay_shim())})
+            targets["rust"], health["rust"] = (port, p.pid), f"http://127.0.0.1:{port}/health"
+        for url in health.values():
+            wait_http(url)
         lua = {}
         for mode, body in (("nonstream", CHAT_BODY), ("stream", STREAM_BODY)):
             path = work / f"{mode}.lua"
             path.write_text(f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n'
                             'wrk.headers["Content-Type"] = "application/json"\n')
             lua[mode] = path
+        for name, (port, _) in targets.items():  # warm-up: connections, caches, first-call paths
+            subprocess.run(["taskset", "-c", load_cpu, wrk, "-t1", "-c4", "-d1s", "-s", str(lua["nonstream"]),
+                            f"http://127.0.0.1:{port}/v1/chat/completions"], capture_output=True, check=True)
         results: dict[str, dict[str, dict[str, list[dict[str, float]]]]] = {}
         levels = [int(c) for c in args.concurrency.split(",")]
         modes = args.modes.split(",")
@@ -256,61 +332,116 @@ def main() -> int:
                               f"p50 {res['p50_ms']:.2f} ms p99 {res['p99_ms']:.2f} ms"
                               + (f" cpu {res['cpu_us_per_req']:.0f} us/req" if pid else "")
                               + (f" errors {res['errors']}" if res["errors"] else ""), flush=True)
-        ttfb = {}
-        os.sched_setaffinity(0, {int(load_cpu)})  # the TTFB client shares wrk's core, not the router's
-        for mode, body in (("nonstream", CHAT_BODY), ("stream", STREAM_BODY)):
-            if mode not in modes:
-                continue
-            ttfb[mode] = {name: ttfb_ms(port, body) for name, (port, _) in targets.items()}
+        ttfb: dict[str, dict[str, float]] = {}
+        if not args.no_ttfb:
+            os.sched_setaffinity(0, {int(load_cpu)})  # the TTFB client shares wrk's core, not the router's
+            for mode, body in (("nonstream", CHAT_BODY), ("stream", STREAM_BODY)):
+                if mode in modes:
+                    ttfb[mode] = {name: ttfb_ms(port, body) for name, (port, _) in targets.items()}
         summary = summarise(results, ttfb)
-        Path(args.out).write_text(json.dumps({"results": results, "ttfb_ms": ttfb, "summary": summary}, indent=2))
-        print_table(summary)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"base": base_rev, "results": results, "ttfb_ms": ttfb,
+                                              "summary": summary}, indent=2))
+        print_table(summary, list(targets))
         print(f"JSON written to {args.out}")
+        if args.check is not None:
+            return check_cpu(summary, args.check)
         return 0
     finally:
         stop_processes(procs)
+        if base_tree is not None:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)], check=False)
+
+
+#: Every target, in the order each round runs them.
+TARGETS = ("direct", "bare", "base", "specgate", "rust")
+
+
+#: ``(row key, numerator target, denominator target, measure)`` of the ratios of medians.
+_RATIOS = (("rps_specgate_over_base", "specgate", "base", "rps"),
+           ("rps_specgate_over_rust", "specgate", "rust", "rps"),
+           ("cpu_specgate_over_rust", "specgate", "rust", "cpu_us_per_req"),
+           ("rps_base_over_rust", "base", "rust", "rps"),
+           ("rps_bare_over_rust", "bare", "rust", "rps"),
+           ("cpu_bare_over_rust", "bare", "rust", "cpu_us_per_req"),
+           ("rps_specgate_over_direct", "specgate", "direct", "rps"))
 
 
 def summarise(results: dict, ttfb: dict) -> list[dict]:  # type: ignore[type-arg]
+    """One row per (mode, concurrency): each target's medians over the rounds as
+    ``<target>_<key>``, the ratios of those present, and at concurrency 1 the added p50 and
+    TTFB of each router over ``direct`` (ms)."""
     rows = []
     for mode, cells in results.items():
         for c, by in cells.items():
             med = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in by.items()}
-            row = {"mode": mode, "concurrency": int(c), **{f"{n}_{k}": v for n, m in med.items() for k, v in m.items()}}
-            row["rps_specgate_over_rust"] = med["specgate"]["rps"] / med["rust"]["rps"]
-            row["rps_specgate_over_direct"] = med["specgate"]["rps"] / med["direct"]["rps"]
-            row["rps_bare_over_rust"] = med["bare"]["rps"] / med["rust"]["rps"]
-            row["cpu_specgate_over_rust"] = med["specgate"]["cpu_us_per_req"] / med["rust"]["cpu_us_per_req"]
-            row["cpu_bare_over_rust"] = med["bare"]["cpu_us_per_req"] / med["rust"]["cpu_us_per_req"]
-            row["p99_over_p50_specgate"] = med["specgate"]["p99_ms"] / med["specgate"]["p50_ms"]
-            if int(c) == 1 and mode in ttfb:
-                row["added_p50_ms_specgate"] = med["specgate"]["p50_ms"] - med["direct"]["p50_ms"]
-                row["added_p50_ms_rust"] = med["rust"]["p50_ms"] - med["direct"]["p50_ms"]
-                row["added_ttfb_ms_specgate"] = ttfb[mode]["specgate"] - ttfb[mode]["direct"]
-                row["added_ttfb_ms_rust"] = ttfb[mode]["rust"] - ttfb[mode]["direct"]
-                row["added_p50_ms_bare"] = med["bare"]["p50_ms"] - med["direct"]["p50_ms"]
-                row["added_ttfb_ms_bare"] = ttfb[mode]["bare"] - ttfb[mode]["direct"]
+            row: dict[str, float | str | int] = {
+                "mode": mode, "concurrency": int(c), **{f"{n}_{k}": v for n, m in med.items() for k, v in m.items()}}
+            for key, a, b, what in _RATIOS:
+                if a in med and b in med and med[b].get(what):
+                    row[key] = med[a][what] / med[b][what]
+            if "specgate" in by and "base" in by:
+                # The rounds run the targets back to back, so round i of each is a pair that met
+                # the same machine: the median of the paired ratios cancels slow drift.
+                paired = [s["cpu_us_per_req"] / b["cpu_us_per_req"] for s, b in zip(by["specgate"], by["base"])]
+                row["cpu_specgate_over_base"] = statistics.median(paired)
+                row["cpu_specgate_over_base_rounds"] = ", ".join(f"{x:.2f}" for x in paired)
+            if int(c) == 1 and "direct" in med:
+                for name in med:
+                    if name == "direct":
+                        continue
+                    row[f"added_p50_ms_{name}"] = med[name]["p50_ms"] - med["direct"]["p50_ms"]
+                    if mode in ttfb:
+                        row[f"added_ttfb_ms_{name}"] = ttfb[mode][name] - ttfb[mode]["direct"]
             rows.append(row)
     return rows
 
 
-def print_table(rows: list[dict]) -> None:  # type: ignore[type-arg]
-    """Two tables: throughput and CPU per cell, then the added latencies at concurrency 1 (ms)."""
-    print(f"{'mode':9} {'c':>3} {'direct':>8} {'bare':>8} {'specgate':>9} {'rust':>8} {'sg/rust':>8} {'bare/rust':>9} "
-          f"{'sg/direct':>9} {'sg cpu us':>9} {'bare cpu':>8} {'rust cpu':>8} {'sg p50':>7} {'sg p99':>7}")
+def print_table(rows: list[dict], targets: list[str]) -> None:  # type: ignore[type-arg]
+    """Three tables: req/s per cell, CPU per request per cell (with the ratios), then the
+    added latencies at concurrency 1 (ms)."""
+    routers = [t for t in targets if t != "direct"]
+    print("\nreq/s (median of the rounds)")
+    print(f"{'mode':9} {'c':>3} " + " ".join(f"{t:>9}" for t in targets) + f" {'sg/base':>8} {'sg/rust':>8}")
     for r in rows:
-        print(f"{r['mode']:9} {r['concurrency']:>3} {r['direct_rps']:8.0f} {r['bare_rps']:8.0f} {r['specgate_rps']:9.0f} "
-              f"{r['rust_rps']:8.0f} {r['rps_specgate_over_rust']:8.2f} {r['rps_bare_over_rust']:9.2f} "
-              f"{r['rps_specgate_over_direct']:9.2f} {r['specgate_cpu_us_per_req']:9.0f} "
-              f"{r['bare_cpu_us_per_req']:8.0f} {r['rust_cpu_us_per_req']:8.0f} "
-              f"{r['specgate_p50_ms']:7.2f} {r['specgate_p99_ms']:7.2f}")
-    print(f"\n{'mode':9} {'c':>3} {'+p50 sg':>8} {'+p50 bare':>9} {'+p50 rust':>9} {'+ttfb sg':>8} {'+ttfb bare':>10} "
-          f"{'+ttfb rust':>10}")
+        print(f"{r['mode']:9} {r['concurrency']:>3} " + " ".join(
+            f"{r[f'{t}_rps']:9.0f}" if f"{t}_rps" in r else f"{'-':>9}" for t in targets)
+            + f" {_fmt(r.get('rps_specgate_over_base')):>8} {_fmt(r.get('rps_specgate_over_rust')):>8}")
+    print("\nrouter CPU per request, us (median of the rounds)")
+    print(f"{'mode':9} {'c':>3} " + " ".join(f"{t:>9}" for t in routers)
+          + f" {'sg/base':>8} {'sg/rust':>8}  sg/base per round")
     for r in rows:
-        if "added_p50_ms_specgate" in r:
-            print(f"{r['mode']:9} {r['concurrency']:>3} {r['added_p50_ms_specgate']:8.2f} {r['added_p50_ms_bare']:9.2f} "
-                  f"{r['added_p50_ms_rust']:9.2f} {r['added_ttfb_ms_specgate']:8.2f} {r['added_ttfb_ms_bare']:10.2f} "
-                  f"{r['added_ttfb_ms_rust']:10.2f}")
+        print(f"{r['mode']:9} {r['concurrency']:>3} " + " ".join(
+            f"{r[f'{t}_cpu_us_per_req']:9.0f}" if f"{t}_cpu_us_per_req" in r else f"{'-':>9}" for t in routers)
+            + f" {_fmt(r.get('cpu_specgate_over_base')):>8} {_fmt(r.get('cpu_specgate_over_rust')):>8}"
+            f"  {r.get('cpu_specgate_over_base_rounds', '')}")
+    added = [r for r in rows if any(k.startswith("added_") for k in r)]
+    if added:
+        print("\nadded latency at c=1 over direct, ms (p50 of the whole request; time to first body byte)")
+        print(f"{'mode':9} " + " ".join(f"{'+p50 ' + t:>14} {'+ttfb ' + t:>15}" for t in routers))
+        for r in added:
+            print(f"{r['mode']:9} " + " ".join(
+                f"{_fmt(r.get(f'added_p50_ms_{t}')):>14} {_fmt(r.get(f'added_ttfb_ms_{t}')):>15}" for t in routers))
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else "-"
+
+
+def check_cpu(rows: list[dict], tolerance: float) -> int:  # type: ignore[type-arg]
+    """0 when specgate's CPU per request is at most ``(1 + tolerance)`` x the base revision's
+    (the median over the rounds of the paired ratios) in every cell at concurrency > 1, else 1
+    (every checked cell is printed)."""
+    failed = 0
+    for r in rows:
+        ratio = r.get("cpu_specgate_over_base")
+        if r["concurrency"] <= 1 or not isinstance(ratio, float):
+            continue
+        ok = ratio <= 1 + tolerance
+        failed += not ok
+        print(f"check {r['mode']} c={r['concurrency']}: specgate/base CPU per request {ratio:.3f} "
+              f"{'<=' if ok else '>'} {1 + tolerance:.2f}: {'ok' if ok else 'REGRESSION'}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

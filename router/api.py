@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import re
 import time
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -72,6 +73,9 @@ __all__ = ["GENERATE_ROUTES", "install_routes", "serve_generate"]
 access_log = logging.getLogger("specgate.access")
 
 
+#: :data:`router.capabilities.HINT_HEADER` as an ASGI header name (lower-case bytes).
+_HINT_HEADER = HINT_HEADER.lower().encode("latin-1")
+
 #: A client ``x-request-id`` the router adopts: a token of at most 128 characters.
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
 
@@ -90,11 +94,24 @@ def _state(request: Request) -> AppState:
     return state
 
 
-async def _read_body(request: Request, cap: int) -> bytes:
+def _header_map(scope: MutableMapping[str, Any]) -> dict[bytes, bytes]:
+    """The request's headers as one dict (ASGI names are lower-case bytes; the first of repeated
+    headers wins, as in Starlette's ``Headers.get``): one pass, then O(1) look-ups, where each
+    ``Headers.get`` scans the list again and a missing name costs a caught ``KeyError``."""
+    return dict(reversed(scope["headers"]))
+
+
+def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
+    value = headers.get(name)
+    return None if value is None else value.decode("latin-1")
+
+
+async def _read_body(request: Request, cap: int, headers: dict[bytes, bytes] | None = None) -> bytes:
     """The request body, its ``Content-Encoding`` undone; ``cap`` bounds the bytes read and
     the decoded bytes (:mod:`router.encoding`: 413, 415, 400 ``invalid_content_encoding``)."""
-    codings = content_codings(request.headers.getlist("content-encoding"))
-    length = request.headers.get("content-length")
+    headers = headers if headers is not None else _header_map(request.scope)
+    codings = content_codings(request.headers.getlist("content-encoding")) if b"content-encoding" in headers else ()
+    length = _header(headers, b"content-length")
     if length is not None:
         try:
             declared = int(length)
@@ -121,8 +138,8 @@ async def _read_body(request: Request, cap: int) -> bytes:
     return await decode_body(body, codings, cap) if codings else body
 
 
-def _parse_json(request: Request, body: bytes) -> Any:
-    ctype = request.headers.get("content-type", "")
+def _parse_json(request: Request, body: bytes, headers: dict[bytes, bytes] | None = None) -> Any:
+    ctype = _header(headers if headers is not None else _header_map(request.scope), b"content-type") or ""
     if ctype.split(";", 1)[0].strip().lower() != "application/json":
         raise UnsupportedMediaType("Content-Type must be application/json", param=None)
     return loads_unique(body)  # 400 invalid_json, or duplicate_key naming the key (router.body)
@@ -195,19 +212,21 @@ async def _generate(request: Request, kind: str) -> Response:
     limits = cfg.limits
     received = time.perf_counter()
     own_id = state.next_request_id()
-    request_id = client_request_id(request.headers.get("x-request-id")) or own_id
+    headers = _header_map(request.scope)
+    request_id = client_request_id(_header(headers, b"x-request-id")) or own_id
     context = attach_context(request, request_id)
-    headers = request.headers
-    trace = trace_headers(headers.getlist("traceparent"), headers.getlist("tracestate"),
-                          headers.get("baggage") if cfg.tracing.forward_baggage else None)
+    raw = request.headers  # every value of a repeated header (trace context: exactly one allowed)
+    trace = trace_headers(raw.getlist("traceparent"), raw.getlist("tracestate"),
+                          _header(headers, b"baggage") if cfg.tracing.forward_baggage else None)
     if state.tracing is not None:  # router.tracing: the server span, ended by _finish or the error path
         context.span = state.tracing.start_request(request.scope["path"], trace, request_id)
+    authorization = _header(headers, b"authorization")
     if runtime.auth is not None:
-        runtime.auth.check_client(request.headers.get("authorization"))
+        runtime.auth.check_client(authorization)
     if kind == "responses":
         check_served(runtime)
-    body = await _read_body(request, limits.max_request_bytes)
-    doc = _parse_json(request, body)
+    body = await _read_body(request, limits.max_request_bytes, headers)
+    doc = _parse_json(request, body, headers)
     if kind == "chat":
         parsed = parse_chat(doc, max_n=limits.max_n, media=cfg.model.media_tokens)
     else:
@@ -215,14 +234,15 @@ async def _generate(request: Request, kind: str) -> Response:
     model = doc.get("model")
     if model is not None and not cfg.model.serves(model):
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
-    key_default = runtime.auth.speculation_default(request.headers.get("authorization")) if runtime.auth else None
-    hint = speculation_hint(doc, request.headers.get(HINT_HEADER), key_default)
+    key_default = runtime.auth.speculation_default(authorization) if runtime.auth else None
+    hint = speculation_hint(doc, _header(headers, _HINT_HEADER), key_default)
     pc = cfg.routing.prefix_cache
     rendered: list[Rendered] | None = [] if pc.enabled else None
     prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body), rendered)
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
-    features = dataclasses.replace(
-        request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower), speculation=hint)
+    features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower)
+    if hint != features.speculation:  # a copy only for a non-default hint
+        features = dataclasses.replace(features, speculation=hint)
     context.features = features
     chain = matches = None
     if rendered:

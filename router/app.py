@@ -44,7 +44,7 @@ from router.metrics import LearningSeries, RouterMetrics, set_or_clear
 from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
-from router.upstream import connection_trace_config
+from router.upstream import ReuseMarkingConnector
 
 __all__ = ["AppState", "RouterApp", "RuntimeInputs", "build_runtime", "create_app", "load_runtime_inputs",
            "tune_interpreter"]
@@ -406,19 +406,19 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
 def _default_session(config: Config) -> aiohttp.ClientSession:
     """The upstream client: an idle connection is kept ``upstream.keepalive_timeout_s`` seconds
     (below every engine's keep-alive, checked at config load; aiohttp's own default is 15 s
-    against uvicorn's 5 s, sgl-project/sglang#20851), and a trace tells the proxy whether a
-    request went out on a reused connection (:func:`router.proxy.connection_trace_config`)."""
-    connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
-                                     enable_cleanup_closed=False, ttl_dns_cache=300,
-                                     keepalive_timeout=config.upstream.keepalive_timeout_s)
+    against uvicorn's 5 s, sgl-project/sglang#20851), and the connector tells the proxy whether a
+    request went out on a reused connection (:class:`router.upstream.ReuseMarkingConnector`;
+    no aiohttp ``TraceConfig``, whose hooks would run at every request step)."""
+    connector = ReuseMarkingConnector(limit=config.upstream.max_connections, limit_per_host=0,
+                                      enable_cleanup_closed=False, ttl_dns_cache=300,
+                                      keepalive_timeout=config.upstream.keepalive_timeout_s)
     # No cookie jar: engines set no cookies, and a real jar filters cookies on every request.
     # The engines' key (auth.engine_api_key*, SGLang --api-key) goes on every engine request:
     # generation, /abort_request and the scrapes (SGLang exempts /health and /metrics).
     key = load_engine_key(config.auth)
     headers = {"authorization": f"Bearer {key}"} if key else None
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-                                 timeout=aiohttp.ClientTimeout(total=None), headers=headers,
-                                 trace_configs=[connection_trace_config()])
+                                 timeout=aiohttp.ClientTimeout(total=None), headers=headers)
 
 
 def _fresh_session(config: Config) -> aiohttp.ClientSession:

@@ -34,7 +34,7 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from router.acceptance import CLASSES
 from router.auth import Auth
@@ -157,6 +157,44 @@ class Pool:
         return min(ages) if ages else None
 
 
+class _SnapshotCache:
+    """The last :class:`~router.policy.PoolSnapshot` built for each set of a pool's values, so a
+    decision whose pool reads as a recent one did reuses that object instead of building it
+    (a frozen dataclass of 12 fields costs about as much as the rest of the snapshot).
+
+    :meth:`get` takes every field that can change as a keyword (hashable values: tuples,
+    frozensets, numbers, None) and keys on all of them plus the pool object, whose
+    config-derived fields (name, speculative, limit, reserved, speed model) are fixed for its
+    life; so a hit equals what a fresh build would give, and a new snapshot field passed here is
+    keyed without further change. Loads take few distinct values, so most decisions hit; the
+    map is cleared when it holds :attr:`MAX_ENTRIES`.
+    """
+
+    MAX_ENTRIES = 1024
+
+    __slots__ = ("_map",)
+
+    def __init__(self) -> None:
+        self._map: dict[tuple[object, ...], PoolSnapshot] = {}
+
+    def get(self, pool: Pool, **values: Any) -> PoolSnapshot:
+        """The snapshot of ``pool`` with ``values`` (built on a miss). A learning pool's speed
+        model and acceptance table are keyed by the fit's observation count (they change only
+        when it takes a request)."""
+        fit = pool.fit
+        key = (pool, -1 if fit is None else fit.count, *values.items())
+        snap = self._map.get(key)
+        if snap is None:
+            if len(self._map) >= self.MAX_ENTRIES:
+                self._map.clear()
+            learned = {} if fit is None else {
+                "speed": fit.model, "accept_table": fit.accept_table() if pool.speculative else None}
+            snap = self._map[key] = PoolSnapshot(
+                name=pool.name, speculative=pool.config.speculative, limit=pool.limit, reserved=pool.reserved,
+                **{"speed": pool.speed, **learned, **values})
+        return snap
+
+
 class _PrefixParams(TypedDict):
     """The prefix-cache thresholds a :class:`router.prefix.PrefixRequest` copies from config."""
 
@@ -200,6 +238,8 @@ class Runtime:
         self.rules = self._rules()
         self.override_error: str | None = None
         self._tie = itertools.count()
+        self._sticky: tuple[RoutingConfig | None, int] = (None, 0)
+        self._snapshot_cache = _SnapshotCache()
         old: dict[tuple[str, str], Endpoint] = {}
         if previous is not None:
             for pool in previous.pools:
@@ -510,14 +550,12 @@ class Runtime:
                 sat, low = flags["saturated"], p.bypass.low_classes(flags)
             else:
                 sat, low, taus = False, frozenset(), {}
-            out.append(PoolSnapshot(
-                name=p.name, speculative=p.config.speculative, limit=p.limit, reserved=p.reserved,
-                endpoints=tuple(_endpoint_snapshot(e, now, stale, floor, m.get(e.url, 0))
-                                for e in p.endpoints.values()),
-                saturated=sat, low_acceptance=low, speed=p.speed if p.fit is None else p.fit.model,
-                accept_table=p.fit.accept_table() if p.fit is not None and p.config.speculative else None,
-                accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled"),
-                capabilities=p.capabilities, canary_mismatch=p.canary_mismatch))
+            endpoints = tuple([_endpoint_snapshot(e, now, stale, floor, m.get(e.url, 0) if m else 0)
+                               for e in p.endpoints.values()])
+            out.append(self._snapshot_cache.get(
+                p, endpoints=endpoints, saturated=sat, low_acceptance=low, accept_length_greedy=taus.get("greedy"),
+                accept_length_sampled=taus.get("sampled"), capabilities=p.capabilities,
+                canary_mismatch=p.canary_mismatch))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
@@ -535,9 +573,13 @@ class Runtime:
 
     def _sticky_max_load(self) -> int:
         """The cross-pool affinity ceiling (requests): ``ceil(routing.prefix_cache.
-        sticky_load_factor * routing.saturation.enter)``; 0 with prefix routing off."""
-        pc = self.routing.prefix_cache
-        return math.ceil(pc.sticky_load_factor * self.routing.saturation.enter) if pc.enabled else 0
+        sticky_load_factor * routing.saturation.enter)``; 0 with prefix routing off. Computed
+        once per ``routing`` value (overrides replace it whole)."""
+        routing = self.routing
+        if self._sticky[0] is not routing:
+            pc = routing.prefix_cache
+            self._sticky = (routing, math.ceil(pc.sticky_load_factor * routing.saturation.enter) if pc.enabled else 0)
+        return self._sticky[1]
 
     def ready(self) -> bool:
         """True while at least one pool has a healthy endpoint."""

@@ -328,9 +328,10 @@ class PrefixIndex:
         return sorted(u for u, v in self._lru.items() if v)
 
 
-@dataclass(frozen=True, slots=True)
-class PrefixRequest:
-    """What :func:`router.policy.decide` needs to call :func:`pick_endpoint` for a request.
+class PrefixRequest(NamedTuple):
+    """What :func:`router.policy.decide` needs to call :func:`pick_endpoint` for a request (a
+    named tuple, like :class:`PrefixChain`: one is built per decision, and a frozen dataclass
+    of eight fields costs several times more to build).
 
     Attributes:
         anchor: the request's anchor (:attr:`PrefixChain.anchor`), or None.

@@ -18,7 +18,7 @@ that owns the rest of the request's life. Its contract:
   below every engine's keep-alive (checked at config load), so the router normally drops a
   connection before the engine closes it. A connection can still die in the race; aiohttp
   resends only idempotent methods, never a POST (aio-libs/aiohttp#7363). So when a *reused*
-  connection (aiohttp's ``on_connection_reuseconn`` trace, :func:`connection_trace_config`)
+  connection (marked by the session's :class:`router.upstream.ReuseMarkingConnector`)
   breaks before any response byte, the proxy first sends ``/abort_request`` for the request's
   engine ids (the engine may have read the body; it must never finish two generations), then
   resends once on a fresh connection (``AppState.fresh_session``, ``force_close``), same
@@ -362,12 +362,14 @@ class ProxyResponse(Response):
             headers.update(context)
         resp: aiohttp.ClientResponse | None = None
         conn = ConnTrace()
+        session = self._fresh if fresh else self._session
+        marks = getattr(session.connector, "marks", None)  # a ReuseMarkingConnector's
+        mark_token = marks.set(conn) if marks is not None else None
         try:
             try:
                 async with asyncio.timeout_at(first_deadline):
-                    resp = await (self._fresh if fresh else self._session).post(
-                        endpoint.target(job.path), data=job.body, headers=headers, timeout=timeout,
-                        trace_request_ctx=conn)
+                    resp = await session.post(endpoint.target(job.path), data=job.body, headers=headers,
+                                              timeout=timeout)
                     if resp.status >= 400:
                         body = await resp.content.read(_MAX_ERROR_BODY)
                         if resp.status in _BACKPRESSURE:
@@ -429,6 +431,8 @@ class ProxyResponse(Response):
             job.status = resp.status
             await self._relay(resp, first, endpoint, send)
         finally:
+            if mark_token is not None:
+                marks.reset(mark_token)  # type: ignore[union-attr]  # set above with it
             if resp is not None:
                 resp.close()
             if span is not None:

@@ -1,9 +1,12 @@
 """Helpers of the proxy's upstream call (:mod:`router.proxy`): pure or self-contained.
 
-- :func:`connection_trace_config` / :class:`ConnTrace`: aiohttp's ``on_connection_reuseconn``
-  trace tells, per request, whether the connector took the connection from its pool (the
-  proxy resends only a request whose *reused* connection broke before any response byte;
-  sgl-project/sglang#20851, aio-libs/aiohttp#7363).
+- :class:`ReuseMarkingConnector` / :class:`ConnTrace`: the upstream connector tells, per
+  request, whether it took the connection from its pool (the proxy resends only a request
+  whose *reused* connection broke before any response byte; sgl-project/sglang#20851,
+  aio-libs/aiohttp#7363). It replaces aiohttp's ``on_connection_reuseconn`` trace: a session
+  with any ``TraceConfig`` builds trace objects and awaits a signal at every request step and
+  every response chunk (``aiohttp/tracing.py``), a cost on every request for a fact needed only
+  when a connection breaks.
 - :func:`classify_event`: what one SSE event says before any content was relayed (the proxy
   holds the status line until the first content event; sgl-project/sglang#28175).
 - :func:`find_abort`, :func:`body_abort`, :func:`stream_done`, :func:`sse_data`: the engine's
@@ -18,26 +21,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import re
-from types import SimpleNamespace
-from typing import Any
+import weakref
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
 
 from router.errors import SpecgateError
 
+if TYPE_CHECKING:
+    from aiohttp.client_proto import ResponseHandler
+    from aiohttp.client_reqrep import ClientRequest
+    from aiohttp.connector import Connection
+    from aiohttp.tracing import Trace
+
 __all__ = [
     "Backpressure",
     "ConnTrace",
     "Failover",
     "IdleWatch",
+    "ReuseMarkingConnector",
     "Stale",
     "abort_request",
     "body_abort",
     "classify_event",
     "complete_events",
-    "connection_trace_config",
     "find_abort",
     "next_event",
     "retry_after_seconds",
@@ -46,7 +56,7 @@ __all__ = [
 ]
 
 class ConnTrace:
-    """Per-request trace context: set when aiohttp took the connection from its pool."""
+    """Per-request mark: set when the connector took the connection from its pool."""
 
     __slots__ = ("reused",)
 
@@ -54,19 +64,33 @@ class ConnTrace:
         self.reused = False
 
 
-async def _on_reuse(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
-    info = ctx.trace_request_ctx
-    if isinstance(info, ConnTrace):
-        info.reused = True
+class ReuseMarkingConnector(aiohttp.TCPConnector):
+    """A ``TCPConnector`` that marks the calling request's :class:`ConnTrace` as reused when
+    the connection it hands out has served a request before (it came from the keep-alive pool).
 
+    The request being sent names its mark through :attr:`marks` (a context variable: the
+    connector runs in the sending task, so the value set there is the one read here; other
+    requests' tasks have their own). A connection is known by its protocol object, held
+    weakly, so a closed connection leaves nothing behind. Takes ``TCPConnector``'s arguments.
+    """
 
-def connection_trace_config() -> aiohttp.TraceConfig:
-    """An aiohttp trace that marks a request's ``trace_request_ctx`` (a :class:`ConnTrace`) when
-    the connector reuses a pooled connection (``on_connection_reuseconn``); the proxy resends
-    only requests whose reused connection broke before any response byte."""
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_reuseconn.append(_on_reuse)
-    return trace
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.marks: contextvars.ContextVar[ConnTrace | None] = contextvars.ContextVar(
+            "specgate_conn_mark", default=None)
+        self._served: weakref.WeakSet[ResponseHandler] = weakref.WeakSet()
+
+    async def connect(self, req: ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout) -> Connection:
+        conn = await super().connect(req, traces, timeout)
+        proto = conn.protocol
+        if proto is not None:
+            if proto in self._served:
+                mark = self.marks.get()
+                if mark is not None:
+                    mark.reused = True
+            else:
+                self._served.add(proto)
+        return conn
 
 
 #: A blank line ending an SSE event: two line ends, each CRLF, LF or CR (WHATWG HTML,
