@@ -1,11 +1,12 @@
 """Does the router pay out of the box? Learned speed models against static deployments, simulated.
 
-    .venv/bin/python benchmarks/outofbox.py [--engines 2] [--shapes light,heavy,mixed] [--seed 0]
-                                            [--out runs/outofbox.json]
+    .venv/bin/python benchmarks/outofbox.py [--families default,kv_limited,...] [--engines 2]
+                                            [--shapes light,heavy,mixed] [--seed 0] [--out runs/outofbox.json]
 
-For each day shape (:mod:`loadtests.dayshapes`) and engine count N, the same requests go
-through, in one run of the discrete-event simulator (:mod:`loadtests.daysim`, virtual time,
-seeded): ``all-plain`` and ``all-spec`` (client round robin: the static deployments), and for
+For each engine family (:mod:`loadtests.dayfamilies`), day shape (:mod:`loadtests.dayshapes`,
+fitted to the family) and engine count N, the same requests go through, in one run of the
+discrete-event simulator (:mod:`loadtests.daysim`, virtual time, seeded): ``all-plain``,
+``all-spec`` and ``all-adaptive`` (client round robin: the static deployments), and for
 every split k = 1..N-1 (and ``learned`` also at k = N, the router in front of speculative
 engines alone) the router (``router.policy.decide`` through
 :class:`loadtests.dayrouter.PolicyRouter`) in four configurations:
@@ -18,7 +19,8 @@ engines alone) the router (``router.policy.decide`` through
   or with every time scaled by 0.5 / 2 (a calibration wrong by 2x either way).
 
 Printed per shape and N: mean / p90 end-to-end latency (s) of each deployment and its mean
-ratio to the better static deployment (the lower mean of all-plain and all-spec); the
+ratio to the better static deployment (the lowest mean of all-plain, all-spec and
+all-adaptive); the
 ``learned`` rows also give the ratio over the requests after the first 200 (the warm-up) and
 the warm-up's own mean. Everything is the simulator's: speed claims, not engine measurements.
 """
@@ -36,17 +38,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loadtests.dayfamilies import FAMILIES, get_family
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
-from loadtests.dayshapes import SHAPES, default_engine_model, get_shape
+from loadtests.dayshapes import SHAPES
 from loadtests.daysim import (
     DayResult,
     Deployment,
+    adaptive_max_batch,
+    all_adaptive,
     all_plain,
     all_spec,
     fronted,
     routed,
     simulate_day,
 )
+
+STATIC = ("all-plain", "all-spec", "all-adaptive")
 
 WARMUP = 200  # requests
 
@@ -73,28 +80,34 @@ def _modes(settings: PolicySettings) -> dict[str, PolicySettings]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--families", default=",".join(FAMILIES), help="engine families (default all)")
     ap.add_argument("--engines", default="2", help="engine counts N, comma-separated (default 2)")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="day shapes (default all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/outofbox.json")
     args = ap.parse_args(argv)
-    model = default_engine_model()
-    settings = settings_for(model)
     rows: list[dict[str, Any]] = []
-    for n in (int(x) for x in args.engines.split(",") if x):
-        for name in args.shapes.split(","):
-            shape = get_shape(name, n)
+    for fam_name, n, name in ((f, int(x), sh) for f in args.families.split(",") for x in args.engines.split(",")
+                              for sh in args.shapes.split(",")):
+        family = get_family(fam_name)
+        model = family.model
+        settings = settings_for(model, long_prompt_tokens=family.scaled_tokens(32768),
+                                context_tokens=family.scaled_tokens(12288))
+        if True:
+            shape = family.shape(name, n)
             reqs = shape.requests(args.seed)
-            deps: list[tuple[str, Deployment]] = [("all-plain", all_plain(n)), ("all-spec", all_spec(n))]
+            amb = adaptive_max_batch(model, family.scaled_tokens(12288))
+            deps: list[tuple[str, Deployment]] = [("all-plain", all_plain(n)), ("all-spec", all_spec(n)),
+                                                  ("all-adaptive", all_adaptive(n, amb))]
             for k in range(1, n):
                 for label, mode in _modes(settings).items():
                     deps.append((f"{label} {k}s+{n - k}p", routed(k, n, lambda m=mode: PolicyRouter(m), label=label)))
             learned = _modes(settings)["learned"]
             deps.append((f"learned {n}s+0p", fronted(n, n, lambda m=learned: PolicyRouter(m), label="learned")))
-            print(f"\n{name}, N={n}: {len(reqs)} requests over {shape.duration_s:.0f} s")
+            print(f"\n{fam_name} / {name}, N={n}: {len(reqs)} requests over {shape.duration_s:.0f} s")
             results = {label: simulate_day(reqs, dep, model, seed=args.seed) for label, dep in deps}
             stats = {label: _stats(res) for label, res in results.items()}
-            static = min(("all-plain", "all-spec"), key=lambda s: stats[s]["mean_s"] or float("inf"))
+            static = min(STATIC, key=lambda s: stats[s]["mean_s"] or float("inf"))
             base = stats[static]["mean_s"] or float("nan")
             base_after = _stats(results[static], WARMUP)["mean_s"] or float("nan")
             for label, res in results.items():
@@ -102,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 mean, p90 = s["mean_s"], s["p90_s"]
                 line = f"{label:<18} mean {mean or float('nan'):7.2f} s  p90 {p90 or float('nan'):7.2f} s  " \
                        f"{(mean or float('nan')) / base:6.3f}x {static}"
-                row: dict[str, Any] = {"shape": name, "engines": n, "deployment": label, **s,
+                row: dict[str, Any] = {"family": fam_name, "shape": name, "engines": n, "deployment": label, **s,
                                        "ratio": (mean or float("nan")) / base, "static": static}
                 if label.startswith("learned"):
                     after = _stats(res, WARMUP)["mean_s"] or float("nan")

@@ -36,7 +36,7 @@ from router.acceptance import CLASSES, AcceptanceTracker
 from router.bypass import BypassState
 from router.config import AcceptanceConfig, RoutingConfig, SaturationConfig
 from router.features import RequestFeatures
-from router.learn import DEFAULT_PRIOR, Observation, SpeedFit
+from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
 from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Rules, batch_context, decide
 from router.predict import SpeedModel
 
@@ -242,6 +242,7 @@ class PolicyRouter:
             batch=max(1.0, (load + end_load) / 2 + 0.5), duration_s=now - record.arrival_s, accept_length=tau,
             context=ctx), now,
             cls, measured=tau is not None)
+        share_priors(list(self.fits.values()))
 
     def snapshots(self, pools: tuple[PoolView, ...], now: float) -> tuple[PoolSnapshot, ...]:
         """The policy's snapshots of the simulator's views (``Runtime.snapshots``)."""

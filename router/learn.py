@@ -38,7 +38,8 @@ from dataclasses import dataclass, replace
 
 from router.predict import SpeedModel
 
-__all__ = ["CONTEXT_BUCKETS", "DEFAULT_PRIOR", "Observation", "SpeedFit", "bucket_label", "context_bucket"]
+__all__ = ["CONTEXT_BUCKETS", "DEFAULT_PRIOR", "MIN_OWN_OBSERVATIONS", "Observation", "SpeedFit", "bucket_label",
+           "context_bucket", "share_priors"]
 
 #: The prior of a pool without a ``speed`` block: a mid-size model on one accelerator
 #: (50 tokens/s for one sequence, decode compute equal to the weight reads at 32 sequences,
@@ -53,6 +54,9 @@ _N = 4  # theta = (p, t0, t0 / b_knee, a)
 #: bucket is everything above. Acceptance falls with context (vllm-project/vllm#47602,
 #: sgl-project/sglang#30763), so tau is kept per temperature class and bucket.
 CONTEXT_BUCKETS: tuple[int, ...] = (1024, 4096, 16384, 65536)
+
+#: Observations below which a fit takes its prior from a sibling pool's fit (:meth:`SpeedFit.rebase`).
+MIN_OWN_OBSERVATIONS = 10
 
 #: Observations of a (class, bucket) cell before its tau is used for a prediction.
 MIN_BUCKET_OBSERVATIONS = 3
@@ -136,11 +140,13 @@ class SpeedFit:
         self._theta0 = _theta(prior)
         # the prior's precision per parameter: prior_weight relative observations whose row
         # for parameter i alone is 1 / theta0_i (a relative error of 100% costs prior_weight)
+        self._prior_weight = prior_weight
         self._lam = [prior_weight / max(t, 1e-12) ** 2 for t in self._theta0]
         self._a = [[0.0] * _N for _ in range(_N)]
         self._g = [0.0] * _N
         self._model = prior
         self.count = 0
+        self.version = 0  # bumped whenever the model or the acceptance table changes
         self._tau: dict[str, float] = {}  # temperature class -> tau of its observations (EWMA)
         # (class, context bucket) -> (tau EWMA, observations): per-request tau only (the
         # engine's spec_tokens_details), never the batch-wide gauge
@@ -152,6 +158,19 @@ class SpeedFit:
     def model(self) -> SpeedModel:
         """The current speed model (the prior until the first observation)."""
         return self._model
+
+    def rebase(self, model: SpeedModel) -> None:
+        """Take ``model``'s ``theta`` (another pool's fit: the same target model on the same
+        hardware) as this fit's prior, keeping its own ``gamma``, ``c`` and running cap, and
+        refit. A pool the prediction has not sent work to yet starts from what its sibling
+        measured instead of the default prior, which would make it look slower or faster than
+        a pool that has learned its real speed (:data:`MIN_OWN_OBSERVATIONS`)."""
+        self._theta0 = _theta(model)
+        self._lam = [self._prior_weight / max(t, 1e-12) ** 2 for t in self._theta0]
+        self.version += 1
+        self._model = self._refit() if self.count else replace(
+            self.prior, prefill_s_per_token=model.prefill_s_per_token, decode_s_per_token=model.decode_s_per_token,
+            batch_knee=model.batch_knee, attention_s_per_token=model.attention_s_per_token)
 
     def accept_length(self, temperature: str) -> float | None:
         """tau of the class's observed requests (exponentially averaged), None before any:
@@ -217,6 +236,7 @@ class SpeedFit:
             for j in range(_N):
                 row[j] = f * row[j] + x[i] * x[j]
         self.count += 1
+        self.version += 1
         self.updated_at = now
         self._model = self._refit()
 
@@ -230,3 +250,15 @@ class SpeedFit:
         p, decode, slope, attn = t0
         return replace(self.prior, prefill_s_per_token=p, decode_s_per_token=decode,
                        batch_knee=decode / slope, attention_s_per_token=attn)
+
+
+def share_priors(fits: list[SpeedFit]) -> None:
+    """Rebase every fit with fewer than :data:`MIN_OWN_OBSERVATIONS` observations on the fit
+    with the most (when that one has at least as many): the pools of one deployment run the
+    same target model, so what one measured is a better prior for another than the default."""
+    best = max(fits, key=lambda f: f.count, default=None)
+    if best is None or best.count < MIN_OWN_OBSERVATIONS:
+        return
+    for fit in fits:
+        if fit is not best and fit.count < MIN_OWN_OBSERVATIONS:
+            fit.rebase(best.model)

@@ -42,7 +42,7 @@ from router.bypass import FLAGS, BypassState
 from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingConfig
 from router.endpoint import Endpoint, Lease, LeaseLedger
 from router.features import PromptCounter, RequestFeatures
-from router.learn import DEFAULT_PRIOR, Observation, SpeedFit
+from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
 from router.policy import (
     Decision,
     EndpointSnapshot,
@@ -179,10 +179,10 @@ class _SnapshotCache:
 
     def get(self, pool: Pool, **values: Any) -> PoolSnapshot:
         """The snapshot of ``pool`` with ``values`` (built on a miss). A learning pool's speed
-        model and acceptance table are keyed by the fit's observation count (they change only
-        when it takes a request)."""
+        model and acceptance table are keyed by the fit's version (they change only when it
+        takes a request or a new prior)."""
         fit = pool.fit
-        key = (pool, -1 if fit is None else fit.count, *values.items())
+        key = (pool, -1 if fit is None else fit.version, *values.items())
         snap = self._map.get(key)
         if snap is None:
             if len(self._map) >= self.MAX_ENTRIES:
@@ -342,6 +342,7 @@ class Runtime:
                                      output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5),
                                      duration_s=duration_s, accept_length=tau, context=context), now, temperature,
                          measured=pool.speculative and accept_length is not None)
+        share_priors([p.fit for p in self.pools if p.fit is not None])
         return True
 
     @staticmethod

@@ -25,11 +25,12 @@ def test_calibrate_split_command(tmp_path: Path, capsys: pytest.CaptureFixture[s
     out = tmp_path / "advice.json"
     assert specgate(["calibrate-split", "--day", str(log), "--engines", "2", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "advice: 1 speculative + 1 plain engines (predict 1s+1p; best mean_s)" in text
+    assert "advice: 1 speculative + 1 plain engines (learned 1s+1p; best mean_s)" in text
     doc = json.loads(out.read_text())
-    assert doc["best_k"] == 1 and [p["k"] for p in doc["predictions"]] == [0, 1, 1, 2]
+    assert doc["best_k"] == 1 and [p["k"] for p in doc["predictions"]] == [0, 1, 1, 1, 2]
     assert specgate(["calibrate-split", "--day", str(log), "--no-predict"]) == 0
-    assert "advice: 0 speculative + 2 plain engines (all-plain; best mean_s)" in capsys.readouterr().out
+    # without the true speed model the learned router still makes the split pay
+    assert "advice: 1 speculative + 1 plain engines (learned 1s+1p; best mean_s)" in capsys.readouterr().out
     assert specgate(["calibrate-split", "--day", str(tmp_path / "missing.jsonl")]) == 2
     assert specgate(["calibrate-split", "--day", str(log), "--saturation-enter", "4",
                      "--saturation-exit", "4"]) == 2
@@ -46,7 +47,8 @@ def test_day_benchmark_writes_its_tables_json_and_plots(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "day.json").read_text())
     assert [(r["family"], r["shape"], r["k"], r["deployment"]) for r in doc["runs"]] == [
         ("default", "light", 0, "all-plain"), ("default", "light", 1, "routed 1s+1p"),
-        ("default", "light", 1, "predict 1s+1p"), ("default", "light", 2, "all-spec"),
+        ("default", "light", 1, "learned 1s+1p"), ("default", "light", 1, "predict 1s+1p"),
+        ("default", "light", 2, "all-spec"),
         ("default", "light", 2, "all-adaptive"), ("default", "light", 2, "specgate 2s+0p")]
     assert doc["families"]["default"]["adaptive_max_batch"] == 41
     # the router at the advised split, against the better static deployment of the same engines
@@ -73,7 +75,8 @@ def test_day_benchmark_quick_run_of_a_shift_day(tmp_path: Path) -> None:
     assert doc["quick"] is True and {r["engines"] for r in doc["runs"]} == {2}
     predict = next(r for r in doc["runs"] if r["deployment"] == "predict 1s+1p")
     assert [w["start_s"] for w in predict["windows"]] == [75.0, 105.0, 135.0]
-    assert set(doc["advice"][0]["recovery_s"]) == {"routed 1s+1p", "predict 1s+1p", doc["advice"][0]["specgate"]}
+    assert set(doc["advice"][0]["recovery_s"]) == {"routed 1s+1p", "learned 1s+1p", "predict 1s+1p",
+                                                   doc["advice"][0]["specgate"]}
     bad = subprocess.run([sys.executable, str(root / "benchmarks" / "day.py"), "--families", "nope", "--out",
                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "unknown engine family 'nope'" in bad.stderr

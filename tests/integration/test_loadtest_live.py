@@ -56,11 +56,14 @@ def test_compare_spec_plain_router(router_over_pair: tuple[RouterServer, SimServ
             assert tp["output_tokens"]["min"] == tp["output_tokens"]["max"] == 8.0
             assert tp["ttft_s"]["n"] == 12 and tp["itl_s"]["n"] == 12 * 7
         assert set(p["ratios"]) == {"spec_vs_plain", "router_vs_plain", "router_vs_spec"}
-    # The router sends short prompts to the spec pool and long ones to the plain pool.
+    # The router sends short prompts to the spec pool and long ones to the plain pool, except
+    # those it keeps on spec because the plain engine is busier when they arrive (plain_busier).
     for load in (1.0, 4.0):
         short, long_ = points[("32-48", load)]["targets"]["router"], points[("512-768", load)]["targets"]["router"]
         assert (short["routed"], short["reasons"]) == ({"spec": 12}, {"speculative": 12})
-        assert (long_["routed"], long_["reasons"]) == ({"plain": 12}, {"long_context": 12})
+        kept = long_["reasons"].get("plain_busier", 0)
+        assert long_["reasons"] == {"long_context": 12 - kept, **({"plain_busier": kept} if kept else {})}
+        assert long_["routed"] == {"plain": 12 - kept, **({"spec": kept} if kept else {})}
     # The spec fake's accept length follows the model: E[tau](0.8, 4) short, 1 long.
     acc_short = points[("32-48", 1.0)]["targets"]["spec"]["pool_metrics"]["accept_length"]["mean"]
     acc_long = points[("512-768", 1.0)]["targets"]["spec"]["pool_metrics"]["accept_length"]["mean"]

@@ -26,7 +26,8 @@ MODEL = SimModel(t0_s=0.004, batch_knee=8, alpha_short=0.8, alpha_knee_tokens=64
 
 def sim_router_config(tokenizer: str | Path, spec_url: str, plain_url: str) -> dict[str, Any]:
     """The router in front of the paced fakes: prompts over 1000 tokens go plain, and the
-    saturation bypass enters at 8 requests; acceptance bypass off."""
+    saturation bypass enters at 8 requests; acceptance bypass off; no learning (the
+    thresholds' own behaviour)."""
     return router_config(
         tokenizer, **{
             "model.name": "sim-model",
@@ -36,7 +37,7 @@ def sim_router_config(tokenizer: str | Path, spec_url: str, plain_url: str) -> d
                 {"name": "plain", "speculative": False, "endpoints": [plain_url]},
             ],
             "routing": {"long_prompt_tokens": 1000, "saturation": {"enter": 8, "exit": 6},
-                        "acceptance": {"enabled": False}},
+                        "acceptance": {"enabled": False}, "learning": {"enabled": False}},
             "upstream": {"first_byte_timeout_s": 10.0, "idle_timeout_s": 10.0},
             "server": {"reload_interval_s": 5.0, "log_requests": False},
         })

@@ -20,14 +20,14 @@ from loadtests.workload import parse_buckets
 
 
 @pytest.mark.parametrize(("shape", "predict", "best"), [
-    ("light", False, "all-spec"), ("heavy", False, "all-plain"), ("heavy", True, "predict 1s+1p")])
+    ("light", False, "all-spec"), ("heavy", False, "learned 1s+1p"), ("heavy", True, "learned 1s+1p")])
 def test_split_advice_on_a_synthetic_day(shape: str, predict: bool, best: str) -> None:
     model = default_engine_model()
     reqs = get_shape(shape).requests(1)
     adv = advise_split(reqs, 2, model, seed=1, predict=predict)
-    names = ["all-plain", "routed 1s+1p", *(["predict 1s+1p"] if predict else []), "all-spec"]
+    names = ["all-plain", "routed 1s+1p", "learned 1s+1p", *(["predict 1s+1p"] if predict else []), "all-spec"]
     assert [p["deployment"] for p in adv.predictions] == names
-    assert [p["k"] for p in adv.predictions] == [0, 1, *([1] if predict else []), 2]
+    assert [p["k"] for p in adv.predictions] == [0, 1, 1, *([1] if predict else []), 2]
     fastest = min(adv.predictions, key=lambda p: p["mean_s"])
     assert adv.best == fastest["deployment"] == best
     k = fastest["k"]
