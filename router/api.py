@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 
 from router.acceptance import CLASSES
 from router.admin import install_admin_routes
+from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, resolve_priority
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
 from router.context import attach_context, request_context
 from router.errors import (
@@ -198,7 +199,13 @@ async def _generate(request: Request, kind: str) -> Response:
     model = doc.get("model")
     if model is not None and not cfg.model.serves(model):
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
-    key_default = runtime.auth.speculation_default(request.headers.get("authorization")) if runtime.auth else None
+    auth = runtime.auth
+    authorization = request.headers.get("authorization")
+    priority = resolve_priority(doc, request.headers.get(PRIORITY_HEADER),
+                                auth.priority_grant(authorization) if auth else None,
+                                auth.priority_default if auth else None)
+    state.metrics.priority_requests.inc((priority.source,))
+    key_default = auth.speculation_default(authorization) if auth else None
     hint = speculation_hint(doc, request.headers.get(HINT_HEADER), key_default)
     pc = cfg.routing.prefix_cache
     rendered: list[Rendered] | None = [] if pc.enabled else None
@@ -244,9 +251,12 @@ async def _generate(request: Request, kind: str) -> Response:
         # the engine rid stays the router's own id: a client may reuse its x-request-id
         # (retries), and SGLang refuses a rid that is already running
         abort_rids = (responses_fields if kind == "responses" else _abort_rids)(doc, features, own_id, fields)
-        if HINT_FIELD in doc:  # the router's own field never reaches the engine
-            body = orjson.dumps({k: v for k, v in doc.items() if k != HINT_FIELD})
-            doc = {k: v for k, v in doc.items() if k != HINT_FIELD}
+        if priority.value is not None and doc.get(PRIORITY_FIELD) != priority.value:
+            fields[PRIORITY_FIELD] = priority.value  # (replaces the client's: router.admission)
+        drop = (HINT_FIELD,) if priority.value is not None else (HINT_FIELD, PRIORITY_FIELD)
+        if any(k in doc for k in drop):  # the router's own field, an untrusted priority
+            doc = {k: v for k, v in doc.items() if k not in drop}
+            body = orjson.dumps(doc)
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
                        received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,

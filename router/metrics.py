@@ -172,7 +172,7 @@ class RouterMetrics:
             "specgate_engine_rejections",
             "Engine refusals before the first byte, by pool and reason (http_503, http_429, "
             "stream_error: a 429/503 error event in a 200 stream, stream_abort: an abort "
-            "before any content).", ["pool", "reason"])
+            "before any content, nonstream_abort: a non-streamed 200 with an aborted choice).", ["pool", "reason"])
         # Response usage and endings (router.observe): per pool.
         self.completion_tokens = LoopCounter(
             "specgate_completion_tokens", "usage.completion_tokens of chat responses.", ["pool"])
@@ -186,12 +186,18 @@ class RouterMetrics:
             "specgate_suspect_truncations",
             "Responses to a tools request that ended 'stop' with only reasoning (no content, no "
             "tool call).", ["pool"])
+        self.priority_requests = LoopCounter(
+            "specgate_priority_requests",
+            "Generation requests by where the engine's priority came from (router/admission.py): "
+            "client (a trusted key's own value), clamped (moved into its key's range), default "
+            "(a configured default), ignored (an untrusted client's value dropped), none.",
+            ["source"])
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
                                           self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
                                           self.upstream_stale_retries, self.engine_rejections,
                                           self.predicted_completion, self.completion_tokens,
                                           self.reasoning_tokens, self.usage_inconsistent,
-                                          self.suspect_truncations]))
+                                          self.suspect_truncations, self.priority_requests]))
         self.prefix_match_ratio = LoopHistogram(
             "specgate_prefix_match_ratio",
             "Per routed request with prefix routing on: the estimated fraction of its prompt tokens "

@@ -31,7 +31,10 @@ that owns the rest of the request's life. Its contract:
 - **Engine back-pressure** (sgl-project/sglang#28175, #30341, vllm-project/vllm#49330): a 503
   or 429 status, or a 200 stream whose first events carry an error with code 503/429 (SGLang's
   queue-full refusal after the status was committed) or a ``finish_reason: "abort"`` before
-  any content, is a refusal before the first byte. The endpoint is *not* ejected: it records
+  any content, is a refusal before the first byte; so is a non-streamed 200 body with a
+  choice whose ``finish_reason`` is ``"abort"`` (an engine eviction, e.g. SGLang's
+  priority-based ``_abort_on_queued_limit``, sgl-project/sglang#16369: its content is cut or
+  empty, and nothing reached the client yet, so it is never relayed as a 200). The endpoint is *not* ejected: it records
   back-pressure (:meth:`router.endpoint.Endpoint.record_backpressure`, for the engine's
   ``Retry-After`` up to ``upstream.backpressure_max_hold_s``, else
   ``upstream.backpressure_hold_s``), and the request is resent once to another pool
@@ -95,6 +98,7 @@ from router.upstream import (
     ConnTrace,
     IdleWatch,
     abort_request,
+    aborted_whole,
     classify_event,
     retry_after_seconds,
 )
@@ -160,7 +164,7 @@ class ProxyJob:
         received_at: ``time.perf_counter()`` when the request arrived (s).
         stale_retries: the pool of each resend after a stale keep-alive connection.
         rejections: ``(pool, reason)`` of each engine capacity refusal (reason ``http_503``,
-            ``http_429``, ``stream_error`` or ``stream_abort``).
+            ``http_429``, ``stream_error``, ``stream_abort`` or ``nonstream_abort``).
         end_events: for a stream that does not end with ``data: [DONE]`` (``/v1/responses``):
             the byte strings of which one must appear for the stream to count as complete;
             None: the ``[DONE]`` rule.
@@ -359,6 +363,9 @@ class ProxyResponse(Response):
                         first = await self._first_events(resp)
                     else:
                         first = await resp.read()
+                        if b'"abort"' in first and aborted_whole(first):
+                            job.outcome = "engine_overloaded"
+                            raise _Backpressure("nonstream_abort", None)
             except TimeoutError:
                 self._abort(endpoint)
                 job.outcome = "upstream_timeout"
@@ -585,7 +592,8 @@ class _Backpressure(Exception):
     """The engine refused for capacity before the first byte.
 
     Attributes:
-        reason: ``http_503``, ``http_429``, ``stream_error`` or ``stream_abort``.
+        reason: ``http_503``, ``http_429``, ``stream_error``, ``stream_abort`` or
+            ``nonstream_abort``.
         retry_after: the engine's ``Retry-After`` (s), or None.
     """
 

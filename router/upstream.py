@@ -6,6 +6,7 @@
   sgl-project/sglang#20851, aio-libs/aiohttp#7363).
 - :func:`classify_event`: what one SSE event says before any content was relayed (the proxy
   holds the status line until the first content event; sgl-project/sglang#28175).
+- :func:`aborted_whole`: whether a non-streamed body carries an engine abort.
 - :func:`retry_after_seconds`: an engine's ``Retry-After`` (delta-seconds) as an int.
 - :class:`IdleWatch`: the between-chunks idle timer of a relayed stream.
 - :func:`abort_request`: SGLang's ``POST /abort_request`` for a list of engine request ids.
@@ -21,8 +22,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-__all__ = ["ConnTrace", "IdleWatch", "abort_request", "classify_event", "connection_trace_config",
-           "retry_after_seconds"]
+__all__ = ["ConnTrace", "IdleWatch", "abort_request", "aborted_whole", "classify_event",
+           "connection_trace_config", "retry_after_seconds"]
 
 _ERROR_EVENT = b'data: {"error"'
 
@@ -81,6 +82,21 @@ def classify_event(event: bytes) -> str:
         elif finish is not None:
             return "content"
     return verdict
+
+
+def aborted_whole(body: bytes) -> bool:
+    """True when a non-streamed 200 body (chat or completions JSON) has a choice that the
+    engine aborted (``finish_reason: "abort"``, SGLang's in-band abort): its content is cut or
+    empty, so it must not reach the client as a success. Anything that is not such a JSON
+    object is False (relayed as it is)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    if not isinstance(choices, list):
+        return False
+    return any(isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices)
 
 
 def retry_after_seconds(headers: Any) -> int | None:

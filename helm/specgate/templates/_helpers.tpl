@@ -208,6 +208,9 @@ upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really
 {{- with .Values.auth.speculation_defaults }}
 {{- $_ := set $auth "speculation_defaults" . }}
 {{- end }}
+{{- if or .Values.auth.priority.keys (not (kindIs "invalid" .Values.auth.priority.default)) }}
+{{- $_ := set $auth "priority" .Values.auth.priority }}
+{{- end }}
 {{- if $auth }}
 {{- $_ := set $cfg "auth" $auth }}
 {{- end }}
