@@ -50,6 +50,7 @@ from router.policy import Outcome, Reason, flip_points, over_length_message, req
 from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse, Redecision
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
+from router.sampling import check_min_tokens, speculative_caveats
 
 if TYPE_CHECKING:
     from router.app import AppState
@@ -214,6 +215,7 @@ async def _generate(request: Request, kind: str) -> Response:
     features = dataclasses.replace(
         request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower), speculation=hint)
     context.features = features
+    check_min_tokens(doc, features.max_new_tokens)
     chain = matches = None
     if rendered:
         chain = chain_for_request(rendered[0], doc, kind, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
@@ -262,7 +264,8 @@ async def _generate(request: Request, kind: str) -> Response:
                        received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
                        observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None,
                        default_budget=None if not features.budget_defaulted else
-                       "engine" if limits.default_max_tokens is None else str(features.max_new_tokens))
+                       "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
+                       caveats=_caveats(runtime, doc))
     except BaseException:
         lease.release()
         raise
@@ -283,6 +286,16 @@ async def _generate(request: Request, kind: str) -> Response:
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
                          clock=state.clock)
+
+
+def _caveats(runtime: Runtime, doc: dict[str, Any]) -> dict[str, str]:
+    """``{speculative pool: its x-specgate-sampling-fields value}`` when the request sets a
+    field whose guarantee differs there (:func:`router.sampling.speculative_caveats`)."""
+    fields = speculative_caveats(doc)
+    if not fields:
+        return {}
+    value = ",".join(fields)
+    return {p.name: value for p in runtime.pools if p.speculative}
 
 
 def _unserved_message(kind: str, doc: dict[str, Any]) -> str:

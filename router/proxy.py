@@ -173,6 +173,9 @@ class ProxyJob:
         default_budget: the output budget the router chose for a request that set none, as the
             ``x-specgate-max-tokens`` response header (tokens, or ``engine`` when
             ``limits.default_max_tokens`` is null); None: the client set it.
+        caveats: ``{pool: fields}``: served by one of these pools, the response carries
+            ``x-specgate-degraded: sampling`` and ``x-specgate-sampling-fields: <fields>``
+            (:mod:`router.sampling`).
     """
 
     request_id: str
@@ -186,6 +189,7 @@ class ProxyJob:
     end_events: tuple[bytes, ...] | None = None
     observer: Any = None
     default_budget: str | None = None
+    caveats: dict[str, str] = field(default_factory=dict)
     status: int = 0
     outcome: str = "ok"
     ttfb_s: float | None = None
@@ -541,6 +545,9 @@ class ProxyResponse(Response):
         ]
         if job.default_budget is not None:
             headers.append((b"x-specgate-max-tokens", job.default_budget.encode()))
+        caveat = job.caveats.get(job.decision.pool or "") if job.caveats else None
+        if caveat is not None:
+            headers += [(b"x-specgate-degraded", b"sampling"), (b"x-specgate-sampling-fields", caveat.encode())]
         if length is not None:
             headers.append((b"content-length", str(length).encode()))
         else:
