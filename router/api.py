@@ -470,7 +470,9 @@ def install_routes(app: FastAPI) -> None:
             return None if value is None else round(value, 3)
 
         pools = {p.name: {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
-                          "endpoints": len(p.endpoints), "saturated": p.saturated,
+                          "endpoints": len(p.endpoints),
+                          "warming": {e.url: e.warm_detail for e in p.endpoints.values() if e.warming},
+                          "saturated": p.saturated,
                           "low_acceptance": p.low_acceptance,
                           "low_acceptance_classes": sorted(p.bypass.low_classes()),
                           "signal_age_s": {"scrape": age(p.scrape_age_s(now)),

@@ -267,7 +267,8 @@ class RouterMetrics:
             ["pool", "state"], registry=registry)
         self.endpoints = Gauge(
             "specgate_endpoints",
-            "Endpoints per pool by state: healthy, unknown (not yet probed), unhealthy, draining.",
+            "Endpoints per pool by state: healthy, unknown (not yet probed), unhealthy, draining, "
+            "warming (green scrapes, waiting for warm-up probes).",
             ["pool", "state"], registry=registry)
         self.discovery_lists = Counter(
             "specgate_discovery_lists",
@@ -277,6 +278,10 @@ class RouterMetrics:
             "specgate_discovery_watch_restarts",
             "EndpointSlice watches restarted, by reason (expired: 410; error: backoff; resync: periodic).",
             ["pool", "reason"], registry=registry)
+        self.warmup_probes = Counter(
+            "specgate_warmup_probes", "Warm-up probes (one-token generations before an endpoint is "
+            "routed, router/warmup.py), by result: ok, timeout, http_error, connect_error, invalid.",
+            ["pool", "result"], registry=registry)
         self.canary_rounds = Counter(
             "specgate_canary_rounds", "Lossless canary rounds per speculative pool, by result "
             "(match, mismatch, error).", ["pool", "result"], registry=registry)

@@ -9,8 +9,10 @@ that owns the rest of the request's life. Its contract:
   never reached an engine, so a retry is safe); an engine 5xx other than 503 also fails over
   (it answered, so nothing is generating); an engine 4xx other than 429 comes back with the
   same status as an OpenAI error (over-length wordings become ``context_length_exceeded``);
-  no first byte within ``first_byte_timeout_s + first_byte_s_per_1k_tokens * P / 1000``
-  aborts upstream and answers 504 ``upstream_timeout``. For streams the client's headers wait
+  no first byte of a stream within ``first_byte_timeout_s + first_byte_s_per_1k_tokens * P /
+  1000`` aborts upstream and fails over (the endpoint must pass its warm-up probes again,
+  :meth:`router.endpoint.Endpoint.record_stall`); with nowhere left to go, or for a
+  non-streamed request past ``nonstream_timeout_s``, the answer is 504 ``upstream_timeout``. For streams the client's headers wait
   for the engine's first *content* event, so all of these are still real HTTP statuses,
   never SSE with 200.
 - **Stale keep-alive connections** (sgl-project/sglang#20851, aio-libs/aiohttp#9138 and
@@ -373,7 +375,11 @@ class ProxyResponse(Response):
             except TimeoutError:
                 self._abort(endpoint)
                 job.outcome = "upstream_timeout"
-                raise UpstreamTimeout("the engine sent nothing before the first-byte timeout") from None
+                err = UpstreamTimeout("the engine sent nothing before the first-byte timeout")
+                if job.features.stream:  # nothing reached the client: another endpoint may serve it
+                    endpoint.record_stall("a stream got no first byte in time")
+                    raise _Failover(err) from None
+                raise err from None
             except aiohttp.ClientConnectorError:
                 endpoint.mark_down()
                 job.outcome = "connect_failed"
