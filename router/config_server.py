@@ -121,9 +121,13 @@ class StateConfig(Strict):
             released (seconds): how long a crashed replica's requests keep counting.
         renew_interval_s: how often open leases are renewed (seconds).
         circuit_breaker: see :class:`CircuitBreakerConfig`.
+        topology: ``standalone`` (one primary) or ``cluster`` (Redis Cluster: the URL names any
+            node; redirections are followed, router/redis_client.py). A standalone client that
+            meets a cluster node (``MOVED``) switches to the cluster client by itself.
     """
 
     backend: Literal["memory", "redis"] = "memory"
+    topology: Literal["standalone", "cluster"] = "standalone"
     redis_url: Annotated[str, Field(strict=True, pattern=r"^(redis|rediss|unix)://\S+$")] | None = None
     redis_url_env: EnvName = "SPECGATE_REDIS_URL"
     key_prefix: Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")] = "specgate"

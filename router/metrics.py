@@ -13,7 +13,9 @@ Rejection reasons used with ``pool="none"``: ``context_cap``, ``invalid_request`
 
 Shared state (:mod:`router.state`): ``op`` is ``sync`` (the batched lease/flag/override script)
 or ``overrides`` (an admin write); ``result`` is ``ok``, ``timeout``, ``connection_error``,
-``error`` or ``short_circuit`` (refused by the open circuit breaker). ``key`` of the routing
+``auth_error`` (NOAUTH, WRONGPASS, NOPERM), ``readonly``, ``moved``, ``cluster_down``, ``error``
+(:func:`router.redis_client.failure_kind`) or ``short_circuit`` (refused by the open circuit
+breaker). ``key`` of the routing
 threshold series is ``long_prompt_tokens``, ``saturation_enter`` or ``saturation_exit``.
 
 Discovery (:mod:`router.discovery`): ``state`` of ``specgate_discovered_endpoints`` is

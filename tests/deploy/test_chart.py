@@ -218,7 +218,9 @@ def test_default_router_config_is_exact() -> None:
                              "hash_load_factor": 1.5, "sticky_load_factor": 2.0},
         },
         "scrape": {"interval_s": 0.25, "timeout_s": 1.0, "stale_after_s": 2.0},
-        "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 5},
+        "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 5,
+                   "warmup": {"enabled": True, "successes": 3, "timeout_s": 30.0, "interval_s": 1.0,
+                              "path": "/v1/chat/completions"}},
         "upstream": {
             "connect_timeout_s": 2.0,
             "first_byte_timeout_s": 60.0,
@@ -242,6 +244,7 @@ def test_default_router_config_is_exact() -> None:
         },
         "state": {
             "backend": "redis",
+            "topology": "standalone",
             "redis_url": "redis://sg-specgate-redis:6379/0",
             "key_prefix": "sg-specgate",
             "op_timeout_s": 0.05,
@@ -673,6 +676,7 @@ def test_state_tuning_is_passed_through() -> None:
     cfg = k8s.router_validate(k8s.render(values))
     assert cfg.state.model_dump() == {
         "backend": "redis",
+        "topology": "standalone",
         "redis_url": "redis://sg-specgate-redis:6379/0",
         "redis_url_env": "SPECGATE_REDIS_URL",
         "key_prefix": "team-a",
