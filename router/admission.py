@@ -22,6 +22,11 @@ the value itself (:func:`resolve_priority`):
    ``auth.priority.default`` is sent (None: the field is removed and the engine applies its
    own default).
 
+Pools declare their engines' convention (``pools[].priority_order``): the value above is in
+SGLang's default one (larger first); a ``smaller_first`` pool (SGLang's
+``--schedule-low-priority-values-first``, vLLM) receives its negation
+(:func:`engine_priority`), so a tier keeps its rank on every pool (ai-dynamo/dynamo#6348).
+
 The outcome's ``source`` (``client``, ``clamped``, ``default``, ``ignored``, ``none``) is a
 bounded metric label (``specgate_priority_requests_total{source}``); the raw value never is.
 Pure: no I/O, no clock.
@@ -36,7 +41,8 @@ from typing import Any
 from router.config_server import PRIORITY_MAX, PRIORITY_MIN, PriorityGrant
 from router.errors import InvalidRequest
 
-__all__ = ["PRIORITY_FIELD", "PRIORITY_HEADER", "PRIORITY_SOURCES", "PriorityOutcome", "resolve_priority"]
+__all__ = ["PRIORITY_FIELD", "PRIORITY_HEADER", "PRIORITY_SOURCES", "PriorityOutcome", "engine_priority",
+           "resolve_priority"]
 
 #: The request-body field (SGLang's name for it).
 PRIORITY_FIELD = "priority"
@@ -109,3 +115,12 @@ def resolve_priority(doc: Mapping[str, Any], header: str | None, grant: Priority
         return PriorityOutcome(grant.default, "none" if grant.default is None else "default")
     bounded = min(max(asked, grant.min), grant.max)
     return PriorityOutcome(bounded, "client" if bounded == asked else "clamped")
+
+
+def engine_priority(value: int, order: str) -> int:
+    """``value`` (larger first) as a pool with ``priority_order`` ``order`` reads it: itself for
+    ``larger_first``, its negation for ``smaller_first`` (bounded to the signed 32-bit range,
+    so ``-2**31`` becomes ``2**31 - 1``)."""
+    if order == "larger_first":
+        return value
+    return min(-value, PRIORITY_MAX)

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 
 from router.acceptance import CLASSES
 from router.admin import install_admin_routes
-from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, resolve_priority
+from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, engine_priority, resolve_priority
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
 from router.context import attach_context, request_context
 from router.errors import (
@@ -259,13 +259,16 @@ async def _generate(request: Request, kind: str) -> Response:
         if any(k in doc for k in drop):  # the router's own field, an untrusted priority
             doc = {k: v for k, v in doc.items() if k not in drop}
             body = orjson.dumps(doc)
+        pool_bodies = {} if priority.value is None else {
+            p.name: _add_fields(body, doc, {**fields, PRIORITY_FIELD: engine_priority(priority.value, order)})
+            for p in cfg.pools if (order := p.priority_order) != "larger_first"}
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
                        received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
                        observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None,
                        default_budget=None if not features.budget_defaulted else
                        "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
-                       caveats=_caveats(runtime, doc))
+                       caveats=_caveats(runtime, doc), pool_bodies=pool_bodies)
     except BaseException:
         lease.release()
         raise

@@ -175,6 +175,8 @@ class ProxyJob:
         default_budget: the output budget the router chose for a request that set none, as the
             ``x-specgate-max-tokens`` response header (tokens, or ``engine`` when
             ``limits.default_max_tokens`` is null); None: the client set it.
+        pool_bodies: ``{pool: body}``: the body to send to that pool instead of :attr:`body`
+            (one whose engines read ``priority`` the other way round, router/admission.py).
         caveats: ``{pool: fields}``: served by one of these pools, the response carries
             ``x-specgate-degraded: sampling`` and ``x-specgate-sampling-fields: <fields>``
             (:mod:`router.sampling`).
@@ -192,6 +194,7 @@ class ProxyJob:
     observer: Any = None
     default_budget: str | None = None
     caveats: dict[str, str] = field(default_factory=dict)
+    pool_bodies: dict[str, bytes] = field(default_factory=dict)
     status: int = 0
     outcome: str = "ok"
     ttfb_s: float | None = None
@@ -355,7 +358,8 @@ class ProxyResponse(Response):
             try:
                 async with asyncio.timeout_at(first_deadline):
                     resp = await (self._fresh if fresh else self._session).post(
-                        endpoint.target(job.path), data=job.body, headers=headers, timeout=timeout,
+                        endpoint.target(job.path), data=job.pool_bodies.get(endpoint.pool, job.body) if
+                        job.pool_bodies else job.body, headers=headers, timeout=timeout,
                         trace_request_ctx=conn)
                     if resp.status >= 400:
                         body = await resp.content.read(_MAX_ERROR_BODY)

@@ -106,3 +106,24 @@ def test_nonstream_engine_abort_is_never_a_200(stack, fault_plain):
         assert stack.router.metric("specgate_engine_rejections_total", pool="plain", reason="nonstream_abort") == 1
     assert stack.router.metric("specgate_engine_rejections_total", pool="spec", reason="nonstream_abort") == 1
     assert stack.settled_inflight() == 0
+
+
+def test_a_smaller_first_pool_receives_the_negated_priority(tmp_path, tokenizer_dir):
+    s = Stack(tmp_path, tokenizer_dir, **{
+        "pools.1.priority_order": "smaller_first",
+        "auth": {"api_keys": [TRUSTED, LOW],
+                 "priority": {"keys": {_digest(TRUSTED): {"min": 0, "max": 100},
+                                       _digest(LOW): {"min": 0, "max": 0, "default": 0}}}}})
+    try:
+        for key, value in ((TRUSTED, 100), (LOW, 0)):
+            assert post(s, key, body(priority=value)).status_code == 200
+            assert post(s, key, body(priority=value), **{"x-specgate-speculation": "off"}).status_code == 200
+        spec = [r["body"]["priority"] for r in s.backend_requests(s.spec)]
+        plain = [r["body"]["priority"] for r in s.backend_requests(s.plain)]
+        assert spec == [100, 0] and plain == [-100, 0]  # the trusted tier stays ahead on both
+        s.script(s.spec, {"status": 500})  # a failover re-sends the plain pool's body
+        assert post(s, TRUSTED, body(priority=7)).status_code == 200
+        assert s.backend_requests(s.spec)[-1]["body"]["priority"] == 7
+        assert s.backend_requests(s.plain)[-1]["body"]["priority"] == -7
+    finally:
+        s.close()

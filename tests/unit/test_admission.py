@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.admission import PriorityOutcome, resolve_priority
+from router.admission import PriorityOutcome, engine_priority, resolve_priority
 from router.config import ConfigError, parse_config
 from router.config_server import PRIORITY_MAX, PRIORITY_MIN, PriorityGrant
 from router.errors import InvalidRequest
@@ -74,3 +74,24 @@ def test_priority_config_parses():
     cfg = parse_config(_doc({"default": 0, "keys": {"a" * 64: {"min": 0, "max": 9, "default": 5}}}))
     assert cfg.auth.priority.default == 0
     assert cfg.auth.priority.keys["a" * 64] == PriorityGrant(min=0, max=9, default=5)
+
+
+@pytest.mark.parametrize("value,order,expected", [
+    (42, "larger_first", 42), (42, "smaller_first", -42), (0, "smaller_first", 0),
+    (PRIORITY_MIN, "smaller_first", PRIORITY_MAX), (PRIORITY_MAX, "smaller_first", -PRIORITY_MAX),
+])
+def test_engine_priority_follows_the_pools_convention(value, order, expected):
+    assert engine_priority(value, order) == expected
+
+
+def test_tiers_keep_their_rank_on_both_conventions():
+    low, high = 0, 100  # a low-tier key pinned to 0, a trusted one asking for 100
+    for order in ("larger_first", "smaller_first"):
+        a, b = engine_priority(low, order), engine_priority(high, order)
+        assert (b > a) if order == "larger_first" else (b < a)  # the engine schedules b first
+
+
+def test_pool_priority_order_is_strict():
+    doc = router_config("/t", "http://127.0.0.1:1", "http://127.0.0.1:2", **{"pools.1.priority_order": "lowest"})
+    with pytest.raises(ConfigError, match="priority_order"):
+        parse_config(doc)
