@@ -231,8 +231,8 @@ class WarmupConfig(Strict):
     (``POST <path>`` with ``max_tokens: 1``) succeeded on it, each within ``timeout_s``; after
     a failed probe the next one waits ``interval_s``. A green ``/health`` or ``/metrics`` is not
     enough: SGLang answered them before its warm-up finished (sgl-project/sglang#33719,
-    #37994). An endpoint that is ejected, or whose stream got no first byte in time, is proven
-    again before it is routed.
+    #37994). An endpoint that is ejected, or whose stream got no first byte in time (unless it is its
+    pool's last routable endpoint), is proven again before it is routed.
 
     Attributes:
         enabled: gate endpoints on a probe (off: the first successful scrape admits them).

@@ -181,8 +181,9 @@ class Endpoint:
 
     def record_stall(self, why: str) -> None:
         """A request got no first byte in time: with warm-up required, the endpoint must be
-        proven again by probes before it gets more traffic (a stuck engine stays out)."""
-        if self.warmup_required and self.warm:
+        proven again by probes before it gets more traffic (a stuck engine stays out), unless
+        it is the last routable endpoint of its pool (busy is not dead, as for slow scrapes)."""
+        if self.warmup_required and self.warm and any(s.healthy for s in self._siblings if s is not self):
             self._cool(why)
 
     def _cool(self, why: str) -> None:

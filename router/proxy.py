@@ -10,8 +10,8 @@ that owns the rest of the request's life. Its contract:
   (it answered, so nothing is generating); an engine 4xx other than 429 comes back with the
   same status as an OpenAI error (over-length wordings become ``context_length_exceeded``);
   no first byte of a stream within ``first_byte_timeout_s + first_byte_s_per_1k_tokens * P /
-  1000`` aborts upstream and fails over (the endpoint must pass its warm-up probes again,
-  :meth:`router.endpoint.Endpoint.record_stall`); with nowhere left to go, or for a
+  1000`` aborts upstream and fails over (the endpoint must pass its warm-up probes again
+  unless it is its pool's last routable one, :meth:`router.endpoint.Endpoint.record_stall`); with nowhere left to go, or for a
   non-streamed request past ``nonstream_timeout_s``, the answer is 504 ``upstream_timeout``. For streams the client's headers wait
   for the engine's first *content* event, so all of these are still real HTTP statuses,
   never SSE with 200.

@@ -75,6 +75,7 @@ def _warm_runtime(tmp_path, **warmup):
 
 
 def test_warmup_gates_static_endpoints_until_consecutive_probes_succeed(tmp_path):
+    from router.endpoint import Endpoint
     from router.scraper import EngineLoad
 
     rt = _warm_runtime(tmp_path)
@@ -88,6 +89,12 @@ def test_warmup_gates_static_endpoints_until_consecutive_probes_succeed(tmp_path
     ep.record_probe(True, "ok", 2)
     ep.record_probe(True, "ok", 2)
     assert ep.healthy and ep.warm and not ep.warming and rt.ready()
+    other = rt.endpoint("http://127.0.0.1:2")  # the plain pool's: not a sibling
+    other.record_success(EngineLoad(), now=0.0)
+    ep.record_stall("no first byte")
+    assert ep.healthy  # the last routable endpoint of its pool stays (busy is not dead)
+    sibling = Endpoint(url="http://127.0.0.1:3", pool=ep.pool, state="healthy", warmup_required=True, warm=True)
+    ep._siblings.append(sibling)
     ep.record_stall("no first byte")
     assert not ep.healthy and ep.warm_detail == "waiting for a probe (no first byte)"
     ep.record_probe(True, "ok", 2)
