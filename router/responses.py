@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from router.errors import InvalidRequest, UnsupportedEndpoint
 from router.features import ParsedRequest, RequestFeatures, _strict_int, check_envelope
+from router.sampling import validate_sampling
 
 if TYPE_CHECKING:
     from router.pools import Runtime
@@ -190,6 +191,7 @@ def parse_responses(doc: Any, *, max_n: int) -> ParsedRequest:
     del max_n
     stream = check_envelope(doc)
     budget = _strict_int(doc, "max_output_tokens", minimum=1)
+    validate_sampling(doc)  # min_p (SGLang's extension here), seed
     return ParsedRequest("chat", to_chat(doc), budget, 1, stream, "input")
 
 

@@ -81,3 +81,16 @@ def test_plain_pool_down(stack):
     assert r.status_code == 503, r.text
     assert r.json()["error"]["code"] == "no_healthy_upstream" and "retry-after" in r.headers
     assert all("min_tokens" not in q["body"] for q in stack.backend_requests(stack.spec))
+
+
+def test_responses_route_checks_min_p(tmp_path, tokenizer_dir):
+    from tests.support.stack import Stack
+
+    s = Stack(tmp_path, tokenizer_dir, **{"pools.0.serves": ["generate", "responses"],
+                                          "pools.1.serves": ["generate", "responses"]})
+    try:
+        r = s.client.post("/v1/responses", json={"model": "tiny-llama", "input": "hi", "min_p": 2})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "min_p", r.text
+        assert engine_calls(s) == 0 and s.backend_requests(s.spec, "/v1/responses") == []
+    finally:
+        s.close()
