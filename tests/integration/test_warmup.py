@@ -123,3 +123,33 @@ def test_a_stream_stuck_before_its_first_byte_fails_over(tmp_path, tokenizer_dir
         wait_until(lambda: httpx.get(s.w1.base_url + "/_fake/requests").json()["aborts"], 3, "the abort")
     finally:
         s.close()
+
+
+def test_a_discovered_endpoint_waits_for_its_probes_too(tmp_path, tokenizer_dir):
+    from tests.support.k8s_cluster import Cluster, base_config
+
+    c = Cluster(tmp_path, tokenizer_dir)
+    try:
+        write_router_yaml(c.config_path, base_config(tokenizer_dir, c.plain.base_url, c.port, health={
+            "failure_threshold": 3, "success_threshold": 2, "retry_after_s": 3, "warmup": WARMUP}))
+        pod = c.pod(1)
+        assert httpx.post(pod.base_url + "/_fake/script", json=[HOLD]).status_code == 200
+        c.api.apply(c.slice("spec-a", {1: True}))
+        r = c.start_router()
+        wait_until(lambda: r.metric("specgate_warmup_probes_total", pool="spec", result="timeout") >= 1, 15,
+                   "a timed-out probe of the discovered pod")
+        ep = r.state.runtime.endpoint(c.url(1))
+        assert ep.warming and not ep.healthy
+        for i in range(5):
+            resp = r.client.post(CHAT, json={"model": "tiny-llama", "max_tokens": 3,
+                                             "messages": [{"role": "user", "content": f"hello {i}"}]})
+            assert (resp.status_code, resp.headers["x-specgate-pool"]) == (200, "plain")
+        clients = [q for q in pod.requests(CHAT)["requests"] if "x-specgate-probe" not in q["headers"]]
+        assert clients == []
+        assert httpx.post(pod.base_url + "/_fake/reset").status_code == 200
+        wait_until(lambda: ep.healthy, 10, "the discovered pod warm")
+        resp = r.client.post(CHAT, json={"model": "tiny-llama", "max_tokens": 3,
+                                         "messages": [{"role": "user", "content": "hello"}]})
+        assert resp.headers["x-specgate-pool"] == "spec"
+    finally:
+        c.close()
