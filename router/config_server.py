@@ -121,13 +121,18 @@ class StateConfig(Strict):
             released (seconds): how long a crashed replica's requests keep counting.
         renew_interval_s: how often open leases are renewed (seconds).
         circuit_breaker: see :class:`CircuitBreakerConfig`.
-        topology: ``standalone`` (one primary) or ``cluster`` (Redis Cluster: the URL names any
-            node; redirections are followed, router/redis_client.py). A standalone client that
-            meets a cluster node (``MOVED``) switches to the cluster client by itself.
+        topology: ``standalone`` (one primary), ``cluster`` (Redis Cluster: the URL names any
+            node; redirections are followed) or ``sentinel`` (the URL lists the sentinels,
+            ``redis://[:password@]host:port[,host:port...]/db``; the primary of
+            ``sentinel_master`` is asked of them and asked again after a failover),
+            router/redis_client.py. A standalone client that meets a cluster node (``MOVED``)
+            switches to the cluster client by itself.
+        sentinel_master: the primary's name in the sentinels' config (``topology: sentinel``).
     """
 
     backend: Literal["memory", "redis"] = "memory"
-    topology: Literal["standalone", "cluster"] = "standalone"
+    topology: Literal["standalone", "cluster", "sentinel"] = "standalone"
+    sentinel_master: Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.-]{1,64}$")] = "mymaster"
     redis_url: Annotated[str, Field(strict=True, pattern=r"^(redis|rediss|unix)://\S+$")] | None = None
     redis_url_env: EnvName = "SPECGATE_REDIS_URL"
     key_prefix: Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")] = "specgate"

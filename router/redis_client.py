@@ -6,6 +6,11 @@ Topologies (``state.topology``):
   proxy in front of one).
 - ``cluster``: ``redis.asyncio.cluster.RedisCluster`` seeded from ``state.redis_url`` (any
   node); it learns the slot map and follows ``MOVED`` and ``ASK`` (resharding) by itself.
+- ``sentinel``: ``redis.asyncio.sentinel.Sentinel(...).master_for(state.sentinel_master)``;
+  ``state.redis_url`` lists the sentinels (``redis://[:pw@]h1:26379,h2:26379/0``, the password
+  and database being the primary's). A connection to a primary demoted by a failover answers
+  ``READONLY``; redis-py then drops it and asks the sentinels for the new primary
+  (redis/redis-py#460, #435), so the next call reaches it: one failed call, no lasting outage.
   Every key of a deployment carries the ``{key_prefix}`` hash tag, so the one sync script
   touches one slot and ``CROSSSLOT`` cannot happen.
 
@@ -32,8 +37,9 @@ __all__ = ["AUTH_LOG_INTERVAL_S", "build_client", "failure_kind", "is_moved"]
 AUTH_LOG_INTERVAL_S = 60.0
 
 
-def build_client(url: str, *, cluster: bool, timeout_s: float) -> Any:
-    """A ``redis.asyncio`` client for ``url``: the cluster client when ``cluster``, else a plain
+def build_client(url: str, *, cluster: bool, timeout_s: float, sentinel_master: str | None = None) -> Any:
+    """A ``redis.asyncio`` client for ``url``: the cluster client when ``cluster``, the primary
+    of ``sentinel_master`` through the sentinels ``url`` lists when that is set, else a plain
     one; socket connect and read timeouts of ``timeout_s`` seconds, and no retries of their own
     beyond following the cluster's redirections (the router's breaker owns retrying).
 
@@ -44,6 +50,8 @@ def build_client(url: str, *, cluster: bool, timeout_s: float) -> Any:
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
+    if sentinel_master is not None:
+        return _sentinel_client(url, sentinel_master, timeout_s)
     if cluster:
         from redis.asyncio.cluster import RedisCluster
 
@@ -51,6 +59,37 @@ def build_client(url: str, *, cluster: bool, timeout_s: float) -> Any:
                                      retry=Retry(NoBackoff(), 0), cluster_error_retry_attempts=2)
     return Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
                           retry=Retry(NoBackoff(), 0), health_check_interval=0)
+
+
+def _sentinel_client(url: str, master: str, timeout_s: float) -> Any:
+    from urllib.parse import unquote, urlsplit
+
+    from redis.asyncio.retry import Retry
+    from redis.asyncio.sentinel import Sentinel
+    from redis.backoff import NoBackoff
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError("a sentinel URL is redis://[:password@]host:port[,host:port...]/db")
+    hosts = parts.netloc.rpartition("@")[2]
+    sentinels = []
+    for item in hosts.split(","):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"sentinel address {item!r} is not host:port")
+        sentinels.append((host, int(port)))
+    db = parts.path.strip("/") or "0"
+    if not db.isdigit():
+        raise ValueError("the database in the URL must be a number")
+    kwargs: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s,
+                              "retry": Retry(NoBackoff(), 0), "db": int(db), "ssl": parts.scheme == "rediss"}
+    if parts.password:
+        kwargs["password"] = unquote(parts.password)
+    if parts.username:
+        kwargs["username"] = unquote(parts.username)
+    sentinel = Sentinel(sentinels, sentinel_kwargs={"socket_timeout": timeout_s,  # type: ignore[no-untyped-call]
+                                                   "socket_connect_timeout": timeout_s}, **kwargs)
+    return sentinel.master_for(master)
 
 
 def is_moved(exc: BaseException) -> bool:

@@ -183,14 +183,15 @@ class RedisState:
         self.topology = config.topology
         self._may_switch = client is None and config.topology == "standalone"
         try:
-            self._client = client or build_client(url, cluster=config.topology == "cluster",
-                                                  timeout_s=config.op_timeout_s)
+            self._client = client or build_client(
+                url, cluster=config.topology == "cluster", timeout_s=config.op_timeout_s,
+                sentinel_master=config.sentinel_master if config.topology == "sentinel" else None)
         except (ValueError, RedisClusterException) as exc:
             raise ConfigError(f"state.redis_url is not a Redis URL: {exc}") from None
         self._auth_logged_at: float | None = None
         self._closing: list[asyncio.Task[None]] = []   # the standalone client after a switch
         parts = urlsplit(url)
-        self.target = f"{parts.scheme}://{parts.hostname or ''}{':' + str(parts.port) if parts.port else ''}{parts.path}"
+        self.target = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"  # no credentials
         self._script = self._client.register_script(SYNC_LUA)
         keys = redis_keys(config.key_prefix)
         self._bypass_key, self._overrides_key, self._inflight_prefix = (

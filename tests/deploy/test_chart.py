@@ -245,6 +245,7 @@ def test_default_router_config_is_exact() -> None:
         "state": {
             "backend": "redis",
             "topology": "standalone",
+            "sentinel_master": "mymaster",
             "redis_url": "redis://sg-specgate-redis:6379/0",
             "key_prefix": "sg-specgate",
             "op_timeout_s": 0.05,
@@ -677,6 +678,7 @@ def test_state_tuning_is_passed_through() -> None:
     assert cfg.state.model_dump() == {
         "backend": "redis",
         "topology": "standalone",
+        "sentinel_master": "mymaster",
         "redis_url": "redis://sg-specgate-redis:6379/0",
         "redis_url_env": "SPECGATE_REDIS_URL",
         "key_prefix": "team-a",

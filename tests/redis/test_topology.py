@@ -202,3 +202,97 @@ def test_reshard_of_the_slot_under_load(tmp_path, tokenizer_dir, redis_cluster):
         assert new_owner.zcard("{" + PREFIX + "}:inflight:spec:" + c.spec.base_url) == 0
     finally:
         c.close()
+
+
+class SentinelSet:
+    """A primary, a replica and three sentinels (``redis-server --sentinel``) on 127.0.0.1,
+    monitoring ``mymaster`` with quorum 2 and a 1 s down-after."""
+
+    def __init__(self, tmp: Path) -> None:
+        exe = shutil.which("redis-server")
+        assert exe is not None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.primary, self.replica = free_port(), free_port()
+        for port, extra in ((self.primary, []), (self.replica, ["--replicaof", "127.0.0.1", str(self.primary)])):
+            self.procs.append(subprocess.Popen(  # --dir: a full resync writes an RDB file there
+                [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--protected-mode", "no", "--loglevel", "warning", "--dir", str(tmp), *extra],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.sentinels = [free_port() for _ in range(3)]
+        for port in self.sentinels:
+            conf = tmp / f"sentinel-{port}.conf"
+            conf.write_text(f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {tmp}\n"
+                            f"sentinel monitor mymaster 127.0.0.1 {self.primary} 2\n"
+                            "sentinel down-after-milliseconds mymaster 1000\n"
+                            "sentinel failover-timeout mymaster 5000\n")
+            self.procs.append(subprocess.Popen([exe, str(conf), "--sentinel"],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_until(lambda: self._role(self.replica) == b"slave" and self._linked(), 20, "replication up")
+        wait_until(lambda: all(self._sees_replica(p) for p in self.sentinels), 20, "sentinels see the replica")
+
+    def client(self, port: int) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2)
+
+    def _role(self, port: int) -> bytes | None:
+        try:
+            return self.client(port).execute_command("ROLE")[0]
+        except redis.RedisError:
+            return None
+
+    def _linked(self) -> bool:
+        return self.client(self.replica).info("replication").get("master_link_status") == "up"
+
+    def _sees_replica(self, port: int) -> bool:
+        try:
+            return len(self.client(port).execute_command("SENTINEL", "REPLICAS", "mymaster")) == 1
+        except redis.RedisError:
+            return False
+
+    @property
+    def url(self) -> str:
+        return "redis://" + ",".join(f"127.0.0.1:{p}" for p in self.sentinels) + "/0"
+
+    def failover(self) -> None:
+        self.client(self.sentinels[0]).execute_command("SENTINEL", "FAILOVER", "mymaster")
+        wait_until(lambda: self._role(self.replica) == b"master" and self._role(self.primary) == b"slave", 30,
+                   "the replica promoted and the old primary demoted")
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_sentinel_failover_is_followed(tmp_path, tokenizer_dir):
+    sentinels = SentinelSet(tmp_path)
+    c = Cluster(tmp_path, tokenizer_dir, None, replicas=2, state=state_section(sentinels.url, topology="sentinel"))
+    try:
+        c.wait_syncs(3)
+        assert all(c.ready(i)["shared_state"]["status"] == "ok" for i in range(2))
+        held = c.open_stream(0)
+        c.wait_syncs(2)
+        assert c.view(1) == 1
+
+        def load(n: int) -> list[int]:
+            return [c.clients[i % 2].post(CHAT, json=chat(i)).status_code for i in range(n)]
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            statuses = pool.submit(load, 30)
+            sentinels.failover()  # the old primary stays up, as a replica: READONLY for old connections
+            assert statuses.result() == [200] * 30
+        c.wait_syncs(3, timeout=20)
+        assert all(c.ready(i)["shared_state"]["status"] == "ok" for i in range(2))
+        assert c.view(1) == 1  # the lease lives on the new primary (re-added after the failed call)
+        new_primary = sentinels.client(sentinels.replica)
+        assert new_primary.zcard("{" + PREFIX + "}:inflight:spec:" + c.spec.base_url) == 1
+        held.close()
+        c.wait_syncs(3)
+        assert c.view(0) == c.view(1) == 0
+        assert new_primary.zcard("{" + PREFIX + "}:inflight:spec:" + c.spec.base_url) == 0
+    finally:
+        c.close()
+        sentinels.close()
