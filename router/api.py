@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 
 from router.acceptance import CLASSES
 from router.admin import install_admin_routes
+from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, engine_priority, resolve_priority
 from router.body import loads_unique
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
 from router.context import attach_context, request_context
@@ -59,6 +60,7 @@ from router.policy import (
 from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse, Redecision
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
+from router.sampling import check_min_tokens, speculative_caveats
 from router.specstats import FIELD as SPEC_STATS_FIELD
 from router.trace import trace_headers
 
@@ -75,6 +77,7 @@ access_log = logging.getLogger("specgate.access")
 
 #: :data:`router.capabilities.HINT_HEADER` as an ASGI header name (lower-case bytes).
 _HINT_HEADER = HINT_HEADER.lower().encode("latin-1")
+_PRIORITY_HEADER = PRIORITY_HEADER.lower().encode("latin-1")
 
 #: A client ``x-request-id`` the router adopts: a token of at most 128 characters.
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
@@ -234,7 +237,12 @@ async def _generate(request: Request, kind: str) -> Response:
     model = doc.get("model")
     if model is not None and not cfg.model.serves(model):
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
-    key_default = runtime.auth.speculation_default(authorization) if runtime.auth else None
+    auth = runtime.auth
+    priority = resolve_priority(doc, _header(headers, _PRIORITY_HEADER),
+                                auth.priority_grant(authorization) if auth else None,
+                                auth.priority_default if auth else None)
+    state.metrics.priority_requests.inc((priority.source,))
+    key_default = auth.speculation_default(authorization) if auth else None
     hint = speculation_hint(doc, _header(headers, _HINT_HEADER), key_default)
     pc = cfg.routing.prefix_cache
     rendered: list[Rendered] | None = [] if pc.enabled else None
@@ -244,6 +252,7 @@ async def _generate(request: Request, kind: str) -> Response:
     if hint != features.speculation:  # a copy only for a non-default hint
         features = dataclasses.replace(features, speculation=hint)
     context.features = features
+    check_min_tokens(doc, features.max_new_tokens)
     chain = matches = None
     if rendered:
         chain = chain_for_request(rendered[0], doc, kind, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
@@ -289,16 +298,23 @@ async def _generate(request: Request, kind: str) -> Response:
         # the engine rid stays the router's own id: a client may reuse its x-request-id
         # (retries), and SGLang refuses a rid that is already running
         abort_rids = (responses_fields if kind == "responses" else _abort_rids)(doc, features, own_id, fields)
-        if HINT_FIELD in doc:  # the router's own field never reaches the engine
-            body = orjson.dumps({k: v for k, v in doc.items() if k != HINT_FIELD})
-            doc = {k: v for k, v in doc.items() if k != HINT_FIELD}
+        if priority.value is not None and doc.get(PRIORITY_FIELD) != priority.value:
+            fields[PRIORITY_FIELD] = priority.value  # (replaces the client's: router.admission)
+        drop = (HINT_FIELD,) if priority.value is not None else (HINT_FIELD, PRIORITY_FIELD)
+        if any(k in doc for k in drop):  # the router's own field, an untrusted priority
+            doc = {k: v for k, v in doc.items() if k not in drop}
+            body = orjson.dumps(doc)
+        pool_bodies = {} if priority.value is None else {
+            p.name: _add_fields(body, doc, {**fields, PRIORITY_FIELD: engine_priority(priority.value, order)})
+            for p in cfg.pools if (order := p.priority_order) != "larger_first"}
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
                        received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
                        observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None,
                        default_budget=None if not features.budget_defaulted else
                        "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
-                       trace=trace, span=context.span, extra={"dispatch": dispatch, "spec_stats": spec_stats})
+                       trace=trace, span=context.span, extra={"dispatch": dispatch, "spec_stats": spec_stats},
+                       caveats=_caveats(runtime, doc), pool_bodies=pool_bodies)
     except BaseException:
         lease.release()
         raise
@@ -319,6 +335,16 @@ async def _generate(request: Request, kind: str) -> Response:
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
                          clock=state.clock, tracing=state.tracing)
+
+
+def _caveats(runtime: Runtime, doc: dict[str, Any]) -> dict[str, str]:
+    """``{speculative pool: its x-specgate-sampling-fields value}`` when the request sets a
+    field whose guarantee differs there (:func:`router.sampling.speculative_caveats`)."""
+    fields = speculative_caveats(doc)
+    if not fields:
+        return {}
+    value = ",".join(fields)
+    return {p.name: value for p in runtime.pools if p.speculative}
 
 
 def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
@@ -538,7 +564,9 @@ def install_routes(app: FastAPI) -> None:
             return None if value is None else round(value, 3)
 
         pools = {p.name: {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
-                          "endpoints": len(p.endpoints), "saturated": p.saturated,
+                          "endpoints": len(p.endpoints),
+                          "warming": {e.url: e.warm_detail for e in p.endpoints.values() if e.warming},
+                          "saturated": p.saturated,
                           "low_acceptance": p.low_acceptance,
                           "low_acceptance_classes": sorted(p.bypass.low_classes()),
                           "signal_age_s": {"scrape": age(p.scrape_age_s(now)),

@@ -45,6 +45,7 @@ from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
 from router.upstream import ReuseMarkingConnector
+from router.warmup import Warmer
 
 __all__ = ["AppState", "RouterApp", "RuntimeInputs", "build_runtime", "create_app", "load_runtime_inputs",
            "tune_interpreter"]
@@ -334,7 +335,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         metrics = RouterMetrics(CollectorRegistry(auto_describe=True))
         shared = build_shared_state(cfg.state, metrics=metrics, clock=clock)
         inputs = await loop.run_in_executor(None, load_runtime_inputs, cfg)
-        runtime = Runtime(cfg, inputs.counter, ledger=shared.ledger, auth=inputs.auth)
+        runtime = Runtime(cfg, inputs.counter, ledger=shared.ledger, auth=inputs.auth, warmup_gate=scrape)
         session = (session_factory or _default_session)(cfg)
         fresh_session = _fresh_session(cfg) if session_factory is None else None
         executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
@@ -357,9 +358,11 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         state.discovery = Discovery(lambda: state.runtime, metrics, discovery or DiscoverySettings())
         state.discovery.start()
         canary = Canary(session, lambda: state.runtime, metrics, clock)
+        warmer = Warmer(session, lambda: state.runtime, metrics, clock)
         if scrape:
             await scraper.run_once()
             scraper.start()
+            warmer.start()
             canary.start()
         if reloader is not None:
             reloader.start()
@@ -382,6 +385,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             yield
         finally:
             await scraper.stop()
+            await warmer.stop()
             await canary.stop()
             if reloader is not None:
                 await reloader.stop()

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from router.config import AuthConfig, ConfigError
+from router.config_server import PriorityConfig, PriorityGrant
 from router.errors import AuthenticationError, PermissionDenied
 
 __all__ = ["Auth", "KeyRing", "bearer_token", "load_auth", "load_engine_key"]
@@ -81,10 +82,23 @@ class Auth:
     """
 
     def __init__(self, client: KeyRing | None, admin: KeyRing | None,
-                 speculation: Mapping[str, str] | None = None) -> None:
+                 speculation: Mapping[str, str] | None = None,
+                 priority: PriorityConfig | None = None) -> None:
         self.client = client
         self.admin = admin
         self._speculation = {bytes.fromhex(k): v for k, v in (speculation or {}).items()}
+        priority = priority or PriorityConfig()
+        self._grants = {bytes.fromhex(k): v for k, v in priority.keys.items()}
+        #: The ``priority`` sent for requests whose key has no grant (None: none).
+        self.priority_default = priority.default
+
+    def priority_grant(self, authorization: str | None) -> PriorityGrant | None:
+        """The request's key's grant to set ``priority`` (``auth.priority.keys``), or None
+        (the key may not set it). Call after :meth:`check_client`."""
+        if not self._grants:
+            return None
+        token = bearer_token(authorization)
+        return None if token is None else self._grants.get(_digest(token))
 
     def speculation_default(self, authorization: str | None) -> str | None:
         """The speculation hint configured for the request's key
@@ -183,7 +197,7 @@ def load_auth(config: AuthConfig, environ: Mapping[str, str] | None = None) -> A
     if client is not None and admin is not None and set(client) & set(admin):
         raise ConfigError("auth: an admin key is also a client key")
     return Auth(None if client is None else KeyRing(client), None if admin is None else KeyRing(admin),
-                config.speculation_defaults)
+                config.speculation_defaults, config.priority)
 
 
 def load_engine_key(config: AuthConfig, environ: Mapping[str, str] | None = None) -> str | None:

@@ -48,11 +48,12 @@ checks, and the loader).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     Field,
+    StrictBool,
     StrictStr,
     ValidationError,
     field_validator,
@@ -119,6 +120,7 @@ __all__ = [
     "StateConfig",
     "TracingConfig",
     "UpstreamConfig",
+    "WarmupConfig",
     "load_config",
     "parse_config",
     "parse_overrides",
@@ -231,12 +233,38 @@ class LimitsConfig(Strict):
     max_n: PositiveInt = 128
 
 
+class WarmupConfig(Strict):
+    """Servable before routable (router/warmup.py): an endpoint of a pool that serves
+    ``generate`` gets client traffic only after ``successes`` consecutive one-token generations
+    (``POST <path>`` with ``max_tokens: 1``) succeeded on it, each within ``timeout_s``; after
+    a failed probe the next one waits ``interval_s``. A green ``/health`` or ``/metrics`` is not
+    enough: SGLang answered them before its warm-up finished (sgl-project/sglang#33719,
+    #37994). An endpoint that is ejected, or whose stream got no first byte in time (unless it is its
+    pool's last routable endpoint), is proven again before it is routed.
+
+    Attributes:
+        enabled: gate endpoints on a probe (off: the first successful scrape admits them).
+        successes: consecutive successful probes needed (>= 1).
+        timeout_s: deadline of one probe (s).
+        interval_s: wait after a failed probe, and between rounds (s).
+        path: ``/v1/chat/completions`` (the path most client traffic takes) or ``/v1/completions``.
+    """
+
+    enabled: StrictBool = True
+    successes: PositiveInt = 3
+    timeout_s: PositiveFloat = 30.0
+    interval_s: PositiveFloat = 1.0
+    path: Literal["/v1/chat/completions", "/v1/completions"] = "/v1/chat/completions"
+
+
 class HealthConfig(Strict):
-    """Endpoint health: consecutive-failure ejection and consecutive-success re-admission."""
+    """Endpoint health: consecutive-failure ejection and consecutive-success re-admission,
+    and the warm-up probe before an endpoint's first client request (:class:`WarmupConfig`)."""
 
     failure_threshold: PositiveInt = 3
     success_threshold: PositiveInt = 2
     retry_after_s: PositiveInt = 5
+    warmup: WarmupConfig = WarmupConfig()
 
 
 class ScrapeConfig(Strict):

@@ -163,6 +163,11 @@ class PoolConfig(Strict):
             decision reason). List a kind only after validating it on the pool's engine
             version (docs/operator-guide.md, "Which requests the speculative pool serves").
             A plain pool serves every kind; the key is refused on it.
+        priority_order: which ``priority`` values the pool's engines schedule first:
+            ``larger_first`` (SGLang's default) or ``smaller_first`` (SGLang with
+            ``--schedule-low-priority-values-first``, vLLM's convention; ai-dynamo/dynamo#6348).
+            The router resolves a request's priority in the larger-first convention
+            (router/admission.py) and sends its negation to a ``smaller_first`` pool.
     """
 
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
@@ -177,6 +182,7 @@ class PoolConfig(Strict):
     engine_keepalive_s: PositiveFloat = 5.0
     serves: tuple[EndpointKind, ...] = ("generate",)
     capabilities: tuple[StrictStr, ...] | None = None
+    priority_order: Literal["larger_first", "smaller_first"] = "larger_first"
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:

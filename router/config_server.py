@@ -12,13 +12,65 @@ from pydantic import Field, SecretStr, StrictBool, StrictStr, model_validator
 from router.config_base import EnvName, PositiveFloat, PositiveInt, Strict
 
 __all__ = [
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "AuthConfig",
     "CircuitBreakerConfig",
     "HeaderLimitsConfig",
+    "PriorityConfig",
+    "PriorityGrant",
     "ServerConfig",
     "StateConfig",
     "TracingConfig",
 ]
+
+#: The priority values the router forwards (a signed 32-bit integer). SGLang 0.5.23 declares
+#: ``priority`` as a plain Python ``int`` on its chat, completions and responses requests, so
+#: it would take any integer; the router bounds it so no unbounded value reaches an engine.
+PRIORITY_MIN = -(2**31)
+PRIORITY_MAX = 2**31 - 1
+
+PriorityValue = Annotated[int, Field(strict=True, ge=PRIORITY_MIN, le=PRIORITY_MAX)]
+
+
+class PriorityGrant(Strict):
+    """What one API key may do with the engine's ``priority`` (SGLang's convention: a larger
+    value is more important unless the engine runs ``--schedule-low-priority-values-first``).
+
+    Attributes:
+        min: the smallest value the key's requests may carry; lower ones are raised to it.
+        max: the largest value; higher ones are lowered to it.
+        default: the value sent when the request names none (None: no ``priority`` sent).
+    """
+
+    min: PriorityValue = PRIORITY_MIN
+    max: PriorityValue = PRIORITY_MAX
+    default: PriorityValue | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> PriorityGrant:
+        if self.min > self.max:
+            raise ValueError("min must not exceed max")
+        if self.default is not None and not self.min <= self.default <= self.max:
+            raise ValueError("default must lie within [min, max]")
+        return self
+
+
+class PriorityConfig(Strict):
+    """Who may set the engine's ``priority`` (body field ``priority``, or the header
+    ``x-specgate-priority``); router/admission.py applies it.
+
+    Attributes:
+        default: the value sent for requests whose key has no grant (and for every request
+            when client authentication is off); None: none is sent, so the engine uses its own
+            default.
+        keys: per client key (its SHA-256 digest in lowercase hex, as in
+            ``speculation_defaults``), the range it may use and its default.
+    """
+
+    default: PriorityValue | None = None
+    keys: dict[Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]{64}$")],
+               PriorityGrant] = {}  # noqa: RUF012 (a pydantic field)
 
 
 class HeaderLimitsConfig(Strict):
@@ -117,9 +169,18 @@ class StateConfig(Strict):
             released (seconds): how long a crashed replica's requests keep counting.
         renew_interval_s: how often open leases are renewed (seconds).
         circuit_breaker: see :class:`CircuitBreakerConfig`.
+        topology: ``standalone`` (one primary), ``cluster`` (Redis Cluster: the URL names any
+            node; redirections are followed) or ``sentinel`` (the URL lists the sentinels,
+            ``redis://[:password@]host:port[,host:port...]/db``; the primary of
+            ``sentinel_master`` is asked of them and asked again after a failover),
+            router/redis_client.py. A standalone client that meets a cluster node (``MOVED``)
+            switches to the cluster client by itself.
+        sentinel_master: the primary's name in the sentinels' config (``topology: sentinel``).
     """
 
     backend: Literal["memory", "redis"] = "memory"
+    topology: Literal["standalone", "cluster", "sentinel"] = "standalone"
+    sentinel_master: Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.-]{1,64}$")] = "mymaster"
     redis_url: Annotated[str, Field(strict=True, pattern=r"^(redis|rediss|unix)://\S+$")] | None = None
     redis_url_env: EnvName = "SPECGATE_REDIS_URL"
     key_prefix: Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")] = "specgate"
@@ -160,6 +221,8 @@ class AuthConfig(Strict):
             :data:`router.capabilities.SPECULATION_MODES`) its requests get when they send
             none; keyed by the key's SHA-256 digest in lowercase hex
             (``printf %s "$KEY" | sha256sum``), so no key is written here.
+        priority: which keys may set the engine's ``priority`` and within which range
+            (:class:`PriorityConfig`); a key without a grant never sets it.
     """
 
     api_keys: tuple[SecretStr, ...] = ()
@@ -176,6 +239,8 @@ class AuthConfig(Strict):
     engine_api_key_env: EnvName | None = None
     speculation_defaults: dict[Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]{64}$")],
                                Literal["off", "auto", "on"]] = {}  # noqa: RUF012 (a pydantic field)
+    #: Who may set the engine's ``priority`` (:class:`PriorityConfig`).
+    priority: PriorityConfig = PriorityConfig()
 
     @model_validator(mode="after")
     def _check(self) -> AuthConfig:

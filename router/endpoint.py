@@ -16,6 +16,11 @@ is told of both, in memory only (no I/O on the request path); its writer task br
 ``shared_inflight``, the count over all replicas, and :meth:`Endpoint.inflight_view` adds this
 replica's own changes since. The load a decision sees is ``max(scraped engine load, that)``.
 
+Warm-up (``health.warmup``, :mod:`router.warmup`): an endpoint with :attr:`Endpoint.warmup_required`
+is routable only once it is also *warm*: a number of consecutive one-token generations
+succeeded on it (:meth:`Endpoint.record_probe`). Leaving service (``unhealthy``) or a stream
+that got no first byte in time (:meth:`Endpoint.record_stall`) makes it cold again.
+
 Back-pressure (sgl-project/sglang#28175): an engine that refused a request for capacity (503,
 429, a queue-full event; :mod:`router.proxy`) is held as saturated for a while
 (:meth:`Endpoint.record_backpressure`), without any effect on its health.
@@ -105,6 +110,11 @@ class Endpoint:
         backpressure_until: monotonic time (s) until which the engine's last capacity refusal
             (503, 429, queue-full event; sgl-project/sglang#28175) holds, or None.
         backpressure_count: capacity refusals recorded.
+        warmup_required: routable only once :attr:`warm` (``health.warmup.enabled`` for a pool
+            that serves ``generate``; set by the runtime).
+        warm: enough consecutive warm-up probes succeeded since the endpoint last went cold.
+        warm_successes: consecutive successful probes so far.
+        warm_detail: why a cold endpoint waits (for ``/ready``), e.g. ``"probe: HTTP 503"``.
     """
 
     url: str
@@ -128,6 +138,10 @@ class Endpoint:
     observed_at: float | None = None
     backpressure_until: float | None = None
     backpressure_count: int = 0
+    warmup_required: bool = False
+    warm: bool = False
+    warm_successes: int = 0
+    warm_detail: str = "no probe yet"
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
     _targets: dict[str, URL] = field(default_factory=dict, repr=False)
 
@@ -141,7 +155,45 @@ class Endpoint:
 
     @property
     def healthy(self) -> bool:
-        return self.state == "healthy" and not self.draining
+        """Routable: state ``healthy``, not draining, and warm when warm-up is required."""
+        return self.state == "healthy" and not self.draining and (self.warm or not self.warmup_required)
+
+    @property
+    def warming(self) -> bool:
+        """Healthy by its scrapes but not yet proven by a warm-up probe (not routable)."""
+        return self.warmup_required and not self.warm and self.state == "healthy" and not self.draining
+
+    def record_probe(self, ok: bool, detail: str, needed: int) -> None:
+        """One warm-up probe's result (``detail``: what it saw, e.g. ``"HTTP 503"``); ``needed``
+        consecutive successes make the endpoint warm, a failure restarts the count."""
+        if self.warm:
+            return
+        if not ok:
+            self.warm_successes = 0
+            self.warm_detail = f"probe failed: {detail}"
+            return
+        self.warm_successes += 1
+        self.warm_detail = f"{self.warm_successes} of {needed} probes succeeded"
+        if self.warm_successes >= needed:
+            self.warm = True
+            log.info("endpoint %s of pool %s is warm (%d probe(s) succeeded)", self.url, self.pool,
+                     self.warm_successes)
+
+    def record_stall(self, why: str) -> None:
+        """A request got no first byte in time: with warm-up required, the endpoint must be
+        proven again by probes before it gets more traffic (a stuck engine stays out), unless
+        it is the last routable endpoint of its pool (busy is not dead, as for slow scrapes)."""
+        if self.warmup_required and self.warm and any(s.healthy for s in self._siblings if s is not self):
+            self._cool(why)
+
+    def _cool(self, why: str) -> None:
+        was = self.warm
+        self.warm = False
+        self.warm_successes = 0
+        self.warm_detail = f"waiting for a probe ({why})"
+        if was and self.warmup_required:
+            log.warning("endpoint %s of pool %s must be proven again by warm-up probes (%s)",
+                        self.url, self.pool, why)
 
     def lease(self, temperature: str = "sampled") -> Lease:
         """Take a lease (in-flight + 1) for a request of ``temperature`` class; release it
@@ -229,6 +281,8 @@ class Endpoint:
         if state == self.state:
             return
         self.state = state
+        if state == "unhealthy":  # a restarted engine warms up again
+            self._cool("it was unhealthy")
         if state == "healthy":
             log.info("endpoint %s of pool %s is healthy (%s)", self.url, self.pool, why)
         else:

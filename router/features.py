@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from router.capabilities import validate as validate_capability_fields
 from router.errors import InvalidRequest
+from router.sampling import validate_sampling
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -340,6 +341,7 @@ def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) 
     media_tokens = _check_messages(doc.get("messages"), media)
     _check_tools(doc.get("tools"))
     validate_capability_fields(doc)
+    validate_sampling(doc)
     return ParsedRequest("chat", doc, budget, n, stream, "messages", media_tokens)
 
 
@@ -368,6 +370,7 @@ def parse_completions(doc: Any, *, max_n: int) -> ParsedRequest:
             "`prompt` must be a string, an array of strings, an array of token ids, "
             "or an array of token-id arrays", param="prompt")
     validate_capability_fields(doc)
+    validate_sampling(doc)
     return ParsedRequest("completions", doc, budget, n, stream, "prompt")
 
 

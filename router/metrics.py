@@ -13,7 +13,9 @@ Rejection reasons used with ``pool="none"``: ``context_cap``, ``invalid_request`
 
 Shared state (:mod:`router.state`): ``op`` is ``sync`` (the batched lease/flag/override script)
 or ``overrides`` (an admin write); ``result`` is ``ok``, ``timeout``, ``connection_error``,
-``error`` or ``short_circuit`` (refused by the open circuit breaker). ``key`` of the routing
+``auth_error`` (NOAUTH, WRONGPASS, NOPERM), ``readonly``, ``moved``, ``cluster_down``, ``error``
+(:func:`router.redis_client.failure_kind`) or ``short_circuit`` (refused by the open circuit
+breaker). ``key`` of the routing
 threshold series is ``long_prompt_tokens``, ``saturation_enter`` or ``saturation_exit``.
 
 Discovery (:mod:`router.discovery`): ``state`` of ``specgate_discovered_endpoints`` is
@@ -259,12 +261,19 @@ class RouterMetrics:
             "Requests refused with 431 because their head passed a server.headers limit "
             "(limit: bytes, fields, field_bytes), or with 408 because it arrived slower than "
             "server.headers.head_timeout_s (limit: head_timeout); the connection was closed.", ["limit"])
+        self.priority_requests = LoopCounter(
+            "specgate_priority_requests",
+            "Generation requests by where the engine's priority came from (router/admission.py): "
+            "client (a trusted key's own value), clamped (moved into its key's range), default "
+            "(a configured default), ignored (an untrusted client's value dropped), none.",
+            ["source"])
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
                                           self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
                                           self.upstream_stale_retries, self.engine_rejections,
                                           self.predicted_completion, self.completion_tokens,
                                           self.reasoning_tokens, self.usage_inconsistent,
-                                          self.suspect_truncations, self.header_limit_rejections]))
+                                          self.suspect_truncations, self.header_limit_rejections,
+                                          self.priority_requests]))
         self.prefix_match_ratio = LoopHistogram(
             "specgate_prefix_match_ratio",
             "Per routed request with prefix routing on: the estimated fraction of its prompt tokens "
@@ -334,7 +343,8 @@ class RouterMetrics:
             ["pool", "state"], registry=registry)
         self.endpoints = Gauge(
             "specgate_endpoints",
-            "Endpoints per pool by state: healthy, unknown (not yet probed), unhealthy, draining.",
+            "Endpoints per pool by state: healthy, unknown (not yet probed), unhealthy, draining, "
+            "warming (green scrapes, waiting for warm-up probes).",
             ["pool", "state"], registry=registry)
         self.discovery_lists = Counter(
             "specgate_discovery_lists",
@@ -344,6 +354,10 @@ class RouterMetrics:
             "specgate_discovery_watch_restarts",
             "EndpointSlice watches restarted, by reason (expired: 410; error: backoff; resync: periodic).",
             ["pool", "reason"], registry=registry)
+        self.warmup_probes = Counter(
+            "specgate_warmup_probes", "Warm-up probes (one-token generations before an endpoint is "
+            "routed, router/warmup.py), by result: ok, timeout, http_error, connect_error, invalid.",
+            ["pool", "result"], registry=registry)
         self.canary_rounds = Counter(
             "specgate_canary_rounds", "Lossless canary rounds per speculative pool, by result "
             "(match, mismatch, error).", ["pool", "result"], registry=registry)

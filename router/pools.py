@@ -225,10 +225,16 @@ class Runtime:
         previous: the runtime being replaced (reload), or None.
         ledger: the shared state told of leases (default: ``previous``'s; None: memory).
         auth: the resolved API keys (:class:`router.auth.Auth`), or None (no auth).
+        warmup_gate: endpoints wait for warm-up probes (``health.warmup``) before they are
+            routed; True where a :class:`router.warmup.Warmer` runs (the app), else off so a
+            runtime built without one still routes (default: ``previous``'s, else False).
     """
 
     def __init__(self, config: Config, counter: PromptCounter, previous: Runtime | None = None, *,
-                 ledger: LeaseLedger | None = None, auth: Auth | None = None) -> None:
+                 ledger: LeaseLedger | None = None, auth: Auth | None = None,
+                 warmup_gate: bool | None = None) -> None:
+        self.warmup_gate: bool = warmup_gate if warmup_gate is not None else (
+            previous is not None and bool(previous.warmup_gate))
         self.config = config
         self.counter = counter
         self.auth = auth
@@ -376,6 +382,13 @@ class Runtime:
         ep.ledger = self.ledger
         ep.failure_threshold = self.config.health.failure_threshold
         ep.success_threshold = self.config.health.success_threshold
+        ep.warmup_required = self._warmup_required(ep.pool)
+
+    def _warmup_required(self, pool_name: str) -> bool:
+        """``health.warmup.enabled`` for a pool that serves ``generate`` (router/warmup.py)."""
+        pc = next((p for p in self.config.pools if p.name == pool_name), None)
+        return (self.warmup_gate and self.config.health.warmup.enabled and pc is not None
+                and "generate" in pc.serves)
 
     def set_discovered(self, pool_name: str, urls: Iterable[str]) -> tuple[list[str], list[str]]:
         """Make ``urls`` (base URLs, ready endpoints) the routable set of a discovered pool.
@@ -407,7 +420,8 @@ class Runtime:
             ep = pool.endpoints.get(url)
             if ep is None:
                 ep = Endpoint(url=url, pool=pool_name, failure_threshold=health.failure_threshold,
-                              success_threshold=health.success_threshold, ledger=self.ledger)
+                              success_threshold=health.success_threshold, ledger=self.ledger,
+                              warmup_required=self._warmup_required(pool_name))
                 added.append(url)
             ep.on_drained = self._drop_drained
             if url in wanted:

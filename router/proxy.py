@@ -9,8 +9,10 @@ that owns the rest of the request's life. Its contract:
   never reached an engine, so a retry is safe); an engine 5xx other than 503 also fails over
   (it answered, so nothing is generating); an engine 4xx other than 429 comes back with the
   same status as an OpenAI error (over-length wordings become ``context_length_exceeded``);
-  no first byte within ``first_byte_timeout_s + first_byte_s_per_1k_tokens * P / 1000``
-  aborts upstream and answers 504 ``upstream_timeout``. For streams the client's headers wait
+  no first byte of a stream within ``first_byte_timeout_s + first_byte_s_per_1k_tokens * P /
+  1000`` aborts upstream and fails over (the endpoint must pass its warm-up probes again
+  unless it is its pool's last routable one, :meth:`router.endpoint.Endpoint.record_stall`); with nowhere left to go, or for a
+  non-streamed request past ``nonstream_timeout_s``, the answer is 504 ``upstream_timeout``. For streams the client's headers wait
   for the engine's first *content* event, so all of these are still real HTTP statuses,
   never SSE with 200.
 - **Stale keep-alive connections** (sgl-project/sglang#20851, aio-libs/aiohttp#9138 and
@@ -31,7 +33,10 @@ that owns the rest of the request's life. Its contract:
 - **Engine back-pressure** (sgl-project/sglang#28175, #30341, vllm-project/vllm#49330): a 503
   or 429 status, or a 200 stream whose first events carry an error with code 503/429 (SGLang's
   queue-full refusal after the status was committed) or a ``finish_reason: "abort"`` before
-  any content, is a refusal before the first byte. The endpoint is *not* ejected: it records
+  any content, is a refusal before the first byte; so is a non-streamed 200 body with a
+  choice whose ``finish_reason`` is ``"abort"`` (an engine eviction, e.g. SGLang's
+  priority-based ``_abort_on_queued_limit``, sgl-project/sglang#16369: its content is cut or
+  empty, and nothing reached the client yet, so it is never relayed as a 200). The endpoint is *not* ejected: it records
   back-pressure (:meth:`router.endpoint.Endpoint.record_backpressure`, for the engine's
   ``Retry-After`` up to ``upstream.backpressure_max_hold_s``, else
   ``upstream.backpressure_hold_s``), and the request is resent once to another pool
@@ -74,7 +79,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -83,7 +87,6 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from router.config import UpstreamConfig
-from router.endpoint import Lease
 from router.errors import (
     EngineOverloaded,
     SpecgateError,
@@ -92,8 +95,7 @@ from router.errors import (
     UpstreamTimeout,
     map_engine_error,
 )
-from router.features import RequestFeatures
-from router.policy import Decision
+from router.proxy_job import ProxyJob, Redecide, Redecision
 from router.specstats import strip_body, strip_event
 from router.upstream import Backpressure as _Backpressure
 from router.upstream import (
@@ -136,73 +138,6 @@ _BACKPRESSURE = (429, 503)
 
 class _ClientGone(Exception):
     """The client disconnected."""
-
-
-@dataclass(frozen=True, slots=True)
-class Redecision:
-    """A failover's new decision (:data:`Redecide`) and the lease taken on its endpoint; no
-    lease when the policy found nowhere left to go (the proxy answers with its failure)."""
-
-    decision: Decision
-    lease: Lease | None = None
-
-
-#: ``redecide(excluded_urls, excluded_pools)``: re-run the routing decision without those
-#: endpoints and pools, taking the lease when it routes (``router.api`` builds it).
-Redecide = Callable[[frozenset[str], frozenset[str]], Redecision]
-
-
-@dataclass(slots=True)
-class ProxyJob:
-    """Everything the proxy needs about one admitted request.
-
-    Attributes:
-        request_id: the router's request id (``x-request-id``).
-        path: upstream path, e.g. ``/v1/chat/completions``.
-        body: the JSON body to send (bytes).
-        features: the request's features (prompt tokens drive the first-byte timeout).
-        decision: the current routing decision (updated on failover).
-        lease: the in-flight lease on the chosen endpoint (replaced on failover).
-        abort_rids: the engine request ids that ``/abort_request`` must name to stop every
-            sample of this request: the body's ``rid`` for one prompt, ``<rid>_<i>`` for a batch
-            of prompts (SGLang's ``_normalize_rid``); empty when none can be named (``n > 1``:
-            SGLang gives each sample a fresh id, ``regenerate_rid``).
-        received_at: ``time.perf_counter()`` when the request arrived (s).
-        stale_retries: the pool of each resend after a stale keep-alive connection.
-        rejections: ``(pool, reason)`` of each engine capacity refusal (reason ``http_503``,
-            ``http_429``, ``stream_error``, ``stream_abort`` or ``body_abort``).
-        end_events: for a stream that does not end with ``data: [DONE]`` (``/v1/responses``):
-            the byte strings of which one must appear for the stream to count as complete;
-            None: the ``[DONE]`` rule.
-        observer: sees the relayed bytes (a :class:`router.observe.ResponseObserver`: usage
-            and ending metrics) and is told the pool when the response ends; None: none.
-        default_budget: the output budget the router chose for a request that set none, as the
-            ``x-specgate-max-tokens`` response header (tokens, or ``engine`` when
-            ``limits.default_max_tokens`` is null); None: the client set it.
-        trace: the W3C trace headers sent on every attempt (:func:`router.trace.trace_headers`).
-        span: the request's server span (:mod:`router.tracing`), None with tracing off.
-    """
-
-    request_id: str
-    path: str
-    body: bytes
-    features: RequestFeatures
-    decision: Decision
-    lease: Lease
-    abort_rids: tuple[str, ...]
-    received_at: float
-    end_events: tuple[bytes, ...] | None = None
-    observer: Any = None
-    default_budget: str | None = None
-    trace: dict[str, str] = field(default_factory=dict)
-    span: Any = None
-    status: int = 0
-    outcome: str = "ok"
-    ttfb_s: float | None = None
-    attempts: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
-    stale_retries: list[str] = field(default_factory=list)
-    rejections: list[tuple[str, str]] = field(default_factory=list)
 
 
 class ProxyResponse(Response):
@@ -368,8 +303,9 @@ class ProxyResponse(Response):
         try:
             try:
                 async with asyncio.timeout_at(first_deadline):
-                    resp = await session.post(endpoint.target(job.path), data=job.body, headers=headers,
-                                              timeout=timeout)
+                    resp = await session.post(
+                        endpoint.target(job.path), data=job.pool_bodies.get(endpoint.pool, job.body) if
+                        job.pool_bodies else job.body, headers=headers, timeout=timeout)
                     if resp.status >= 400:
                         body = await resp.content.read(_MAX_ERROR_BODY)
                         if resp.status in _BACKPRESSURE:
@@ -385,7 +321,11 @@ class ProxyResponse(Response):
             except TimeoutError:
                 self._abort(endpoint)
                 job.outcome = "upstream_timeout"
-                raise UpstreamTimeout("the engine sent nothing before the first-byte timeout") from None
+                err = UpstreamTimeout("the engine sent nothing before the first-byte timeout")
+                if job.features.stream:  # nothing reached the client: another endpoint may serve it
+                    endpoint.record_stall("a stream got no first byte in time")
+                    raise _Failover(err) from None
+                raise err from None
             except aiohttp.ClientConnectorError:
                 endpoint.mark_down()
                 job.outcome = "connect_failed"
@@ -584,6 +524,9 @@ class ProxyResponse(Response):
         ]
         if job.default_budget is not None:
             headers.append((b"x-specgate-max-tokens", job.default_budget.encode()))
+        caveat = job.caveats.get(job.decision.pool or "") if job.caveats else None
+        if caveat is not None:
+            headers += [(b"x-specgate-degraded", b"sampling"), (b"x-specgate-sampling-fields", caveat.encode())]
         if length is not None:
             headers.append((b"content-length", str(length).encode()))
         else:

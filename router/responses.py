@@ -49,6 +49,7 @@ from router.features import (
     check_envelope,
     check_top_logprobs,
 )
+from router.sampling import validate_sampling
 
 if TYPE_CHECKING:
     from router.pools import Runtime
@@ -197,6 +198,7 @@ def parse_responses(doc: Any, *, max_n: int) -> ParsedRequest:
     stream = check_envelope(doc)
     budget = _strict_int(doc, "max_output_tokens", minimum=1)
     check_top_logprobs(doc)
+    validate_sampling(doc)  # min_p (SGLang's extension here), seed
     return ParsedRequest("chat", to_chat(doc), budget, 1, stream, "input")
 
 

@@ -69,11 +69,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
+from router.breaker import CircuitBreaker
 from router.config import ConfigError, Overrides, StateConfig, parse_overrides
 from router.errors import SharedStateUnavailable
 from router.metrics import RouterMetrics
+from router.redis_client import AUTH_LOG_INTERVAL_S, build_client, failure_kind, is_moved
 
 __all__ = ["CircuitBreaker", "MemoryState", "RedisState", "build_shared_state", "redis_keys"]
 
@@ -123,57 +125,6 @@ def redis_keys(prefix: str) -> dict[str, str]:
     return {"bypass": f"{tag}:bypass", "overrides": f"{tag}:overrides", "inflight": f"{tag}:inflight:"}
 
 
-class CircuitBreaker:
-    """Consecutive-failure circuit breaker (Nygard, *Release It!*).
-
-    closed -> open after ``failure_threshold`` consecutive failures; while open :meth:`allow`
-    refuses every call; ``reset_after_s`` seconds later one probe is allowed (half-open): its
-    success closes the breaker, its failure reopens it for another ``reset_after_s``.
-
-    Args:
-        failure_threshold: consecutive failures that open it.
-        reset_after_s: seconds open before the probe.
-        clock: monotonic clock (s).
-    """
-
-    def __init__(self, failure_threshold: int, reset_after_s: float, clock: Callable[[], float]) -> None:
-        self.failure_threshold = failure_threshold
-        self.reset_after_s = reset_after_s
-        self._clock = clock
-        self.state = "closed"
-        self.failures = 0
-        self._opened_at = 0.0
-        self._probing = False
-
-    def allow(self) -> bool:
-        """May a call go out now? (In half-open, only the one probe.)"""
-        if self.state == "closed":
-            return True
-        if self.state == "open":
-            if self._clock() - self._opened_at < self.reset_after_s:
-                return False
-            self.state = "half_open"
-            self._probing = False
-        if self._probing:
-            return False
-        self._probing = True
-        return True
-
-    def success(self) -> None:
-        """A call succeeded: close."""
-        self.state = "closed"
-        self.failures = 0
-        self._probing = False
-
-    def failure(self) -> None:
-        """A call failed: count it; open at the threshold or when the probe failed."""
-        self.failures += 1
-        self._probing = False
-        if self.state == "half_open" or self.failures >= self.failure_threshold:
-            self.state = "open"
-            self._opened_at = self._clock()
-
-
 class MemoryState:
     """The single-replica backend: nothing is shared, nothing can fail."""
 
@@ -207,17 +158,6 @@ class _Batch:
     full: bool
 
 
-def _failure_kind(exc: BaseException) -> str:
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
-    if isinstance(exc, (TimeoutError, RedisTimeoutError)):
-        return "timeout"
-    if isinstance(exc, (RedisConnectionError, OSError)):
-        return "connection_error"
-    return "error"
-
-
 class RedisState:
     """The Redis backend (see the module docstring); also the runtime's lease ledger.
 
@@ -227,28 +167,31 @@ class RedisState:
         metrics: the router's series.
         clock: monotonic clock (s).
         client: a ``redis.asyncio.Redis`` to use (tests); by default one is built from ``url``
-            with ``op_timeout_s`` socket timeouts and no retries.
+            for ``config.topology`` with ``op_timeout_s`` socket timeouts and no retries
+            (:func:`router.redis_client.build_client`; a standalone client answered ``MOVED``
+            switches to the cluster client once).
     """
 
     backend = "redis"
 
     def __init__(self, config: StateConfig, url: str, *, metrics: RouterMetrics,
                  clock: Callable[[], float] = time.monotonic, client: Any = None) -> None:
-        from redis.asyncio import Redis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-
         self._cfg = config
         self._metrics = metrics
         self._clock = clock
+        self._url = url
+        self.topology = config.topology
+        self._may_switch = client is None and config.topology == "standalone"
         try:
-            self._client = client or Redis.from_url(
-                url, socket_timeout=config.op_timeout_s, socket_connect_timeout=config.op_timeout_s,
-                retry=Retry(NoBackoff(), 0), health_check_interval=0)
-        except ValueError as exc:
+            self._client = client or build_client(
+                url, cluster=config.topology == "cluster", timeout_s=config.op_timeout_s,
+                sentinel_master=config.sentinel_master if config.topology == "sentinel" else None)
+        except (ValueError, RedisClusterException) as exc:
             raise ConfigError(f"state.redis_url is not a Redis URL: {exc}") from None
+        self._auth_logged_at: float | None = None
+        self._closing: list[asyncio.Task[None]] = []   # the standalone client after a switch
         parts = urlsplit(url)
-        self.target = f"{parts.scheme}://{parts.hostname or ''}{':' + str(parts.port) if parts.port else ''}{parts.path}"
+        self.target = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"  # no credentials
         self._script = self._client.register_script(SYNC_LUA)
         keys = redis_keys(config.key_prefix)
         self._bypass_key, self._overrides_key, self._inflight_prefix = (
@@ -327,6 +270,7 @@ class RedisState:
             "target": self.target,
             "breaker": self._breaker.state,
             "consecutive_failures": self._breaker.failures,
+            "topology": self.topology,
             "last_error": self._last_error,
             "last_success_age_s": None if self._last_ok is None else round(self._clock() - self._last_ok, 3),
             "open_leases": len(self._open),
@@ -354,6 +298,7 @@ class RedisState:
             await self._batch_once()
         with contextlib.suppress(Exception):
             await self._client.aclose()
+        await asyncio.gather(*self._closing)
 
     async def _writer(self) -> None:
         while True:
@@ -389,14 +334,40 @@ class RedisState:
         keys, args = self._encode(batch)
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self._cfg.op_timeout_s):
-                reply = await self._script(keys=keys, args=args)
+            reply = await self._call(lambda: self._script(keys=keys, args=args))
             counts, flags, raw = self._decode(reply, len(batch.keys))
-        except (RedisError, OSError, TimeoutError, ValueError) as exc:  # every failure counts
+        except (RedisError, RedisClusterException, OSError, TimeoutError, ValueError) as exc:  # every failure counts
             self._failed(batch, exc, "sync")
         else:
             self._metrics.shared_state_op_duration.labels("sync").observe(time.perf_counter() - started)
             self._succeeded(batch, counts, flags, self._parse_overrides(raw))
+
+    async def _call(self, op: Callable[[], Any]) -> Any:
+        """``await op()`` within ``op_timeout_s``; a standalone client answered ``MOVED`` or
+        ``ASK`` becomes the cluster client (:mod:`router.redis_client`) and retries once."""
+        try:
+            async with asyncio.timeout(self._cfg.op_timeout_s):
+                return await op()
+        except RedisError as exc:
+            if not (self._may_switch and is_moved(exc)):
+                raise
+        self._switch_to_cluster()
+        async with asyncio.timeout(self._cfg.op_timeout_s):
+            return await op()
+
+    def _switch_to_cluster(self) -> None:
+        old = self._client
+        self._may_switch = False
+        self._client = build_client(self._url, cluster=True, timeout_s=self._cfg.op_timeout_s)
+        self._script = self._client.register_script(SYNC_LUA)
+        self.topology = "cluster"
+        log.warning("shared state: %s answered MOVED (a Redis Cluster node); using the cluster client "
+                    "(set state.topology: cluster)", self.target)
+        async def close() -> None:
+            with contextlib.suppress(Exception):
+                await old.aclose()
+
+        self._closing.append(asyncio.get_running_loop().create_task(close()))
 
     def _take(self) -> _Batch:
         runtime = self._get_runtime()
@@ -469,10 +440,22 @@ class RedisState:
         self._full = True   # the next success re-adds every open lease
         self._failed_since_ok = True
         self._breaker.failure()
-        kind = _failure_kind(exc)
+        self._record_error(op, exc)
+        self._update_degraded()
+
+    def _record_error(self, op: str, exc: BaseException) -> None:
+        """Count a failed call by kind; refused credentials are logged loudly, at most once per
+        :data:`router.redis_client.AUTH_LOG_INTERVAL_S` (the breaker paces the retries)."""
+        kind = failure_kind(exc)
         self._last_error = f"{kind}: {type(exc).__name__}"
         self._metrics.shared_state_ops.labels(op, kind).inc()
-        self._update_degraded()
+        now = self._clock()
+        if kind == "auth_error" and (self._auth_logged_at is None
+                                     or now - self._auth_logged_at >= AUTH_LOG_INTERVAL_S):
+            self._auth_logged_at = now
+            log.error("shared state: Redis at %s refused the router's credentials (%s); check the "
+                      "password in state.redis_url / $%s (rotated?)", self.target, exc,
+                      self._cfg.redis_url_env)
 
     def _succeeded(self, batch: _Batch, counts: list[int], flags: dict[str, bool],
                    overrides: Overrides | None) -> None:
@@ -531,18 +514,17 @@ class RedisState:
         if not self._breaker.allow():
             self._metrics.shared_state_ops.labels("overrides", "short_circuit").inc()
             raise SharedStateUnavailable("the shared state (Redis) is unavailable; overrides unchanged")
+        async def write() -> Any:
+            if overrides.flat():
+                return await self._client.set(self._overrides_key,
+                                              orjson.dumps(overrides.model_dump(exclude_none=True)))
+            return await self._client.delete(self._overrides_key)
+
         try:
-            async with asyncio.timeout(self._cfg.op_timeout_s):
-                if overrides.flat():
-                    await self._client.set(self._overrides_key,
-                                           orjson.dumps(overrides.model_dump(exclude_none=True)))
-                else:
-                    await self._client.delete(self._overrides_key)
-        except (RedisError, OSError, TimeoutError) as exc:  # every failure counts
+            await self._call(write)
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:  # every failure counts
             self._breaker.failure()
-            kind = _failure_kind(exc)
-            self._last_error = f"{kind}: {type(exc).__name__}"
-            self._metrics.shared_state_ops.labels("overrides", kind).inc()
+            self._record_error("overrides", exc)
             self._update_degraded()
             raise SharedStateUnavailable("the shared state (Redis) is unavailable; overrides unchanged") from None
         self._breaker.success()

@@ -37,7 +37,8 @@ EVERY_ROUTER_KEY = {
     "upstream": {"keepalive_timeout_s": 40.0, "backpressure_hold_s": 3.0, "backpressure_max_hold_s": 45.0},
     "canary": {"enabled": True, "interval_s": 120.0, "check_s": 2.0, "max_tokens": 64, "timeout_s": 30.0,
                "prompts": ["Say hi."], "on_mismatch": "eject"},
-    "auth": {"speculation_defaults": {_digest("client-a"): "off", _digest("client-b"): "on"}},
+    "auth": {"speculation_defaults": {_digest("client-a"): "off", _digest("client-b"): "on"},
+             "priority": {"default": 0, "keys": {_digest("client-a"): {"min": 0, "max": 100, "default": 10}}}},
     "poolDefaults": {"keepAliveTimeoutSeconds": 90},
     "pools": [
         {"name": "spec", "speculative": True, "max_context_tokens": 2048,
@@ -221,7 +222,9 @@ def test_default_router_config_is_exact() -> None:
                          "explore_ratio": 1.5},
         },
         "scrape": {"interval_s": 0.25, "timeout_s": 1.0, "stale_after_s": 2.0},
-        "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 5},
+        "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 5,
+                   "warmup": {"enabled": True, "successes": 3, "timeout_s": 30.0, "interval_s": 1.0,
+                              "path": "/v1/chat/completions"}},
         "upstream": {
             "connect_timeout_s": 2.0,
             "first_byte_timeout_s": 60.0,
@@ -250,6 +253,8 @@ def test_default_router_config_is_exact() -> None:
         },
         "state": {
             "backend": "redis",
+            "topology": "standalone",
+            "sentinel_master": "mymaster",
             "redis_url": "redis://sg-specgate-redis:6379/0",
             "key_prefix": "sg-specgate",
             "op_timeout_s": 0.05,
@@ -277,7 +282,8 @@ def test_every_router_key_lands_in_the_rendered_config_exactly() -> None:
     }
     assert {k: cfg["upstream"][k] for k in EVERY_ROUTER_KEY["upstream"]} == EVERY_ROUTER_KEY["upstream"]
     assert cfg["canary"] == EVERY_ROUTER_KEY["canary"]
-    assert cfg["auth"] == {"speculation_defaults": {_digest("client-a"): "off", _digest("client-b"): "on"}}
+    assert cfg["auth"] == {"speculation_defaults": {_digest("client-a"): "off", _digest("client-b"): "on"},
+                           "priority": EVERY_ROUTER_KEY["auth"]["priority"]}
     selector = ("app.kubernetes.io/name=specgate,app.kubernetes.io/instance=sg,"
                 "app.kubernetes.io/component=pool-{}")  # fmt: skip
     spec, plain, embed, ext = cfg["pools"]
@@ -321,6 +327,7 @@ def test_every_router_key_lands_in_the_rendered_config_exactly() -> None:
     assert (parsed.routing.min_flip_interval_s, parsed.routing.acceptance.weight) == (2.5, 0.25)
     assert parsed.routing.prefix_cache.enabled is False and parsed.canary.on_mismatch == "eject"
     assert parsed.auth.speculation_defaults == {_digest("client-a"): "off", _digest("client-b"): "on"}
+    assert parsed.auth.priority.keys[_digest("client-a")].max == 100 and parsed.auth.priority.default == 0
     assert [p.engine_keepalive_s for p in parsed.pools] == [90.0, 60.0, 90.0, 120.5]
     assert parsed.pools[0].served_capabilities == frozenset({"tool_calls", "reasoning"})
     assert parsed.pools[0].speed.accept_length_sampled == 1.9
@@ -345,7 +352,8 @@ def _config_defaults() -> dict:
     out["routing"] = {k: routing[k].default.model_dump(mode="json") if hasattr(routing[k].default, "model_dump")
                       else routing[k].default for k in ("acceptance", "min_flip_interval_s", "seed", "prefix_cache")}
     out["canary"] = CanaryConfig().model_dump(mode="json")
-    out["auth"] = {"speculation_defaults": AuthConfig().speculation_defaults}
+    out["auth"] = {"speculation_defaults": AuthConfig().speculation_defaults,
+                   "priority": AuthConfig().priority.model_dump(mode="json")}
     return out
 
 
@@ -694,6 +702,8 @@ def test_state_tuning_is_passed_through() -> None:
     cfg = k8s.router_validate(k8s.render(values))
     assert cfg.state.model_dump() == {
         "backend": "redis",
+        "topology": "standalone",
+        "sentinel_master": "mymaster",
         "redis_url": "redis://sg-specgate-redis:6379/0",
         "redis_url_env": "SPECGATE_REDIS_URL",
         "key_prefix": "team-a",

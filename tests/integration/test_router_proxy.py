@@ -428,12 +428,23 @@ def test_client_disconnect_during_prefill_aborts(stack):  # lemonade-sdk/lemonad
     assert stack.settled_inflight() == 0
 
 
-def test_first_byte_timeout_is_504_and_aborts(stack):  # BerriAI/litellm#34819, radixark/miles#1334
+def test_first_byte_timeout_aborts_and_fails_over(stack):  # BerriAI/litellm#34819, radixark/miles#1334
     stack.script(stack.spec, {"fault": "hang"})
     r = stack.client.post(CHAT, json=body(max_tokens=5, stream=True))
+    assert r.status_code == 200 and r.headers["x-specgate-pool"] == "plain"  # nothing had reached the client
+    assert events(r.content)[-1] == b"data: [DONE]"
+    assert len(stack.backend_requests(stack.spec)) == 1 and len(stack.backend_requests(stack.plain)) == 1
+    wait_until(lambda: len(stack.fake_log(stack.spec)["aborts"]) == 1, 3, "the abort")
+
+
+def test_first_byte_timeout_everywhere_is_504_and_aborts(stack):
+    stack.script(stack.spec, {"fault": "hang"})
+    stack.script(stack.plain, {"fault": "hang"})
+    r = stack.client.post(CHAT, json=body(max_tokens=5, stream=True))
     assert_e400(r, 504, "upstream_timeout", None, type_="server_error")
-    assert len(stack.backend_requests(stack.spec)) == 1 and stack.backend_requests(stack.plain) == []
-    assert len(stack.fake_log(stack.spec)["aborts"]) == 1
+    assert len(stack.backend_requests(stack.spec)) == 1 and len(stack.backend_requests(stack.plain)) == 1
+    wait_until(lambda: len(stack.fake_log(stack.spec)["aborts"]) == 1 and len(stack.fake_log(stack.plain)["aborts"]) == 1,
+               3, "both aborts")
 
 
 def test_n_greater_than_one_streams_all_choices(stack):  # sgl-project/sglang#1134, ai-dynamo/dynamo#8745

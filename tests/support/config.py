@@ -19,7 +19,9 @@ _BASE: dict[str, Any] = {
     "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}, "min_flip_interval_s": 0,
                 "learning": {"enabled": False}},
     "scrape": {"interval_s": 0.05, "timeout_s": 0.5, "stale_after_s": 1.0},
-    "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 3},
+    # warm-up probes off: most tests count the fakes' requests (tests/integration/test_warmup.py
+    # turns them on)
+    "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 3, "warmup": {"enabled": False}},
     "upstream": {"first_byte_timeout_s": 5.0, "idle_timeout_s": 5.0, "nonstream_timeout_s": 10.0},
     "server": {"reload_interval_s": 0.1, "log_requests": False},
 }

@@ -60,3 +60,62 @@ def test_slow_last_healthy_endpoint_stays_and_logs_nothing(caplog):
     for t in range(5):
         ep.record_failure(slow=True, now=2.0 + t, reason="no answer within 1.0 s")
     assert (ep.state, _records(caplog)) == ("healthy", [])
+
+
+# -- warm-up (router/warmup.py): servable before routable ----------------------------------------
+
+def _warm_runtime(tmp_path, **warmup):
+    from router.config import parse_config
+    from router.pools import Runtime
+    from tests.support.config import router_config
+
+    doc = router_config(tmp_path, "http://127.0.0.1:1", "http://127.0.0.1:2",
+                        **{"health.warmup": {"enabled": True, "successes": 2, **warmup}})
+    return Runtime(parse_config(doc), counter=None, warmup_gate=True)
+
+
+def test_warmup_gates_static_endpoints_until_consecutive_probes_succeed(tmp_path):
+    from router.endpoint import Endpoint
+    from router.scraper import EngineLoad
+
+    rt = _warm_runtime(tmp_path)
+    ep = rt.endpoint("http://127.0.0.1:1")
+    assert ep.warmup_required and not ep.healthy and not ep.warming
+    ep.record_success(EngineLoad(), now=0.0)
+    assert ep.state == "healthy" and ep.warming and not ep.healthy and not rt.ready()
+    ep.record_probe(True, "ok", 2)
+    ep.record_probe(False, "HTTP 503", 2)  # a failure restarts the count
+    assert (ep.warm_successes, ep.warm_detail, ep.healthy) == (0, "probe failed: HTTP 503", False)
+    ep.record_probe(True, "ok", 2)
+    ep.record_probe(True, "ok", 2)
+    assert ep.healthy and ep.warm and not ep.warming and rt.ready()
+    other = rt.endpoint("http://127.0.0.1:2")  # the plain pool's: not a sibling
+    other.record_success(EngineLoad(), now=0.0)
+    ep.record_stall("no first byte")
+    assert ep.healthy  # the last routable endpoint of its pool stays (busy is not dead)
+    sibling = Endpoint(url="http://127.0.0.1:3", pool=ep.pool, state="healthy", warmup_required=True, warm=True)
+    ep._siblings.append(sibling)
+    ep.record_stall("no first byte")
+    assert not ep.healthy and ep.warm_detail == "waiting for a probe (no first byte)"
+    ep.record_probe(True, "ok", 2)
+    ep.record_probe(True, "ok", 2)
+    ep.mark_down()  # ejected: a restarted engine warms up again
+    assert not ep.warm and ep.warm_successes == 0
+    ep.warm = True
+    assert not ep.healthy  # unhealthy stays unroutable whatever the probes say
+
+
+def test_warmup_gates_discovered_endpoints_and_is_off_when_disabled(tmp_path):
+    from router.config import parse_config
+    from router.pools import Runtime
+    from tests.support.config import router_config
+
+    rt = _warm_runtime(tmp_path)
+    rt.set_discovered("spec", ["http://10.0.0.9:30000"])
+    assert rt.endpoint("http://10.0.0.9:30000").warmup_required
+    off = _warm_runtime(tmp_path, enabled=False)
+    assert not any(e.warmup_required for e in off.all_endpoints())
+    no_warmer = Runtime(parse_config(router_config(tmp_path, "http://127.0.0.1:1", "http://127.0.0.1:2",
+                                                   **{"health.warmup": {"enabled": True}})), counter=None)
+    assert not any(e.warmup_required for e in no_warmer.all_endpoints())  # nothing would probe them
+    assert Runtime(no_warmer.config, None, rt).warmup_gate  # a reload keeps the app's gate

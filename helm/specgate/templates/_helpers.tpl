@@ -120,7 +120,7 @@ upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really
 {{- fail (printf "pool %q: speculative is false but engine.speculative_algorithm is %q" $pool.name $algo) }}
 {{- end }}
 {{- $p := dict "name" $pool.name "speculative" $pool.speculative }}
-{{- range $key := list "max_context_tokens" "draft_reserved_tokens" "drafter_cost_ratio" "speed" "serves" "capabilities" }}
+{{- range $key := list "max_context_tokens" "draft_reserved_tokens" "drafter_cost_ratio" "speed" "serves" "capabilities" "priority_order" }}
 {{- if hasKey $pool $key }}
 {{- if not (kindIs "invalid" (index $pool $key)) }}
 {{- $_ := set $p $key (index $pool $key) }}
@@ -208,6 +208,9 @@ upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really
 {{- end }}
 {{- with .Values.auth.speculation_defaults }}
 {{- $_ := set $auth "speculation_defaults" . }}
+{{- end }}
+{{- if or .Values.auth.priority.keys (not (kindIs "invalid" .Values.auth.priority.default)) }}
+{{- $_ := set $auth "priority" .Values.auth.priority }}
 {{- end }}
 {{- if $auth }}
 {{- $_ := set $cfg "auth" $auth }}
