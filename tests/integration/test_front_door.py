@@ -7,6 +7,7 @@ import pytest
 
 from tests.integration.test_router_proxy import assert_e400
 from tests.support.stack import Stack
+from tests.support.wait import wait_until
 
 CHAT = "/v1/chat/completions"
 MSG = '[{"role":"user","content":"hi"}]'
@@ -104,7 +105,9 @@ def test_a_non_streamed_abort_is_never_a_200(stack: Stack) -> None:
     r = stack.client.post(CHAT, json=chat())
     assert r.status_code == 200 and r.headers["x-specgate-pool"] == "plain"
     assert r.json()["choices"][0]["finish_reason"] == "length"
-    assert stack.router.metric("specgate_engine_rejections_total", pool="spec", reason="body_abort") == 1
+    # counted when the response is finished (after its last byte reached the client)
+    wait_until(lambda: stack.router.metric("specgate_engine_rejections_total", pool="spec", reason="body_abort") == 1,
+               5, "the refusal counted")
 
 
 def test_top_logprobs_follows_openai_limits(stack: Stack) -> None:

@@ -63,7 +63,7 @@ def _doc(priority):
     ({"keys": {"sk-live": {"max": 5}}}, "pattern"),
     ({"keys": {"a" * 64: {"max": 2**31}}}, "less than or equal"),
     ({"default": "high"}, "valid integer"),
-    ({"default": 1, "tiers": {}}, "Extra inputs"),
+    ({"default": 1, "tiers": {}}, "unknown key"),
 ])
 def test_priority_config_is_strict(priority, needle):
     with pytest.raises(ConfigError, match=needle):
