@@ -55,6 +55,11 @@ _N = 4  # theta = (p, t0, t0 / b_knee, a)
 #: sgl-project/sglang#30763), so tau is kept per temperature class and bucket.
 CONTEXT_BUCKETS: tuple[int, ...] = (1024, 4096, 16384, 65536)
 
+#: After its first ``4 * REFIT_EVERY`` observations a fit solves for its model (and publishes
+#: its acceptance table) every this many: the 4 x 4 solve costs tens of microseconds in Python,
+#: and a new model on every finished request would defeat the snapshot cache.
+REFIT_EVERY = 8
+
 #: Observations below which a fit takes its prior from a sibling pool's fit (:meth:`SpeedFit.rebase`).
 MIN_OWN_OBSERVATIONS = 10
 
@@ -151,6 +156,7 @@ class SpeedFit:
         # (class, context bucket) -> (tau EWMA, observations): per-request tau only (the
         # engine's spec_tokens_details), never the batch-wide gauge
         self._cells: dict[tuple[str, int], tuple[float, int]] = {}
+        self._table: dict[tuple[str, int], float] = {}
         self.updated_at: float | None = None
         self.error: float | None = None  # relative error of the prediction, exponentially averaged
 
@@ -167,10 +173,10 @@ class SpeedFit:
         a pool that has learned its real speed (:data:`MIN_OWN_OBSERVATIONS`)."""
         self._theta0 = _theta(model)
         self._lam = [self._prior_weight / max(t, 1e-12) ** 2 for t in self._theta0]
-        self.version += 1
         self._model = self._refit() if self.count else replace(
             self.prior, prefill_s_per_token=model.prefill_s_per_token, decode_s_per_token=model.decode_s_per_token,
             batch_knee=model.batch_knee, attention_s_per_token=model.attention_s_per_token)
+        self.version += 1
 
     def accept_length(self, temperature: str) -> float | None:
         """tau of the class's observed requests (exponentially averaged), None before any:
@@ -179,8 +185,9 @@ class SpeedFit:
 
     def accept_table(self) -> dict[tuple[str, int], float]:
         """``{(temperature class, context bucket): tau}`` of the cells with at least
-        :data:`MIN_BUCKET_OBSERVATIONS` per-request measurements (a fresh dict)."""
-        return {k: tau for k, (tau, n) in self._cells.items() if n >= MIN_BUCKET_OBSERVATIONS}
+        :data:`MIN_BUCKET_OBSERVATIONS` per-request measurements, as of the last refit (do not
+        mutate)."""
+        return self._table
 
     def status(self, now: float) -> dict[str, object]:
         """What ``/ready`` shows of the fit: the model's parameters, observations, relative
@@ -236,9 +243,16 @@ class SpeedFit:
             for j in range(_N):
                 row[j] = f * row[j] + x[i] * x[j]
         self.count += 1
-        self.version += 1
         self.updated_at = now
+        if self.count <= REFIT_EVERY * 4 or self.count % REFIT_EVERY == 0:
+            self._publish()
+
+    def _publish(self) -> None:
+        """Solve for the model and freeze the acceptance table: what snapshots read (the
+        version tells a snapshot cache that they changed)."""
         self._model = self._refit()
+        self._table = {k: tau for k, (tau, n) in self._cells.items() if n >= MIN_BUCKET_OBSERVATIONS}
+        self.version += 1
 
     def _refit(self) -> SpeedModel:
         a = [[self._a[i][j] + (self._lam[i] if i == j else 0.0) for j in range(_N)] for i in range(_N)]
