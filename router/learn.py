@@ -157,6 +157,7 @@ class SpeedFit:
         # engine's spec_tokens_details), never the batch-wide gauge
         self._cells: dict[tuple[str, int], tuple[float, int]] = {}
         self._table: dict[tuple[str, int], float] = {}
+        self.rebased_from: tuple[int, int] | None = None  # (id, version) of the fit last rebased on
         self.updated_at: float | None = None
         self.error: float | None = None  # relative error of the prediction, exponentially averaged
 
@@ -273,6 +274,8 @@ def share_priors(fits: list[SpeedFit]) -> None:
     best = max(fits, key=lambda f: f.count, default=None)
     if best is None or best.count < MIN_OWN_OBSERVATIONS:
         return
+    source = (id(best), best.version)
     for fit in fits:
-        if fit is not best and fit.count < MIN_OWN_OBSERVATIONS:
+        if fit is not best and fit.count < MIN_OWN_OBSERVATIONS and fit.rebased_from != source:
             fit.rebase(best.model)
+            fit.rebased_from = source  # again only once the sibling publishes a new model
