@@ -112,6 +112,12 @@ def _chat_chunk(
     )
 
 
+def _choiceless_chunk(rid: str, created: int, model: str, key: str, value: Any) -> bytes:
+    """A chat stream event with ``"choices": []`` and one more member (``usage`` or ``sglext``)."""
+    return b"data: " + dumps({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                              "choices": [], key: value}) + b"\n\n"
+
+
 async def chat_events(state: FakeState, job: Job) -> AsyncIterator[bytes]:
     """The SSE events of a streamed chat job (module docstring, "Streaming")."""
     created = int(time.time())
@@ -155,35 +161,10 @@ async def chat_events(state: FakeState, job: Job) -> AsyncIterator[bytes]:
             s.finish.get("matched"),
         )
     if job.spec_details:
-        yield (
-            b"data: "
-            + dumps(
-                {
-                    "id": last_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": job.model,
-                    "choices": [],
-                    "sglext": {"spec_tokens_details": spec_tokens_details(state, job)},
-                }
-            )
-            + b"\n\n"
-        )
+        yield _choiceless_chunk(last_id, created, job.model, "sglext",
+                                {"spec_tokens_details": spec_tokens_details(state, job)})
     if job.include_usage:
-        yield (
-            b"data: "
-            + dumps(
-                {
-                    "id": last_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": job.model,
-                    "choices": [],
-                    "usage": _usage(state, job),
-                }
-            )
-            + b"\n\n"
-        )
+        yield _choiceless_chunk(last_id, created, job.model, "usage", _usage(state, job))
     if not (job.behaviour and job.behaviour.fault == "omit_done"):
         yield DONE
 
