@@ -24,7 +24,11 @@ bypassed on it never reports again. This module keeps what the gauge says true:
    previous scrape: the gauge moved at some instant before that scrape, and a request that
    ended in between decoded its last steps into the next reading (a sampled request's tail
    read as greedy made a greedy class look bad on the real CPU pools).
-3. **Age.** A class's estimate is used for ``acceptance.max_age_s`` after the last observation
+3. **LoRA adapters.** An adapter changes the target's distribution while the draft runs
+   without it (sgl-project/sglang#28395, #34337), so the gauge over a batch that held adapter
+   requests is not the base model's acceptance: a reading whose window held an adapter request
+   (sent, running or ended since the previous reading) is dropped, not observed.
+4. **Age.** A class's estimate is used for ``acceptance.max_age_s`` after the last observation
    it took part in; older, it is unknown: the decision then uses the pool's calibrated prior
    (predicted-time mode) or treats the pool as not bad (guard mode), so a bypassed pool gets
    traffic again and is measured again. The probe share this costs is bounded: one scrape
@@ -68,6 +72,8 @@ class AcceptanceTracker:
         running: requests in flight per class (carried into the next window).
         ended: requests per class that ended since the previous scrape (also carried: the
             gauge may have moved before they ended, so their last steps count in the next one).
+        adapter_window, adapter_running, adapter_ended: the same counts of LoRA-adapter
+            requests (any class); a window with one is not an observation.
     """
 
     inverse: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(CLASSES))
@@ -75,19 +81,28 @@ class AcceptanceTracker:
     window: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
     running: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
     ended: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
+    adapter_window: int = 0
+    adapter_running: int = 0
+    adapter_ended: int = 0
     _last_value: float | None = None
     _last_counter: float | None = None
     _tokens_since: float = 0.0
 
-    def started(self, cls: str) -> None:
-        """A request of class ``cls`` was sent to the endpoint."""
+    def started(self, cls: str, adapter: bool = False) -> None:
+        """A request of class ``cls`` was sent to the endpoint (``adapter``: with a LoRA adapter)."""
         self.window[cls] += 1
         self.running[cls] += 1
+        if adapter:
+            self.adapter_window += 1
+            self.adapter_running += 1
 
-    def finished(self, cls: str) -> None:
+    def finished(self, cls: str, adapter: bool = False) -> None:
         """A request of class ``cls`` ended."""
         self.running[cls] -= 1
         self.ended[cls] += 1
+        if adapter:
+            self.adapter_running -= 1
+            self.adapter_ended += 1
 
     def scraped(self, value: float | None, counter: float | None, now: float, *, weight: float,
                 refresh_tokens: float, running_reqs: int) -> bool:
@@ -103,6 +118,7 @@ class AcceptanceTracker:
             running_reqs: the engine's ``num_running_reqs``.
         """
         ended, self.ended = self.ended, dict.fromkeys(CLASSES, 0)
+        adapter_ended, self.adapter_ended = self.adapter_ended, 0
         if counter is None:
             decoded, grew = running_reqs > 0, 0.0
         else:
@@ -120,6 +136,10 @@ class AcceptanceTracker:
         total = sum(self.window.values())
         if total == 0:
             return False
+        if self.adapter_window:  # adapter traffic decoded in this reading: not the base model's
+            self.window = {c: self.running[c] + ended[c] for c in CLASSES}
+            self.adapter_window = self.adapter_running + adapter_ended
+            return False
         frac = {c: self.window[c] / total for c in CLASSES}
         target = 1.0 / value
         for c in CLASSES:
@@ -134,6 +154,7 @@ class AcceptanceTracker:
                 self.inverse[c] = max(1e-3, inv + weight * residual * frac[c] / norm)
                 self.observed_at[c] = now
         self.window = {c: self.running[c] + ended[c] for c in CLASSES}
+        self.adapter_window = self.adapter_running + adapter_ended
         return True
 
     def accept_length(self, cls: str, now: float, max_age_s: float) -> float | None:

@@ -48,6 +48,7 @@ from router.features import (
     parse_chat,
     parse_completions,
 )
+from router.models import install_model_routes, resolve_request
 from router.observe import ResponseObserver, wants_tools
 from router.policy import (
     Decision,
@@ -234,9 +235,7 @@ async def _generate(request: Request, kind: str) -> Response:
         parsed = parse_chat(doc, max_n=limits.max_n, media=cfg.model.media_tokens)
     else:
         parsed = _PARSERS[kind](doc, max_n=limits.max_n)
-    model = doc.get("model")
-    if model is not None and not cfg.model.serves(model):
-        raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
+    resolved = resolve_request(runtime, doc)  # router.models: 404 before any work for an unknown name
     auth = runtime.auth
     priority = resolve_priority(doc, _header(headers, _PRIORITY_HEADER),
                                 auth.priority_grant(authorization) if auth else None,
@@ -249,14 +248,14 @@ async def _generate(request: Request, kind: str) -> Response:
     prompt_tokens, lower = await _size_prompt(state, runtime, parsed, len(body), rendered)
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
     features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower)
-    if hint != features.speculation:  # a copy only for a non-default hint
-        features = dataclasses.replace(features, speculation=hint)
+    if hint != features.speculation or resolved.adapters:  # a copy only for a hint or an adapter
+        features = dataclasses.replace(features, speculation=hint, adapters=resolved.adapters)
     context.features = features
     check_min_tokens(doc, features.max_new_tokens)
     chain = matches = None
     if rendered:
         chain = chain_for_request(rendered[0], doc, kind, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
-                                  anchor_blocks=pc.anchor_blocks)
+                                  anchor_blocks=pc.anchor_blocks, adapters=resolved.adapters)
         if chain is not None:
             matches = runtime.prefix_matches(chain, prompt_tokens)
     decision = runtime.decide(features, state.clock(), chain=chain, matches=matches)
@@ -286,12 +285,12 @@ async def _generate(request: Request, kind: str) -> Response:
         state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
     if chain is not None:
         _note_prefix(state, runtime, decision, chain, matches, prompt_tokens)
-    lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class)
+    lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class, bool(features.adapters))
     dispatch = (decision.endpoint, *runtime.dispatch_state(decision.endpoint, state.clock(), features))
     try:
         fields: dict[str, Any] = {}
-        if model is None:  # served as the configured model (SGLang would answer as "default")
-            fields["model"] = cfg.model.name
+        if resolved.forward is not None:  # an alias, a bare adapter, or none (SGLang: "default")
+            fields["model"] = resolved.forward
         if features.budget_defaulted and limits.default_max_tokens is not None:
             fields["max_tokens"] = features.max_new_tokens
         spec_stats = _spec_stats(runtime, decision, kind, doc, fields)
@@ -329,7 +328,7 @@ async def _generate(request: Request, kind: str) -> Response:
         assert d.endpoint is not None  # routed: it is set
         if chain is not None:
             _note_prefix(state, rt, d, chain, matches, prompt_tokens)
-        return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class))
+        return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class, bool(features.adapters)))
 
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
@@ -442,6 +441,7 @@ def _learn(state: AppState, job: ProxyJob, duration_s: float) -> None:
     usage = job.observer.usage if job.observer is not None else None
     dispatch = job.extra.get("dispatch")
     if (job.status != 200 or job.outcome != "ok" or not isinstance(usage, dict) or dispatch is None
+            or job.features.adapters  # an adapter's speed and acceptance are not the base model's
             or job.features.n != 1 or job.features.num_prompts != 1 or job.decision.pool is None):
         return
     url, load, waits, context = dispatch
@@ -474,7 +474,7 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
     reason = (context.reject_reason if context is not None else None) or _REJECT_REASON.get(
         type(err), "invalid_request")
     path = request.scope["path"]
-    if state is not None and path.startswith("/v1/") and path != "/v1/models":
+    if state is not None and path.startswith("/v1/") and not path.startswith("/v1/models"):
         state.metrics.requests.inc(("none", reason, str(err.status)))
         if state.runtime.config.server.log_requests:
             access_log.info(orjson.dumps({
@@ -538,16 +538,6 @@ def install_routes(app: FastAPI) -> None:
     async def responses(request: Request) -> Response:
         return await _generate(request, "responses")
 
-    @app.get("/v1/models")
-    async def models(request: Request) -> Response:
-        runtime = _state(request).runtime
-        if runtime.auth is not None:
-            runtime.auth.check_client(request.headers.get("authorization"))
-        cfg = runtime.config
-        return JSONResponse({"object": "list", "data": [{
-            "id": name, "object": "model", "created": 0, "owned_by": "specgate",
-            "root": cfg.model.name, "max_model_len": cfg.limits.max_context_tokens} for name in cfg.model.names]})
-
     @app.get("/health")
     async def health() -> Response:
         return JSONResponse({"status": "ok"})
@@ -566,6 +556,8 @@ def install_routes(app: FastAPI) -> None:
         pools = {p.name: {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
                           "endpoints": len(p.endpoints),
                           "warming": {e.url: e.warm_detail for e in p.endpoints.values() if e.warming},
+                          "wrong_model": {e.url: e.identity_error for e in p.endpoints.values() if e.identity_error},
+                          "lora_adapters": sorted(p.adapters),
                           "saturated": p.saturated,
                           "low_acceptance": p.low_acceptance,
                           "low_acceptance_classes": sorted(p.bypass.low_classes()),
@@ -607,8 +599,9 @@ def install_routes(app: FastAPI) -> None:
         logging.getLogger("specgate").exception("internal error")
         return _error_response(request, SpecgateError("internal router error"))
 
-    del chat_completions, completions, responses, models, health, ready, metrics  # registered
+    del chat_completions, completions, responses, health, ready, metrics  # registered
     install_admin_routes(app)
+    install_model_routes(app)
     from router.passthrough import install_passthrough_routes  # (it imports this module)
 
     install_passthrough_routes(app)

@@ -49,6 +49,7 @@ __all__ = [
     "fit",
     "health",
     "long_prompt",
+    "lora_adapter",
     "opt_out",
     "saturation",
 ]
@@ -86,6 +87,7 @@ _UNHEALTHY = Rejection(Reason.SPEC_UNHEALTHY, Strength.HARD)
 _OPT_OUT = Rejection(Reason.CLIENT_OPT_OUT, Strength.BYPASS)
 _SATURATED = Rejection(Reason.SATURATED, Strength.BYPASS, predicted=True)
 _LOW = Rejection(Reason.LOW_ACCEPTANCE, Strength.SOFT, predicted=True)
+_LORA = Rejection(Reason.LORA_ADAPTER, Strength.HARD)
 _CAPABILITY = {kind: Rejection(Reason(kind), Strength.HARD) for kind in Reason if kind.capability}
 
 
@@ -101,6 +103,13 @@ def capability(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> R
         return None
     kind = unmet(features.needs, pool.capabilities)
     return None if kind is None else _CAPABILITY[Reason(kind)]
+
+
+def lora_adapter(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> Rejection | None:
+    """The request asks for a LoRA adapter (``<model>:<adapter>``, ``lora_path``) that no
+    endpoint of the pool has (:mod:`router.identity`): ``lora_adapter``, hard (the engine would
+    answer 400; and the drafter runs without the adapter, sgl-project/sglang#28395)."""
+    return _LORA if features.adapters and not features.adapters <= pool.adapters else None
 
 
 def fit(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> Rejection | None:
@@ -141,4 +150,4 @@ def acceptance(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> R
 
 #: The checks in the order their reasons take precedence.
 SPECULATIVE_CHECKS: tuple[Check, ...] = (
-    canary, capability, fit, long_prompt, health, opt_out, saturation, acceptance)
+    canary, capability, lora_adapter, fit, long_prompt, health, opt_out, saturation, acceptance)

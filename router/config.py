@@ -159,7 +159,8 @@ class ModelConfig(Strict):
     Attributes:
         name: the model name clients send in ``model`` (and ``/v1/models`` lists first).
         aliases: more names the router accepts for the same model (e.g. a name clients
-            already use); listed by ``/v1/models`` after ``name``.
+            already use); listed by ``/v1/models`` after ``name``, and rewritten to ``name``
+            before a request reaches an engine (:mod:`router.models`).
         multimodal: the non-text input the model takes (:class:`MultimodalConfig`); None
             (default): a text-only model, whose requests with image, audio or video parts
             get HTTP 400 before any engine.
@@ -189,19 +190,9 @@ class ModelConfig(Strict):
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Every accepted model name: ``name`` first, then ``aliases``."""
+        """Every accepted model name: ``name`` first, then ``aliases`` (how a request's
+        ``model`` resolves to one, or to a LoRA adapter of it: :mod:`router.models`)."""
         return (self.name, *self.aliases)
-
-    def serves(self, model: str) -> bool:
-        """Whether a request's ``model`` names this model.
-
-        True for ``name``, any of ``aliases``, and either followed by ``:<adapter>``: SGLang's
-        LoRA syntax (``"<base>:<adapter>"``, with ``--enable-lora``) picks an adapter of the
-        served model, and the engine itself answers for an adapter it does not have.
-        """
-        if model == self.name or model in self.aliases:
-            return True
-        return any(model.startswith(f"{n}:") and len(model) > len(n) + 1 for n in self.names)
 
 
 class LimitsConfig(Strict):
@@ -268,11 +259,14 @@ class HealthConfig(Strict):
 
 
 class ScrapeConfig(Strict):
-    """The background scrape of every endpoint's ``/metrics`` (seconds)."""
+    """The background scrape of every endpoint's ``/metrics`` (seconds); its ``/v1/models``
+    (served model and LoRA adapters, :mod:`router.identity`) at admission and every
+    ``models_interval_s``."""
 
     interval_s: PositiveFloat = 0.25
     timeout_s: PositiveFloat = 1.0
     stale_after_s: PositiveFloat = 2.0
+    models_interval_s: PositiveFloat = 10.0
 
     @model_validator(mode="after")
     def _check(self) -> ScrapeConfig:

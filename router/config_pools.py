@@ -41,6 +41,11 @@ class EngineConfig(Strict):
     ``--reasoning-parser`` (e.g. ``llama3``, ``qwen25``; ``qwen3``, ``deepseek-r1``): the names
     SGLang's parsers register (``sglang.srt.function_call``, ``sglang.srt.parser``); None
     leaves the flag out (no tool-call or reasoning parsing, the text stays in ``content``).
+
+    ``lora_paths`` become ``--enable-lora --lora-paths ...``: each entry SGLang's
+    ``<name>=<path>`` or a bare ``<path>`` (whose name is the path itself; SGLang 0.5.23
+    ``arg_groups/lora_hook.py``). Their names are adapters the pool declares
+    (:attr:`PoolConfig.declared_adapters`).
     """
 
     model_path: StrictStr
@@ -64,7 +69,13 @@ class EngineConfig(Strict):
     otlp_traces_endpoint: NonEmptyStr | None = None
     otlp_service_name: NonEmptyStr | None = None
     cpu: StrictBool = False
+    lora_paths: tuple[NonEmptyStr, ...] = ()
     extra_args: tuple[StrictStr, ...] = ()
+
+    @property
+    def lora_names(self) -> tuple[str, ...]:
+        """The adapter names of ``lora_paths`` (``<name>=<path>``: the name; a bare path: itself)."""
+        return tuple(p.split("=", 1)[0] if "=" in p else p for p in self.lora_paths)
 
     def reserved_draft_tokens(self) -> int:
         """Tokens SGLang adds to every input when checking ``--context-length``.
@@ -168,6 +179,10 @@ class PoolConfig(Strict):
             ``--schedule-low-priority-values-first``, vLLM's convention; ai-dynamo/dynamo#6348).
             The router resolves a request's priority in the larger-first convention
             (router/admission.py) and sends its negation to a ``smaller_first`` pool.
+        lora_adapters: names of LoRA adapters the pool's engines have (``<model>:<name>`` or
+            ``lora_path: <name>`` picks one), declared for engines the router does not launch;
+            the router also learns them from each engine's ``/v1/models`` (router/identity.py).
+            An adapter request goes only to endpoints that have the adapter.
     """
 
     name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")]
@@ -183,6 +198,7 @@ class PoolConfig(Strict):
     serves: tuple[EndpointKind, ...] = ("generate",)
     capabilities: tuple[StrictStr, ...] | None = None
     priority_order: Literal["larger_first", "smaller_first"] = "larger_first"
+    lora_adapters: tuple[NonEmptyStr, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
@@ -206,6 +222,11 @@ class PoolConfig(Strict):
             raise ValueError("engine.speculative_algorithm is set on a pool with speculative: false")
         if self.engine is not None and self.speculative and self.engine.speculative_algorithm is None:
             raise ValueError("speculative pool's engine has no speculative_algorithm")
+        if len(set(self.declared_adapters)) != len(self.lora_adapters) + len(
+                self.engine.lora_paths if self.engine is not None else ()):
+            raise ValueError("an adapter is named twice in `lora_adapters` and `engine.lora_paths`")
+        if self.declared_adapters and "generate" not in self.serves:
+            raise ValueError("LoRA adapters are for a pool that serves `generate`")
         if self.speed is not None and self.speculative and (
                 self.speed.accept_length_greedy is None or self.speed.accept_length_sampled is None):
             raise ValueError("a speculative pool's speed needs accept_length_greedy and accept_length_sampled")
@@ -218,6 +239,12 @@ class PoolConfig(Strict):
         if engine is not None and engine.speculative_num_steps:
             return engine.speculative_num_steps
         return max(1, self.reserved_tokens - 1)
+
+    @property
+    def declared_adapters(self) -> frozenset[str]:
+        """The adapters the pool declares: ``lora_adapters`` and the names of ``engine.lora_paths``."""
+        names = self.engine.lora_names if self.engine is not None else ()
+        return frozenset((*self.lora_adapters, *names))
 
     @property
     def served_capabilities(self) -> frozenset[str] | None:

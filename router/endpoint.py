@@ -24,18 +24,24 @@ that got no first byte in time (:meth:`Endpoint.record_stall`) makes it cold aga
 Back-pressure (sgl-project/sglang#28175): an engine that refused a request for capacity (503,
 429, a queue-full event; :mod:`router.proxy`) is held as saturated for a while
 (:meth:`Endpoint.record_backpressure`), without any effect on its health.
+
+Identity and adapters (:mod:`router.identity`): :meth:`Endpoint.record_models` stores what the
+engine's ``/v1/models`` lists; an endpoint serving another model than its pool's is not
+routable (:attr:`Endpoint.identity_error`), and :attr:`Endpoint.adapters` are the LoRA
+adapters it has (listed by the engine or declared by its pool).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, Self
 
 from yarl import URL
 
 from router.acceptance import AcceptanceTracker
+from router.identity import EngineModels
 from router.scraper import EngineLoad
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger"]
@@ -58,14 +64,15 @@ class LeaseLedger(Protocol):
 class Lease:
     """One request's hold on an endpoint's in-flight count; release is idempotent."""
 
-    __slots__ = ("endpoint", "lease_id", "released", "temperature")
+    __slots__ = ("adapter", "endpoint", "lease_id", "released", "temperature")
 
-    def __init__(self, endpoint: Endpoint, temperature: str = "sampled") -> None:
+    def __init__(self, endpoint: Endpoint, temperature: str = "sampled", adapter: bool = False) -> None:
         self.endpoint = endpoint
         self.released = False
         self.temperature = temperature
+        self.adapter = adapter  # a LoRA request: its decode steps are not the base model's acceptance
         endpoint.inflight += 1
-        endpoint.acceptance.started(temperature)
+        endpoint.acceptance.started(temperature, adapter)
         ledger = endpoint.ledger
         self.lease_id = ledger.acquired(endpoint) if ledger is not None else None
 
@@ -75,7 +82,7 @@ class Lease:
             self.released = True
             endpoint = self.endpoint
             endpoint.inflight -= 1
-            endpoint.acceptance.finished(self.temperature)
+            endpoint.acceptance.finished(self.temperature, self.adapter)
             ledger = endpoint.ledger
             if ledger is not None and self.lease_id is not None:
                 ledger.released(endpoint, self.lease_id)
@@ -115,6 +122,12 @@ class Endpoint:
         warm: enough consecutive warm-up probes succeeded since the endpoint last went cold.
         warm_successes: consecutive successful probes so far.
         warm_detail: why a cold endpoint waits (for ``/ready``), e.g. ``"probe: HTTP 503"``.
+        served_models: the model names the engine's ``/v1/models`` lists (None: never read).
+        learned_adapters: ``{name: root}`` of the LoRA adapters the engine lists.
+        declared_adapters: the adapters its pool declares (set by the runtime).
+        adapters: the adapters it has: learned and declared.
+        models_at: monotonic time (s) of the last successful ``/v1/models`` read (None: due).
+        identity_error: why the endpoint is not routed to (it serves another model), or None.
     """
 
     url: str
@@ -142,8 +155,17 @@ class Endpoint:
     warm: bool = False
     warm_successes: int = 0
     warm_detail: str = "no probe yet"
+    served_models: frozenset[str] | None = None
+    learned_adapters: Mapping[str, str] = field(default_factory=dict)
+    declared_adapters: frozenset[str] = frozenset()
+    adapters: frozenset[str] = frozenset()
+    models_at: float | None = None
+    identity_error: str | None = None
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
     _targets: dict[str, URL] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.adapters = frozenset(self.learned_adapters) | self.declared_adapters
 
     def target(self, path: str) -> URL:
         """``url + path`` as a parsed ``yarl.URL``, built once per path (aiohttp would
@@ -156,7 +178,8 @@ class Endpoint:
     @property
     def healthy(self) -> bool:
         """Routable: state ``healthy``, not draining, and warm when warm-up is required."""
-        return self.state == "healthy" and not self.draining and (self.warm or not self.warmup_required)
+        return (self.state == "healthy" and not self.draining and (self.warm or not self.warmup_required)
+                and self.identity_error is None)
 
     @property
     def warming(self) -> bool:
@@ -179,6 +202,28 @@ class Endpoint:
             log.info("endpoint %s of pool %s is warm (%d probe(s) succeeded)", self.url, self.pool,
                      self.warm_successes)
 
+    def declare_adapters(self, names: frozenset[str]) -> None:
+        """Set the adapters the endpoint's pool declares (``pools[].lora_adapters``)."""
+        self.declared_adapters = names
+        self.adapters = frozenset(self.learned_adapters) | names
+
+    def record_models(self, models: EngineModels, expected: str | None, now: float) -> None:
+        """Store one read of the engine's ``/v1/models``; ``expected`` is the model the
+        endpoint must serve (None: not checked). A mismatch makes it unroutable, logged once."""
+        self.served_models = models.served
+        self.learned_adapters = dict(models.adapters)
+        self.adapters = frozenset(models.adapters) | self.declared_adapters
+        self.models_at = now
+        error = None
+        if expected is not None and expected not in models.served:
+            error = f"serves {', '.join(sorted(models.served)) or 'no model'}, not {expected}"
+        if error != self.identity_error:
+            if error is not None:
+                log.warning("endpoint %s of pool %s is not routed to: it %s", self.url, self.pool, error)
+            else:
+                log.info("endpoint %s of pool %s serves %s", self.url, self.pool, expected)
+        self.identity_error = error
+
     def record_stall(self, why: str) -> None:
         """A request got no first byte in time: with warm-up required, the endpoint must be
         proven again by probes before it gets more traffic (a stuck engine stays out), unless
@@ -195,10 +240,10 @@ class Endpoint:
             log.warning("endpoint %s of pool %s must be proven again by warm-up probes (%s)",
                         self.url, self.pool, why)
 
-    def lease(self, temperature: str = "sampled") -> Lease:
-        """Take a lease (in-flight + 1) for a request of ``temperature`` class; release it
-        when the response ends."""
-        return Lease(self, temperature)
+    def lease(self, temperature: str = "sampled", adapter: bool = False) -> Lease:
+        """Take a lease (in-flight + 1) for a request of ``temperature`` class (``adapter``:
+        with a LoRA adapter); release it when the response ends."""
+        return Lease(self, temperature, adapter)
 
     def inflight_view(self, now: float, stale_after_s: float) -> int:
         """In-flight requests over all replicas (requests).
@@ -281,8 +326,9 @@ class Endpoint:
         if state == self.state:
             return
         self.state = state
-        if state == "unhealthy":  # a restarted engine warms up again
+        if state == "unhealthy":  # a restarted engine warms up again, and is asked what it serves
             self._cool("it was unhealthy")
+            self.models_at = None
         if state == "healthy":
             log.info("endpoint %s of pool %s is healthy (%s)", self.url, self.pool, why)
         else:

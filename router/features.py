@@ -117,6 +117,8 @@ class RequestFeatures:
             (:func:`router.capabilities.required_features`).
         speculation: the client's speculation hint, ``off``/``auto``/``on``
             (:data:`router.capabilities.SPECULATION_MODES`).
+        adapters: the LoRA adapters the request asks for (:mod:`router.models`; empty: the
+            base model).
     """
 
     prompt_tokens: int
@@ -130,6 +132,7 @@ class RequestFeatures:
     temperature_class: str = "sampled"
     needs: frozenset[str] = frozenset()
     speculation: str = "auto"
+    adapters: frozenset[str] = frozenset()
 
     @property
     def prompt_exact(self) -> bool:

@@ -28,10 +28,14 @@ What the router does with a pass-through request:
   engine applies its own limits, and truncation fields (``truncate_prompt_tokens``,
   ``dimensions``...) are forwarded untouched (vllm-project/aibrix#2663: a gateway's own
   hard-coded limit rejected what the engine would have truncated).
-- **Model**: a request naming the served *generation* model (``model.name``/``aliases``) on a
-  kind served only by pools without ``generate`` gets 400 ``param: "model"``,
-  ``code: "model_not_supported"``. Other names are the engine's to judge; its 4xx comes back
-  with the same status in the router's envelope (:func:`router.errors.map_engine_error`).
+- **Model** (:func:`router.models.resolve_passthrough`): a request naming the served
+  *generation* model (``model.name``/``aliases``) on a kind served only by pools without
+  ``generate`` gets 400 ``param: "model"``, ``code: "model_not_supported"``; an alias on a pool
+  that generates is rewritten to ``model.name``. Another name must be one the kind's engines
+  list in ``/v1/models`` (read at admission, :mod:`router.identity`): else 404
+  ``model_not_found`` with no engine call; until every such engine has been read, the engine
+  judges it, and its 4xx comes back with the same status in the router's envelope
+  (:func:`router.errors.map_engine_error`).
 - **Endpoint**: the healthy endpoint with the fewest router in-flight requests over the
   pools serving the kind (ties rotate); an in-flight lease is held for the call. A refused
   connection marks the endpoint down and tries the next one; an engine 5xx tries the next
@@ -59,6 +63,7 @@ from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import aiohttp
+import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
@@ -73,6 +78,7 @@ from router.errors import (
     UpstreamTimeout,
     map_engine_error,
 )
+from router.models import catalog, resolve_passthrough
 from router.trace import trace_headers
 
 __all__ = ["PASSTHROUGH_ROUTES", "UnsupportedEndpoint", "check_body", "install_passthrough_routes",
@@ -189,11 +195,11 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     body = await _read_body(request, cfg.limits.max_request_bytes)
     doc = _parse_json(request, body)
     check_body(kind, doc)
-    model = doc.get("model")
-    if (isinstance(model, str) and cfg.model.serves(model)
-            and not any("generate" in p.config.serves for p in pools)):
-        raise InvalidRequest(f"The model `{model}` is a generation model; {path} is served by "
-                             f"another model", param="model", code="model_not_supported")
+    forward = resolve_passthrough(
+        doc.get("model"), catalog(runtime), generating=any("generate" in p.config.serves for p in pools),
+        listed=all(e.served_models is not None for p in pools for e in p.endpoints.values()))
+    if forward is not None:  # an alias of the generation model: the engine knows its name only
+        body = orjson.dumps({**doc, "model": forward})
     trace = trace_headers(request.headers.getlist("traceparent"), request.headers.getlist("tracestate"))
     excluded: set[str] = set()
     error: SpecgateError | None = None

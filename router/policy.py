@@ -25,7 +25,8 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
 2. **Speculative eligibility**, per speculative pool in config order: first the gate
    (``_gate``): a pool the lossless canary ejected -> ``canary_mismatch``; a kind it does not
    serve -> that kind (``constrained_decoding``, ``tool_calls``, ``reasoning``, ``logprobs``,
-   ``sampling_controls``); the client's ``off`` hint -> ``client_opt_out`` (a bypass: the
+   ``sampling_controls``); a LoRA adapter no endpoint of it has -> ``lora_adapter`` (plain
+   pools without it are skipped too); the client's ``off`` hint -> ``client_opt_out`` (a bypass: the
    pool stays a fallback). Then ``P + n * M + K <= limit`` (the ``n`` weighting keeps
    large-``n`` requests off the drafter pool: every sample drafts) and
    ``P <= routing.long_prompt_tokens``; otherwise ``long_context`` (the first test is a hard
@@ -198,6 +199,8 @@ class PoolSnapshot:
         accept_table: measured tau per ``(temperature class, context bucket)``
             (:meth:`router.learn.SpeedFit.accept_table`, :func:`router.learn.context_bucket`);
             a request's cell wins over the class's tau.
+        adapters: the LoRA adapters some endpoint of the pool has; a request asking for
+            another one never goes to the pool (:func:`router.checks.lora_adapter`).
     """
 
     name: str
@@ -213,6 +216,7 @@ class PoolSnapshot:
     capabilities: frozenset[str] | None = None
     canary_mismatch: bool = False
     accept_table: Mapping[tuple[str, int], float] | None = None
+    adapters: frozenset[str] = frozenset()
 
     def accept_length(self, temperature: str, prompt_tokens: int | None = None) -> float | None:
         """tau for a request of this temperature class (and prompt length: its measured cell)."""
@@ -491,7 +495,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
                 bypassed = (pool, endpoint)  # moved only for speed: kept when plain is busier
     seq = features.sequence_tokens
     for pool in pools:
-        if pool.speculative or seq > pool.limit:
+        if pool.speculative or seq > pool.limit or not features.adapters <= pool.adapters:
             continue
         endpoint = _pick(pool.endpoints, exclude, tie, prefix, p, why)
         if endpoint is not None:

@@ -43,6 +43,7 @@ from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingCon
 from router.endpoint import Endpoint, Lease, LeaseLedger
 from router.features import PromptCounter, RequestFeatures
 from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
+from router.models import lacking_adapters
 from router.policy import (
     Decision,
     EndpointSnapshot,
@@ -99,6 +100,12 @@ class Pool:
         (:mod:`router.capabilities`; None: every kind)."""
         served = self.config.served_capabilities
         return None if served is None else served - self.canary_revoked
+
+    @property
+    def adapters(self) -> frozenset[str]:
+        """The LoRA adapters some endpoint of the pool has (:attr:`Endpoint.adapters`)."""
+        eps = self.endpoints.values()
+        return frozenset().union(*(e.adapters for e in eps)) if any(e.adapters for e in eps) else frozenset()
 
     @property
     def speculative(self) -> bool:
@@ -383,6 +390,8 @@ class Runtime:
         ep.failure_threshold = self.config.health.failure_threshold
         ep.success_threshold = self.config.health.success_threshold
         ep.warmup_required = self._warmup_required(ep.pool)
+        pc = next((p for p in self.config.pools if p.name == ep.pool), None)
+        ep.declare_adapters(pc.declared_adapters if pc is not None else frozenset())
 
     def _warmup_required(self, pool_name: str) -> bool:
         """``health.warmup.enabled`` for a pool that serves ``generate`` (router/warmup.py)."""
@@ -421,7 +430,8 @@ class Runtime:
             if ep is None:
                 ep = Endpoint(url=url, pool=pool_name, failure_threshold=health.failure_threshold,
                               success_threshold=health.success_threshold, ledger=self.ledger,
-                              warmup_required=self._warmup_required(pool_name))
+                              warmup_required=self._warmup_required(pool_name),
+                              declared_adapters=pool.config.declared_adapters)
                 added.append(url)
             ep.on_drained = self._drop_drained
             if url in wanted:
@@ -570,7 +580,7 @@ class Runtime:
             out.append(self._snapshot_cache.get(
                 p, endpoints=endpoints, saturated=sat, low_acceptance=low, accept_length_greedy=taus.get("greedy"),
                 accept_length_sampled=taus.get("sampled"), capabilities=p.capabilities,
-                canary_mismatch=p.canary_mismatch))
+                canary_mismatch=p.canary_mismatch, adapters=p.adapters))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
@@ -583,6 +593,8 @@ class Runtime:
         if chain is not None and self.prefix:
             prefix = PrefixRequest(chain.anchor, chain.tokens(chain.anchor_blocks, features.prompt_tokens),
                                    chain.continued, **self._prefix_params, sticky_max_load=self._sticky_max_load())
+        if features.adapters:  # only endpoints that have the adapters (router.models)
+            exclude = exclude | lacking_adapters(self._by_url.values(), features.adapters)
         return decide(features, self.snapshots(now, matches), self.rules, exclude=exclude,
                       tie_break=next(self._tie), prefix=prefix)
 

@@ -152,7 +152,7 @@ def _stable_hash(text: str) -> int:
 
 
 def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: int | None = None,
-                 anchor_blocks: int = 4, continued: bool = False) -> PrefixChain:
+                 anchor_blocks: int = 4, continued: bool = False, salt: str = "") -> PrefixChain:
     """The block keys and anchor of one rendered prompt.
 
     Args:
@@ -163,6 +163,9 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
             :func:`first_user_end`; None: the first ``anchor_blocks`` blocks.
         anchor_blocks: anchor length in blocks when ``anchor_end`` is None.
         continued: see :attr:`PrefixChain.continued`.
+        salt: keys every block and the anchor (the request's LoRA adapters: an engine keeps one
+            adapter's KV apart from another's and the base model's, so a prefix sent with one
+            is no cache hit for another); "" (the base model) keys as before.
 
     Cost: one slice and one tuple hash per block, and one BLAKE2b over the anchor.
     """
@@ -172,14 +175,15 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
     if not n:
         return PrefixChain((), None, 0, size, block_chars)
     keys = []
-    prev = 0
+    prev = hash(salt) if salt else 0
     for start in range(0, n * block_chars, block_chars):
         prev = hash((prev, text[start:start + block_chars]))
         keys.append(prev)
     if anchor_end is None or anchor_end <= 0:
         anchor_end = anchor_blocks * block_chars
     anchor_end = min(anchor_end, size, max_blocks * block_chars)
-    return PrefixChain(tuple(keys), _stable_hash(text[:anchor_end]), min(anchor_end // block_chars, n),
+    anchor = _stable_hash(f"{salt}\x00{text[:anchor_end]}" if salt else text[:anchor_end])
+    return PrefixChain(tuple(keys), anchor, min(anchor_end // block_chars, n),
                        size, block_chars, continued, anchor_end)
 
 
@@ -206,12 +210,13 @@ def first_user_end(text: str, messages: Sequence[Any]) -> int | None:
 
 
 def chain_for_request(rendered: Rendered, doc: dict[str, Any], kind: str, *, block_chars: int,
-                      max_blocks: int, anchor_blocks: int) -> PrefixChain | None:
+                      max_blocks: int, anchor_blocks: int, adapters: Collection[str] = ()) -> PrefixChain | None:
     """The chain of a request from its :class:`router.features.Rendered` prompt (no re-render).
 
     Chat: anchored at the first user message, ``continued`` when an assistant message is in
     the conversation. One text completion prompt: the first ``anchor_blocks`` blocks. Token-id
-    prompts and batches of prompts: None (least load).
+    prompts and batches of prompts: None (least load). ``adapters`` (the request's LoRA
+    adapters) salt the chain (:func:`prefix_chain`).
     """
     texts: tuple[str, ...] = getattr(rendered, "texts", ())
     if len(texts) != 1:
@@ -223,7 +228,8 @@ def chain_for_request(rendered: Rendered, doc: dict[str, Any], kind: str, *, blo
         end = first_user_end(text, messages)
         continued = any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
     return prefix_chain(text, block_chars=block_chars, max_blocks=max_blocks, anchor_end=end,
-                        anchor_blocks=anchor_blocks, continued=continued)
+                        anchor_blocks=anchor_blocks, continued=continued,
+                        salt="\x1f".join(sorted(adapters)) if adapters else "")
 
 
 class PrefixIndex:

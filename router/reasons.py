@@ -57,6 +57,7 @@ class Reason(StrEnum):
     CLIENT_OPT_OUT = ("client_opt_out", "the client asked for no speculation")
     CANARY_MISMATCH = ("canary_mismatch", "the lossless canary took the speculative pool out of service")
     PREFIX_AFFINITY = ("prefix_affinity", "the conversation stays on the endpoint that caches its prefix")
+    LORA_ADAPTER = ("lora_adapter", "the request's LoRA adapter is not on the speculative pool's engines")
 
 
 #: The capability kinds, in the order a pool's first missing kind is reported.

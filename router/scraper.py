@@ -14,6 +14,11 @@ a failure feeds health only (the load becomes unknown once ``stale_after_s`` pas
 router's in-flight count stands in). A refused connection is a *dead* failure; a timeout is a
 *slow* one, which never ejects the last healthy endpoint of a pool (sgl-project/sglang#22511: SGLang's
 ``/health`` stalls during long chunked prefills).
+
+Before a scrape can admit an endpoint (it is not healthy yet), and every
+``scrape.models_interval_s`` while it is, the round also reads the engine's ``/v1/models``
+(:mod:`router.identity`): the model it serves and its LoRA adapters. A failed read changes
+nothing (the last known identity stays).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
+from router.identity import expected_name, parse_model_list
 from router.tasks import LoopTask
 
 if TYPE_CHECKING:
@@ -218,7 +224,28 @@ class Scraper(LoopTask):
             endpoint.record_failure(slow=False, now=self._clock(), reason=str(exc) or type(exc).__name__)
             self._on_failure(endpoint)
             return
+        if endpoint.state != "healthy" or endpoint.models_at is None or (
+                self._clock() - endpoint.models_at >= cfg.scrape.models_interval_s):
+            await self._read_models(endpoint, cfg, timeout)
         endpoint.record_success(parse_sglang_metrics(text), now=self._clock())
+
+    async def _read_models(self, endpoint: Endpoint, cfg: Config, timeout: aiohttp.ClientTimeout) -> None:
+        """Read the engine's ``/v1/models`` into the endpoint (:meth:`Endpoint.record_models`);
+        any failure leaves it as it was."""
+        try:
+            async with self._session.get(endpoint.url + "/v1/models", timeout=timeout,
+                                         headers={"accept-encoding": "identity"}) as resp:
+                body = await resp.read() if resp.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return
+        models = parse_model_list(body) if body is not None else None
+        if models is None:
+            return
+        try:
+            expected = expected_name(cfg, cfg.pool(endpoint.pool))
+        except KeyError:  # the pool left the config in a reload
+            return
+        endpoint.record_models(models, expected, self._clock())
 
 
 def _int(value: float | None) -> int | None:

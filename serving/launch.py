@@ -104,6 +104,8 @@ def engine_argv(config: Config, pool_name: str, *, host: str | None = None, port
         argv += ["--enable-trace", "--otlp-traces-endpoint", engine.otlp_traces_endpoint]
         if engine.otlp_service_name is not None:
             argv += ["--otlp-service-name", engine.otlp_service_name]
+    if engine.lora_paths:  # SGLang's `<name>=<path>` entries; `<model>:<name>` or lora_path picks one
+        argv += ["--enable-lora", "--lora-paths", *engine.lora_paths]
     if "generate" not in pool.serves:
         argv += ["--is-embedding"]
     if engine.cpu:

@@ -28,6 +28,7 @@ from serving.fake_sglang.faults import (
     scripted_sse,
     scripted_status,
 )
+from serving.fake_sglang.lora import check_lora
 from serving.fake_sglang.metrics import metrics
 from serving.fake_sglang.protocol import parse_chat, parse_completions, parse_generate, read_json
 from serving.fake_sglang.serve import serve_job
@@ -104,6 +105,7 @@ async def _generation(state: FakeState, request: Request, kind: str) -> Any:
             return _Asgi(lambda s, r, se: scripted_status(s, r, se, entry, behaviour))
         if behaviour is not None and behaviour.sse_events is not None:
             return _Asgi(lambda s, r, se: scripted_sse(s, r, se, entry, behaviour))
+        entry["lora"] = check_lora(state.launch_config, body, kind)
         if kind == "chat":
             job, prompts = await parse_chat(state, body, entry, behaviour)
         elif kind == "completions":

@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prefix-cache-tokens", type=int, default=0,
                     help="radix-like prefix cache of this many tokens, with cache reports (0: off)")
     ap.add_argument("--prefill-s-per-token", type=float, default=0.0)
+    ap.add_argument("--enable-lora", action="store_true")
+    ap.add_argument("--lora-paths", nargs="*", default=[],
+                    help="LoRA adapters, `<name>=<path>` or `<path>` (SGLang's format)")
     args = ap.parse_args(argv)
     cfg = FakeConfig(
         model_name=args.model_name,
@@ -60,6 +63,8 @@ def main(argv: list[str] | None = None) -> None:
         metrics_prefix=args.metrics_prefix,
         prefix_cache_tokens=args.prefix_cache_tokens,
         prefill_s_per_token=args.prefill_s_per_token,
+        enable_lora=args.enable_lora or bool(args.lora_paths),
+        lora_paths=tuple(args.lora_paths),
     )
     uvicorn.run(
         create_fake_app(cfg),

@@ -68,6 +68,9 @@ class FakeConfig:
             off.
         perturb_only_field: with ``perturb_output``, perturb only requests whose JSON body has
             this top-level field (e.g. ``"tools"``: only tool-calling answers differ).
+    LoRA (``serving/fake_sglang/lora.py``):
+        enable_lora: ``--enable-lora``; without it any adapter request is 400.
+        lora_paths: ``--lora-paths`` entries, ``<name>=<path>`` or ``<path>`` (the loaded adapters).
     Prefix cache (``serving/fake_sglang/prefix_cache.py``):
         prefix_cache_tokens: 0 (default) for none; else a radix-like cache of this many tokens
             (LRU, leaves first) and SGLang's ``--enable-cache-report``: chat and single-text
@@ -107,6 +110,8 @@ class FakeConfig:
     perturb_output: bool = False
     perturb_only_field: str | None = None
     prefix_cache_tokens: int = 0
+    enable_lora: bool = False
+    lora_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.context_length < 8:
@@ -145,6 +150,12 @@ class FakeConfig:
         if unknown:
             raise ValueError(f"unknown FakeConfig fields: {sorted(unknown)}")
         return cls(**data)
+
+    @property
+    def lora_adapters(self) -> dict[str, str]:
+        """``{name: path}`` of ``lora_paths`` (SGLang: a bare path is its own name)."""
+        return {(e.split("=", 1)[0] if "=" in e else e): (e.split("=", 1)[1] if "=" in e else e)
+                for e in self.lora_paths}
 
     @property
     def is_eagle(self) -> bool:

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from serving.fake_sglang.errors import ClientError, dumps, json_response, sglang_error
+from serving.fake_sglang.lora import adapter_cards
 from serving.fake_sglang.protocol import read_json
 from serving.fake_sglang.state import FakeState
 
@@ -70,9 +71,10 @@ async def health(state: FakeState, request: Request) -> Response:
 
 
 async def models(state: FakeState, request: Request) -> Response:
-    """``GET /v1/models``: the one served model."""
+    """``GET /v1/models``: the served model, then its loaded LoRA adapters (``parent`` set)."""
     cfg = state.launch_config
-    return json_response({"object": "list", "data": [_model_card(state, cfg.model_name)]})
+    return json_response({"object": "list",
+                          "data": [_model_card(state, cfg.model_name), *adapter_cards(cfg)]})
 
 
 def _model_card(state: FakeState, name: str) -> dict[str, Any]:

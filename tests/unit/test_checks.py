@@ -14,6 +14,7 @@ from router.checks import (
     fit,
     health,
     long_prompt,
+    lora_adapter,
     opt_out,
     saturation,
 )
@@ -86,8 +87,19 @@ def test_acceptance_is_per_temperature_class():
         Reason.LOW_ACCEPTANCE, Strength.SOFT, predicted=True)
 
 
+def test_lora_adapter_needs_every_adapter_on_the_pool():
+    hard = Rejection(Reason.LORA_ADAPTER, Strength.HARD)
+    assert lora_adapter(req(), pool(), RULES) is None  # the base model
+    assert lora_adapter(req(adapters=frozenset({"sql"})), pool(), RULES) == hard
+    assert lora_adapter(req(adapters=frozenset({"sql"})), pool(adapters=frozenset({"sql", "chat"})), RULES) is None
+    assert lora_adapter(req(adapters=frozenset({"sql", "x"})), pool(adapters=frozenset({"sql"})), RULES) == hard
+    # hard: the client's `on` hint does not put it back
+    assert screen(req(adapters=frozenset({"sql"}), speculation="on"), pool(), RULES) == [hard]
+
+
 def test_check_order():
-    assert SPECULATIVE_CHECKS == (canary, capability, fit, long_prompt, health, opt_out, saturation, acceptance)
+    assert SPECULATIVE_CHECKS == (canary, capability, lora_adapter, fit, long_prompt, health, opt_out, saturation,
+                                  acceptance)
 
 
 @pytest.mark.parametrize(("features", "snapshot", "predicting", "expected"), [
