@@ -1596,3 +1596,19 @@ def test_operator_guide_render_step_feeds_config_check_the_yaml(tmp_path) -> Non
     assert "--router-config > /tmp/config.yaml" in guide
     assert ".venv/bin/specgate config check --no-paths /tmp/config.yaml" in guide
     assert "yq '.data" not in guide
+
+
+def test_lora_adapters_reach_the_router_config_and_the_engine() -> None:
+    values = {"pools": [{**PLAIN_POOL, "engine": {"model_path": "/m", "lora_paths": ["sql=/adapters/sql"]},
+                         "lora_adapters": ["chat"]}],
+              "scrape": {"models_interval_s": 30.0}}
+    objects = k8s.render(values)
+    cfg = k8s.router_config(objects)
+    pool = cfg["pools"][0]
+    assert (pool["lora_adapters"], pool["engine"]["lora_paths"]) == (["chat"], ["sql=/adapters/sql"])
+    assert cfg["scrape"]["models_interval_s"] == 30.0
+    parsed = k8s.router_validate(objects)
+    assert parsed.pools[0].declared_adapters == frozenset({"chat", "sql"})
+    args = k8s.container(k8s.serving_template(k8s.pool_workload(objects, "p")), "sglang")["args"]
+    at = args.index("--enable-lora")
+    assert args[at:at + 3] == ["--enable-lora", "--lora-paths", "sql=/adapters/sql"]

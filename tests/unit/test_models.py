@@ -149,7 +149,7 @@ def test_prefix_chain_is_keyed_by_adapter():
 
 def test_pool_lora_config_and_launch_args():
     from router.config import ConfigError, parse_config
-    from serving.launch import engine_argv
+    from serving.launch import check_with_sglang, engine_argv
 
     doc = {"model": {"name": "m", "tokenizer": "/t"}, "limits": {"max_context_tokens": 4096},
            "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}},
@@ -161,6 +161,7 @@ def test_pool_lora_config_and_launch_args():
     argv = engine_argv(cfg, "plain")
     assert argv[argv.index("--enable-lora"):argv.index("--enable-lora") + 4] == [
         "--enable-lora", "--lora-paths", "sql=/a/sql", "/a/x"]
+    check_with_sglang(argv)  # SGLang's own parser takes them (False, unchecked, where it is not installed)
     doc["pools"][0]["lora_adapters"] = ["sql"]
     with pytest.raises(ConfigError, match="named twice"):
         parse_config(doc)

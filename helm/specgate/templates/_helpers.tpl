@@ -120,7 +120,7 @@ upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really
 {{- fail (printf "pool %q: speculative is false but engine.speculative_algorithm is %q" $pool.name $algo) }}
 {{- end }}
 {{- $p := dict "name" $pool.name "speculative" $pool.speculative }}
-{{- range $key := list "max_context_tokens" "draft_reserved_tokens" "drafter_cost_ratio" "speed" "serves" "capabilities" "priority_order" }}
+{{- range $key := list "max_context_tokens" "draft_reserved_tokens" "drafter_cost_ratio" "speed" "serves" "capabilities" "priority_order" "lora_adapters" }}
 {{- if hasKey $pool $key }}
 {{- if not (kindIs "invalid" (index $pool $key)) }}
 {{- $_ := set $p $key (index $pool $key) }}
@@ -433,6 +433,13 @@ engine_argv (the argv `specgate serve` would exec), then the LeaderWorkerSet fla
 {{- if $engine.otlp_service_name }}
 - --otlp-service-name
 - {{ $engine.otlp_service_name | quote }}
+{{- end }}
+{{- end }}
+{{- if $engine.lora_paths }}
+- --enable-lora
+- --lora-paths
+{{- range $entry := $engine.lora_paths }}
+- {{ $entry | quote }}
 {{- end }}
 {{- end }}
 {{- if not (has "generate" (default (list "generate") $pool.serves)) }}
