@@ -48,7 +48,7 @@ from router.features import (
     parse_chat,
     parse_completions,
 )
-from router.models import install_model_routes, resolve_request
+from router.models import install_model_routes, pool_adapters, resolve_request
 from router.observe import ResponseObserver, wants_tools
 from router.policy import (
     Decision,
@@ -557,7 +557,7 @@ def install_routes(app: FastAPI) -> None:
                           "endpoints": len(p.endpoints),
                           "warming": {e.url: e.warm_detail for e in p.endpoints.values() if e.warming},
                           "wrong_model": {e.url: e.identity_error for e in p.endpoints.values() if e.identity_error},
-                          "lora_adapters": sorted(p.adapters),
+                          "lora_adapters": sorted(pool_adapters(p.endpoints.values())),
                           "saturated": p.saturated,
                           "low_acceptance": p.low_acceptance,
                           "low_acceptance_classes": sorted(p.bypass.low_classes()),

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from router.endpoint import Endpoint
     from router.pools import Runtime
 
-__all__ = ["Catalog", "Resolved", "catalog", "install_model_routes", "lacking_adapters", "model_cards", "resolve",
+__all__ = ["Catalog", "Resolved", "catalog", "install_model_routes", "lacking_adapters", "model_cards", "pool_adapters", "resolve",
            "resolve_passthrough", "resolve_request", "split_adapter"]
 
 #: ``Resolved.adapters`` of a base-model request.
@@ -196,6 +196,12 @@ def resolve_passthrough(model: Any, cat: Catalog, *, generating: bool, listed: b
     if model in cat.passthrough or not listed:
         return None
     raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
+
+
+def pool_adapters(endpoints: Iterable[Endpoint]) -> frozenset[str]:
+    """The LoRA adapters some of ``endpoints`` has (:attr:`router.endpoint.Endpoint.adapters`)."""
+    eps = [e for e in endpoints if e.adapters]
+    return frozenset().union(*(e.adapters for e in eps)) if eps else frozenset()
 
 
 def lacking_adapters(endpoints: Iterable[Endpoint], adapters: frozenset[str]) -> frozenset[str]:

@@ -43,7 +43,7 @@ from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingCon
 from router.endpoint import Endpoint, Lease, LeaseLedger
 from router.features import PromptCounter, RequestFeatures
 from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
-from router.models import lacking_adapters
+from router.models import lacking_adapters, pool_adapters
 from router.policy import (
     Decision,
     EndpointSnapshot,
@@ -100,12 +100,6 @@ class Pool:
         (:mod:`router.capabilities`; None: every kind)."""
         served = self.config.served_capabilities
         return None if served is None else served - self.canary_revoked
-
-    @property
-    def adapters(self) -> frozenset[str]:
-        """The LoRA adapters some endpoint of the pool has (:attr:`Endpoint.adapters`)."""
-        eps = self.endpoints.values()
-        return frozenset().union(*(e.adapters for e in eps)) if any(e.adapters for e in eps) else frozenset()
 
     @property
     def speculative(self) -> bool:
@@ -390,8 +384,8 @@ class Runtime:
         ep.failure_threshold = self.config.health.failure_threshold
         ep.success_threshold = self.config.health.success_threshold
         ep.warmup_required = self._warmup_required(ep.pool)
-        pc = next((p for p in self.config.pools if p.name == ep.pool), None)
-        ep.declare_adapters(pc.declared_adapters if pc is not None else frozenset())
+        ep.declare_adapters(next((p.declared_adapters for p in self.config.pools if p.name == ep.pool), frozenset()))
+        ep.models_at = None  # read what the engine serves again against this config
 
     def _warmup_required(self, pool_name: str) -> bool:
         """``health.warmup.enabled`` for a pool that serves ``generate`` (router/warmup.py)."""
@@ -580,7 +574,7 @@ class Runtime:
             out.append(self._snapshot_cache.get(
                 p, endpoints=endpoints, saturated=sat, low_acceptance=low, accept_length_greedy=taus.get("greedy"),
                 accept_length_sampled=taus.get("sampled"), capabilities=p.capabilities,
-                canary_mismatch=p.canary_mismatch, adapters=p.adapters))
+                canary_mismatch=p.canary_mismatch, adapters=pool_adapters(p.endpoints.values())))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),

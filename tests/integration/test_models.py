@@ -37,8 +37,9 @@ class LoraStack:
     """spec (no LoRA), plain (adapter ``sql``) and, with ``wrong``, a second plain endpoint whose
     engine serves another model; the router has alias ``tl:8b``."""
 
-    def __init__(self, tmp: Path, tokenizer: Path, *, wrong: bool = False) -> None:
-        self.spec = FakeServer(spec_fake_config(tokenizer)).start()
+    def __init__(self, tmp: Path, tokenizer: Path, *, wrong: bool = False, spec_lora: bool = False) -> None:
+        lora = {"enable_lora": True, "lora_paths": ("sql=/adapters/sql",)} if spec_lora else {}
+        self.spec = FakeServer(spec_fake_config(tokenizer, **lora)).start()
         self.plain = FakeServer(FakeConfig(model_name="tiny-llama", context_length=4096, tokenizer_path=str(tokenizer),
                                            enable_lora=True, lora_paths=("sql=/adapters/sql",))).start()
         self.wrong = FakeServer(FakeConfig(model_name="other-model", context_length=4096,
@@ -148,6 +149,17 @@ def test_sdk_chat_on_the_model_and_the_adapter(lora):
     assert (ready["plain"]["lora_adapters"], ready["spec"]["lora_adapters"]) == (["sql"], [])
 
 
+def test_a_speculative_pool_with_the_adapter_takes_adapter_requests(tmp_path, tokenizer_dir):
+    s = LoraStack(tmp_path, tokenizer_dir, spec_lora=True)
+    try:
+        r = s.client.post(CHAT, json=chat("tiny-llama:sql", temperature=0))
+        assert r.status_code == 200 and (r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == (
+            "spec", "speculative"), r.text
+        assert [e["lora"] for e in s.requests(s.spec)] == ["sql"]
+    finally:
+        s.close()
+
+
 def test_endpoint_serving_another_model_is_not_routed_to(tmp_path, tokenizer_dir):
     s = LoraStack(tmp_path, tokenizer_dir, wrong=True)
     try:
@@ -161,3 +173,28 @@ def test_endpoint_serving_another_model_is_not_routed_to(tmp_path, tokenizer_dir
         assert ready["healthy_endpoints"] == 1
     finally:
         s.close()
+
+
+def test_pass_through_names_are_the_engines_own(tmp_path, tokenizer_dir):
+    plain = FakeServer(FakeConfig(model_name="tiny-llama", context_length=4096, tokenizer_path=str(tokenizer_dir))).start()
+    embed = FakeServer(FakeConfig(model_name="bge", is_embedding=True, tokenizer_path=str(tokenizer_dir))).start()
+    doc = router_config(tokenizer_dir, None, plain.base_url)
+    doc["pools"].append({"name": "embed", "speculative": False, "endpoints": [embed.base_url], "serves": ["embeddings"]})
+    router = RouterServer(write_router_yaml(tmp_path / "router.yaml", doc)).start()
+    try:
+        wait_until(lambda: router.state.runtime.endpoint(embed.base_url).served_models == frozenset({"bge"}), 15,
+                   "the embedding engine's model list")
+        assert [m["id"] for m in router.client.get("/v1/models").json()["data"]] == ["tiny-llama", "bge"]
+        assert router.client.get("/v1/models/bge").json()["id"] == "bge"
+        assert router.client.post("/v1/embeddings", json={"model": "bge", "input": "hi"}).status_code == 200
+        r = router.client.post("/v1/embeddings", json={"model": "junk", "input": "hi"})
+        assert r.status_code == 404 and (r.json()["error"]["code"], r.json()["error"]["param"]) == (
+            "model_not_found", "model")
+        r = router.client.post("/v1/embeddings", json={"model": "tiny-llama", "input": "hi"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "model_not_supported"
+        log = httpx.get(embed.base_url + "/_fake/requests").json()["requests"]
+        assert [e["body"]["model"] for e in log if e["path"] == "/v1/embeddings"] == ["bge"]
+    finally:
+        router.stop()
+        plain.stop()
+        embed.stop()

@@ -167,10 +167,13 @@ def test_client_api_keys_401_and_never_logged(tmp_path, tokenizer_dir, redis_ser
         assert WRONG not in error(r, 401, "invalid_api_key")
         error(httpx.post(base + CHAT, json=body, headers={"authorization": WRONG}), 401, "invalid_api_key")
         error(httpx.get(base + "/v1/models"), 401, "invalid_api_key")
+        error(httpx.get(base + "/v1/models/tiny-llama"), 401, "invalid_api_key")  # models.retrieve too
         for key in CLIENT_KEYS:
             r = httpx.post(base + CHAT, json=body, headers={"authorization": f"Bearer {key}"})
             assert r.status_code == 200 and r.headers["x-specgate-pool"] == "spec"
         assert httpx.get(base + "/v1/models", headers={"authorization": f"Bearer {CLIENT_KEYS[1]}"}).status_code == 200
+        assert httpx.get(base + "/v1/models/tiny-llama",
+                         headers={"authorization": f"Bearer {CLIENT_KEYS[1]}"}).json()["id"] == "tiny-llama"
         # The official client: a wrong key is an AuthenticationError, a right one works.
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(api_key=WRONG, base_url=base + "/v1", max_retries=0).chat.completions.create(**body)
