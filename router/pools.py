@@ -542,11 +542,12 @@ class Runtime:
                     writes.append((f"{pool.name}:{flag}", previous[flag], new[flag]))
         return writes
 
-    def snapshots(self, now: float, matches: Mapping[str, Mapping[str, int]] | None = None
-                  ) -> tuple[PoolSnapshot, ...]:
+    def snapshots(self, now: float, matches: Mapping[str, Mapping[str, int]] | None = None,
+                  adapters: bool = False) -> tuple[PoolSnapshot, ...]:
         """Immutable views of every generation pool for :func:`router.policy.decide` (a pool
         whose ``serves`` lacks ``generate``, e.g. an embedding pool, is never a target);
-        ``matches`` (:meth:`prefix_matches`) fills each endpoint's ``cached_tokens``."""
+        ``matches`` (:meth:`prefix_matches`) fills each endpoint's ``cached_tokens``; the pools'
+        LoRA adapters only with ``adapters`` (a base-model request does not read them)."""
         stale = self.config.scrape.stale_after_s
         # a back-pressured endpoint counts as saturated, and as at the affinity ceiling: a
         # refusing engine keeps no conversation (router.policy._sticky)
@@ -574,7 +575,7 @@ class Runtime:
             out.append(self._snapshot_cache.get(
                 p, endpoints=endpoints, saturated=sat, low_acceptance=low, accept_length_greedy=taus.get("greedy"),
                 accept_length_sampled=taus.get("sampled"), capabilities=p.capabilities,
-                canary_mismatch=p.canary_mismatch, adapters=pool_adapters(p.endpoints.values())))
+                canary_mismatch=p.canary_mismatch, adapters=pool_adapters(p.endpoints.values()) if adapters else frozenset()))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
@@ -589,7 +590,7 @@ class Runtime:
                                    chain.continued, **self._prefix_params, sticky_max_load=self._sticky_max_load())
         if features.adapters:  # only endpoints that have the adapters (router.models)
             exclude = exclude | lacking_adapters(self._by_url.values(), features.adapters)
-        return decide(features, self.snapshots(now, matches), self.rules, exclude=exclude,
+        return decide(features, self.snapshots(now, matches, bool(features.adapters)), self.rules, exclude=exclude,
                       tie_break=next(self._tie), prefix=prefix)
 
     def _sticky_max_load(self) -> int:
