@@ -191,7 +191,12 @@ def check(plan: Plan, rtat: float, ttat: float, active: int, cost: int,
         denied = denied or "concurrent"
     if denied is not None:
         return Verdict(denied, wait, max(rtat - now, 0.0), max(ttat - now, 0.0), active), rtat, ttat
-    return Verdict(None, 0.0, new_r - now, new_t - now, active + (1 if plan.concurrent else 0)), new_r, new_t
+    if not plan.request_interval_ms:
+        new_r = rtat
+    if not plan.token_interval_ms:
+        new_t = ttat
+    return (Verdict(None, 0.0, max(new_r - now, 0.0), max(new_t - now, 0.0), active + (1 if plan.concurrent else 0)),
+            new_r, new_t)
 
 
 class LocalBuckets:
