@@ -8,6 +8,7 @@ shared ``anonymous`` bucket with ``default`` (an unverified bearer token is no i
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated
 
 from pydantic import Field, model_validator
@@ -73,7 +74,7 @@ class RateLimitConfig(Strict):
                KeyLimits] = {}  # noqa: RUF012 (a pydantic field)
     local_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1.0
 
-    @property
+    @cached_property
     def enabled(self) -> bool:
-        """True when some key can be limited."""
+        """True when some key can be limited (computed once: the request path reads it)."""
         return (self.default is not None and self.default.limited) or any(v.limited for v in self.keys.values())

@@ -23,8 +23,10 @@ Where the state lives (:class:`KeyLimiter`):
   under one hash tag, ``{P:rl:<id>}:b`` (HASH: ``r`` and ``t``, the request and token TATs in
   ms of the Redis clock) and ``{P:rl:<id>}:c`` (ZSET: one member per open request, score =
   expiry in ms), so each key's script touches one Redis Cluster slot and keys spread over the
-  slots. One Lua script checks every limit and charges them all or none (atomic); the end of a
-  request is one more script (ZREM, correction), the renewal of open leases one per key every
+  slots. One Lua script checks every limit and charges them all or none (atomic); the ends of
+  requests are one more script per key (ZREM, correction), the finishes of 2 ms coalesced into
+  one call (so a burst costs one call per key, not one per request), the renewal of open leases
+  one per key every
   ``state.renew_interval_s`` (expiry ``state.lease_ttl_s``: a crashed replica's leases vanish).
 - ``state.backend: memory``: the same algorithm in process memory (:class:`LocalBuckets`).
 - Redis unreachable (a failed call, or the breaker open): the request is decided locally with
@@ -287,12 +289,21 @@ class Ticket:
 
 
 @dataclass(slots=True)
-class _Pending:
+class _Finish:
+    """Finished requests of one key, sent as one script call: their leases and the sum of
+    their token corrections."""
+
     key: str
-    member: str | None
-    refund: int
-    interval: float
-    until: float = field(default=0.0)
+    members: list[str] = field(default_factory=list)
+    refund: int = 0
+    interval: float = 0.0
+
+
+#: How long finishes wait to share one script call per key (s): a burst of responses costs
+#: one Redis call per key rather than one each; negligible next to any lease TTL.
+_COALESCE_S = 0.002
+#: Plans kept per limiter (keyed by the config objects; cleared when a reload leaves more).
+_PLAN_CACHE = 1024
 
 
 class KeyLimiter:
@@ -318,9 +329,11 @@ class KeyLimiter:
         self._replica = os.urandom(4).hex()
         self._ids = 0
         self._open: dict[str, dict[str, None]] = {}   # key -> its open shared leases
-        self._pending: list[_Pending] = []            # finishes that could not reach Redis
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._queued: dict[str, _Finish] = {}         # finishes waiting for the next call
+        self._pending: list[_Finish] = []             # finishes that could not reach Redis
+        self._flusher: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
+        self._plans: dict[tuple[int, float], tuple[KeyLimits, Plan]] = {}
 
     # -- identity -------------------------------------------------------------------------
     @staticmethod
@@ -361,15 +374,25 @@ class KeyLimiter:
         """
         shared = self._redis is not None and self._breaker.allow()
         if shared:
-            plan = plan_for(limits)
+            plan = self._plan(limits, 1.0)
             member = self._next_member() if plan.concurrent else None
             verdict = await self._admit_shared(key, plan, cost, member)
             if verdict is not None:
                 return self._ticket(key, plan, verdict, cost, member, True, "shared")
         mode = "local" if self._redis is None else "fallback"
-        plan = plan_for(limits, 1.0 if self._redis is None else config.local_fraction)
+        plan = self._plan(limits, 1.0 if self._redis is None else config.local_fraction)
         verdict = self._local.admit(key, plan, cost, self._clock() * 1000.0)
         return self._ticket(key, plan, verdict, cost, None, False, mode)
+
+    def _plan(self, limits: KeyLimits, fraction: float) -> Plan:
+        cached = self._plans.get((id(limits), fraction))
+        if cached is not None and cached[0] is limits:
+            return cached[1]
+        if len(self._plans) >= _PLAN_CACHE:
+            self._plans.clear()
+        plan = plan_for(limits, fraction)
+        self._plans[(id(limits), fraction)] = (limits, plan)
+        return plan
 
     def _next_member(self) -> str:
         self._ids += 1
@@ -382,13 +405,13 @@ class KeyLimiter:
             verdict = await self._redis.admit(key, plan, cost, member, self._cfg.lease_ttl_s)
         except asyncio.CancelledError:
             if member is not None:   # the script may have run: never leave its lease behind
-                self._pending.append(_Pending(key, member, 0, 0.0))
+                self._pending.append(_Finish(key, [member]))
             raise
         except (RedisError, RedisClusterException, OSError, TimeoutError, ValueError) as exc:
             self._breaker.failure()
             self._metrics.shared_state_ops.labels("rate_limit", failure_kind(exc)).inc()
             if member is not None:
-                self._pending.append(_Pending(key, member, 0, 0.0))
+                self._pending.append(_Finish(key, [member]))
             return None
         self._breaker.success()
         self._metrics.shared_state_ops.labels("rate_limit", "ok").inc()
@@ -425,27 +448,37 @@ class KeyLimiter:
             self._open.get(ticket.key, {}).pop(ticket.member, None)
         if ticket.member is None and not refund:
             return
-        pending = _Pending(ticket.key, ticket.member, refund, ticket.plan.token_interval_ms)
-        self._spawn(self._send_finish(pending))
+        item = self._queued.get(ticket.key)
+        if item is None:
+            item = self._queued[ticket.key] = _Finish(ticket.key)
+        if ticket.member is not None:
+            item.members.append(ticket.member)
+        item.refund += refund
+        item.interval = ticket.plan.token_interval_ms
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush(), name="specgate-limits-finish")
 
-    async def _send_finish(self, pending: _Pending) -> None:
+    async def _flush(self) -> None:
+        """Send the queued finishes, one script call per key, until none is left."""
         assert self._redis is not None
-        if not self._breaker.allow():
-            self._pending.append(pending)
-            return
         try:
-            await self._redis.finish(pending.key, pending.member, pending.refund, pending.interval)
-        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
-            self._breaker.failure()
-            self._metrics.shared_state_ops.labels("rate_limit", failure_kind(exc)).inc()
-            self._pending.append(pending)
-        else:
-            self._breaker.success()
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            while self._queued:
+                await asyncio.sleep(_COALESCE_S)
+                batch, self._queued = self._queued, {}
+                for item in batch.values():
+                    if not self._breaker.allow():
+                        self._pending.append(item)
+                        continue
+                    try:
+                        await self._redis.finish(item.key, item.members, item.refund, item.interval)
+                    except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+                        self._breaker.failure()
+                        self._metrics.shared_state_ops.labels("rate_limit", failure_kind(exc)).inc()
+                        self._pending.append(item)
+                    else:
+                        self._breaker.success()
+        finally:
+            self._flusher = None
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -460,8 +493,8 @@ class KeyLimiter:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
             self._renewer = None
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=2 * self._cfg.op_timeout_s + 0.5)
+        if self._flusher is not None:
+            await asyncio.wait([self._flusher], timeout=2 * self._cfg.op_timeout_s + 0.5)
         if self._redis is not None and self._pending:
             with contextlib.suppress(Exception):
                 await self.renew_once()
@@ -485,7 +518,7 @@ class KeyLimiter:
         try:
             while pending:
                 item = pending[0]
-                await self._redis.finish(item.key, item.member, item.refund, item.interval)
+                await self._redis.finish(item.key, item.members, item.refund, item.interval)
                 pending.pop(0)
             for key, members in list(self._open.items()):
                 if members:
@@ -501,8 +534,8 @@ class KeyLimiter:
 
     @property
     def pending(self) -> int:
-        """Finishes waiting to reach Redis."""
-        return len(self._pending)
+        """Finishes waiting to reach Redis (queued or failed)."""
+        return len(self._pending) + len(self._queued)
 
     def open_leases(self, key: str) -> int:
         """Open concurrency leases of ``key`` held by this replica (shared and local)."""

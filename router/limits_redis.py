@@ -74,15 +74,15 @@ end
 return {'', 0, math.floor((nr - now) * 1000), math.floor((nt - now) * 1000), active}
 """
 
-#: KEYS[1] hash, KEYS[2] zset. ARGV: 1 member ('' none), 2 tokens to give back (negative:
-#: charge more), 3 token interval (ms).
+#: KEYS[1] hash, KEYS[2] zset. ARGV: 1 tokens to give back (negative: charge more), 2 token
+#: interval (ms), 3.. the members of the finished requests' leases.
 FINISH_LUA = """
-if ARGV[1] ~= '' then redis.call('ZREM', KEYS[2], ARGV[1]) end
-local refund = tonumber(ARGV[2])
+for i = 3, #ARGV do redis.call('ZREM', KEYS[2], ARGV[i]) end
+local refund = tonumber(ARGV[1])
 if refund ~= 0 then
   local tat = redis.call('HGET', KEYS[1], 't')
   if tat then
-    redis.call('HSET', KEYS[1], 't', string.format('%.3f', tonumber(tat) - refund * tonumber(ARGV[3])))
+    redis.call('HSET', KEYS[1], 't', string.format('%.3f', tonumber(tat) - refund * tonumber(ARGV[2])))
   end
 end
 return 1
@@ -137,10 +137,10 @@ class SharedBuckets:
         except (TypeError, IndexError, ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"unexpected reply from the rate-limit script: {type(exc).__name__}") from None
 
-    async def finish(self, key: str, member: str | None, refund: int, interval_ms: float) -> None:
-        """Close a lease and give back ``refund`` tokens."""
+    async def finish(self, key: str, members: list[str], refund: int, interval_ms: float) -> None:
+        """Close the leases ``members`` and give back ``refund`` tokens (one call)."""
         await self._state.run_script(FINISH_LUA, list(bucket_keys(self._prefix, key)),
-                                     [member or "", refund, repr(interval_ms)])
+                                     [refund, repr(interval_ms), *members])
 
     async def renew(self, key: str, members: list[str], ttl_s: float) -> None:
         """Push the expiry of the open ``members`` to now + ``ttl_s``."""

@@ -79,7 +79,7 @@ def test_the_script_and_the_local_buckets_decide_alike(redis_server: RedisServer
                 out.append((v.denied, v.active, headers(plan, v)))
             h, z = bucket_keys(PREFIX, "k")
             assert await client.zcard(z) == 3 and await client.hexists(h, "r")
-            await buckets.finish("k", "m0", 150, plan.token_interval_ms)
+            await buckets.finish("k", ["m0"], 150, plan.token_interval_ms)
             assert await client.zcard(z) == 2
             return out
         finally:
