@@ -19,8 +19,9 @@ redis-py's encoding and parsing, not the server's work) and its wall time.
 
 ``--router``: the router process's own CPU per request, end to end: one ``specgate router``
 per setting in front of ``benchmarks/fast_backend.py`` (non-streamed chat, 8 client
-connections, ``--requests`` requests after 300 warm-up ones; the router's user + system time
-from ``/proc/<pid>/stat`` over the measured requests), for ``state.backend`` memory and redis,
+connections, ``--requests`` requests per round after 300 warm-up ones, ``--runs`` rounds
+interleaved over the settings; the router's user + system time from ``/proc/<pid>/stat``
+over the measured requests), for ``state.backend`` memory and redis,
 each with limits off and on (a key limited far above the offered rate, so every request is
 checked and none refused).
 """
@@ -171,7 +172,9 @@ async def _drive(port: int, n: int, concurrency: int = 8) -> int:
     return done
 
 
-def _router_cpu(requests: int, tokenizer: str) -> None:
+def _router_cpu(requests: int, runs: int, tokenizer: str) -> None:
+    import statistics
+
     procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(cmd: list[str]) -> subprocess.Popen[bytes]:
@@ -185,7 +188,7 @@ def _router_cpu(requests: int, tokenizer: str) -> None:
         spawn(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         spawn([sys.executable, str(ROOT / "benchmarks" / "fast_backend.py"), "--port", str(backend_port)])
         wait_http(f"http://127.0.0.1:{backend_port}/health")
-        print(f"router CPU per request ({requests} non-streamed chat requests, 8 connections):")
+        routers: dict[str, tuple[int, int]] = {}   # setting -> (port, pid)
         for backend, rport in (("memory", None), ("redis", redis_port)):
             for limited in (False, True):
                 cfg = work / f"router-{backend}-{int(limited)}.yaml"
@@ -193,16 +196,24 @@ def _router_cpu(requests: int, tokenizer: str) -> None:
                 port = free_port()
                 router = spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port",
                                 str(port)])
-                wait_http(f"http://127.0.0.1:{port}/ready")
-                asyncio.run(_drive(port, 300))
-                before, t0 = cpu_seconds(router.pid), time.perf_counter()
+                routers[f"state.backend {backend:6}, limits {'on ' if limited else 'off'}"] = (port, router.pid)
+        for port, _ in routers.values():
+            wait_http(f"http://127.0.0.1:{port}/ready", timeout_s=300)   # four start at once
+            asyncio.run(_drive(port, 300))
+        cpu: dict[str, list[float]] = {name: [] for name in routers}
+        rate: dict[str, list[float]] = {name: [] for name in routers}
+        for _ in range(runs):   # interleaved rounds: a load change on the machine hits every setting
+            for name, (port, pid) in routers.items():
+                before, t0 = cpu_seconds(pid), time.perf_counter()
                 ok = asyncio.run(_drive(port, requests))
-                used, wall = cpu_seconds(router.pid) - before, time.perf_counter() - t0
-                print(f"  state.backend {backend:6}, limits {'on ' if limited else 'off'}: "
-                      f"{used / requests * 1e6:6.0f} us CPU per request ({ok}/{requests} answered 200, "
-                      f"{requests / wall:.0f} req/s)", flush=True)
-                stop_processes([router])
-                procs.remove(router)
+                cpu[name].append((cpu_seconds(pid) - before) / requests * 1e6)
+                rate[name].append(requests / (time.perf_counter() - t0))
+                assert ok == requests, f"{name}: {ok}/{requests} answered 200"
+        print(f"router CPU per request (us; {requests} non-streamed chat requests, 8 connections, "
+              f"{runs} interleaved rounds):")
+        for name in routers:
+            print(f"  {name}: median {statistics.median(cpu[name]):5.0f}  rounds "
+                  f"{' / '.join(f'{v:.0f}' for v in cpu[name])}  ({statistics.median(rate[name]):.0f} req/s)")
     finally:
         stop_processes(procs)
 
@@ -212,10 +223,11 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=200_000)
     parser.add_argument("--router", action="store_true", help="measure the router process end to end")
     parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--runs", type=int, default=3, help="interleaved rounds (--router)")
     parser.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
     args = parser.parse_args()
     if args.router:
-        _router_cpu(args.requests, args.tokenizer)
+        _router_cpu(args.requests, args.runs, args.tokenizer)
         return
     n = args.number
     cases = {
