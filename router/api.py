@@ -37,6 +37,7 @@ from router.errors import (
     ModelNotFound,
     NoHealthyUpstream,
     NotFound,
+    RateLimited,
     RequestTooLarge,
     SpecgateError,
     UnsupportedMediaType,
@@ -285,6 +286,8 @@ async def _generate(request: Request, kind: str) -> Response:
         state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
     if chain is not None:
         _note_prefix(state, runtime, decision, chain, matches, prompt_tokens)
+    rl = cfg.auth.rate_limits  # router.limits: a 429 before any engine call
+    ticket = await state.limiter.check_request(rl, authorization, auth, features) if rl.enabled else None
     lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class, bool(features.adapters))
     dispatch = (decision.endpoint, *runtime.dispatch_state(decision.endpoint, state.clock(), features))
     try:
@@ -313,9 +316,11 @@ async def _generate(request: Request, kind: str) -> Response:
                        default_budget=None if not features.budget_defaulted else
                        "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
                        trace=trace, span=context.span, extra={"dispatch": dispatch, "spec_stats": spec_stats},
-                       caveats=_caveats(runtime, doc), pool_bodies=pool_bodies)
+                       caveats=_caveats(runtime, doc), pool_bodies=pool_bodies,
+                       ticket=ticket, headers=ticket.headers if ticket is not None else ())
     except BaseException:
         lease.release()
+        state.limiter.finish(ticket)
         raise
 
     def redecide(excluded: frozenset[str], excluded_pools: frozenset[str] = frozenset()) -> Redecision:
@@ -401,6 +406,7 @@ def _finish(state: AppState, job: ProxyJob) -> None:
     for refused in job.rejections:
         m.engine_rejections.inc(refused)
     _learn(state, job, duration)
+    state.limiter.finish(job.ticket, job.observer.usage if job.observer is not None else None)
     if job.span is not None:
         state.tracing.end(job.span, job.status, None if job.outcome == "ok" else job.outcome,
                           final_pool=job.decision.pool, attempts=job.attempts, outcome=job.outcome)
@@ -463,6 +469,7 @@ _REJECT_REASON = {
     NoHealthyUpstream: Reason.NO_HEALTHY_UPSTREAM.value,
     RequestTooLarge: "request_too_large",
     AuthenticationError: "unauthorized",
+    RateLimited: "rate_limited",
 }
 
 

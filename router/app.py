@@ -40,6 +40,7 @@ from router.discovery import Discovery, DiscoverySettings
 from router.drain import CUT_KEY, Drainer
 from router.features import PromptCounter
 from router.learn import SpeedFit, bucket_label
+from router.limits import KeyLimiter
 from router.metrics import LearningSeries, RouterMetrics, set_or_clear
 from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
@@ -66,6 +67,8 @@ class AppState:
         executor: threads for tokenisation (off the event loop).
         metrics: the router's Prometheus series.
         shared: the shared state (:mod:`router.state`).
+        limiter: the per-key limits (:mod:`router.limits`), in the shared state's Redis when
+            it has one.
         clock: monotonic clock (s).
         discovery: the Kubernetes endpoint watchers (:mod:`router.discovery`; idle when no
             pool has a ``discovery`` block).
@@ -78,8 +81,10 @@ class AppState:
                  executor: ThreadPoolExecutor, metrics: RouterMetrics,
                  shared: MemoryState | RedisState | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 fresh_session: aiohttp.ClientSession | None = None) -> None:
+                 fresh_session: aiohttp.ClientSession | None = None, limiter: KeyLimiter | None = None) -> None:
         self.runtime = runtime
+        #: The per-key limits (router/limits.py); local buckets unless one sharing Redis is given.
+        self.limiter = limiter or KeyLimiter(runtime.config.state, None, metrics, clock=clock)
         self.fresh_session = fresh_session
         self.shared = shared if shared is not None else MemoryState()
         self.config_path = config_path
@@ -344,14 +349,16 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         metrics.config_reloads.labels("failure").inc(0)
         metrics.shared_state_degraded_entries.inc(0)
         metrics.config_info.set(time.time())
+        limiter = KeyLimiter(cfg.state, shared if isinstance(shared, RedisState) else None, metrics, clock=clock)
         state = AppState(runtime, config_path=path, session=session, executor=executor,
-                         metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session)
+                         metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session, limiter=limiter)
         app.state.specgate = state
         if cfg.tracing.enabled:  # router.tracing (imported only when on)
             from router.tracing import Tracing
 
             state.tracing = Tracing(cfg.tracing, span_exporter)
         await shared.start(lambda: state.runtime)
+        limiter.start()
         scraper = Scraper(session, lambda: state.runtime, state.on_scrape_round, clock,
                           on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc())
         reloader = Reloader(state) if (path is not None and watch) else None
@@ -393,6 +400,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             for task in list(state.tasks):
                 task.cancel()
             await asyncio.gather(*state.tasks, return_exceptions=True)
+            await limiter.stop()
             await shared.stop()
             await session.close()
             if fresh_session is not None:

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, StrictBool, StrictStr, model_validator
 
 from router.config_base import EnvName, PositiveFloat, PositiveInt, Strict
+from router.config_limits import RateLimitConfig
 
 __all__ = [
     "PRIORITY_MAX",
@@ -223,6 +224,8 @@ class AuthConfig(Strict):
             (``printf %s "$KEY" | sha256sum``), so no key is written here.
         priority: which keys may set the engine's ``priority`` and within which range
             (:class:`PriorityConfig`); a key without a grant never sets it.
+        rate_limits: per-key request, token and concurrency limits
+            (:class:`router.config_limits.RateLimitConfig`, applied by router/limits.py).
     """
 
     api_keys: tuple[SecretStr, ...] = ()
@@ -241,6 +244,7 @@ class AuthConfig(Strict):
                                Literal["off", "auto", "on"]] = {}  # noqa: RUF012 (a pydantic field)
     #: Who may set the engine's ``priority`` (:class:`PriorityConfig`).
     priority: PriorityConfig = PriorityConfig()
+    rate_limits: RateLimitConfig = RateLimitConfig()
 
     @model_validator(mode="after")
     def _check(self) -> AuthConfig:

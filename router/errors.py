@@ -13,6 +13,7 @@
     ├── MethodNotAllowed                405     invalid_request_error  method_not_allowed
     ├── AuthenticationError             401     invalid_request_error  invalid_api_key
     ├── PermissionDenied                403     invalid_request_error  permission_denied
+    ├── RateLimited                     429     requests | tokens      rate_limit_exceeded (+ Retry-After)
     ├── UpstreamClientError             4xx     invalid_request_error  (the engine's 4xx, normalised)
     ├── NoHealthyUpstream               503     server_error           no_healthy_upstream (+ Retry-After)
     ├── SharedStateUnavailable          503     server_error           shared_state_unavailable
@@ -41,6 +42,7 @@ __all__ = [
     "NoHealthyUpstream",
     "NotFound",
     "PermissionDenied",
+    "RateLimited",
     "RequestTooLarge",
     "SharedStateUnavailable",
     "SpecgateError",
@@ -178,6 +180,19 @@ class PermissionDenied(SpecgateError):
     status = 403
     type = "invalid_request_error"
     code = "permission_denied"
+
+
+class RateLimited(SpecgateError):
+    """A per-key limit refuses the request (router/limits.py): HTTP 429 with OpenAI's
+    ``code: rate_limit_exceeded`` and ``error.type`` ``requests`` or ``tokens`` (the kind of
+    limit, as OpenAI sends it), ``Retry-After`` and the ``x-ratelimit-*`` headers."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, kind: str, headers: dict[str, str]) -> None:
+        super().__init__(message, headers=headers)
+        self.type = kind
 
 
 class SharedStateUnavailable(SpecgateError):

@@ -9,10 +9,11 @@ Pass-through requests (:mod:`router.passthrough`) use their kind as ``reason``: 
 ``rerank``, ``score``, ``classify``.
 
 Rejection reasons used with ``pool="none"``: ``context_cap``, ``invalid_request``,
-``request_too_large``, ``no_healthy_upstream``, ``unauthorized``.
+``request_too_large``, ``no_healthy_upstream``, ``unauthorized``, ``rate_limited``.
 
-Shared state (:mod:`router.state`): ``op`` is ``sync`` (the batched lease/flag/override script)
-or ``overrides`` (an admin write); ``result`` is ``ok``, ``timeout``, ``connection_error``,
+Shared state (:mod:`router.state`): ``op`` is ``sync`` (the batched lease/flag/override script),
+``overrides`` (an admin write) or ``rate_limit`` (a per-key limit script, router/limits.py);
+``result`` is ``ok``, ``timeout``, ``connection_error``,
 ``auth_error`` (NOAUTH, WRONGPASS, NOPERM), ``readonly``, ``moved``, ``cluster_down``, ``error``
 (:func:`router.redis_client.failure_kind`) or ``short_circuit`` (refused by the open circuit
 breaker). ``key`` of the routing
@@ -267,6 +268,16 @@ class RouterMetrics:
             "client (a trusted key's own value), clamped (moved into its key's range), default "
             "(a configured default), ignored (an untrusted client's value dropped), none.",
             ["source"])
+        self.rate_limited = LoopCounter(
+            "specgate_rate_limited",
+            "Requests refused with 429 by a per-key limit (router/limits.py), by limit: requests, "
+            "tokens, concurrent.", ["limit"])
+        self.rate_limit_checks = LoopCounter(
+            "specgate_rate_limit_checks",
+            "Per-key limit checks by mode (shared: in Redis; local: state.backend memory; fallback: "
+            "Redis unreachable, decided by this replica with auth.rate_limits.local_fraction) and "
+            "result (admitted, limited).", ["mode", "result"])
+        registry.register(_LoopCollector([self.rate_limited, self.rate_limit_checks]))
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
                                           self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
                                           self.upstream_stale_retries, self.engine_rejections,

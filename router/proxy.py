@@ -524,6 +524,7 @@ class ProxyResponse(Response):
         ]
         if job.default_budget is not None:
             headers.append((b"x-specgate-max-tokens", job.default_budget.encode()))
+        headers += job.headers  # x-ratelimit-* of a limited key (router/limits.py)
         caveat = job.caveats.get(job.decision.pool or "") if job.caveats else None
         if caveat is not None:
             headers += [(b"x-specgate-degraded", b"sampling"), (b"x-specgate-sampling-fields", caveat.encode())]
@@ -545,6 +546,7 @@ class ProxyResponse(Response):
             (b"x-request-id", job.request_id.encode()),
             (b"x-specgate-pool", (job.decision.pool or "none").encode()),
             (b"x-specgate-reason", job.decision.reason.value.encode()),
+            *job.headers,
         ]
         await send({"type": "http.response.start", "status": err.status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})

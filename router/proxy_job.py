@@ -10,6 +10,7 @@ from typing import Any
 
 from router.endpoint import Lease
 from router.features import RequestFeatures
+from router.limits import Ticket
 from router.policy import Decision
 
 __all__ = ["ProxyJob", "Redecide", "Redecision"]
@@ -66,6 +67,10 @@ class ProxyJob:
         caveats: ``{pool: fields}``: served by one of these pools, the response carries
             ``x-specgate-degraded: sampling`` and ``x-specgate-sampling-fields: <fields>``
             (:mod:`router.sampling`).
+        ticket: the request's admission by its key's limits (:mod:`router.limits`), finished
+            when the response ends; None when the key is not limited.
+        headers: extra response headers (a limited key's ``x-ratelimit-*``), on success and
+            error responses alike.
     """
 
     request_id: str
@@ -81,6 +86,8 @@ class ProxyJob:
     default_budget: str | None = None
     caveats: dict[str, str] = field(default_factory=dict)
     pool_bodies: dict[str, bytes] = field(default_factory=dict)
+    ticket: Ticket | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
     trace: dict[str, str] = field(default_factory=dict)
     span: Any = None
     status: int = 0

@@ -193,6 +193,7 @@ class RedisState:
         parts = urlsplit(url)
         self.target = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"  # no credentials
         self._script = self._client.register_script(SYNC_LUA)
+        self._scripts: dict[str, tuple[Any, Any]] = {}   # other modules' scripts: source -> (client, Script)
         keys = redis_keys(config.key_prefix)
         self._bypass_key, self._overrides_key, self._inflight_prefix = (
             keys["bypass"], keys["overrides"], keys["inflight"])
@@ -354,6 +355,19 @@ class RedisState:
         self._switch_to_cluster()
         async with asyncio.timeout(self._cfg.op_timeout_s):
             return await op()
+
+    async def run_script(self, source: str, keys: list[str], args: list[Any]) -> Any:
+        """Run the Lua ``source`` (another module's: router/limits_redis.py) with ``keys`` and
+        ``args``, bounded by ``op_timeout_s`` and following a ``MOVED`` as the sync does; raises
+        what redis-py raises. Its failures do not move this object's breaker."""
+        def script() -> Any:
+            client = self._client
+            entry = self._scripts.get(source)
+            if entry is None or entry[0] is not client:
+                entry = self._scripts[source] = (client, client.register_script(source))
+            return entry[1](keys=keys, args=args)
+
+        return await self._call(script)
 
     def _switch_to_cluster(self) -> None:
         old = self._client

@@ -38,7 +38,11 @@ EVERY_ROUTER_KEY = {
     "canary": {"enabled": True, "interval_s": 120.0, "check_s": 2.0, "max_tokens": 64, "timeout_s": 30.0,
                "prompts": ["Say hi."], "on_mismatch": "eject"},
     "auth": {"speculation_defaults": {_digest("client-a"): "off", _digest("client-b"): "on"},
-             "priority": {"default": 0, "keys": {_digest("client-a"): {"min": 0, "max": 100, "default": 10}}}},
+             "priority": {"default": 0, "keys": {_digest("client-a"): {"min": 0, "max": 100, "default": 10}}},
+             "rate_limits": {"default": {"requests_per_minute": 600, "tokens_per_minute": 200000},
+                             "keys": {_digest("client-a"): {"requests_per_second": 50, "request_burst": 100,
+                                                            "concurrent_requests": 32}},
+                             "local_fraction": 0.5}},
     "poolDefaults": {"keepAliveTimeoutSeconds": 90},
     "pools": [
         {"name": "spec", "speculative": True, "max_context_tokens": 2048,
@@ -283,7 +287,8 @@ def test_every_router_key_lands_in_the_rendered_config_exactly() -> None:
     assert {k: cfg["upstream"][k] for k in EVERY_ROUTER_KEY["upstream"]} == EVERY_ROUTER_KEY["upstream"]
     assert cfg["canary"] == EVERY_ROUTER_KEY["canary"]
     assert cfg["auth"] == {"speculation_defaults": {_digest("client-a"): "off", _digest("client-b"): "on"},
-                           "priority": EVERY_ROUTER_KEY["auth"]["priority"]}
+                           "priority": EVERY_ROUTER_KEY["auth"]["priority"],
+                           "rate_limits": EVERY_ROUTER_KEY["auth"]["rate_limits"]}
     selector = ("app.kubernetes.io/name=specgate,app.kubernetes.io/instance=sg,"
                 "app.kubernetes.io/component=pool-{}")  # fmt: skip
     spec, plain, embed, ext = cfg["pools"]
@@ -328,6 +333,8 @@ def test_every_router_key_lands_in_the_rendered_config_exactly() -> None:
     assert parsed.routing.prefix_cache.enabled is False and parsed.canary.on_mismatch == "eject"
     assert parsed.auth.speculation_defaults == {_digest("client-a"): "off", _digest("client-b"): "on"}
     assert parsed.auth.priority.keys[_digest("client-a")].max == 100 and parsed.auth.priority.default == 0
+    assert parsed.auth.rate_limits.keys[_digest("client-a")].concurrent_requests == 32
+    assert parsed.auth.rate_limits.local_fraction == 0.5
     assert [p.engine_keepalive_s for p in parsed.pools] == [90.0, 60.0, 90.0, 120.5]
     assert parsed.pools[0].served_capabilities == frozenset({"tool_calls", "reasoning"})
     assert parsed.pools[0].speed.accept_length_sampled == 1.9
@@ -353,7 +360,8 @@ def _config_defaults() -> dict:
                       else routing[k].default for k in ("acceptance", "min_flip_interval_s", "seed", "prefix_cache")}
     out["canary"] = CanaryConfig().model_dump(mode="json")
     out["auth"] = {"speculation_defaults": AuthConfig().speculation_defaults,
-                   "priority": AuthConfig().priority.model_dump(mode="json")}
+                   "priority": AuthConfig().priority.model_dump(mode="json"),
+                   "rate_limits": AuthConfig().rate_limits.model_dump(mode="json")}
     return out
 
 

@@ -212,6 +212,11 @@ upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really
 {{- if or .Values.auth.priority.keys (not (kindIs "invalid" .Values.auth.priority.default)) }}
 {{- $_ := set $auth "priority" .Values.auth.priority }}
 {{- end }}
+{{- with .Values.auth.rate_limits }}
+{{- if or .keys (not (kindIs "invalid" .default)) }}
+{{- $_ := set $auth "rate_limits" . }}
+{{- end }}
+{{- end }}
 {{- if $auth }}
 {{- $_ := set $cfg "auth" $auth }}
 {{- end }}
