@@ -47,6 +47,15 @@ What the router does with a pass-through request:
   no ``rid`` an ``/abort_request`` could name, so closing the connection is the whole abort.
 - **Metrics**: ``specgate_requests_total{pool, reason=<kind>, status}`` and
   ``specgate_request_duration_seconds{pool}``.
+- **Trace context** as on the generation routes (:mod:`router.trace`): a valid ``traceparent``
+  and ``tracestate`` (and ``baggage`` with ``tracing.forward_baggage``) go upstream on every
+  attempt. With ``tracing.enabled`` (:mod:`router.tracing`) the request has a server span
+  ``POST <path>`` (``specgate.reason`` the kind, ``specgate.pool``/``final_pool`` the pool that
+  answered, ``specgate.attempts``, ``specgate.outcome``; a refusal ends it with its error code)
+  and each attempt a client span, child of the server span, whose context is the
+  ``traceparent`` the engine receives; an attempt's span ends with the engine's status, or
+  with ``error.type`` ``unreachable``, ``upstream_failed``, ``upstream_timeout`` or
+  ``client_disconnect``.
 """
 
 from __future__ import annotations
@@ -142,6 +151,18 @@ async def _call(session: aiohttp.ClientSession, endpoint: Any, path: str, body: 
             return resp.status, resp.headers.get("content-type", "application/json"), data
 
 
+def _attempt_span(tracing: Any, parent: Any, endpoint: Any, path: str, attempt: int,
+                  trace: dict[str, str]) -> tuple[Any, dict[str, str]]:
+    """One attempt's client span (:meth:`router.tracing.Tracing.start_attempt`) and the trace
+    headers to send: ``trace`` with the span's ``traceparent`` (the client's tracestate kept).
+    The server span ``parent`` records the attempt (``specgate.pool`` the first one's pool,
+    ``final_pool`` the latest one's, ``attempts`` their count)."""
+    parent.set_attributes({"specgate.final_pool": endpoint.pool, "specgate.attempts": attempt,
+                           **({"specgate.pool": endpoint.pool} if attempt == 1 else {})})
+    span, context = tracing.start_attempt(parent, endpoint.url, path, endpoint.pool, attempt)
+    return span, {**trace, **context}
+
+
 class _ClientGone(Exception):
     """The client disconnected while the engine was computing its answer."""
 
@@ -178,7 +199,12 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     cfg = runtime.config
     received = time.perf_counter()
     request_id = client_request_id(request.headers.get("x-request-id")) or state.next_request_id()
-    attach_context(request, request_id)
+    context = attach_context(request, request_id)
+    trace = trace_headers(request.headers.getlist("traceparent"), request.headers.getlist("tracestate"),
+                          request.headers.get("baggage") if cfg.tracing.forward_baggage else None)
+    if state.tracing is not None:  # the server span; a refusal's error path ends it
+        context.span = state.tracing.start_request(request.scope["path"], trace, request_id)
+        context.span.set_attribute("specgate.reason", kind)
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
     path = request.scope["path"]
@@ -194,34 +220,50 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
             and not any("generate" in p.config.serves for p in pools)):
         raise InvalidRequest(f"The model `{model}` is a generation model; {path} is served by "
                              f"another model", param="model", code="model_not_supported")
-    trace = trace_headers(request.headers.getlist("traceparent"), request.headers.getlist("tracestate"))
     excluded: set[str] = set()
     error: SpecgateError | None = None
+    tracing = state.tracing
     for attempt in range(cfg.upstream.max_attempts):
         endpoint = next(_candidates(pools, excluded, tie + attempt), None)
         if endpoint is None:
             break
+        span, headers = (None, trace) if context.span is None else _attempt_span(
+            tracing, context.span, endpoint, path, attempt + 1, trace)
         lease = endpoint.lease()
+        status: int | None = None
+        failure: str | None = None
         try:
             status, ctype, data = await _call_unless_gone(
-                request, _call(state.session, endpoint, path, body, request_id, cfg.upstream, trace))
+                request, _call(state.session, endpoint, path, body, request_id, cfg.upstream, headers))
         except _ClientGone:
-            state.metrics.requests.inc((endpoint.pool, kind, "499"))
-            return Response(status_code=499)  # nobody to send it to (the server drops it)
+            failure = "client_disconnect"  # answered below, once the attempt's span has ended
         except TimeoutError:
+            failure = "upstream_timeout"
             raise UpstreamTimeout("the engine did not answer within upstream.nonstream_timeout_s") from None
         except aiohttp.ClientConnectorError:
+            failure = "unreachable"
             endpoint.mark_down()
             excluded.add(endpoint.url)
             error = UpstreamError("upstream worker unreachable")
             continue
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            failure = "upstream_failed"
             endpoint.mark_down()
             excluded.add(endpoint.url)
             error = UpstreamError("upstream worker failed")
             continue
         finally:
             lease.release()
+            if span is not None:
+                tracing.end(span, status, failure if failure is not None or status is None or status < 500
+                            else "engine_error")
+        if failure == "client_disconnect":
+            state.metrics.requests.inc((endpoint.pool, kind, "499"))
+            if context.span is not None:
+                tracing.end(context.span, 499, failure, outcome=failure)
+                context.span = None
+            return Response(status_code=499)  # nobody to send it to (the server drops it)
+        assert status is not None  # every other failure continued or raised
         if status >= 500:
             excluded.add(endpoint.url)
             error = map_engine_error(status, data, param=_INPUT_PARAM[kind])
@@ -230,6 +272,9 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
             raise map_engine_error(status, data, param=_INPUT_PARAM[kind])
         state.metrics.requests.inc((endpoint.pool, kind, str(status)))
         state.metrics.request_duration.observe((endpoint.pool,), time.perf_counter() - received)
+        if context.span is not None:
+            tracing.end(context.span, status, outcome="ok")
+            context.span = None
         return Response(data, status_code=status, headers={
             "content-type": ctype, "x-request-id": request_id,
             "x-specgate-pool": endpoint.pool, "x-specgate-reason": kind})

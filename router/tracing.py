@@ -4,7 +4,8 @@ With ``tracing.enabled`` the app builds one :class:`Tracing` in its lifespan (it
 ``TracerProvider``, never the process-global one) exporting over OTLP/HTTP (protobuf) with
 the OpenTelemetry SDK's ``BatchSpanProcessor``:
 
-- a **server span** per generation request, ``POST <path>`` (kind SERVER), child of the
+- a **server span** per generation request (the pass-through routes have theirs too,
+  :mod:`router.passthrough`), ``POST <path>`` (kind SERVER), child of the
   client's valid ``traceparent`` (:mod:`router.trace`) or a new root, with the decision as
   attributes: ``specgate.pool``, ``specgate.reason``, ``specgate.endpoint_reason``,
   ``specgate.prompt_tokens``, ``specgate.prompt_tokens_exact``, ``specgate.predicted_s`` (the
