@@ -27,7 +27,7 @@ from router.admin import install_admin_routes
 from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, engine_priority, resolve_priority
 from router.body import loads_unique
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
-from router.context import attach_context, request_context
+from router.context import attach_context, end_disconnected, request_context
 from router.encoding import content_codings, decode_body
 from router.errors import (
     AuthenticationError,
@@ -516,6 +516,7 @@ async def serve_generate(scope: dict[str, Any], receive: Any, send: Any, kind: s
     except SpecgateError as err:
         response = _error_response(request, err)
     except ClientDisconnect:
+        end_disconnected(request)
         return
     except Exception:
         logging.getLogger("specgate").exception("internal error")

@@ -107,6 +107,11 @@ class ServerConfig(Strict):
     #: a ``router_shutdown`` error (a stream: one terminal SSE event) and aborted upstream.
     drain_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
     headers: HeaderLimitsConfig = HeaderLimitsConfig()
+    #: Seconds a request's body may take to arrive once its head did (router/http_limits.py):
+    #: a body dripped a byte at a time or stalled mid-way is then answered 408 and the
+    #: connection closed. 60 s carries the 32 MiB default body cap at ~4.5 Mbit/s; time the
+    #: server itself stops reading (a pipelined request waiting its turn) does not count.
+    body_timeout_s: PositiveFloat = 60.0
 
 
 class TracingConfig(Strict):

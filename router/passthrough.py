@@ -69,10 +69,11 @@ from typing import Any
 
 import aiohttp
 from fastapi import FastAPI, Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from router.api import _parse_json, _read_body, client_request_id
-from router.context import attach_context
+from router.context import attach_context, end_disconnected
 from router.errors import (
     InvalidRequest,
     NoHealthyUpstream,
@@ -290,7 +291,11 @@ def install_passthrough_routes(app: FastAPI) -> None:
 
     def route(kind: str) -> Any:
         async def handler(request: Request) -> Response:
-            return await serve_passthrough(request, kind, next(tie))
+            try:
+                return await serve_passthrough(request, kind, next(tie))
+            except ClientDisconnect:  # gone while its body was read: nobody to answer, not a 500
+                end_disconnected(request)
+                return Response(status_code=499)
         return handler
 
     for path, kind in PASSTHROUGH_ROUTES.items():
