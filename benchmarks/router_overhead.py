@@ -313,8 +313,8 @@ def main() -> int:
                       router_cpu, "rust.log",
                       env=None if args.rust_as_shipped else {"LD_PRELOAD": str(ensure_nodelay_shim())})
             targets["rust"], health["rust"] = (port, p.pid), f"http://127.0.0.1:{port}/health"
-        for url in health.values():
-            wait_http(url)
+        for url in health.values():  # the routers start together on one core: minutes on a loaded machine
+            wait_http(url, 300)
         lua = {}
         for mode, body in (("nonstream", CHAT_BODY), ("stream", STREAM_BODY)):
             path = work / f"{mode}.lua"

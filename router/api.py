@@ -61,6 +61,7 @@ from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse, Redecision
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 from router.sampling import check_min_tokens, speculative_caveats
+from router.spans import end_span
 from router.specstats import FIELD as SPEC_STATS_FIELD
 from router.trace import trace_headers
 
@@ -221,8 +222,9 @@ async def _generate(request: Request, kind: str) -> Response:
     raw = request.headers  # every value of a repeated header (trace context: exactly one allowed)
     trace = trace_headers(raw.getlist("traceparent"), raw.getlist("tracestate"),
                           _header(headers, b"baggage") if cfg.tracing.forward_baggage else None)
-    if state.tracing is not None:  # router.tracing: the server span, ended by _finish or the error path
-        context.span = state.tracing.start_request(request.scope["path"], trace, request_id)
+    tracing = state.tracing  # the one this request's spans come from, even if a reload swaps it
+    if tracing is not None:  # router.tracing: the server span, ended by _finish or the error path
+        context.span = tracing.start_request(request.scope["path"], trace, request_id)
     authorization = _header(headers, b"authorization")
     if runtime.auth is not None:
         runtime.auth.check_client(authorization)
@@ -334,7 +336,7 @@ async def _generate(request: Request, kind: str) -> Response:
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
-                         clock=state.clock, tracing=state.tracing)
+                         clock=state.clock, tracing=tracing)
 
 
 def _caveats(runtime: Runtime, doc: dict[str, Any]) -> dict[str, str]:
@@ -403,7 +405,7 @@ def _finish(state: AppState, job: ProxyJob) -> None:
         m.engine_rejections.inc(refused)
     _learn(state, job, duration)
     if job.span is not None:
-        state.tracing.end(job.span, job.status, None if job.outcome == "ok" else job.outcome,
+        end_span(job.span, job.status, None if job.outcome == "ok" else job.outcome,
                           final_pool=job.decision.pool, attempts=job.attempts, outcome=job.outcome)
     if state.runtime.config.server.log_requests:
         access_log.info(orjson.dumps({
@@ -482,8 +484,8 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
                 "reason": reason, "status": err.status, "code": err.code, "param": err.param,
                 "prompt_tokens": features.prompt_tokens if features is not None else None,
                 "prompt_tokens_exact": features.prompt_exact if features is not None else None}).decode())
-    if context is not None and context.span is not None and state is not None and state.tracing is not None:
-        state.tracing.end(context.span, err.status, err.code or "error", reason=reason)
+    if context is not None and context.span is not None:
+        end_span(context.span, err.status, err.code or "error", reason=reason)
         context.span = None
     headers = err.response_headers()
     headers["x-specgate-pool"] = "none"

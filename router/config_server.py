@@ -128,7 +128,8 @@ class TracingConfig(Strict):
         forward_baggage: forward the client's W3C ``baggage`` header to the engine (off: it can
             carry user data); applies with tracing on or off.
         export_timeout_s: seconds one export may take.
-    Changes take effect on restart (a reload keeps the running exporter).
+    A reload that changes it builds a new tracer; requests in flight finish their spans in the
+    old one, which is shut down once they are done (router/tracing_reload.py).
     """
 
     enabled: StrictBool = False

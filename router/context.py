@@ -69,7 +69,7 @@ def end_disconnected(request: Request) -> None:
     context = request_context(request)
     if context is None or context.span is None:
         return
-    tracing = getattr(getattr(request.app.state, "specgate", None), "tracing", None)
-    if tracing is not None:
-        tracing.end(context.span, 499, "client_disconnect", outcome="client_disconnect")
+    from router.spans import end_span
+
+    end_span(context.span, 499, "client_disconnect", outcome="client_disconnect")
     context.span = None

@@ -83,6 +83,7 @@ from router.errors import (
     UpstreamTimeout,
     map_engine_error,
 )
+from router.spans import end_span
 from router.trace import trace_headers
 
 __all__ = ["PASSTHROUGH_ROUTES", "UnsupportedEndpoint", "check_body", "install_passthrough_routes",
@@ -203,8 +204,9 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     context = attach_context(request, request_id)
     trace = trace_headers(request.headers.getlist("traceparent"), request.headers.getlist("tracestate"),
                           request.headers.get("baggage") if cfg.tracing.forward_baggage else None)
-    if state.tracing is not None:  # the server span; a refusal's error path ends it
-        context.span = state.tracing.start_request(request.scope["path"], trace, request_id)
+    tracing = state.tracing  # the one this request's spans come from, even if a reload swaps it
+    if tracing is not None:  # the server span; a refusal's error path ends it
+        context.span = tracing.start_request(request.scope["path"], trace, request_id)
         context.span.set_attribute("specgate.reason", kind)
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
@@ -223,7 +225,6 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
                              f"another model", param="model", code="model_not_supported")
     excluded: set[str] = set()
     error: SpecgateError | None = None
-    tracing = state.tracing
     for attempt in range(cfg.upstream.max_attempts):
         endpoint = next(_candidates(pools, excluded, tie + attempt), None)
         if endpoint is None:
@@ -256,12 +257,12 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
         finally:
             lease.release()
             if span is not None:
-                tracing.end(span, status, failure if failure is not None or status is None or status < 500
+                end_span(span, status, failure if failure is not None or status is None or status < 500
                             else "engine_error")
         if failure == "client_disconnect":
             state.metrics.requests.inc((endpoint.pool, kind, "499"))
             if context.span is not None:
-                tracing.end(context.span, 499, failure, outcome=failure)
+                end_span(context.span, 499, failure, outcome=failure)
                 context.span = None
             return Response(status_code=499)  # nobody to send it to (the server drops it)
         assert status is not None  # every other failure continued or raised
@@ -274,7 +275,7 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
         state.metrics.requests.inc((endpoint.pool, kind, str(status)))
         state.metrics.request_duration.observe((endpoint.pool,), time.perf_counter() - received)
         if context.span is not None:
-            tracing.end(context.span, status, outcome="ok")
+            end_span(context.span, status, outcome="ok")
             context.span = None
         return Response(data, status_code=status, headers={
             "content-type": ctype, "x-request-id": request_id,
