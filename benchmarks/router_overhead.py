@@ -2,7 +2,7 @@
 specgate now, and SGLang's Rust router (docs/performance.md).
 
     .venv/bin/python benchmarks/router_overhead.py [--duration 6] [--runs 3] [--base REV]
-        [--targets direct,bare,base,specgate,rust] [--check 0.10] [--out bench.json]
+        [--targets direct,bare,base,specgate,traced,rust] [--check 0.10] [--out bench.json]
 
 ``make bench`` runs it with its defaults; ``make bench-check`` runs ``base`` against
 ``specgate`` only and exits 1 when specgate's CPU per request is more than ``--check`` (10%)
@@ -19,7 +19,10 @@ installed by this script into ``.bench/rust-venv`` (skipped with a message when 
 installed) and run with TCP_NODELAY on its sockets through ``benchmarks/nodelay_shim.c``
 (LD_PRELOAD, compiled with gcc; ``--rust-as-shipped`` runs it without); and
 ``benchmarks/bare_proxy.py`` (``bare``: the floor, specgate's server and client stack doing
-none of specgate's work). For every (mode, concurrency) cell the targets run interleaved,
+none of specgate's work); ``traced`` (not in the default targets): specgate now with
+``tracing.enabled`` at ``sampler_ratio: 1.0``, exporting over OTLP/HTTP to a stub receiver
+on the load core that answers 200 to every export (the SDK's batch export thread is in the
+router process, so its CPU is counted). For every (mode, concurrency) cell the targets run interleaved,
 ``--runs`` rounds; medians are reported. Measured per run:
 
 - req/s and latency p50/p99 (ms) from ``wrk --latency`` (for streams: the whole stream);
@@ -206,7 +209,7 @@ def main() -> int:
     ap.add_argument("--concurrency", default="1,16,64")
     ap.add_argument("--out", default="bench-router.json")
     ap.add_argument("--modes", default="nonstream,stream", help="comma-separated: nonstream, stream")
-    ap.add_argument("--targets", default=",".join(TARGETS),
+    ap.add_argument("--targets", default=",".join(DEFAULT_TARGETS),
                     help=f"comma-separated subset of {','.join(TARGETS)}")
     ap.add_argument("--base", default=None,
                     help="git revision of the base target (default: merge base with origin/main, else main)")
@@ -276,11 +279,11 @@ def main() -> int:
                        "--upstream", backend], router_cpu, "bare.log")
             targets["bare"], health["bare"] = (port, p.pid), f"http://127.0.0.1:{port}/health"
 
-        def specgate(name: str, tree: Path) -> None:
+        def specgate(name: str, tree: Path, config: Path = cfg) -> None:
             port = free_port()
             # -m from the tree's root with it on PYTHONPATH: that tree's router package is run,
             # not whatever checkout the venv was installed from
-            p = spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port", str(port)],
+            p = spawn([sys.executable, "-m", "router.cli", "router", "--config", str(config), "--port", str(port)],
                       router_cpu, f"{name}.log", env={"PYTHONPATH": str(tree)}, cwd=tree)
             targets[name], health[name] = (port, p.pid), f"http://127.0.0.1:{port}/ready"
 
@@ -294,6 +297,15 @@ def main() -> int:
             print(f"base: {base_rev[:12]} ({base_tree})", flush=True)
         if "specgate" in wanted:
             specgate("specgate", ROOT)
+        if "traced" in wanted:
+            otlp_port = free_port()
+            stub = work / "otlp_stub.py"
+            stub.write_text(OTLP_STUB)
+            spawn([sys.executable, str(stub), str(otlp_port)], load_cpu, "otlp.log")
+            traced = work / "router-traced.yaml"
+            traced.write_text(json.dumps({**json.loads(cfg.read_text()), "tracing": {
+                "enabled": True, "sampler_ratio": 1.0, "endpoint": f"http://127.0.0.1:{otlp_port}/v1/traces"}}))
+            specgate("traced", ROOT, traced)
         if "rust" in wanted and rust_py is not None:
             port = free_port()
             p = spawn([str(rust_py), "-m", "sglang_router.launch_router", "--worker-urls", backend,
@@ -301,8 +313,8 @@ def main() -> int:
                       router_cpu, "rust.log",
                       env=None if args.rust_as_shipped else {"LD_PRELOAD": str(ensure_nodelay_shim())})
             targets["rust"], health["rust"] = (port, p.pid), f"http://127.0.0.1:{port}/health"
-        for url in health.values():
-            wait_http(url)
+        for url in health.values():  # the routers start together on one core: minutes on a loaded machine
+            wait_http(url, 300)
         lua = {}
         for mode, body in (("nonstream", CHAT_BODY), ("stream", STREAM_BODY)):
             path = work / f"{mode}.lua"
@@ -354,7 +366,25 @@ def main() -> int:
 
 
 #: Every target, in the order each round runs them.
-TARGETS = ("direct", "bare", "base", "specgate", "rust")
+TARGETS = ("direct", "bare", "base", "specgate", "traced", "rust")
+
+#: The default targets (``traced`` is asked for by name).
+DEFAULT_TARGETS = ("direct", "bare", "base", "specgate", "rust")
+
+#: A stub OTLP/HTTP receiver (``python -c`` it with a port): 200 to every export, body dropped.
+OTLP_STUB = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
 
 
 #: ``(row key, numerator target, denominator target, measure)`` of the ratios of medians.
@@ -364,7 +394,9 @@ _RATIOS = (("rps_specgate_over_base", "specgate", "base", "rps"),
            ("rps_base_over_rust", "base", "rust", "rps"),
            ("rps_bare_over_rust", "bare", "rust", "rps"),
            ("cpu_bare_over_rust", "bare", "rust", "cpu_us_per_req"),
-           ("rps_specgate_over_direct", "specgate", "direct", "rps"))
+           ("rps_specgate_over_direct", "specgate", "direct", "rps"),
+           ("cpu_traced_over_specgate", "traced", "specgate", "cpu_us_per_req"),
+           ("rps_traced_over_specgate", "traced", "specgate", "rps"))
 
 
 def summarise(results: dict, ttfb: dict) -> list[dict]:  # type: ignore[type-arg]
@@ -386,6 +418,10 @@ def summarise(results: dict, ttfb: dict) -> list[dict]:  # type: ignore[type-arg
                 paired = [s["cpu_us_per_req"] / b["cpu_us_per_req"] for s, b in zip(by["specgate"], by["base"])]
                 row["cpu_specgate_over_base"] = statistics.median(paired)
                 row["cpu_specgate_over_base_rounds"] = ", ".join(f"{x:.2f}" for x in paired)
+            if "traced" in by and "specgate" in by:  # tracing on at 100% over off, paired per round
+                paired = [t["cpu_us_per_req"] / s["cpu_us_per_req"] for t, s in zip(by["traced"], by["specgate"])]
+                row["cpu_traced_over_specgate"] = statistics.median(paired)
+                row["cpu_traced_over_specgate_rounds"] = ", ".join(f"{x:.2f}" for x in paired)
             if int(c) == 1 and "direct" in med:
                 for name in med:
                     if name == "direct":
@@ -415,6 +451,13 @@ def print_table(rows: list[dict], targets: list[str]) -> None:  # type: ignore[t
             f"{r[f'{t}_cpu_us_per_req']:9.0f}" if f"{t}_cpu_us_per_req" in r else f"{'-':>9}" for t in routers)
             + f" {_fmt(r.get('cpu_specgate_over_base')):>8} {_fmt(r.get('cpu_specgate_over_rust')):>8}"
             f"  {r.get('cpu_specgate_over_base_rounds', '')}")
+    if any("cpu_traced_over_specgate" in r for r in rows):
+        print("\ntracing on (100% sampled) over off, router CPU per request (median of paired rounds)")
+        for r in rows:
+            if "cpu_traced_over_specgate" in r:
+                extra = r["traced_cpu_us_per_req"] - r["specgate_cpu_us_per_req"]
+                print(f"{r['mode']:9} {r['concurrency']:>3} {r['cpu_traced_over_specgate']:.2f}x "
+                      f"(+{extra:.0f} us/req)  per round {r['cpu_traced_over_specgate_rounds']}")
     added = [r for r in rows if any(k.startswith("added_") for k in r)]
     if added:
         print("\nadded latency at c=1 over direct, ms (p50 of the whole request; time to first body byte)")

@@ -27,7 +27,7 @@ from router.admin import install_admin_routes
 from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, engine_priority, resolve_priority
 from router.body import loads_unique
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
-from router.context import attach_context, request_context
+from router.context import attach_context, end_disconnected, request_context
 from router.encoding import content_codings, decode_body
 from router.errors import (
     AuthenticationError,
@@ -63,6 +63,7 @@ from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse, Redecision
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 from router.sampling import check_min_tokens, speculative_caveats
+from router.spans import end_span
 from router.specstats import FIELD as SPEC_STATS_FIELD
 from router.trace import trace_headers
 
@@ -223,8 +224,9 @@ async def _generate(request: Request, kind: str) -> Response:
     raw = request.headers  # every value of a repeated header (trace context: exactly one allowed)
     trace = trace_headers(raw.getlist("traceparent"), raw.getlist("tracestate"),
                           _header(headers, b"baggage") if cfg.tracing.forward_baggage else None)
-    if state.tracing is not None:  # router.tracing: the server span, ended by _finish or the error path
-        context.span = state.tracing.start_request(request.scope["path"], trace, request_id)
+    tracing = state.tracing  # the one this request's spans come from, even if a reload swaps it
+    if tracing is not None:  # router.tracing: the server span, ended by _finish or the error path
+        context.span = tracing.start_request(request.scope["path"], trace, request_id)
     authorization = _header(headers, b"authorization")
     if runtime.auth is not None:
         runtime.auth.check_client(authorization)
@@ -338,7 +340,7 @@ async def _generate(request: Request, kind: str) -> Response:
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
                          on_done=lambda j: _finish(state, j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
-                         clock=state.clock, tracing=state.tracing)
+                         clock=state.clock, tracing=tracing)
 
 
 def _caveats(runtime: Runtime, doc: dict[str, Any]) -> dict[str, str]:
@@ -408,7 +410,7 @@ def _finish(state: AppState, job: ProxyJob) -> None:
     _learn(state, job, duration)
     state.limiter.finish(job.ticket, job.observer.usage if job.observer is not None else None)
     if job.span is not None:
-        state.tracing.end(job.span, job.status, None if job.outcome == "ok" else job.outcome,
+        end_span(job.span, job.status, None if job.outcome == "ok" else job.outcome,
                           final_pool=job.decision.pool, attempts=job.attempts, outcome=job.outcome)
     if state.runtime.config.server.log_requests:
         access_log.info(orjson.dumps({
@@ -489,8 +491,8 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
                 "reason": reason, "status": err.status, "code": err.code, "param": err.param,
                 "prompt_tokens": features.prompt_tokens if features is not None else None,
                 "prompt_tokens_exact": features.prompt_exact if features is not None else None}).decode())
-    if context is not None and context.span is not None and state is not None and state.tracing is not None:
-        state.tracing.end(context.span, err.status, err.code or "error", reason=reason)
+    if context is not None and context.span is not None:
+        end_span(context.span, err.status, err.code or "error", reason=reason)
         context.span = None
     headers = err.response_headers()
     headers["x-specgate-pool"] = "none"
@@ -523,6 +525,7 @@ async def serve_generate(scope: dict[str, Any], receive: Any, send: Any, kind: s
     except SpecgateError as err:
         response = _error_response(request, err)
     except ClientDisconnect:
+        end_disconnected(request)
         return
     except Exception:
         logging.getLogger("specgate").exception("internal error")

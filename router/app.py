@@ -36,6 +36,7 @@ from router.api import GENERATE_ROUTES, serve_generate
 from router.auth import Auth, load_auth, load_engine_key
 from router.canary import Canary
 from router.config import Config, load_config
+from router.config_server import TracingConfig
 from router.discovery import Discovery, DiscoverySettings
 from router.drain import CUT_KEY, Drainer
 from router.features import PromptCounter
@@ -45,6 +46,7 @@ from router.metrics import LearningSeries, RouterMetrics, set_or_clear
 from router.pools import LeaseLedger, Runtime
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
+from router.tracing_reload import shutdown_all
 from router.upstream import ReuseMarkingConnector
 from router.warmup import Warmer
 
@@ -95,6 +97,9 @@ class AppState:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.discovery: Discovery | None = None
         self.tracing: Any = None  # a router.tracing.Tracing when tracing.enabled
+        self.tracing_config: TracingConfig = runtime.config.tracing  # the section state.tracing was built from
+        self.span_exporter: Any = None  # create_app's span_exporter (tests), for tracers built on reload
+        self.retiring: dict[Any, asyncio.Task[None]] = {}  # tracers a reload replaced -> their retirement
         self.scrape_rounds = 0
         self.reloads_ok = 0
         self.reloads_failed = 0
@@ -353,6 +358,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         state = AppState(runtime, config_path=path, session=session, executor=executor,
                          metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session, limiter=limiter)
         app.state.specgate = state
+        state.span_exporter = span_exporter
         if cfg.tracing.enabled:  # router.tracing (imported only when on)
             from router.tracing import Tracing
 
@@ -406,8 +412,7 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
             if fresh_session is not None:
                 await fresh_session.close()
             executor.shutdown(wait=False, cancel_futures=True)
-            if state.tracing is not None:  # flushes the last spans (bounded by the export timeout)
-                await loop.run_in_executor(None, state.tracing.shutdown)
+            await shutdown_all(state)  # flushes the last spans (bounded by the export timeout)
 
     app = RouterApp(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.drain = Drainer(clock)

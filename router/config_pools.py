@@ -64,7 +64,8 @@ class EngineConfig(Strict):
     tool_call_parser: NonEmptyStr | None = None
     reasoning_parser: NonEmptyStr | None = None
     #: SGLang's own OpenTelemetry traces: ``--enable-trace --otlp-traces-endpoint <host:port>``
-    #: (OTLP/gRPC, SGLang 0.5.23 ``arg_groups/fields/observability.py``) and
+    #: (OTLP/gRPC, SGLang 0.5.23 ``arg_groups/fields/observability.py``), or an ``http(s)://``
+    #: URL for OTLP/HTTP (serving/launch.py sets the exporter protocol), and
     #: ``--otlp-service-name``; None leaves tracing off on the engine.
     otlp_traces_endpoint: NonEmptyStr | None = None
     otlp_service_name: NonEmptyStr | None = None

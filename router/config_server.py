@@ -108,6 +108,11 @@ class ServerConfig(Strict):
     #: a ``router_shutdown`` error (a stream: one terminal SSE event) and aborted upstream.
     drain_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
     headers: HeaderLimitsConfig = HeaderLimitsConfig()
+    #: Seconds a request's body may take to arrive once its head did (router/http_limits.py):
+    #: a body dripped a byte at a time or stalled mid-way is then answered 408 and the
+    #: connection closed. 60 s carries the 32 MiB default body cap at ~4.5 Mbit/s; time the
+    #: server itself stops reading (a pipelined request waiting its turn) does not count.
+    body_timeout_s: PositiveFloat = 60.0
 
 
 class TracingConfig(Strict):
@@ -124,7 +129,8 @@ class TracingConfig(Strict):
         forward_baggage: forward the client's W3C ``baggage`` header to the engine (off: it can
             carry user data); applies with tracing on or off.
         export_timeout_s: seconds one export may take.
-    Changes take effect on restart (a reload keeps the running exporter).
+    A reload that changes it builds a new tracer; requests in flight finish their spans in the
+    old one, which is shut down once they are done (router/tracing_reload.py).
     """
 
     enabled: StrictBool = False

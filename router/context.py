@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from router.features import RequestFeatures
 
-__all__ = ["CONTEXT_KEY", "RequestContext", "attach_context", "request_context"]
+__all__ = ["CONTEXT_KEY", "RequestContext", "attach_context", "end_disconnected", "request_context"]
 
 #: ASGI scope key of a request's :class:`RequestContext`.
 CONTEXT_KEY = "specgate.context"
@@ -60,3 +60,16 @@ def request_context(request: Request) -> RequestContext | None:
     error before the request's id was known)."""
     context = request.scope.get(CONTEXT_KEY)
     return context if isinstance(context, RequestContext) else None
+
+
+def end_disconnected(request: Request) -> None:
+    """End the request's open server span, if any, as a client disconnect (status 499,
+    ``error.type`` ``client_disconnect``): the client went away before it could be answered
+    (while its body was being read, or cut by ``server.body_timeout_s``)."""
+    context = request_context(request)
+    if context is None or context.span is None:
+        return
+    from router.spans import end_span
+
+    end_span(context.span, 499, "client_disconnect", outcome="client_disconnect")
+    context.span = None

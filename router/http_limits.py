@@ -30,26 +30,82 @@ Over any limit the answer is written at once and the connection closed::
               "type":"invalid_request_error","param":null,"code":"request_header_fields_too_large"}}
 
 (RFC 6585 section 5), and ``specgate_header_limit_rejections_total{limit}`` counts it
-(``bytes``, ``fields``, ``field_bytes``; ``head_timeout`` for the 408). The limits are read from the app's current config
-when a connection opens, so a reload applies to new connections.
+(``bytes``, ``fields``, ``field_bytes``; ``head_timeout`` for the 408).
+
+The body and the framing around it (``specgate_request_framing_rejections_total{reason}``):
+
+- ``server.body_timeout_s``: a body that has not arrived whole this long after its head (sent
+  a byte at a time, or stalled mid-way) is answered 408 ``request_timeout`` and the connection
+  closed (``body_timeout``); the handler waiting for it sees a disconnect, and nothing was
+  leased yet. Armed only when a body spans more than one read; when it falls while the server
+  is not reading the connection (a pipelined request waiting its turn, a body buffered past
+  uvicorn's high-water mark) it starts again. If the router had already answered (an early
+  413 or 404), the connection is just closed.
+- malformed framing (``malformed``): bytes httptools cannot parse (a bad chunk size or chunk
+  end, an invalid request line or header), or a body cut by the client's end of stream
+  before its ``Content-Length`` or last chunk, get a JSON 400 ``invalid_http_request``
+  (instead of uvicorn's plain-text one) and the connection closed. When an earlier request on
+  the connection (pipelined, or this one answered early) is still being answered, no 400 is
+  written into its response: the bad bytes and anything after them are dropped, and the
+  connection is closed once that response is complete.
+
+A client that closes its connection mid-body gets nothing (nobody to answer); the handler
+sees the disconnect and returns without a 500. The limits are read from the app's current
+config when a connection opens, so a reload applies to new connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from router.config_server import HeaderLimitsConfig
+from router.config_server import HeaderLimitsConfig, ServerConfig
 from router.errors import error_body
 
-__all__ = ["LimitsSource", "app_limits", "limited_protocol", "rejection_response"]
+__all__ = ["ConnectionLimits", "LimitsSource", "app_limits", "bad_request_response", "limited_protocol",
+           "rejection_response"]
 
-#: Limits source: () -> the current limits and the rejection counter ``(limit) -> None``.
-LimitsSource = Callable[[], tuple[HeaderLimitsConfig, Callable[[str], None]]]
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """What one connection enforces (read when it opens).
+
+    Attributes:
+        server: the ``server`` config section (``headers`` limits, ``body_timeout_s``).
+        count_head: counts a head rejection: ``(limit) -> None``.
+        count_framing: counts a body or framing rejection: ``(reason) -> None``.
+    """
+
+    server: ServerConfig
+    count_head: Callable[[str], None]
+    count_framing: Callable[[str], None]
+
+
+#: Limits source: () -> the current :class:`ConnectionLimits`.
+LimitsSource = Callable[[], ConnectionLimits]
+
+
+def _response(status_line: bytes, body: bytes) -> bytes:
+    return (status_line + b"\r\ncontent-type: application/json\r\ncontent-length: " + str(len(body)).encode()
+            + b"\r\nconnection: close\r\n\r\n" + body)
+
+
+def bad_request_response(detail: str) -> bytes:
+    """The whole 400 response for bytes that are no valid HTTP/1.1 request (``detail``: why)."""
+    return _response(b"HTTP/1.1 400 Bad Request", error_body(
+        f"invalid HTTP request: {detail}", "invalid_request_error", None, "invalid_http_request"))
+
+
+def body_timeout_response(timeout_s: float) -> bytes:
+    """The whole 408 response for a body that did not arrive within ``timeout_s``."""
+    return _response(b"HTTP/1.1 408 Request Timeout", error_body(
+        f"the request body did not arrive within {timeout_s:g} s", "invalid_request_error", None,
+        "request_timeout"))
 
 
 class _HeadTooLarge(Exception):
@@ -76,13 +132,14 @@ def rejection_response(limit: str, limits: HeaderLimitsConfig) -> bytes:
 
 
 def app_limits(app: Any) -> LimitsSource:
-    """The :data:`LimitsSource` of a router app: its current config's ``server.headers`` and
-    its ``specgate_header_limit_rejections_total`` (read per connection, after the lifespan
-    built ``app.state.specgate``)."""
-    def source() -> tuple[HeaderLimitsConfig, Callable[[str], None]]:
+    """The :data:`LimitsSource` of a router app: its current config's ``server`` section,
+    ``specgate_header_limit_rejections_total`` and ``specgate_request_framing_rejections_total``
+    (read per connection, after the lifespan built ``app.state.specgate``)."""
+    def source() -> ConnectionLimits:
         state = app.state.specgate
-        counter = state.metrics.header_limit_rejections
-        return state.runtime.config.server.headers, lambda limit: counter.inc((limit,))
+        head, framing = state.metrics.header_limit_rejections, state.metrics.framing_rejections
+        return ConnectionLimits(state.runtime.config.server, lambda limit: head.inc((limit,)),
+                                lambda reason: framing.inc((reason,)))
     return source
 
 
@@ -93,13 +150,18 @@ def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
     class LimitedHttpToolsProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self._limits, self._count = source()
+            limits = source()
+            self._limits, self._count, self._count_framing = limits.server.headers, limits.count_head, limits.count_framing
+            self._body_timeout_s = limits.server.body_timeout_s
             self._in_head = True  # reading a request's head (until its headers are complete)
+            self._in_body = False  # between a request's complete head and its complete body
             self._head_bytes = 0
             self._fields = 0
             self._tail = b""  # the last 3 head bytes: a CRLFCRLF split between two reads
             self._rejected = False
+            self._close_after_response = False  # malformed bytes after a request still being answered
             self._head_timer: asyncio.TimerHandle | None = None
+            self._body_timer: asyncio.TimerHandle | None = None
 
         def data_received(self, data: bytes) -> None:
             if self._rejected:
@@ -122,17 +184,76 @@ def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
                 if isinstance(cause, _HeadTooLarge):
                     self._reject(cause.limit)
                     return
-                self._bad_request()
-            except httptools.HttpParserError:
-                self._bad_request()
+                self._malformed(str(exc) or "a parser callback failed")
+                return
+            except httptools.HttpParserError as exc:
+                self._malformed(str(exc) or "unparsable bytes")
+                return
             except httptools.HttpParserUpgrade:
                 if self._should_upgrade():
                     self.handle_websocket_upgrade()
                 else:
                     self._unsupported_upgrade_warning()
                 return
-            if self._in_head and self._head_bytes and self._head_timer is None and not self._rejected:
-                self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
+            if self._rejected:
+                return
+            if self._in_head:
+                if self._head_bytes and self._head_timer is None:
+                    self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
+            elif self._in_body and self._body_timer is None:
+                self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
+
+        def eof_received(self) -> None:  # None: asyncio closes the transport
+            if self._in_body and not self._rejected:  # the client ended its stream mid-body
+                self._malformed("the request body ended before its Content-Length or last chunk")
+
+        def _body_late(self) -> None:
+            self._body_timer = None
+            if not self._in_body or self._rejected or self.transport.is_closing():
+                return
+            if self.flow.read_paused:  # the server is not reading: not the client's delay
+                self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
+                return
+            self._rejected = True
+            self._count_framing("body_timeout")
+            if not self.cycle.response_started:
+                self.transport.write(body_timeout_response(self._body_timeout_s))
+            self.transport.close()
+
+        def _stop_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _malformed(self, detail: str) -> None:
+            """Bytes that are no HTTP request (module docstring): a JSON 400 and close, or,
+            while a response is still owed on the connection, close once it is complete."""
+            self._rejected = True
+            self._stop_body_timer()
+            self._count_framing("malformed")
+            self.logger.warning("Invalid HTTP request received: %s", detail)
+            cycle = self.cycle
+            if self._in_body and self.pipeline:  # the broken one is queued behind another: drop it
+                self.pipeline.popleft()
+            elif self._in_body and cycle is not None and cycle.response_started:  # answered early
+                if cycle.response_complete:
+                    self.transport.close()
+                    return
+                cycle.keep_alive = False
+            elif not self.pipeline and (cycle is None or cycle.response_complete or self._in_body):
+                self.transport.write(bad_request_response(detail))
+                self.transport.close()
+                return
+            elif not self.pipeline and cycle is not None:
+                cycle.keep_alive = False  # the request being answered: the connection closes at its end
+            self._close_after_response = True  # after the last complete request queued, if any
+
+        def on_response_complete(self) -> None:
+            if self._close_after_response and not self.pipeline:
+                self.server_state.total_requests += 1
+                self.transport.close()
+                return
+            super().on_response_complete()
 
         def _head_late(self) -> None:
             self._head_timer = None
@@ -146,12 +267,8 @@ def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_head_timer()
+            self._stop_body_timer()
             super().connection_lost(exc)
-
-        def _bad_request(self) -> None:
-            msg = "Invalid HTTP request received."
-            self.logger.warning(msg)
-            self.send_400_response(msg)
 
         def _reject(self, limit: str) -> None:
             self._rejected = True
@@ -183,9 +300,12 @@ def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
             if self._head_timer is not None:
                 self._stop_head_timer()
             super().on_headers_complete()
+            self._in_body = True
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
-            self._in_head, self._head_bytes, self._fields, self._tail = True, 0, 0, b""
+            self._in_head, self._in_body, self._head_bytes, self._fields, self._tail = True, False, 0, 0, b""
+            if self._body_timer is not None:
+                self._stop_body_timer()
 
     return LimitedHttpToolsProtocol

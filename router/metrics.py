@@ -262,6 +262,12 @@ class RouterMetrics:
             "Requests refused with 431 because their head passed a server.headers limit "
             "(limit: bytes, fields, field_bytes), or with 408 because it arrived slower than "
             "server.headers.head_timeout_s (limit: head_timeout); the connection was closed.", ["limit"])
+        self.framing_rejections = LoopCounter(
+            "specgate_request_framing_rejections",
+            "Requests cut for their body's framing (router/http_limits.py): reason body_timeout "
+            "(the body did not arrive within server.body_timeout_s after the head: 408) or "
+            "malformed (bad chunked framing, a body shorter than its Content-Length, bytes that "
+            "are no HTTP request: 400); the connection was closed.", ["reason"])
         self.priority_requests = LoopCounter(
             "specgate_priority_requests",
             "Generation requests by where the engine's priority came from (router/admission.py): "
@@ -284,7 +290,7 @@ class RouterMetrics:
                                           self.predicted_completion, self.completion_tokens,
                                           self.reasoning_tokens, self.usage_inconsistent,
                                           self.suspect_truncations, self.header_limit_rejections,
-                                          self.priority_requests]))
+                                          self.framing_rejections, self.priority_requests]))
         self.prefix_match_ratio = LoopHistogram(
             "specgate_prefix_match_ratio",
             "Per routed request with prefix routing on: the estimated fraction of its prompt tokens "

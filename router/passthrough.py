@@ -51,6 +51,15 @@ What the router does with a pass-through request:
   no ``rid`` an ``/abort_request`` could name, so closing the connection is the whole abort.
 - **Metrics**: ``specgate_requests_total{pool, reason=<kind>, status}`` and
   ``specgate_request_duration_seconds{pool}``.
+- **Trace context** as on the generation routes (:mod:`router.trace`): a valid ``traceparent``
+  and ``tracestate`` (and ``baggage`` with ``tracing.forward_baggage``) go upstream on every
+  attempt. With ``tracing.enabled`` (:mod:`router.tracing`) the request has a server span
+  ``POST <path>`` (``specgate.reason`` the kind, ``specgate.pool``/``final_pool`` the pool that
+  answered, ``specgate.attempts``, ``specgate.outcome``; a refusal ends it with its error code)
+  and each attempt a client span, child of the server span, whose context is the
+  ``traceparent`` the engine receives; an attempt's span ends with the engine's status, or
+  with ``error.type`` ``unreachable``, ``upstream_failed``, ``upstream_timeout`` or
+  ``client_disconnect``.
 """
 
 from __future__ import annotations
@@ -65,10 +74,11 @@ from typing import Any
 import aiohttp
 import orjson
 from fastapi import FastAPI, Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from router.api import _parse_json, _read_body, client_request_id
-from router.context import attach_context
+from router.context import attach_context, end_disconnected
 from router.errors import (
     InvalidRequest,
     NoHealthyUpstream,
@@ -79,6 +89,7 @@ from router.errors import (
     map_engine_error,
 )
 from router.models import catalog, resolve_passthrough
+from router.spans import end_span
 from router.trace import trace_headers
 
 __all__ = ["PASSTHROUGH_ROUTES", "UnsupportedEndpoint", "check_body", "install_passthrough_routes",
@@ -148,6 +159,18 @@ async def _call(session: aiohttp.ClientSession, endpoint: Any, path: str, body: 
             return resp.status, resp.headers.get("content-type", "application/json"), data
 
 
+def _attempt_span(tracing: Any, parent: Any, endpoint: Any, path: str, attempt: int,
+                  trace: dict[str, str]) -> tuple[Any, dict[str, str]]:
+    """One attempt's client span (:meth:`router.tracing.Tracing.start_attempt`) and the trace
+    headers to send: ``trace`` with the span's ``traceparent`` (the client's tracestate kept).
+    The server span ``parent`` records the attempt (``specgate.pool`` the first one's pool,
+    ``final_pool`` the latest one's, ``attempts`` their count)."""
+    parent.set_attributes({"specgate.final_pool": endpoint.pool, "specgate.attempts": attempt,
+                           **({"specgate.pool": endpoint.pool} if attempt == 1 else {})})
+    span, context = tracing.start_attempt(parent, endpoint.url, path, endpoint.pool, attempt)
+    return span, {**trace, **context}
+
+
 class _ClientGone(Exception):
     """The client disconnected while the engine was computing its answer."""
 
@@ -184,7 +207,13 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     cfg = runtime.config
     received = time.perf_counter()
     request_id = client_request_id(request.headers.get("x-request-id")) or state.next_request_id()
-    attach_context(request, request_id)
+    context = attach_context(request, request_id)
+    trace = trace_headers(request.headers.getlist("traceparent"), request.headers.getlist("tracestate"),
+                          request.headers.get("baggage") if cfg.tracing.forward_baggage else None)
+    tracing = state.tracing  # the one this request's spans come from, even if a reload swaps it
+    if tracing is not None:  # the server span; a refusal's error path ends it
+        context.span = tracing.start_request(request.scope["path"], trace, request_id)
+        context.span.set_attribute("specgate.reason", kind)
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
     path = request.scope["path"]
@@ -200,34 +229,49 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
         listed=all(e.served_models is not None for p in pools for e in p.endpoints.values()))
     if forward is not None:  # an alias of the generation model: the engine knows its name only
         body = orjson.dumps({**doc, "model": forward})
-    trace = trace_headers(request.headers.getlist("traceparent"), request.headers.getlist("tracestate"))
     excluded: set[str] = set()
     error: SpecgateError | None = None
     for attempt in range(cfg.upstream.max_attempts):
         endpoint = next(_candidates(pools, excluded, tie + attempt), None)
         if endpoint is None:
             break
+        span, headers = (None, trace) if context.span is None else _attempt_span(
+            tracing, context.span, endpoint, path, attempt + 1, trace)
         lease = endpoint.lease()
+        status: int | None = None
+        failure: str | None = None
         try:
             status, ctype, data = await _call_unless_gone(
-                request, _call(state.session, endpoint, path, body, request_id, cfg.upstream, trace))
+                request, _call(state.session, endpoint, path, body, request_id, cfg.upstream, headers))
         except _ClientGone:
-            state.metrics.requests.inc((endpoint.pool, kind, "499"))
-            return Response(status_code=499)  # nobody to send it to (the server drops it)
+            failure = "client_disconnect"  # answered below, once the attempt's span has ended
         except TimeoutError:
+            failure = "upstream_timeout"
             raise UpstreamTimeout("the engine did not answer within upstream.nonstream_timeout_s") from None
         except aiohttp.ClientConnectorError:
+            failure = "unreachable"
             endpoint.mark_down()
             excluded.add(endpoint.url)
             error = UpstreamError("upstream worker unreachable")
             continue
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            failure = "upstream_failed"
             endpoint.mark_down()
             excluded.add(endpoint.url)
             error = UpstreamError("upstream worker failed")
             continue
         finally:
             lease.release()
+            if span is not None:
+                end_span(span, status, failure if failure is not None or status is None or status < 500
+                            else "engine_error")
+        if failure == "client_disconnect":
+            state.metrics.requests.inc((endpoint.pool, kind, "499"))
+            if context.span is not None:
+                end_span(context.span, 499, failure, outcome=failure)
+                context.span = None
+            return Response(status_code=499)  # nobody to send it to (the server drops it)
+        assert status is not None  # every other failure continued or raised
         if status >= 500:
             excluded.add(endpoint.url)
             error = map_engine_error(status, data, param=_INPUT_PARAM[kind])
@@ -236,6 +280,9 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
             raise map_engine_error(status, data, param=_INPUT_PARAM[kind])
         state.metrics.requests.inc((endpoint.pool, kind, str(status)))
         state.metrics.request_duration.observe((endpoint.pool,), time.perf_counter() - received)
+        if context.span is not None:
+            end_span(context.span, status, outcome="ok")
+            context.span = None
         return Response(data, status_code=status, headers={
             "content-type": ctype, "x-request-id": request_id,
             "x-specgate-pool": endpoint.pool, "x-specgate-reason": kind})
@@ -251,7 +298,11 @@ def install_passthrough_routes(app: FastAPI) -> None:
 
     def route(kind: str) -> Any:
         async def handler(request: Request) -> Response:
-            return await serve_passthrough(request, kind, next(tie))
+            try:
+                return await serve_passthrough(request, kind, next(tie))
+            except ClientDisconnect:  # gone while its body was read: nobody to answer, not a 500
+                end_disconnected(request)
+                return Response(status_code=499)
         return handler
 
     for path, kind in PASSTHROUGH_ROUTES.items():

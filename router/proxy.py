@@ -96,6 +96,7 @@ from router.errors import (
     map_engine_error,
 )
 from router.proxy_job import ProxyJob, Redecide, Redecision
+from router.spans import end_span
 from router.specstats import strip_body, strip_event
 from router.upstream import Backpressure as _Backpressure
 from router.upstream import (
@@ -376,7 +377,7 @@ class ProxyResponse(Response):
             if resp is not None:
                 resp.close()
             if span is not None:
-                self._tracing.end(span, None if resp is None else resp.status,
+                end_span(span, None if resp is None else resp.status,
                                   None if job.outcome == "ok" else job.outcome)
 
     async def _first_events(self, resp: aiohttp.ClientResponse) -> bytes:

@@ -18,7 +18,9 @@ loop step, so nothing the live runtime routes with is written from another threa
 config, is logged and counted in ``specgate_config_reloads_total{result="failure"}`` (and
 ``state.reloads_failed``), and the watcher goes on: the next valid change is applied.
 ``server.host``/``server.port`` and ``state`` changes need a restart and are only logged;
-API key files and variables (``auth``) are re-read; routing overrides carry over.
+API key files and variables (``auth``) are re-read; routing overrides carry over; a changed
+``tracing`` section gets a new tracer, the old one retiring once its requests are done
+(:mod:`router.tracing_reload`).
 
 Kubernetes mounts a ConfigMap as a directory whose ``config.yaml`` is a symlink to
 ``..data/config.yaml`` and ``..data`` a symlink to a timestamped directory (``..2026_...``); the
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from router.config import ConfigError
+from router.tracing_reload import apply_tracing
 
 if TYPE_CHECKING:
     from router.app import AppState
@@ -158,6 +161,10 @@ class Reloader:
         if state.runtime.config.state != config.state:
             log.warning("state changed; restart the router to apply")
         state.runtime = runtime
+        try:
+            apply_tracing(state, config.tracing)
+        except Exception as exc:  # noqa: BLE001  (the runtime swap stands; the old tracer is kept)
+            return self._failed(exc)
         if state.discovery is not None:
             try:
                 state.discovery.sync(runtime)

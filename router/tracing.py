@@ -4,7 +4,8 @@ With ``tracing.enabled`` the app builds one :class:`Tracing` in its lifespan (it
 ``TracerProvider``, never the process-global one) exporting over OTLP/HTTP (protobuf) with
 the OpenTelemetry SDK's ``BatchSpanProcessor``:
 
-- a **server span** per generation request, ``POST <path>`` (kind SERVER), child of the
+- a **server span** per generation request (the pass-through routes have theirs too,
+  :mod:`router.passthrough`), ``POST <path>`` (kind SERVER), child of the
   client's valid ``traceparent`` (:mod:`router.trace`) or a new root, with the decision as
   attributes: ``specgate.pool``, ``specgate.reason``, ``specgate.endpoint_reason``,
   ``specgate.prompt_tokens``, ``specgate.prompt_tokens_exact``, ``specgate.predicted_s`` (the
@@ -26,19 +27,53 @@ forwarded unchanged.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import Span, SpanKind, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from router.config_server import TracingConfig
+from router.spans import end_span
 
 __all__ = ["Tracing"]
+
+
+class _OpenSpans(SpanProcessor):
+    """Counts the provider's spans started and not yet ended (so a tracer replaced by a
+    reload is shut down only once its requests are done, :mod:`router.tracing_reload`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        self.count += 1
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.count -= 1
+
+
+class _Borrowed(SpanExporter):
+    """An exporter the app was given (tests), used but never shut down by a provider."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self._inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self._inner.export(spans)
+
+    def shutdown(self) -> None:
+        pass
 
 
 class Tracing:
@@ -52,14 +87,17 @@ class Tracing:
 
     def __init__(self, cfg: TracingConfig, exporter: SpanExporter | None = None) -> None:
         resource = Resource.create({**cfg.resource_attributes, "service.name": cfg.service_name})
+        self.config = cfg
         self.provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(cfg.sampler_ratio)))
+        self._open = _OpenSpans()
+        self.provider.add_span_processor(self._open)
         if exporter is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
             otlp = OTLPSpanExporter(endpoint=cfg.endpoint, timeout=cfg.export_timeout_s)
             self.provider.add_span_processor(BatchSpanProcessor(otlp))
-        else:
-            self.provider.add_span_processor(SimpleSpanProcessor(exporter))
+        else:  # borrowed: a reload's new tracer exports to it too, so shutting this one down keeps it open
+            self.provider.add_span_processor(SimpleSpanProcessor(_Borrowed(exporter)))
         self.tracer = self.provider.get_tracer("specgate.router")
         self._propagator = TraceContextTextMapPropagator()
 
@@ -78,18 +116,13 @@ class Tracing:
         self._propagator.inject(headers, context=set_span_in_context(span))
         return span, headers
 
-    @staticmethod
-    def end(span: Span, status: int | None, error: str | None = None, **attributes: Any) -> None:
-        """Set the outcome on ``span`` and end it (``error``: the error code, status ERROR)."""
-        if status is not None:
-            span.set_attribute("http.response.status_code", status)
-        for key, value in attributes.items():
-            if value is not None:
-                span.set_attribute(f"specgate.{key}", value)
-        if error is not None:
-            span.set_attribute("error.type", error)
-            span.set_status(Status(StatusCode.ERROR, error))
-        span.end()
+    #: Set the outcome on a span and end it (:func:`router.spans.end_span`).
+    end = staticmethod(end_span)
+
+    @property
+    def open_spans(self) -> int:
+        """Spans of this provider started and not yet ended."""
+        return self._open.count
 
     def shutdown(self) -> None:
         """Flush and stop the exporter (blocking: call it off the event loop)."""

@@ -14,9 +14,13 @@ arguments), so the two cannot disagree. Rules:
 - ``engine.tool_call_parser`` / ``engine.reasoning_parser`` become ``--tool-call-parser`` /
   ``--reasoning-parser`` (set per pool: both pools of one model should use the same parsers,
   or the tool-call output differs by pool); left out when unset.
-- ``engine.otlp_traces_endpoint`` (``host:port``, OTLP/gRPC) becomes ``--enable-trace
-  --otlp-traces-endpoint`` (and ``engine.otlp_service_name`` ``--otlp-service-name``): the
-  engine's request spans then join the router's trace (it forwards ``traceparent``).
+- ``engine.otlp_traces_endpoint`` becomes ``--enable-trace --otlp-traces-endpoint`` (and
+  ``engine.otlp_service_name`` ``--otlp-service-name``): the engine's request spans then join
+  the router's trace (it forwards ``traceparent``). ``host:port`` is OTLP/gRPC (SGLang's
+  default); an ``http://`` or ``https://`` URL (``.../v1/traces``) is OTLP/HTTP, for which
+  :func:`engine_env` sets ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`` (SGLang 0.5.23
+  ``observability/trace.py`` reads it). SGLang exports only when the OpenTelemetry SDK and
+  both OTLP exporters (gRPC and HTTP) import in its environment.
 - A pool whose ``serves`` lacks ``generate`` (an embedding or reranking model) gets
   ``--is-embedding``.
 - ``engine.cpu: true`` adds the CPU-engine flags known to run SGLang 0.5.23 on a CPU
@@ -40,7 +44,7 @@ from urllib.parse import urlparse
 from router.config import Config, PoolConfig
 from serving.local import CPU_FLAGS, cpu_env
 
-__all__ = ["CPU_FLAGS", "LaunchError", "check_with_sglang", "engine_argv", "engine_env"]
+__all__ = ["CPU_FLAGS", "LaunchError", "check_with_sglang", "engine_argv", "engine_env", "is_http_endpoint"]
 
 
 
@@ -119,12 +123,20 @@ def engine_env(config: Config, pool_name: str, base: dict[str, str] | None = Non
 
     In CPU mode: :func:`serving.local.cpu_env` (``SGLANG_USE_CPU_ENGINE=1`` and one OpenMP
     thread, which decoded the tiny models ~13x faster than two on a busy 2-core machine).
+    With an ``http(s)://`` ``otlp_traces_endpoint``: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf``.
     """
     env = dict(os.environ if base is None else base)
     engine = config.pool(pool_name).engine
     if engine is not None and engine.cpu:
         env = cpu_env(env)
+    if engine is not None and engine.otlp_traces_endpoint is not None and is_http_endpoint(engine.otlp_traces_endpoint):
+        env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
     return env
+
+
+def is_http_endpoint(endpoint: str) -> bool:
+    """True when an OTLP endpoint is an OTLP/HTTP URL (``http://`` or ``https://``), not gRPC ``host:port``."""
+    return endpoint.startswith(("http://", "https://"))
 
 
 def check_with_sglang(argv: list[str]) -> bool:

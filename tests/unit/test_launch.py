@@ -117,3 +117,15 @@ def test_engine_tracing_flags_follow_the_pool_config():
     assert "--enable-trace" not in engine_argv(cfg, "spec")  # off unless configured
     if importlib.util.find_spec("sglang") is not None:
         assert check_with_sglang(plain)
+    assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" not in engine_env(cfg, "plain", base={})  # gRPC: SGLang's default
+
+
+def test_an_http_otlp_endpoint_selects_sglangs_http_exporter():
+    doc = yaml.safe_load(yaml.safe_dump(DOC))
+    doc["pools"][1]["engine"].update(otlp_traces_endpoint="http://otel-collector:4318/v1/traces")
+    cfg = parse_config(doc)
+    plain = engine_argv(cfg, "plain")
+    assert plain[plain.index("--enable-trace"):][:3] == [
+        "--enable-trace", "--otlp-traces-endpoint", "http://otel-collector:4318/v1/traces"]
+    assert engine_env(cfg, "plain", base={})["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" not in engine_env(cfg, "spec", base={})
