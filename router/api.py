@@ -425,7 +425,7 @@ def _spec_stats(runtime: Runtime, decision: Decision, kind: str, doc: dict[str, 
     ``strip`` when the router set the field (the relay cuts them out again), ``read`` when the
     client asked for them itself, None when not read (a plain pool, ``/v1/responses``, or
     learning off)."""
-    pool = next((p for p in runtime.pools if p.name == decision.pool), None)
+    pool = runtime.pool(decision.pool)
     if kind == "responses" or pool is None or not pool.speculative or pool.fit is None:
         return None
     if doc.get(SPEC_STATS_FIELD) is True:

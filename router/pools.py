@@ -42,7 +42,7 @@ from router.bypass import FLAGS, BypassState
 from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingConfig
 from router.endpoint import Endpoint, Lease, LeaseLedger
 from router.features import PromptCounter, RequestFeatures
-from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
+from router.learn import DEFAULT_PRIOR, MIN_OWN_OBSERVATIONS, Observation, SpeedFit, share_priors
 from router.policy import (
     Decision,
     EndpointSnapshot,
@@ -271,6 +271,7 @@ class Runtime:
                 eps.append(ep)
             pools.append(Pool(pc, config.pool_limit(pc), eps))
         self.pools: tuple[Pool, ...] = tuple(pools)
+        self._pool_by_name = {p.name: p for p in self.pools}
         if previous is not None:
             for pool in self.pools:
                 prev = next((p for p in previous.pools if p.name == pool.name), None)
@@ -300,6 +301,7 @@ class Runtime:
         """Give every generation pool its :class:`router.learn.SpeedFit` (``routing.learning``);
         a reload keeps a pool's fit while its prior (speed block, gamma, c) is unchanged."""
         learning = self.config.routing.learning
+        self._sharing = learning.enabled  # some fit may still take its prior from a sibling (learn)
         if not learning.enabled:
             return
         for pool in self.pools:
@@ -320,12 +322,21 @@ class Runtime:
         if ep is None:
             return 0, False, None
         stale = self.config.scrape.stale_after_s
-        snap = _endpoint_snapshot(ep, now, stale, 0, 0)
+        load = ep.backpressure_load(now, stale, 0)
+        engine = ep.engine
+        if engine is None or ep.scraped_at is None or now - ep.scraped_at > stale:
+            return load, False, None  # no fresh scrape: nothing queued or known of the KV
+        queued = engine.num_queue_reqs
         if features is None:
-            return snap.load, snap.queued > 0, None
+            return load, queued > 0, None
+        cap = engine.max_total_num_tokens
+        if cap is None:  # the KV capacity unknown: no context (batch_context's None)
+            return load, queued > 0, None
+        # the snapshot only where its KV is read (what _endpoint_snapshot builds from a fresh scrape)
+        snap = EndpointSnapshot(url, ep.healthy, load, 0, queued, max(0, cap - engine.kv_used), engine.kv_used)
         need = features.num_prompts * features.weight
-        waits = snap.queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
-        return snap.load, waits, batch_context(snap, features.prompt_tokens, features.max_new_tokens)
+        waits = queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
+        return load, waits, batch_context(snap, features.prompt_tokens, features.max_new_tokens)
 
     def learn(self, pool_name: str, url: str, *, prompt_tokens: int, cached_tokens: int, output_tokens: int,
               dispatch_load: int, duration_s: float, temperature: str, now: float,
@@ -336,10 +347,11 @@ class Runtime:
         (speculative pools) the request's own ``accept_length`` (SGLang's
         ``spec_tokens_details``, :mod:`router.specstats`), else the class's live estimate.
         Returns whether it was taken."""
-        pool = next((p for p in self.pools if p.name == pool_name), None)
+        pool = self.pool(pool_name)
         if pool is None or pool.fit is None:
             return False
-        end_load, _, _ = self.dispatch_state(url, now)
+        ep = self._by_url.get(url)
+        end_load = 0 if ep is None else ep.backpressure_load(now, self.config.scrape.stale_after_s, 0)
         tau = None
         if pool.speculative:
             tau = (accept_length or self._accept_lengths(pool, now).get(temperature)
@@ -348,8 +360,17 @@ class Runtime:
                                      output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5),
                                      duration_s=duration_s, accept_length=tau, context=context), now, temperature,
                          measured=pool.speculative and accept_length is not None)
-        share_priors([p.fit for p in self.pools if p.fit is not None])
+        if self._sharing:
+            fits = [p.fit for p in self.pools if p.fit is not None]
+            share_priors(fits)
+            # a fit's count only grows: once every fit has its own observations there is
+            # nothing left to share (share_priors rebases only fits below that)
+            self._sharing = any(f.count < MIN_OWN_OBSERVATIONS for f in fits)
         return True
+
+    def pool(self, name: str | None) -> Pool | None:
+        """The pool named ``name`` (None: no such pool)."""
+        return self._pool_by_name.get(name) if name is not None else None
 
     @staticmethod
     def _prior_tau(pool: Pool, temperature: str) -> float | None:
