@@ -109,6 +109,14 @@ def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
+def _header_values(scope: MutableMapping[str, Any], headers: dict[bytes, bytes], name: bytes) -> list[str]:
+    """Every value of header ``name`` in order (Starlette's ``Headers.getlist``), without a
+    scan of the list when :func:`_header_map` lacks the name (the usual case)."""
+    if name not in headers:
+        return []
+    return [v.decode("latin-1") for k, v in scope["headers"] if k == name]
+
+
 async def _read_body(request: Request, cap: int, headers: dict[bytes, bytes] | None = None) -> bytes:
     """The request body, its ``Content-Encoding`` undone; ``cap`` bounds the bytes read and
     the decoded bytes (:mod:`router.encoding`: 413, 415, 400 ``invalid_content_encoding``)."""
@@ -218,8 +226,9 @@ async def _generate(request: Request, kind: str) -> Response:
     headers = _header_map(request.scope)
     request_id = client_request_id(_header(headers, b"x-request-id")) or own_id
     context = attach_context(request, request_id)
-    raw = request.headers  # every value of a repeated header (trace context: exactly one allowed)
-    trace = trace_headers(raw.getlist("traceparent"), raw.getlist("tracestate"),
+    # every value of a repeated header (trace context: exactly one allowed)
+    trace = trace_headers(_header_values(request.scope, headers, b"traceparent"),
+                          _header_values(request.scope, headers, b"tracestate"),
                           _header(headers, b"baggage") if cfg.tracing.forward_baggage else None)
     if state.tracing is not None:  # router.tracing: the server span, ended by _finish or the error path
         context.span = state.tracing.start_request(request.scope["path"], trace, request_id)
