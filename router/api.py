@@ -53,7 +53,6 @@ from router.policy import (
     Decision,
     Outcome,
     Reason,
-    flip_points,
     over_length_message,
     request_features,
 )
@@ -208,7 +207,7 @@ async def _size_prompt(state: AppState, runtime: Runtime, parsed: ParsedRequest,
         rendered_out.append(rendered)
     if lo == hi:  # token-id prompts
         return hi, None
-    if not needs_exact(lo, hi, flip_points(parsed.max_new_tokens, parsed.n, runtime.pools, runtime.rules)):
+    if not needs_exact(lo, hi, runtime.flip_points(parsed.max_new_tokens, parsed.n)):
         return hi, lo
     exact = await loop.run_in_executor(state.executor, counter.exact, rendered)
     media = getattr(rendered, "media_tokens", 0)

@@ -50,6 +50,7 @@ from router.policy import (
     Rules,
     batch_context,
     decide,
+    flip_points,
 )
 from router.predict import SpeedModel
 from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
@@ -195,6 +196,10 @@ class _SnapshotCache:
         return snap
 
 
+#: Distinct ``(max_tokens, n)`` pairs whose flip points a runtime keeps (:meth:`Runtime.flip_points`).
+_FLIP_CACHE = 256
+
+
 class _PrefixParams(TypedDict):
     """The prefix-cache thresholds a :class:`router.prefix.PrefixRequest` copies from config."""
 
@@ -246,6 +251,8 @@ class Runtime:
         self._tie = itertools.count()
         self._sticky: tuple[RoutingConfig | None, int] = (None, 0)
         self._snapshot_cache = _SnapshotCache()
+        self._flips_rules: Rules | None = None
+        self._flips: dict[tuple[int | None, int], tuple[int, ...]] = {}
         old: dict[tuple[str, str], Endpoint] = {}
         if previous is not None:
             for pool in previous.pools:
@@ -367,6 +374,20 @@ class Runtime:
             # nothing left to share (share_priors rebases only fits below that)
             self._sharing = any(f.count < MIN_OWN_OBSERVATIONS for f in fits)
         return True
+
+    def flip_points(self, requested: int | None, n: int) -> tuple[int, ...]:
+        """:func:`router.policy.flip_points` for this runtime's pools and rules, computed once
+        per ``(requested, n)`` while the rules stand (an override replaces them; at most
+        :data:`_FLIP_CACHE` entries)."""
+        if self._flips_rules is not self.rules:
+            self._flips_rules, self._flips = self.rules, {}
+        key = (requested, n)
+        points = self._flips.get(key)
+        if points is None:
+            if len(self._flips) >= _FLIP_CACHE:
+                self._flips.clear()
+            points = self._flips[key] = tuple(flip_points(requested, n, self.pools, self.rules))
+        return points
 
     def pool(self, name: str | None) -> Pool | None:
         """The pool named ``name`` (None: no such pool)."""
