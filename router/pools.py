@@ -34,7 +34,7 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from router.acceptance import CLASSES
 from router.auth import Auth
@@ -54,6 +54,7 @@ from router.policy import (
 )
 from router.predict import SpeedModel
 from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
+from router.snapshot_cache import SnapshotCache
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
 
@@ -158,44 +159,6 @@ class Pool:
         return min(ages) if ages else None
 
 
-class _SnapshotCache:
-    """The last :class:`~router.policy.PoolSnapshot` built for each set of a pool's values, so a
-    decision whose pool reads as a recent one did reuses that object instead of building it
-    (a frozen dataclass of 12 fields costs about as much as the rest of the snapshot).
-
-    :meth:`get` takes every field that can change as a keyword (hashable values: tuples,
-    frozensets, numbers, None) and keys on all of them plus the pool object, whose
-    config-derived fields (name, speculative, limit, reserved, speed model) are fixed for its
-    life; so a hit equals what a fresh build would give, and a new snapshot field passed here is
-    keyed without further change. Loads take few distinct values, so most decisions hit; the
-    map is cleared when it holds :attr:`MAX_ENTRIES`.
-    """
-
-    MAX_ENTRIES = 1024
-
-    __slots__ = ("_map",)
-
-    def __init__(self) -> None:
-        self._map: dict[tuple[object, ...], PoolSnapshot] = {}
-
-    def get(self, pool: Pool, **values: Any) -> PoolSnapshot:
-        """The snapshot of ``pool`` with ``values`` (built on a miss). A learning pool's speed
-        model and acceptance table are keyed by the fit's version (they change only when it
-        takes a request or a new prior)."""
-        fit = pool.fit
-        key = (pool, -1 if fit is None else fit.version, *values.items())
-        snap = self._map.get(key)
-        if snap is None:
-            if len(self._map) >= self.MAX_ENTRIES:
-                self._map.clear()
-            learned = {} if fit is None else {
-                "speed": fit.model, "accept_table": fit.accept_table() if pool.speculative else None}
-            snap = self._map[key] = PoolSnapshot(
-                name=pool.name, speculative=pool.config.speculative, limit=pool.limit, reserved=pool.reserved,
-                **{"speed": pool.speed, **learned, **values})
-        return snap
-
-
 #: Distinct ``(max_tokens, n)`` pairs whose flip points a runtime keeps (:meth:`Runtime.flip_points`).
 _FLIP_CACHE = 256
 
@@ -250,7 +213,7 @@ class Runtime:
         self.override_error: str | None = None
         self._tie = itertools.count()
         self._sticky: tuple[RoutingConfig | None, int] = (None, 0)
-        self._snapshot_cache = _SnapshotCache()
+        self._snapshot_cache = SnapshotCache()
         self._flips_rules: Rules | None = None
         self._flips: dict[tuple[int | None, int], tuple[int, ...]] = {}
         old: dict[tuple[str, str], Endpoint] = {}
