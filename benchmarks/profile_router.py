@@ -1,7 +1,7 @@
 """Sampling profile of ``specgate router`` under load (py-spy), summarised per function.
 
     .venv/bin/python benchmarks/profile_router.py [--seconds 15] [--rate 200] [--stream]
-        [--concurrency 16] [--top 40] [--out runs/profile]
+        [--concurrency 16] [--top 40] [--out runs/profile] [--tree PATH]
 
 The setup of ``benchmarks/router_overhead.py``: ``benchmarks/fast_backend.py`` and ``wrk``
 pinned to the last core, the router alone on core 0, the same config (one plain pool, the
@@ -10,7 +10,9 @@ with ``pip install py-spy``) samples the router for ``--seconds`` at ``--rate`` 
 ``wrk`` keeps it busy; the collapsed stacks are written to ``<out>/specgate.folded`` (a flame
 graph tool reads them) and the script prints the functions with the largest *inclusive* share
 of the samples (a function counted once per sample however often it appears in the stack)
-and the largest *self* share (the innermost frame).
+and the largest *self* share (the innermost frame), each also as microseconds of the router's
+CPU per request. ``--tree`` profiles the router package of another checkout (e.g. ``git
+worktree add /tmp/base <rev>``), with this checkout's backend and config.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from benchmarks.router_overhead import (  # after the path set-up
     CHAT_BODY,
     ROOT,
     STREAM_BODY,
+    cpu_seconds,
     ensure_wrk,
     free_port,
     stop_processes,
@@ -39,8 +42,10 @@ from benchmarks.router_overhead import (  # after the path set-up
 )
 
 
-def summarise(folded: Path, top: int) -> None:
-    """Print the ``top`` functions by inclusive and by self share of the samples."""
+def summarise(folded: Path, top: int, us_per_request: float | None = None) -> None:
+    """Print the ``top`` functions by inclusive and by self share of the samples; with
+    ``us_per_request`` (the router's CPU per request), each share also as microseconds per
+    request (share x CPU per request: an estimate, the samples include the loop's waits)."""
     inclusive: collections.Counter[str] = collections.Counter()
     own: collections.Counter[str] = collections.Counter()
     total = 0
@@ -59,7 +64,8 @@ def summarise(folded: Path, top: int) -> None:
     for title, counter in (("inclusive", inclusive), ("self", own)):
         print(f"\n{title}:")
         for name, n in counter.most_common(top):
-            print(f"{100 * n / total:6.1f}%  {name}")
+            us = f"{us_per_request * n / total:7.1f} us  " if us_per_request else ""
+            print(f"{100 * n / total:6.1f}%  {us}{name}")
 
 
 def main() -> int:
@@ -71,7 +77,10 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--out", default="runs/profile")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
+    ap.add_argument("--tree", default=str(ROOT),
+                    help="checkout whose router package is profiled (e.g. a `git worktree` of an older revision)")
     args = ap.parse_args()
+    tree = Path(args.tree).resolve()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(pyspy).exists():
         raise SystemExit("py-spy not found: pip install py-spy")
@@ -88,9 +97,10 @@ def main() -> int:
         tokenizer = make_test_tokenizer(work / "tokenizer")
     procs: list[subprocess.Popen[bytes]] = []
 
-    def spawn(cmd: list[str], cpu: str, log: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def spawn(cmd: list[str], cpu: str, log: str, env: dict[str, str] | None = None,
+              cwd: Path = ROOT) -> subprocess.Popen[bytes]:
         p = subprocess.Popen(["taskset", "-c", cpu, *cmd], stdout=open(work / log, "wb"),  # noqa: SIM115  the child owns it
-                             stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
+                             stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
                              env={**os.environ, **(env or {})})
         procs.append(p)
         return p
@@ -109,7 +119,7 @@ def main() -> int:
             "scrape": {"interval_s": 1.0, "timeout_s": 1.0, "stale_after_s": 5.0},
             "server": {"log_requests": False}}))
         router = spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port", str(port)],
-                       router_cpu, "specgate.log", env={"PYTHONPATH": str(ROOT)})
+                       router_cpu, "specgate.log", env={"PYTHONPATH": str(tree)}, cwd=tree)
         wait_http(f"http://127.0.0.1:{port}/ready")
         lua = work / "req.lua"
         lua.write_text(f'wrk.method = "POST"\nwrk.body = {json.dumps(STREAM_BODY if args.stream else CHAT_BODY)}\n'
@@ -119,13 +129,19 @@ def main() -> int:
                                  f"-d{args.seconds + 4}s", "-s", str(lua), url],
                                 stdout=subprocess.PIPE, text=True)
         time.sleep(2)  # warm
+        cpu0, t0 = cpu_seconds(router.pid), time.monotonic()
         folded = out / "specgate.folded"
         subprocess.run(["taskset", "-c", load_cpu, pyspy, "record", "--pid", str(router.pid), "--rate",
                         str(args.rate), "--duration", str(args.seconds), "--format", "raw", "--nonblocking",
                         "--output", str(folded)], check=True, capture_output=True)
+        cpu1, t1 = cpu_seconds(router.pid), time.monotonic()
         wrk_out, _ = load.communicate()
         print(wrk_out.strip().splitlines()[-2] if wrk_out.strip() else "")
-        summarise(folded, args.top)
+        rps = float(wrk_out.split("Requests/sec:")[1].split()[0]) if "Requests/sec:" in wrk_out else 0.0
+        us = (cpu1 - cpu0) / (rps * (t1 - t0)) * 1e6 if rps else None
+        if us:
+            print(f"router CPU per request while sampled: {us:.0f} us (py-spy's own reads included)")
+        summarise(folded, args.top, us)
         print(f"\ncollapsed stacks: {folded}")
         return 0
     finally:

@@ -212,7 +212,8 @@ def main() -> int:
     ap.add_argument("--targets", default=",".join(DEFAULT_TARGETS),
                     help=f"comma-separated subset of {','.join(TARGETS)}")
     ap.add_argument("--base", default=None,
-                    help="git revision of the base target (default: merge base with origin/main, else main)")
+                    help="git revision of the base target (default: merge base with origin/main, else main); "
+                         "comma-separated revisions add targets base2, base3, ... (each run side by side)")
     ap.add_argument("--check", type=float, default=None, metavar="TOL",
                     help="exit 1 when specgate's CPU per request exceeds (1 + TOL) x base's in a cell at c > 1")
     ap.add_argument("--rust-as-shipped", action="store_true",
@@ -245,7 +246,7 @@ def main() -> int:
 
         tokenizer = make_test_tokenizer(work / "tokenizer")
     procs: list[subprocess.Popen[bytes]] = []
-    base_tree: Path | None = None
+    base_trees: list[Path] = []
 
     def spawn(cmd: list[str], cpu: str, log: str, env: dict[str, str] | None = None,
               cwd: Path | None = None) -> subprocess.Popen[bytes]:
@@ -288,13 +289,18 @@ def main() -> int:
             targets[name], health[name] = (port, p.pid), f"http://127.0.0.1:{port}/ready"
 
         base_rev = None
+        base_revs: dict[str, str] = {}
         if "base" in wanted:
-            base_rev = git_base(args.base)
-            base_tree = work / "base-tree"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(base_tree),
-                            base_rev], check=True)
-            specgate("base", base_tree)
-            print(f"base: {base_rev[:12]} ({base_tree})", flush=True)
+            for i, rev in enumerate((args.base or "").split(",") if args.base else [None]):
+                name = "base" if i == 0 else f"base{i + 1}"
+                base_revs[name] = git_base(rev)
+                tree = work / f"{name}-tree"
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(tree),
+                                base_revs[name]], check=True)
+                base_trees.append(tree)
+                specgate(name, tree)
+                print(f"{name}: {base_revs[name][:12]} ({tree})", flush=True)
+            base_rev = base_revs["base"]
         if "specgate" in wanted:
             specgate("specgate", ROOT)
         if "traced" in wanted:
@@ -352,7 +358,7 @@ def main() -> int:
                     ttfb[mode] = {name: ttfb_ms(port, body) for name, (port, _) in targets.items()}
         summary = summarise(results, ttfb)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"base": base_rev, "results": results, "ttfb_ms": ttfb,
+        Path(args.out).write_text(json.dumps({"base": base_rev, "bases": base_revs, "results": results, "ttfb_ms": ttfb,
                                               "summary": summary}, indent=2))
         print_table(summary, list(targets))
         print(f"JSON written to {args.out}")
@@ -361,8 +367,8 @@ def main() -> int:
         return 0
     finally:
         stop_processes(procs)
-        if base_tree is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)], check=False)
+        for tree in base_trees:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
 
 
 #: Every target, in the order each round runs them.
@@ -412,12 +418,14 @@ def summarise(results: dict, ttfb: dict) -> list[dict]:  # type: ignore[type-arg
             for key, a, b, what in _RATIOS:
                 if a in med and b in med and med[b].get(what):
                     row[key] = med[a][what] / med[b][what]
-            if "specgate" in by and "base" in by:
+            for base in (t for t in by if t.startswith("base")):
+                if "specgate" not in by:
+                    break
                 # The rounds run the targets back to back, so round i of each is a pair that met
                 # the same machine: the median of the paired ratios cancels slow drift.
-                paired = [s["cpu_us_per_req"] / b["cpu_us_per_req"] for s, b in zip(by["specgate"], by["base"])]
-                row["cpu_specgate_over_base"] = statistics.median(paired)
-                row["cpu_specgate_over_base_rounds"] = ", ".join(f"{x:.2f}" for x in paired)
+                paired = [s["cpu_us_per_req"] / b["cpu_us_per_req"] for s, b in zip(by["specgate"], by[base])]
+                row[f"cpu_specgate_over_{base}"] = statistics.median(paired)
+                row[f"cpu_specgate_over_{base}_rounds"] = ", ".join(f"{x:.2f}" for x in paired)
             if "traced" in by and "specgate" in by:  # tracing on at 100% over off, paired per round
                 paired = [t["cpu_us_per_req"] / s["cpu_us_per_req"] for t, s in zip(by["traced"], by["specgate"])]
                 row["cpu_traced_over_specgate"] = statistics.median(paired)
@@ -450,7 +458,9 @@ def print_table(rows: list[dict], targets: list[str]) -> None:  # type: ignore[t
         print(f"{r['mode']:9} {r['concurrency']:>3} " + " ".join(
             f"{r[f'{t}_cpu_us_per_req']:9.0f}" if f"{t}_cpu_us_per_req" in r else f"{'-':>9}" for t in routers)
             + f" {_fmt(r.get('cpu_specgate_over_base')):>8} {_fmt(r.get('cpu_specgate_over_rust')):>8}"
-            f"  {r.get('cpu_specgate_over_base_rounds', '')}")
+            f"  {r.get('cpu_specgate_over_base_rounds', '')}"
+            + "".join(f"  sg/{t} {_fmt(r.get(f'cpu_specgate_over_{t}'))} ({r.get(f'cpu_specgate_over_{t}_rounds')})"
+                      for t in routers if t.startswith("base") and t != "base"))
     if any("cpu_traced_over_specgate" in r for r in rows):
         print("\ntracing on (100% sampled) over off, router CPU per request (median of paired rounds)")
         for r in rows:

@@ -55,7 +55,6 @@ from router.policy import (
     Decision,
     Outcome,
     Reason,
-    flip_points,
     over_length_message,
     request_features,
 )
@@ -110,6 +109,14 @@ def _header_map(scope: MutableMapping[str, Any]) -> dict[bytes, bytes]:
 def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
     value = headers.get(name)
     return None if value is None else value.decode("latin-1")
+
+
+def _header_values(scope: MutableMapping[str, Any], headers: dict[bytes, bytes], name: bytes) -> list[str]:
+    """Every value of header ``name`` in order (Starlette's ``Headers.getlist``), without a
+    scan of the list when :func:`_header_map` lacks the name (the usual case)."""
+    if name not in headers:
+        return []
+    return [v.decode("latin-1") for k, v in scope["headers"] if k == name]
 
 
 async def _read_body(request: Request, cap: int, headers: dict[bytes, bytes] | None = None) -> bytes:
@@ -203,7 +210,7 @@ async def _size_prompt(state: AppState, runtime: Runtime, parsed: ParsedRequest,
         rendered_out.append(rendered)
     if lo == hi:  # token-id prompts
         return hi, None
-    if not needs_exact(lo, hi, flip_points(parsed.max_new_tokens, parsed.n, runtime.pools, runtime.rules)):
+    if not needs_exact(lo, hi, runtime.flip_points(parsed.max_new_tokens, parsed.n)):
         return hi, lo
     exact = await loop.run_in_executor(state.executor, counter.exact, rendered)
     media = getattr(rendered, "media_tokens", 0)
@@ -221,8 +228,9 @@ async def _generate(request: Request, kind: str) -> Response:
     headers = _header_map(request.scope)
     request_id = client_request_id(_header(headers, b"x-request-id")) or own_id
     context = attach_context(request, request_id)
-    raw = request.headers  # every value of a repeated header (trace context: exactly one allowed)
-    trace = trace_headers(raw.getlist("traceparent"), raw.getlist("tracestate"),
+    # every value of a repeated header (trace context: exactly one allowed)
+    trace = trace_headers(_header_values(request.scope, headers, b"traceparent"),
+                          _header_values(request.scope, headers, b"tracestate"),
                           _header(headers, b"baggage") if cfg.tracing.forward_baggage else None)
     tracing = state.tracing  # the one this request's spans come from, even if a reload swaps it
     if tracing is not None:  # router.tracing: the server span, ended by _finish or the error path
@@ -432,7 +440,7 @@ def _spec_stats(runtime: Runtime, decision: Decision, kind: str, doc: dict[str, 
     ``strip`` when the router set the field (the relay cuts them out again), ``read`` when the
     client asked for them itself, None when not read (a plain pool, ``/v1/responses``, or
     learning off)."""
-    pool = next((p for p in runtime.pools if p.name == decision.pool), None)
+    pool = runtime.pool(decision.pool)
     if kind == "responses" or pool is None or not pool.speculative or pool.fit is None:
         return None
     if doc.get(SPEC_STATS_FIELD) is True:

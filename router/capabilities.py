@@ -210,12 +210,25 @@ def _triggers(doc: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+#: Every field :func:`_triggers` reads whose presence can make a request need a kind
+#: (``tool_choice`` needs ``tools`` too): a body with none of them needs none.
+TRIGGER_FIELDS = frozenset({
+    "response_format", *_STRING_CONSTRAINTS, "tools", "chat_template_kwargs", "reasoning_effort", "reasoning",
+    "separate_reasoning", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "min_tokens", "min_p", "custom_logit_processor"})
+
+_NO_KINDS: frozenset[str] = frozenset()
+
+
 def required_features(doc: Mapping[str, Any]) -> frozenset[str]:
     """The kinds (:data:`KINDS`) a request document needs from the pool that serves it.
 
     ``doc`` is a chat or completions request body (already validated by :func:`validate`;
-    fields of the wrong type are simply not triggers). Pure and cheap: a few dict lookups.
+    fields of the wrong type are simply not triggers). Pure and cheap: a few dict lookups,
+    none past one set test for a body without any of :data:`TRIGGER_FIELDS` (most bodies).
     """
+    if TRIGGER_FIELDS.isdisjoint(doc):
+        return _NO_KINDS
     return frozenset(_triggers(doc))
 
 

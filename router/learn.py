@@ -150,6 +150,7 @@ class SpeedFit:
         self._a = [[0.0] * _N for _ in range(_N)]
         self._g = [0.0] * _N
         self._model = prior
+        self._model_theta = _theta(prior)  # _theta(self._model), kept with it
         self.count = 0
         self.version = 0  # bumped whenever the model or the acceptance table changes
         self._tau: dict[str, float] = {}  # temperature class -> tau of its observations (EWMA)
@@ -177,6 +178,7 @@ class SpeedFit:
         self._model = self._refit() if self.count else replace(
             self.prior, prefill_s_per_token=model.prefill_s_per_token, decode_s_per_token=model.decode_s_per_token,
             batch_knee=model.batch_knee, attention_s_per_token=model.attention_s_per_token)
+        self._model_theta = _theta(self._model)
         self.version += 1
 
     def accept_length(self, temperature: str) -> float | None:
@@ -213,9 +215,10 @@ class SpeedFit:
             return [u, m * k, m * obs.batch * (gamma + 1 + c * gamma) / tau, m * ctx * k]
         return [u, m, m * obs.batch, m * ctx]
 
-    def predict_s(self, obs: Observation) -> float:
-        """The current model's time for ``obs`` (s; no queueing)."""
-        return sum(x * t for x, t in zip(self.row(obs), _theta(self._model), strict=True))
+    def predict_s(self, obs: Observation, row: list[float] | None = None) -> float:
+        """The current model's time for ``obs`` (s; no queueing); ``row``: its :meth:`row`
+        when already computed."""
+        return sum(x * t for x, t in zip(self.row(obs) if row is None else row, self._model_theta, strict=True))
 
     def observe(self, obs: Observation, now: float, temperature: str | None = None, *,
                 measured: bool = False) -> None:
@@ -233,16 +236,16 @@ class SpeedFit:
             old = self._tau.get(temperature)
             w = max(1.0 - self.forgetting, 0.05)
             self._tau[temperature] = obs.accept_length if old is None else old + w * (obs.accept_length - old)
-        predicted = self.predict_s(obs)
-        rel = abs(predicted - obs.duration_s) / obs.duration_s
+        row = self.row(obs)
+        y = obs.duration_s
+        rel = abs(self.predict_s(obs, row) - y) / y
         self.error = rel if self.error is None else 0.9 * self.error + 0.1 * rel
-        x = [v / obs.duration_s for v in self.row(obs)]  # relative residuals: y / y = 1
+        x = [v / y for v in row]  # relative residuals: y / y = 1
         f = self.forgetting
-        for i in range(_N):
-            self._g[i] = f * self._g[i] + x[i]
-            row = self._a[i]
-            for j in range(_N):
-                row[j] = f * row[j] + x[i] * x[j]
+        a, g = self._a, self._g
+        for i, xi in enumerate(x):  # (the same operations as two index loops, fewer of Python's steps)
+            g[i] = f * g[i] + xi
+            a[i] = [f * aij + xi * xj for aij, xj in zip(a[i], x)]
         self.count += 1
         self.updated_at = now
         if self.count <= REFIT_EVERY * 4 or self.count % REFIT_EVERY == 0:
@@ -252,6 +255,7 @@ class SpeedFit:
         """Solve for the model and freeze the acceptance table: what snapshots read (the
         version tells a snapshot cache that they changed)."""
         self._model = self._refit()
+        self._model_theta = _theta(self._model)
         self._table = {k: tau for k, (tau, n) in self._cells.items() if n >= MIN_BUCKET_OBSERVATIONS}
         self.version += 1
 

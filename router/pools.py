@@ -34,7 +34,7 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from router.acceptance import CLASSES
 from router.auth import Auth
@@ -42,7 +42,7 @@ from router.bypass import FLAGS, BypassState
 from router.config import Config, ConfigError, Overrides, PoolConfig, RoutingConfig
 from router.endpoint import Endpoint, Lease, LeaseLedger
 from router.features import PromptCounter, RequestFeatures
-from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
+from router.learn import DEFAULT_PRIOR, MIN_OWN_OBSERVATIONS, Observation, SpeedFit, share_priors
 from router.models import lacking_adapters, pool_adapters
 from router.policy import (
     Decision,
@@ -51,9 +51,11 @@ from router.policy import (
     Rules,
     batch_context,
     decide,
+    flip_points,
 )
 from router.predict import SpeedModel
 from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
+from router.snapshot_cache import SnapshotCache
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
 
@@ -158,42 +160,8 @@ class Pool:
         return min(ages) if ages else None
 
 
-class _SnapshotCache:
-    """The last :class:`~router.policy.PoolSnapshot` built for each set of a pool's values, so a
-    decision whose pool reads as a recent one did reuses that object instead of building it
-    (a frozen dataclass of 12 fields costs about as much as the rest of the snapshot).
-
-    :meth:`get` takes every field that can change as a keyword (hashable values: tuples,
-    frozensets, numbers, None) and keys on all of them plus the pool object, whose
-    config-derived fields (name, speculative, limit, reserved, speed model) are fixed for its
-    life; so a hit equals what a fresh build would give, and a new snapshot field passed here is
-    keyed without further change. Loads take few distinct values, so most decisions hit; the
-    map is cleared when it holds :attr:`MAX_ENTRIES`.
-    """
-
-    MAX_ENTRIES = 1024
-
-    __slots__ = ("_map",)
-
-    def __init__(self) -> None:
-        self._map: dict[tuple[object, ...], PoolSnapshot] = {}
-
-    def get(self, pool: Pool, **values: Any) -> PoolSnapshot:
-        """The snapshot of ``pool`` with ``values`` (built on a miss). A learning pool's speed
-        model and acceptance table are keyed by the fit's version (they change only when it
-        takes a request or a new prior)."""
-        fit = pool.fit
-        key = (pool, -1 if fit is None else fit.version, *values.items())
-        snap = self._map.get(key)
-        if snap is None:
-            if len(self._map) >= self.MAX_ENTRIES:
-                self._map.clear()
-            learned = {} if fit is None else {
-                "speed": fit.model, "accept_table": fit.accept_table() if pool.speculative else None}
-            snap = self._map[key] = PoolSnapshot(
-                name=pool.name, speculative=pool.config.speculative, limit=pool.limit, reserved=pool.reserved,
-                **{"speed": pool.speed, **learned, **values})
-        return snap
+#: Distinct ``(max_tokens, n)`` pairs whose flip points a runtime keeps (:meth:`Runtime.flip_points`).
+_FLIP_CACHE = 256
 
 
 class _PrefixParams(TypedDict):
@@ -246,7 +214,9 @@ class Runtime:
         self.override_error: str | None = None
         self._tie = itertools.count()
         self._sticky: tuple[RoutingConfig | None, int] = (None, 0)
-        self._snapshot_cache = _SnapshotCache()
+        self._snapshot_cache = SnapshotCache()
+        self._flips_rules: Rules | None = None
+        self._flips: dict[tuple[int | None, int], tuple[int, ...]] = {}
         old: dict[tuple[str, str], Endpoint] = {}
         if previous is not None:
             for pool in previous.pools:
@@ -272,6 +242,7 @@ class Runtime:
                 eps.append(ep)
             pools.append(Pool(pc, config.pool_limit(pc), eps))
         self.pools: tuple[Pool, ...] = tuple(pools)
+        self._pool_by_name = {p.name: p for p in self.pools}
         if previous is not None:
             for pool in self.pools:
                 prev = next((p for p in previous.pools if p.name == pool.name), None)
@@ -301,6 +272,7 @@ class Runtime:
         """Give every generation pool its :class:`router.learn.SpeedFit` (``routing.learning``);
         a reload keeps a pool's fit while its prior (speed block, gamma, c) is unchanged."""
         learning = self.config.routing.learning
+        self._sharing = learning.enabled  # some fit may still take its prior from a sibling (learn)
         if not learning.enabled:
             return
         for pool in self.pools:
@@ -321,12 +293,21 @@ class Runtime:
         if ep is None:
             return 0, False, None
         stale = self.config.scrape.stale_after_s
-        snap = _endpoint_snapshot(ep, now, stale, 0, 0)
+        load = ep.backpressure_load(now, stale, 0)
+        engine = ep.engine
+        if engine is None or ep.scraped_at is None or now - ep.scraped_at > stale:
+            return load, False, None  # no fresh scrape: nothing queued or known of the KV
+        queued = engine.num_queue_reqs
         if features is None:
-            return snap.load, snap.queued > 0, None
+            return load, queued > 0, None
+        cap = engine.max_total_num_tokens
+        if cap is None:  # the KV capacity unknown: no context (batch_context's None)
+            return load, queued > 0, None
+        # the snapshot only where its KV is read (what _endpoint_snapshot builds from a fresh scrape)
+        snap = EndpointSnapshot(url, ep.healthy, load, 0, queued, max(0, cap - engine.kv_used), engine.kv_used)
         need = features.num_prompts * features.weight
-        waits = snap.queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
-        return snap.load, waits, batch_context(snap, features.prompt_tokens, features.max_new_tokens)
+        waits = queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
+        return load, waits, batch_context(snap, features.prompt_tokens, features.max_new_tokens)
 
     def learn(self, pool_name: str, url: str, *, prompt_tokens: int, cached_tokens: int, output_tokens: int,
               dispatch_load: int, duration_s: float, temperature: str, now: float,
@@ -337,10 +318,11 @@ class Runtime:
         (speculative pools) the request's own ``accept_length`` (SGLang's
         ``spec_tokens_details``, :mod:`router.specstats`), else the class's live estimate.
         Returns whether it was taken."""
-        pool = next((p for p in self.pools if p.name == pool_name), None)
+        pool = self.pool(pool_name)
         if pool is None or pool.fit is None:
             return False
-        end_load, _, _ = self.dispatch_state(url, now)
+        ep = self._by_url.get(url)
+        end_load = 0 if ep is None else ep.backpressure_load(now, self.config.scrape.stale_after_s, 0)
         tau = None
         if pool.speculative:
             tau = (accept_length or self._accept_lengths(pool, now).get(temperature)
@@ -349,8 +331,31 @@ class Runtime:
                                      output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5),
                                      duration_s=duration_s, accept_length=tau, context=context), now, temperature,
                          measured=pool.speculative and accept_length is not None)
-        share_priors([p.fit for p in self.pools if p.fit is not None])
+        if self._sharing:
+            fits = [p.fit for p in self.pools if p.fit is not None]
+            share_priors(fits)
+            # a fit's count only grows: once every fit has its own observations there is
+            # nothing left to share (share_priors rebases only fits below that)
+            self._sharing = any(f.count < MIN_OWN_OBSERVATIONS for f in fits)
         return True
+
+    def flip_points(self, requested: int | None, n: int) -> tuple[int, ...]:
+        """:func:`router.policy.flip_points` for this runtime's pools and rules, computed once
+        per ``(requested, n)`` while the rules stand (an override replaces them; at most
+        :data:`_FLIP_CACHE` entries)."""
+        if self._flips_rules is not self.rules:
+            self._flips_rules, self._flips = self.rules, {}
+        key = (requested, n)
+        points = self._flips.get(key)
+        if points is None:
+            if len(self._flips) >= _FLIP_CACHE:
+                self._flips.clear()
+            points = self._flips[key] = tuple(flip_points(requested, n, self.pools, self.rules))
+        return points
+
+    def pool(self, name: str | None) -> Pool | None:
+        """The pool named ``name`` (None: no such pool)."""
+        return self._pool_by_name.get(name) if name is not None else None
 
     @staticmethod
     def _prior_tau(pool: Pool, temperature: str) -> float | None:

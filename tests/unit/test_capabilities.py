@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from router.capabilities import (
+    TRIGGER_FIELDS,
+    _triggers,
     required_features,
     speculation_gate,
     speculation_hint,
@@ -70,6 +72,15 @@ NEEDS = [
 def test_required_features(name, doc, expected):
     validate(doc)
     assert required_features(doc) == frozenset(expected)
+
+
+@pytest.mark.parametrize("name,doc,expected", NEEDS, ids=[c[0] for c in NEEDS])
+def test_the_fast_path_skips_only_bodies_without_a_trigger_field(name, doc, expected):
+    # a body needing a kind names a field of TRIGGER_FIELDS, and the set test agrees with the full scan
+    assert not expected or not TRIGGER_FIELDS.isdisjoint(doc)
+    assert required_features(doc) == frozenset(_triggers(doc))
+    assert required_features({**doc, "tool_choice": "required"}) == frozenset(
+        _triggers({**doc, "tool_choice": "required"}))
 
 
 def test_trigger_param_names_the_field():

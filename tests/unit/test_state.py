@@ -484,3 +484,15 @@ def test_shared_overrides_apply_and_invalid_ones_are_ignored(caplog):
     del model.kv[key]
     asyncio.run(st._batch_once())
     assert rt.routing.long_prompt_tokens == 1024 and rt.overrides == Overrides()
+
+
+def test_runtime_flip_points_follow_the_rules_an_override_sets():
+    from router.policy import flip_points
+
+    rt = Runtime(parse_config(BASE), counter=None)
+    assert rt.flip_points(8, 1) == tuple(flip_points(8, 1, rt.pools, rt.rules))
+    assert rt.flip_points(None, 2) == tuple(flip_points(None, 2, rt.pools, rt.rules))
+    assert rt.flip_points(8, 1) is rt.flip_points(8, 1)  # computed once
+    rt.set_overrides(parse_overrides({"routing": {"long_prompt_tokens": 77}}))
+    assert 77 in rt.flip_points(8, 1)
+    assert rt.flip_points(8, 1) == tuple(flip_points(8, 1, rt.pools, rt.rules))

@@ -1,0 +1,179 @@
+"""The router's CPU per generation request in process, without the HTTP server: checkouts
+side by side, interleaved (docs/performance.md).
+
+    .venv/bin/python benchmarks/request_cost.py [--trees .,/tmp/base] [--rounds 5]
+        [--requests 3000] [--concurrency 16] [--stream]
+
+Each round runs, for every checkout in ``--trees`` in turn, a child process pinned to core 0
+(``taskset``) that builds that checkout's app (``router.app.create_app`` on the config of
+``benchmarks/router_overhead.py``: one plain pool on ``benchmarks/fast_backend.py``, token
+counting, the decision, prefix choice, learning and metrics on, access log off), runs its
+lifespan, and drives ``POST /v1/chat/completions`` straight into the ASGI app
+(``--concurrency`` requests at a time, ``--requests`` after 300 of warm-up): the app's own
+work and its upstream aiohttp client, with no uvicorn in front and nothing of the load
+generator on that core. The backend runs on the last core. Measured per child: process CPU
+(``time.process_time``, every thread) over the requests, in microseconds per request.
+
+Prints every round's figures, the median per checkout with its range, and each checkout's
+median ratio to the first over the rounds (a round's children ran back to back, so the
+ratio of a round is a pair). Less noisy than the whole server under ``wrk`` (the work of
+uvicorn and of the client is not there to vary), so it resolves smaller steps; the
+end-to-end figures are ``benchmarks/router_overhead.py``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def _drive(config: Path, requests: int, concurrency: int, stream: bool) -> dict[str, float]:
+    import router.app
+    from router.app import create_app
+
+    if hasattr(router.app, "tune_interpreter"):  # as `specgate router` runs (the GC thresholds)
+        router.app.tune_interpreter()
+    params = inspect.signature(create_app).parameters
+    kwargs = {k: v for k, v in (("watch", False),) if k in params}
+    app = create_app(config, **kwargs)
+    body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "Say hello in one word."}],
+                       "max_tokens": 8, **({"stream": True} if stream else {})}).encode()
+    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def one() -> int:
+        scope: dict[str, Any] = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+            "root_path": "", "query_string": b"", "headers": list(headers),
+            "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 40000), "state": {}}
+        sent = False
+        status = 0
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await never  # the disconnect watcher waits here until the response is done
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+
+        await app(scope, receive, send)
+        return status
+
+    async def batch(n: int) -> list[int]:
+        out: list[int] = []
+
+        async def worker(k: int) -> None:
+            for _ in range(k):
+                out.append(await one())
+
+        per = [n // concurrency + (1 if i < n % concurrency else 0) for i in range(concurrency)]
+        await asyncio.gather(*(worker(k) for k in per))
+        return out
+
+    async with app.router.lifespan_context(app):
+        deadline = time.monotonic() + 30
+        while True:  # ready: the first scrape found the backend healthy
+            if (await batch(1)) == [200]:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit("the router did not become ready")
+            await asyncio.sleep(0.2)
+        await batch(300)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        statuses = await batch(requests)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+    bad = sum(s != 200 for s in statuses)
+    return {"cpu_us_per_req": cpu / requests * 1e6, "req_s": requests / wall, "non_200": bad}
+
+
+def _child(args: argparse.Namespace) -> int:
+    import uvloop
+
+    result = uvloop.run(_drive(Path(args.config), args.requests, args.concurrency, args.stream))
+    print(json.dumps(result))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trees", default=str(ROOT), help="comma-separated checkouts (the first is the reference)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--config", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return _child(args)
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.router_overhead import free_port, stop_processes, wait_http
+
+    trees = [Path(t).resolve() for t in args.trees.split(",") if t]
+    ncpu = os.cpu_count() or 2
+    work = Path(tempfile.mkdtemp(prefix="specgate-cost-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        port = free_port()
+        procs.append(subprocess.Popen(
+            ["taskset", "-c", str(ncpu - 1), sys.executable, str(ROOT / "benchmarks" / "fast_backend.py"),
+             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
+        wait_http(f"http://127.0.0.1:{port}/health")
+        cfg = work / "router.yaml"
+        cfg.write_text(json.dumps({
+            "model": {"name": "bench", "tokenizer": args.tokenizer},
+            "limits": {"max_context_tokens": 4096, "default_max_tokens": 64},
+            "pools": [{"name": "plain", "speculative": False, "endpoints": [f"http://127.0.0.1:{port}"]}],
+            "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 100000, "exit": 99999}},
+            "scrape": {"interval_s": 1.0, "timeout_s": 1.0, "stale_after_s": 5.0},
+            "server": {"log_requests": False}}))
+        results: dict[Path, list[dict[str, float]]] = {t: [] for t in trees}
+        for rnd in range(args.rounds):
+            for tree in trees:
+                cmd = ["taskset", "-c", "0", sys.executable, str(Path(__file__).resolve()), "--child",
+                       "--config", str(cfg), "--requests", str(args.requests),
+                       "--concurrency", str(args.concurrency), *(["--stream"] if args.stream else [])]
+                out = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, check=False,
+                                     env={**os.environ, "PYTHONPATH": str(tree)})
+                if out.returncode != 0:
+                    raise SystemExit(f"{tree}: {out.stderr[-2000:]}")
+                res = json.loads(out.stdout.strip().splitlines()[-1])
+                results[tree].append(res)
+                print(f"round {rnd + 1} {tree}: {res['cpu_us_per_req']:.1f} us/req, {res['req_s']:.0f} req/s"
+                      + (f", {res['non_200']} non-200" if res["non_200"] else ""), flush=True)
+        ref = results[trees[0]]
+        print(f"\nCPU per request (us; median [min-max] of {args.rounds} rounds), ratio to {trees[0]} "
+              "(median of the rounds' pairs [min-max])")
+        for tree in trees:
+            cpu = [r["cpu_us_per_req"] for r in results[tree]]
+            pairs = [a["cpu_us_per_req"] / b["cpu_us_per_req"] for a, b in zip(results[tree], ref, strict=True)]
+            print(f"{statistics.median(cpu):8.1f} [{min(cpu):.1f}-{max(cpu):.1f}]  "
+                  f"{statistics.median(pairs):.3f} [{min(pairs):.3f}-{max(pairs):.3f}]  {tree}")
+        return 0
+    finally:
+        stop_processes(procs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
