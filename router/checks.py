@@ -50,6 +50,7 @@ __all__ = [
     "health",
     "long_prompt",
     "opt_out",
+    "sampling_guarantee",
     "saturation",
 ]
 
@@ -87,6 +88,7 @@ _OPT_OUT = Rejection(Reason.CLIENT_OPT_OUT, Strength.BYPASS)
 _SATURATED = Rejection(Reason.SATURATED, Strength.BYPASS, predicted=True)
 _LOW = Rejection(Reason.LOW_ACCEPTANCE, Strength.SOFT, predicted=True)
 _CAPABILITY = {kind: Rejection(Reason(kind), Strength.HARD) for kind in Reason if kind.capability}
+_EXACT = Rejection(Reason.SAMPLING_GUARANTEE, Strength.SOFT)
 
 
 def canary(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> Rejection | None:
@@ -101,6 +103,14 @@ def capability(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> R
         return None
     kind = unmet(features.needs, pool.capabilities)
     return None if kind is None else _CAPABILITY[Reason(kind)]
+
+
+def sampling_guarantee(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> Rejection | None:
+    """The request sets ``seed`` or ``logit_bias``, whose promise a speculative pool keeps
+    differently (:func:`router.capabilities.preferred_features`): ``sampling_guarantee``,
+    soft and not predicted (a prediction of speed cannot weigh a guarantee), so the pool
+    stays the fallback and the client's ``on`` hint keeps the request on it."""
+    return _EXACT if features.prefers else None
 
 
 def fit(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> Rejection | None:
@@ -141,4 +151,4 @@ def acceptance(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> R
 
 #: The checks in the order their reasons take precedence.
 SPECULATIVE_CHECKS: tuple[Check, ...] = (
-    canary, capability, fit, long_prompt, health, opt_out, saturation, acceptance)
+    canary, capability, fit, long_prompt, health, opt_out, saturation, acceptance, sampling_guarantee)

@@ -130,6 +130,9 @@ class RequestFeatures:
     temperature_class: str = "sampled"
     needs: frozenset[str] = frozenset()
     speculation: str = "auto"
+    #: Preferences, not needs (:func:`router.capabilities.preferred_features`): a pool that
+    #: keeps them exactly is chosen first, the others stay fallbacks.
+    prefers: frozenset[str] = frozenset()
 
     @property
     def prompt_exact(self) -> bool:

@@ -57,6 +57,8 @@ class Reason(StrEnum):
     CLIENT_OPT_OUT = ("client_opt_out", "the client asked for no speculation")
     CANARY_MISMATCH = ("canary_mismatch", "the lossless canary took the speculative pool out of service")
     PREFIX_AFFINITY = ("prefix_affinity", "the conversation stays on the endpoint that caches its prefix")
+    SAMPLING_GUARANTEE = ("sampling_guarantee",
+                          "seed or logit_bias: a pool that honours them exactly is preferred (speculative: fallback)")
 
 
 #: The capability kinds, in the order a pool's first missing kind is reported.
