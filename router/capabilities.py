@@ -35,9 +35,7 @@ decision reason of a request kept off a speculative pool is the kind's name):
     accumulated once per verify step, "a relaxed version of penalties for speculative
     decoding"); ``min_p`` > 0 (the verify sampler renormalises top-k and top-p only);
     ``custom_logit_processor`` (not applied on the EAGLE verify path).
-    Not a trigger: ``logit_bias`` (a fixed bias added at every draft position, which is what
-    plain decoding adds), ``top_k``/``top_p``/``temperature``/``seed`` (applied by the verify
-    sampler). On CPU engines the verify step is always greedy (``_verify_uses_greedy``), so
+    Not a trigger: ``top_k``/``top_p``/``temperature`` (applied by the verify sampler). On CPU engines the verify step is always greedy (``_verify_uses_greedy``), so
     ``temperature > 0`` decodes greedily there: a demo caveat, not a routing rule.
 
 :func:`unmet` compares what a request needs with what a pool serves: ``None`` capabilities
@@ -45,6 +43,16 @@ serve everything (a plain pool); a speculative pool serves only the kinds its co
 (default: none of them). :func:`validate` refuses malformed constraint fields with HTTP 400
 before any engine sees them (``param`` names the field), since the router must read them to
 route. Everything here is pure: no I/O, no clock, no configuration reads.
+
+**Preferences** (:func:`preferred_features`, reason ``sampling_guarantee``): a non-null
+``seed`` or a non-empty ``logit_bias`` (:data:`router.sampling.CAVEAT_FIELDS`). The speculative
+path keeps their promise differently (a seeded request's reproducibility depends on the verify
+step's batch, vllm-project/vllm#9441, #6038; ``logit_bias`` is not applied to every draft
+position under EAGLE, sgl-project/sglang#10617), so such a request prefers a pool that honours
+them exactly, a plain pool: a speculative pool is *bypassed*, not excluded (a soft rejection,
+router/checks.py). With no plain pool able to take it, the speculative pool serves it with
+``x-specgate-degraded: sampling`` (router/sampling.py); the client's ``on`` hint keeps it on the
+speculative pool likewise. A preference never refuses a request.
 """
 
 from __future__ import annotations
@@ -64,8 +72,10 @@ __all__ = [
     "LOGPROBS",
     "REASONING",
     "SAMPLING_CONTROLS",
+    "SAMPLING_GUARANTEE",
     "SPECULATION_MODES",
     "TOOL_CALLS",
+    "preferred_features",
     "required_features",
     "speculation_gate",
     "speculation_hint",
@@ -79,6 +89,7 @@ TOOL_CALLS = Reason.TOOL_CALLS.value
 REASONING = Reason.REASONING.value
 LOGPROBS = Reason.LOGPROBS.value
 SAMPLING_CONTROLS = Reason.SAMPLING_CONTROLS.value
+SAMPLING_GUARANTEE = Reason.SAMPLING_GUARANTEE.value
 
 #: Every kind, in the order :func:`unmet` reports the first one missing: the capability
 #: kinds of the reason table (:data:`router.reasons.CAPABILITY_KINDS`).
@@ -230,6 +241,17 @@ def required_features(doc: Mapping[str, Any]) -> frozenset[str]:
     if TRIGGER_FIELDS.isdisjoint(doc):
         return _NO_KINDS
     return frozenset(_triggers(doc))
+
+
+def preferred_features(doc: Mapping[str, Any]) -> frozenset[str]:
+    """The preferences of a request document (module docstring): ``{"sampling_guarantee"}``
+    when it sets a non-null ``seed`` or a non-empty ``logit_bias``, else empty."""
+    if doc.get("seed") is not None or doc.get("logit_bias"):
+        return _PREFERS_EXACT
+    return frozenset()
+
+
+_PREFERS_EXACT = frozenset({SAMPLING_GUARANTEE})
 
 
 def trigger_param(doc: Mapping[str, Any], kind: str) -> str | None:

@@ -51,6 +51,7 @@ __all__ = [
     "long_prompt",
     "lora_adapter",
     "opt_out",
+    "sampling_guarantee",
     "saturation",
 ]
 
@@ -89,6 +90,7 @@ _SATURATED = Rejection(Reason.SATURATED, Strength.BYPASS, predicted=True)
 _LOW = Rejection(Reason.LOW_ACCEPTANCE, Strength.SOFT, predicted=True)
 _LORA = Rejection(Reason.LORA_ADAPTER, Strength.HARD)
 _CAPABILITY = {kind: Rejection(Reason(kind), Strength.HARD) for kind in Reason if kind.capability}
+_EXACT = Rejection(Reason.SAMPLING_GUARANTEE, Strength.SOFT)
 
 
 def canary(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> Rejection | None:
@@ -110,6 +112,14 @@ def lora_adapter(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) ->
     endpoint of the pool has (:mod:`router.identity`): ``lora_adapter``, hard (the engine would
     answer 400; and the drafter runs without the adapter, sgl-project/sglang#28395)."""
     return _LORA if features.adapters and not features.adapters <= pool.adapters else None
+
+
+def sampling_guarantee(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> Rejection | None:
+    """The request sets ``seed`` or ``logit_bias``, whose promise a speculative pool keeps
+    differently (:func:`router.capabilities.preferred_features`): ``sampling_guarantee``,
+    soft and not predicted (a prediction of speed cannot weigh a guarantee), so the pool
+    stays the fallback and the client's ``on`` hint keeps the request on it."""
+    return _EXACT if features.prefers else None
 
 
 def fit(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> Rejection | None:
@@ -150,4 +160,5 @@ def acceptance(features: RequestFeatures, pool: PoolSnapshot, rules: Rules) -> R
 
 #: The checks in the order their reasons take precedence.
 SPECULATIVE_CHECKS: tuple[Check, ...] = (
-    canary, capability, lora_adapter, fit, long_prompt, health, opt_out, saturation, acceptance)
+    canary, capability, lora_adapter, fit, long_prompt, health, opt_out, saturation, acceptance,
+    sampling_guarantee)

@@ -133,6 +133,9 @@ class RequestFeatures:
     needs: frozenset[str] = frozenset()
     speculation: str = "auto"
     adapters: frozenset[str] = frozenset()
+    #: Preferences, not needs (:func:`router.capabilities.preferred_features`): a pool that
+    #: keeps them exactly is chosen first, the others stay fallbacks.
+    prefers: frozenset[str] = frozenset()
 
     @property
     def prompt_exact(self) -> bool:

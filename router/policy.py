@@ -77,7 +77,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from router.acceptance import temperature_class
-from router.capabilities import required_features, unmet
+from router.capabilities import preferred_features, required_features, unmet
 from router.checks import SPECULATIVE_CHECKS, Rejection, Strength
 from router.features import ParsedRequest, RequestFeatures, prompt_count
 from router.learn import context_bucket
@@ -274,7 +274,8 @@ def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
         prompt_tokens=prompt_tokens, max_new_tokens=output_budget(requested, prompt_tokens, rules),
         n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
         budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower,
-        temperature_class=temperature_class(parsed.doc), needs=required_features(parsed.doc))
+        temperature_class=temperature_class(parsed.doc), needs=required_features(parsed.doc),
+        prefers=preferred_features(parsed.doc))
 
 
 def _refused(features: RequestFeatures, pools: Iterable[PoolShape], cap: int) -> bool:

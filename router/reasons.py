@@ -58,6 +58,8 @@ class Reason(StrEnum):
     CANARY_MISMATCH = ("canary_mismatch", "the lossless canary took the speculative pool out of service")
     PREFIX_AFFINITY = ("prefix_affinity", "the conversation stays on the endpoint that caches its prefix")
     LORA_ADAPTER = ("lora_adapter", "the request's LoRA adapter is not on the speculative pool's engines")
+    SAMPLING_GUARANTEE = ("sampling_guarantee",
+                          "seed or logit_bias: a pool that honours them exactly is preferred (speculative: fallback)")
 
 
 #: The capability kinds, in the order a pool's first missing kind is reported.

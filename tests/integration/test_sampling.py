@@ -54,16 +54,20 @@ def test_controls_the_spec_path_changes_reach_only_the_plain_pool_unchanged(stac
     assert stack.backend_requests(stack.plain)[0]["body"][field] == extra[field]
 
 
-def test_seed_and_logit_bias_on_a_speculative_pool_are_marked(stack):
+def test_seed_and_logit_bias_prefer_the_plain_pool_and_are_marked_on_spec(stack):
     r = stack.client.post(CHAT, json=chat(seed=1234, logit_bias={"5": -100}))
     assert r.status_code == 200, r.text
-    assert r.headers["x-specgate-pool"] == "spec"
-    assert (r.headers["x-specgate-degraded"], r.headers["x-specgate-sampling-fields"]) == ("sampling", "seed,logit_bias")
-    assert stack.backend_requests(stack.spec)[0]["body"]["logit_bias"] == {"5": -100}  # keys stay strings
-    r = stack.client.post(CHAT, json=chat(seed=1234, stream=True))
-    assert r.status_code == 200 and r.headers["x-specgate-sampling-fields"] == "seed"
-    r = stack.client.post(CHAT, json=chat(seed=1234), headers={"x-specgate-speculation": "off"})
-    assert r.headers["x-specgate-pool"] == "plain" and "x-specgate-degraded" not in r.headers
+    assert (r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == ("plain", "sampling_guarantee")
+    assert "x-specgate-degraded" not in r.headers
+    assert stack.backend_requests(stack.plain)[0]["body"]["logit_bias"] == {"5": -100}  # keys stay strings
+    assert stack.backend_requests(stack.spec) == []
+    # the client's on hint keeps it on the speculative pool, marked
+    r = stack.client.post(CHAT, json=chat(seed=1234, stream=True), headers={"x-specgate-speculation": "on"})
+    assert r.status_code == 200 and r.headers["x-specgate-pool"] == "spec"
+    assert (r.headers["x-specgate-degraded"], r.headers["x-specgate-sampling-fields"]) == ("sampling", "seed")
+    r = stack.client.post(CHAT, json=chat(logit_bias={"5": -100}), headers={"x-specgate-speculation": "on"})
+    assert r.headers["x-specgate-sampling-fields"] == "logit_bias"
+    assert stack.backend_requests(stack.spec)[-1]["body"]["logit_bias"] == {"5": -100}
     r = stack.client.post(CHAT, json=chat())
     assert r.headers["x-specgate-pool"] == "spec" and "x-specgate-degraded" not in r.headers
 

@@ -16,6 +16,7 @@ from router.checks import (
     long_prompt,
     lora_adapter,
     opt_out,
+    sampling_guarantee,
     saturation,
 )
 from router.features import RequestFeatures
@@ -99,7 +100,18 @@ def test_lora_adapter_needs_every_adapter_on_the_pool():
 
 def test_check_order():
     assert SPECULATIVE_CHECKS == (canary, capability, lora_adapter, fit, long_prompt, health, opt_out, saturation,
-                                  acceptance)
+                                  acceptance, sampling_guarantee)
+
+
+def test_sampling_guarantee_is_a_soft_preference_not_a_prediction():
+    assert sampling_guarantee(req(), pool(), RULES) is None
+    prefers = frozenset({"sampling_guarantee"})
+    assert sampling_guarantee(req(prefers=prefers), pool(), RULES) == Rejection(
+        Reason.SAMPLING_GUARANTEE, Strength.SOFT)
+    # a prediction does not drop it; the client's on hint does
+    assert [r.reason for r in screen(req(prefers=prefers), pool(), RULES, predicting=True)] == [
+        Reason.SAMPLING_GUARANTEE]
+    assert screen(req(prefers=prefers, speculation="on"), pool(), RULES) == []
 
 
 @pytest.mark.parametrize(("features", "snapshot", "predicting", "expected"), [

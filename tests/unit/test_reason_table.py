@@ -93,3 +93,41 @@ def _config(kinds: list[str]):
         "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}},
         "pools": [{"name": "spec", "speculative": True, "endpoints": ["http://127.0.0.1:1"], "capabilities": kinds},
                   {"name": "plain", "speculative": False, "endpoints": ["http://127.0.0.1:2"]}]})
+
+
+def _decide_doc(doc: dict, pools: list, speculation: str = "auto"):
+    """The decision for a chat body ``doc`` (100-token prompt, budget 100) over ``pools``."""
+
+    from router.features import RequestFeatures
+    from router.policy import Rules, decide
+
+    features = RequestFeatures(prompt_tokens=100, max_new_tokens=100, speculation=speculation,
+                               needs=capabilities.required_features(doc),
+                               prefers=capabilities.preferred_features(doc))
+    rules = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
+    return decide(features, pools, rules)
+
+
+def _pools(plain_healthy: bool = True) -> list:
+    from router.policy import EndpointSnapshot, PoolSnapshot
+
+    return [PoolSnapshot("spec", True, 2048, 4, (EndpointSnapshot("http://s0", True, 0),), capabilities=frozenset()),
+            PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p0", plain_healthy, 0),))]
+
+
+@pytest.mark.parametrize("doc,plain_healthy,hint,expected", [
+    ({}, True, "auto", ("spec", Reason.SPECULATIVE)),
+    ({"seed": 7}, True, "auto", ("plain", Reason.SAMPLING_GUARANTEE)),
+    ({"seed": 0}, True, "auto", ("plain", Reason.SAMPLING_GUARANTEE)),
+    ({"logit_bias": {"5": -100}}, True, "auto", ("plain", Reason.SAMPLING_GUARANTEE)),
+    ({"seed": None, "logit_bias": {}}, True, "auto", ("spec", Reason.SPECULATIVE)),   # unset: no trigger
+    ({"seed": 7}, False, "auto", ("spec", Reason.PLAIN_UNHEALTHY)),   # a fallback, never a refusal
+    ({"seed": 7}, True, "on", ("spec", Reason.SPECULATIVE)),          # the client insists
+    ({"seed": 7, "min_p": 0.1}, True, "auto", ("plain", Reason.SAMPLING_CONTROLS)),  # a need outranks it
+])
+def test_seed_and_logit_bias_prefer_a_pool_that_honours_them(doc, plain_healthy, hint, expected):
+    d = _decide_doc(doc, _pools(plain_healthy), hint)
+    assert (d.pool, d.reason) == expected
+    assert capabilities.trigger_param(doc, "sampling_guarantee") is None   # a preference, never a 400 cause
+    assert not Reason.SAMPLING_GUARANTEE.capability
+    assert "sampling_guarantee" not in capabilities.KINDS
