@@ -216,7 +216,7 @@ def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
                 return
             self._rejected = True
             self._count_framing("body_timeout")
-            if not self.cycle.response_started:
+            if self.cycle is None or not self.cycle.response_started:
                 self.transport.write(body_timeout_response(self._body_timeout_s))
             self.transport.close()
 
