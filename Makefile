@@ -77,9 +77,12 @@ bench-check: venv
 
 bench-gate: bench-check
 
+# ruff; the import layers and the no-cycle rule (pyproject's [tool.importlinter], written
+# down in docs/architecture.md "Layers"); mypy --strict on router/.
 lint: venv
 	$(BIN)/ruff check router serving drafters loadtests benchmarks scripts tests
-	$(BIN)/mypy router
+	$(BIN)/lint-imports
+	$(BIN)/mypy --strict router
 
 clean:
 	rm -rf $(VENV) models build *.egg-info

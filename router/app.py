@@ -23,7 +23,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +31,17 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from router.acceptance import CLASSES
-from router.api import GENERATE_ROUTES, serve_generate
-from router.auth import Auth, load_auth, load_engine_key
+from router.api import GENERATE_ROUTES, install_routes, serve_generate
+from router.auth import load_engine_key
 from router.canary import Canary
 from router.config import Config, load_config
 from router.discovery import Discovery, DiscoverySettings
 from router.drain import CUT_KEY, Drainer
-from router.features import PromptCounter
 from router.learn import SpeedFit, bucket_label
 from router.metrics import LearningSeries, RouterMetrics, set_or_clear
-from router.pools import LeaseLedger, Runtime
+from router.pools import Runtime
+from router.reload import Reloader
+from router.runtime_inputs import RuntimeInputs, build_runtime, load_runtime_inputs
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
 from router.upstream import ReuseMarkingConnector
@@ -251,59 +251,6 @@ class RouterApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-@dataclass(frozen=True, slots=True)
-class RuntimeInputs:
-    """What a :class:`Runtime` is built from, loaded off the event loop.
-
-    Attributes:
-        config: the validated YAML.
-        counter: the prompt token counter (the previous one when the tokenizer path is unchanged).
-        auth: the resolved API keys.
-    """
-
-    config: Config
-    counter: PromptCounter
-    auth: Auth
-
-
-def load_runtime_inputs(config: Config | Path, previous_counter: object = None) -> RuntimeInputs:
-    """Do a runtime's I/O: read and validate the YAML (when given a path), load the tokenizer
-    (unless ``previous_counter`` has the same path) and read the API key files and variables.
-
-    Touches no live object, so it may run in a worker thread; build the :class:`Runtime` from
-    the result on the event loop.
-
-    Raises:
-        ConfigError: invalid YAML, or a configured API key source missing or empty.
-        OSError: the file or the tokenizer cannot be read.
-        Exception: whatever the tokenizer library raises on a corrupt file.
-    """
-    if not isinstance(config, Config):
-        config = load_config(config)
-    if previous_counter is not None and getattr(previous_counter, "path", None) == config.model.tokenizer:
-        counter: PromptCounter = previous_counter  # type: ignore[assignment]
-    else:
-        counter = PromptCounter(config.model.tokenizer)
-    return RuntimeInputs(config, counter, load_auth(config.auth))
-
-
-def build_runtime(config: Config, previous: Runtime | None = None,
-                  ledger: LeaseLedger | None = None) -> Runtime:
-    """Build a :class:`Runtime` for ``config``, reusing ``previous``'s tokenizer, endpoints,
-    ledger and overrides; reads the API key files and variables (``auth``).
-
-    Does I/O and, with ``previous``, writes to its live endpoints: call it only where no event
-    loop routes with ``previous`` (scripts, benchmarks). The router loads
-    :func:`load_runtime_inputs` in a thread and builds the :class:`Runtime` on its loop.
-
-    Raises:
-        OSError: when the tokenizer cannot be loaded.
-        ConfigError: when a configured API key source is missing or empty.
-    """
-    inputs = load_runtime_inputs(config, previous.counter if previous is not None else None)
-    return Runtime(config, inputs.counter, previous, ledger=ledger, auth=inputs.auth)
-
-
 def create_app(config: str | Path | Config, *, session_factory: Callable[[Config], aiohttp.ClientSession] | None = None,
                clock: Callable[[], float] = time.monotonic, scrape: bool = True, watch: bool = True,
                discovery: DiscoverySettings | None = None, span_exporter: Any = None) -> RouterApp:
@@ -324,9 +271,6 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
     Raises:
         ConfigError: at startup, when the config is invalid.
     """
-    from router.api import install_routes
-    from router.reload import Reloader
-
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         path = None if isinstance(config, Config) else Path(config)

@@ -36,7 +36,7 @@ from typing import Protocol, Self
 from yarl import URL
 
 from router.acceptance import AcceptanceTracker
-from router.scraper import EngineLoad
+from router.engine_metrics import EngineLoad
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger"]
 

@@ -62,7 +62,6 @@ import aiohttp
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from router.api import _parse_json, _read_body, client_request_id
 from router.context import attach_context
 from router.errors import (
     InvalidRequest,
@@ -73,6 +72,7 @@ from router.errors import (
     UpstreamTimeout,
     map_engine_error,
 )
+from router.intake import client_request_id, parse_json, read_body
 from router.trace import trace_headers
 
 __all__ = ["PASSTHROUGH_ROUTES", "UnsupportedEndpoint", "check_body", "install_passthrough_routes",
@@ -186,8 +186,8 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     if not pools:
         raise UnsupportedEndpoint(f"{path} is not served by this router: no pool is configured "
                                   f"to serve `{kind}`")
-    body = await _read_body(request, cfg.limits.max_request_bytes)
-    doc = _parse_json(request, body)
+    body = await read_body(request, cfg.limits.max_request_bytes)
+    doc = parse_json(request, body)
     check_body(kind, doc)
     model = doc.get("model")
     if (isinstance(model, str) and cfg.model.serves(model)
