@@ -86,106 +86,114 @@ def app_limits(app: Any) -> LimitsSource:
     return source
 
 
+class _LimitedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the head limits of the module docstring; ``source``
+    is read once per connection. :func:`limited_protocol` binds it to one app."""
+
+    def __init__(self, source: LimitsSource, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._limits, self._count = source()
+        self._in_head = True  # reading a request's head (until its headers are complete)
+        self._head_bytes = 0
+        self._fields = 0
+        self._tail = b""  # the last 3 head bytes: a CRLFCRLF split between two reads
+        self._rejected = False
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._rejected:
+            return
+        if self._in_head:
+            tail = self._tail
+            seen = tail + data if tail else data
+            end = seen.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else max(0, end + 4 - len(tail))
+            if self._head_bytes > self._limits.max_bytes:
+                self._reject("bytes")
+                return
+            if end < 0:
+                self._tail = seen[-3:]
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__ or exc.__cause__
+            if isinstance(cause, _HeadTooLarge):
+                self._reject(cause.limit)
+                return
+            self._bad_request()
+        except httptools.HttpParserError:
+            self._bad_request()
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if self._in_head and self._head_bytes and self._head_timer is None and not self._rejected:
+            self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self._rejected and not self.transport.is_closing():
+            self._reject("head_timeout")
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _bad_request(self) -> None:
+        msg = "Invalid HTTP request received."
+        self.logger.warning(msg)
+        self.send_400_response(msg)
+
+    def _reject(self, limit: str) -> None:
+        self._rejected = True
+        self._count(limit)
+        self.transport.write(rejection_response(limit, self._limits))
+        self.transport.close()
+
+    # on_url and on_header repeat uvicorn's bodies (0.54) rather than call them: a parser
+    # callback per header is the hot path, and a super() call there costs a frame each.
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        if len(self.url) > self._limits.max_field_bytes:
+            raise _HeadTooLarge("field_bytes")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields += 1
+        limits = self._limits
+        if self._fields > limits.max_fields:
+            raise _HeadTooLarge("fields")
+        if len(name) + len(value) > limits.max_field_bytes:
+            raise _HeadTooLarge("field_bytes")
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        if self._head_timer is not None:
+            self._stop_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head, self._head_bytes, self._fields, self._tail = True, 0, 0, b""
+
+
 def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
     """An httptools protocol class for ``uvicorn.Config(http=...)`` that enforces the limits
     ``source()`` returns (module docstring). One class per app; no state outside it."""
 
-    class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    class LimitedHttpToolsProtocol(_LimitedProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._limits, self._count = source()
-            self._in_head = True  # reading a request's head (until its headers are complete)
-            self._head_bytes = 0
-            self._fields = 0
-            self._tail = b""  # the last 3 head bytes: a CRLFCRLF split between two reads
-            self._rejected = False
-            self._head_timer: asyncio.TimerHandle | None = None
-
-        def data_received(self, data: bytes) -> None:
-            if self._rejected:
-                return
-            if self._in_head:
-                tail = self._tail
-                seen = tail + data if tail else data
-                end = seen.find(b"\r\n\r\n")
-                self._head_bytes += len(data) if end < 0 else max(0, end + 4 - len(tail))
-                if self._head_bytes > self._limits.max_bytes:
-                    self._reject("bytes")
-                    return
-                if end < 0:
-                    self._tail = seen[-3:]
-            self._unset_keepalive_if_required()
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserCallbackError as exc:
-                cause = exc.__context__ or exc.__cause__
-                if isinstance(cause, _HeadTooLarge):
-                    self._reject(cause.limit)
-                    return
-                self._bad_request()
-            except httptools.HttpParserError:
-                self._bad_request()
-            except httptools.HttpParserUpgrade:
-                if self._should_upgrade():
-                    self.handle_websocket_upgrade()
-                else:
-                    self._unsupported_upgrade_warning()
-                return
-            if self._in_head and self._head_bytes and self._head_timer is None and not self._rejected:
-                self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
-
-        def _head_late(self) -> None:
-            self._head_timer = None
-            if self._in_head and not self._rejected and not self.transport.is_closing():
-                self._reject("head_timeout")
-
-        def _stop_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._stop_head_timer()
-            super().connection_lost(exc)
-
-        def _bad_request(self) -> None:
-            msg = "Invalid HTTP request received."
-            self.logger.warning(msg)
-            self.send_400_response(msg)
-
-        def _reject(self, limit: str) -> None:
-            self._rejected = True
-            self._count(limit)
-            self.transport.write(rejection_response(limit, self._limits))
-            self.transport.close()
-
-        # on_url and on_header repeat uvicorn's bodies (0.54) rather than call them: a parser
-        # callback per header is the hot path, and a super() call there costs a frame each.
-        def on_url(self, url: bytes) -> None:
-            self.url += url
-            if len(self.url) > self._limits.max_field_bytes:
-                raise _HeadTooLarge("field_bytes")
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._fields += 1
-            limits = self._limits
-            if self._fields > limits.max_fields:
-                raise _HeadTooLarge("fields")
-            if len(name) + len(value) > limits.max_field_bytes:
-                raise _HeadTooLarge("field_bytes")
-            name = name.lower()
-            if name == b"expect" and value.lower() == b"100-continue":
-                self.expect_100_continue = True
-            self.headers.append((name, value))
-
-        def on_headers_complete(self) -> None:
-            self._in_head = False
-            if self._head_timer is not None:
-                self._stop_head_timer()
-            super().on_headers_complete()
-
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            self._in_head, self._head_bytes, self._fields, self._tail = True, 0, 0, b""
+            super().__init__(source, *args, **kwargs)
 
     return LimitedHttpToolsProtocol
