@@ -209,9 +209,10 @@ def _background_priority() -> None:
 
 
 class RouterApp(FastAPI):
-    """The router's FastAPI app, with a direct path for the two generation routes.
+    """The router's FastAPI app, with a direct path for the generation routes.
 
-    ``POST /v1/chat/completions`` and ``POST /v1/completions`` go straight to
+    ``POST`` to a path of :data:`router.api.GENERATE_ROUTES` (``/v1/chat/completions``,
+    ``/v1/completions``, ``/v1/responses``) goes straight to
     :func:`router.api.serve_generate`; everything else (probes, ``/metrics``, admin, lifespan,
     404/405) goes through FastAPI as usual. The routes stay registered on the FastAPI router
     too, so the app behaves the same when mounted elsewhere.
