@@ -38,8 +38,12 @@ system-deps: venv
 test: models system-deps
 	SPECGATE_REQUIRE_SGLANG=1 $(BIN)/python -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS)
 
+# The fast slice (README "Tests"): tests/unit and tests/contract (the fake side), without the
+# tests marked `slow` (model training, day simulations, plots, long randomised sweeps). No
+# SGLang, no redis-server, no subprocess router; under 3 minutes on a 2-core machine.
+FAST_PATHS ?= tests/unit tests/contract
 test-fast: venv
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not sglang and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not sglang and not slow" $(FAST_PATHS) $(PYTEST_ARGS)
 
 demo: models
 	$(BIN)/specgate demo --config examples/demo.yaml --report demo-report.json
@@ -77,9 +81,12 @@ bench-check: venv
 
 bench-gate: bench-check
 
+# ruff; the import layers and the no-cycle rule (pyproject's [tool.importlinter], written
+# down in docs/architecture.md "Layers"); mypy --strict on router/.
 lint: venv
 	$(BIN)/ruff check router serving drafters loadtests benchmarks scripts tests
-	$(BIN)/mypy router
+	$(BIN)/lint-imports
+	$(BIN)/mypy --strict router
 
 clean:
 	rm -rf $(VENV) models build *.egg-info

@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import re
 import time
-from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -25,10 +23,8 @@ from starlette.responses import JSONResponse, Response
 from router.acceptance import CLASSES
 from router.admin import install_admin_routes
 from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, engine_priority, resolve_priority
-from router.body import loads_unique
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
 from router.context import attach_context, end_disconnected, request_context
-from router.encoding import content_codings, decode_body
 from router.errors import (
     AuthenticationError,
     ContextLengthExceeded,
@@ -40,7 +36,6 @@ from router.errors import (
     RateLimited,
     RequestTooLarge,
     SpecgateError,
-    UnsupportedMediaType,
 )
 from router.features import (
     ParsedRequest,
@@ -49,8 +44,16 @@ from router.features import (
     parse_chat,
     parse_completions,
 )
-from router.models import install_model_routes, pool_adapters, resolve_request
+from router.intake import client_request_id
+from router.intake import header as _header
+from router.intake import header_map as _header_map
+from router.intake import header_values as _header_values
+from router.intake import parse_json as _parse_json
+from router.intake import read_body as _read_body
+from router.model_routes import install_model_routes
+from router.models import pool_adapters, resolve_request
 from router.observe import ResponseObserver, wants_tools
+from router.passthrough import install_passthrough_routes
 from router.policy import (
     Decision,
     Outcome,
@@ -81,81 +84,9 @@ access_log = logging.getLogger("specgate.access")
 _HINT_HEADER = HINT_HEADER.lower().encode("latin-1")
 _PRIORITY_HEADER = PRIORITY_HEADER.lower().encode("latin-1")
 
-#: A client ``x-request-id`` the router adopts: a token of at most 128 characters.
-_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
-
-
-def client_request_id(value: str | None) -> str | None:
-    """The client's ``x-request-id`` when it is a sane token (letters, digits, ``._:@/+=-``,
-    1-128 characters), else None (the router then uses its own id). The adopted id is echoed
-    in the response's ``x-request-id``, sent upstream and written in the access log."""
-    if value is not None and _REQUEST_ID.fullmatch(value):
-        return value
-    return None
-
-
 def _state(request: Request) -> AppState:
     state: AppState = request.app.state.specgate
     return state
-
-
-def _header_map(scope: MutableMapping[str, Any]) -> dict[bytes, bytes]:
-    """The request's headers as one dict (ASGI names are lower-case bytes; the first of repeated
-    headers wins, as in Starlette's ``Headers.get``): one pass, then O(1) look-ups, where each
-    ``Headers.get`` scans the list again and a missing name costs a caught ``KeyError``."""
-    return dict(reversed(scope["headers"]))
-
-
-def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
-    value = headers.get(name)
-    return None if value is None else value.decode("latin-1")
-
-
-def _header_values(scope: MutableMapping[str, Any], headers: dict[bytes, bytes], name: bytes) -> list[str]:
-    """Every value of header ``name`` in order (Starlette's ``Headers.getlist``), without a
-    scan of the list when :func:`_header_map` lacks the name (the usual case)."""
-    if name not in headers:
-        return []
-    return [v.decode("latin-1") for k, v in scope["headers"] if k == name]
-
-
-async def _read_body(request: Request, cap: int, headers: dict[bytes, bytes] | None = None) -> bytes:
-    """The request body, its ``Content-Encoding`` undone; ``cap`` bounds the bytes read and
-    the decoded bytes (:mod:`router.encoding`: 413, 415, 400 ``invalid_content_encoding``)."""
-    headers = headers if headers is not None else _header_map(request.scope)
-    codings = content_codings(request.headers.getlist("content-encoding")) if b"content-encoding" in headers else ()
-    length = _header(headers, b"content-length")
-    if length is not None:
-        try:
-            declared = int(length)
-        except ValueError:
-            raise InvalidRequest("invalid Content-Length header", code="invalid_header") from None
-        if declared > cap:
-            raise RequestTooLarge(f"request body of {declared} bytes exceeds the {cap}-byte limit",
-                                  headers={"connection": "close"})
-    chunks: list[bytes] = []
-    total = 0
-    receive = request.receive
-    while True:  # the ASGI receive channel directly (Request.stream() costs a generator per request)
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        total += len(chunk)
-        if total > cap:
-            raise RequestTooLarge(f"request body exceeds the {cap}-byte limit", headers={"connection": "close"})
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    return await decode_body(body, codings, cap) if codings else body
-
-
-def _parse_json(request: Request, body: bytes, headers: dict[bytes, bytes] | None = None) -> Any:
-    ctype = _header(headers if headers is not None else _header_map(request.scope), b"content-type") or ""
-    if ctype.split(";", 1)[0].strip().lower() != "application/json":
-        raise UnsupportedMediaType("Content-Type must be application/json", param=None)
-    return loads_unique(body)  # 400 invalid_json, or duplicate_key naming the key (router.body)
 
 
 #: Bodies up to this size are rendered on the event loop (a chat template over a few KB takes
@@ -620,6 +551,4 @@ def install_routes(app: FastAPI) -> None:
     del chat_completions, completions, responses, health, ready, metrics  # registered
     install_admin_routes(app)
     install_model_routes(app)
-    from router.passthrough import install_passthrough_routes  # (it imports this module)
-
     install_passthrough_routes(app)

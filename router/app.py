@@ -23,7 +23,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +31,19 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from router.acceptance import CLASSES
-from router.api import GENERATE_ROUTES, serve_generate
-from router.auth import Auth, load_auth, load_engine_key
+from router.api import GENERATE_ROUTES, install_routes, serve_generate
+from router.auth import load_engine_key
 from router.canary import Canary
 from router.config import Config, load_config
 from router.config_server import TracingConfig
 from router.discovery import Discovery, DiscoverySettings
 from router.drain import CUT_KEY, Drainer
-from router.features import PromptCounter
 from router.learn import SpeedFit, bucket_label
 from router.limits import KeyLimiter
 from router.metrics import LearningSeries, RouterMetrics, set_or_clear
-from router.pools import LeaseLedger, Runtime
+from router.pools import Runtime
+from router.reload import Reloader
+from router.runtime_inputs import RuntimeInputs, build_runtime, load_runtime_inputs
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
 from router.tracing_reload import shutdown_all
@@ -219,9 +219,10 @@ def _background_priority() -> None:
 
 
 class RouterApp(FastAPI):
-    """The router's FastAPI app, with a direct path for the two generation routes.
+    """The router's FastAPI app, with a direct path for the generation routes.
 
-    ``POST /v1/chat/completions`` and ``POST /v1/completions`` go straight to
+    ``POST`` to a path of :data:`router.api.GENERATE_ROUTES` (``/v1/chat/completions``,
+    ``/v1/completions``, ``/v1/responses``) goes straight to
     :func:`router.api.serve_generate`; everything else (probes, ``/metrics``, admin, lifespan,
     404/405) goes through FastAPI as usual. The routes stay registered on the FastAPI router
     too, so the app behaves the same when mounted elsewhere.
@@ -261,59 +262,6 @@ class RouterApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-@dataclass(frozen=True, slots=True)
-class RuntimeInputs:
-    """What a :class:`Runtime` is built from, loaded off the event loop.
-
-    Attributes:
-        config: the validated YAML.
-        counter: the prompt token counter (the previous one when the tokenizer path is unchanged).
-        auth: the resolved API keys.
-    """
-
-    config: Config
-    counter: PromptCounter
-    auth: Auth
-
-
-def load_runtime_inputs(config: Config | Path, previous_counter: object = None) -> RuntimeInputs:
-    """Do a runtime's I/O: read and validate the YAML (when given a path), load the tokenizer
-    (unless ``previous_counter`` has the same path) and read the API key files and variables.
-
-    Touches no live object, so it may run in a worker thread; build the :class:`Runtime` from
-    the result on the event loop.
-
-    Raises:
-        ConfigError: invalid YAML, or a configured API key source missing or empty.
-        OSError: the file or the tokenizer cannot be read.
-        Exception: whatever the tokenizer library raises on a corrupt file.
-    """
-    if not isinstance(config, Config):
-        config = load_config(config)
-    if previous_counter is not None and getattr(previous_counter, "path", None) == config.model.tokenizer:
-        counter: PromptCounter = previous_counter  # type: ignore[assignment]
-    else:
-        counter = PromptCounter(config.model.tokenizer)
-    return RuntimeInputs(config, counter, load_auth(config.auth))
-
-
-def build_runtime(config: Config, previous: Runtime | None = None,
-                  ledger: LeaseLedger | None = None) -> Runtime:
-    """Build a :class:`Runtime` for ``config``, reusing ``previous``'s tokenizer, endpoints,
-    ledger and overrides; reads the API key files and variables (``auth``).
-
-    Does I/O and, with ``previous``, writes to its live endpoints: call it only where no event
-    loop routes with ``previous`` (scripts, benchmarks). The router loads
-    :func:`load_runtime_inputs` in a thread and builds the :class:`Runtime` on its loop.
-
-    Raises:
-        OSError: when the tokenizer cannot be loaded.
-        ConfigError: when a configured API key source is missing or empty.
-    """
-    inputs = load_runtime_inputs(config, previous.counter if previous is not None else None)
-    return Runtime(config, inputs.counter, previous, ledger=ledger, auth=inputs.auth)
-
-
 def create_app(config: str | Path | Config, *, session_factory: Callable[[Config], aiohttp.ClientSession] | None = None,
                clock: Callable[[], float] = time.monotonic, scrape: bool = True, watch: bool = True,
                discovery: DiscoverySettings | None = None, span_exporter: Any = None) -> RouterApp:
@@ -334,90 +282,130 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
     Raises:
         ConfigError: at startup, when the config is invalid.
     """
-    from router.api import install_routes
-    from router.reload import Reloader
-
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         path = None if isinstance(config, Config) else Path(config)
         cfg = config if isinstance(config, Config) else load_config(path)  # type: ignore[arg-type]
-        loop = asyncio.get_running_loop()
-        metrics = RouterMetrics(CollectorRegistry(auto_describe=True))
-        shared = build_shared_state(cfg.state, metrics=metrics, clock=clock)
-        inputs = await loop.run_in_executor(None, load_runtime_inputs, cfg)
-        runtime = Runtime(cfg, inputs.counter, ledger=shared.ledger, auth=inputs.auth, warmup_gate=scrape)
-        session = (session_factory or _default_session)(cfg)
-        fresh_session = _fresh_session(cfg) if session_factory is None else None
-        executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
-                                      initializer=_background_priority)
-        metrics.config_reloads.labels("success").inc(0)
-        metrics.config_reloads.labels("failure").inc(0)
-        metrics.shared_state_degraded_entries.inc(0)
-        metrics.config_info.set(time.time())
-        limiter = KeyLimiter(cfg.state, shared if isinstance(shared, RedisState) else None, metrics, clock=clock)
-        state = AppState(runtime, config_path=path, session=session, executor=executor,
-                         metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session, limiter=limiter)
+        state = await _build_state(cfg, path, session_factory, clock, scrape=scrape, span_exporter=span_exporter)
         app.state.specgate = state
-        state.span_exporter = span_exporter
-        if cfg.tracing.enabled:  # router.tracing (imported only when on)
-            from router.tracing import Tracing
+        tasks = _BackgroundTasks(state, scrape=scrape, watch=path is not None and watch,
+                                 discovery=discovery or DiscoverySettings())
+        await tasks.start()
+        _configure_drain(app.drain, state)  # type: ignore[attr-defined]
+        gc.collect()
+        gc.freeze()  # startup objects (tokenizer, config, app) never need scanning again
+        log.info("specgate router started: pools=%s; /ready answers 503 until an endpoint is healthy "
+                 "(logged as 'endpoint ... is healthy')", [p.name for p in state.runtime.pools])
+        try:
+            yield
+        finally:
+            await tasks.stop()
+            await _close(state)
 
-            state.tracing = Tracing(cfg.tracing, span_exporter)
-        await shared.start(lambda: state.runtime)
-        limiter.start()
+    app = RouterApp(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.drain = Drainer(clock)
+    install_routes(app)
+    return app
+
+
+async def _build_state(cfg: Config, path: Path | None,
+                       session_factory: Callable[[Config], aiohttp.ClientSession] | None,
+                       clock: Callable[[], float], *, scrape: bool, span_exporter: Any) -> AppState:
+    """The app's :class:`AppState` for ``cfg``: the metrics, the shared state (not started), the
+    first runtime (its I/O in a worker thread), the upstream clients, the tokeniser threads and,
+    with ``tracing.enabled``, the tracer (:mod:`router.tracing`, imported only then)."""
+    loop = asyncio.get_running_loop()
+    metrics = RouterMetrics(CollectorRegistry(auto_describe=True))
+    shared = build_shared_state(cfg.state, metrics=metrics, clock=clock)
+    inputs = await loop.run_in_executor(None, load_runtime_inputs, cfg)
+    runtime = Runtime(cfg, inputs.counter, ledger=shared.ledger, auth=inputs.auth, warmup_gate=scrape)
+    session = (session_factory or _default_session)(cfg)
+    fresh_session = _fresh_session(cfg) if session_factory is None else None
+    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
+                                  initializer=_background_priority)
+    metrics.config_reloads.labels("success").inc(0)
+    metrics.config_reloads.labels("failure").inc(0)
+    metrics.shared_state_degraded_entries.inc(0)
+    metrics.config_info.set(time.time())
+    limiter = KeyLimiter(cfg.state, shared if isinstance(shared, RedisState) else None, metrics, clock=clock)
+    state = AppState(runtime, config_path=path, session=session, executor=executor,
+                     metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session, limiter=limiter)
+    state.span_exporter = span_exporter  # for tracers built on reload (router.tracing_reload)
+    if cfg.tracing.enabled:
+        from router.tracing import Tracing
+
+        state.tracing = Tracing(cfg.tracing, span_exporter)
+    return state
+
+
+class _BackgroundTasks:
+    """The app's background tasks (docs/architecture.md, "Background tasks"): the shared state's
+    writer, discovery, and with ``scrape`` the scraper (one round before the app is ready), the
+    warm-up prober and the canary; with ``watch`` the reloader. Stopped in that order."""
+
+    def __init__(self, state: AppState, *, scrape: bool, watch: bool, discovery: DiscoverySettings) -> None:
+        self._state = state
+        self._scrape = scrape
+        self._watch = watch
+        self._settings = discovery
+        self._started: list[Scraper | Warmer | Canary | Reloader | Discovery] = []
+
+    async def start(self) -> None:
+        state, metrics, session, clock = self._state, self._state.metrics, self._state.session, self._state.clock
+        await state.shared.start(lambda: state.runtime)
+        state.limiter.start()
         scraper = Scraper(session, lambda: state.runtime, state.on_scrape_round, clock,
                           on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc())
-        reloader = Reloader(state) if (path is not None and watch) else None
-        state.discovery = Discovery(lambda: state.runtime, metrics, discovery or DiscoverySettings())
-        state.discovery.start()
+        reloader = Reloader(state) if self._watch else None
+        state.discovery = discovery = Discovery(lambda: state.runtime, metrics, self._settings)
+        discovery.start()
         canary = Canary(session, lambda: state.runtime, metrics, clock)
         warmer = Warmer(session, lambda: state.runtime, metrics, clock)
-        if scrape:
+        if self._scrape:
             await scraper.run_once()
             scraper.start()
             warmer.start()
             canary.start()
         if reloader is not None:
             reloader.start()
-        drainer: Drainer = app.drain  # type: ignore[attr-defined]
+        # the stop order: scraper, warmer, canary, reloader, discovery (stopping one never started is a no-op)
+        self._started = [scraper, warmer, canary, *([reloader] if reloader is not None else []), discovery]
 
-        def drain_settings() -> tuple[float, float, float]:
-            c = state.runtime.config
-            return c.server.drain_listen_s, c.server.drain_timeout_s, c.upstream.abort_timeout_s
+    async def stop(self) -> None:
+        """Stop the tasks, cancel and await the spawned ones (abort calls), stop the per-key limiter
+        and the shared state."""
+        state = self._state
+        for task in self._started:
+            await task.stop()
+        for spawned in list(state.tasks):
+            spawned.cancel()
+        await asyncio.gather(*state.tasks, return_exceptions=True)
+        await state.limiter.stop()
+        await state.shared.stop()
 
-        async def wait_aborts(abort_s: float) -> None:  # the cut requests' /abort_request calls
-            if state.tasks:
-                await asyncio.wait(list(state.tasks), timeout=2 * abort_s + 0.5)
 
-        drainer.configure(drain_settings, wait_aborts)
-        gc.collect()
-        gc.freeze()  # startup objects (tokenizer, config, app) never need scanning again
-        log.info("specgate router started: pools=%s; /ready answers 503 until an endpoint is healthy "
-                 "(logged as 'endpoint ... is healthy')", [p.name for p in runtime.pools])
-        try:
-            yield
-        finally:
-            await scraper.stop()
-            await warmer.stop()
-            await canary.stop()
-            if reloader is not None:
-                await reloader.stop()
-            await state.discovery.stop()
-            for task in list(state.tasks):
-                task.cancel()
-            await asyncio.gather(*state.tasks, return_exceptions=True)
-            await limiter.stop()
-            await shared.stop()
-            await session.close()
-            if fresh_session is not None:
-                await fresh_session.close()
-            executor.shutdown(wait=False, cancel_futures=True)
-            await shutdown_all(state)  # flushes the last spans (bounded by the export timeout)
+def _configure_drain(drainer: Drainer, state: AppState) -> None:
+    """Give the drain its settings (read from the current runtime at each drain) and a way to
+    wait for the cut requests' ``/abort_request`` calls."""
+    def drain_settings() -> tuple[float, float, float]:
+        c = state.runtime.config
+        return c.server.drain_listen_s, c.server.drain_timeout_s, c.upstream.abort_timeout_s
 
-    app = RouterApp(title="specgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.drain = Drainer(clock)
-    install_routes(app)
-    return app
+    async def wait_aborts(abort_s: float) -> None:
+        if state.tasks:
+            await asyncio.wait(list(state.tasks), timeout=2 * abort_s + 0.5)
+
+    drainer.configure(drain_settings, wait_aborts)
+
+
+async def _close(state: AppState) -> None:
+    """Close the upstream clients and the tokeniser threads; flush the last spans (bounded by
+    the export timeout)."""
+    await state.session.close()
+    if state.fresh_session is not None:
+        await state.fresh_session.close()
+    state.executor.shutdown(wait=False, cancel_futures=True)
+    await shutdown_all(state)  # every tracer, the retiring ones too
 
 
 def _default_session(config: Config) -> aiohttp.ClientSession:

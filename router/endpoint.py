@@ -41,8 +41,8 @@ from typing import Protocol, Self
 from yarl import URL
 
 from router.acceptance import AcceptanceTracker
+from router.engine_metrics import EngineLoad
 from router.identity import EngineModels
-from router.scraper import EngineLoad
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger"]
 

@@ -143,169 +143,178 @@ def app_limits(app: Any) -> LimitsSource:
     return source
 
 
+class _LimitedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the head limits, the body timer and the framing
+    answers of the module docstring; ``source`` is read once per connection.
+    :func:`limited_protocol` binds it to one app."""
+
+    def __init__(self, source: LimitsSource, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        limits = source()
+        self._limits, self._count, self._count_framing = limits.server.headers, limits.count_head, limits.count_framing
+        self._body_timeout_s = limits.server.body_timeout_s
+        self._in_head = True  # reading a request's head (until its headers are complete)
+        self._in_body = False  # between a request's complete head and its complete body
+        self._head_bytes = 0
+        self._fields = 0
+        self._tail = b""  # the last 3 head bytes: a CRLFCRLF split between two reads
+        self._rejected = False
+        self._close_after_response = False  # malformed bytes after a request still being answered
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._rejected:
+            return
+        if self._in_head:
+            tail = self._tail
+            seen = tail + data if tail else data
+            end = seen.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else max(0, end + 4 - len(tail))
+            if self._head_bytes > self._limits.max_bytes:
+                self._reject("bytes")
+                return
+            if end < 0:
+                self._tail = seen[-3:]
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__ or exc.__cause__
+            if isinstance(cause, _HeadTooLarge):
+                self._reject(cause.limit)
+                return
+            self._malformed(str(exc) or "a parser callback failed")
+            return
+        except httptools.HttpParserError as exc:
+            self._malformed(str(exc) or "unparsable bytes")
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if self._rejected:
+            return
+        if self._in_head:
+            if self._head_bytes and self._head_timer is None:
+                self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
+        elif self._in_body and self._body_timer is None:
+            self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
+
+    def eof_received(self) -> None:  # None: asyncio closes the transport
+        if self._in_body and not self._rejected:  # the client ended its stream mid-body
+            self._malformed("the request body ended before its Content-Length or last chunk")
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if not self._in_body or self._rejected or self.transport.is_closing():
+            return
+        if self.flow.read_paused:  # the server is not reading: not the client's delay
+            self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
+            return
+        self._rejected = True
+        self._count_framing("body_timeout")
+        if self.cycle is None or not self.cycle.response_started:
+            self.transport.write(body_timeout_response(self._body_timeout_s))
+        self.transport.close()
+
+    def _stop_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _malformed(self, detail: str) -> None:
+        """Bytes that are no HTTP request (module docstring): a JSON 400 and close, or,
+        while a response is still owed on the connection, close once it is complete."""
+        self._rejected = True
+        self._stop_body_timer()
+        self._count_framing("malformed")
+        self.logger.warning("Invalid HTTP request received: %s", detail)
+        cycle = self.cycle
+        if self._in_body and self.pipeline:  # the broken one is queued behind another: drop it
+            self.pipeline.popleft()
+        elif self._in_body and cycle is not None and cycle.response_started:  # answered early
+            if cycle.response_complete:
+                self.transport.close()
+                return
+            cycle.keep_alive = False
+        elif not self.pipeline and (cycle is None or cycle.response_complete or self._in_body):
+            self.transport.write(bad_request_response(detail))
+            self.transport.close()
+            return
+        elif not self.pipeline and cycle is not None:
+            cycle.keep_alive = False  # the request being answered: the connection closes at its end
+        self._close_after_response = True  # after the last complete request queued, if any
+
+    def on_response_complete(self) -> None:
+        if self._close_after_response and not self.pipeline:
+            self.server_state.total_requests += 1
+            self.transport.close()
+            return
+        super().on_response_complete()
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self._rejected and not self.transport.is_closing():
+            self._reject("head_timeout")
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        self._stop_body_timer()
+        super().connection_lost(exc)
+
+    def _reject(self, limit: str) -> None:
+        self._rejected = True
+        self._count(limit)
+        self.transport.write(rejection_response(limit, self._limits))
+        self.transport.close()
+
+    # on_url and on_header repeat uvicorn's bodies (0.54) rather than call them: a parser
+    # callback per header is the hot path, and a super() call there costs a frame each.
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        if len(self.url) > self._limits.max_field_bytes:
+            raise _HeadTooLarge("field_bytes")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields += 1
+        limits = self._limits
+        if self._fields > limits.max_fields:
+            raise _HeadTooLarge("fields")
+        if len(name) + len(value) > limits.max_field_bytes:
+            raise _HeadTooLarge("field_bytes")
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        if self._head_timer is not None:
+            self._stop_head_timer()
+        super().on_headers_complete()
+        self._in_body = True
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head, self._in_body, self._head_bytes, self._fields, self._tail = True, False, 0, 0, b""
+        if self._body_timer is not None:
+            self._stop_body_timer()
+
+
 def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
     """An httptools protocol class for ``uvicorn.Config(http=...)`` that enforces the limits
     ``source()`` returns (module docstring). One class per app; no state outside it."""
 
-    class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    class LimitedHttpToolsProtocol(_LimitedProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            limits = source()
-            self._limits, self._count, self._count_framing = limits.server.headers, limits.count_head, limits.count_framing
-            self._body_timeout_s = limits.server.body_timeout_s
-            self._in_head = True  # reading a request's head (until its headers are complete)
-            self._in_body = False  # between a request's complete head and its complete body
-            self._head_bytes = 0
-            self._fields = 0
-            self._tail = b""  # the last 3 head bytes: a CRLFCRLF split between two reads
-            self._rejected = False
-            self._close_after_response = False  # malformed bytes after a request still being answered
-            self._head_timer: asyncio.TimerHandle | None = None
-            self._body_timer: asyncio.TimerHandle | None = None
-
-        def data_received(self, data: bytes) -> None:
-            if self._rejected:
-                return
-            if self._in_head:
-                tail = self._tail
-                seen = tail + data if tail else data
-                end = seen.find(b"\r\n\r\n")
-                self._head_bytes += len(data) if end < 0 else max(0, end + 4 - len(tail))
-                if self._head_bytes > self._limits.max_bytes:
-                    self._reject("bytes")
-                    return
-                if end < 0:
-                    self._tail = seen[-3:]
-            self._unset_keepalive_if_required()
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserCallbackError as exc:
-                cause = exc.__context__ or exc.__cause__
-                if isinstance(cause, _HeadTooLarge):
-                    self._reject(cause.limit)
-                    return
-                self._malformed(str(exc) or "a parser callback failed")
-                return
-            except httptools.HttpParserError as exc:
-                self._malformed(str(exc) or "unparsable bytes")
-                return
-            except httptools.HttpParserUpgrade:
-                if self._should_upgrade():
-                    self.handle_websocket_upgrade()
-                else:
-                    self._unsupported_upgrade_warning()
-                return
-            if self._rejected:
-                return
-            if self._in_head:
-                if self._head_bytes and self._head_timer is None:
-                    self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
-            elif self._in_body and self._body_timer is None:
-                self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
-
-        def eof_received(self) -> None:  # None: asyncio closes the transport
-            if self._in_body and not self._rejected:  # the client ended its stream mid-body
-                self._malformed("the request body ended before its Content-Length or last chunk")
-
-        def _body_late(self) -> None:
-            self._body_timer = None
-            if not self._in_body or self._rejected or self.transport.is_closing():
-                return
-            if self.flow.read_paused:  # the server is not reading: not the client's delay
-                self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
-                return
-            self._rejected = True
-            self._count_framing("body_timeout")
-            if self.cycle is None or not self.cycle.response_started:
-                self.transport.write(body_timeout_response(self._body_timeout_s))
-            self.transport.close()
-
-        def _stop_body_timer(self) -> None:
-            if self._body_timer is not None:
-                self._body_timer.cancel()
-                self._body_timer = None
-
-        def _malformed(self, detail: str) -> None:
-            """Bytes that are no HTTP request (module docstring): a JSON 400 and close, or,
-            while a response is still owed on the connection, close once it is complete."""
-            self._rejected = True
-            self._stop_body_timer()
-            self._count_framing("malformed")
-            self.logger.warning("Invalid HTTP request received: %s", detail)
-            cycle = self.cycle
-            if self._in_body and self.pipeline:  # the broken one is queued behind another: drop it
-                self.pipeline.popleft()
-            elif self._in_body and cycle is not None and cycle.response_started:  # answered early
-                if cycle.response_complete:
-                    self.transport.close()
-                    return
-                cycle.keep_alive = False
-            elif not self.pipeline and (cycle is None or cycle.response_complete or self._in_body):
-                self.transport.write(bad_request_response(detail))
-                self.transport.close()
-                return
-            elif not self.pipeline and cycle is not None:
-                cycle.keep_alive = False  # the request being answered: the connection closes at its end
-            self._close_after_response = True  # after the last complete request queued, if any
-
-        def on_response_complete(self) -> None:
-            if self._close_after_response and not self.pipeline:
-                self.server_state.total_requests += 1
-                self.transport.close()
-                return
-            super().on_response_complete()
-
-        def _head_late(self) -> None:
-            self._head_timer = None
-            if self._in_head and not self._rejected and not self.transport.is_closing():
-                self._reject("head_timeout")
-
-        def _stop_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._stop_head_timer()
-            self._stop_body_timer()
-            super().connection_lost(exc)
-
-        def _reject(self, limit: str) -> None:
-            self._rejected = True
-            self._count(limit)
-            self.transport.write(rejection_response(limit, self._limits))
-            self.transport.close()
-
-        # on_url and on_header repeat uvicorn's bodies (0.54) rather than call them: a parser
-        # callback per header is the hot path, and a super() call there costs a frame each.
-        def on_url(self, url: bytes) -> None:
-            self.url += url
-            if len(self.url) > self._limits.max_field_bytes:
-                raise _HeadTooLarge("field_bytes")
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._fields += 1
-            limits = self._limits
-            if self._fields > limits.max_fields:
-                raise _HeadTooLarge("fields")
-            if len(name) + len(value) > limits.max_field_bytes:
-                raise _HeadTooLarge("field_bytes")
-            name = name.lower()
-            if name == b"expect" and value.lower() == b"100-continue":
-                self.expect_100_continue = True
-            self.headers.append((name, value))
-
-        def on_headers_complete(self) -> None:
-            self._in_head = False
-            if self._head_timer is not None:
-                self._stop_head_timer()
-            super().on_headers_complete()
-            self._in_body = True
-
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            self._in_head, self._in_body, self._head_bytes, self._fields, self._tail = True, False, 0, 0, b""
-            if self._body_timer is not None:
-                self._stop_body_timer()
+            super().__init__(source, *args, **kwargs)
 
     return LimitedHttpToolsProtocol

@@ -7,7 +7,7 @@ Keys of the bucket ``<id>`` (``P`` = ``state.key_prefix``), both under the hash 
                            PEXPIRE: the time the fuller bucket needs to drain, + 1 s
     {P:rl:<id>}:c   ZSET   member "<replica>:<n>" per open request, score = expiry (ms)
 
-The admission script is :func:`router.limits.check` written in Lua (one rule, tested against
+The admission script is :func:`router.limit_rules.check` written in Lua (one rule, tested against
 each other on a real redis-server: tests/redis/test_key_limits.py). Time is Redis's ``TIME``,
 so replicas' clocks do not matter. Calls go through :meth:`router.state.RedisState.run_script`
 (bounded by ``state.op_timeout_s``, ``MOVED`` followed).
@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from router.limit_rules import Verdict
+
 if TYPE_CHECKING:
-    from router.limits import Plan, Verdict
+    from router.limit_rules import Plan
 
 __all__ = ["ADMIT_LUA", "FINISH_LUA", "RENEW_LUA", "SharedBuckets", "bucket_keys"]
 
@@ -125,8 +127,6 @@ class SharedBuckets:
 
     async def admit(self, key: str, plan: Plan, cost: int, member: str | None, ttl_s: float) -> Verdict:
         """Run the admission script; raises what redis-py raises, ``ValueError`` on a bad reply."""
-        from router.limits import Verdict
-
         reply = await self._state.run_script(ADMIT_LUA, list(bucket_keys(self._prefix, key)), [
             repr(plan.request_interval_ms), repr(plan.request_capacity), repr(plan.token_interval_ms),
             repr(plan.token_capacity), cost, plan.concurrent, member or "", int(ttl_s * 1000)])

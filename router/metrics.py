@@ -210,6 +210,23 @@ class RouterMetrics:
             registry=registry)
         self.build_info.labels(version or _installed_version(), platform.python_version()).set(1)
         # Per-request series: lock-free, written on the event loop only (LoopCounter).
+        self._request_series()
+        self._response_series()
+        self._rate_limit_series(registry)
+        registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
+                                          self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
+                                          self.upstream_stale_retries, self.engine_rejections,
+                                          self.predicted_completion, self.completion_tokens,
+                                          self.reasoning_tokens, self.usage_inconsistent,
+                                          self.suspect_truncations, self.header_limit_rejections,
+                                          self.framing_rejections, self.priority_requests]))
+        self._prefix_series(registry)
+        self._pool_series(registry)
+        self._shared_state_series(registry)
+        self._control_series(registry)
+
+    def _request_series(self) -> None:
+        """Per-request series: decision, latency, prompt size, upstream failures (loop-only)."""
         self.requests = LoopCounter(
             "specgate_requests", "Requests answered, by pool, decision reason and HTTP status.",
             ["pool", "reason", "status"])
@@ -244,7 +261,9 @@ class RouterMetrics:
             "Engine refusals before the first byte, by pool and reason (http_503, http_429, "
             "stream_error: a 429/503 error event in a 200 stream, stream_abort: an abort "
             "before any content, body_abort: the same in a non-streamed 200).", ["pool", "reason"])
-        # Response usage and endings (router.observe): per pool.
+
+    def _response_series(self) -> None:
+        """Response usage and endings (router.observe), header limits, priority sources (loop-only)."""
         self.completion_tokens = LoopCounter(
             "specgate_completion_tokens", "usage.completion_tokens of chat responses.", ["pool"])
         self.reasoning_tokens = LoopCounter(
@@ -274,6 +293,9 @@ class RouterMetrics:
             "client (a trusted key's own value), clamped (moved into its key's range), default "
             "(a configured default), ignored (an untrusted client's value dropped), none.",
             ["source"])
+
+    def _rate_limit_series(self, registry: CollectorRegistry) -> None:
+        """Per-key limits (router/limits.py): refusals by limit, checks by mode and result (loop-only)."""
         self.rate_limited = LoopCounter(
             "specgate_rate_limited",
             "Requests refused with 429 by a per-key limit (router/limits.py), by limit: requests, "
@@ -284,13 +306,9 @@ class RouterMetrics:
             "Redis unreachable, decided by this replica with auth.rate_limits.local_fraction) and "
             "result (admitted, limited).", ["mode", "result"])
         registry.register(_LoopCollector([self.rate_limited, self.rate_limit_checks]))
-        registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
-                                          self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
-                                          self.upstream_stale_retries, self.engine_rejections,
-                                          self.predicted_completion, self.completion_tokens,
-                                          self.reasoning_tokens, self.usage_inconsistent,
-                                          self.suspect_truncations, self.header_limit_rejections,
-                                          self.framing_rejections, self.priority_requests]))
+
+    def _prefix_series(self, registry: CollectorRegistry) -> None:
+        """Prefix routing: the match ratio per routed request, the index size per pool."""
         self.prefix_match_ratio = LoopHistogram(
             "specgate_prefix_match_ratio",
             "Per routed request with prefix routing on: the estimated fraction of its prompt tokens "
@@ -301,6 +319,9 @@ class RouterMetrics:
         self.prefix_index_blocks = Gauge(
             "specgate_prefix_index_blocks", "Block keys held by a pool's prefix index (memory bound: "
             "routing.prefix_cache.max_blocks_per_endpoint per endpoint).", ["pool"], registry=registry)
+
+    def _pool_series(self, registry: CollectorRegistry) -> None:
+        """Pool state copied at each scrape round (``AppState.refresh_gauges``), scrapes, reloads."""
         self.inflight = Gauge(
             "specgate_inflight_requests", "Requests dispatched by this router and not finished.",
             ["pool"], registry=registry)
@@ -328,6 +349,9 @@ class RouterMetrics:
             "specgate_scrape_failures", "Failed /metrics scrapes.", ["pool", "endpoint"], registry=registry)
         self.config_reloads = Counter(
             "specgate_config_reloads", "Config reload attempts, by result.", ["result"], registry=registry)
+
+    def _shared_state_series(self, registry: CollectorRegistry) -> None:
+        """The shared state (router/state.py): replicas' in-flight, degraded mode, Redis calls."""
         self.shared_inflight = Gauge(
             "specgate_shared_inflight_requests",
             "In-flight requests of all replicas (shared state; this router's own when not shared).",
@@ -346,6 +370,9 @@ class RouterMetrics:
             "specgate_shared_state_op_duration_seconds", "Duration of successful shared-state calls.",
             ["op"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
             registry=registry)
+
+    def _control_series(self, registry: CollectorRegistry) -> None:
+        """Routing thresholds and overrides, discovery, endpoint states, warm-up, canary, config."""
         self.routing_threshold = Gauge(
             "specgate_routing_threshold",
             "Effective routing threshold (tokens or requests): the YAML's or a runtime override.",

@@ -27,12 +27,14 @@ it goes to the decision, where no pool has it (503 ``no_healthy_upstream``). Whe
 adapter may go is the decision's (:func:`router.checks.lora_adapter`).
 
 The routes ``GET /v1/models`` and ``GET /v1/models/{model}`` (the OpenAI SDKs'
-``models.list``/``models.retrieve``) answer with SGLang 0.5.23's ``ModelCard`` shape
+``models.list``/``models.retrieve``, installed by :mod:`router.model_routes`) answer with SGLang 0.5.23's ``ModelCard`` shape
 (``srt/entrypoints/http_server.py``): the model, each alias (``root``: the model), each known
 adapter (``root``: its path, ``parent``: the model), and the models the pass-through pools'
 engines serve; an unknown id is SGLang's 404 ``{"message": "The model '<id>' does not exist",
 "type": "invalid_request_error", "param": "model", "code": "model_not_found"}``. Retrieving
 ``<name>:<adapter>`` answers that adapter's card under the requested id.
+
+This module does no I/O (a pure layer of router/); the routes are in :mod:`router.model_routes`.
 """
 
 from __future__ import annotations
@@ -41,16 +43,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Request
-from starlette.responses import JSONResponse, Response
-
 from router.errors import InvalidRequest, ModelNotFound
 
 if TYPE_CHECKING:
     from router.endpoint import Endpoint
     from router.pools import Runtime
 
-__all__ = ["Catalog", "Resolved", "catalog", "install_model_routes", "lacking_adapters", "model_cards", "pool_adapters", "resolve",
+__all__ = ["Catalog", "Resolved", "catalog", "lacking_adapters", "model_cards", "pool_adapters", "resolve",
            "resolve_passthrough", "resolve_request", "split_adapter"]
 
 #: ``Resolved.adapters`` of a base-model request.
@@ -267,23 +266,3 @@ def model_card(runtime: Runtime, model: str) -> dict[str, Any]:
         return _card(model, cat.adapters[split[1]], cat.names[split[0]], None)
     raise ModelNotFound(f"The model '{model}' does not exist", param="model")
 
-
-def install_model_routes(app: FastAPI) -> None:
-    """Register ``GET /v1/models`` and ``GET /v1/models/{model}`` (client keys as on every
-    ``/v1`` route when ``auth`` is configured)."""
-
-    def runtime_of(request: Request) -> Runtime:
-        runtime: Runtime = request.app.state.specgate.runtime
-        if runtime.auth is not None:
-            runtime.auth.check_client(request.headers.get("authorization"))
-        return runtime
-
-    @app.get("/v1/models")
-    async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": model_cards(runtime_of(request))})
-
-    @app.get("/v1/models/{model:path}")
-    async def retrieve(request: Request, model: str) -> Response:
-        return JSONResponse(model_card(runtime_of(request), model))
-
-    del models, retrieve  # registered

@@ -77,7 +77,6 @@ from fastapi import FastAPI, Request
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from router.api import _parse_json, _read_body, client_request_id
 from router.context import attach_context, end_disconnected
 from router.errors import (
     InvalidRequest,
@@ -88,6 +87,7 @@ from router.errors import (
     UpstreamTimeout,
     map_engine_error,
 )
+from router.intake import client_request_id, parse_json, read_body
 from router.models import catalog, resolve_passthrough
 from router.spans import end_span
 from router.trace import trace_headers
@@ -200,6 +200,37 @@ async def _call_unless_gone(request: Request, call: Coroutine[Any, Any, tuple[in
                     await task
 
 
+def _start_trace(request: Request, state: Any, context: Any, request_id: str,
+                 kind: str) -> tuple[Any, dict[str, str]]:
+    """The request's trace headers to forward (:func:`router.trace.trace_headers`) and the
+    tracer its spans come from (``state.tracing`` now, even if a reload swaps it; None: off).
+    With a tracer, ``context.span`` is the server span (a refusal's error path ends it)."""
+    cfg = state.runtime.config
+    trace = trace_headers(request.headers.getlist("traceparent"), request.headers.getlist("tracestate"),
+                          request.headers.get("baggage") if cfg.tracing.forward_baggage else None)
+    tracing = state.tracing
+    if tracing is not None:
+        context.span = tracing.start_request(request.scope["path"], trace, request_id)
+        context.span.set_attribute("specgate.reason", kind)
+    return tracing, trace
+
+
+async def _forward_body(request: Request, runtime: Any, pools: list[Any], kind: str) -> bytes:
+    """The body to forward: read (``limits.max_request_bytes``, its encoding undone), JSON,
+    checked for ``kind`` (:func:`check_body`), its ``model`` resolved
+    (:func:`router.models.resolve_passthrough`: an alias of the generation model is rewritten
+    to the name the engine knows). Raises what those raise (400, 404, 413, 415)."""
+    body = await read_body(request, runtime.config.limits.max_request_bytes)
+    doc = parse_json(request, body)
+    check_body(kind, doc)
+    forward = resolve_passthrough(
+        doc.get("model"), catalog(runtime), generating=any("generate" in p.config.serves for p in pools),
+        listed=all(e.served_models is not None for p in pools for e in p.endpoints.values()))
+    if forward is not None:
+        body = orjson.dumps({**doc, "model": forward})
+    return body
+
+
 async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     """Answer one pass-through request (see the module docstring)."""
     state = request.app.state.specgate
@@ -208,12 +239,7 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     received = time.perf_counter()
     request_id = client_request_id(request.headers.get("x-request-id")) or state.next_request_id()
     context = attach_context(request, request_id)
-    trace = trace_headers(request.headers.getlist("traceparent"), request.headers.getlist("tracestate"),
-                          request.headers.get("baggage") if cfg.tracing.forward_baggage else None)
-    tracing = state.tracing  # the one this request's spans come from, even if a reload swaps it
-    if tracing is not None:  # the server span; a refusal's error path ends it
-        context.span = tracing.start_request(request.scope["path"], trace, request_id)
-        context.span.set_attribute("specgate.reason", kind)
+    tracing, trace = _start_trace(request, state, context, request_id, kind)
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
     path = request.scope["path"]
@@ -221,14 +247,7 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     if not pools:
         raise UnsupportedEndpoint(f"{path} is not served by this router: no pool is configured "
                                   f"to serve `{kind}`")
-    body = await _read_body(request, cfg.limits.max_request_bytes)
-    doc = _parse_json(request, body)
-    check_body(kind, doc)
-    forward = resolve_passthrough(
-        doc.get("model"), catalog(runtime), generating=any("generate" in p.config.serves for p in pools),
-        listed=all(e.served_models is not None for p in pools for e in p.endpoints.values()))
-    if forward is not None:  # an alias of the generation model: the engine knows its name only
-        body = orjson.dumps({**doc, "model": forward})
+    body = await _forward_body(request, runtime, pools, kind)
     excluded: set[str] = set()
     error: SpecgateError | None = None
     for attempt in range(cfg.upstream.max_attempts):

@@ -184,7 +184,7 @@ class Runtime:
     ledger, draining flag and drain callback, and the pools' hysteresis flags, objects the live
     runtime routes with. Call it on the event loop that runs ``previous`` (never in a worker
     thread) and swap right after, with no ``await`` in between; do the I/O (YAML, tokenizer,
-    key files) beforehand, off the loop (:func:`router.app.load_runtime_inputs`). It does no
+    key files) beforehand, off the loop (:func:`router.runtime_inputs.load_runtime_inputs`). It does no
     I/O itself. Every endpoint carried over, static or discovered, takes the new config's
     ``health`` thresholds.
 

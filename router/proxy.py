@@ -290,12 +290,7 @@ class ProxyResponse(Response):
                                         else up.nonstream_timeout_s)
         timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=up.connect_timeout_s,
                                         sock_read=None)
-        headers = {"content-type": "application/json", "x-request-id": job.request_id,
-                   "accept-encoding": "identity", **job.trace}
-        span = None
-        if self._tracing is not None and job.span is not None:  # its context goes upstream
-            span, context = self._tracing.start_attempt(job.span, endpoint.url, job.path, endpoint.pool, job.attempts)
-            headers.update(context)
+        headers, span = self._engine_headers(endpoint)
         resp: aiohttp.ClientResponse | None = None
         conn = ConnTrace()
         session = self._fresh if fresh else self._session
@@ -344,33 +339,8 @@ class ProxyResponse(Response):
                 endpoint.mark_down()
                 job.outcome = "upstream_reset"
                 raise UpstreamError("upstream worker failed") from None
-            if not first:
-                job.outcome = "upstream_empty"
-                raise UpstreamError("upstream worker failed")
-            if not job.features.stream:
-                aborted = body_abort(first)
-                if aborted == "before_content":  # a refusal, as a stream's abort before content
-                    job.outcome = "engine_overloaded"
-                    raise _Backpressure("body_abort", None)
-                if aborted is not None:
-                    job.outcome = "engine_abort"
-                    raise UpstreamError("generation aborted by engine", code="engine_abort")
-            job.ttfb_s = time.perf_counter() - job.received_at
-            ctype = resp.headers.get("content-type", "application/json")
-            if not job.features.stream and job.extra.get("spec_stats") is not None:
-                stripped, job.extra["spec_accept_length"] = strip_body(first)
-                if job.extra["spec_stats"] == "strip":
-                    first = stripped
-            if job.observer is not None and not job.features.stream:
-                job.observer.body(first)  # a stream's events are fed as they are relayed
-            if not job.features.stream:
-                await self._start(send, resp.status, ctype, len(first))
-                await send({"type": "http.response.body", "body": first, "more_body": False})
-                job.status = resp.status
-                return
-            await self._start(send, resp.status, ctype, None)
-            job.status = resp.status
-            await self._relay(resp, first, endpoint, send)
+            self._check_first(first)
+            await self._answer(resp, first, endpoint, send)
         finally:
             if mark_token is not None:
                 marks.reset(mark_token)  # type: ignore[union-attr]  # set above with it
@@ -379,6 +349,57 @@ class ProxyResponse(Response):
             if span is not None:
                 end_span(span, None if resp is None else resp.status,
                                   None if job.outcome == "ok" else job.outcome)
+
+    def _engine_headers(self, endpoint: Any) -> tuple[dict[str, str], Any]:
+        """The engine request's headers and, with tracing on, the attempt's span (its context
+        goes upstream in the headers; None without tracing)."""
+        job = self.job
+        headers = {"content-type": "application/json", "x-request-id": job.request_id,
+                   "accept-encoding": "identity", **job.trace}
+        span = None
+        if self._tracing is not None and job.span is not None:  # its context goes upstream
+            span, context = self._tracing.start_attempt(job.span, endpoint.url, job.path, endpoint.pool, job.attempts)
+            headers.update(context)
+        return headers, span
+
+    def _check_first(self, first: bytes) -> None:
+        """Refuse what came before the first byte reached the client: nothing at all (502), or
+        a whole body that is an engine abort (before any content: back-pressure; else 502
+        ``engine_abort``)."""
+        job = self.job
+        if not first:
+            job.outcome = "upstream_empty"
+            raise UpstreamError("upstream worker failed")
+        if not job.features.stream:
+            aborted = body_abort(first)
+            if aborted == "before_content":  # a refusal, as a stream's abort before content
+                job.outcome = "engine_overloaded"
+                raise _Backpressure("body_abort", None)
+            if aborted is not None:
+                job.outcome = "engine_abort"
+                raise UpstreamError("generation aborted by engine", code="engine_abort")
+
+    async def _answer(self, resp: aiohttp.ClientResponse, first: bytes, endpoint: Any,
+                      send: Callable[..., Any]) -> None:
+        """Send the client the engine's status and ``first``: a whole body (its ``spec_stats``
+        read, and stripped when asked), or a stream's first events, then relay the rest."""
+        job = self.job
+        job.ttfb_s = time.perf_counter() - job.received_at
+        ctype = resp.headers.get("content-type", "application/json")
+        if not job.features.stream and job.extra.get("spec_stats") is not None:
+            stripped, job.extra["spec_accept_length"] = strip_body(first)
+            if job.extra["spec_stats"] == "strip":
+                first = stripped
+        if job.observer is not None and not job.features.stream:
+            job.observer.body(first)  # a stream's events are fed as they are relayed
+        if not job.features.stream:
+            await self._start(send, resp.status, ctype, len(first))
+            await send({"type": "http.response.body", "body": first, "more_body": False})
+            job.status = resp.status
+            return
+        await self._start(send, resp.status, ctype, None)
+        job.status = resp.status
+        await self._relay(resp, first, endpoint, send)
 
     async def _first_events(self, resp: aiohttp.ClientResponse) -> bytes:
         """Read a 200 stream until its first *content* event and return the bytes read.

@@ -10,7 +10,7 @@ from typing import Any
 
 from router.endpoint import Lease
 from router.features import RequestFeatures
-from router.limits import Ticket
+from router.limit_rules import Ticket
 from router.policy import Decision
 
 __all__ = ["ProxyJob", "Redecide", "Redecision"]

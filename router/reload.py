@@ -9,7 +9,7 @@ a cut at a section boundary would still parse and apply defaults for the section
 written (measured by the ``config`` drill, docs/reliability.md). A writer that pauses longer
 than that between two pieces can still be read half-way: write atomically (a rename) where
 that matters. On a change a worker
-thread does the I/O (:func:`router.app.load_runtime_inputs`: the YAML validated whole, the
+thread does the I/O (:func:`router.runtime_inputs.load_runtime_inputs`: the YAML validated whole, the
 tokenizer, the API key files), touching no live object; back on the event loop the new
 :class:`~router.pools.Runtime` is built (endpoints of unchanged URLs keep their health and
 in-flight counts and take the new health thresholds) and ``state.runtime`` replaced in the same
@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from router.config import ConfigError
+from router.pools import Runtime
+from router.runtime_inputs import load_runtime_inputs
 from router.tracing_reload import apply_tracing
 
 if TYPE_CHECKING:
@@ -143,9 +145,6 @@ class Reloader:
         Returns True on success; any exception is counted, logged and returns False (the last
         good runtime stays).
         """
-        from router.app import load_runtime_inputs
-        from router.pools import Runtime
-
         state = self._state
         loop = asyncio.get_running_loop()
         try:

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio
 
 from router.config_limits import KeyLimits
-from router.limits import LocalBuckets, headers, plan_for
+from router.limit_rules import LocalBuckets, headers, plan_for
 from router.limits_redis import SharedBuckets, bucket_keys
 from tests.redis.cluster import CHAT, PREFIX, Cluster, RedisServer
 from tests.support import wait_until

@@ -1,13 +1,11 @@
-"""The ``specgate`` command line: config check (paths, masked secrets), one-line start
-errors with exit 2, ``serve --pool`` naming the pools, ``--version``, help on every flag."""
+"""The ``specgate`` command line, in process: config check (paths, masked secrets), ``serve
+--pool`` naming the pools, ``--version``, help on every flag. The start errors of ``specgate
+router`` (a subprocess) are in tests/integration/test_cli_start.py."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,17 +15,10 @@ from router.cli import build_parser, main
 from router.commands import mask_url
 from tests.unit.test_config import with_
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def write(path: Path, doc: dict) -> Path:
     path.write_text(yaml.safe_dump(doc))
     return path
-
-
-def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "router.cli", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, check=False)
 
 
 def one_line(text: str) -> str:
@@ -133,39 +124,6 @@ def test_help_texts_carry_no_rst_markup() -> None:
     walk(build_parser(), ["specgate"])
     assert raw == []
     assert build_parser().format_help().splitlines()[2].startswith("specgate: an OpenAI-compatible router")
-
-
-def test_router_start_errors_are_one_line_and_exit_2(tmp_path, tokenizer_dir) -> None:
-    bad = write(tmp_path / "bad.yaml", with_("routing.saturation.exit", 8))
-    proc = run_cli("router", "--config", str(bad))
-    assert proc.returncode == 2
-    assert "saturation.exit" in proc.stderr and "Traceback" not in proc.stderr
-
-    missing = write(tmp_path / "missing.yaml", with_("model.tokenizer", str(tmp_path / "nope")))
-    proc = run_cli("router", "--config", str(missing))
-    assert (proc.returncode, one_line(proc.stderr)) == (
-        2, f"specgate router: model.tokenizer: no such directory: {tmp_path}/nope")
-
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen(1)
-        port = busy.getsockname()[1]
-        ok = write(tmp_path / "ok.yaml", with_("model.tokenizer", str(tokenizer_dir)))
-        proc = run_cli("router", "--config", str(ok), "--port", str(port))
-    assert (proc.returncode, one_line(proc.stderr)) == (
-        2, f"specgate router: cannot listen on 127.0.0.1:{port}: Address already in use")
-
-
-def test_router_corrupt_tokenizer_is_one_line_and_exit_2(tmp_path, tokenizer_dir) -> None:
-    broken = tmp_path / "broken-tok"
-    broken.mkdir()
-    for f in tokenizer_dir.iterdir():
-        (broken / f.name).write_bytes(f.read_bytes())
-    (broken / "tokenizer.json").write_text("{not json")
-    path = write(tmp_path / "c.yaml", with_("model.tokenizer", str(broken)))
-    proc = run_cli("router", "--config", str(path), "--port", "0")
-    assert proc.returncode == 2
-    assert one_line(proc.stderr).startswith("specgate router: ")
 
 
 def _engine_doc(tokenizer_dir: Path, model_path: str, draft: str | None = None) -> dict:

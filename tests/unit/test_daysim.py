@@ -183,6 +183,7 @@ def test_stale_gauge_keeps_last_value_and_the_policy_does_not_stick_on_it() -> N
     assert series[50] == series[95] == 1.0
 
 
+@pytest.mark.slow
 def test_same_seed_same_day_other_seed_other_day() -> None:
     model = default_engine_model()
     shape = get_shape("mixed")
@@ -196,6 +197,7 @@ def test_same_seed_same_day_other_seed_other_day() -> None:
     assert [r.e2e_s for r in a.records][:50] != [r.e2e_s for r in c.records][:50]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "winner", "loser"), [("light", "all-spec", "all-plain"),
                                                       ("heavy", "all-plain", "all-spec")])
 def test_shapes_ordering(name: str, winner: str, loser: str) -> None:
@@ -263,6 +265,7 @@ def test_scrape_rounds_reach_the_router_hook_every_quarter_second() -> None:
     assert res.records[0].ttft_s == pytest.approx(1.0) and res.records[0].queue_s == 0.0
 
 
+@pytest.mark.slow
 def test_summary_goodput_and_latencies_on_a_hand_day(tmp_path: Path) -> None:
     from loadtests.dayreport import plot_loads
 

@@ -64,6 +64,7 @@ def _tiny_draft() -> Eagle3Draft:
     return draft
 
 
+@pytest.mark.slow
 def test_ttt_unroll_equals_incremental_chain() -> None:
     draft = _tiny_draft()
     aux, tokens = torch.randn(2, 12, 96), torch.randint(0, 50, (2, 12))
@@ -97,6 +98,7 @@ def test_aux_layers() -> None:
         train_mod.default_aux_layers(3)
 
 
+@pytest.mark.slow
 def test_loss_falls(trained: tuple[Path, dict]) -> None:
     out, manifest = trained
     log = json.loads((out / "train_log.json").read_text())
@@ -112,6 +114,7 @@ def test_loss_falls(trained: tuple[Path, dict]) -> None:
     assert manifest["aux_layer_ids"] == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_export_names_shapes_and_config(trained: tuple[Path, dict], target: Path) -> None:
     from safetensors import safe_open
 
@@ -143,6 +146,7 @@ def test_export_names_shapes_and_config(trained: tuple[Path, dict], target: Path
     assert hot.tolist() == torch.nonzero(t2d).flatten().tolist()
 
 
+@pytest.mark.slow
 def test_second_run_is_skipped_and_deterministic(
     trained: tuple[Path, dict], target: Path, tmp_path: Path
 ) -> None:
@@ -157,6 +161,7 @@ def test_second_run_is_skipped_and_deterministic(
     ).read_bytes()
 
 
+@pytest.mark.slow
 def test_load_and_evaluate(trained: tuple[Path, dict], target: Path) -> None:
     from drafters.eagle3.evaluate import evaluate
 

@@ -8,9 +8,7 @@ import pytest
 
 from router.config import ConfigError, parse_config
 from router.config_limits import KeyLimits, RateLimitConfig
-from router.limits import (
-    ANONYMOUS,
-    KeyLimiter,
+from router.limit_rules import (
     LocalBuckets,
     Plan,
     Verdict,
@@ -22,6 +20,7 @@ from router.limits import (
     token_cost,
     usage_tokens,
 )
+from router.limits import ANONYMOUS, KeyLimiter
 
 
 def test_gcra_admits_a_burst_then_exactly_the_rate():

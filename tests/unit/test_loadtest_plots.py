@@ -61,6 +61,7 @@ def test_heatmap_cells_state_value_and_verdict() -> None:
     assert (converging.hatched, converging.label) == (False, f"{converging.value:.2f}x\nconverging 1.20x")
 
 
+@pytest.mark.slow
 def test_heatmap_panels_share_one_centred_scale(tmp_path: Path) -> None:
     report = sim()
     mark(report, "64-256", 4, "noisy", 3.46)
@@ -85,6 +86,7 @@ def test_heatmap_panels_share_one_centred_scale(tmp_path: Path) -> None:
     assert any(t.endswith("noisy 3.46x") for t in texts) and any(t.endswith("bimodal 1.60x") for t in texts)
 
 
+@pytest.mark.slow
 def test_latency_small_multiples(tmp_path: Path) -> None:
     report = sim()
     fig = plots._latency(report, tmp_path / "l.png")
@@ -113,6 +115,7 @@ def test_spec_share() -> None:
     assert spec_share(report, "router", {"reasons": {}, "routed": {}}) == 0.0
 
 
+@pytest.mark.slow
 def test_accept_length_only_where_the_spec_pool_served(tmp_path: Path) -> None:
     report = sim()
     model = SimModel()
@@ -131,6 +134,7 @@ def test_accept_length_only_where_the_spec_pool_served(tmp_path: Path) -> None:
     assert legend == ["spec", "router", "break-even c*gamma+1 = 1.20"]
 
 
+@pytest.mark.slow
 def test_accept_length_without_gamma_has_no_break_even(tmp_path: Path) -> None:
     report = sim()
     report["speculation"] = {"gamma": None, "drafter_cost_ratio": None}
@@ -140,6 +144,7 @@ def test_accept_length_without_gamma_has_no_break_even(tmp_path: Path) -> None:
     assert "break-even unknown" in fig.get_suptitle()
 
 
+@pytest.mark.slow
 def test_write_plots_writes_three_pngs(tmp_path: Path) -> None:
     report = sim(repetitions=2)
     paths = plots.write_plots(report, tmp_path)

@@ -62,6 +62,7 @@ POOL_SETS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pools", list(POOL_SETS))
 @pytest.mark.parametrize("seed", range(3))
 def test_decision_with_upper_bound_equals_exact_when_no_flip_point_straddles(seed, pools):

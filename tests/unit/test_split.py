@@ -19,6 +19,7 @@ from loadtests.split import SplitError, advise_split, requests_from_log
 from loadtests.workload import parse_buckets
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("shape", "predict", "best"), [
     ("light", False, "all-spec"), ("heavy", False, "learned 1s+1p"), ("heavy", True, "learned 1s+1p")])
 def test_split_advice_on_a_synthetic_day(shape: str, predict: bool, best: str) -> None:
@@ -35,6 +36,7 @@ def test_split_advice_on_a_synthetic_day(shape: str, predict: bool, best: str) -
     assert f"advice: {k} speculative + {2 - k} plain engines ({best}; best mean_s)" in adv.text()
 
 
+@pytest.mark.slow
 def test_replaying_a_simulator_log_reproduces_the_day(tmp_path: Path) -> None:
     model = default_engine_model()
     shape = get_shape("mixed")

@@ -24,6 +24,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return a, b
 
 
+@pytest.mark.slow
 def test_two_builds_are_identical(built: tuple[Path, Path]) -> None:
     a, b = built
     assert (a / "tokenizer.json").read_bytes() == (b / "tokenizer.json").read_bytes()
@@ -34,6 +35,7 @@ def test_two_builds_are_identical(built: tuple[Path, Path]) -> None:
     assert manifest["weights_sha256"] == tinymodel.weights_sha256(a)
 
 
+@pytest.mark.slow
 def test_second_build_is_skipped(built: tuple[Path, Path]) -> None:
     a, _ = built
     again = tinymodel.build(a, train_seconds=STEPS_SECONDS, progress=False)
@@ -42,6 +44,7 @@ def test_second_build_is_skipped(built: tuple[Path, Path]) -> None:
     assert other_seed != tinymodel._build_key(tinymodel.TinyModelSpec(), 0, 3, "x")
 
 
+@pytest.mark.slow
 def test_config_is_a_float32_llama(built: tuple[Path, Path]) -> None:
     config = json.loads((built[0] / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
@@ -54,6 +57,7 @@ def test_config_is_a_float32_llama(built: tuple[Path, Path]) -> None:
     assert generation["eos_token_id"] == [1, 4]
 
 
+@pytest.mark.slow
 def test_tokenizer_round_trip_and_special_tokens(built: tuple[Path, Path]) -> None:
     from transformers import AutoTokenizer
 
@@ -72,6 +76,7 @@ def test_tokenizer_round_trip_and_special_tokens(built: tuple[Path, Path]) -> No
     assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
 
 
+@pytest.mark.slow
 def test_chat_template_renders_roles_and_generation_prompt(built: tuple[Path, Path]) -> None:
     from transformers import AutoTokenizer
 
@@ -98,6 +103,7 @@ def test_chat_template_renders_roles_and_generation_prompt(built: tuple[Path, Pa
     assert tok.decode(ids) == text
 
 
+@pytest.mark.slow
 def test_chat_template_renders_tools_calls_and_results(built: tuple[Path, Path]) -> None:
     from transformers import AutoTokenizer
 
@@ -160,6 +166,7 @@ def test_chat_template_renders_tools_calls_and_results(built: tuple[Path, Path])
     assert '{"name": "get_weather", "arguments": {"city": "Seoul"}}' in text2
 
 
+@pytest.mark.slow
 def test_chat_template_rejects_unknown_role(built: tuple[Path, Path]) -> None:
     from transformers import AutoTokenizer
 
