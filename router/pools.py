@@ -306,7 +306,8 @@ class Runtime:
             prev = next((p for p in previous.pools if p.name == pool.name), None) if previous is not None else None
             fit = prev.fit if prev is not None else None
             if (fit is None or fit.prior != pool.prior or fit.forgetting != learning.forgetting):
-                fit = SpeedFit(pool.prior, prior_weight=learning.prior_weight, forgetting=learning.forgetting)
+                fit = SpeedFit(pool.prior, prior_weight=learning.prior_weight, forgetting=learning.forgetting,
+                               memory_s=learning.acceptance_memory_s, detect_changes=learning.change_detection)
             pool.fit = fit
 
     def dispatch_state(self, url: str, now: float, features: RequestFeatures | None = None
