@@ -32,6 +32,8 @@ import math
 
 __all__ = ["Cusum", "DecayedMean"]
 
+_MAD_TO_SD = math.sqrt(math.pi / 2)  # a normal's standard deviation over its mean absolute deviation
+
 
 class DecayedMean:
     """A mean over the last ``memory_s`` seconds and at most ``max_weight`` observations.
@@ -106,7 +108,7 @@ class Cusum:
         if self._n == 1:
             self._mean, self._dev = r, 0.0
             return False
-        s = self._dev * math.sqrt(math.pi / 2) if self._dev > 0 else abs(r - self._mean)  # MAD -> sd (normal)
+        s = self._dev * _MAD_TO_SD if self._dev > 0 else abs(r - self._mean)
         z = (r - self._mean) / s if s > 0 else 0.0
         w = max(1.0 / self._n, 1.0 / self.memory)
         self._mean += w * (r - self._mean)
