@@ -279,7 +279,8 @@ class Runtime:
             prev = next((p for p in previous.pools if p.name == pool.name), None) if previous is not None else None
             fit = prev.fit if prev is not None else None
             if (fit is None or fit.prior != pool.prior or fit.forgetting != learning.forgetting):
-                fit = SpeedFit(pool.prior, prior_weight=learning.prior_weight, forgetting=learning.forgetting)
+                fit = SpeedFit(pool.prior, prior_weight=learning.prior_weight, forgetting=learning.forgetting,
+                               memory_s=learning.acceptance_memory_s, detect_changes=learning.change_detection)
             pool.fit = fit
 
     def dispatch_state(self, url: str, now: float, features: RequestFeatures | None = None
@@ -311,10 +312,10 @@ class Runtime:
 
     def learn(self, pool_name: str, url: str, *, prompt_tokens: int, cached_tokens: int, output_tokens: int,
               dispatch_load: int, duration_s: float, temperature: str, now: float,
-              accept_length: float | None = None, context: float | None = None) -> bool:
-        """Feed one finished request (one prompt, one choice, answered in full) to its pool's
-        fit. The batch is the mean of the endpoint's load at dispatch and now, this request
-        counted; ``context`` the batch's mean context at dispatch (None: its own); tau
+              accept_length: float | None = None, context: float | None = None, sequences: int = 1) -> bool:
+        """Feed one finished request (answered in full; ``output_tokens`` per sequence of its
+        ``sequences``) to its pool's fit. The batch is the mean of the endpoint's load at
+        dispatch and now, its sequences counted; ``context`` the batch's mean context (or None); tau
         (speculative pools) the request's own ``accept_length`` (SGLang's
         ``spec_tokens_details``, :mod:`router.specstats`), else the class's live estimate.
         Returns whether it was taken."""
@@ -328,7 +329,7 @@ class Runtime:
             tau = (accept_length or self._accept_lengths(pool, now).get(temperature)
                    or self._prior_tau(pool, temperature))
         pool.fit.observe(Observation(prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
-                                     output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5),
+                                     output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5 * sequences),
                                      duration_s=duration_s, accept_length=tau, context=context), now, temperature,
                          measured=pool.speculative and accept_length is not None)
         if self._sharing:
