@@ -54,7 +54,7 @@ loadtest: models
 	$(BIN)/specgate loadtest-local --config examples/demo.yaml --out runs/loadtest-local
 
 # Reliability drills: engine kill/freeze, Redis blackhole, non-atomic config rewrite, router
-# roll, discovery churn, disconnect storm, under load (docs/reliability.md); a few minutes,
+# roll, discovery churn, disconnect storm, Sentinel failover, Cluster reshard, under load (docs/reliability.md); a few minutes,
 # DRILLS_ARGS=--quick for a short run. Exits 1 on a fabricated completion, a lease or an
 # orphaned generation left.
 DRILLS_ARGS ?=

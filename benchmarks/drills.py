@@ -33,6 +33,10 @@ headers     rounds of two connections streaming 48 MiB of header bytes each in 6
             a flood wrote before the cut, the router's RSS growth, the 431s counted
 bomb        gzip bombs (48 MiB of prompt text in ~47 KiB, ``limits.max_request_bytes`` 32
             MiB) sent every 0.5 s; notes: their statuses (413), the router's RSS growth
+sentinel    ``state.topology: sentinel`` on a real primary, replica and three sentinels, a
+            failover at 30% of the load (:mod:`benchmarks.drill_redis`)
+reshard     ``state.topology: cluster`` on three real cluster masters, the deployment's slot
+            resharded to another node at 30% of the load (:mod:`benchmarks.drill_redis`)
 ==========  ===============================================================================
 
 After the load stops, the drill waits (up to 10 s) for the router's in-flight gauges
@@ -65,9 +69,10 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.drill_front_door import bomb, headers
 from benchmarks.drill_load import LoadPlan, run_load
+from benchmarks.drill_redis import TOPOLOGY_DRILLS, setup_topology
 from benchmarks.router_overhead import free_port, stop_processes, wait_http
 
-DRILLS = ("kill", "freeze", "redis", "config", "roll", "discovery", "storm", "headers", "bomb")
+DRILLS = ("kill", "freeze", "redis", "config", "roll", "discovery", "storm", "headers", "bomb", *TOPOLOGY_DRILLS)
 COLUMNS = ("sent", "completed", "clean_error", "fabricated", "bad_error", "transport_before", "transport_mid",
            "hung", "client_closed", "leases_left", "orphans", "unaborted")
 #: Every engine: the tests' tiny-llama identity, a 0.1 s prefill, 25 ms per decode step.
@@ -371,6 +376,8 @@ async def storm(d: Drill, stop: asyncio.Event) -> None:
 def setup(d: Drill, plan: LoadPlan) -> tuple[Callable[[Drill, asyncio.Event], Awaitable[None]], LoadPlan]:
     """Build drill ``d``'s stack; returns its fault and load plan."""
     name = d.name
+    if name in TOPOLOGY_DRILLS:
+        return setup_topology(d, plan)
     if name == "redis":
         from tests.redis.cluster import RedisServer
 

@@ -1,7 +1,8 @@
 """Does the router pay out of the box? Learned speed models against static deployments, simulated.
 
     .venv/bin/python benchmarks/outofbox.py [--families default,kv_limited,...] [--engines 2]
-                                            [--shapes light,heavy,mixed] [--seed 0] [--out runs/outofbox.json]
+                                            [--shapes light,heavy,mixed] [--seed 0] [--bound] [--window-s 30]
+                                            [--out runs/outofbox.json]
 
 For each engine family (:mod:`loadtests.dayfamilies`), day shape (:mod:`loadtests.dayshapes`,
 fitted to the family) and engine count N, the same requests go through, in one run of the
@@ -22,7 +23,19 @@ Printed per shape and N: mean / p90 end-to-end latency (s) of each deployment an
 ratio to the better static deployment (the lowest mean of all-plain, all-spec and
 all-adaptive); the
 ``learned`` rows also give the ratio over the requests after the first 200 (the warm-up) and
-the warm-up's own mean. Everything is the simulator's: speed claims, not engine measurements.
+the warm-up's own mean. On a day with a mid-day shift (``shift_at_s``) every routed row also
+gives its mean per ``--window-s`` window of arrivals after the shift as a ratio of the better
+static deployment's in the same window, and how long after the shift it is back within 5%
+(``back``: the first such window, :func:`loadtests.dayreport.recovery_s`; ``stays``: from
+which window on every later one is, :func:`loadtests.dayreport.settled_s`).
+
+``--bound`` adds, per split, the load-blind fixed shares (:class:`loadtests.dayapi.FixedShare`,
+10%..90% of the requests to the speculative pool) and prints the *best split reference*: the
+lowest mean of those shares and of the ``exact`` router, over the day and after the shift. A
+split cannot reach a static deployment that uses every engine the same way (two plain engines
+when speculation loses all day); the reference is what the split itself reached with the
+strategies tried (not a proof of optimality), and the learned row's ratio to it says how far
+the learning is from it. Everything is the simulator's: speed claims, not engine measurements.
 """
 
 from __future__ import annotations
@@ -38,7 +51,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loadtests.dayapi import FixedShare
 from loadtests.dayfamilies import FAMILIES, get_family
+from loadtests.dayreport import recovery_s, settled_s, windowed_means
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
 from loadtests.dayshapes import SHAPES
 from loadtests.daysim import (
@@ -56,6 +71,17 @@ from loadtests.daysim import (
 STATIC = ("all-plain", "all-spec", "all-adaptive")
 
 WARMUP = 200  # requests
+
+SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def _after(res: DayResult, start_s: float) -> float | None:
+    e2e = [r.e2e_s for r in res.records if r.status == "ok" and r.e2e_s is not None and r.arrival_s >= start_s]
+    return statistics.fmean(e2e) if e2e else None
+
+
+def _fmt_s(v: float | None) -> str:
+    return "never" if v is None else f"+{v:.0f} s"
 
 
 def _stats(res: DayResult, skip: int = 0) -> dict[str, float | None]:
@@ -84,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default="2", help="engine counts N, comma-separated (default 2)")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="day shapes (default all)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bound", action="store_true", help="add the fixed-share splits and the best split reference")
+    ap.add_argument("--window-s", type=float, default=30.0, help="windows after a shift (s, default 30)")
     ap.add_argument("--out", default="runs/outofbox.json")
     args = ap.parse_args(argv)
     rows: list[dict[str, Any]] = []
@@ -102,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             for k in range(1, n):
                 for label, mode in _modes(settings).items():
                     deps.append((f"{label} {k}s+{n - k}p", routed(k, n, lambda m=mode: PolicyRouter(m), label=label)))
+                if args.bound:
+                    deps += [(f"share {q:.1f} {k}s+{n - k}p", routed(k, n, lambda q=q: FixedShare(q, args.seed),
+                                                                     label=f"share {q:.1f}")) for q in SHARES]
             learned = _modes(settings)["learned"]
             deps.append((f"learned {n}s+0p", fronted(n, n, lambda m=learned: PolicyRouter(m), label="learned")))
             print(f"\n{fam_name} / {name}, N={n}: {len(reqs)} requests over {shape.duration_s:.0f} s")
@@ -126,6 +157,46 @@ def main(argv: list[str] | None = None) -> int:
                 reasons = ", ".join(f"{k} {v}" for k, v in sorted(res.reasons.items(), key=lambda kv: -kv[1])[:4])
                 print(f"{line}  [{reasons}]")
                 rows.append(row)
+            shift = shape.shift_at_s
+            if args.bound:
+                for k in range(1, n):
+                    tag = f"{k}s+{n - k}p"
+                    cands = [lbl for lbl in results if lbl.endswith(tag) and (lbl.startswith(("share ", "exact ")))]
+                    best = min(cands, key=lambda lbl: stats[lbl]["mean_s"] or float("inf"))
+                    learned_mean = stats[f"learned {tag}"]["mean_s"] or float("nan")
+                    ref_mean = stats[best]["mean_s"] or float("nan")
+                    line = f"best split reference {tag}: {best} {ref_mean:.2f} s ({ref_mean / base:.3f}x {static}); " \
+                           f"learned {learned_mean / ref_mean:.3f}x it"
+                    bound: dict[str, Any] = {"family": fam_name, "shape": name, "engines": n, "k": k,
+                                             "reference": best, "reference_ratio": ref_mean / base,
+                                             "learned_over_reference": learned_mean / ref_mean}
+                    if shift is not None:
+                        after = {lbl: _after(results[lbl], shift) for lbl in cands}
+                        best_after = min(cands, key=lambda lbl: after[lbl] or float("inf"))
+                        st_after = _after(results[static], shift) or float("nan")
+                        la = _after(results[f"learned {tag}"], shift) or float("nan")
+                        ra = after[best_after] or float("nan")
+                        line += f"; after the shift {best_after} {ra / st_after:.3f}x {static}, learned {la / ra:.3f}x it"
+                        bound.update(reference_after=best_after, reference_after_ratio=ra / st_after,
+                                     learned_over_reference_after=la / ra)
+                    print(line)
+                    rows.append({"bound": bound})
+            if shift is not None:
+                win = {lbl: windowed_means(res.records, start_s=shift, end_s=shape.duration_s, window_s=args.window_s)
+                       for lbl, res in results.items()}
+                print(f"after the shift at {shift:.0f} s, per {args.window_s:.0f} s of arrivals, mean / {static}'s:")
+                for lbl in results:
+                    if lbl in STATIC or lbl.startswith("share "):
+                        continue
+                    ratios = " ".join("-" if w["mean_s"] is None or v["mean_s"] is None else f"{w['mean_s'] / v['mean_s']:.2f}"
+                                      for w, v in zip(win[lbl], win[static], strict=True))
+                    back = recovery_s(win[lbl], win[static], start_s=shift)
+                    stays = settled_s(win[lbl], win[static], start_s=shift)
+                    print(f"  {lbl:<18} {ratios}  back {_fmt_s(back)}, stays {_fmt_s(stays)}")
+                    rows.append({"recovery": {"family": fam_name, "shape": name, "engines": n, "deployment": lbl,
+                                              "static": static, "back_s": back, "stays_s": stays,
+                                              "windows": [w["mean_s"] for w in win[lbl]],
+                                              "static_windows": [w["mean_s"] for w in win[static]]}})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"seed": args.seed, "rows": rows}, indent=1) + "\n")

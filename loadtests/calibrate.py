@@ -69,7 +69,7 @@ import copy
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -162,21 +162,35 @@ class Calibration:
             "saturation": {...}, "cells": [...], "params": {...}, "warnings": [...]}``
             (``speed_model``: :func:`loadtests.speedfit.fit_speed_model`, per-pool parameters
             and its own warnings; ``pools`` empty when it could not fit).
+        pool_names: the config's pool name per role (``spec``, ``plain``), for the speed blocks.
     """
 
     long_prompt_tokens: int | None
     saturation_enter: int | None
     saturation_exit: int | None
     evidence: dict[str, Any] = field(default_factory=dict)
+    pool_names: Mapping[str, str] = field(default_factory=lambda: {"spec": "spec", "plain": "plain"})
 
     def patch(self) -> dict[str, Any]:
-        """The YAML patch as a mapping: ``{"routing": {...}}`` with only the proposed keys."""
+        """The YAML patch as a mapping: ``{"routing": {...}, "pools": [{"name", "speed"}]}``
+        with only the proposed keys: each fitted pool's complete ``speed`` block
+        (:func:`loadtests.speedfit.speed_blocks`), merged by name into the config's pool."""
+        from loadtests.speedfit import speed_blocks
+
+        out: dict[str, Any] = {}
         routing: dict[str, Any] = {}
         if self.long_prompt_tokens is not None:
             routing["long_prompt_tokens"] = self.long_prompt_tokens
         if self.saturation_enter is not None and self.saturation_exit is not None:
             routing["saturation"] = {"enter": self.saturation_enter, "exit": self.saturation_exit}
-        return {"routing": routing} if routing else {}
+        if routing:
+            out["routing"] = routing
+        blocks = speed_blocks(self.evidence.get("speed_model") or {})
+        pools = [{"name": self.pool_names[role], "speed": {k: float(f"{v:.6g}") for k, v in block.items()}}
+                 for role, block in blocks.items() if role in self.pool_names and _complete(role, block)]
+        if pools:
+            out["pools"] = pools
+        return out
 
     def patch_yaml(self, source: str = "") -> str:
         """The patch as YAML, headed by comments that state the evidence."""
@@ -191,13 +205,11 @@ class Calibration:
 
         blocks = speed_blocks(self.evidence.get("speed_model") or {})
         if blocks:
-            lines.append("# speed model per pool (loadtests.speedfit; seconds, tokens): the `speed` block of each "
-                         "pool (by role) for the choice by predicted completion time:")
-            for role, block in blocks.items():
-                lines.append(f"#   {role}: speed: {{" + ", ".join(f"{k}: {v:.4g}" for k, v in block.items()) + "}")
-            if "spec" in blocks and not {"accept_length_greedy", "accept_length_sampled"} <= set(blocks["spec"]):
-                lines.append("#   (a speculative pool's speed needs both accept lengths: measure greedy and "
-                             "sampled load tests)")
+            lines.append("# pools[].speed: each pool's speed model (loadtests.speedfit; seconds, tokens), the "
+                         "prior its live fit starts from (merged into the pool of that name)")
+            if "spec" in blocks and not _complete("spec", blocks["spec"]):
+                lines.append("# warning: the speculative pool's block is left out, it lacks an accept length: run "
+                             "the load test with --sampled-fraction 0.5 to measure both temperature classes")
         lines.append("# Merge under the router config's top level; `specgate config check` validates it.")
         body = yaml.safe_dump(self.patch(), sort_keys=False) if self.patch() else "{}\n"
         return "\n".join(lines) + "\n" + body
@@ -462,14 +474,42 @@ def calibrate(
 
 # --------------------------------------------------------------------------- patch validation
 def merge_patch(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge ``patch`` into a copy of ``base`` (mappings merge, other values replace)."""
+    """Deep-merge ``patch`` into a copy of ``base``: mappings merge; a list of named mappings
+    (``pools``) merges item by item by ``name`` (a name the base lacks is left out); other
+    values replace."""
     out = copy.deepcopy(dict(base))
     for k, v in patch.items():
         if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
             out[k] = merge_patch(out[k], v)
+        elif _named(v) and _named(out.get(k)):
+            by_name = {item["name"]: item for item in v}
+            out[k] = [merge_patch(item, by_name[item["name"]]) if item["name"] in by_name else item
+                      for item in out[k]]
         else:
             out[k] = copy.deepcopy(v)
     return out
+
+
+def _complete(role: str, block: Mapping[str, Any]) -> bool:
+    """A speculative pool's block needs both accept lengths (``router.config.SpeedConfig``)."""
+    return role != "spec" or {"accept_length_greedy", "accept_length_sampled"} <= set(block)
+
+
+def _named(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(i, Mapping) and "name" in i for i in v)
+
+
+def pool_names(config: Mapping[str, Any] | None) -> dict[str, str]:
+    """The first speculative and the first plain pool's names of a config mapping, by role
+    (``spec``, ``plain``; the skeleton's names without a config)."""
+    names = {"spec": "spec", "plain": "plain"}
+    if config is None:
+        return names
+    found: dict[str, str] = {}
+    for p in config.get("pools") or ():
+        if isinstance(p, Mapping) and isinstance(p.get("name"), str):
+            found.setdefault("spec" if p.get("speculative") else "plain", p["name"])
+    return found
 
 
 def _skeleton(cal: Calibration) -> dict[str, Any]:
@@ -549,6 +589,7 @@ def calibrate_report(report_path: Path, *, config: Path | None = None, out: Path
             drafter_cost = from_cfg["drafter_cost_ratio"]
     cal = calibrate(report, min_speedup=min_speedup, hysteresis=hysteresis, gamma=gamma,
                     drafter_cost_ratio=drafter_cost, saturation_bucket=saturation_bucket)
+    cal = replace(cal, pool_names=pool_names(base))
     merged, _cfg = validate_patch(cal, base, base_dir)
     out = Path(out) if out else Path(report_path).with_name("calibration.yaml")
     text = cal.patch_yaml(str(report_path))

@@ -80,7 +80,7 @@ def _workload_from_args(args: argparse.Namespace) -> Any:
     simple = {
         "context_length": args.context_length, "model": args.model, "tokenizer": args.tokenizer,
         "copy_fraction": args.copy_fraction, "corpus": args.corpus, "trace": args.trace,
-        "temperature": args.temperature,
+        "temperature": args.temperature, "sampled_fraction": args.sampled_fraction,
         "requests_per_run": args.requests, "requests_per_load": args.requests_per_load,
         "min_requests_per_run": args.min_requests,
         "warmup_runs": args.warmup, "repetitions": args.repetitions,
@@ -370,8 +370,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     wg.add_argument("--output-tokens", help="output tokens per request: N or LO-HI")
     wg.add_argument("--copy-fraction", type=float, help="share of copy-style prompts in [0, 1]")
     wg.add_argument("--temperature", type=float,
-                    help="sampling temperature of every request (default 0: greedy); run one greedy "
-                         "and one sampled (e.g. 1) load test for a speculative pool's speed block")
+                    help="sampling temperature of every request (default 0: greedy)")
+    wg.add_argument("--sampled-fraction", type=float,
+                    help="share of requests sent at temperature 1 (default 0); e.g. 0.5 measures both "
+                         "classes' acceptance in one run: `specgate calibrate` then writes complete speed blocks")
     wg.add_argument("--corpus", help="text file to cut passages from")
     wg.add_argument("--trace", help="JSONL/CSV of real prompt_tokens[,output_tokens]")
     wg.add_argument("--no-stream", action="store_true", help="non-streamed requests")

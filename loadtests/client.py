@@ -71,6 +71,8 @@ class RequestResult:
     finish_reason: str | None = None
     pool: str | None = None
     reason: str | None = None
+    temperature: float | None = None
+    accept_length: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -106,6 +108,15 @@ def _finish(r: RequestResult, t0: float, t_end: float, events: list[float], text
         r.output_tps = r.output_tokens / r.e2e_s
 
 
+def _accept_length(doc: Any) -> float | None:
+    """``sglext.spec_tokens_details``'s accept length of a response or stream chunk (None without)."""
+    from router.specstats import accept_length
+
+    ext = doc.get("sglext") if isinstance(doc, dict) else None
+    details = ext.get("spec_tokens_details") if isinstance(ext, dict) else None
+    return None if details is None else accept_length(json.dumps(details).encode())
+
+
 async def send_request(
     session: aiohttp.ClientSession,
     base_url: str,
@@ -119,6 +130,7 @@ async def send_request(
     timeout_s: float,
     clock_origin: float,
     headers: dict[str, str] | None = None,
+    spec_details: bool = False,
 ) -> RequestResult:
     """Send ``spec`` to ``base_url``; fill and return ``result`` (never raises, except
     ``asyncio.CancelledError`` propagates after marking the result ``cancelled``).
@@ -133,8 +145,14 @@ async def send_request(
         timeout_s: the whole request's limit (seconds).
         clock_origin: ``time.perf_counter()`` at the start of the run; ``t_start`` is relative.
         headers: extra request headers (the target's ``Authorization``).
+        spec_details: ask a speculative engine for the request's own statistics
+            (``return_spec_tokens_details``, SGLang 0.5.23); ``accept_length`` is then its
+            ``sglext.spec_tokens_details.spec_accept_length`` (the mean over choices).
     """
     body = spec.body(model, stream=stream, ignore_eos=ignore_eos, temperature=temperature)
+    result.temperature = temperature
+    if spec_details:
+        body["return_spec_tokens_details"] = True
     url = base_url.rstrip("/") + "/v1/chat/completions"
     t0 = time.perf_counter()
     result.t_start = t0 - clock_origin
@@ -157,6 +175,7 @@ async def send_request(
                 usage = data.get("usage") or {}
                 result.prompt_tokens = usage.get("prompt_tokens")
                 result.output_tokens = int(usage.get("completion_tokens") or 0)
+                result.accept_length = _accept_length(data) or result.accept_length
                 choices = data.get("choices") or [{}]
                 result.finish_reason = choices[0].get("finish_reason")
                 _finish(result, t0, t_end, [t_end], 1)
@@ -180,6 +199,7 @@ async def send_request(
                 if "error" in chunk or chunk.get("object") == "error":
                     result.error = "stream_error"
                     continue
+                result.accept_length = _accept_length(chunk) or result.accept_length
                 usage = chunk.get("usage")
                 if usage:
                     result.prompt_tokens = usage.get("prompt_tokens")

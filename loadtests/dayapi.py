@@ -11,10 +11,11 @@ called after every scrape round, and ``on_done(now, request, url)`` when a reque
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Choice", "EndpointView", "PoolView", "RequestView", "RoundRobin", "Router"]
+__all__ = ["Choice", "EndpointView", "FixedShare", "PoolView", "RequestView", "RoundRobin", "Router"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +106,26 @@ class RoundRobin:
         e = eps[self._i % len(eps)]
         self._i += 1
         return Choice(e.pool, e.url, "round_robin")
+
+
+class FixedShare:
+    """Sends a fixed share of the requests to the speculative pool (seeded draw per request),
+    the rest to the plain one, each to its pool's least-loaded endpoint: the load-blind split
+    that the benchmarks use as a reference for what a two-pool deployment reaches.
+
+    Args:
+        share: the speculative pool's share in [0, 1].
+        seed: the draw's seed.
+    """
+
+    def __init__(self, share: float, seed: int = 0) -> None:
+        if not 0 <= share <= 1:
+            raise ValueError("share must be in [0, 1]")
+        self.share = share
+        self._rng = random.Random(seed)
+
+    def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice:
+        spec = self._rng.random() < self.share
+        pool = next((p for p in pools if p.speculative == spec), pools[0])
+        e = min(pool.endpoints, key=lambda e: (e.load, e.url))
+        return Choice(pool.name, e.url, "fixed_share")

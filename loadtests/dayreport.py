@@ -31,7 +31,7 @@ from typing import Any
 
 from loadtests.daysim import DayResult, RequestRecord
 
-__all__ = ["Objective", "plot_loads", "read_request_log", "recovery_s", "summarize", "windowed_means",
+__all__ = ["Objective", "plot_loads", "read_request_log", "recovery_s", "settled_s", "summarize", "windowed_means",
            "write_request_log"]
 
 
@@ -145,6 +145,28 @@ def recovery_s(windows: Sequence[Mapping[str, Any]], reference: Sequence[Mapping
         if w["mean_s"] is not None and ref["mean_s"] is not None and w["mean_s"] <= (1 + tolerance) * ref["mean_s"]:
             return float(w["start_s"]) - start_s
     return None
+
+
+def settled_s(windows: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]], *,
+              start_s: float, tolerance: float = 0.05) -> float | None:
+    """Seconds from ``start_s`` to the start of the first window from which every later window
+    (with a mean on both sides) is at most ``(1 + tolerance)`` times the reference's: back for
+    good, where :func:`recovery_s` takes the first good window; None when the last is not.
+
+    Raises:
+        ValueError: the two series have different windows.
+    """
+    if [w["start_s"] for w in windows] != [w["start_s"] for w in reference]:
+        raise ValueError("settled_s needs two series over the same windows")
+    since: float | None = None
+    for w, ref in zip(windows, reference, strict=True):
+        if w["mean_s"] is None or ref["mean_s"] is None:
+            continue
+        if w["mean_s"] <= (1 + tolerance) * ref["mean_s"]:
+            since = float(w["start_s"]) - start_s if since is None else since
+        else:
+            since = None
+    return since
 
 
 def write_request_log(records: Iterable[RequestRecord], path: str | Path) -> Path:

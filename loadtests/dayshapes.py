@@ -27,6 +27,10 @@ rates scale with the engine count through ``rate_scale``):
 - ``shift_sampled``: 2.4 requests/s per 2 engines all day, the default prompt mix; greedy until
   mid-day, then every request is sampled (temperature 1): acceptance falls at once, and the
   accept-length gauge only shows it after its next update.
+- ``shift_task``: as ``shift_sampled``, greedy all day, but at mid-day the task changes so that
+  the drafter's acceptance rate falls to 0.75 of the engine's (0.8 -> 0.6 on short prompts:
+  3.4 -> 2.3 tokens per step at gamma 4): the same temperature class and context buckets, so
+  only the learned acceptance itself can show the change.
 
 A shifting day names the instant of its shift (``shift_at_s``) so that reports can follow the
 recovery after it (:func:`loadtests.dayreport.windowed_means`). :meth:`DayShape.shortened`
@@ -130,6 +134,8 @@ class Request:
         max_new_tokens: the output budget the router sees (and the KV reservation uses).
         temperature: 0 greedy, > 0 sampled.
         kind: the prompt class's name.
+        alpha_scale: multiplies the engine's acceptance rate for this request (its prompt
+            class's ``alpha_scale``: how well the drafter predicts this kind of text).
     """
 
     rid: int
@@ -140,6 +146,7 @@ class Request:
     max_new_tokens: int
     temperature: float
     kind: str
+    alpha_scale: float = 1.0
 
     @property
     def sampled(self) -> bool:
@@ -159,6 +166,9 @@ class PromptClass:
         max_new_tokens: the budget sent (>= out_hi).
         sampled_fraction: share of requests at temperature 1.
         cached_fraction: share of each prompt already in the prefix cache.
+        alpha_scale: multiplies the engine's acceptance rate for these requests (1: the
+            engine's own; below 1 a task the drafter predicts worse, e.g. free-form chat after
+            code: the demo's drafter accepts 2.6 tokens per step on greedy code, 1.8 on chat).
     """
 
     name: str
@@ -170,6 +180,7 @@ class PromptClass:
     max_new_tokens: int = 1024
     sampled_fraction: float = 0.2
     cached_fraction: float = 0.5
+    alpha_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -296,7 +307,7 @@ class DayShape:
             o = rng.randint(cls.out_lo, cls.out_hi)
             temp = 1.0 if rng.random() < cls.sampled_fraction else 0.0
             out.append(Request(i, t, p, int(p * cls.cached_fraction), o, max(cls.max_new_tokens, o),
-                               temp, cls.name))
+                               temp, cls.name, cls.alpha_scale))
         return out
 
 
@@ -322,6 +333,11 @@ SHAPES: dict[str, DayShape] = {
                               (Segment(300, 2.4, 2.4, tuple(replace(c, sampled_fraction=0.0) for c in _MIX)),
                                Segment(300, 2.4, 2.4, tuple(replace(c, sampled_fraction=1.0) for c in _MIX))),
                               _MIX, shift_at_s=300.0),
+    "shift_task": DayShape("shift_task",
+                           (Segment(300, 2.4, 2.4, tuple(replace(c, sampled_fraction=0.0) for c in _MIX)),
+                            Segment(300, 2.4, 2.4, tuple(replace(c, sampled_fraction=0.0, alpha_scale=0.75)
+                                                         for c in _MIX))),
+                           _MIX, shift_at_s=300.0),
 }
 
 

@@ -33,7 +33,7 @@ One step lasts ``T_step = T_decode + prefill_s_per_token * chunk``:
   drawn with ``P(k >= j) = alpha^j``, i.e. ``k = min(gamma, floor(ln u / ln alpha))`` for a
   uniform ``u`` (so ``E[k + 1] = E[tau](alpha, gamma)``, Leviathan et al. 2023,
   arXiv:2211.17192). ``alpha`` is :meth:`EngineModel.alpha` at the sequence's prompt length,
-  greedy or sampled.
+  greedy or sampled, times the request's ``alpha_scale`` (its task; capped at 1).
 - An *adaptive* speculative engine (``adaptive_max_batch`` set) runs the speculative cycle only
   while ``b <= adaptive_max_batch`` and a plain step (one token per sequence, no drafter) above
   it: in-engine adaptive speculation as SGLang's ``--speculative-adaptive`` (batch-size-aware
@@ -170,7 +170,7 @@ class Engine:
 
     def submit(self, req: Request) -> None:
         """Queue a request (the caller checked :meth:`fits`)."""
-        alpha = self.model.alpha(req.prompt_tokens, req.sampled) if self.speculative else 0.0
+        alpha = min(1.0, self.model.alpha(req.prompt_tokens, req.sampled) * req.alpha_scale) if self.speculative else 0.0
         ln_alpha = math.log(alpha) if alpha > 0 else -math.inf
         self.waiting.append(_Seq(req, ln_alpha))
 

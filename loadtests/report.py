@@ -146,6 +146,10 @@ def _target_point(records: Sequence[RunRecord], threshold: float) -> dict[str, A
                              "min": min(totals) if totals else None,
                              "max": max(totals) if totals else None},
         "pool_metrics": summarize_samples([x for rec in records for x in rec.samples]),
+        # per-request accept length (SGLang's spec_tokens_details) per temperature class
+        "accept_length_by_class": {cls: s(r.accept_length for r in rs) for cls, rs in (
+            ("greedy", [r for r in ok if r.temperature == 0]), ("sampled", [r for r in ok if (r.temperature or 0) > 0]))
+            if any(r.accept_length for r in rs)},
         "routed": dict(sorted(Counter(r.pool for r in ok if r.pool).items())),
         "reasons": dict(sorted(Counter(r.reason for r in ok if r.reason).items())),
         "by_task": {task: {"n": len(rt), "decode_tps_p50": _median([r.decode_tps for r in rt

@@ -304,7 +304,8 @@ class LoadTest:
             left = hard_stop - time.monotonic()
             timeout = min(w.request_timeout_s, max(0.5, left))
             await send_request(session, plan.target.url, spec, res, model=self.model or "",
-                               stream=w.stream, ignore_eos=w.ignore_eos, temperature=w.temperature,
+                               stream=w.stream, ignore_eos=w.ignore_eos, temperature=w.temperature_of(i),
+                               spec_details=plan.target.role == "spec",
                                timeout_s=timeout, clock_origin=origin,
                                headers=plan.target.auth_headers())
             if res.error == "timeout" and timeout < w.request_timeout_s:

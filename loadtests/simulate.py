@@ -379,6 +379,8 @@ def simulate_report(
     noise: float = 0.0,
     seed: int = 0,
     router: tuple[int, int] | None = None,
+    sampled_fraction: float = 0.0,
+    alpha_sampled_short: float = 0.3,
 ) -> dict[str, Any]:
     """A comparison report (spec, plain and optionally router) computed from ``model``.
 
@@ -395,6 +397,11 @@ def simulate_report(
         seed: seed of the noise.
         router: ``(long_prompt_tokens, saturation_enter)``: add a ``router`` target that picks
             spec when ``prompt <= long_prompt_tokens`` and ``load < enter``, else plain.
+        sampled_fraction: the workload's share of sampled requests
+            (:meth:`loadtests.workload.Workload.temperature_of`); every spec request reports its
+            own accept length (``spec_tokens_details``): ``E[tau]`` of ``model.alpha(p)``, less
+            ``alpha_short - alpha_sampled_short`` for a sampled one (the timings stay greedy's).
+        alpha_sampled_short: the sampled requests' acceptance rate at short context.
 
     Returns:
         A schema-1 report (see :mod:`loadtests.report`).
@@ -407,7 +414,7 @@ def simulate_report(
 
     w = Workload(buckets=tuple(buckets), loads=tuple(float(x) for x in loads), model="sim-model",
                  output_tokens=(output_tokens, output_tokens), requests_per_run=requests_per_run,
-                 warmup_runs=0, repetitions=repetitions, seed=seed)
+                 warmup_runs=0, repetitions=repetitions, seed=seed, sampled_fraction=sampled_fraction)
     targets = [Target("spec", "http://sim-spec", "spec", ("http://sim-spec/metrics",)),
                Target("plain", "http://sim-plain", "plain", ("http://sim-plain/metrics",))]
     if router is not None:
@@ -442,6 +449,10 @@ def simulate_report(
                         r.e2e_s = ttft + tok * (output_tokens - 1)
                         r.output_tps = output_tokens / r.e2e_s
                         r.pool = ("spec" if spec else "plain") if t.role == "router" else None
+                        r.temperature = w.temperature_of(i)
+                        if t.role == "spec":
+                            drop = model.alpha_short - alpha_sampled_short if r.temperature else 0.0
+                            r.accept_length = expected_tokens(min(1.0, max(0.0, model.alpha(p) - drop)), model.gamma)
                         rec.results.append(r)
                         duration = max(duration, r.e2e_s)
                     rec.duration_s = duration * requests_per_run / min(load, requests_per_run)

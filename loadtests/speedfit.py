@@ -13,11 +13,13 @@ Fits, in order (least squares, ``numpy.linalg.lstsq``):
    ``attn_s_per_token`` (needs >= 2 loads for the knee, >= 2 lengths for attention; a
    parameter that the data cannot separate is left out with a warning);
 2. prefill, per pool: ``ttft - tpot = prefill * L`` (through the origin) at the lowest load;
-3. acceptance: ``alpha`` per point from ``tau`` (:func:`loadtests.calibrate.alpha_from_accept_length`),
-   then ``alpha = a - d * log2(L)`` over the points; ``alpha_knee_tokens`` is the shortest
-   measured length, ``alpha_short = a - d * log2(knee)``, ``alpha_drop_per_doubling = max(0, d)``.
-   The report's ``workload.temperature`` says whether that is the greedy (0) or the sampled
-   alpha; the other is not measured;
+3. acceptance, per temperature class: ``alpha`` per point from the class's mean per-request
+   accept length (``accept_length_by_class``: SGLang's ``spec_tokens_details``, both classes
+   when the load test ran with ``--sampled-fraction``; without them the gauge's ``tau``, at
+   the report's ``workload.temperature``), by
+   :func:`loadtests.calibrate.alpha_from_accept_length`, then ``alpha = a - d * log2(L)`` over
+   the points; ``alpha_knee_tokens`` is the shortest measured length, ``alpha_short = a - d *
+   log2(knee)``, ``alpha_drop_per_doubling = max(0, d)``; a class not measured is absent;
 4. the drafter's cost ``c``: per speculative point, ``tpot_spec * tau = T_verify + c * gamma *
    T_plain`` with the plain fit (``SimModel``'s cycle), solved for ``c``; the median over
    points, clamped to [0, 1).
@@ -72,6 +74,8 @@ def _points(report: Mapping[str, Any], target: Mapping[str, Any]) -> list[dict[s
         out.append({"bucket": p["bucket"], "load": p["load"], "b": float(b), "L": float(length),
                     "tpot": float(tpot), "ttft": None if ttft is None else float(ttft),
                     "tau": (pm.get("accept_length") or {}).get("mean"),
+                    "tau_by_class": {c: v["mean"] for c, v in (t.get("accept_length_by_class") or {}).items()
+                                     if isinstance(v, Mapping) and v.get("mean")},
                     "verdict": sp.get("verdict"), "spread": sp.get("spread"), "runs": sp.get("n")})
     return out
 
@@ -98,6 +102,21 @@ def _prefill(points: list[dict[str, Any]]) -> float | None:
     rows = [(p["L"], p["ttft"] - p["tpot"]) for p in points if p["b"] == low and p["ttft"] is not None]
     den = sum(x * x for x, _ in rows)
     return max(0.0, sum(x * y for x, y in rows) / den) if den > 0 else None
+
+
+def _alpha_curve(rows: list[tuple[float, float]]) -> dict[str, float]:
+    """``alpha = a - d * log2(L)`` over ``(L, alpha)`` rows: ``alpha_short`` at the shortest
+    length (the knee), ``alpha_drop_per_doubling`` ``max(0, d)``."""
+    xs = np.array([math.log2(length) for length, _ in rows])
+    al = np.array([a for _, a in rows])
+    knee = min(length for length, _ in rows)
+    if len(set(xs.tolist())) > 1:
+        d, a = np.polyfit(xs, al, 1)
+        drop = max(0.0, -float(d))
+        short = float(a + d * math.log2(knee)) if drop > 0 else float(al.max())
+    else:
+        drop, short = 0.0, float(al.mean())
+    return {"alpha_short": min(1.0, max(0.0, short)), "alpha_knee_tokens": knee, "alpha_drop_per_doubling": drop}
 
 
 def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> dict[str, Any]:
@@ -180,20 +199,18 @@ def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> d
         return out
     for p in with_tau:
         p["alpha"] = alpha_from_accept_length(p["tau"], g)
-    key = "alpha_sampled" if float((report.get("workload") or {}).get("temperature") or 0) > 0 else "alpha_greedy"
-    xs = np.array([math.log2(p["L"]) for p in with_tau])
-    al = np.array([p["alpha"] for p in with_tau])
-    knee = min(p["L"] for p in with_tau)
-    if len(set(xs.tolist())) > 1:
-        d, a = np.polyfit(xs, al, 1)
-        drop = max(0.0, -float(d))
-        short = float(a + d * math.log2(knee)) if drop > 0 else float(al.max())
-    else:
-        drop, short = 0.0, float(al.mean())
-    spec[key] = {"alpha_short": min(1.0, max(0.0, short)), "alpha_knee_tokens": knee,
-                 "alpha_drop_per_doubling": drop}
-    warnings.append(f"{'alpha_greedy' if key == 'alpha_sampled' else 'alpha_sampled'} not measured "
-                    f"(the load test ran at one temperature)")
+    by_class = {c: [(p["L"], alpha_from_accept_length(p["tau_by_class"][c], g)) for p in sp
+                    if c in (p.get("tau_by_class") or {})] for c in ("greedy", "sampled")}
+    if not any(by_class.values()):  # no per-request statistics: the gauge, at the workload's temperature
+        cls = "sampled" if float((report.get("workload") or {}).get("temperature") or 0) > 0 else "greedy"
+        by_class = {cls: [(p["L"], p["alpha"]) for p in with_tau]}
+    for cls, rows in by_class.items():
+        if rows:
+            spec[f"alpha_{cls}"] = _alpha_curve(rows)
+    for cls in ("greedy", "sampled"):
+        if not by_class.get(cls):
+            warnings.append(f"alpha_{cls} not measured (no {cls} request reported its accept length; "
+                            "`specgate loadtest --sampled-fraction 0.5` measures both classes in one run)")
     knee_b = plain.get("batch_knee", math.inf)
     attn = plain["attn_s_per_token"]
     cs = []

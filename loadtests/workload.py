@@ -285,6 +285,10 @@ class Workload:
         stream: stream responses (TTFT and inter-token latency need it).
         ignore_eos: ask the engine to generate exactly ``max_tokens`` (SGLang extension).
         temperature: sampling temperature (0 = greedy).
+        sampled_fraction: share of the requests sent at temperature 1 instead (request ``i`` of
+            a run is sampled when ``floor((i + 1) f) > floor(i f)``: evenly interleaved), so one
+            load test measures both temperature classes' acceptance (per request, from SGLang's
+            ``spec_tokens_details``) for a complete speed block.
         cache_bust: prepend a unique line to every prompt (defeats prefix caching).
         requests_per_run: measured requests per run; None: ``max(min_requests_per_run,
             ceil(requests_per_load * load))``, by default ``max(8, 4 * concurrency)`` (closed)
@@ -317,6 +321,7 @@ class Workload:
     stream: bool = True
     ignore_eos: bool = True
     temperature: float = 0.0
+    sampled_fraction: float = 0.0
     cache_bust: bool = True
     requests_per_run: int | None = None
     requests_per_load: float = 4.0
@@ -345,6 +350,8 @@ class Workload:
             raise WorkloadError("copy_fraction must be in [0, 1]")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise WorkloadError("temperature must be a finite number >= 0")
+        if not 0.0 <= self.sampled_fraction <= 1.0:
+            raise WorkloadError("sampled_fraction must be in [0, 1]")
         if not (self.requests_per_load > 0 and math.isfinite(self.requests_per_load)):
             raise WorkloadError("requests_per_load must be a positive number")
         for name in ("repetitions", "max_inflight", "min_requests_per_run"):
@@ -410,6 +417,11 @@ class Workload:
                 raise
             raise WorkloadError(f"invalid workload value: {exc}") from None
         return cls(**kw)
+
+    def temperature_of(self, index: int) -> float:
+        """The temperature of request ``index`` of a run (:attr:`sampled_fraction`)."""
+        f = self.sampled_fraction
+        return 1.0 if f > 0 and math.floor((index + 1) * f) > math.floor(index * f) else self.temperature
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict that :meth:`from_dict` reads back."""

@@ -253,7 +253,7 @@ async def _generate(request: Request, kind: str) -> Response:
         job = ProxyJob(request_id=request_id, path=request.scope["path"], body=_add_fields(body, doc, fields),
                        features=features, decision=decision, lease=lease, abort_rids=abort_rids,
                        received_at=received, end_events=RESPONSES_END_EVENTS if kind == "responses" else None,
-                       observer=ResponseObserver(state.metrics, tools=wants_tools(doc)) if kind == "chat" else None,
+                       observer=None if kind == "responses" else ResponseObserver(state.metrics, tools=wants_tools(doc)),
                        default_budget=None if not features.budget_defaulted else
                        "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
                        trace=trace, span=context.span, extra={"dispatch": dispatch, "spec_stats": spec_stats},
@@ -383,25 +383,27 @@ def _spec_stats(runtime: Runtime, decision: Decision, kind: str, doc: dict[str, 
 
 
 def _learn(state: AppState, job: ProxyJob, duration_s: float) -> None:
-    """Feed a chat request answered in full, on the endpoint it was dispatched to, that did not
-    wait in the engine (no queue, its KV free), to its pool's live speed model (:meth:`Runtime.learn`)."""
+    """Feed a chat or completions request answered in full, on the endpoint it was dispatched to,
+    that did not wait in the engine, to its pool's fit (:meth:`Runtime.learn`); its ``n * prompts``
+    sequences as one of the longest prompt with the mean output, in a batch that holds them all."""
     usage = job.observer.usage if job.observer is not None else None
     dispatch = job.extra.get("dispatch")
     if (job.status != 200 or job.outcome != "ok" or not isinstance(usage, dict) or dispatch is None
             or job.features.adapters  # an adapter's speed and acceptance are not the base model's
-            or job.features.n != 1 or job.features.num_prompts != 1 or job.decision.pool is None):
+            or job.decision.pool is None):
         return
     url, load, waits, context = dispatch
     output = usage.get("completion_tokens")
-    if url != job.lease.endpoint.url or waits or type(output) is not int or output <= 0:
+    sequences = job.features.n * job.features.num_prompts
+    if url != job.lease.endpoint.url or waits or type(output) is not int or output < sequences:
         return
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     state.runtime.learn(job.decision.pool, url, prompt_tokens=job.features.prompt_tokens,
-                        cached_tokens=cached if type(cached) is int else 0, output_tokens=output,
-                        dispatch_load=load, duration_s=duration_s,
+                        cached_tokens=cached // job.features.num_prompts if type(cached) is int else 0,
+                        output_tokens=round(output / sequences), dispatch_load=load, duration_s=duration_s,
                         temperature=job.features.temperature_class, now=state.clock(),
-                        accept_length=job.extra.get("spec_accept_length"), context=context)
+                        accept_length=job.extra.get("spec_accept_length"), context=context, sequences=sequences)
 
 
 _REJECT_REASON = {

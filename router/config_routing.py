@@ -135,6 +135,13 @@ class LearningConfig(Strict):
             a pool the prediction avoids is still measured (a share of at most
             ``1 / explore_every``, reason ``explore``); 0: never.
         explore_ratio: the runner-up's largest predicted slowdown that exploration accepts.
+        acceptance_memory_s: the time constant (s) of the measured accept lengths per
+            temperature class and context bucket: an estimate reflects about its last this many
+            seconds of requests however rarely its bucket is fed (a change of task or drafter
+            shows within a few of them).
+        change_detection: a CUSUM test on the fit's residual discounts the fit's history when
+            the engine's speed shifts (a new engine, model or load regime), instead of waiting
+            for ``forgetting`` to wear it out.
     """
 
     enabled: StrictBool = True
@@ -142,6 +149,8 @@ class LearningConfig(Strict):
     prior_weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.05
     explore_every: NonNegativeInt = 50
     explore_ratio: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
+    acceptance_memory_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 30.0
+    change_detection: StrictBool = True
 
 
 class RoutingConfig(Strict):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from router.drift import Cusum, DecayedMean
 from router.predict import SpeedModel
 
 __all__ = ["CONTEXT_BUCKETS", "DEFAULT_PRIOR", "MIN_OWN_OBSERVATIONS", "Observation", "SpeedFit", "bucket_label",
@@ -65,6 +66,13 @@ MIN_OWN_OBSERVATIONS = 10
 
 #: Observations of a (class, bucket) cell before its tau is used for a prediction.
 MIN_BUCKET_OBSERVATIONS = 3
+
+#: The time constant (s) of the acceptance estimates' memory (:class:`router.drift.DecayedMean`):
+#: a cell, however rarely fed, reflects its last minute or so of requests.
+DEFAULT_MEMORY_S = 30.0
+
+#: The share of the regression's information kept when its residual's change detector alarms.
+CHANGE_KEEP = 0.05
 
 
 def bucket_label(bucket: int) -> str:
@@ -137,11 +145,15 @@ class SpeedFit:
         forgetting: the decay of an observation's weight per later observation, in (0, 1].
     """
 
-    def __init__(self, prior: SpeedModel, *, prior_weight: float = 0.05, forgetting: float = 0.995) -> None:
+    def __init__(self, prior: SpeedModel, *, prior_weight: float = 0.05, forgetting: float = 0.995,
+                 memory_s: float = DEFAULT_MEMORY_S, detect_changes: bool = True) -> None:
         if not 0 < forgetting <= 1:
             raise ValueError("forgetting must be in (0, 1]")
+        if memory_s <= 0:
+            raise ValueError("memory_s must be > 0")
         self.prior = prior
         self.forgetting = forgetting
+        self.memory_s = memory_s
         self._theta0 = _theta(prior)
         # the prior's precision per parameter: prior_weight relative observations whose row
         # for parameter i alone is 1 / theta0_i (a relative error of 100% costs prior_weight)
@@ -153,11 +165,14 @@ class SpeedFit:
         self._model_theta = _theta(prior)  # _theta(self._model), kept with it
         self.count = 0
         self.version = 0  # bumped whenever the model or the acceptance table changes
-        self._tau: dict[str, float] = {}  # temperature class -> tau of its observations (EWMA)
-        # (class, context bucket) -> (tau EWMA, observations): per-request tau only (the
-        # engine's spec_tokens_details), never the batch-wide gauge
-        self._cells: dict[tuple[str, int], tuple[float, int]] = {}
+        self._max_weight = 1.0 / (1.0 - forgetting) if forgetting < 1 else float("inf")
+        self._tau: dict[str, DecayedMean] = {}  # temperature class -> tau of its observations
+        # (class, context bucket) -> tau of its requests: per-request tau only (the engine's
+        # spec_tokens_details), never the batch-wide gauge
+        self._cells: dict[tuple[str, int], DecayedMean] = {}
         self._table: dict[tuple[str, int], float] = {}
+        self._cusum = Cusum() if detect_changes else None
+        self.changes = 0  # shifts the residual's change detector found (the history discounted)
         self.rebased_from: tuple[int, int] | None = None  # (id, version) of the fit last rebased on
         self.updated_at: float | None = None
         self.error: float | None = None  # relative error of the prediction, exponentially averaged
@@ -184,7 +199,8 @@ class SpeedFit:
     def accept_length(self, temperature: str) -> float | None:
         """tau of the class's observed requests (exponentially averaged), None before any:
         what the prediction uses when the live gauge has no fresh estimate (an idle pool)."""
-        return self._tau.get(temperature)
+        mean = self._tau.get(temperature)
+        return None if mean is None else mean.value
 
     def accept_table(self) -> dict[tuple[str, int], float]:
         """``{(temperature class, context bucket): tau}`` of the cells with at least
@@ -199,6 +215,7 @@ class SpeedFit:
         return {"decode_s_per_token": m.decode_s_per_token, "batch_knee": round(m.batch_knee, 3),
                 "attention_s_per_token": m.attention_s_per_token, "prefill_s_per_token": m.prefill_s_per_token,
                 "observations": self.count, "error": None if self.error is None else round(self.error, 4),
+                "changes": self.changes,
                 "age_s": None if self.updated_at is None else round(now - self.updated_at, 3),
                 "accept_length": {f"{c}/{bucket_label(b)}": round(t, 3)
                                   for (c, b), t in sorted(self.accept_table().items())}}
@@ -229,17 +246,22 @@ class SpeedFit:
             return
         if measured and temperature is not None and obs.accept_length is not None:
             key = (temperature, context_bucket(obs.prompt_tokens))
-            tau, n = self._cells.get(key, (obs.accept_length, 0))
-            w = max(1.0 - self.forgetting, 1.0 / (n + 1))  # a mean until it forgets
-            self._cells[key] = (tau + w * (obs.accept_length - tau), n + 1)
+            cell = self._cells.get(key)
+            if cell is None:
+                cell = self._cells[key] = DecayedMean(self.memory_s, self._max_weight)
+            cell.add(obs.accept_length, now)
         if temperature is not None and obs.accept_length is not None:
-            old = self._tau.get(temperature)
-            w = max(1.0 - self.forgetting, 0.05)
-            self._tau[temperature] = obs.accept_length if old is None else old + w * (obs.accept_length - old)
+            mean = self._tau.get(temperature)
+            if mean is None:
+                mean = self._tau[temperature] = DecayedMean(self.memory_s, min(self._max_weight, 20.0))
+            mean.add(obs.accept_length, now)
         row = self.row(obs)
         y = obs.duration_s
-        rel = abs(self.predict_s(obs, row) - y) / y
+        predicted = self.predict_s(obs, row)
+        rel = abs(predicted - y) / y
         self.error = rel if self.error is None else 0.9 * self.error + 0.1 * rel
+        if self._cusum is not None and self._cusum.add((y - predicted) / y):
+            self._discount()
         x = [v / y for v in row]  # relative residuals: y / y = 1
         f = self.forgetting
         a, g = self._a, self._g
@@ -251,12 +273,25 @@ class SpeedFit:
         if self.count <= REFIT_EVERY * 4 or self.count % REFIT_EVERY == 0:
             self._publish()
 
+    def _discount(self) -> None:
+        """The residual shifted (:class:`router.drift.Cusum`): keep :data:`CHANGE_KEEP` of
+        the history's information, so the observations after the change make the model (the
+        prior's pull is untouched) and solve at once."""
+        for i in range(_N):
+            self._g[i] *= CHANGE_KEEP
+            row = self._a[i]
+            for j in range(_N):
+                row[j] *= CHANGE_KEEP
+        self.changes += 1
+        self._publish()
+
     def _publish(self) -> None:
         """Solve for the model and freeze the acceptance table: what snapshots read (the
         version tells a snapshot cache that they changed)."""
         self._model = self._refit()
         self._model_theta = _theta(self._model)
-        self._table = {k: tau for k, (tau, n) in self._cells.items() if n >= MIN_BUCKET_OBSERVATIONS}
+        self._table = {k: c.value for k, c in self._cells.items()
+                       if c.count >= MIN_BUCKET_OBSERVATIONS and c.value is not None}
         self.version += 1
 
     def _refit(self) -> SpeedModel:

@@ -1,4 +1,4 @@
-"""Read a chat response's usage and ending as it is relayed, without changing a byte.
+"""Read a chat or completions response's usage and ending as it is relayed, without changing a byte.
 
 The proxy hands every relayed chunk (streamed) or the whole body (not streamed) to a
 :class:`ResponseObserver`; the bytes the client gets are the engine's, unchanged (tool-call

@@ -55,7 +55,7 @@ from router.policy import (
 )
 from router.predict import SpeedModel
 from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
-from router.snapshot_cache import SnapshotCache
+from router.snapshot_cache import EndpointValues, SnapshotCache
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
 
@@ -279,7 +279,8 @@ class Runtime:
             prev = next((p for p in previous.pools if p.name == pool.name), None) if previous is not None else None
             fit = prev.fit if prev is not None else None
             if (fit is None or fit.prior != pool.prior or fit.forgetting != learning.forgetting):
-                fit = SpeedFit(pool.prior, prior_weight=learning.prior_weight, forgetting=learning.forgetting)
+                fit = SpeedFit(pool.prior, prior_weight=learning.prior_weight, forgetting=learning.forgetting,
+                               memory_s=learning.acceptance_memory_s, detect_changes=learning.change_detection)
             pool.fit = fit
 
     def dispatch_state(self, url: str, now: float, features: RequestFeatures | None = None
@@ -303,7 +304,7 @@ class Runtime:
         cap = engine.max_total_num_tokens
         if cap is None:  # the KV capacity unknown: no context (batch_context's None)
             return load, queued > 0, None
-        # the snapshot only where its KV is read (what _endpoint_snapshot builds from a fresh scrape)
+        # the snapshot only where its KV is read (what _endpoint_values gives for a fresh scrape)
         snap = EndpointSnapshot(url, ep.healthy, load, 0, queued, max(0, cap - engine.kv_used), engine.kv_used)
         need = features.num_prompts * features.weight
         waits = queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
@@ -311,10 +312,10 @@ class Runtime:
 
     def learn(self, pool_name: str, url: str, *, prompt_tokens: int, cached_tokens: int, output_tokens: int,
               dispatch_load: int, duration_s: float, temperature: str, now: float,
-              accept_length: float | None = None, context: float | None = None) -> bool:
-        """Feed one finished request (one prompt, one choice, answered in full) to its pool's
-        fit. The batch is the mean of the endpoint's load at dispatch and now, this request
-        counted; ``context`` the batch's mean context at dispatch (None: its own); tau
+              accept_length: float | None = None, context: float | None = None, sequences: int = 1) -> bool:
+        """Feed one finished request (answered in full; ``output_tokens`` per sequence of its
+        ``sequences``) to its pool's fit. The batch is the mean of the endpoint's load at
+        dispatch and now, its sequences counted; ``context`` the batch's mean context (or None); tau
         (speculative pools) the request's own ``accept_length`` (SGLang's
         ``spec_tokens_details``, :mod:`router.specstats`), else the class's live estimate.
         Returns whether it was taken."""
@@ -328,7 +329,7 @@ class Runtime:
             tau = (accept_length or self._accept_lengths(pool, now).get(temperature)
                    or self._prior_tau(pool, temperature))
         pool.fit.observe(Observation(prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
-                                     output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5),
+                                     output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5 * sequences),
                                      duration_s=duration_s, accept_length=tau, context=context), now, temperature,
                          measured=pool.speculative and accept_length is not None)
         if self._sharing:
@@ -575,12 +576,11 @@ class Runtime:
                 sat, low = flags["saturated"], p.bypass.low_classes(flags)
             else:
                 sat, low, taus = False, frozenset(), {}
-            endpoints = tuple([_endpoint_snapshot(e, now, stale, floor, m.get(e.url, 0) if m else 0)
+            endpoints = tuple([_endpoint_values(e, now, stale, floor, m.get(e.url, 0) if m else 0)
                                for e in p.endpoints.values()])
             out.append(self._snapshot_cache.get(
-                p, endpoints=endpoints, saturated=sat, low_acceptance=low, accept_length_greedy=taus.get("greedy"),
-                accept_length_sampled=taus.get("sampled"), capabilities=p.capabilities,
-                canary_mismatch=p.canary_mismatch, adapters=pool_adapters(p.endpoints.values()) if adapters else frozenset()))
+                p, endpoints, sat, low, taus.get("greedy"), taus.get("sampled"), p.capabilities, p.canary_mismatch,
+                pool_adapters(p.endpoints.values()) if adapters else frozenset()))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
@@ -613,14 +613,14 @@ class Runtime:
         return any(e.healthy for e in self._by_url.values())
 
 
-def _endpoint_snapshot(e: Endpoint, now: float, stale_after_s: float, floor: int, cached: int) -> EndpointSnapshot:
-    """One endpoint's :class:`router.policy.EndpointSnapshot`: its KV and queue only from a
-    fresh scrape that exports the KV capacity (``sglang:max_total_num_tokens``)."""
+def _endpoint_values(e: Endpoint, now: float, stale_after_s: float, floor: int, cached: int) -> EndpointValues:
+    """One endpoint's :class:`router.policy.EndpointSnapshot` fields, in order (a plain tuple:
+    the snapshot cache keys on it and builds the snapshot only on a miss): its KV and queue
+    only from a fresh scrape that exports the KV capacity (``sglang:max_total_num_tokens``)."""
     load = e.backpressure_load(now, stale_after_s, floor)
     engine = e.engine
     if engine is None or e.scraped_at is None or now - e.scraped_at > stale_after_s:
-        return EndpointSnapshot(e.url, e.healthy, load, cached)
+        return e.url, e.healthy, load, cached, 0, None, 0
     cap = engine.max_total_num_tokens
     used = engine.kv_used
-    return EndpointSnapshot(e.url, e.healthy, load, cached, engine.num_queue_reqs,
-                            None if cap is None else max(0, cap - used), used)
+    return e.url, e.healthy, load, cached, engine.num_queue_reqs, None if cap is None else max(0, cap - used), used

@@ -251,6 +251,20 @@ async def _until(predicate: Any, timeout_s: float, poll_s: float = 0.25) -> bool
     return False
 
 
+async def _pools_idle(router_url: str) -> bool:
+    """Whether every pool's ``specgate_pool_load`` (the router's view: the last scrape's running +
+    queued, or its in-flight count) is 0. The demo sends one request at a time, so a non-zero
+    load between requests is a scrape taken before the previous request ended; a request sent
+    then can meet ``plain_busier`` (a bypass is never moved to a busier pool)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s, s.get(router_url + "/metrics") as r:
+        text = await r.text()
+    loads = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+             if line.startswith("specgate_pool_load{")]
+    return bool(loads) and all(v == 0 for v in loads)
+
+
 async def _workload(router_url: str, long_prompt_tokens: int, burst: int, *, spec_pool: str = "spec",
                     max_age_s: float = 10.0, exit_accept_length: float = 0.0,
                     say: Any = print) -> tuple[list[DemoRequest], dict[str, Any], list[dict[str, Any]]]:
@@ -285,8 +299,9 @@ async def _workload(router_url: str, long_prompt_tokens: int, burst: int, *, spe
         out.append(r)
         await steps.note("greedy request while sampled is bypassed", r)
     long_text = "\n".join(f"def function_{i}(x):\n    return x * {i}\n" for i in range(long_prompt_tokens // 6))
-    out.append(await _one(client, DemoRequest("long-stream", stream=True), user(long_text), 32))
-    out.append(await _one(client, DemoRequest("long", stream=False), user(long_text), 32))
+    for name, stream in (("long-stream", True), ("long", False)):
+        await _until(lambda: _pools_idle(router_url), 5.0)  # the previous request's end scraped
+        out.append(await _one(client, DemoRequest(name, stream=stream), user(long_text), 32))
     # Recovery. The sampled estimate is used for max_age_s after its last observation; older it
     # is unknown, the bypass turns off, and the class is measured again. Sampled requests at a
     # low temperature (still the sampled class) accept nearly as many draft tokens as greedy

@@ -77,3 +77,26 @@ def test_finished_requests_feed_the_fits(stack):
     text = stack.client.get("/metrics").text  # the learning series are set when /metrics is read
     assert 'specgate_speed_model_observations{pool="spec"} 3.0' in text.splitlines()
     assert 'specgate_accept_length_learned{bucket="le_1024",class="greedy",pool="spec"} 2.5' in text.splitlines()
+
+
+def test_completions_and_several_choices_feed_the_fits(stack):
+    rt = stack.router.state.runtime
+    spec, plain = rt.pools
+    hint = {"x-specgate-speculation": "on"}
+    r = stack.client.post("/v1/completions", headers=hint,
+                          json={"model": "tiny-llama", "prompt": "def f():", "max_tokens": 6, "temperature": 0})
+    assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "spec")
+    assert b"sglext" not in r.content
+    assert stack.backend_requests(stack.spec, "/v1/completions")[-1]["body"]["return_spec_tokens_details"] is True
+    wait_until(lambda: spec.fit.count == 1, 5, "the completion's observation")
+    r = _spec(stack, n=3)  # three choices of 6 tokens: one observation of 6 tokens in a batch of 3
+    assert len(r.json()["choices"]) == 3 and r.json()["usage"]["completion_tokens"] == 18
+    wait_until(lambda: spec.fit.count == 2, 5, "the n=3 chat's observation")
+    assert spec.fit.accept_table() == {}  # two observations of the cell: not yet used
+    assert spec.fit.accept_length("greedy") == 2.5
+    off = {"x-specgate-speculation": "off"}
+    r = stack.client.post("/v1/completions", headers=off,
+                          json={"model": "tiny-llama", "prompt": ["a", "b"], "max_tokens": 4, "temperature": 0})
+    assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "plain")
+    wait_until(lambda: plain.fit.count == 1, 5, "the batch's observation")
+    assert stack.client.get("/ready").json()["pools"]["plain"]["speed_model"]["observations"] == 1

@@ -16,6 +16,7 @@ from router.config_limits import KeyLimits
 from router.limit_rules import LocalBuckets, headers, plan_for
 from router.limits_redis import SharedBuckets, bucket_keys
 from tests.redis.cluster import CHAT, PREFIX, Cluster, RedisServer
+from tests.redis.test_topology import redis_cluster  # noqa: F401 (the fixture)
 from tests.support import wait_until
 
 A, B = "key-a", "key-b"
@@ -137,3 +138,29 @@ def test_redis_blackholed_each_replica_enforces_its_share(limited: Cluster):
         assert limited.routers[0].metric("specgate_shared_state_ops_total", op="rate_limit", result="timeout") >= 1
     finally:
         limited.redis.resume()
+
+
+def test_limits_hold_on_a_redis_cluster(tmp_path: Path, tokenizer_dir: Path, redis_cluster: Any):  # noqa: F811
+    """Each key's entries share one hash tag: the scripts run on a three-node Redis Cluster,
+    whichever node owns the key's slot, and both replicas share the limit (no fallback)."""
+    from tests.redis.cluster import state_section
+
+    url = f"redis://127.0.0.1:{redis_cluster.other()}/0"
+    c = Cluster(tmp_path, tokenizer_dir, None, replicas=2, state=state_section(url, topology="cluster"),
+                auth=_auth())
+    try:
+        statuses = [post(c, i % 2, A).status_code for i in range(8)]
+        assert statuses == [200] * 6 + [429] * 2
+        for router in c.routers:
+            assert router.metric("specgate_rate_limit_checks_total", mode="shared", result="admitted") == 3
+            assert router.metric("specgate_rate_limit_checks_total", mode="fallback", result="admitted") == 0
+            assert router.metric("specgate_shared_state_ops_total", op="rate_limit", result="error") == 0
+        h, _ = bucket_keys(PREFIX, _digest(A))
+        from redis.crc import key_slot
+
+        slot = key_slot(h.encode())
+        owner = next(master for lo, hi, master, *_ in redis_cluster.node(redis_cluster.ports[0]).execute_command(
+            "CLUSTER", "SLOTS") if lo <= slot <= hi)
+        assert redis_cluster.node(int(owner[1])).hexists(h, "r")
+    finally:
+        c.close()

@@ -59,7 +59,10 @@ def test_fixed_report_exact_thresholds() -> None:
     assert cal.long_prompt_tokens == 81231
     # 1k-2k: 1.60x at 8, 0.90x at 16 -> 8 + 0.6/0.7 * 8 = 14.86 -> enter 15, exit floor(15*0.75) = 11.
     assert (cal.saturation_enter, cal.saturation_exit) == (15, 11)
-    assert cal.patch() == {"routing": {"long_prompt_tokens": 81231, "saturation": {"enter": 15, "exit": 11}}}
+    # the plain pool's complete speed block; the speculative one's needs both accept lengths
+    assert cal.patch() == {"routing": {"long_prompt_tokens": 81231, "saturation": {"enter": 15, "exit": 11}},
+                           "pools": [{"name": "plain", "speed": {"decode_s_per_token": 0.004, "batch_knee": 16.0, "attention_s_per_token": 0.0,
+                                    "prefill_s_per_token": 0.0}}]}
     ev = cal.evidence
     assert ev["long_prompt_tokens"]["load"] == 1
     assert ev["long_prompt_tokens"]["rows"]["1"]["kind"] == "crossed"
@@ -169,7 +172,8 @@ def test_patch_validates_with_router_config_and_cli(tmp_path: Path) -> None:
     cal = calibrate(fixed_report())
     merged, cfg = validate_patch(cal, config, tmp_path)
     assert cfg.routing.long_prompt_tokens == 81231 and cfg.routing.saturation.enter == 15
-    assert merged["pools"] == config["pools"]
+    assert merged["pools"] == [config["pools"][0], {**config["pools"][1], "speed": cal.patch()["pools"][0]["speed"]}]
+    assert cfg.pools[1].speed is not None and cfg.pools[1].speed.batch_knee == 16.0
     _, skeleton_cfg = validate_patch(cal)
     assert skeleton_cfg.routing.saturation.exit == 11
 
@@ -178,7 +182,7 @@ def test_patch_validates_with_router_config_and_cli(tmp_path: Path) -> None:
                    "--merged-config", str(merged_path)])
     assert rc == 0
     patch = yaml.safe_load(out.read_text())
-    assert patch == {"routing": {"long_prompt_tokens": 81231, "saturation": {"enter": 15, "exit": 11}}}
+    assert patch == cal.patch()
     assert out.read_text().startswith("# specgate calibrate")
     evidence = json.loads(out.with_suffix(".json").read_text())
     assert evidence["patch"] == patch and evidence["evidence"]["params"]["gamma"] == 4  # report's

@@ -339,3 +339,27 @@ def test_all_adaptive_matches_all_spec_below_and_all_plain_speed_above_the_thres
     assert [r.e2e_s for r in high.records] == [r.e2e_s for r in plain.records]
     mid = simulate_day(reqs, all_adaptive(1, 41), m)
     assert max(r.e2e_s or 0 for r in mid.records) < max(r.e2e_s or 0 for r in spec.records)
+
+
+def test_settled_is_the_window_from_which_every_later_one_is_within_tolerance():
+    from loadtests.dayreport import recovery_s, settled_s
+
+    ref = [{"start_s": 300.0 + 30 * i, "mean_s": 10.0} for i in range(5)]
+    run = [{"start_s": w["start_s"], "mean_s": m} for w, m in zip(ref, [10.2, 11.0, 10.4, None, 10.5], strict=True)]
+    assert recovery_s(run, ref, start_s=300.0) == 0.0
+    assert settled_s(run, ref, start_s=300.0) == 60.0  # the gap window is skipped
+    assert settled_s(run[:2], ref[:2], start_s=300.0) is None
+
+
+def test_a_fixed_share_sends_its_share_to_the_speculative_pool():
+    from loadtests.dayapi import EndpointView, FixedShare, PoolView, RequestView
+
+    def ep(url, pool, load):
+        return EndpointView(url, pool, load, 0, load, load, 0.0, None, 0.0)
+
+    pools = (PoolView("spec", True, (ep("s1", "spec", 3), ep("s2", "spec", 1))), PoolView("plain", False,
+                                                                                       (ep("p1", "plain", 0),)))
+    router = FixedShare(0.3, seed=1)
+    picks = [router(0.0, RequestView(100, 10, 0.0), pools) for _ in range(1000)]
+    assert sum(c.pool == "spec" for c in picks) == 280  # seeded: 28.0% of 1,000
+    assert {c.endpoint for c in picks if c.pool == "spec"} == {"s2"}

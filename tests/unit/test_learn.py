@@ -168,3 +168,34 @@ def test_learning_off_leaves_the_thresholds():
     assert rt.rules.explore_every == 0
     assert not rt.learn("plain", "http://p:1", prompt_tokens=1, cached_tokens=0, output_tokens=1, dispatch_load=0,
                         duration_s=1.0, temperature="greedy", now=0.0)
+
+
+def test_the_change_detector_follows_a_step_in_speed_within_a_hundred_requests():
+    def errors(detect: bool) -> tuple[float, int]:
+        fit = SpeedFit(DEFAULT_PRIOR, prior_weight=0.05, forgetting=0.995, detect_changes=detect)
+        _traffic(fit, TRUE, 300, seed=4)
+        _traffic(fit, replace(TRUE, decode_s_per_token=0.02), 100, seed=5, start=300)  # twice as slow
+        return abs(fit.model.decode_s_per_token - 0.02) / 0.02, fit.changes
+
+    err, changes = errors(True)
+    assert changes >= 1 and err < 0.1
+    err_off, changes_off = errors(False)
+    assert changes_off == 0 and err_off > 0.3  # forgetting alone still remembers the old engine
+
+
+def test_the_acceptance_table_follows_a_change_of_task_within_a_minute():
+    def table_after(memory_s: float) -> tuple[SpeedFit, float]:
+        fit = SpeedFit(replace(DEFAULT_PRIOR, gamma=4, c=0.05), memory_s=memory_s)
+        for i in range(400):  # code, one request per second in this bucket: tau 3.4
+            fit.observe(Observation(2000, 0, 200, 4, 4.0, 3.4), float(i), "greedy", measured=True)
+        assert fit.accept_table()[("greedy", 1)] == pytest.approx(3.4)
+        for i in range(400, 464):  # chat from t = 400 s: tau 2.3
+            fit.observe(Observation(2000, 0, 200, 4, 4.0, 2.3), float(i), "greedy", measured=True)
+        return fit, fit.accept_table()[("greedy", 1)]
+
+    fit, tau = table_after(30.0)  # 64 s later: e^-2 of the old weight is left
+    assert 2.3 < tau < 2.45
+    assert fit.accept_length("greedy") == pytest.approx(2.3, abs=0.05)  # at most 20 observations' worth
+    assert fit.status(464.0)["changes"] == fit.changes
+    _, tau_counted = table_after(1e12)  # per observation alone: the last 200 requests
+    assert tau_counted > 2.9

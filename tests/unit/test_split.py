@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from drafters.spec_math import expected_tokens
 from loadtests.calibrate import calibrate
@@ -81,15 +82,18 @@ def test_speed_model_fit_recovers_a_known_model() -> None:
     greedy = spec["alpha_greedy"]
     assert greedy["alpha_drop_per_doubling"] == pytest.approx(0.07, abs=0.01)
     assert m.alpha(greedy["alpha_knee_tokens"]) == pytest.approx(greedy["alpha_short"], abs=0.02)
-    assert "alpha_sampled not measured (the load test ran at one temperature)" in fit["warnings"]
+    assert "alpha_sampled not measured (no sampled request reported its accept length; `specgate loadtest " \
+           "--sampled-fraction 0.5` measures both classes in one run)" in fit["warnings"]
     em = engine_model_from_fit(fit)
     assert (em.speed.t0_s, em.speed.gamma) == (plain["t0_s"], 4)
     cal = calibrate(report)
     assert cal.evidence["speed_model"]["pools"]["plain"]["t0_s"] == plain["t0_s"]
     text = cal.patch_yaml()
-    assert "#   plain: speed: {decode_s_per_token: 0.02, batch_knee: 40, attention_s_per_token: 5e-08, " \
-           "prefill_s_per_token: 1e-05}" in text
-    assert "#   (a speculative pool's speed needs both accept lengths" in text
+    [plain_patch] = yaml.safe_load(text)["pools"]
+    assert plain_patch["name"] == "plain" and plain_patch["speed"] == pytest.approx(
+        {"decode_s_per_token": 0.02, "batch_knee": 40.0, "attention_s_per_token": 5e-08, "prefill_s_per_token": 1e-05},
+        rel=1e-4)
+    assert "# warning: the speculative pool's block is left out, it lacks an accept length" in text
     from loadtests.speedfit import speed_blocks
     from router.config import SpeedConfig
 
@@ -104,3 +108,35 @@ def test_speed_model_fit_needs_a_plain_target() -> None:
     report["targets"] = [t for t in report["targets"] if t["role"] != "plain"]
     with pytest.raises(FitError, match="no plain target"):
         fit_speed_model(report)
+
+
+def test_one_run_with_both_classes_gives_complete_speed_blocks(tmp_path: Path) -> None:
+    import json
+
+    from loadtests.calibrate import calibrate_report
+    from router.config import parse_config
+
+    m = SimModel(t0_s=0.02, batch_knee=40, attn_s_per_token=5e-8, prefill_s_per_token=1e-5, alpha_short=0.8,
+                 alpha_knee_tokens=1024, alpha_drop_per_doubling=0.07, gamma=4, c=0.08)
+    report = simulate_report(m, parse_buckets("1k-2k,4k-8k,16k-32k,64k-128k"), [1, 4, 16], repetitions=1,
+                             sampled_fraction=0.5, alpha_sampled_short=0.5)
+    point = report["points"][0]["targets"]["spec"]["accept_length_by_class"]
+    assert set(point) == {"greedy", "sampled"} and point["greedy"]["n"] == point["sampled"]["n"] == 2
+    fit = fit_speed_model(report)
+    spec = fit["pools"]["spec"]
+    knee = spec["alpha_greedy"]["alpha_knee_tokens"]
+    assert spec["alpha_greedy"]["alpha_short"] == pytest.approx(m.alpha(knee), abs=0.02)
+    assert spec["alpha_sampled"]["alpha_short"] == pytest.approx(m.alpha(knee) - 0.3, abs=0.02)
+    assert not any("not measured" in w for w in fit["warnings"])
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    _cal, merged, text, _ = calibrate_report(path)
+    pools = {p["name"]: p["speed"] for p in yaml.safe_load(text)["pools"]}
+    assert set(pools) == {"spec", "plain"}
+    assert pools["spec"]["accept_length_greedy"] == pytest.approx(expected_tokens(m.alpha(knee), 4), rel=0.03)
+    assert pools["spec"]["accept_length_sampled"] == pytest.approx(expected_tokens(m.alpha(knee) - 0.3, 4), rel=0.03)
+    assert pools["plain"] == pytest.approx({"decode_s_per_token": 0.02, "batch_knee": 40.0,
+                                            "attention_s_per_token": 5e-08, "prefill_s_per_token": 1e-05}, rel=1e-4)
+    cfg = parse_config(merged)
+    assert {p.name: p.speed is not None for p in cfg.pools} == {"spec": True, "plain": True}
+    assert "left out" not in text

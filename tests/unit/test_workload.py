@@ -180,3 +180,24 @@ def test_loadtest_negative_temperature_is_one_line_and_exit_2(tmp_path: Path, ca
     assert capsys.readouterr().err == "specgate loadtest: temperature must be a finite number >= 0\n"
     with pytest.raises(WorkloadError, match="temperature must be a finite number >= 0"):
         Workload(temperature=float("nan"))
+
+
+def test_a_sampled_fraction_interleaves_the_classes_evenly() -> None:
+    from loadtests.workload import Workload
+
+    w = Workload(buckets=parse_buckets("32-48"), sampled_fraction=0.5)
+    assert [w.temperature_of(i) for i in range(6)] == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    w = Workload(buckets=parse_buckets("32-48"), sampled_fraction=0.25)
+    assert [w.temperature_of(i) for i in range(8)] == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    assert Workload(buckets=parse_buckets("32-48"), temperature=0.7).temperature_of(3) == 0.7
+    with pytest.raises(WorkloadError, match="sampled_fraction"):
+        Workload(buckets=parse_buckets("32-48"), sampled_fraction=1.5)
+
+
+def test_the_client_reads_the_requests_own_accept_length() -> None:
+    from loadtests.client import _accept_length
+
+    assert _accept_length({"sglext": {"spec_tokens_details": {"spec_accept_length": 2.5}}}) == 2.5
+    assert _accept_length({"sglext": {"spec_tokens_details": [{"spec_accept_length": 2.0},
+                                                              {"spec_accept_length": 3.0}]}}) == 2.5
+    assert _accept_length({"choices": []}) is None and _accept_length({"sglext": None}) is None
