@@ -186,7 +186,7 @@ class Calibration:
         if routing:
             out["routing"] = routing
         blocks = speed_blocks(self.evidence.get("speed_model") or {})
-        pools = [{"name": self.pool_names[role], "speed": {k: float(f"{v:.6g}") for k, v in block.items()}}
+        pools = [{"name": self.pool_names[role], "speed": {k: _rounded(v) for k, v in block.items()}}
                  for role, block in blocks.items() if role in self.pool_names and _complete(role, block)]
         if pools:
             out["pools"] = pools
@@ -213,6 +213,12 @@ class Calibration:
         lines.append("# Merge under the router config's top level; `specgate config check` validates it.")
         body = yaml.safe_dump(self.patch(), sort_keys=False) if self.patch() else "{}\n"
         return "\n".join(lines) + "\n" + body
+
+
+def _rounded(value: float) -> float:
+    """A fitted speed-block value as the patch writes it: 6 significant digits, and a
+    per-token time below a nanosecond (a least-squares zero such as 5e-20) as 0."""
+    return 0.0 if abs(value) < 1e-9 else float(f"{value:.6g}")
 
 
 def speculation_from_config(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -64,13 +64,14 @@ class LeaseLedger(Protocol):
 class Lease:
     """One request's hold on an endpoint's in-flight count; release is idempotent."""
 
-    __slots__ = ("adapter", "endpoint", "lease_id", "released", "temperature")
+    __slots__ = ("adapter", "endpoint", "lease_id", "released", "scrape", "temperature")
 
     def __init__(self, endpoint: Endpoint, temperature: str = "sampled", adapter: bool = False) -> None:
         self.endpoint = endpoint
         self.released = False
         self.temperature = temperature
         self.adapter = adapter  # a LoRA request: its decode steps are not the base model's acceptance
+        self.scrape = endpoint.scrapes  # the scrapes recorded before it started (Endpoint.load)
         endpoint.inflight += 1
         endpoint.acceptance.started(temperature, adapter)
         ledger = endpoint.ledger
@@ -82,6 +83,8 @@ class Lease:
             self.released = True
             endpoint = self.endpoint
             endpoint.inflight -= 1
+            if self.scrape < endpoint.scrapes:  # the last scrape counted it as running
+                endpoint.finished_since_scrape += 1
             endpoint.acceptance.finished(self.temperature, self.adapter)
             ledger = endpoint.ledger
             if ledger is not None and self.lease_id is not None:
@@ -110,6 +113,8 @@ class Endpoint:
         healthy: routable (state ``healthy`` and not draining); state:
             ``unknown``/``healthy``/``unhealthy``.
         engine: last scraped :class:`EngineLoad`; scraped_at: its monotonic time (s).
+        scrapes: successful scrapes recorded; finished_since_scrape: this router's requests
+            that started before the last one and have finished since (:meth:`load`).
         draining: left its discovered pool; in-flight requests finish, no new ones come.
         on_drained: called once the last lease of a draining endpoint is released.
         acceptance: per-class accept-length estimates (:mod:`router.acceptance`).
@@ -140,6 +145,8 @@ class Endpoint:
     consecutive_successes: int = 0
     engine: EngineLoad | None = None
     scraped_at: float | None = None
+    scrapes: int = 0
+    finished_since_scrape: int = 0
     scrape_failures: int = 0
     shared_inflight: int | None = None
     shared_base: int = 0
@@ -256,13 +263,17 @@ class Endpoint:
         return max(self.inflight, self.shared_inflight + self.inflight - self.shared_base)
 
     def load(self, now: float, stale_after_s: float) -> int:
-        """``max(scraped running + queued, in-flight)``; in-flight alone when stale (requests).
+        """``max(scraped running + queued - finished since, in-flight)``; in-flight alone when
+        stale (requests).
 
-        In-flight is :meth:`inflight_view` (all replicas when shared).
+        In-flight is :meth:`inflight_view` (all replicas when shared). A scrape is a picture
+        of the past: the requests of this router that it counted and that finished since are
+        taken off it, so a pool whose last request just ended does not read busy until the
+        next scrape round (other replicas' finishes still show only at the next scrape).
         """
         inflight = self.inflight_view(now, stale_after_s)
         if self.engine is not None and self.scraped_at is not None and now - self.scraped_at <= stale_after_s:
-            return max(self.engine.load, inflight)
+            return max(self.engine.load - self.finished_since_scrape, inflight)
         return inflight
 
     def record_backpressure(self, now: float, hold_s: float) -> None:
@@ -294,6 +305,8 @@ class Endpoint:
         """A successful scrape: store the load; count towards (re-)admission."""
         self.engine = engine
         self.scraped_at = now
+        self.scrapes += 1
+        self.finished_since_scrape = 0
         self.consecutive_failures = 0
         self.consecutive_successes += 1
         if self.state == "unknown" or (

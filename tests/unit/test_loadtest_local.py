@@ -74,11 +74,15 @@ def test_calibrate_report_merges_into_the_demo_config(tmp_path: Path) -> None:
     # load 1: 1.5x at sqrt(100*300) = 173.2 tokens, 0.9x at sqrt(1000*1400) = 1183.2 tokens:
     # S = 1 at exp(ln 173.2 + 0.5/0.6 * ln(1183.2/173.2)) = 858.97 tokens.
     # 100-300: 1.5x at 1, 0.8x at 4: 1 + 0.5/0.7 * 3 = 3.14 -> enter 4, exit min(3, floor(3)) = 3.
-    assert cal.patch() == {"routing": {"long_prompt_tokens": 858, "saturation": {"enter": 4, "exit": 3}}}
+    patch = cal.patch()
+    assert patch["routing"] == {"long_prompt_tokens": 858, "saturation": {"enter": 4, "exit": 3}}
+    # the report's plain runs give the plain pool's speed block (no accept length: no spec block)
+    assert [p["name"] for p in patch["pools"]] == ["plain"]
+    assert patch["pools"][0]["speed"]["attention_s_per_token"] == 0.0  # a fitted 5e-20 written as 0
     assert [p.name for p in written] == ["calibration.yaml", "calibration.json", "merged.yaml"]
     assert yaml.safe_load(text) == cal.patch()
     # the merged file lives elsewhere: its paths were made absolute, so it loads from there
     cfg = load_config(merged_path)
-    assert cfg.routing.long_prompt_tokens == 858 and cfg.model.tokenizer == str(ROOT / "models" / "tiny-llama")
+    assert cfg.routing.long_prompt_tokens == 858 and cfg.model.tokenizer == str((ROOT / "models" / "tiny-llama").resolve())
     assert merged["pools"][0]["engine"]["speculative_num_draft_tokens"] == 4
     assert specgate(["config", "check", str(merged_path)]) == 0

@@ -119,3 +119,22 @@ def test_warmup_gates_discovered_endpoints_and_is_off_when_disabled(tmp_path):
                                                    **{"health.warmup": {"enabled": True}})), counter=None)
     assert not any(e.warmup_required for e in no_warmer.all_endpoints())  # nothing would probe them
     assert Runtime(no_warmer.config, None, rt).warmup_gate  # a reload keeps the app's gate
+
+
+def test_a_request_that_ended_after_the_scrape_no_longer_counts_in_the_load():
+    """A scrape counts what ran then; this router's requests that ended since come off it."""
+    ep = Endpoint(url="http://e", pool="spec")
+    before = [ep.lease() for _ in range(3)]  # dispatched, then the engine is scraped running them
+    ep.record_success(EngineLoad(num_running_reqs=3, num_queue_reqs=1), now=1.0)
+    assert ep.load(now=1.5, stale_after_s=5.0) == 4
+    after = ep.lease()  # started after the scrape: not in its figure
+    assert ep.load(now=1.5, stale_after_s=5.0) == 4  # max(3 + 1, 4 in flight)
+    before[0].release()
+    before[1].release()
+    assert ep.load(now=1.6, stale_after_s=5.0) == 2  # 3 + 1 - 2 finished since, in flight 2
+    after.release()  # not counted by the scrape: the scraped figure stays
+    assert ep.load(now=1.7, stale_after_s=5.0) == 2
+    before[2].release()
+    assert ep.load(now=1.8, stale_after_s=5.0) == 1  # the queued one (another replica's, maybe)
+    ep.record_success(EngineLoad(num_running_reqs=1), now=2.0)  # a new picture: nothing to take off
+    assert ep.load(now=2.1, stale_after_s=5.0) == 1
