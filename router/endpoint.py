@@ -1,6 +1,6 @@
 """One SGLang server's state: health, in-flight leases, scraped load, back-pressure.
 
-An :class:`Endpoint` belongs to one :class:`router.pools.Pool` and is carried over by a reload
+An :class:`Endpoint` belongs to one :class:`router.pool.Pool` and is carried over by a reload
 when its URL stays (:class:`router.pools.Runtime`), so its health and in-flight count survive.
 
 Health (sgl-project/sglang#9198, sgl-project/sglang#22511): an endpoint starts *unknown* (not routable);

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from router.policy import EndpointSnapshot, PoolSnapshot
 
 if TYPE_CHECKING:
-    from router.pools import Pool
+    from router.pool import Pool
 
 __all__ = ["EndpointValues", "SnapshotCache"]
 
