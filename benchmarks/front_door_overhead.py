@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.router_overhead import (
     CHAT_BODY,
+    OTLP_STUB,
     STREAM_BODY,
     cpu_seconds,
     ensure_wrk,
@@ -42,20 +43,6 @@ from benchmarks.router_overhead import (
     stop_processes,
     wait_http,
 )
-
-_OTLP_STUB = """
-import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        self.send_response(200)
-        self.send_header("content-type", "application/x-protobuf")
-        self.send_header("content-length", "0")
-        self.end_headers()
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
 
 
 def main() -> int:
@@ -87,7 +74,7 @@ def main() -> int:
         backend_port, otlp_port = free_port(), free_port()
         spawn([sys.executable, str(ROOT / "benchmarks" / "fast_backend.py"), "--port", str(backend_port)],
               load_cpu, "backend.log")
-        (work / "otlp_stub.py").write_text(_OTLP_STUB)
+        (work / "otlp_stub.py").write_text(OTLP_STUB)
         spawn([sys.executable, str(work / "otlp_stub.py"), str(otlp_port)], load_cpu, "otlp.log")
         wait_http(f"http://127.0.0.1:{backend_port}/health")
         doc = {"model": {"name": "bench", "tokenizer": str(tokenizer)},
