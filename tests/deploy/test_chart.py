@@ -225,7 +225,7 @@ def test_default_router_config_is_exact() -> None:
             "learning": {"enabled": True, "forgetting": 0.995, "prior_weight": 0.05, "explore_every": 50,
                          "explore_ratio": 1.5},
         },
-        "scrape": {"interval_s": 0.25, "timeout_s": 1.0, "stale_after_s": 2.0},
+        "scrape": {"interval_s": 0.25, "timeout_s": 1.0, "stale_after_s": 2.0, "models_interval_s": 10.0},
         "health": {"failure_threshold": 3, "success_threshold": 2, "retry_after_s": 5,
                    "warmup": {"enabled": True, "successes": 3, "timeout_s": 30.0, "interval_s": 1.0,
                               "path": "/v1/chat/completions"}},
