@@ -194,41 +194,45 @@ async def _generate(request: Request, kind: str) -> Response:
         features = dataclasses.replace(features, speculation=hint, adapters=resolved.adapters)
     context.features = features
     check_min_tokens(doc, features.max_new_tokens)
-    chain = matches = None
-    if rendered:
-        chain = chain_for_request(rendered[0], doc, kind, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
-                                  anchor_blocks=pc.anchor_blocks, adapters=resolved.adapters)
-        if chain is not None:
-            matches = runtime.prefix_matches(chain, prompt_tokens)
-    decision = runtime.decide(features, state.clock(), chain=chain, matches=matches)
-    if decision.outcome is Outcome.REFUSED and decision.reason is not Reason.CONTEXT_CAP:
-        context.reject_reason = decision.reason.value
-        raise InvalidRequest(_unserved_message(decision.reason.value, doc), code="unsupported_feature",
-                             param=trigger_param(doc, decision.reason.value))
-    if decision.outcome is Outcome.REFUSED:
-        if lower is not None and len(body) <= _INLINE_RENDER_BYTES and not parsed.media_tokens:
-            # Refused on the byte bound; the exact count refuses too (no flip point lies
-            # between the bounds), and a small prompt is counted exactly for the message.
-            exact = await asyncio.get_running_loop().run_in_executor(state.executor, runtime.counter.count, parsed)
-            features = request_features(parsed, exact, runtime.rules)
-            context.features = features
-        raise ContextLengthExceeded(over_length_message(features, runtime.rules), param=parsed.param)
-    if decision.outcome is Outcome.UNAVAILABLE:
-        raise NoHealthyUpstream("no healthy upstream can serve this request",
-                                headers={"retry-after": str(cfg.health.retry_after_s)})
-    assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
-    if context.span is not None:
-        context.span.set_attributes({
-            "specgate.pool": decision.pool, "specgate.reason": decision.reason.value,
-            "specgate.endpoint_reason": decision.endpoint_reason or "least_load",
-            "specgate.prompt_tokens": features.prompt_tokens, "specgate.prompt_tokens_exact": features.prompt_exact,
-            **({"specgate.predicted_s": dict(decision.predicted)[decision.pool]} if decision.predicted else {})})
-    if decision.predicted:
-        state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
-    if chain is not None:
-        _note_prefix(state, runtime, decision, chain, matches, prompt_tokens)
-    rl = cfg.auth.rate_limits  # router.limits: a 429 before any engine call
+    rl = cfg.auth.rate_limits  # router.limits: a 429 before the decision and any engine call
     ticket = await state.limiter.check_request(rl, authorization, auth, features) if rl.enabled else None
+    try:  # until the job holds the ticket: a refusal or an error here gives it back
+        chain = matches = None
+        if rendered:
+            chain = chain_for_request(rendered[0], doc, kind, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
+                                      anchor_blocks=pc.anchor_blocks, adapters=resolved.adapters)
+            if chain is not None:
+                matches = runtime.prefix_matches(chain, prompt_tokens)
+        decision = runtime.decide(features, state.clock(), chain=chain, matches=matches)
+        if decision.outcome is Outcome.REFUSED and decision.reason is not Reason.CONTEXT_CAP:
+            context.reject_reason = decision.reason.value
+            raise InvalidRequest(_unserved_message(decision.reason.value, doc), code="unsupported_feature",
+                                 param=trigger_param(doc, decision.reason.value))
+        if decision.outcome is Outcome.REFUSED:
+            if lower is not None and len(body) <= _INLINE_RENDER_BYTES and not parsed.media_tokens:
+                # Refused on the byte bound; the exact count refuses too (no flip point lies
+                # between the bounds), and a small prompt is counted exactly for the message.
+                exact = await asyncio.get_running_loop().run_in_executor(state.executor, runtime.counter.count, parsed)
+                features = request_features(parsed, exact, runtime.rules)
+                context.features = features
+            raise ContextLengthExceeded(over_length_message(features, runtime.rules), param=parsed.param)
+        if decision.outcome is Outcome.UNAVAILABLE:
+            raise NoHealthyUpstream("no healthy upstream can serve this request",
+                                    headers={"retry-after": str(cfg.health.retry_after_s)})
+        assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
+        if context.span is not None:
+            context.span.set_attributes({
+                "specgate.pool": decision.pool, "specgate.reason": decision.reason.value,
+                "specgate.endpoint_reason": decision.endpoint_reason or "least_load",
+                "specgate.prompt_tokens": features.prompt_tokens, "specgate.prompt_tokens_exact": features.prompt_exact,
+                **({"specgate.predicted_s": dict(decision.predicted)[decision.pool]} if decision.predicted else {})})
+        if decision.predicted:
+            state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
+        if chain is not None:
+            _note_prefix(state, runtime, decision, chain, matches, prompt_tokens)
+    except BaseException:
+        state.limiter.finish(ticket)
+        raise
     lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class, bool(features.adapters))
     dispatch = (decision.endpoint, *runtime.dispatch_state(decision.endpoint, state.clock(), features))
     try:

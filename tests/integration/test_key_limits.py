@@ -173,3 +173,25 @@ def test_concurrency_released_after_an_upstream_reset_midstream(limited):
         assert httpx.post(fake.base_url + "/_fake/reset").status_code == 200
     limited.wait_scrapes(2)
     _concurrency_free(limited)
+
+
+def test_a_request_the_decision_refuses_gives_its_concurrency_back(limited):
+    """The limit is checked before the decision, so a request refused after it (over the
+    context) must release what it took: the key's next request is served."""
+    r = post(limited, SILVER, body(max_tokens=10**7))
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert engine_calls(limited) == 0
+    _concurrency_free(limited)
+
+
+def test_a_refused_key_is_not_routed(limited):
+    """A 429 comes before the decision: nothing is decided (or recorded in the prefix index) for it."""
+    runtime = limited.router.state.runtime
+    decided = []
+    decide = runtime.decide
+    runtime.decide = lambda *a, **k: decided.append(1) or decide(*a, **k)
+    for _ in range(3):
+        assert post(limited, GOLD, body()).status_code == 200
+    assert len(decided) == 3
+    assert post(limited, GOLD, body()).status_code == 429
+    assert len(decided) == 3
