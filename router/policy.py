@@ -261,13 +261,15 @@ def output_budget(requested: int | None, prompt_tokens: int, rules: Rules) -> in
 
 
 def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
-                     prompt_tokens_lower: int | None = None) -> RequestFeatures:
+                     prompt_tokens_lower: int | None = None, speculation: str = "auto",
+                     adapters: frozenset[str] = frozenset()) -> RequestFeatures:
     """The :class:`RequestFeatures` of ``parsed`` with ``P = prompt_tokens`` and its budget.
 
     Args:
         prompt_tokens: P (tokens), exact or an upper bound (see ``prompt_tokens_lower``).
         prompt_tokens_lower: None when ``prompt_tokens`` is exact, else the lower bound (the
             over-length message then states "at least <lower>" instead of an uncounted figure).
+        speculation, adapters: the client's hint and the LoRA adapters asked for (:mod:`router.models`).
     """
     requested = parsed.max_new_tokens
     return RequestFeatures(
@@ -275,7 +277,7 @@ def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
         n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
         budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower,
         temperature_class=temperature_class(parsed.doc), needs=required_features(parsed.doc),
-        prefers=preferred_features(parsed.doc))
+        speculation=speculation, adapters=adapters, prefers=preferred_features(parsed.doc))
 
 
 def _refused(features: RequestFeatures, pools: Iterable[PoolShape], cap: int) -> bool:

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from router.api import client_request_id
+from router.intake import client_request_id
 from tests.integration.conftest import Stack
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from router.api import _add_fields
+from router.body import add_fields as _add_fields
 
 
 @pytest.mark.parametrize("body", [

@@ -1,0 +1,529 @@
+"""The request pipeline of the generation routes: one named step per stage, top to bottom.
+
+:func:`generate` runs, for ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/responses``
+alike (the differences are the kind's hooks, :mod:`router.request_kinds`):
+
+==============  ===========================================================================
+step            what it does (the status it may answer)
+==============  ===========================================================================
+``_admit``      request ids, the :class:`~router.context.RequestContext`, the W3C trace
+                context and the server span, the client's API key (401),
+                ``kind.check_served`` (404)
+``_parse``      the body (413), its JSON (415 / 400), ``kind.parse`` (400)
+``_model``      :func:`router.models.resolve_request` (404): the model and the
+                :class:`~router.pools.Runtime` every later step uses
+``_controls``   the engine priority (:func:`router.admission.resolve_priority`, 400) and the
+                speculation hint (:func:`router.capabilities.speculation_hint`)
+``_features``   :func:`_size_prompt`, then :func:`router.policy.request_features` in one call
+                (with the hint and the adapters), :func:`router.sampling.check_min_tokens` (400)
+``_limit``      the key's limits (:meth:`router.limits.KeyLimiter.check_request`, 429)
+``_route``      the prefix chain, :meth:`Runtime.decide`, the refusals (400, 503), the
+                decision's span attributes and metrics, the prefix record
+``_lease``      the endpoint's :class:`~router.endpoint.Lease` and its dispatch state
+``_engine_body``  the fields the router adds (``model``, ``max_tokens``, ``kind.engine_ids``,
+                the speculative statistics, ``priority``), the fields it strips, one body
+                per pool whose engines read ``priority`` the other way round
+``_job``        the :class:`~router.proxy_job.ProxyJob`
+``_relay``      the :class:`~router.proxy.ProxyResponse`, with the re-decision for failover
+``_record``     when the response ends: counters, the speed model's sample, the key's
+                ticket, the span, the access log line
+==============  ===========================================================================
+
+The model step is where a request's runtime is chosen: the steps after it take ``runtime``
+as an argument and never read ``AppState.runtime`` again, except :func:`_live_runtime`
+(failover and the record, which follow a reload).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, engine_priority, resolve_priority
+from router.body import add_fields
+from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
+from router.context import attach_context
+from router.errors import ContextLengthExceeded, InvalidRequest, NoHealthyUpstream
+from router.features import needs_exact
+from router.intake import (
+    client_request_id,
+    header,
+    header_map,
+    header_values,
+    parse_json,
+    read_body,
+)
+from router.models import resolve_request
+from router.policy import Outcome, Reason, over_length_message, request_features
+from router.prefix import chain_for_request
+from router.proxy import ProxyJob, ProxyResponse, Redecision
+from router.sampling import check_min_tokens, speculative_caveats
+from router.spans import end_span
+from router.specstats import FIELD as SPEC_STATS_FIELD
+from router.trace import trace_headers
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from starlette.requests import Request
+
+    from router.admission import PriorityOutcome
+    from router.app import AppState
+    from router.context import RequestContext
+    from router.endpoint import Lease
+    from router.features import ParsedRequest, PromptCounter, Rendered, RequestFeatures
+    from router.limit_rules import Ticket
+    from router.models import Resolved
+    from router.policy import Decision
+    from router.pools import Runtime
+    from router.prefix import PrefixChain
+    from router.request_kinds import RequestKind
+
+__all__ = ["generate", "size_prompt"]
+
+access_log = logging.getLogger("specgate.access")
+
+#: :data:`router.capabilities.HINT_HEADER` as an ASGI header name (lower-case bytes).
+_HINT_HEADER = HINT_HEADER.lower().encode("latin-1")
+_PRIORITY_HEADER = PRIORITY_HEADER.lower().encode("latin-1")
+
+#: Bodies up to this size are rendered on the event loop (a chat template over a few KB takes
+#: tens of microseconds, less than a thread hop); larger ones are rendered in a worker thread.
+_INLINE_RENDER_BYTES = 16 * 1024
+
+#: ``{pool: {endpoint: cached tokens}}`` of a prefix chain (:meth:`Runtime.prefix_matches`).
+Matches = dict[str, dict[str, int]]
+
+
+@dataclass(slots=True)
+class Admission:
+    """What :func:`_admit` learned of a request, read by the later steps.
+
+    Attributes:
+        request_id: the id echoed in ``x-request-id`` (the client's sane one, else own_id).
+        own_id: the router's own id; the engine's ``rid`` (a client may reuse its
+            ``x-request-id`` on retries, and SGLang refuses a rid that is already running).
+        headers: the request's headers (:func:`router.intake.header_map`).
+        authorization: the ``Authorization`` header, or None.
+        context: the request's :class:`~router.context.RequestContext` (the error path's).
+        trace: the W3C trace headers to forward (:func:`router.trace.trace_headers`).
+        tracing: the tracer this request's spans come from (kept even if a reload swaps it).
+        received: ``time.perf_counter()`` at arrival (s).
+    """
+
+    request_id: str
+    own_id: str
+    headers: dict[bytes, bytes]
+    authorization: str | None
+    context: RequestContext
+    trace: dict[str, str]
+    tracing: Any
+    received: float
+
+
+async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
+    """Serve one generation request of ``kind`` (the steps of the module docstring).
+
+    Raises:
+        SpecgateError: a client or upstream error before the response starts (the handler
+            writes the OpenAI envelope).
+    """
+    state: AppState = request.app.state.specgate
+    runtime = state.runtime
+    admitted = _admit(request, state, runtime, kind)
+    body, doc, parsed = await _parse(request, runtime, kind, admitted)
+    runtime, resolved = _model(state, runtime, doc)
+    priority, hint = _controls(state, runtime, doc, admitted)
+    features, rendered = await _features(state, runtime, doc, parsed, len(body), resolved, hint, admitted)
+    ticket = await _limit(state, runtime, features, admitted)
+    try:  # until the job holds the ticket: a refusal or an error here gives it back
+        decision, chain, matches = await _route(state, runtime, kind, doc, parsed, len(body), features,
+                                                rendered, resolved, admitted)
+    except BaseException:
+        state.limiter.finish(ticket)
+        raise
+    lease, dispatch = _lease(state, runtime, decision, features)
+    try:
+        job = _job(request, state, runtime, kind, body, doc, features, resolved, priority, decision,
+                   lease, dispatch, ticket, admitted)
+    except BaseException:
+        lease.release()
+        state.limiter.finish(ticket)
+        raise
+    return _relay(state, runtime, job, chain, matches, admitted)
+
+
+def _admit(request: Request, state: AppState, runtime: Runtime, kind: RequestKind) -> Admission:
+    """Ids, context, trace and span; then the client's key (401) and whether the route is
+    served (404), before the body is read."""
+    cfg = runtime.config
+    received = time.perf_counter()
+    own_id = state.next_request_id()
+    headers = header_map(request.scope)
+    request_id = client_request_id(header(headers, b"x-request-id")) or own_id
+    context = attach_context(request, request_id)
+    # every value of a repeated header (trace context: exactly one allowed)
+    trace = trace_headers(header_values(request.scope, headers, b"traceparent"),
+                          header_values(request.scope, headers, b"tracestate"),
+                          header(headers, b"baggage") if cfg.tracing.forward_baggage else None)
+    tracing = state.tracing
+    if tracing is not None:  # router.tracing: the server span, ended by _record or the error path
+        context.span = tracing.start_request(request.scope["path"], trace, request_id)
+    authorization = header(headers, b"authorization")
+    if runtime.auth is not None:
+        runtime.auth.check_client(authorization)
+    kind.check_served(runtime)
+    return Admission(request_id, own_id, headers, authorization, context, trace, tracing, received)
+
+
+async def _parse(request: Request, runtime: Runtime, kind: RequestKind,
+                 admitted: Admission) -> tuple[bytes, Any, ParsedRequest]:
+    """The body (``limits.max_request_bytes``, 413), its JSON and the kind's parser (400)."""
+    body = await read_body(request, runtime.config.limits.max_request_bytes, admitted.headers)
+    doc = parse_json(request, body, admitted.headers)
+    return body, doc, kind.parse(doc, runtime.config)
+
+
+def _model(state: AppState, runtime: Runtime, doc: dict[str, Any]) -> tuple[Runtime, Resolved]:
+    """The request's model (404 ``model_not_found`` before any work for an unknown name) and
+    the runtime that serves it: the steps after this one use only that runtime."""
+    return runtime, resolve_request(runtime, doc)
+
+
+def _live_runtime(state: AppState, runtime: Runtime) -> Runtime:
+    """The current runtime of the model ``runtime`` served: failover re-decides on it and a
+    finished request is recorded on it (a reload may have swapped it since the request came)."""
+    return state.runtime
+
+
+def _controls(state: AppState, runtime: Runtime, doc: dict[str, Any],
+              admitted: Admission) -> tuple[PriorityOutcome, str]:
+    """The engine priority (400 ``invalid_priority``; counted by source) and the speculation
+    hint (body field, header, the key's default)."""
+    auth, authorization, headers = runtime.auth, admitted.authorization, admitted.headers
+    priority = resolve_priority(doc, header(headers, _PRIORITY_HEADER),
+                                auth.priority_grant(authorization) if auth else None,
+                                auth.priority_default if auth else None)
+    state.metrics.priority_requests.inc((priority.source,))
+    key_default = auth.speculation_default(authorization) if auth else None
+    return priority, speculation_hint(doc, header(headers, _HINT_HEADER), key_default)
+
+
+async def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], parsed: ParsedRequest,
+                    body_bytes: int, resolved: Resolved, hint: str,
+                    admitted: Admission) -> tuple[RequestFeatures, Rendered]:
+    """Size the prompt, then the request's :class:`RequestFeatures` (the context's too) and
+    the ``min_tokens`` check against its budget (400)."""
+    prompt_tokens, lower, rendered = await size_prompt(state, runtime, parsed, body_bytes)
+    state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
+    features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower,
+                                speculation=hint, adapters=resolved.adapters)
+    admitted.context.features = features
+    check_min_tokens(doc, features.max_new_tokens)
+    return features, rendered
+
+
+async def size_prompt(state: AppState, runtime: Runtime, parsed: ParsedRequest,
+                      body_bytes: int) -> tuple[int, int | None, Rendered]:
+    """Prompt tokens for the decision and the rendered prompt: ``(P, None, rendered)`` exact,
+    or ``(hi, lo, rendered)`` when no decision threshold lies between the byte-length bounds
+    (then ``hi`` decides as P would).
+
+    Rendering runs on the loop for bodies up to 16 KiB, in ``state.executor`` (the tokeniser
+    threads) for larger ones; exact BPE encoding always runs in the threads, and only when a
+    decision threshold falls inside the byte-length bounds (:class:`router.features.PromptCounter`).
+    Never an under-count: the value used is exact or ``hi >= P``. With image/audio parts the
+    text is counted exactly and each part by its bound: ``(exact + media, exact)``.
+    """
+    counter = runtime.counter
+    loop = asyncio.get_running_loop()
+    if body_bytes <= _INLINE_RENDER_BYTES:
+        rendered = counter.render(parsed)
+        lo, hi = counter.bounds(rendered)
+    else:
+        rendered, (lo, hi) = await loop.run_in_executor(state.executor, _render_bounds, counter, parsed)
+    if lo == hi:  # token-id prompts
+        return hi, None, rendered
+    if not needs_exact(lo, hi, runtime.flip_points(parsed.max_new_tokens, parsed.n)):
+        return hi, lo, rendered
+    exact = await loop.run_in_executor(state.executor, counter.exact, rendered)
+    media = rendered.media_tokens
+    return (exact + media, exact, rendered) if media else (exact, None, rendered)
+
+
+def _render_bounds(counter: PromptCounter, parsed: ParsedRequest) -> tuple[Rendered, tuple[int, int]]:
+    rendered = counter.render(parsed)
+    return rendered, counter.bounds(rendered)
+
+
+async def _limit(state: AppState, runtime: Runtime, features: RequestFeatures,
+                 admitted: Admission) -> Ticket | None:
+    """The key's limits (:mod:`router.limits`): a 429 before the decision and any engine call;
+    the ticket (None: the key is not limited) is finished exactly once from here on."""
+    rl = runtime.config.auth.rate_limits
+    if not rl.enabled:
+        return None
+    return await state.limiter.check_request(rl, admitted.authorization, runtime.auth, features)
+
+
+async def _route(state: AppState, runtime: Runtime, kind: RequestKind, doc: dict[str, Any],
+                 parsed: ParsedRequest, body_bytes: int, features: RequestFeatures, rendered: Rendered,
+                 resolved: Resolved, admitted: Admission) -> tuple[Decision, PrefixChain | None, Matches | None]:
+    """The routed decision with its prefix chain and matches; a refusal raises (400
+    ``unsupported_feature`` / ``context_length_exceeded``, 503 ``no_healthy_upstream``)."""
+    chain = matches = None
+    pc = runtime.config.routing.prefix_cache
+    if pc.enabled:
+        chain = chain_for_request(rendered, doc, kind.name, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
+                                  anchor_blocks=pc.anchor_blocks, adapters=resolved.adapters)
+        if chain is not None:
+            matches = runtime.prefix_matches(chain, features.prompt_tokens)
+    decision = runtime.decide(features, state.clock(), chain=chain, matches=matches)
+    if decision.outcome is not Outcome.ROUTED:
+        await _refuse(state, runtime, decision, doc, parsed, body_bytes, features, admitted)
+    _observe_decision(state, decision, features, admitted)
+    if chain is not None:
+        _note_prefix(state, runtime, decision, chain, matches, features.prompt_tokens)
+    return decision, chain, matches
+
+
+async def _refuse(state: AppState, runtime: Runtime, decision: Decision, doc: dict[str, Any],
+                  parsed: ParsedRequest, body_bytes: int, features: RequestFeatures,
+                  admitted: Admission) -> None:
+    """Raise the error of a decision that did not route: a kind no pool serves (400
+    ``unsupported_feature``), over the context (400; a small prompt refused on its byte bound
+    is counted exactly for the message: no flip point lies between the bounds, so the exact
+    count refuses too), nothing healthy (503 with ``Retry-After``)."""
+    if decision.outcome is Outcome.REFUSED and decision.reason is not Reason.CONTEXT_CAP:
+        admitted.context.reject_reason = decision.reason.value
+        raise InvalidRequest(_unserved_message(decision.reason.value, doc), code="unsupported_feature",
+                             param=trigger_param(doc, decision.reason.value))
+    if decision.outcome is Outcome.REFUSED:
+        if not features.prompt_exact and body_bytes <= _INLINE_RENDER_BYTES and not parsed.media_tokens:
+            exact = await asyncio.get_running_loop().run_in_executor(state.executor, runtime.counter.count, parsed)
+            features = request_features(parsed, exact, runtime.rules, speculation=features.speculation,
+                                        adapters=features.adapters)
+            admitted.context.features = features
+        raise ContextLengthExceeded(over_length_message(features, runtime.rules), param=parsed.param)
+    raise NoHealthyUpstream("no healthy upstream can serve this request",
+                            headers={"retry-after": str(runtime.config.health.retry_after_s)})
+
+
+def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
+    field = trigger_param(doc, kind)
+    return (f"no pool of this deployment serves `{kind}` (needed by `{field}`); every pool that "
+            f"could is a speculative pool without it in its `capabilities` (docs/operator-guide.md)")
+
+
+def _observe_decision(state: AppState, decision: Decision, features: RequestFeatures,
+                      admitted: Admission) -> None:
+    """A routed decision on the request's span and in the predicted-completion histogram."""
+    assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
+    span = admitted.context.span
+    if span is not None:
+        span.set_attributes({
+            "specgate.pool": decision.pool, "specgate.reason": decision.reason.value,
+            "specgate.endpoint_reason": decision.endpoint_reason or "least_load",
+            "specgate.prompt_tokens": features.prompt_tokens, "specgate.prompt_tokens_exact": features.prompt_exact,
+            **({"specgate.predicted_s": dict(decision.predicted)[decision.pool]} if decision.predicted else {})})
+    if decision.predicted:
+        state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
+
+
+def _note_prefix(state: AppState, runtime: Runtime, decision: Decision, chain: PrefixChain,
+                 matches: Matches | None, prompt_tokens: int) -> None:
+    """After a routed decision: record ``chain`` at its endpoint, observe the matched share."""
+    assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
+    runtime.record_prefix(decision, chain)
+    cached = (matches or {}).get(decision.pool, {}).get(decision.endpoint, 0)
+    state.metrics.prefix_match_ratio.observe(
+        (decision.pool, decision.endpoint_reason or "least_load"), cached / prompt_tokens if prompt_tokens else 0.0)
+
+
+def _lease(state: AppState, runtime: Runtime, decision: Decision,
+           features: RequestFeatures) -> tuple[Lease, tuple[Any, ...]]:
+    """The lease on the decided endpoint (in-flight +1 until the response ends) and the
+    endpoint's state at dispatch, ``(url, load, waits, context)``, for the speed model."""
+    assert decision.endpoint is not None  # routed: it is set
+    lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class, bool(features.adapters))
+    return lease, (decision.endpoint, *runtime.dispatch_state(decision.endpoint, state.clock(), features))
+
+
+def _job(request: Request, state: AppState, runtime: Runtime, kind: RequestKind, body: bytes,
+         doc: dict[str, Any], features: RequestFeatures, resolved: Resolved, priority: PriorityOutcome,
+         decision: Decision, lease: Lease, dispatch: tuple[Any, ...], ticket: Ticket | None,
+         admitted: Admission) -> ProxyJob:
+    """The :class:`ProxyJob` of a routed request: its engine body(ies) and what the relay and
+    the record need."""
+    limits = runtime.config.limits
+    body, pool_bodies, doc, abort_rids, spec_stats = _engine_body(runtime, kind, body, doc, features, resolved,
+                                                                  priority, decision, admitted.own_id)
+    return ProxyJob(request_id=admitted.request_id, path=request.scope["path"], body=body,
+                    features=features, decision=decision, lease=lease, abort_rids=abort_rids,
+                    received_at=admitted.received, end_events=kind.end_events,
+                    observer=kind.observer(state.metrics, doc),
+                    default_budget=None if not features.budget_defaulted else
+                    "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
+                    trace=admitted.trace, span=admitted.context.span,
+                    extra={"dispatch": dispatch, "spec_stats": spec_stats},
+                    caveats=_caveats(runtime, doc), pool_bodies=pool_bodies,
+                    ticket=ticket, headers=ticket.headers if ticket is not None else ())
+
+
+def _engine_body(runtime: Runtime, kind: RequestKind, body: bytes, doc: dict[str, Any],
+                 features: RequestFeatures, resolved: Resolved, priority: PriorityOutcome, decision: Decision,
+                 own_id: str) -> tuple[bytes, dict[str, bytes], dict[str, Any], tuple[str, ...], str | None]:
+    """The body the engine gets: ``(body, {pool: body}, doc, abort ids, spec_stats)``.
+
+    Added, in this order: ``model`` (an alias, a bare adapter, or none: SGLang's "default"),
+    the defaulted ``max_tokens``, the speculative statistics (:func:`_spec_stats`), the kind's
+    own fields (``rid`` / ``request_id``, :meth:`RequestKind.engine_ids`), the engine
+    ``priority`` (replacing the client's, :mod:`router.admission`); stripped: the router's
+    hint field and an untrusted priority (the body is then dumped again). Spliced in by
+    :func:`router.body.add_fields`; a pool whose ``priority_order`` is not ``larger_first``
+    gets its own body. ``doc`` is the document after the strip.
+    """
+    fields: dict[str, Any] = {}
+    if resolved.forward is not None:
+        fields["model"] = resolved.forward
+    if features.budget_defaulted and runtime.config.limits.default_max_tokens is not None:
+        fields["max_tokens"] = features.max_new_tokens
+    spec_stats = _spec_stats(runtime, decision, kind, doc, fields)
+    abort_rids = kind.engine_ids(doc, features, own_id, fields)
+    if priority.value is not None and doc.get(PRIORITY_FIELD) != priority.value:
+        fields[PRIORITY_FIELD] = priority.value
+    drop = (HINT_FIELD,) if priority.value is not None else (HINT_FIELD, PRIORITY_FIELD)
+    if any(k in doc for k in drop):  # the router's own field, an untrusted priority
+        doc = {k: v for k, v in doc.items() if k not in drop}
+        body = orjson.dumps(doc)
+    pool_bodies = {} if priority.value is None else {
+        p.name: add_fields(body, doc, {**fields, PRIORITY_FIELD: engine_priority(priority.value, order)})
+        for p in runtime.config.pools if (order := p.priority_order) != "larger_first"}
+    return add_fields(body, doc, fields), pool_bodies, doc, abort_rids, spec_stats
+
+
+def _spec_stats(runtime: Runtime, decision: Decision, kind: RequestKind, doc: dict[str, Any],
+                fields: dict[str, Any]) -> str | None:
+    """Ask a speculative engine for the request's own statistics (:mod:`router.specstats`):
+    ``strip`` when the router set the field (the relay cuts them out again), ``read`` when the
+    client asked for them itself, None when not read (a plain pool, a kind without them such
+    as ``/v1/responses``, or learning off)."""
+    pool = runtime.pool(decision.pool)
+    if not kind.spec_stats or pool is None or not pool.speculative or pool.fit is None:
+        return None
+    if doc.get(SPEC_STATS_FIELD) is True:
+        return "read"
+    if SPEC_STATS_FIELD in doc:
+        return None
+    fields[SPEC_STATS_FIELD] = True
+    return "strip"
+
+
+def _caveats(runtime: Runtime, doc: dict[str, Any]) -> dict[str, str]:
+    """``{speculative pool: its x-specgate-sampling-fields value}`` when the request sets a
+    field whose guarantee differs there (:func:`router.sampling.speculative_caveats`)."""
+    fields = speculative_caveats(doc)
+    if not fields:
+        return {}
+    value = ",".join(fields)
+    return {p.name: value for p in runtime.pools if p.speculative}
+
+
+def _relay(state: AppState, runtime: Runtime, job: ProxyJob, chain: PrefixChain | None,
+           matches: Matches | None, admitted: Admission) -> ProxyResponse:
+    """The response: the proxy relays ``job`` (failover through :func:`_redecider`), then
+    :func:`_record` runs once when it ends."""
+    cfg = runtime.config
+    return ProxyResponse(job, session=state.session, upstream=cfg.upstream,
+                         redecide=_redecider(state, runtime, job.features, chain, matches),
+                         on_done=lambda j: _record(state, runtime, j), spawn=state.spawn,
+                         retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
+                         clock=state.clock, tracing=admitted.tracing)
+
+
+def _redecider(state: AppState, runtime: Runtime, features: RequestFeatures, chain: PrefixChain | None,
+               matches: Matches | None) -> Callable[..., Redecision]:
+    """The proxy's re-decision after a failed attempt: :meth:`Runtime.decide` on the live
+    runtime with the failed endpoints (and whole pools that refused for capacity) excluded,
+    and the new lease; a :class:`Redecision` without a lease when nothing routes."""
+
+    def redecide(excluded: frozenset[str], excluded_pools: frozenset[str] = frozenset()) -> Redecision:
+        rt = _live_runtime(state, runtime)
+        if excluded_pools:
+            excluded = excluded | {u for p in rt.pools if p.name in excluded_pools for u in p.endpoints}
+        d = rt.decide(features, state.clock(), exclude=excluded, chain=chain, matches=matches)
+        if d.outcome is not Outcome.ROUTED:
+            return Redecision(d)
+        assert d.endpoint is not None  # routed: it is set
+        if chain is not None:
+            _note_prefix(state, rt, d, chain, matches, features.prompt_tokens)
+        return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class, bool(features.adapters)))
+
+    return redecide
+
+
+def _record(state: AppState, runtime: Runtime, job: ProxyJob) -> None:
+    """The end of a response: request counters, duration, TTFB, failures, the speed model's
+    sample (:func:`_learn`), the key's ticket, the span, one access-log line."""
+    m = state.metrics
+    pool = job.decision.pool or "none"
+    m.requests.inc((pool, job.decision.reason.value, str(job.status)))
+    duration = time.perf_counter() - job.received_at
+    m.request_duration.observe((pool,), duration)
+    if job.ttfb_s is not None:
+        m.time_to_first_byte.observe((pool,), job.ttfb_s)
+    if job.outcome != "ok":
+        m.upstream_failures.inc((pool, job.outcome))
+    if "aborted" in job.extra:
+        m.upstream_aborts.inc((pool,))
+    for stale_pool in job.stale_retries:
+        m.upstream_stale_retries.inc((stale_pool,))
+    for refused in job.rejections:
+        m.engine_rejections.inc(refused)
+    live = _live_runtime(state, runtime)
+    _learn(state, live, job, duration)
+    state.limiter.finish(job.ticket, job.observer.usage if job.observer is not None else None)
+    if job.span is not None:
+        end_span(job.span, job.status, None if job.outcome == "ok" else job.outcome,
+                 final_pool=job.decision.pool, attempts=job.attempts, outcome=job.outcome)
+    if live.config.server.log_requests:
+        access_log.info(orjson.dumps({
+            "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
+            "reason": job.decision.reason.value, "endpoint_reason": job.decision.endpoint_reason,
+            "status": job.status, "outcome": job.outcome,
+            "prompt_tokens": job.features.prompt_tokens, "prompt_tokens_exact": job.features.prompt_exact,
+            "max_tokens": job.features.max_new_tokens,
+            "n": job.features.n, "stream": job.features.stream, "attempts": job.attempts,
+            "temperature_class": job.features.temperature_class,
+            "predicted_s": {p: round(t, 4) for p, t in job.decision.predicted} or None,
+            "ttfb_s": None if job.ttfb_s is None else round(job.ttfb_s, 6),
+            "duration_s": round(duration, 6)}).decode())
+
+
+def _learn(state: AppState, runtime: Runtime, job: ProxyJob, duration_s: float) -> None:
+    """Feed a chat or completions request answered in full, on the endpoint it was dispatched to,
+    that did not wait in the engine, to its pool's fit (:meth:`Runtime.learn`); its ``n * prompts``
+    sequences as one of the longest prompt with the mean output, in a batch that holds them all."""
+    usage = job.observer.usage if job.observer is not None else None
+    dispatch = job.extra.get("dispatch")
+    if (job.status != 200 or job.outcome != "ok" or not isinstance(usage, dict) or dispatch is None
+            or job.features.adapters  # an adapter's speed and acceptance are not the base model's
+            or job.decision.pool is None):
+        return
+    url, load, waits, context = dispatch
+    output = usage.get("completion_tokens")
+    sequences = job.features.n * job.features.num_prompts
+    if url != job.lease.endpoint.url or waits or type(output) is not int or output < sequences:
+        return
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    runtime.learn(job.decision.pool, url, prompt_tokens=job.features.prompt_tokens,
+                  cached_tokens=cached // job.features.num_prompts if type(cached) is int else 0,
+                  output_tokens=round(output / sequences), dispatch_load=load, duration_s=duration_s,
+                  temperature=job.features.temperature_class, now=state.clock(),
+                  accept_length=job.extra.get("spec_accept_length"), context=context, sequences=sequences)
