@@ -48,8 +48,9 @@ if TYPE_CHECKING:
     )
     from router.engine_metrics import EngineLoad, parse_sglang_metrics
     from router.errors import SpecgateError
-    from router.features import PromptCounter, RequestFeatures, parse_chat, parse_completions
+    from router.features import PromptCounter, RequestFeatures
     from router.learn import Observation, SpeedFit
+    from router.parsing import parse_chat, parse_completions
     from router.policy import (
         Decision,
         EndpointSnapshot,
@@ -80,7 +81,7 @@ _SURFACE = MappingProxyType({
     "Reason": "router.reasons", "RequestFeatures": "router.features",
     "BypassState": "router.bypass", "AcceptanceTracker": "router.acceptance",
     "SpeedModel": "router.predict", "SpeedFit": "router.learn", "Observation": "router.learn",
-    "parse_chat": "router.features", "parse_completions": "router.features",
+    "parse_chat": "router.parsing", "parse_completions": "router.parsing",
     "PromptCounter": "router.features",
     "parse_sglang_metrics": "router.engine_metrics", "EngineLoad": "router.engine_metrics",
     "SpecgateError": "router.errors",

@@ -2,10 +2,10 @@
 
 Three steps, so that only the middle one touches the tokenizer and runs off the event loop:
 
-1. :func:`parse_chat` / :func:`parse_completions` validate the JSON document (pure, fast) and
-   raise :class:`~router.errors.InvalidRequest` with ``param`` set on the first problem.
-   Integers are strict: ``true``, ``"100"`` and ``1.5`` are rejected for ``max_tokens``,
-   ``max_completion_tokens`` and ``n`` (pydantic's lax mode would coerce them).
+1. :func:`~router.parsing.parse_chat` / :func:`~router.parsing.parse_completions`
+   (:mod:`router.parsing`, re-exported here) validate the JSON document (pure, fast) into a
+   :class:`ParsedRequest` and raise :class:`~router.errors.InvalidRequest` with ``param`` set
+   on the first problem.
 2. :class:`PromptCounter` counts prompt tokens with the served model's own tokenizer and
    chat template, mirroring SGLang 0.5.23's ``serving_chat._apply_jinja_template``: message
    ``None`` fields dropped, ``content: null`` rendered as ``""``, text parts of a content
@@ -33,24 +33,32 @@ context_length``; so ``P + max_tokens == S`` is served, ``S + 1`` is not.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from router.capabilities import validate as validate_capability_fields
 from router.errors import InvalidRequest
-from router.sampling import validate_sampling
+from router.parsing import (
+    MAX_TOP_LOGPROBS,
+    ParsedRequest,
+    check_envelope,
+    check_top_logprobs,
+    parse_chat,
+    parse_completions,
+    prompt_kind,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import jinja2
 
-__all__ = [
+__all__ = [  # the parser's names are re-exported (router.parsing defines them)
     "MAX_TOP_LOGPROBS",
     "ParsedRequest",
     "PromptCounter",
+    "Rendered",
     "RequestFeatures",
     "check_envelope",
     "check_top_logprobs",
@@ -59,36 +67,6 @@ __all__ = [
     "parse_completions",
     "prompt_count",
 ]
-
-Kind = Literal["chat", "completions"]
-
-_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
-_CONTENT_REQUIRED = frozenset({"system", "user", "developer", "tool"})
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedRequest:
-    """The validated parts of a request that the decision needs.
-
-    Attributes:
-        kind: ``chat`` or ``completions``.
-        doc: the request document (a dict; forwarded with at most ``max_tokens``/``rid`` added).
-        max_new_tokens: the client's per-sequence budget (tokens) after precedence, or None.
-        n: choices per prompt.
-        stream: whether the client asked for SSE.
-        param: the field over-length errors name (``messages`` or ``prompt``).
-        media_tokens: upper bound of the prompt's non-text tokens (the model's per-part
-            bounds summed over image/audio/video parts; 0 for text).
-    """
-
-    kind: Kind
-    doc: dict[str, Any]
-    max_new_tokens: int | None
-    n: int
-    stream: bool
-    param: str
-    media_tokens: int = 0
-
 
 def _tokens_phrase(prompt_tokens: int, lower: int | None, extra: int = 0) -> str:
     """``P + extra`` tokens as a true statement: exact, or "at least" the lower bound."""
@@ -157,227 +135,6 @@ class RequestFeatures:
         """KV weight of the request per prompt (tokens): ``P + n * max_new_tokens`` (each of
         the ``n`` choices decodes its own continuation)."""
         return self.prompt_tokens + self.n * self.max_new_tokens
-
-
-def _strict_int(doc: dict[str, Any], key: str, *, minimum: int, maximum: int | None = None) -> int | None:
-    value = doc.get(key)
-    if value is None:
-        return None
-    if type(value) is not int:  # rejects bool, float, str
-        raise InvalidRequest(f"`{key}` must be an integer, got {type(value).__name__}", param=key)
-    if value < minimum:
-        raise InvalidRequest(f"`{key}` must be >= {minimum}, got {value}", param=key)
-    if maximum is not None and value > maximum:
-        raise InvalidRequest(f"`{key}` must be <= {maximum}", param=key)
-    return value
-
-
-def check_envelope(doc: Any) -> bool:
-    """Validate what every generation request shares (a JSON object; ``model`` a string and
-    ``stream`` a boolean when given); returns ``stream``.
-
-    Raises:
-        InvalidRequest: on the first invalid field.
-    """
-    if not isinstance(doc, dict):
-        raise InvalidRequest("the request body must be a JSON object", code="invalid_json")
-    model = doc.get("model")
-    if model is not None and not isinstance(model, str):
-        raise InvalidRequest("`model` must be a string", param="model")
-    stream = doc.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequest("`stream` must be a boolean", param="stream")
-    return bool(stream)
-
-
-#: OpenAI's largest ``top_logprobs`` (chat completions and responses: "an integer between 0
-#: and 20"); SGLang's own check differs by version, so the router holds OpenAI's.
-MAX_TOP_LOGPROBS = 20
-
-
-def check_top_logprobs(doc: dict[str, Any]) -> None:
-    """``top_logprobs``, when not null, is an integer in ``[0, MAX_TOP_LOGPROBS]``.
-
-    Raises:
-        InvalidRequest: ``param: "top_logprobs"``.
-    """
-    _strict_int(doc, "top_logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
-
-
-def _common(doc: Any, kind: Kind, max_n: int) -> tuple[int | None, int, bool]:
-    stream = check_envelope(doc)
-    n = _strict_int(doc, "n", minimum=1, maximum=max_n)
-    max_tokens = _strict_int(doc, "max_tokens", minimum=1)
-    max_completion = _strict_int(doc, "max_completion_tokens", minimum=1)
-    budget = max_completion if max_completion is not None else max_tokens
-    return budget, n or 1, stream
-
-
-#: Content part types that carry text (joined into the prompt, counted exactly).
-TEXT_PARTS = frozenset({"text", "input_text"})
-#: Non-text content part types SGLang 0.5.23 accepts (``protocol.py``,
-#: ``parser/jinja_template_utils.py``), by modality: each is counted with the model's per-part
-#: bound (``model.multimodal``) or refused.
-MEDIA_PARTS = {"image_url": "image", "input_image": "image", "video_url": "video", "audio_url": "audio",
-               "input_audio": "audio"}
-#: Part types SGLang 0.5.23 accepts and leaves out of the rendered prompt in both template
-#: content formats (``process_content_for_template_format``): zero tokens, exactly.
-DROPPED_PARTS = frozenset({"thinking", "reasoning"})
-
-
-def _check_parts(parts: list[Any], where: str, media: Mapping[str, int] | None) -> int:
-    """Validate a content list; returns the upper bound of its non-text tokens.
-
-    Args:
-        media: tokens per part by modality (``image``, ``video``, ``audio``), the model's
-            :class:`~router.config.MultimodalConfig`; None for a text-only model.
-
-    Raises:
-        InvalidRequest: an empty list, a part without ``type``, a text part without string
-            ``text``, a media part the model does not take, or a type outside
-            :data:`TEXT_PARTS`, :data:`MEDIA_PARTS` and :data:`DROPPED_PARTS`.
-    """
-    if not parts:
-        raise InvalidRequest(f"{where}.content must not be an empty list", param="messages")
-    tokens = 0
-    for part in parts:
-        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            raise InvalidRequest(f"{where}.content parts must be objects with a `type`", param="messages")
-        kind = part["type"]
-        if kind in TEXT_PARTS:
-            if not isinstance(part.get("text"), str):
-                raise InvalidRequest(f"{where}.content text parts need a string `text`", param="messages")
-        elif kind in MEDIA_PARTS:
-            bound = (media or {}).get(MEDIA_PARTS[kind])
-            if bound is None:
-                what = "a text-only model" if media is None else f"a model without {MEDIA_PARTS[kind]} input"
-                raise InvalidRequest(f"{where}.content part type `{kind}` is not supported: this is {what}",
-                                     param="messages")
-            tokens += bound
-        elif kind not in DROPPED_PARTS:
-            raise InvalidRequest(f"{where}.content part type `{kind[:40]}` is not supported (supported: "
-                                 f"{sorted(TEXT_PARTS | DROPPED_PARTS | set(MEDIA_PARTS))})", param="messages")
-    return tokens
-
-
-def _check_tool_calls(calls: Any, where: str) -> list[str]:
-    if calls is None:
-        return []
-    if not isinstance(calls, list):
-        raise InvalidRequest(f"{where}.tool_calls must be a list or null", param="messages")
-    ids = []
-    for call in calls:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise InvalidRequest(f"{where}.tool_calls entries need function.name", param="messages")
-        args = fn.get("arguments")
-        if args is not None and not isinstance(args, (str, dict)):
-            raise InvalidRequest(f"{where}.tool_calls function.arguments must be a string", param="messages")
-        if isinstance(args, str) and args.strip():
-            try:
-                json.loads(args)
-            except ValueError:
-                raise InvalidRequest(f"{where}.tool_calls function.arguments is not valid JSON",
-                                     param="messages") from None
-        if isinstance(call.get("id"), str):
-            ids.append(call["id"])
-    return ids
-
-
-def _check_messages(messages: Any, media: Mapping[str, int] | None = None) -> int:
-    if not isinstance(messages, list):
-        raise InvalidRequest("`messages` must be a non-empty array of message objects", param="messages")
-    if not messages:
-        raise InvalidRequest("`messages` must not be empty", param="messages")
-    declared: set[str] = set()
-    media_tokens = 0
-    for i, msg in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise InvalidRequest(f"{where} must be an object", param="messages")
-        role = msg.get("role")
-        if role not in _ROLES:
-            raise InvalidRequest(f"{where}.role must be one of {sorted(_ROLES)}", param="messages")
-        content = msg.get("content")
-        if content is None:
-            if role in _CONTENT_REQUIRED:
-                raise InvalidRequest(f"{where}.content is required for role `{role}`", param="messages")
-        elif isinstance(content, list):
-            media_tokens += _check_parts(content, where, media)
-        elif not isinstance(content, str):
-            raise InvalidRequest(f"{where}.content must be a string, an array of parts or null",
-                                 param="messages")
-        if role == "assistant":
-            declared.update(_check_tool_calls(msg.get("tool_calls"), where))
-        elif "tool_calls" in msg and msg["tool_calls"] is not None:
-            raise InvalidRequest(f"{where}.tool_calls is only allowed on assistant messages", param="messages")
-        if role == "tool":
-            call_id = msg.get("tool_call_id")
-            if not isinstance(call_id, str):
-                raise InvalidRequest(f"{where}.tool_call_id must be a string", param="messages")
-            if call_id not in declared:
-                raise InvalidRequest(f"{where}.tool_call_id `{call_id[:64]}` matches no earlier tool call",
-                                     param="messages")
-    return media_tokens
-
-
-def _check_tools(tools: Any) -> None:
-    if tools is None:
-        return
-    if not isinstance(tools, list):
-        raise InvalidRequest("`tools` must be an array", param="tools")
-    for tool in tools:
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise InvalidRequest("each tool needs function.name", param="tools")
-
-
-def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) -> ParsedRequest:
-    """Validate a ``/v1/chat/completions`` document.
-
-    Args:
-        media: tokens per non-text part by modality (``model.multimodal``); None: the model
-            is text-only and refuses every non-text part.
-
-    Raises:
-        InvalidRequest: on the first invalid field (``param`` names it).
-    """
-    budget, n, stream = _common(doc, "chat", max_n)
-    check_top_logprobs(doc)
-    media_tokens = _check_messages(doc.get("messages"), media)
-    _check_tools(doc.get("tools"))
-    validate_capability_fields(doc)
-    validate_sampling(doc)
-    return ParsedRequest("chat", doc, budget, n, stream, "messages", media_tokens)
-
-
-def _prompt_kind(prompt: Any) -> str:
-    if isinstance(prompt, str):
-        return "text"
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return "texts"
-        if all(type(t) is int and t >= 0 for t in prompt):
-            return "ids"
-        if all(isinstance(p, list) and p and all(type(t) is int and t >= 0 for t in p) for p in prompt):
-            return "id_lists"
-    return ""
-
-
-def parse_completions(doc: Any, *, max_n: int) -> ParsedRequest:
-    """Validate a ``/v1/completions`` document (prompt: string, strings, ids or id lists).
-
-    Raises:
-        InvalidRequest: on the first invalid field (``param`` names it).
-    """
-    budget, n, stream = _common(doc, "completions", max_n)
-    if not _prompt_kind(doc.get("prompt")):
-        raise InvalidRequest(
-            "`prompt` must be a string, an array of strings, an array of token ids, "
-            "or an array of token-id arrays", param="prompt")
-    validate_capability_fields(doc)
-    validate_sampling(doc)
-    return ParsedRequest("completions", doc, budget, n, stream, "prompt")
 
 
 _FUNCTION_FIELDS = ("description", "name", "parameters", "strict", "defer_loading")
@@ -489,7 +246,7 @@ class PromptCounter:
                                                     template_kwargs=kwargs),), special=False,
                             media_tokens=parsed.media_tokens)
         prompt = doc["prompt"]
-        kind = _prompt_kind(prompt)
+        kind = prompt_kind(prompt)
         if kind == "text":
             return Rendered(texts=(prompt,), special=True)
         if kind == "texts":
@@ -609,6 +366,6 @@ def needs_exact(lo: int, hi: int, thresholds: Iterable[int]) -> bool:
 def prompt_count(parsed: ParsedRequest) -> int:
     """Prompts in the request: the length of a completions batch (a list of strings or of
     token-id lists), else 1."""
-    if parsed.kind == "completions" and _prompt_kind(parsed.doc["prompt"]) in ("texts", "id_lists"):
+    if parsed.kind == "completions" and prompt_kind(parsed.doc["prompt"]) in ("texts", "id_lists"):
         return len(parsed.doc["prompt"])
     return 1

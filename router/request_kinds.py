@@ -26,14 +26,15 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from router.features import ParsedRequest, RequestFeatures, parse_chat, parse_completions
 from router.observe import ResponseObserver, wants_tools
+from router.parsing import ParsedRequest, parse_chat, parse_completions
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from router.config import Config
+    from router.features import RequestFeatures
     from router.metrics import RouterMetrics
     from router.pools import Runtime
 

@@ -42,13 +42,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from router.errors import InvalidRequest, UnsupportedEndpoint
-from router.features import (
-    ParsedRequest,
-    RequestFeatures,
-    _strict_int,
-    check_envelope,
-    check_top_logprobs,
-)
+from router.features import RequestFeatures
+from router.parsing import ParsedRequest, _strict_int, check_envelope, check_top_logprobs
 from router.sampling import validate_sampling
 
 if TYPE_CHECKING:
