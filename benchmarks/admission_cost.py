@@ -46,13 +46,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.router_overhead import CHAT_BODY, cpu_seconds, free_port, stop_processes, wait_http
-from router.admission import resolve_priority
-from router.config_limits import KeyLimits, RateLimitConfig
-from router.config_server import PriorityGrant, StateConfig
-from router.features import RequestFeatures
-from router.limits import KeyLimiter
-from router.metrics import RouterMetrics
-from router.sampling import check_min_tokens, speculative_caveats, validate_sampling
+from router import (
+    KeyLimiter,
+    KeyLimits,
+    PriorityGrant,
+    RateLimitConfig,
+    RequestFeatures,
+    RouterMetrics,
+    StateConfig,
+    check_min_tokens,
+    resolve_priority,
+    speculative_caveats,
+    validate_sampling,
+)
 
 PLAIN = {"model": "tiny-llama", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
 CONTROLLED = {**PLAIN, "priority": 5, "seed": 3, "logit_bias": {"5": -100}, "min_p": 0.1}
@@ -88,7 +94,7 @@ class _Direct:
 
 async def _limit_loop(limiter: KeyLimiter, n: int) -> tuple[float, float]:
     """(CPU s, wall s) per check + finish of a limited key, over ``n``."""
-    from router.auth import Auth, KeyRing
+    from router import Auth, KeyRing
 
     auth = Auth(KeyRing([KEY]), None)
     header = f"Bearer {KEY}"

@@ -28,7 +28,7 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from router.app import tune_interpreter
+from router import tune_interpreter
 
 
 class BareProxy:

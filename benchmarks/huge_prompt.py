@@ -62,7 +62,7 @@ def make_prompt(tokenizer: Path, tokens: int, seed: int = 0) -> str:
     Random words (seeded) until the count passes ``tokens``, then trimmed word by word and
     padded with single characters; counted with :class:`router.features.PromptCounter`.
     """
-    from router.features import PromptCounter, parse_chat
+    from router import PromptCounter, parse_chat
 
     counter = PromptCounter(tokenizer)
     rng = random.Random(seed)
@@ -130,7 +130,7 @@ def loop_time(cfg: Path, big: bytes, repeats: int, verbose: bool = False) -> dic
     """Measurement 1: loop time of the big request, router in-process on a debug loop."""
     import uvicorn
 
-    from router.app import create_app, tune_interpreter
+    from router import create_app, tune_interpreter
 
     tune_interpreter()  # as `specgate router` does
     port = free_port()
@@ -174,30 +174,31 @@ def loop_time(cfg: Path, big: bytes, repeats: int, verbose: bool = False) -> dic
 
 def sizing_cpu(cfg: Path, big: bytes, repeats: int) -> dict[str, float]:
     """Measurement 1b: the event-loop thread's CPU time (``time.thread_time``) to admit the big
-    request: parse the JSON, validate, size the prompt (:func:`router.api._size_prompt`: render
+    request: parse the JSON, validate, size the prompt (:func:`router.size_prompt`: render
     and bounds in the tokenizer thread, exact count there when a threshold falls inside the
     bounds) and decide. The tokenizer thread's own work is not on the loop and not counted."""
-    import types
-    from concurrent.futures import ThreadPoolExecutor
 
     import orjson
 
-    from router.api import _size_prompt
-    from router.app import _background_priority, build_runtime
-    from router.config import load_config
-    from router.features import parse_chat
-    from router.policy import request_features
+    from router import (
+        build_runtime,
+        load_config,
+        parse_chat,
+        request_features,
+        size_prompt,
+        tokenizer_executor,
+    )
 
     config = load_config(cfg)
     runtime = build_runtime(config)
-    state = types.SimpleNamespace(executor=ThreadPoolExecutor(2, initializer=_background_priority))
+    executor = tokenizer_executor()
     limits = config.limits
 
     async def admit() -> tuple[float, int]:
         t0 = time.thread_time()
         doc = orjson.loads(big)
         parsed = parse_chat(doc, max_n=limits.max_n)
-        tokens, _lower = await _size_prompt(state, runtime, parsed, len(big))
+        tokens, _lower, _rendered = await size_prompt(runtime, parsed, len(big), executor)
         features = request_features(parsed, tokens, runtime.rules)
         runtime.decide(features, time.monotonic())
         return time.thread_time() - t0, tokens
@@ -207,7 +208,7 @@ def sizing_cpu(cfg: Path, big: bytes, repeats: int) -> dict[str, float]:
         cpu, tokens = asyncio.run(admit())
         samples.append(cpu)
     samples = sorted(samples[1:])
-    state.executor.shutdown()
+    executor.shutdown()
     return {"sizing_loop_cpu_ms": 1e3 * samples[len(samples) // 2], "sizing_loop_cpu_ms_max": 1e3 * samples[-1],
             "counted_tokens": tokens}
 

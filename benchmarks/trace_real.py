@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from router.config import parse_config
+from router import parse_config
 from serving.launch import engine_argv, engine_env
 from serving.local import SGLangProcess, free_port
 from tests.support.otlp import OtlpReceiver, ReceivedSpan, format_trace

@@ -224,7 +224,7 @@ def _avg_accept_length(info: dict[str, Any]) -> float | None:
 def _metrics_accept_length(client: Any, base_url: str) -> float | None:
     import httpx
 
-    from router.scraper import parse_sglang_metrics
+    from router import parse_sglang_metrics
 
     try:
         r = client.get(f"{base_url}/metrics")

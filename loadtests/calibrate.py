@@ -539,7 +539,7 @@ def validate_patch(cal: Calibration, base_config: Mapping[str, Any] | None = Non
     Raises:
         CalibrationError: the router's config loader rejects the merged config.
     """
-    from router.config import ConfigError, parse_config
+    from router import ConfigError, parse_config
 
     base = base_config if base_config is not None else _skeleton(cal)
     merged = merge_patch(base, cal.patch())
@@ -573,7 +573,7 @@ def calibrate_report(report_path: Path, *, config: Path | None = None, out: Path
             patch the router's config loader rejects.
     """
     from loadtests.report import load_report
-    from router.config import _resolve_paths  # the loader's own path rules
+    from router import resolve_paths  # the loader's own path rules
 
     report = load_report(report_path)
     base = None
@@ -586,7 +586,7 @@ def calibrate_report(report_path: Path, *, config: Path | None = None, out: Path
         if not isinstance(base, dict):
             raise CalibrationError(f"config {config} must be a mapping")
         base_dir = Path(config).resolve().parent
-        base = _resolve_paths(base, base_dir)
+        base = resolve_paths(base, base_dir)
         from_cfg = speculation_from_config(base)
         spec_block = report.get("speculation") or {}
         if gamma is None and spec_block.get("gamma") is None:

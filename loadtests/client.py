@@ -110,7 +110,7 @@ def _finish(r: RequestResult, t0: float, t_end: float, events: list[float], text
 
 def _accept_length(doc: Any) -> float | None:
     """``sglext.spec_tokens_details``'s accept length of a response or stream chunk (None without)."""
-    from router.specstats import accept_length
+    from router import accept_length
 
     ext = doc.get("sglext") if isinstance(doc, dict) else None
     details = ext.get("spec_tokens_details") if isinstance(ext, dict) else None

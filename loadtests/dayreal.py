@@ -239,7 +239,7 @@ def summarize_real(results: list[RealRequest], pools: set[str]) -> dict[str, Any
 
 def run_real_day(config: Path, out: Path, *, seed: int = 0) -> int:
     """Run the day on the real stack (module docstring); 0 when every check held, else 1."""
-    from router.config import load_config
+    from router import load_config
     from serving.demo import start_stack
 
     out.mkdir(parents=True, exist_ok=True)

@@ -32,13 +32,26 @@ from drafters.spec_math import expected_tokens
 from loadtests.dayapi import Choice, PoolView, RequestView
 from loadtests.dayshapes import EngineModel
 from loadtests.daysim import RequestRecord
-from router.acceptance import CLASSES, AcceptanceTracker
-from router.bypass import BypassState
-from router.config import AcceptanceConfig, RoutingConfig, SaturationConfig
-from router.features import RequestFeatures
-from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
-from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Rules, batch_context, decide
-from router.predict import SpeedModel
+from router import (
+    CLASSES,
+    DEFAULT_PRIOR,
+    AcceptanceConfig,
+    AcceptanceTracker,
+    BypassState,
+    Decision,
+    EndpointSnapshot,
+    Observation,
+    PoolSnapshot,
+    RequestFeatures,
+    RoutingConfig,
+    Rules,
+    SaturationConfig,
+    SpeedFit,
+    SpeedModel,
+    batch_context,
+    decide,
+    share_priors,
+)
 
 __all__ = ["PolicyRouter", "PolicySettings", "decide_main", "settings_for"]
 

@@ -188,7 +188,7 @@ class LocalStack:
     """
 
     def __init__(self, config: Path, workdir: Path) -> None:
-        from router.config import ConfigError, load_config
+        from router import ConfigError, load_config
         from serving.demo import _prepare_config
 
         self.workdir = workdir
@@ -382,7 +382,7 @@ def run_local(settings: LocalSettings, *, note: Callable[[str], None] = print,
     from loadtests.report import ReportError, build_report, write_report
     from loadtests.runner import LoadTest, Target
     from loadtests.workload import PromptFactory
-    from router.config import ConfigError, load_config
+    from router import ConfigError, load_config
 
     t_start = time.monotonic()
     deadline = t_start + settings.time_limit_s

@@ -23,7 +23,7 @@ from typing import Any, Self
 
 import aiohttp
 
-from router.scraper import parse_sglang_metrics
+from router import parse_sglang_metrics
 
 __all__ = ["MetricSample", "MetricsSampler", "summarize_samples"]
 

@@ -12,18 +12,31 @@ group                     names
 ========================  ======================================================================
 the app                   :func:`create_app`, :class:`RouterApp`, :class:`AppState`,
                           :func:`serve` (uvicorn with the router's protocol and signals),
-                          :func:`tune_interpreter` (what ``specgate router`` sets process-wide)
-the config                :func:`load_config`, :func:`parse_config`, :class:`Config`,
-                          :class:`PoolConfig`, :class:`RoutingConfig`, :class:`ConfigError`
+                          :func:`tune_interpreter` (what ``specgate router`` sets process-wide),
+                          :func:`tokenizer_executor` (the tokeniser threads)
+the config                :func:`load_config`, :func:`parse_config`, :func:`resolve_paths` (a raw
+                          mapping's relative paths, as the loader reads them), :class:`Config`,
+                          :class:`PoolConfig`, :class:`RoutingConfig`, :class:`AcceptanceConfig`,
+                          :class:`SaturationConfig`, :class:`StateConfig`, :class:`PriorityGrant`,
+                          :class:`RateLimitConfig`, :class:`KeyLimits`, :class:`ConfigError`
 a runtime outside the     :func:`build_runtime`, :func:`load_runtime_inputs`,
-app (scripts, benches)    :class:`RuntimeInputs`, :class:`Runtime`
+app (scripts, benches)    :class:`RuntimeInputs`, :class:`Runtime`, :func:`size_prompt` (the
+                          request path's sizing step), :func:`check_engine_paths` (the pools'
+                          model files, as ``specgate serve`` checks them)
 the pure decision         :func:`decide`, :class:`Decision`, :class:`Outcome`, :class:`Reason`,
 (simulators)              :func:`request_features`, :class:`RequestFeatures`, :func:`flip_points`,
                           :class:`PoolSnapshot`, :class:`EndpointSnapshot`, :class:`Rules`,
-                          :class:`BypassState`, :class:`AcceptanceTracker`, :class:`SpeedModel`,
-                          :class:`SpeedFit`, :class:`Observation`
+                          :func:`batch_context`, :class:`BypassState`, :class:`AcceptanceTracker`,
+                          :data:`CLASSES` (the temperature classes), :class:`SpeedModel`,
+                          :class:`SpeedFit`, :class:`Observation`, :data:`DEFAULT_PRIOR`,
+                          :func:`share_priors`
 requests                  :func:`parse_chat`, :func:`parse_completions`, :class:`PromptCounter`
-engine metrics            :func:`parse_sglang_metrics`, :class:`EngineLoad`
+request controls          :func:`resolve_priority`, :func:`validate_sampling`,
+(benchmarks)              :func:`check_min_tokens`, :func:`speculative_caveats`,
+                          :class:`KeyLimiter`, :class:`Auth`, :class:`KeyRing`,
+                          :class:`RouterMetrics`
+engine metrics            :func:`parse_sglang_metrics`, :class:`EngineLoad`, :func:`accept_length`
+                          (a response's own acceptance length, :mod:`router.specstats`)
 errors                    :class:`SpecgateError` (the root of the OpenAI-shaped error tree)
 ========================  ======================================================================
 """
@@ -35,28 +48,41 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from router.acceptance import AcceptanceTracker
-    from router.app import AppState, RouterApp, create_app, tune_interpreter
+    from router.acceptance import CLASSES, AcceptanceTracker
+    from router.admission import resolve_priority
+    from router.app import AppState, RouterApp, create_app, tokenizer_executor, tune_interpreter
+    from router.auth import Auth, KeyRing
     from router.bypass import BypassState
+    from router.commands import check_engine_paths
     from router.config import (
+        AcceptanceConfig,
         Config,
         ConfigError,
         PoolConfig,
         RoutingConfig,
+        SaturationConfig,
+        StateConfig,
         load_config,
         parse_config,
+        resolve_paths,
     )
+    from router.config_limits import KeyLimits, RateLimitConfig
+    from router.config_server import PriorityGrant
     from router.engine_metrics import EngineLoad, parse_sglang_metrics
     from router.errors import SpecgateError
     from router.features import PromptCounter, RequestFeatures
-    from router.learn import Observation, SpeedFit
+    from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
+    from router.limits import KeyLimiter
+    from router.metrics import RouterMetrics
     from router.parsing import parse_chat, parse_completions
+    from router.pipeline import size_prompt
     from router.policy import (
         Decision,
         EndpointSnapshot,
         Outcome,
         PoolSnapshot,
         Rules,
+        batch_context,
         decide,
         flip_points,
         request_features,
@@ -65,36 +91,97 @@ if TYPE_CHECKING:
     from router.predict import SpeedModel
     from router.reasons import Reason
     from router.runtime_inputs import RuntimeInputs, build_runtime, load_runtime_inputs
+    from router.sampling import check_min_tokens, speculative_caveats, validate_sampling
     from router.server import serve
+    from router.specstats import accept_length
 
 #: Each public name and the module that defines it (read-only).
 _SURFACE = MappingProxyType({
     "create_app": "router.app", "RouterApp": "router.app", "AppState": "router.app",
-    "tune_interpreter": "router.app", "serve": "router.server",
-    "load_config": "router.config", "parse_config": "router.config", "Config": "router.config",
-    "PoolConfig": "router.config", "RoutingConfig": "router.config", "ConfigError": "router.config",
+    "tune_interpreter": "router.app", "tokenizer_executor": "router.app", "serve": "router.server",
+    "load_config": "router.config", "parse_config": "router.config", "resolve_paths": "router.config",
+    "Config": "router.config", "PoolConfig": "router.config", "RoutingConfig": "router.config",
+    "AcceptanceConfig": "router.config", "SaturationConfig": "router.config", "StateConfig": "router.config",
+    "PriorityGrant": "router.config_server", "RateLimitConfig": "router.config_limits",
+    "KeyLimits": "router.config_limits", "ConfigError": "router.config",
     "build_runtime": "router.runtime_inputs", "load_runtime_inputs": "router.runtime_inputs",
-    "RuntimeInputs": "router.runtime_inputs", "Runtime": "router.pools",
-    "decide": "router.policy", "Decision": "router.policy", "Outcome": "router.policy",
-    "request_features": "router.policy", "flip_points": "router.policy",
-    "PoolSnapshot": "router.policy", "EndpointSnapshot": "router.policy", "Rules": "router.policy",
-    "Reason": "router.reasons", "RequestFeatures": "router.features",
-    "BypassState": "router.bypass", "AcceptanceTracker": "router.acceptance",
+    "RuntimeInputs": "router.runtime_inputs", "Runtime": "router.pools", "size_prompt": "router.pipeline",
+    "check_engine_paths": "router.commands", "decide": "router.policy", "Decision": "router.policy",
+    "Outcome": "router.policy", "request_features": "router.policy", "flip_points": "router.policy",
+    "batch_context": "router.policy", "PoolSnapshot": "router.policy", "EndpointSnapshot": "router.policy",
+    "Rules": "router.policy", "Reason": "router.reasons", "RequestFeatures": "router.features",
+    "BypassState": "router.bypass", "AcceptanceTracker": "router.acceptance", "CLASSES": "router.acceptance",
     "SpeedModel": "router.predict", "SpeedFit": "router.learn", "Observation": "router.learn",
-    "parse_chat": "router.parsing", "parse_completions": "router.parsing",
-    "PromptCounter": "router.features",
-    "parse_sglang_metrics": "router.engine_metrics", "EngineLoad": "router.engine_metrics",
+    "DEFAULT_PRIOR": "router.learn", "share_priors": "router.learn", "parse_chat": "router.parsing",
+    "parse_completions": "router.parsing", "PromptCounter": "router.features",
+    "resolve_priority": "router.admission", "validate_sampling": "router.sampling",
+    "check_min_tokens": "router.sampling", "speculative_caveats": "router.sampling",
+    "KeyLimiter": "router.limits", "Auth": "router.auth", "KeyRing": "router.auth",
+    "RouterMetrics": "router.metrics", "parse_sglang_metrics": "router.engine_metrics",
+    "EngineLoad": "router.engine_metrics", "accept_length": "router.specstats",
     "SpecgateError": "router.errors",
 })
 
 __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
-    "AcceptanceTracker", "AppState", "BypassState", "Config", "ConfigError", "Decision",
-    "EndpointSnapshot", "EngineLoad", "Observation", "Outcome", "PoolConfig", "PoolSnapshot",
-    "PromptCounter", "Reason", "RequestFeatures", "RouterApp", "RoutingConfig", "Rules", "Runtime",
-    "RuntimeInputs", "SpecgateError", "SpeedFit", "SpeedModel", "build_runtime", "create_app",
-    "decide", "flip_points", "load_config", "load_runtime_inputs", "parse_chat",
-    "parse_completions", "parse_config", "parse_sglang_metrics", "request_features", "serve",
+    "CLASSES",
+    "DEFAULT_PRIOR",
+    "AcceptanceConfig",
+    "AcceptanceTracker",
+    "AppState",
+    "Auth",
+    "BypassState",
+    "Config",
+    "ConfigError",
+    "Decision",
+    "EndpointSnapshot",
+    "EngineLoad",
+    "KeyLimiter",
+    "KeyLimits",
+    "KeyRing",
+    "Observation",
+    "Outcome",
+    "PoolConfig",
+    "PoolSnapshot",
+    "PriorityGrant",
+    "PromptCounter",
+    "RateLimitConfig",
+    "Reason",
+    "RequestFeatures",
+    "RouterApp",
+    "RouterMetrics",
+    "RoutingConfig",
+    "Rules",
+    "Runtime",
+    "RuntimeInputs",
+    "SaturationConfig",
+    "SpecgateError",
+    "SpeedFit",
+    "SpeedModel",
+    "StateConfig",
+    "accept_length",
+    "batch_context",
+    "build_runtime",
+    "check_engine_paths",
+    "check_min_tokens",
+    "create_app",
+    "decide",
+    "flip_points",
+    "load_config",
+    "load_runtime_inputs",
+    "parse_chat",
+    "parse_completions",
+    "parse_config",
+    "parse_sglang_metrics",
+    "request_features",
+    "resolve_paths",
+    "resolve_priority",
+    "serve",
+    "share_priors",
+    "size_prompt",
+    "speculative_caveats",
+    "tokenizer_executor",
     "tune_interpreter",
+    "validate_sampling",
 ]
 
 

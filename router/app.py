@@ -51,7 +51,7 @@ from router.upstream import ReuseMarkingConnector
 from router.warmup import Warmer
 
 __all__ = ["AppState", "RouterApp", "RuntimeInputs", "build_runtime", "create_app", "load_runtime_inputs",
-           "tune_interpreter"]
+           "tokenizer_executor", "tune_interpreter"]
 
 log = logging.getLogger("specgate")
 
@@ -218,6 +218,13 @@ def _background_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
+def tokenizer_executor() -> ThreadPoolExecutor:
+    """The router's tokeniser threads: 2 workers, each at the lowest CPU priority
+    (:func:`_background_priority`); the caller shuts it down."""
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
+                              initializer=_background_priority)
+
+
 class RouterApp(FastAPI):
     """The router's FastAPI app, with a direct path for the generation routes.
 
@@ -321,8 +328,7 @@ async def _build_state(cfg: Config, path: Path | None,
     runtime = Runtime(cfg, inputs.counter, ledger=shared.ledger, auth=inputs.auth, warmup_gate=scrape)
     session = (session_factory or _default_session)(cfg)
     fresh_session = _fresh_session(cfg) if session_factory is None else None
-    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
-                                  initializer=_background_priority)
+    executor = tokenizer_executor()
     metrics.config_reloads.labels("success").inc(0)
     metrics.config_reloads.labels("failure").inc(0)
     metrics.shared_state_degraded_entries.inc(0)

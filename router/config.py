@@ -124,6 +124,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "parse_overrides",
+    "resolve_paths",
 ]
 
 
@@ -420,7 +421,7 @@ def parse_config(data: Any, *, base_dir: Path | None = None) -> Config:
     if not isinstance(data, dict):
         raise ConfigError("config: the document must be a mapping")
     base = base_dir or Path.cwd()
-    data = _resolve_paths(data, base)
+    data = resolve_paths(data, base)
     _fill_draft_positions(data, base)
     try:
         return Config.model_validate(data)
@@ -428,7 +429,10 @@ def parse_config(data: Any, *, base_dir: Path | None = None) -> Config:
         raise ConfigError("invalid config:\n" + format_errors(exc, model=Config)) from None
 
 
-def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A copy of the raw config mapping ``data`` with its relative file paths (``model.tokenizer``,
+    the key files, ...) made absolute against ``base`` (the config file's directory), as
+    :func:`load_config` reads them."""
     import copy
 
     data = copy.deepcopy(data)

@@ -69,6 +69,7 @@ from router.trace import trace_headers
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from concurrent.futures import Executor
 
     from starlette.requests import Request
 
@@ -219,7 +220,7 @@ async def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], pars
                     admitted: Admission) -> tuple[RequestFeatures, Rendered]:
     """Size the prompt, then the request's :class:`RequestFeatures` (the context's too) and
     the ``min_tokens`` check against its budget (400)."""
-    prompt_tokens, lower, rendered = await size_prompt(state, runtime, parsed, body_bytes)
+    prompt_tokens, lower, rendered = await size_prompt(runtime, parsed, body_bytes, state.executor)
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
     features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower,
                                 speculation=hint, adapters=resolved.adapters)
@@ -228,14 +229,14 @@ async def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], pars
     return features, rendered
 
 
-async def size_prompt(state: AppState, runtime: Runtime, parsed: ParsedRequest,
-                      body_bytes: int) -> tuple[int, int | None, Rendered]:
+async def size_prompt(runtime: Runtime, parsed: ParsedRequest, body_bytes: int,
+                      executor: Executor) -> tuple[int, int | None, Rendered]:
     """Prompt tokens for the decision and the rendered prompt: ``(P, None, rendered)`` exact,
     or ``(hi, lo, rendered)`` when no decision threshold lies between the byte-length bounds
     (then ``hi`` decides as P would).
 
-    Rendering runs on the loop for bodies up to 16 KiB, in ``state.executor`` (the tokeniser
-    threads) for larger ones; exact BPE encoding always runs in the threads, and only when a
+    Rendering runs on the loop for bodies up to 16 KiB, in ``executor`` (the tokeniser threads,
+    :func:`router.app.tokenizer_executor`) for larger ones; exact BPE encoding always runs in the threads, and only when a
     decision threshold falls inside the byte-length bounds (:class:`router.features.PromptCounter`).
     Never an under-count: the value used is exact or ``hi >= P``. With image/audio parts the
     text is counted exactly and each part by its bound: ``(exact + media, exact)``.
@@ -246,12 +247,12 @@ async def size_prompt(state: AppState, runtime: Runtime, parsed: ParsedRequest,
         rendered = counter.render(parsed)
         lo, hi = counter.bounds(rendered)
     else:
-        rendered, (lo, hi) = await loop.run_in_executor(state.executor, _render_bounds, counter, parsed)
+        rendered, (lo, hi) = await loop.run_in_executor(executor, _render_bounds, counter, parsed)
     if lo == hi:  # token-id prompts
         return hi, None, rendered
     if not needs_exact(lo, hi, runtime.flip_points(parsed.max_new_tokens, parsed.n)):
         return hi, lo, rendered
-    exact = await loop.run_in_executor(state.executor, counter.exact, rendered)
+    exact = await loop.run_in_executor(executor, counter.exact, rendered)
     media = rendered.media_tokens
     return (exact + media, exact, rendered) if media else (exact, None, rendered)
 

@@ -12,8 +12,7 @@ __all__ = ["add_commands"]
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from router.commands import check_engine_paths
-    from router.config import ConfigError, load_config
+    from router import ConfigError, check_engine_paths, load_config
     from serving.launch import (
         LaunchError,
         check_with_sglang,

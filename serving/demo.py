@@ -341,7 +341,7 @@ async def _workload(router_url: str, long_prompt_tokens: int, burst: int, *, spe
 async def _accept_length(url: str) -> tuple[float | None, str]:
     import aiohttp
 
-    from router.scraper import parse_sglang_metrics
+    from router import parse_sglang_metrics
 
     async with aiohttp.ClientSession() as s:
         with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError):
@@ -410,7 +410,7 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
         stack.procs.append(router)
         asyncio.run(_wait_router(router_url, router, 120))
         say(f"router ready at {router_url}; sending the workload through the openai client")
-        from router.config import load_config
+        from router import load_config
 
         cfg = load_config(cfg_path)
         spec_cfg = next(p for p in cfg.pools if p.speculative)

@@ -41,7 +41,7 @@ import os
 import sys
 from urllib.parse import urlparse
 
-from router.config import Config, PoolConfig
+from router import Config, PoolConfig
 from serving.local import CPU_FLAGS, cpu_env
 
 __all__ = ["CPU_FLAGS", "LaunchError", "check_with_sglang", "engine_argv", "engine_env", "is_http_endpoint"]
