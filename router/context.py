@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from router.features import RequestFeatures
 
-__all__ = ["CONTEXT_KEY", "RequestContext", "attach_context", "end_disconnected", "request_context"]
+__all__ = ["CONTEXT_KEY", "RequestContext", "attach", "attach_context", "end_disconnected", "request_context"]
 
 #: ASGI scope key of a request's :class:`RequestContext`.
 CONTEXT_KEY = "specgate.context"
@@ -50,7 +50,12 @@ class RequestContext:
 def attach_context(request: Request, request_id: str) -> RequestContext:
     """Attach a new :class:`RequestContext` for ``request_id`` to ``request``'s scope (replacing
     any earlier one) and return it."""
-    context = RequestContext(request_id)
+    return attach(request, RequestContext(request_id))
+
+
+def attach(request: Request, context: RequestContext) -> RequestContext:
+    """Attach ``context`` (a :class:`RequestContext`, or a handler's subclass of it that also
+    carries what its later steps read) to ``request``'s scope, replacing any earlier one."""
     request.scope[CONTEXT_KEY] = context
     return context
 

@@ -3,31 +3,39 @@
 :func:`generate` runs, for ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/responses``
 alike (the differences are the kind's hooks, :mod:`router.request_kinds`):
 
-==============  ===========================================================================
-step            what it does (the status it may answer)
-==============  ===========================================================================
-``_admit``      request ids, the :class:`~router.context.RequestContext`, the W3C trace
-                context and the server span, the client's API key (401),
-                ``kind.check_served`` (404)
-``_parse``      the body (413), its JSON (415 / 400), ``kind.parse`` (400)
-``_model``      :func:`router.models.resolve_request` (404): the model and the
-                :class:`~router.pools.Runtime` every later step uses
-``_controls``   the engine priority (:func:`router.admission.resolve_priority`, 400) and the
-                speculation hint (:func:`router.capabilities.speculation_hint`)
-``_features``   :func:`_size_prompt`, then :func:`router.policy.request_features` in one call
-                (with the hint and the adapters), :func:`router.sampling.check_min_tokens` (400)
-``_limit``      the key's limits (:meth:`router.limits.KeyLimiter.check_request`, 429)
-``_route``      the prefix chain, :meth:`Runtime.decide`, the refusals (400, 503), the
-                decision's span attributes and metrics, the prefix record
-``_lease``      the endpoint's :class:`~router.endpoint.Lease` and its dispatch state
-``_engine_body``  the fields the router adds (``model``, ``max_tokens``, ``kind.engine_ids``,
-                the speculative statistics, ``priority``), the fields it strips, one body
-                per pool whose engines read ``priority`` the other way round
-``_job``        the :class:`~router.proxy_job.ProxyJob`
-``_relay``      the :class:`~router.proxy.ProxyResponse`, with the re-decision for failover
-``_record``     when the response ends: counters, the speed model's sample, the key's
-                ticket, the span, the access log line
-==============  ===========================================================================
+================  ==========================================================================
+step              what it does (the status it may answer)
+================  ==========================================================================
+``_admit``        request ids, the :class:`~router.context.RequestContext`, the W3C trace
+                  context and the server span, the client's API key (401),
+                  ``kind.check_served`` (404)
+``read_body``     the body, up to ``limits.max_request_bytes`` (413; :mod:`router.intake`)
+``_parse``        its JSON (415 / 400) and ``kind.parse`` (400)
+``_model``        :func:`router.models.resolve_request` (404): the model and the
+                  :class:`~router.pools.Runtime` every later step uses
+``_controls``     the engine priority (:func:`router.admission.resolve_priority`, 400) and the
+                  speculation hint (:func:`router.capabilities.speculation_hint`)
+``size_prompt``   the prompt's tokens, exact or bounded, and the rendered prompt
+``_features``     :func:`router.policy.request_features` in one call (with the hint and the
+                  adapters), :func:`router.sampling.check_min_tokens` (400)
+``_limit``        the key's limits (:meth:`router.limits.KeyLimiter.check_request`, 429),
+                  only when some key is limited
+``_route``        the prefix chain and :meth:`Runtime.decide`
+``_refuse``       a decision that did not route: 400 ``unsupported_feature`` /
+                  ``context_length_exceeded``, 503 ``no_healthy_upstream``
+``_routed``       the decision's span attributes and metrics, the prefix record
+``_lease``        the endpoint's :class:`~router.endpoint.Lease` and its dispatch state
+``_job``          the :class:`~router.proxy_job.ProxyJob`, with ``_engine_body``: the fields
+                  the router adds (``model``, ``max_tokens``, ``kind.engine_ids``, the
+                  speculative statistics, ``priority``), the fields it strips, one body per
+                  pool whose engines read ``priority`` the other way round
+``_relay``        the :class:`~router.proxy.ProxyResponse`, with the re-decision for failover
+``_record``       when the response ends: counters, the speed model's sample, the key's
+                  ticket, the span, the access log line
+================  ==========================================================================
+
+Only steps that wait are coroutines (``read_body``, ``size_prompt``, ``_limit``, ``_refuse``'s
+exact recount): a step that does not wait is a plain call, no coroutine object per request.
 
 The model step is where a request's runtime is chosen: the steps after it take ``runtime``
 as an argument and never read ``AppState.runtime`` again, except :func:`_live_runtime`
@@ -47,7 +55,7 @@ import orjson
 from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, engine_priority, resolve_priority
 from router.body import add_fields
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
-from router.context import attach_context
+from router.context import RequestContext, attach
 from router.errors import ContextLengthExceeded, InvalidRequest, NoHealthyUpstream
 from router.features import needs_exact
 from router.intake import (
@@ -75,7 +83,6 @@ if TYPE_CHECKING:
 
     from router.admission import PriorityOutcome
     from router.app import AppState
-    from router.context import RequestContext
     from router.endpoint import Lease
     from router.features import ParsedRequest, PromptCounter, Rendered, RequestFeatures
     from router.limit_rules import Ticket
@@ -101,27 +108,24 @@ _INLINE_RENDER_BYTES = 16 * 1024
 Matches = dict[str, dict[str, int]]
 
 
-@dataclass(slots=True)
-class Admission:
-    """What :func:`_admit` learned of a request, read by the later steps.
+@dataclass(slots=True, kw_only=True)
+class Admission(RequestContext):
+    """The request's context (the error path's, :mod:`router.context`) with what :func:`_admit`
+    learned for the later steps: one object per request.
 
     Attributes:
-        request_id: the id echoed in ``x-request-id`` (the client's sane one, else own_id).
         own_id: the router's own id; the engine's ``rid`` (a client may reuse its
             ``x-request-id`` on retries, and SGLang refuses a rid that is already running).
         headers: the request's headers (:func:`router.intake.header_map`).
         authorization: the ``Authorization`` header, or None.
-        context: the request's :class:`~router.context.RequestContext` (the error path's).
         trace: the W3C trace headers to forward (:func:`router.trace.trace_headers`).
         tracing: the tracer this request's spans come from (kept even if a reload swaps it).
         received: ``time.perf_counter()`` at arrival (s).
     """
 
-    request_id: str
     own_id: str
     headers: dict[bytes, bytes]
     authorization: str | None
-    context: RequestContext
     trace: dict[str, str]
     tracing: Any
     received: float
@@ -137,14 +141,18 @@ async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
     state: AppState = request.app.state.specgate
     runtime = state.runtime
     admitted = _admit(request, state, runtime, kind)
-    body, doc, parsed = await _parse(request, runtime, kind, admitted)
+    body = await read_body(request, runtime.config.limits.max_request_bytes, admitted.headers)  # 413
+    doc, parsed = _parse(request, runtime, kind, body, admitted)
     runtime, resolved = _model(state, runtime, doc)
     priority, hint = _controls(state, runtime, doc, admitted)
-    features, rendered = await _features(state, runtime, doc, parsed, len(body), resolved, hint, admitted)
-    ticket = await _limit(state, runtime, features, admitted)
+    prompt_tokens, lower, rendered = await size_prompt(runtime, parsed, len(body), state.executor)
+    features = _features(state, runtime, doc, parsed, prompt_tokens, lower, resolved, hint, admitted)
+    ticket = await _limit(state, runtime, features, admitted) if runtime.config.auth.rate_limits.enabled else None
     try:  # until the job holds the ticket: a refusal or an error here gives it back
-        decision, chain, matches = await _route(state, runtime, kind, doc, parsed, len(body), features,
-                                                rendered, resolved, admitted)
+        decision, chain, matches = _route(state, runtime, kind, doc, features, rendered, resolved)
+        if decision.outcome is not Outcome.ROUTED:
+            await _refuse(state, runtime, decision, doc, parsed, len(body), features, admitted)
+        _routed(state, runtime, decision, chain, matches, features, admitted)
     except BaseException:
         state.limiter.finish(ticket)
         raise
@@ -162,32 +170,30 @@ async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
 def _admit(request: Request, state: AppState, runtime: Runtime, kind: RequestKind) -> Admission:
     """Ids, context, trace and span; then the client's key (401) and whether the route is
     served (404), before the body is read."""
-    cfg = runtime.config
     received = time.perf_counter()
     own_id = state.next_request_id()
     headers = header_map(request.scope)
-    request_id = client_request_id(header(headers, b"x-request-id")) or own_id
-    context = attach_context(request, request_id)
     # every value of a repeated header (trace context: exactly one allowed)
     trace = trace_headers(header_values(request.scope, headers, b"traceparent"),
                           header_values(request.scope, headers, b"tracestate"),
-                          header(headers, b"baggage") if cfg.tracing.forward_baggage else None)
-    tracing = state.tracing
-    if tracing is not None:  # router.tracing: the server span, ended by _record or the error path
-        context.span = tracing.start_request(request.scope["path"], trace, request_id)
-    authorization = header(headers, b"authorization")
+                          header(headers, b"baggage") if runtime.config.tracing.forward_baggage else None)
+    admitted = Admission(client_request_id(header(headers, b"x-request-id")) or own_id, own_id=own_id,
+                         headers=headers, authorization=header(headers, b"authorization"), trace=trace,
+                         tracing=state.tracing, received=received)
+    attach(request, admitted)
+    if admitted.tracing is not None:  # router.tracing: the server span, ended by _record or the error path
+        admitted.span = admitted.tracing.start_request(request.scope["path"], trace, admitted.request_id)
     if runtime.auth is not None:
-        runtime.auth.check_client(authorization)
+        runtime.auth.check_client(admitted.authorization)
     kind.check_served(runtime)
-    return Admission(request_id, own_id, headers, authorization, context, trace, tracing, received)
+    return admitted
 
 
-async def _parse(request: Request, runtime: Runtime, kind: RequestKind,
-                 admitted: Admission) -> tuple[bytes, Any, ParsedRequest]:
-    """The body (``limits.max_request_bytes``, 413), its JSON and the kind's parser (400)."""
-    body = await read_body(request, runtime.config.limits.max_request_bytes, admitted.headers)
+def _parse(request: Request, runtime: Runtime, kind: RequestKind, body: bytes,
+           admitted: Admission) -> tuple[Any, ParsedRequest]:
+    """The body's JSON (415 / 400 :func:`router.intake.parse_json`) and the kind's parser (400)."""
     doc = parse_json(request, body, admitted.headers)
-    return body, doc, kind.parse(doc, runtime.config)
+    return doc, kind.parse(doc, runtime.config)
 
 
 def _model(state: AppState, runtime: Runtime, doc: dict[str, Any]) -> tuple[Runtime, Resolved]:
@@ -215,18 +221,17 @@ def _controls(state: AppState, runtime: Runtime, doc: dict[str, Any],
     return priority, speculation_hint(doc, header(headers, _HINT_HEADER), key_default)
 
 
-async def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], parsed: ParsedRequest,
-                    body_bytes: int, resolved: Resolved, hint: str,
-                    admitted: Admission) -> tuple[RequestFeatures, Rendered]:
-    """Size the prompt, then the request's :class:`RequestFeatures` (the context's too) and
-    the ``min_tokens`` check against its budget (400)."""
-    prompt_tokens, lower, rendered = await size_prompt(runtime, parsed, body_bytes, state.executor)
+def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], parsed: ParsedRequest,
+              prompt_tokens: int, lower: int | None, resolved: Resolved, hint: str,
+              admitted: Admission) -> RequestFeatures:
+    """The request's :class:`RequestFeatures` in one call (the sized prompt, the hint, the
+    adapters; the context's too), then the ``min_tokens`` check against its budget (400)."""
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
     features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower,
                                 speculation=hint, adapters=resolved.adapters)
-    admitted.context.features = features
+    admitted.features = features
     check_min_tokens(doc, features.max_new_tokens)
-    return features, rendered
+    return features
 
 
 async def size_prompt(runtime: Runtime, parsed: ParsedRequest, body_bytes: int,
@@ -264,19 +269,17 @@ def _render_bounds(counter: PromptCounter, parsed: ParsedRequest) -> tuple[Rende
 
 async def _limit(state: AppState, runtime: Runtime, features: RequestFeatures,
                  admitted: Admission) -> Ticket | None:
-    """The key's limits (:mod:`router.limits`): a 429 before the decision and any engine call;
-    the ticket (None: the key is not limited) is finished exactly once from here on."""
+    """The key's limits (:mod:`router.limits`; called only when ``auth.rate_limits`` limits
+    some key): a 429 before the decision and any engine call; the ticket (None: this key is
+    not limited) is finished exactly once from here on."""
     rl = runtime.config.auth.rate_limits
-    if not rl.enabled:
-        return None
     return await state.limiter.check_request(rl, admitted.authorization, runtime.auth, features)
 
 
-async def _route(state: AppState, runtime: Runtime, kind: RequestKind, doc: dict[str, Any],
-                 parsed: ParsedRequest, body_bytes: int, features: RequestFeatures, rendered: Rendered,
-                 resolved: Resolved, admitted: Admission) -> tuple[Decision, PrefixChain | None, Matches | None]:
-    """The routed decision with its prefix chain and matches; a refusal raises (400
-    ``unsupported_feature`` / ``context_length_exceeded``, 503 ``no_healthy_upstream``)."""
+def _route(state: AppState, runtime: Runtime, kind: RequestKind, doc: dict[str, Any], features: RequestFeatures,
+           rendered: Rendered, resolved: Resolved) -> tuple[Decision, PrefixChain | None, Matches | None]:
+    """The prefix chain and its matches (when ``routing.prefix_cache.enabled``), then
+    :meth:`Runtime.decide` (pure; routed or not)."""
     chain = matches = None
     pc = runtime.config.routing.prefix_cache
     if pc.enabled:
@@ -284,13 +287,7 @@ async def _route(state: AppState, runtime: Runtime, kind: RequestKind, doc: dict
                                   anchor_blocks=pc.anchor_blocks, adapters=resolved.adapters)
         if chain is not None:
             matches = runtime.prefix_matches(chain, features.prompt_tokens)
-    decision = runtime.decide(features, state.clock(), chain=chain, matches=matches)
-    if decision.outcome is not Outcome.ROUTED:
-        await _refuse(state, runtime, decision, doc, parsed, body_bytes, features, admitted)
-    _observe_decision(state, decision, features, admitted)
-    if chain is not None:
-        _note_prefix(state, runtime, decision, chain, matches, features.prompt_tokens)
-    return decision, chain, matches
+    return runtime.decide(features, state.clock(), chain=chain, matches=matches), chain, matches
 
 
 async def _refuse(state: AppState, runtime: Runtime, decision: Decision, doc: dict[str, Any],
@@ -301,7 +298,7 @@ async def _refuse(state: AppState, runtime: Runtime, decision: Decision, doc: di
     is counted exactly for the message: no flip point lies between the bounds, so the exact
     count refuses too), nothing healthy (503 with ``Retry-After``)."""
     if decision.outcome is Outcome.REFUSED and decision.reason is not Reason.CONTEXT_CAP:
-        admitted.context.reject_reason = decision.reason.value
+        admitted.reject_reason = decision.reason.value
         raise InvalidRequest(_unserved_message(decision.reason.value, doc), code="unsupported_feature",
                              param=trigger_param(doc, decision.reason.value))
     if decision.outcome is Outcome.REFUSED:
@@ -309,7 +306,7 @@ async def _refuse(state: AppState, runtime: Runtime, decision: Decision, doc: di
             exact = await asyncio.get_running_loop().run_in_executor(state.executor, runtime.counter.count, parsed)
             features = request_features(parsed, exact, runtime.rules, speculation=features.speculation,
                                         adapters=features.adapters)
-            admitted.context.features = features
+            admitted.features = features
         raise ContextLengthExceeded(over_length_message(features, runtime.rules), param=parsed.param)
     raise NoHealthyUpstream("no healthy upstream can serve this request",
                             headers={"retry-after": str(runtime.config.health.retry_after_s)})
@@ -321,11 +318,12 @@ def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
             f"could is a speculative pool without it in its `capabilities` (docs/operator-guide.md)")
 
 
-def _observe_decision(state: AppState, decision: Decision, features: RequestFeatures,
-                      admitted: Admission) -> None:
-    """A routed decision on the request's span and in the predicted-completion histogram."""
+def _routed(state: AppState, runtime: Runtime, decision: Decision, chain: PrefixChain | None,
+            matches: Matches | None, features: RequestFeatures, admitted: Admission) -> None:
+    """A routed decision on the request's span, in the predicted-completion histogram and (with
+    a chain) in the prefix index."""
     assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
-    span = admitted.context.span
+    span = admitted.span
     if span is not None:
         span.set_attributes({
             "specgate.pool": decision.pool, "specgate.reason": decision.reason.value,
@@ -334,6 +332,8 @@ def _observe_decision(state: AppState, decision: Decision, features: RequestFeat
             **({"specgate.predicted_s": dict(decision.predicted)[decision.pool]} if decision.predicted else {})})
     if decision.predicted:
         state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
+    if chain is not None:
+        _note_prefix(state, runtime, decision, chain, matches, features.prompt_tokens)
 
 
 def _note_prefix(state: AppState, runtime: Runtime, decision: Decision, chain: PrefixChain,
@@ -370,7 +370,7 @@ def _job(request: Request, state: AppState, runtime: Runtime, kind: RequestKind,
                     observer=kind.observer(state.metrics, doc),
                     default_budget=None if not features.budget_defaulted else
                     "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
-                    trace=admitted.trace, span=admitted.context.span,
+                    trace=admitted.trace, span=admitted.span,
                     extra={"dispatch": dispatch, "spec_stats": spec_stats},
                     caveats=_caveats(runtime, doc), pool_bodies=pool_bodies,
                     ticket=ticket, headers=ticket.headers if ticket is not None else ())
