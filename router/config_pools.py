@@ -168,9 +168,8 @@ class PoolConfig(Strict):
             is never a generation target; a speculative pool serves only ``generate`` and
             ``responses``.
         capabilities: what a speculative pool may serve beyond plain sampling, a list of
-            the capability kinds of :data:`router.reasons.CAPABILITY_KINDS`
-            (``constrained_decoding``, ``tool_calls``, ``reasoning``, ``logprobs``,
-            ``sampling_controls``; :mod:`router.capabilities`); unknown names fail. Default:
+            the capability kinds of :data:`router.reasons.CAPABILITY_KINDS` (the one table;
+            :mod:`router.capabilities` says what needs each); unknown names fail. Default:
             none of them (requests needing one go to a plain pool, with the kind as the
             decision reason). List a kind only after validating it on the pool's engine
             version (docs/operator-guide.md, "Which requests the speculative pool serves").

@@ -24,11 +24,11 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
    first pool's missing kind as the reason.
 2. **Speculative eligibility**, per speculative pool in config order: first the gate
    (``_gate``): a pool the lossless canary ejected -> ``canary_mismatch``; a kind it does not
-   serve -> that kind (``constrained_decoding``, ``tool_calls``, ``reasoning``, ``logprobs``,
-   ``sampling_controls``); a LoRA adapter no endpoint of it has -> ``lora_adapter`` (plain
-   pools without it are skipped too); the client's ``off`` hint -> ``client_opt_out`` (a bypass: the
-   pool stays a fallback). Then ``P + n * M + K <= limit`` (the ``n`` weighting keeps
-   large-``n`` requests off the drafter pool: every sample drafts) and
+   serve -> that kind (one of :data:`router.reasons.CAPABILITY_KINDS`); a LoRA adapter no
+   endpoint of it has -> ``lora_adapter`` (plain pools without it are skipped too); the
+   client's ``off`` hint -> ``client_opt_out`` (a bypass: the pool stays a fallback). Then
+   ``P + n * M + K <= limit`` (the ``n`` weighting keeps large-``n`` requests off the
+   drafter pool: every sample drafts) and
    ``P <= routing.long_prompt_tokens``; otherwise ``long_context`` (the first test is a hard
    limit; the threshold is a bypass: the pool stays a fallback). Then: no healthy endpoint ->
    ``spec_unhealthy``; saturation bypass on ->
