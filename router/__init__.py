@@ -1,8 +1,8 @@
 """specgate's router: the public surface other folders (``serving/``, ``loadtests/``,
-``benchmarks/``, ``drafters/``) and users import.
+``benchmarks/``, ``drafters/``, ``scripts/``) and users import.
 
 Import these names from ``router`` itself; every other module of the package is internal and
-may change. The names load on first use (``import router`` alone imports nothing heavy)::
+may change (``tests/unit/test_outside_imports.py`` holds the other folders to this). The names load on first use (``import router`` alone imports nothing heavy)::
 
     from router import create_app, load_config
     app = create_app("config.yaml")            # an ASGI app; the lifespan builds the runtime
