@@ -2,7 +2,7 @@
 side by side, interleaved (docs/performance.md).
 
     .venv/bin/python benchmarks/request_cost.py [--trees .,/tmp/base] [--rounds 5]
-        [--requests 3000] [--concurrency 16] [--stream]
+        [--requests 3000] [--concurrency 16] [--stream] [--calls]
 
 Each round runs, for every checkout in ``--trees`` in turn, a child process pinned to core 0
 (``taskset``) that builds that checkout's app (``router.app.create_app`` on the config of
@@ -16,7 +16,9 @@ generator on that core. The backend runs on the last core. Measured per child: p
 
 Prints every round's figures, the median per checkout with its range, and each checkout's
 median ratio to the first over the rounds (a round's children ran back to back, so the
-ratio of a round is a pair). Less noisy than the whole server under ``wrk`` (the work of
+ratio of a round is a pair). ``--calls`` also counts the function calls per request (cProfile
+over the measured requests, background tasks included): a deterministic figure for a step too
+small for CPU time to resolve on a shared machine. Less noisy than the whole server under ``wrk`` (the work of
 uvicorn and of the client is not there to vary), so it resolves smaller steps; the
 end-to-end figures are ``benchmarks/router_overhead.py``'s.
 """
@@ -25,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import inspect
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -39,7 +43,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def _drive(config: Path, requests: int, concurrency: int, stream: bool) -> dict[str, float]:
+async def _drive(config: Path, requests: int, concurrency: int, stream: bool,
+                 calls: bool = False) -> dict[str, float]:
     import router  # the checkout's public surface (router.__all__)
 
     create_app = router.create_app
@@ -100,16 +105,24 @@ async def _drive(config: Path, requests: int, concurrency: int, stream: bool) ->
             await asyncio.sleep(0.2)
         await batch(300)
         cpu0, t0 = time.process_time(), time.perf_counter()
+        profile = cProfile.Profile() if calls else None
+        if profile is not None:
+            profile.enable()
         statuses = await batch(requests)
+        if profile is not None:
+            profile.disable()
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
     bad = sum(s != 200 for s in statuses)
-    return {"cpu_us_per_req": cpu / requests * 1e6, "req_s": requests / wall, "non_200": bad}
+    out = {"cpu_us_per_req": cpu / requests * 1e6, "req_s": requests / wall, "non_200": bad}
+    if profile is not None:  # every Python and C function call, background tasks included
+        out["calls_per_req"] = pstats.Stats(profile).total_calls / requests
+    return out
 
 
 def _child(args: argparse.Namespace) -> int:
     import uvloop
 
-    result = uvloop.run(_drive(Path(args.config), args.requests, args.concurrency, args.stream))
+    result = uvloop.run(_drive(Path(args.config), args.requests, args.concurrency, args.stream, args.calls))
     print(json.dumps(result))
     return 0
 
@@ -121,6 +134,9 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--calls", action="store_true",
+                    help="also count function calls per request (cProfile: deterministic where CPU time is "
+                         "noisy; the CPU figures of such a run are the profiler's, not the router's)")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
@@ -153,7 +169,8 @@ def main() -> int:
             for tree in trees:
                 cmd = ["taskset", "-c", "0", sys.executable, str(Path(__file__).resolve()), "--child",
                        "--config", str(cfg), "--requests", str(args.requests),
-                       "--concurrency", str(args.concurrency), *(["--stream"] if args.stream else [])]
+                       "--concurrency", str(args.concurrency), *(["--stream"] if args.stream else []),
+                       *(["--calls"] if args.calls else [])]
                 out = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, check=False,
                                      env={**os.environ, "PYTHONPATH": str(tree)})
                 if out.returncode != 0:
@@ -161,6 +178,7 @@ def main() -> int:
                 res = json.loads(out.stdout.strip().splitlines()[-1])
                 results[tree].append(res)
                 print(f"round {rnd + 1} {tree}: {res['cpu_us_per_req']:.1f} us/req, {res['req_s']:.0f} req/s"
+                      + (f", {res['calls_per_req']:.1f} calls/req" if "calls_per_req" in res else "")
                       + (f", {res['non_200']} non-200" if res["non_200"] else ""), flush=True)
         ref = results[trees[0]]
         print(f"\nCPU per request (us; median [min-max] of {args.rounds} rounds), ratio to {trees[0]} "
