@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -131,12 +131,14 @@ class AppState:
         """Config changes the reloader acted on, applied or rejected."""
         return self.reloads_ok + self.reloads_failed
 
-    def on_scrape_round(self, runtime: Runtime) -> None:
-        """After each scrape round: advance the bypass hysteresis (the one place it moves),
-        forget unhealthy endpoints in the prefix indexes, then copy pool state into the gauges."""
-        runtime.advance_bypass(self.clock())
-        runtime.prune_prefix()
-        self.refresh_gauges(runtime)
+    def on_scrape_round(self, runtimes: Runtime | Iterable[Runtime]) -> None:
+        """After each scrape round, for every model's runtime: advance the bypass hysteresis
+        (the one place it moves), forget unhealthy endpoints in the prefix indexes, then copy
+        pool state into the gauges. One round counts once, whatever the number of models."""
+        for runtime in [runtimes] if isinstance(runtimes, Runtime) else runtimes:
+            runtime.advance_bypass(self.clock())
+            runtime.prune_prefix()
+            self.refresh_gauges(runtime)
         self.scrape_rounds += 1
 
     def refresh_gauges(self, runtime: Runtime | None = None) -> None:
@@ -173,6 +175,11 @@ class AppState:
             m.signal_age.labels(pool.name, "scrape").set(-1.0 if scrape_age is None else scrape_age)
             if pool.fit is not None:
                 _learning_gauges(m.learning, pool.name, pool.fit, now)
+        m.shared_state_degraded.set(int(self.shared.degraded))
+        if self.discovery is not None:
+            self.discovery.refresh_gauges(runtime)
+        if runtime is not self.fleet.default:
+            return  # the threshold gauges show the first model's values (one override set for all)
         routing, active = runtime.routing, runtime.overrides.flat()
         for key, value, path in (
                 ("long_prompt_tokens", routing.long_prompt_tokens, "routing.long_prompt_tokens"),
@@ -180,9 +187,6 @@ class AppState:
                 ("saturation_exit", routing.saturation.exit, "routing.saturation.exit")):
             m.routing_threshold.labels(key).set(value)
             m.routing_override_active.labels(key).set(int(path in active and runtime.override_error is None))
-        m.shared_state_degraded.set(int(self.shared.degraded))
-        if self.discovery is not None:
-            self.discovery.refresh_gauges(runtime)
 
 
 def _learning_gauges(series: LearningSeries, pool: str, fit: SpeedFit, now: float) -> None:

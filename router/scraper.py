@@ -46,7 +46,7 @@ class Scraper(LoopTask):
         get_fleet: returns the current :class:`router.fleet.Fleet` (re-read every round, so
             reloads apply); every model's endpoints are scraped in one concurrent round, each
             checked against its own model's name (:mod:`router.identity`).
-        on_round: called after each round with each model's runtime (metrics, bypass update).
+        on_round: called after each round with every model's runtime (metrics, bypass update).
         clock: monotonic clock (seconds).
         on_failure: called with the endpoint after each failed scrape (metrics).
     """
@@ -54,7 +54,7 @@ class Scraper(LoopTask):
     _name = "specgate-scraper"
 
     def __init__(self, session: aiohttp.ClientSession, get_fleet: Callable[[], Fleet],
-                 on_round: Callable[[Runtime], None], clock: Callable[[], float] = time.monotonic,
+                 on_round: Callable[[list[Runtime]], None], clock: Callable[[], float] = time.monotonic,
                  on_failure: Callable[[Endpoint], None] = lambda endpoint: None) -> None:
         self._session = session
         self._on_failure = on_failure
@@ -66,8 +66,7 @@ class Scraper(LoopTask):
         """Scrape every endpoint of every model's runtime once, concurrently."""
         runtimes = list(self._get_fleet())
         await asyncio.gather(*(self._scrape(ep, rt.config) for rt in runtimes for ep in rt.all_endpoints()))
-        for runtime in runtimes:
-            self._on_round(runtime)
+        self._on_round(runtimes)
 
     async def _loop(self) -> None:
         while True:

@@ -101,8 +101,8 @@ class RouterServer:
         return 0.0 if value is None else value
 
     def pool(self, name: str) -> Any:
-        """The current runtime's pool ``name``."""
-        return next(p for p in self.state.runtime.pools if p.name == name)
+        """The current pool ``name`` (of whichever model's runtime holds it)."""
+        return next(p for rt in self.state.fleet for p in rt.pools if p.name == name)
 
     def urls(self, pool: str = "spec") -> set[str]:
         """Routable URLs of a pool (present and not draining)."""
