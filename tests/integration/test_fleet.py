@@ -53,7 +53,7 @@ def model_entry(doc: dict[str, Any], name: str, aliases: list[str], prefix: str,
 class FleetStack:
     """Two models, each with a spec and a plain fake, behind one router."""
 
-    def __init__(self, tmp: Path, tokenizer: Path) -> None:
+    def __init__(self, tmp: Path, tokenizer: Path, **overrides: Any) -> None:
         self.tokenizer = tokenizer
         tok = str(tokenizer)
         self.fakes: dict[str, FakeServer] = {
@@ -66,7 +66,7 @@ class FleetStack:
                                             spec_accept_length=2.5)).start(),
             "b-plain": FakeServer(FakeConfig(model_name=B, context_length=4096, tokenizer_path=tok)).start(),
         }
-        self.base = router_config(tokenizer, self.fakes["spec"].base_url, self.fakes["plain"].base_url)
+        self.base = router_config(tokenizer, self.fakes["spec"].base_url, self.fakes["plain"].base_url, **overrides)
         self.doc = {k: v for k, v in self.base.items() if k not in ("model", "limits", "pools", "routing")}
         self.doc["models"] = [
             model_entry(self.base, A, ["tl"], "", self.fakes["spec"].base_url, self.fakes["plain"].base_url),
@@ -216,3 +216,26 @@ def test_reload_removes_a_model_while_streams_run_then_adds_one(fleet, tokenizer
     r = fleet.client.post(CHAT, json=chat(A))
     assert r.status_code == 200 and r.headers["x-specgate-pool"] in {"spec", "plain"}
     assert yaml.safe_load(fleet.path.read_text())["models"][1]["name"] == C
+
+
+def test_admin_overrides_apply_to_every_model(tmp_path, tokenizer_dir):
+    s = FleetStack(tmp_path, tokenizer_dir, auth={"admin_api_key": "admin-key-1"})
+    try:
+        admin = {"authorization": "Bearer admin-key-1"}
+        r = s.client.put("/admin/config", headers=admin, json={"routing": {"long_prompt_tokens": 5}})
+        assert r.status_code == 200, r.text
+        view = r.json()
+        assert {name: m["effective"]["routing"]["long_prompt_tokens"] for name, m in view["models"].items()} == {
+            A: 5, B: 5}
+        assert view["overrides"] == {"routing": {"long_prompt_tokens": 5}}
+        for model, plain in ((A, "plain"), (B, "b-plain")):  # every prompt is long now: the plain pools
+            r = s.client.post(CHAT, json=chat(model))
+            assert (r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == (plain, "long_context"), r.text
+        # checked against each model's routing: B's saturation.enter is 8 too, so 9 breaks both; name it
+        r = s.client.put("/admin/config", headers=admin, json={"routing": {"saturation": {"exit": 9}}})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith(f"model {A}: "), r.text
+        cleared = s.client.delete("/admin/config", headers=admin).json()["models"]
+        assert {name: m["effective"]["routing"]["long_prompt_tokens"] for name, m in cleared.items()} == {
+            A: 1024, B: 1024}
+    finally:
+        s.close()
