@@ -327,12 +327,12 @@ class Config(Strict):
         """The one model's ``routing`` (see :attr:`model`)."""
         return self.model.routing
 
-    @property
+    @cached_property
     def pools(self) -> tuple[PoolConfig, ...]:
         """Every pool of every model, in file order."""
         return tuple(p for m in self.models for p in m.pools)
 
-    @property
+    @cached_property
     def max_request_bytes(self) -> int:
         """The body cap applied while a request is read, before its model is known: the
         largest ``limits.max_request_bytes`` of the models (bytes)."""
@@ -346,7 +346,10 @@ class Config(Strict):
             raise KeyError(name)
         if len(self.models) == 1:
             return self
-        return self.model_copy(update={"models": (entry,)})
+        view = self.model_copy(update={"models": (entry,)})
+        for key in _DERIVED:  # model_copy copies the values cached from the whole list
+            view.__dict__.pop(key, None)
+        return view
 
     def model_of(self, pool_name: str) -> ModelEntry:
         """The model whose pools hold ``pool_name``; raises ``KeyError`` when none does."""
@@ -365,6 +368,10 @@ class Config(Strict):
             if pool.name == name:
                 return pool
         raise KeyError(name)
+
+
+#: The :class:`Config` values computed from ``models`` (``cached_property``), dropped from a copy.
+_DERIVED = ("model", "limits", "routing", "pools", "max_request_bytes")
 
 
 def _pool_limit(pool: PoolConfig, limits: LimitsConfig) -> int:

@@ -39,6 +39,7 @@ def test_one_model_form_is_a_list_of_one():
 
 def test_several_models_each_with_limits_pools_routing():
     cfg = parse_config(two_models())
+    assert cfg.pools and cfg.max_request_bytes  # computed and cached before the views are taken
     assert [m.name for m in cfg.models] == ["a", "b"]
     assert [p.name for p in cfg.pools] == ["spec", "plain", "b-plain"]
     assert cfg.model_of("b-plain").name == "b"
@@ -47,7 +48,7 @@ def test_several_models_each_with_limits_pools_routing():
     assert cfg.max_request_bytes == 33554432  # the largest: the body is read before the model is known
     b = cfg.for_model("b")
     assert (b.model.name, b.limits.default_max_tokens, b.routing.long_prompt_tokens) == ("b", 64, 512)
-    assert [p.name for p in b.pools] == ["b-plain"]
+    assert [p.name for p in b.pools] == ["b-plain"] and b.max_request_bytes == 2_000_000
     assert b.upstream == cfg.upstream and b.scrape == cfg.scrape
     with pytest.raises(ConfigError, match=r"this config serves 2 models \(a, b\)"):
         _ = cfg.model
