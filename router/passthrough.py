@@ -28,7 +28,9 @@ What the router does with a pass-through request:
   engine applies its own limits, and truncation fields (``truncate_prompt_tokens``,
   ``dimensions``...) are forwarded untouched (vllm-project/aibrix#2663: a gateway's own
   hard-coded limit rejected what the engine would have truncated).
-- **Model** (:func:`router.models.resolve_passthrough`): a request naming the served
+- **Model** (:func:`router.models.resolve_passthrough`; with several models,
+  :func:`router.fleet_models.passthrough_target` first keeps the pools of the generation model
+  a request names, else every model's pools serving the kind): a request naming a served
   *generation* model (``model.name``/``aliases``) on a kind served only by pools without
   ``generate`` gets 400 ``param: "model"``, ``code: "model_not_supported"``; an alias on a pool
   that generates is rewritten to ``model.name``. Another name must be one the kind's engines
@@ -49,7 +51,8 @@ What the router does with a pass-through request:
   disconnect and drops the work), the lease is released, nothing is retried, and the request
   is counted with status 499; as :mod:`router.proxy` does for generations. These calls carry
   no ``rid`` an ``/abort_request`` could name, so closing the connection is the whole abort.
-- **Metrics**: ``specgate_requests_total{pool, reason=<kind>, status}`` and
+- **Metrics**: ``specgate_requests_total{model, pool, reason=<kind>, status}`` (``model``: the
+  model whose pools hold the pool that answered) and
   ``specgate_request_duration_seconds{pool}``.
 - **Trace context** as on the generation routes (:mod:`router.trace`): a valid ``traceparent``
   and ``tracestate`` (and ``baggage`` with ``tracing.forward_baggage``) go upstream on every
