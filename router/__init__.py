@@ -22,7 +22,8 @@ the config                :func:`load_config`, :func:`parse_config`, :func:`reso
 a runtime outside the     :func:`build_runtime`, :func:`load_runtime_inputs`,
 app (scripts, benches)    :class:`RuntimeInputs`, :class:`Runtime`, :func:`size_prompt` (the
                           request path's sizing step), :func:`check_engine_paths` (the pools'
-                          model files, as ``specgate serve`` checks them)
+                          model files, as ``specgate serve`` checks them), :func:`build_fleet` and
+                          :class:`Fleet` (one runtime per model of ``models:``)
 the pure decision         :func:`decide`, :class:`Decision`, :class:`Outcome`, :class:`Reason`,
 (simulators)              :func:`request_features`, :class:`RequestFeatures`, :func:`flip_points`,
                           :class:`PoolSnapshot`, :class:`EndpointSnapshot`, :class:`Rules`,
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     from router.engine_metrics import EngineLoad, parse_sglang_metrics
     from router.errors import SpecgateError
     from router.features import PromptCounter, RequestFeatures
+    from router.fleet import Fleet, build_fleet
     from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
     from router.limits import KeyLimiter
     from router.metrics import RouterMetrics
@@ -105,7 +107,8 @@ _SURFACE = MappingProxyType({
     "PriorityGrant": "router.config_server", "RateLimitConfig": "router.config_limits",
     "KeyLimits": "router.config_limits", "ConfigError": "router.config",
     "build_runtime": "router.runtime_inputs", "load_runtime_inputs": "router.runtime_inputs",
-    "RuntimeInputs": "router.runtime_inputs", "Runtime": "router.pools", "size_prompt": "router.pipeline",
+    "RuntimeInputs": "router.runtime_inputs", "Runtime": "router.pools", "Fleet": "router.fleet", "build_fleet": "router.fleet",
+    "size_prompt": "router.pipeline",
     "check_engine_paths": "router.commands", "decide": "router.policy", "Decision": "router.policy",
     "Outcome": "router.policy", "request_features": "router.policy", "flip_points": "router.policy",
     "batch_context": "router.policy", "PoolSnapshot": "router.policy", "EndpointSnapshot": "router.policy",
@@ -135,6 +138,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "Decision",
     "EndpointSnapshot",
     "EngineLoad",
+    "Fleet",
     "KeyLimiter",
     "KeyLimits",
     "KeyRing",
@@ -160,6 +164,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "StateConfig",
     "accept_length",
     "batch_context",
+    "build_fleet",
     "build_runtime",
     "check_engine_paths",
     "check_min_tokens",

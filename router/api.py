@@ -19,7 +19,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
-from router.acceptance import CLASSES
 from router.admin import install_admin_routes
 from router.context import end_disconnected, request_context
 from router.errors import (
@@ -35,9 +34,9 @@ from router.errors import (
     SpecgateError,
 )
 from router.model_routes import install_model_routes
-from router.models import pool_adapters
 from router.passthrough import install_passthrough_routes
 from router.pipeline import generate
+from router.readiness import ready_view
 from router.reasons import Reason
 from router.request_kinds import KINDS
 from router.spans import end_span
@@ -77,10 +76,11 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
         type(err), "invalid_request")
     path = request.scope["path"]
     if state is not None and path.startswith("/v1/") and not path.startswith("/v1/models"):
-        state.metrics.requests.inc(("none", reason, str(err.status)))
+        model = (context.model if context is not None else None) or "none"
+        state.metrics.requests.inc((model, "none", reason, str(err.status)))
         if state.runtime.config.server.log_requests:
             access_log.info(orjson.dumps({
-                "request_id": request_id, "pool": "none",
+                "request_id": request_id, "model": model, "pool": "none",
                 "reason": reason, "status": err.status, "code": err.code, "param": err.param,
                 "prompt_tokens": features.prompt_tokens if features is not None else None,
                 "prompt_tokens_exact": features.prompt_exact if features is not None else None}).decode())
@@ -148,33 +148,11 @@ def install_routes(app: FastAPI) -> None:
 
     @app.get("/ready")
     async def ready(request: Request) -> Response:
-        """Ready while a pool has a healthy endpoint; a degraded shared state is shown, not fatal."""
+        """Ready while some model has a healthy endpoint (router.readiness)."""
         state = _state(request)
-        runtime = state.runtime
-        now = state.clock()
-        max_age = runtime.routing.acceptance.max_age_s
-
-        def age(value: float | None) -> float | None:
-            return None if value is None else round(value, 3)
-
-        pools = {p.name: {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
-                          "endpoints": len(p.endpoints),
-                          "warming": {e.url: e.warm_detail for e in p.endpoints.values() if e.warming},
-                          "wrong_model": {e.url: e.identity_error for e in p.endpoints.values() if e.identity_error},
-                          "lora_adapters": sorted(pool_adapters(p.endpoints.values())),
-                          "saturated": p.saturated,
-                          "low_acceptance": p.low_acceptance,
-                          "low_acceptance_classes": sorted(p.bypass.low_classes()),
-                          "signal_age_s": {"scrape": age(p.scrape_age_s(now)),
-                                           **{f"acceptance_{c}": age(p.signal_age_s(c, now)) for c in CLASSES}},
-                          "accept_length_estimate": {c: p.estimated_accept_length(c, now, max_age) for c in CLASSES},
-                          "speed_model": None if p.fit is None else p.fit.status(now)}
-                 for p in runtime.pools}
         drain = getattr(request.app, "drain", None)  # router.drain: not ready from the drain's start
-        draining = drain is not None and drain.active
-        ok = runtime.ready() and not draining
-        return JSONResponse({"ready": ok, "draining": draining, "pools": pools,
-                             "shared_state": state.shared.status()}, status_code=200 if ok else 503)
+        ok, body = ready_view(state.fleet, state.clock(), drain is not None and drain.active)
+        return JSONResponse({**body, "shared_state": state.shared.status()}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:

@@ -8,11 +8,14 @@ step              what it does (the status it may answer)
 ================  ==========================================================================
 ``_admit``        request ids, the :class:`~router.context.RequestContext`, the W3C trace
                   context and the server span, the client's API key (401),
-                  ``kind.check_served`` (404)
-``read_body``     the body, up to ``limits.max_request_bytes`` (413; :mod:`router.intake`)
-``_parse``        its JSON (415 / 400) and ``kind.parse`` (400)
-``_model``        :func:`router.models.resolve_request` (404): the model and the
-                  :class:`~router.pools.Runtime` every later step uses
+                  ``kind.check_served`` (404) when one model is served
+``read_body``     the body, up to the largest ``limits.max_request_bytes`` of the models
+                  (413; :mod:`router.intake`: its ``model`` is not known while it is read)
+``_model``        its JSON (415 / 400), then the :class:`~router.pools.Runtime` of its
+                  model (:class:`router.fleet.Fleet`, :mod:`router.fleet_models`), which
+                  every later step uses: that model's body cap (413), ``kind.check_served``
+                  with several models (404), ``kind.parse`` (400) and
+                  :func:`router.models.resolve_request` (404 ``model_not_found``)
 ``_controls``     the engine priority (:func:`router.admission.resolve_priority`, 400) and the
                   speculation hint (:func:`router.capabilities.speculation_hint`)
 ``size_prompt``   the prompt's tokens, exact or bounded, and the rendered prompt
@@ -37,9 +40,10 @@ step              what it does (the status it may answer)
 Only steps that wait are coroutines (``read_body``, ``size_prompt``, ``_limit``, ``_refuse``'s
 exact recount): a step that does not wait is a plain call, no coroutine object per request.
 
-The model step is where a request's runtime is chosen: the steps after it take ``runtime``
-as an argument and never read ``AppState.runtime`` again, except :func:`_live_runtime`
-(failover and the record, which follow a reload).
+The model step is where a request's runtime is chosen (one per served model): the steps
+after it take ``runtime`` as an argument and never read the fleet again, except
+:func:`_live_runtime` (failover and the record, which follow a reload to the model's new
+runtime).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigg
 from router.context import RequestContext, attach
 from router.errors import ContextLengthExceeded, InvalidRequest, NoHealthyUpstream
 from router.features import needs_exact
+from router.fleet_models import check_model_body, model_runtime
 from router.intake import (
     client_request_id,
     header,
@@ -85,6 +90,7 @@ if TYPE_CHECKING:
     from router.app import AppState
     from router.endpoint import Lease
     from router.features import ParsedRequest, PromptCounter, Rendered, RequestFeatures
+    from router.fleet import Fleet
     from router.limit_rules import Ticket
     from router.models import Resolved
     from router.policy import Decision
@@ -139,11 +145,10 @@ async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
             writes the OpenAI envelope).
     """
     state: AppState = request.app.state.specgate
-    runtime = state.runtime
-    admitted = _admit(request, state, runtime, kind)
-    body = await read_body(request, runtime.config.limits.max_request_bytes, admitted.headers)  # 413
-    doc, parsed = _parse(request, runtime, kind, body, admitted)
-    runtime, resolved = _model(state, runtime, doc)
+    fleet = state.fleet  # this request's models, even if a reload swaps the fleet
+    admitted = _admit(request, state, fleet, kind)
+    body = await read_body(request, fleet.config.max_request_bytes, admitted.headers)  # 413
+    runtime, doc, parsed, resolved = _model(request, fleet, kind, body, admitted)
     priority, hint = _controls(state, runtime, doc, admitted)
     prompt_tokens, lower, rendered = await size_prompt(runtime, parsed, len(body), state.executor)
     features = _features(state, runtime, doc, parsed, prompt_tokens, lower, resolved, hint, admitted)
@@ -167,9 +172,11 @@ async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
     return _relay(state, runtime, job, chain, matches, admitted)
 
 
-def _admit(request: Request, state: AppState, runtime: Runtime, kind: RequestKind) -> Admission:
-    """Ids, context, trace and span; then the client's key (401) and whether the route is
-    served (404), before the body is read."""
+def _admit(request: Request, state: AppState, fleet: Fleet, kind: RequestKind) -> Admission:
+    """Ids, context, trace and span; then the client's key (401) and, with one model, whether
+    the route is served (404), before the body is read (the global sections are every
+    model's: the first model's runtime holds them)."""
+    runtime = fleet.default
     received = time.perf_counter()
     own_id = state.next_request_id()
     headers = header_map(request.scope)
@@ -185,27 +192,34 @@ def _admit(request: Request, state: AppState, runtime: Runtime, kind: RequestKin
         admitted.span = admitted.tracing.start_request(request.scope["path"], trace, admitted.request_id)
     if runtime.auth is not None:
         runtime.auth.check_client(admitted.authorization)
-    kind.check_served(runtime)
+    if fleet.single:
+        kind.check_served(runtime)
     return admitted
 
 
-def _parse(request: Request, runtime: Runtime, kind: RequestKind, body: bytes,
-           admitted: Admission) -> tuple[Any, ParsedRequest]:
-    """The body's JSON (415 / 400 :func:`router.intake.parse_json`) and the kind's parser (400)."""
+def _model(request: Request, fleet: Fleet, kind: RequestKind, body: bytes,
+           admitted: Admission) -> tuple[Runtime, Any, ParsedRequest, Resolved]:
+    """The body's JSON (415 / 400, :func:`router.intake.parse_json`) and the runtime of its
+    model (:func:`router.fleet_models.model_runtime`), which the steps after this one use
+    alone; then, with that model's rules: its body cap (413), whether it serves the route
+    (404), the kind's parser (400) and the name resolved (404 ``model_not_found`` before any
+    work for an unknown name). Returns ``(runtime, doc, parsed, resolved)``."""
     doc = parse_json(request, body, admitted.headers)
-    return doc, kind.parse(doc, runtime.config)
-
-
-def _model(state: AppState, runtime: Runtime, doc: dict[str, Any]) -> tuple[Runtime, Resolved]:
-    """The request's model (404 ``model_not_found`` before any work for an unknown name) and
-    the runtime that serves it: the steps after this one use only that runtime."""
-    return runtime, resolve_request(runtime, doc)
+    runtime = model_runtime(fleet, doc)
+    check_model_body(fleet, runtime, len(body))
+    if not fleet.single:
+        kind.check_served(runtime)
+    parsed = kind.parse(doc, runtime.config)
+    resolved = resolve_request(runtime, doc)
+    admitted.model = runtime.model_name
+    return runtime, doc, parsed, resolved
 
 
 def _live_runtime(state: AppState, runtime: Runtime) -> Runtime:
     """The current runtime of the model ``runtime`` served: failover re-decides on it and a
-    finished request is recorded on it (a reload may have swapped it since the request came)."""
-    return state.runtime
+    finished request is recorded on it (a reload may have swapped it since the request came);
+    ``runtime`` itself when a reload removed the model (its in-flight requests finish there)."""
+    return state.fleet.runtimes.get(runtime.model_name, runtime)
 
 
 def _controls(state: AppState, runtime: Runtime, doc: dict[str, Any],
@@ -473,7 +487,8 @@ def _record(state: AppState, runtime: Runtime, job: ProxyJob) -> None:
     sample (:func:`_learn`), the key's ticket, the span, one access-log line."""
     m = state.metrics
     pool = job.decision.pool or "none"
-    m.requests.inc((pool, job.decision.reason.value, str(job.status)))
+    model = runtime.model_name
+    m.requests.inc((model, pool, job.decision.reason.value, str(job.status)))
     duration = time.perf_counter() - job.received_at
     m.request_duration.observe((pool,), duration)
     if job.ttfb_s is not None:
@@ -494,7 +509,7 @@ def _record(state: AppState, runtime: Runtime, job: ProxyJob) -> None:
                  final_pool=job.decision.pool, attempts=job.attempts, outcome=job.outcome)
     if live.config.server.log_requests:
         access_log.info(orjson.dumps({
-            "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
+            "request_id": job.request_id, "model": model, "pool": pool, "endpoint": job.lease.endpoint.url,
             "reason": job.decision.reason.value, "endpoint_reason": job.decision.endpoint_reason,
             "status": job.status, "outcome": job.outcome,
             "prompt_tokens": job.features.prompt_tokens, "prompt_tokens_exact": job.features.prompt_exact,
