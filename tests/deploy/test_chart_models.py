@@ -256,3 +256,16 @@ def test_schema_rejects_bad_models(values: dict, message: str) -> None:
     with pytest.raises(helm_python.HelmValuesError) as info:
         k8s.validate_schema(values)
     assert message in str(info.value)
+
+
+def test_the_operator_guides_two_model_example_renders() -> None:
+    import yaml
+
+    text = (k8s.REPO / "docs" / "operator-guide.md").read_text()
+    section = text.split("**Several models in one release.**", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    objects = k8s.render(yaml.safe_load(block))
+    cfg = check_models_stack(objects)
+    assert [(m["name"], [p["name"] for p in m["pools"]]) for m in cfg["models"]] == [
+        ("llama-8b", ["llama-spec", "llama-plain"]), ("qwen-32b", ["qwen-plain"])]  # fmt: skip
+    assert _pool_args(objects, "qwen-plain")["--served-model-name"] == "qwen-32b"
