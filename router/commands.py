@@ -50,12 +50,14 @@ def check_paths(cfg: Config) -> None:
     """
     from router.auth import load_auth, load_engine_key
 
-    tok = Path(cfg.model.tokenizer)
-    if not tok.is_dir():
-        raise ConfigError(f"model.tokenizer: no such directory: {tok}")
-    if not (tok / "tokenizer_config.json").is_file() or not any((tok / f).is_file() for f in _TOKENIZER_FILES):
-        raise ConfigError(f"model.tokenizer: {tok} holds no tokenizer (needs tokenizer_config.json "
-                          f"and one of {', '.join(_TOKENIZER_FILES)})")
+    for model in cfg.models:
+        key = "model.tokenizer" if len(cfg.models) == 1 else f"models[{model.name}].tokenizer"
+        tok = Path(model.tokenizer)
+        if not tok.is_dir():
+            raise ConfigError(f"{key}: no such directory: {tok}")
+        if not (tok / "tokenizer_config.json").is_file() or not any((tok / f).is_file() for f in _TOKENIZER_FILES):
+            raise ConfigError(f"{key}: {tok} holds no tokenizer (needs tokenizer_config.json "
+                              f"and one of {', '.join(_TOKENIZER_FILES)})")
     load_auth(cfg.auth)
     load_engine_key(cfg.auth)
 
@@ -122,14 +124,22 @@ def _router(args: argparse.Namespace) -> int:
 
 def effective_config(cfg: Config) -> dict[str, Any]:
     """The config as ``config check`` prints it: JSON values, every secret masked (keys as
-    ``**********``, the Redis URL's password as ``****``), each pool's effective limits added."""
+    ``**********``, the Redis URL's password as ``****``), each pool's effective limits added.
+
+    In the form of the file: a one-model config as ``model``, ``limits``, ``pools``, ``routing``
+    at the top level; several models as ``models: [{name, ..., limits, pools, routing}]``."""
     effective = cfg.model_dump(mode="json")
     effective["state"]["redis_url"] = mask_url(cfg.state.redis_url)
     for pool in cfg.pools:
-        for item in effective["pools"]:
-            if item["name"] == pool.name:
-                item["effective_max_context_tokens"] = cfg.pool_limit(pool)
-                item["effective_draft_reserved_tokens"] = pool.reserved_tokens if pool.speculative else 0
+        for model in effective["models"]:
+            for item in model["pools"]:
+                if item["name"] == pool.name:
+                    item["effective_max_context_tokens"] = cfg.pool_limit(pool)
+                    item["effective_draft_reserved_tokens"] = pool.reserved_tokens if pool.speculative else 0
+    if len(cfg.models) == 1:
+        (model,) = effective.pop("models")
+        one = {"limits": model.pop("limits"), "pools": model.pop("pools"), "routing": model.pop("routing")}
+        effective = {"model": model, **one, **effective}
     return effective
 
 

@@ -36,12 +36,18 @@ logs and ``specgate config check``.
 Runtime overrides (:class:`Overrides`, set through ``PUT /admin/config``) are validated by the
 same models: :meth:`Overrides.apply` merges them into ``routing`` and re-validates the result.
 
-The tree is one module's API spread over six files; every name is importable from here:
+The served models are ``models:`` (a list) or, in the one-model form, ``model:`` with top-level
+``limits``/``pools``/``routing`` (read as a list of one): :mod:`router.config_models` states both
+forms and the cross-model checks; the per-model checks above run for each model, naming it
+(``models[<name>].pools[...]``) when there are several.
+
+The tree is one module's API spread over seven files; every name is importable from here:
 :mod:`router.config_base` (the strict base model, the constrained scalars, :class:`ConfigError`),
+:mod:`router.config_models` (``model``/``models[]``, ``limits``),
 :mod:`router.config_pools` (``pools[]`` and ``canary``), :mod:`router.config_routing`
 (``routing``), :mod:`router.config_overrides` (the runtime overrides),
-:mod:`router.config_server` (``server``, ``state``, ``auth``), and this module (``model``,
-``limits``, ``health``, ``scrape``, ``upstream``, the whole :class:`Config` with its cross-field
+:mod:`router.config_server` (``server``, ``state``, ``auth``), and this module (``health``,
+``scrape``, ``upstream``, the whole :class:`Config` with its cross-field
 checks, and the loader).
 """
 
@@ -54,19 +60,25 @@ import yaml
 from pydantic import (
     Field,
     StrictBool,
-    StrictStr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
 from router.config_base import (
     ConfigError,
-    NonEmptyStr,
     PositiveFloat,
     PositiveInt,
     Strict,
     format_errors,
+)
+from router.config_models import (
+    LimitsConfig,
+    ModelConfig,
+    ModelEntry,
+    MultimodalConfig,
+    check_models,
+    normalize_models,
+    one_model_loc,
 )
 from router.config_overrides import Overrides, RoutingOverride, SaturationOverride, parse_overrides
 from router.config_pools import (
@@ -106,6 +118,7 @@ __all__ = [
     "HealthConfig",
     "LimitsConfig",
     "ModelConfig",
+    "ModelEntry",
     "MultimodalConfig",
     "Overrides",
     "PoolConfig",
@@ -125,103 +138,6 @@ __all__ = [
     "parse_config",
     "parse_overrides",
 ]
-
-
-class MultimodalConfig(Strict):
-    """Non-text input the served model takes, with an upper bound of tokens per content part.
-
-    Each bound is the most tokens one part can occupy in the prompt after the model's
-    processor (placeholder and wrapper tokens included), e.g. for an image the processor's
-    ``max_pixels / (patch_size * merge_size)^2`` plus its start/end tokens; for an audio
-    encoder that pads or truncates clips to a fixed length (Whisper-style: 30 s), the tokens of
-    one full clip. The router adds the bound for every part of the kind, so its prompt size is
-    an upper bound and the context cap never under-counts. A modality left out (None) is
-    refused with HTTP 400 like on a text-only model.
-
-    Attributes:
-        image_tokens: tokens per ``image_url`` part.
-        audio_tokens: tokens per ``input_audio``/``audio_url`` part.
-        video_tokens: tokens per ``video_url`` part.
-    """
-
-    image_tokens: PositiveInt | None = None
-    audio_tokens: PositiveInt | None = None
-    video_tokens: PositiveInt | None = None
-
-
-class ModelConfig(Strict):
-    """The served model: its public name(s) and where its tokenizer lives.
-
-    ``tokenizer`` is a local directory holding ``tokenizer.json``/``tokenizer_config.json``
-    with the chat template (the same files the engine loads), so the router counts prompt
-    tokens exactly as SGLang does. A relative path is resolved against the config file.
-
-    Attributes:
-        name: the model name clients send in ``model`` (and ``/v1/models`` lists first).
-        aliases: more names the router accepts for the same model (e.g. a name clients
-            already use); listed by ``/v1/models`` after ``name``, and rewritten to ``name``
-            before a request reaches an engine (:mod:`router.models`).
-        multimodal: the non-text input the model takes (:class:`MultimodalConfig`); None
-            (default): a text-only model, whose requests with image, audio or video parts
-            get HTTP 400 before any engine.
-    """
-
-    name: NonEmptyStr
-    tokenizer: StrictStr
-    aliases: tuple[NonEmptyStr, ...] = ()
-    multimodal: MultimodalConfig | None = None
-
-    @property
-    def media_tokens(self) -> dict[str, int] | None:
-        """Tokens per non-text part by modality (``image``/``audio``/``video``, only those
-        configured), or None for a text-only model."""
-        if self.multimodal is None:
-            return None
-        m = self.multimodal
-        bounds = {"image": m.image_tokens, "audio": m.audio_tokens, "video": m.video_tokens}
-        return {k: v for k, v in bounds.items() if v is not None}
-
-    @model_validator(mode="after")
-    def _check(self) -> ModelConfig:
-        names = (self.name, *self.aliases)
-        if len(set(names)) != len(names):
-            raise ValueError("model.aliases repeats a name (or model.name)")
-        return self
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Every accepted model name: ``name`` first, then ``aliases`` (how a request's
-        ``model`` resolves to one, or to a LoRA adapter of it: :mod:`router.models`)."""
-        return (self.name, *self.aliases)
-
-
-class LimitsConfig(Strict):
-    """Admission limits applied before any engine sees a request.
-
-    Attributes:
-        max_context_tokens: the validated safe context S (tokens). A request whose prompt
-            plus per-sequence output budget exceeds S gets HTTP 400 ``context_length_exceeded``.
-        default_max_tokens: output budget D (tokens) applied when the client gives neither
-            ``max_completion_tokens`` nor ``max_tokens``; forwarded explicitly as
-            ``max_tokens = min(D, S - prompt)`` (and shown in the ``x-specgate-max-tokens``
-            response header). ``null`` or ``engine``: the engine's default, nothing forwarded (SGLang
-            generates until end of sequence or its context); the decision then counts the
-            request at its worst case, ``S - prompt`` output tokens.
-        max_request_bytes: request-body cap (bytes), on the bytes read and on the decoded
-            bytes of a compressed body (router.encoding); larger bodies get HTTP 413.
-        max_n: the largest accepted ``n`` (choices per request).
-    """
-
-    max_context_tokens: PositiveInt
-    default_max_tokens: PositiveInt | None = 256
-
-    @field_validator("default_max_tokens", mode="before")
-    @classmethod
-    def _engine_default(cls, value: Any) -> Any:
-        # "engine" spells null where null cannot be written (Helm drops null values)
-        return None if value == "engine" else value
-    max_request_bytes: PositiveInt = 32 * 1024 * 1024
-    max_n: PositiveInt = 128
 
 
 class WarmupConfig(Strict):
@@ -308,12 +224,16 @@ class UpstreamConfig(Strict):
 
 
 class Config(Strict):
-    """The whole operator YAML. See the module docstring for the cross-field rules."""
+    """The whole operator YAML. See the module docstring for the cross-field rules.
 
-    model: ModelConfig
-    limits: LimitsConfig
-    pools: tuple[PoolConfig, ...]
-    routing: RoutingConfig
+    ``models`` is the list of served models (:mod:`router.config_models`; a one-model file is
+    a list of one). Code serving one model reads ``model``, ``limits`` and ``routing``, which
+    exist only while the config holds one model: a one-model file, or the per-model view
+    :meth:`for_model` (what each :class:`router.pools.Runtime` is built from). ``pools`` is
+    every pool of every model.
+    """
+
+    models: tuple[ModelEntry, ...]
     scrape: ScrapeConfig = ScrapeConfig()
     health: HealthConfig = HealthConfig()
     upstream: UpstreamConfig = UpstreamConfig()
@@ -323,77 +243,141 @@ class Config(Strict):
     canary: CanaryConfig = CanaryConfig()
     tracing: TracingConfig = TracingConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_model(cls, data: Any) -> Any:
+        # Config.model_validate of a one-model document (parse_config normalizes first)
+        if isinstance(data, dict) and "models" not in data and "model" in data:
+            return normalize_models(data)[0]
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> Config:
-        if not self.pools:
-            raise ValueError("at least one pool is required")
-        if not any("generate" in p.serves for p in self.pools):
-            raise ValueError("no pool serves `generate`")
-        generating = [p for p in self.pools if "generate" in p.serves]
+        check_models(self.models)
+        for entry in self.models:
+            self._check_model(entry, "" if len(self.models) == 1 else f"models[{entry.name}].")
+        return self
+
+    def _check_model(self, entry: ModelEntry, at: str) -> None:
+        """One model's cross-field checks; ``at`` prefixes the messages (``models[<name>].``
+        when the config holds several)."""
+        said = f"{at[:-1]}: " if at else ""
+        if not entry.pools:
+            raise ValueError(f"{said}at least one pool is required")
+        if not any("generate" in p.serves for p in entry.pools):
+            raise ValueError(f"{said}no pool serves `generate`")
+        generating = [p for p in entry.pools if "generate" in p.serves]
         if len({"responses" in p.serves for p in generating}) > 1:
-            raise ValueError("list `responses` in `serves` of every pool that serves `generate`, or of none")
-        names = [p.name for p in self.pools]
-        if len(set(names)) != len(names):
-            raise ValueError(f"duplicate pool name in {names}")
-        urls = [u for p in self.pools for u in p.endpoints]
-        if len(set(urls)) != len(urls):
-            raise ValueError("an endpoint URL appears in more than one pool")
-        cap = self.limits.max_context_tokens
-        for pool in self.pools:
-            limit = self.pool_limit(pool)
+            raise ValueError(f"{said}list `responses` in `serves` of every pool that serves `generate`, or of none")
+        cap = entry.limits.max_context_tokens
+        for pool in entry.pools:
+            limit = _pool_limit(pool, entry.limits)
             if limit > cap:
                 raise ValueError(
-                    f"pools[{pool.name}].max_context_tokens ({limit}) exceeds "
-                    f"limits.max_context_tokens ({cap})"
+                    f"{at}pools[{pool.name}].max_context_tokens ({limit}) exceeds "
+                    f"{at}limits.max_context_tokens ({cap})"
                 )
             engine = pool.engine
             if engine is not None and engine.context_length is not None and limit > engine.context_length:
                 raise ValueError(
-                    f"pools[{pool.name}].max_context_tokens ({limit}) exceeds "
+                    f"{at}pools[{pool.name}].max_context_tokens ({limit}) exceeds "
                     f"engine.context_length ({engine.context_length})"
                 )
             if pool.speculative and pool.draft_reserved_tokens is not None and engine is not None:
                 derived = engine.reserved_draft_tokens()
                 if engine.speculative_algorithm in EAGLE_FAMILY and derived != pool.draft_reserved_tokens:
                     raise ValueError(
-                        f"pools[{pool.name}].draft_reserved_tokens ({pool.draft_reserved_tokens}) "
+                        f"{at}pools[{pool.name}].draft_reserved_tokens ({pool.draft_reserved_tokens}) "
                         f"differs from the engine's reserved tokens ({derived})"
                     )
             if (engine is not None and engine.draft_max_positions is not None
                     and engine.draft_max_positions < limit):
                 raise ValueError(
-                    f"pools[{pool.name}]: the drafter's max positions "
+                    f"{at}pools[{pool.name}]: the drafter's max positions "
                     f"({engine.draft_max_positions}) are below the pool's context limit ({limit})"
                 )
             if pool.speculative and pool.reserved_tokens >= limit:
-                raise ValueError(f"pools[{pool.name}]: reserved draft tokens leave no room")
+                raise ValueError(f"{at}pools[{pool.name}]: reserved draft tokens leave no room")
             if self.upstream.keepalive_timeout_s >= pool.engine_keepalive_s:
                 raise ValueError(
                     f"upstream.keepalive_timeout_s ({self.upstream.keepalive_timeout_s}) must be "
-                    f"below pools[{pool.name}].engine_keepalive_s ({pool.engine_keepalive_s})")
-        return self
+                    f"below {at}pools[{pool.name}].engine_keepalive_s ({pool.engine_keepalive_s})")
+
+    @property
+    def model(self) -> ModelEntry:
+        """The one model this config serves (a one-model file, or a :meth:`for_model` view).
+
+        Raises:
+            ConfigError: the config holds several models (take :meth:`for_model`).
+        """
+        if len(self.models) != 1:
+            raise ConfigError(f"this config serves {len(self.models)} models "
+                              f"({', '.join(m.name for m in self.models)}): take Config.for_model(name)")
+        return self.models[0]
+
+    @property
+    def limits(self) -> LimitsConfig:
+        """The one model's ``limits`` (see :attr:`model`)."""
+        return self.model.limits
+
+    @property
+    def routing(self) -> RoutingConfig:
+        """The one model's ``routing`` (see :attr:`model`)."""
+        return self.model.routing
+
+    @property
+    def pools(self) -> tuple[PoolConfig, ...]:
+        """Every pool of every model, in file order."""
+        return tuple(p for m in self.models for p in m.pools)
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The body cap applied while a request is read, before its model is known: the
+        largest ``limits.max_request_bytes`` of the models (bytes)."""
+        return max(m.limits.max_request_bytes for m in self.models)
+
+    def for_model(self, name: str) -> Config:
+        """The one-model view of model ``name`` (its entry, every global section): what its
+        :class:`router.pools.Runtime` is built from. Raises ``KeyError`` for an unknown name."""
+        entry = next((m for m in self.models if m.name == name), None)
+        if entry is None:
+            raise KeyError(name)
+        if len(self.models) == 1:
+            return self
+        return self.model_copy(update={"models": (entry,)})
+
+    def model_of(self, pool_name: str) -> ModelEntry:
+        """The model whose pools hold ``pool_name``; raises ``KeyError`` when none does."""
+        for m in self.models:
+            if any(p.name == pool_name for p in m.pools):
+                return m
+        raise KeyError(pool_name)
 
     def pool_limit(self, pool: PoolConfig) -> int:
-        """The pool's context limit (tokens): its own, else the engine's, else the global cap."""
-        if pool.max_context_tokens is not None:
-            return pool.max_context_tokens
-        if pool.engine is not None and pool.engine.context_length is not None:
-            return min(pool.engine.context_length, self.limits.max_context_tokens)
-        return self.limits.max_context_tokens
+        """The pool's context limit (tokens): its own, else the engine's, else its model's cap."""
+        return _pool_limit(pool, self.model_of(pool.name).limits)
 
     def pool(self, name: str) -> PoolConfig:
-        """The pool called ``name``; raises ``KeyError`` when there is none."""
+        """The pool called ``name`` (any model's); raises ``KeyError`` when there is none."""
         for pool in self.pools:
             if pool.name == name:
                 return pool
         raise KeyError(name)
 
 
+def _pool_limit(pool: PoolConfig, limits: LimitsConfig) -> int:
+    if pool.max_context_tokens is not None:
+        return pool.max_context_tokens
+    if pool.engine is not None and pool.engine.context_length is not None:
+        return min(pool.engine.context_length, limits.max_context_tokens)
+    return limits.max_context_tokens
+
+
 def _fill_draft_positions(data: dict[str, Any], base: Path) -> None:
     """Read ``draft_max_positions`` from the drafter's config.json when the YAML omits it."""
     import json
 
-    for pool in data.get("pools") or []:
+    for pool in _raw_pools(data):
         engine = pool.get("engine") if isinstance(pool, dict) else None
         if not isinstance(engine, dict) or "draft_max_positions" in engine:
             continue
@@ -420,12 +404,25 @@ def parse_config(data: Any, *, base_dir: Path | None = None) -> Config:
     if not isinstance(data, dict):
         raise ConfigError("config: the document must be a mapping")
     base = base_dir or Path.cwd()
+    data, one_model = normalize_models(data)
     data = _resolve_paths(data, base)
     _fill_draft_positions(data, base)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError("invalid config:\n" + format_errors(exc, model=Config)) from None
+        report = format_errors(exc, model=Config, loc_map=one_model_loc if one_model else None)
+        raise ConfigError("invalid config:\n" + report) from None
+
+
+def _raw_models(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``models`` entries of a normalized document that are mappings."""
+    models = data.get("models")
+    return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+
+
+def _raw_pools(data: dict[str, Any]) -> list[Any]:
+    """Every pool entry of every model of a normalized document."""
+    return [p for m in _raw_models(data) for p in (m.get("pools") or []) if isinstance(m.get("pools"), list)]
 
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -439,15 +436,15 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
             return str(candidate)
         return value
 
-    model = data.get("model")
-    if isinstance(model, dict) and "tokenizer" in model:
-        model["tokenizer"] = resolve(model["tokenizer"])
+    for model in _raw_models(data):
+        if "tokenizer" in model:
+            model["tokenizer"] = resolve(model["tokenizer"])
     auth = data.get("auth")
     if isinstance(auth, dict):
         for key in ("api_keys_file", "admin_api_key_file", "engine_api_key_file"):
             if isinstance(auth.get(key), str):
                 auth[key] = resolve(auth[key])
-    for pool in data.get("pools") or []:
+    for pool in _raw_pools(data):
         engine = pool.get("engine") if isinstance(pool, dict) else None
         if isinstance(engine, dict):
             for key in ("model_path", "speculative_draft_model_path"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -101,7 +101,8 @@ def _shown(loc: Sequence[int | str], value: Any) -> str:
     return ""
 
 
-def format_errors(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+def format_errors(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None,
+                  loc_map: Callable[[Sequence[int | str]], Sequence[int | str]] | None = None) -> str:
     """``exc`` as one ``  <dotted.key.path>: <message>`` line per error (``prefix`` first in
     each path, e.g. ``routing``; ``<root>`` for the document itself).
 
@@ -110,7 +111,8 @@ def format_errors(exc: ValidationError, prefix: str = "", model: type[BaseModel]
     ``model`` (the root section's class) knows the keys next to it, names the closest one
     (:func:`difflib.get_close_matches`, cutoff 0.6): ``unknown key; did you mean
     'long_prompt_tokens'?``; the "required" error of the key it was meant to be is then
-    dropped, so one typo gives one line.
+    dropped, so one typo gives one line. ``loc_map`` rewrites each key path for display (the
+    one-model form's ``models.0.pools`` shown as ``pools``: :func:`router.config_models.one_model_loc`).
     """
     errors = exc.errors(include_url=False)
     lines: list[str] = []
@@ -132,7 +134,8 @@ def format_errors(exc: ValidationError, prefix: str = "", model: type[BaseModel]
         loc_t = tuple(err["loc"])
         if err["type"] == "missing" and loc_t in meant:
             continue
-        parts = ([prefix] if prefix else []) + [str(p) for p in err["loc"]]
+        shown_loc = loc_map(err["loc"]) if loc_map is not None else err["loc"]
+        parts = ([prefix] if prefix else []) + [str(p) for p in shown_loc]
         loc = ".".join(parts) or "<root>"
         if err["type"] == "extra_forbidden":
             msg = "unknown key" + (f"; did you mean {suggestions[i]!r}?" if i in suggestions else "")

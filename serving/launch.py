@@ -77,10 +77,11 @@ def engine_argv(config: Config, pool_name: str, *, host: str | None = None, port
     if engine is None:
         raise LaunchError(f"pool {pool_name!r} has no `engine` section")
     default_host, default_port = _listen(pool)
-    cap = config.limits.max_context_tokens
+    model = config.model_of(pool_name)  # the model whose pools hold it (a `models:` list or the one)
+    cap = model.limits.max_context_tokens
     context = min(engine.context_length or cap, cap)
     argv = ["--model-path", engine.model_path,
-            "--served-model-name", engine.served_model_name or config.model.name,
+            "--served-model-name", engine.served_model_name or model.name,
             "--host", host or default_host, "--port", str(port or default_port),
             "--context-length", str(context), "--tp-size", str(engine.tp_size), "--enable-metrics",
             # the router scrapes /metrics every scrape.interval_s (0.25 s by default): without
