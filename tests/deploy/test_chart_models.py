@@ -139,6 +139,21 @@ def test_two_models_router_config_is_exact() -> None:
     }]  # fmt: skip
 
 
+def test_two_models_load_with_the_routers_own_loader() -> None:
+    objects = k8s.render(TWO)
+    k8s.check_stack(objects)  # every pool's args are engine_argv of the parsed config
+    parsed = k8s.router_validate(objects)
+    assert [m.name for m in parsed.models] == ["tiny-llama", "tiny-qwen"]
+    assert parsed.model_of("qwen-plain").name == "tiny-qwen"
+    qwen = parsed.for_model("tiny-qwen")
+    assert (qwen.limits.max_context_tokens, qwen.limits.default_max_tokens) == (8192, 512)
+    assert (qwen.routing.saturation.enter, qwen.routing.saturation.exit, qwen.routing.long_prompt_tokens) == (16, 12, 2048)
+    assert qwen.model.multimodal is not None and qwen.model.multimodal.image_tokens == 1290
+    llama = parsed.for_model("tiny-llama")
+    assert llama.model.aliases == ("gpt-4o-mini",)
+    assert parsed.pool_limit(parsed.pool("llama-spec")) == 2048 and parsed.pool_limit(parsed.pool("llama-plain")) == 4096
+
+
 def test_each_models_pools_use_the_pool_template_and_pool_defaults() -> None:
     objects = k8s.render(_two(poolDefaults={"keepAliveTimeoutSeconds": 90, "shmSize": "8Gi"}))
     qwen = k8s.pool_workload(objects, "qwen-plain")
@@ -189,6 +204,8 @@ def test_a_one_entry_models_list_renders_the_same_pools_as_the_one_model_layout(
     cfg, ref = k8s.router_config(objects), k8s.router_config(reference)
     assert cfg["models"] == [{**ref["model"], "limits": ref["limits"], "routing": ref["routing"],
                               "pools": ref["pools"]}]  # fmt: skip
+    # and the router reads both as the same config
+    assert k8s.router_validate(objects) == k8s.router_validate(reference)
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -266,6 +283,7 @@ def test_the_operator_guides_two_model_example_renders() -> None:
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     objects = k8s.render(yaml.safe_load(block))
     cfg = check_models_stack(objects)
+    k8s.check_stack(objects)
     assert [(m["name"], [p["name"] for p in m["pools"]]) for m in cfg["models"]] == [
         ("llama-8b", ["llama-spec", "llama-plain"]), ("qwen-32b", ["qwen-plain"])]  # fmt: skip
     assert _pool_args(objects, "qwen-plain")["--served-model-name"] == "qwen-32b"
