@@ -16,7 +16,9 @@ Each ``--models`` entry is ``FAMILY:SHAPE``: a model whose engines are the engin
 - *fleet*: every model's day interleaved by arrival time in one run, each model on its own
   1 speculative + 1 plain engines (drawing as alone), one router in front of all of them
   (:class:`loadtests.dayfleet.FleetRouter`: the request's ``model`` picks its model's router,
-  which sees that model's pools only).
+  which sees that model's pools only). The fleet is a two-model router config (``models:``,
+  each model its pools with the simulated engines' URLs) validated by the router's own loader
+  (``router.config.parse_config``), and its pools and names come from the parsed config.
 
 Printed, one row per model and seed: the better static deployment and its mean end-to-end
 latency (s), the router's mean as a ratio of it alone and in the fleet, and fleet / alone
@@ -31,6 +33,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,10 +41,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loadtests.dayapi import Router
 from loadtests.dayfamilies import get_family
-from loadtests.dayfleet import FleetModel, fleet_deployment, interleave, model_records
+from loadtests.dayfleet import (
+    config_resolver,
+    fleet_deployment,
+    fleet_models,
+    interleave,
+    model_records,
+)
 from loadtests.dayrouter import PolicyRouter, settings_for
-from loadtests.dayshapes import Request
+from loadtests.dayshapes import EngineModel, Request
 from loadtests.daysim import (
     RequestRecord,
     adaptive_max_batch,
@@ -51,8 +61,11 @@ from loadtests.daysim import (
     routed,
     simulate_day,
 )
+from router.config import Config, parse_config
 
 STATIC = ("all-plain", "all-spec", "all-adaptive")
+#: a model's engines and a factory of its router.
+Model = tuple[EngineModel, Callable[[], Router]]
 QUICK_FACTOR = 0.25
 
 
@@ -62,8 +75,8 @@ def mean_e2e(records: list[RequestRecord]) -> float:
     return statistics.fmean(e2e) if e2e else float("nan")
 
 
-def _model(spec: str, seed: int, quick: bool) -> tuple[str, FleetModel, list[Request], dict[str, float]]:
-    """(name, fleet model, its day, {deployment: mean e2e alone})."""
+def _model(spec: str, seed: int, quick: bool) -> tuple[str, Model, list[Request], dict[str, float]]:
+    """(name, (engine model, router factory), its day, {deployment: mean e2e alone})."""
     fam_name, _, shape_name = spec.partition(":")
     family = get_family(fam_name)
     shape = family.shape(shape_name or "mixed", 2)
@@ -74,14 +87,27 @@ def _model(spec: str, seed: int, quick: bool) -> tuple[str, FleetModel, list[Req
     settings = settings_for(engine, long_prompt_tokens=family.scaled_tokens(32768),
                             context_tokens=family.scaled_tokens(12288))
     learned = replace(settings, predict=False, learn=True)
-    name = f"{fam_name}-{shape.name}"
+    name = f"{fam_name}-{shape.name}".replace("_", "-")  # a pool name is a DNS label
     alone = {"all-plain": all_plain(2), "all-spec": all_spec(2),
              "all-adaptive": all_adaptive(2, adaptive_max_batch(engine, family.scaled_tokens(12288))),
              "learned": routed(1, 2, lambda: PolicyRouter(learned), label="learned")}
     means = {label: mean_e2e(simulate_day(reqs, dep, engine, seed=seed).records) for label, dep in alone.items()}
-    model = FleetModel(name, engine, ((f"{name}-spec", True, 1), (f"{name}-plain", False, 1)),
-                       lambda: PolicyRouter(learned))
-    return name, model, reqs, means
+    return name, (engine, lambda: PolicyRouter(learned)), reqs, means
+
+
+def fleet_config(names: list[str]) -> Config:
+    """The router config of the fleet: ``models:``, each with a speculative and a plain pool of
+    one endpoint (the simulated engine's URL), through the router's own loader."""
+    def pool(model: str, spec: bool) -> dict[str, Any]:
+        name = f"{model}-{'spec' if spec else 'plain'}"
+        engine = {"model_path": f"/models/{model}"} | (
+            {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": f"/models/{model}-eagle3"}
+            if spec else {})
+        return {"name": name, "speculative": spec, "endpoints": [f"http://{name}-0"], "engine": engine}
+
+    return parse_config({"models": [{"name": n, "tokenizer": f"/models/{n}", "limits": {"max_context_tokens": 262144},
+                                     "routing": {"long_prompt_tokens": 32768, "saturation": {"enter": 8, "exit": 6}},
+                                     "pools": [pool(n, True), pool(n, False)]} for n in names]})
 
 
 def run(specs: list[str], seeds: list[int], quick: bool) -> list[dict[str, Any]]:
@@ -92,9 +118,12 @@ def run(specs: list[str], seeds: list[int], quick: bool) -> list[dict[str, Any]]
         names = [b[0] for b in built]
         if len(set(names)) != len(names):
             raise SystemExit(f"two models share a name: {names}")
-        dep, pool_models, pool_seeds = fleet_deployment([b[1] for b in built])
+        config = fleet_config(names)
+        models = fleet_models(config, {n: b[1][0] for n, b in zip(names, built, strict=True)},
+                              {n: b[1][1] for n, b in zip(names, built, strict=True)})
+        dep, pool_models, pool_seeds = fleet_deployment(models, resolve=config_resolver(config))
         merged, origin = interleave({name: reqs for name, _, reqs, _ in built})
-        fleet = simulate_day(merged, dep, built[0][1].engine, seed=seed, pool_models=pool_models,
+        fleet = simulate_day(merged, dep, built[0][1][0], seed=seed, pool_models=pool_models,
                              pool_seeds=pool_seeds)
         for name, _, reqs, means in built:
             static = min(STATIC, key=lambda s: means[s])

@@ -10,6 +10,11 @@ the request's ``model`` is resolved to one of the configured models, and that mo
 state: trackers, bypass flags, speed fits, tie-break counter) decides among that model's
 pools only; the scrape and the end of a request reach the model's router with its own pools.
 
+The fleet can come from a router config (:func:`fleet_models`, :func:`config_resolver`): the
+``models:`` YAML the router itself would load (``router.config.parse_config``), each pool one
+simulated engine per endpoint URL, requests resolved by the models' configured names and
+aliases (a request without ``model`` to the first model, as the router's fleet does).
+
 Each model's pools draw their engines' randomness as they do when the model runs alone
 (``pool_seeds``: the pool's index in the model's own deployment), so the comparison of a model
 in the fleet with the same model alone (same requests, same seeds) isolates what sharing one
@@ -25,8 +30,10 @@ from dataclasses import dataclass, replace
 from loadtests.dayapi import Choice, PoolView, RequestView, Router
 from loadtests.dayshapes import EngineModel, Request
 from loadtests.daysim import Deployment, RequestRecord
+from router.config import Config
 
-__all__ = ["FleetModel", "FleetRouter", "fleet_deployment", "interleave", "model_records"]
+__all__ = ["FleetModel", "FleetRouter", "config_resolver", "fleet_deployment", "fleet_models", "interleave",
+           "model_records"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,26 @@ class FleetRouter:
         hook = getattr(self.routers[model], "on_done", None)
         if hook is not None:
             hook(now, request, url, record, self._own(model, pools))
+
+
+def fleet_models(config: Config, engines: Mapping[str, EngineModel],
+                 make_router: Mapping[str, Callable[[], Router]]) -> list[FleetModel]:
+    """The fleet of a router config, in its models' order: each pool as the config lists it,
+    one simulated engine per endpoint URL (the simulator names them ``http://<pool>-<i>``).
+
+    Raises:
+        KeyError: ``engines`` or ``make_router`` lacks one of the config's models.
+    """
+    return [FleetModel(m.name, engines[m.name], tuple((p.name, p.speculative, len(p.endpoints)) for p in m.pools),
+                       make_router[m.name]) for m in config.models]
+
+
+def config_resolver(config: Config) -> Callable[[str | None], str | None]:
+    """A request's ``model`` -> the configured model it names (its name or an alias, the
+    config's ``names``), the first model for a request without one, None for any other."""
+    names = {n: m.name for m in config.models for n in m.names}
+    first = config.models[0].name
+    return lambda name: first if name is None else names.get(name)
 
 
 def fleet_deployment(models: Sequence[FleetModel], *, label: str = "fleet",

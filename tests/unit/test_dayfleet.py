@@ -9,7 +9,15 @@ import pytest
 
 from loadtests.dayapi import EndpointView, PoolView, RequestView, RoundRobin
 from loadtests.dayfamilies import get_family
-from loadtests.dayfleet import FleetModel, FleetRouter, fleet_deployment, interleave, model_records
+from loadtests.dayfleet import (
+    FleetModel,
+    FleetRouter,
+    config_resolver,
+    fleet_deployment,
+    fleet_models,
+    interleave,
+    model_records,
+)
 from loadtests.dayrouter import PolicyRouter, settings_for
 from loadtests.dayshapes import Request
 from loadtests.daysim import Choice, routed, simulate_day
@@ -103,3 +111,34 @@ def test_a_fleet_day_gives_each_model_its_day_alone() -> None:
         assert [(r.rid, r.e2e_s, r.speculative, r.reason) for r in mine] == [
             (r.rid, r.e2e_s, r.speculative, r.reason) for r in res.records]  # fmt: skip
         assert {r.pool for r in mine} <= {f"{name}-spec", f"{name}-plain"}
+
+
+def test_the_fleet_comes_from_the_routers_own_config() -> None:
+    from benchmarks.two_models import fleet_config
+
+    config = fleet_config(["m-one", "m-two"])
+    engine = get_family("default").model
+    models = fleet_models(config, {"m-one": engine, "m-two": engine}, {"m-one": RoundRobin, "m-two": RoundRobin})
+    assert [(m.name, m.pools) for m in models] == [
+        ("m-one", (("m-one-spec", True, 1), ("m-one-plain", False, 1))),
+        ("m-two", (("m-two-spec", True, 1), ("m-two-plain", False, 1)))]  # fmt: skip
+    dep, _, seeds = fleet_deployment(models)
+    assert dep.pools == models[0].pools + models[1].pools
+    assert seeds == {"m-one-spec": 0, "m-one-plain": 1, "m-two-spec": 0, "m-two-plain": 1}
+    # the simulated engines' URLs are the config's endpoints
+    assert [u for p in config.pools for u in p.endpoints] == [f"http://{p[0]}-0" for p in dep.pools]
+
+
+def test_the_config_resolver_takes_names_and_aliases() -> None:
+    from router.config import parse_config
+
+    pool = {"speculative": False, "engine": {"model_path": "/m"}}
+    config = parse_config({"models": [
+        {"name": "a", "aliases": ["gpt-a"], "tokenizer": "/t", "limits": {"max_context_tokens": 4096},
+         "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}},
+         "pools": [{**pool, "name": "pa", "endpoints": ["http://pa-0"]}]},
+        {"name": "b", "tokenizer": "/t", "limits": {"max_context_tokens": 4096},
+         "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}},
+         "pools": [{**pool, "name": "pb", "endpoints": ["http://pb-0"]}]}]})  # fmt: skip
+    resolve = config_resolver(config)
+    assert [resolve(n) for n in ("a", "gpt-a", "b", None, "c")] == ["a", "a", "b", "a", None]
