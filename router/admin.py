@@ -48,15 +48,21 @@ def _thresholds(routing: RoutingConfig) -> dict[str, Any]:
                                        "exit": routing.saturation.exit}}}
 
 
-def _view(state: Any) -> dict[str, Any]:
-    runtime = state.runtime
+def _model_view(runtime: Any) -> dict[str, Any]:
     return {
         "yaml": _thresholds(runtime.config.routing),
         "overrides": runtime.overrides.model_dump(exclude_none=True),
         "effective": _thresholds(runtime.routing),
         "override_error": runtime.override_error,
-        "shared_state": state.shared.status(),
     }
+
+
+def _view(state: Any) -> dict[str, Any]:
+    """The first model's view at the top level (the only model of a one-model config), every
+    model's under ``models`` (by name), and the shared state."""
+    return {**_model_view(state.runtime),
+            "models": {name: _model_view(rt) for name, rt in state.fleet.runtimes.items()},
+            "shared_state": state.shared.status()}
 
 
 def _authorize(request: Request) -> Any:
@@ -83,14 +89,16 @@ async def _read_overrides(request: Request) -> Overrides:
 
 
 async def _store(state: AppState, overrides: Overrides) -> None:
-    try:
-        overrides.apply(state.runtime.config.routing)
-    except ConfigError as exc:
-        raise InvalidRequest(str(exc)) from None
+    several = len(state.fleet) > 1
+    for name, rt in state.fleet.runtimes.items():  # one override set, valid for every model
+        try:
+            overrides.apply(rt.config.routing)
+        except ConfigError as exc:
+            raise InvalidRequest(f"model {name}: {exc}" if several else str(exc)) from None
     await state.shared.store_overrides(overrides)
-    runtime = state.runtime   # re-read: a reload may have swapped it meanwhile
-    runtime.set_overrides(overrides)
-    state.refresh_gauges(runtime)
+    for runtime in state.fleet:   # re-read: a reload may have swapped the fleet meanwhile
+        runtime.set_overrides(overrides)
+        state.refresh_gauges(runtime)
     log.warning("routing overrides %s", overrides.flat() or "cleared")
 
 

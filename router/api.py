@@ -20,7 +20,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
-from router.acceptance import CLASSES
 from router.admin import install_admin_routes
 from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, engine_priority, resolve_priority
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
@@ -44,6 +43,7 @@ from router.features import (
     parse_chat,
     parse_completions,
 )
+from router.fleet_models import check_model_body, model_runtime, resolve_model
 from router.intake import client_request_id
 from router.intake import header as _header
 from router.intake import header_map as _header_map
@@ -51,7 +51,6 @@ from router.intake import header_values as _header_values
 from router.intake import parse_json as _parse_json
 from router.intake import read_body as _read_body
 from router.model_routes import install_model_routes
-from router.models import pool_adapters, resolve_request
 from router.observe import ResponseObserver, wants_tools
 from router.passthrough import install_passthrough_routes
 from router.policy import (
@@ -63,6 +62,7 @@ from router.policy import (
 )
 from router.prefix import PrefixChain, chain_for_request
 from router.proxy import ProxyJob, ProxyResponse, Redecision
+from router.readiness import ready_view
 from router.responses import RESPONSES_END_EVENTS, check_served, parse_responses, responses_fields
 from router.sampling import check_min_tokens, speculative_caveats
 from router.spans import end_span
@@ -151,9 +151,9 @@ async def _size_prompt(state: AppState, runtime: Runtime, parsed: ParsedRequest,
 
 async def _generate(request: Request, kind: str) -> Response:
     state = _state(request)
-    runtime = state.runtime
+    fleet = state.fleet  # this request's models, even if a reload swaps the fleet
+    runtime = fleet.default  # global sections until the model is resolved
     cfg = runtime.config
-    limits = cfg.limits
     received = time.perf_counter()
     own_id = state.next_request_id()
     headers = _header_map(request.scope)
@@ -169,15 +169,22 @@ async def _generate(request: Request, kind: str) -> Response:
     authorization = _header(headers, b"authorization")
     if runtime.auth is not None:
         runtime.auth.check_client(authorization)
+    if kind == "responses" and len(fleet) == 1:
+        check_served(runtime)
+    body = await _read_body(request, fleet.config.max_request_bytes, headers)
+    doc = _parse_json(request, body, headers)
+    runtime = model_runtime(fleet, doc)  # router.fleet_models: the runtime of the body's model
+    cfg = runtime.config
+    limits = cfg.limits
+    check_model_body(runtime, len(body))
     if kind == "responses":
         check_served(runtime)
-    body = await _read_body(request, limits.max_request_bytes, headers)
-    doc = _parse_json(request, body, headers)
     if kind == "chat":
         parsed = parse_chat(doc, max_n=limits.max_n, media=cfg.model.media_tokens)
     else:
         parsed = _PARSERS[kind](doc, max_n=limits.max_n)
-    resolved = resolve_request(runtime, doc)  # router.models: 404 before any work for an unknown name
+    resolved = resolve_model(runtime, doc)  # 404 before any work for an unknown name
+    context.model = cfg.model.name
     auth = runtime.auth
     priority = resolve_priority(doc, _header(headers, _PRIORITY_HEADER),
                                 auth.priority_grant(authorization) if auth else None,
@@ -269,7 +276,7 @@ async def _generate(request: Request, kind: str) -> Response:
         raise
 
     def redecide(excluded: frozenset[str], excluded_pools: frozenset[str] = frozenset()) -> Redecision:
-        rt = state.runtime
+        rt = runtime
         if excluded_pools:  # a pool that refused for capacity is skipped whole
             excluded = excluded | {u for p in rt.pools if p.name in excluded_pools for u in p.endpoints}
         d = rt.decide(features, state.clock(), exclude=excluded, chain=chain, matches=matches)
@@ -281,7 +288,7 @@ async def _generate(request: Request, kind: str) -> Response:
         return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class, bool(features.adapters)))
 
     return ProxyResponse(job, session=state.session, upstream=cfg.upstream, redecide=redecide,
-                         on_done=lambda j: _finish(state, j), spawn=state.spawn,
+                         on_done=lambda j: _finish(state, j, runtime), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
                          clock=state.clock, tracing=tracing)
 
@@ -334,10 +341,11 @@ def _abort_rids(doc: dict[str, Any], features: RequestFeatures, request_id: str,
     return ()
 
 
-def _finish(state: AppState, job: ProxyJob) -> None:
+def _finish(state: AppState, job: ProxyJob, runtime: Runtime) -> None:
     m = state.metrics
     pool = job.decision.pool or "none"
-    m.requests.inc((pool, job.decision.reason.value, str(job.status)))
+    model = runtime.config.model.name
+    m.requests.inc((model, pool, job.decision.reason.value, str(job.status)))
     duration = time.perf_counter() - job.received_at
     m.request_duration.observe((pool,), duration)
     if job.ttfb_s is not None:
@@ -350,14 +358,14 @@ def _finish(state: AppState, job: ProxyJob) -> None:
         m.upstream_stale_retries.inc((stale_pool,))
     for refused in job.rejections:
         m.engine_rejections.inc(refused)
-    _learn(state, job, duration)
+    _learn(runtime, state, job, duration)
     state.limiter.finish(job.ticket, job.observer.usage if job.observer is not None else None)
     if job.span is not None:
         end_span(job.span, job.status, None if job.outcome == "ok" else job.outcome,
                           final_pool=job.decision.pool, attempts=job.attempts, outcome=job.outcome)
-    if state.runtime.config.server.log_requests:
+    if runtime.config.server.log_requests:
         access_log.info(orjson.dumps({
-            "request_id": job.request_id, "pool": pool, "endpoint": job.lease.endpoint.url,
+            "request_id": job.request_id, "model": model, "pool": pool, "endpoint": job.lease.endpoint.url,
             "reason": job.decision.reason.value, "endpoint_reason": job.decision.endpoint_reason,
             "status": job.status, "outcome": job.outcome,
             "prompt_tokens": job.features.prompt_tokens, "prompt_tokens_exact": job.features.prompt_exact,
@@ -386,7 +394,7 @@ def _spec_stats(runtime: Runtime, decision: Decision, kind: str, doc: dict[str, 
     return "strip"
 
 
-def _learn(state: AppState, job: ProxyJob, duration_s: float) -> None:
+def _learn(runtime: Runtime, state: AppState, job: ProxyJob, duration_s: float) -> None:
     """Feed a chat or completions request answered in full, on the endpoint it was dispatched to,
     that did not wait in the engine, to its pool's fit (:meth:`Runtime.learn`); its ``n * prompts``
     sequences as one of the longest prompt with the mean output, in a batch that holds them all."""
@@ -403,7 +411,7 @@ def _learn(state: AppState, job: ProxyJob, duration_s: float) -> None:
         return
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    state.runtime.learn(job.decision.pool, url, prompt_tokens=job.features.prompt_tokens,
+    runtime.learn(job.decision.pool, url, prompt_tokens=job.features.prompt_tokens,
                         cached_tokens=cached // job.features.num_prompts if type(cached) is int else 0,
                         output_tokens=round(output / sequences), dispatch_load=load, duration_s=duration_s,
                         temperature=job.features.temperature_class, now=state.clock(),
@@ -429,10 +437,11 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
         type(err), "invalid_request")
     path = request.scope["path"]
     if state is not None and path.startswith("/v1/") and not path.startswith("/v1/models"):
-        state.metrics.requests.inc(("none", reason, str(err.status)))
+        model = (context.model if context is not None else None) or "none"
+        state.metrics.requests.inc((model, "none", reason, str(err.status)))
         if state.runtime.config.server.log_requests:
             access_log.info(orjson.dumps({
-                "request_id": request_id, "pool": "none",
+                "request_id": request_id, "model": model, "pool": "none",
                 "reason": reason, "status": err.status, "code": err.code, "param": err.param,
                 "prompt_tokens": features.prompt_tokens if features is not None else None,
                 "prompt_tokens_exact": features.prompt_exact if features is not None else None}).decode())
@@ -499,33 +508,11 @@ def install_routes(app: FastAPI) -> None:
 
     @app.get("/ready")
     async def ready(request: Request) -> Response:
-        """Ready while a pool has a healthy endpoint; a degraded shared state is shown, not fatal."""
+        """Ready while some model has a healthy endpoint (router.readiness)."""
         state = _state(request)
-        runtime = state.runtime
-        now = state.clock()
-        max_age = runtime.routing.acceptance.max_age_s
-
-        def age(value: float | None) -> float | None:
-            return None if value is None else round(value, 3)
-
-        pools = {p.name: {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
-                          "endpoints": len(p.endpoints),
-                          "warming": {e.url: e.warm_detail for e in p.endpoints.values() if e.warming},
-                          "wrong_model": {e.url: e.identity_error for e in p.endpoints.values() if e.identity_error},
-                          "lora_adapters": sorted(pool_adapters(p.endpoints.values())),
-                          "saturated": p.saturated,
-                          "low_acceptance": p.low_acceptance,
-                          "low_acceptance_classes": sorted(p.bypass.low_classes()),
-                          "signal_age_s": {"scrape": age(p.scrape_age_s(now)),
-                                           **{f"acceptance_{c}": age(p.signal_age_s(c, now)) for c in CLASSES}},
-                          "accept_length_estimate": {c: p.estimated_accept_length(c, now, max_age) for c in CLASSES},
-                          "speed_model": None if p.fit is None else p.fit.status(now)}
-                 for p in runtime.pools}
         drain = getattr(request.app, "drain", None)  # router.drain: not ready from the drain's start
-        draining = drain is not None and drain.active
-        ok = runtime.ready() and not draining
-        return JSONResponse({"ready": ok, "draining": draining, "pools": pools,
-                             "shared_state": state.shared.status()}, status_code=200 if ok else 503)
+        ok, body = ready_view(state.fleet, state.clock(), drain is not None and drain.active)
+        return JSONResponse({**body, "shared_state": state.shared.status()}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:

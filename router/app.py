@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -38,6 +38,7 @@ from router.config import Config, load_config
 from router.config_server import TracingConfig
 from router.discovery import Discovery, DiscoverySettings
 from router.drain import CUT_KEY, Drainer
+from router.fleet import Fleet, build_fleet
 from router.learn import SpeedFit, bucket_label
 from router.limits import KeyLimiter
 from router.metrics import LearningSeries, RouterMetrics, set_or_clear
@@ -61,7 +62,10 @@ class AppState:
 
     Attributes:
         config_path: the operator YAML (None when built from a Config value).
-        runtime: the current :class:`Runtime`; replaced whole on reload.
+        fleet: the current :class:`router.fleet.Fleet` (one :class:`Runtime` per model);
+            replaced whole on reload.
+        runtime: the fleet's first model's runtime (``fleet.default``): where the global
+            sections are read; a request runs on its own model's runtime.
         session: the one upstream HTTP client.
         fresh_session: a client that never reuses a connection (``force_close``), for the one
             resend after a reused keep-alive connection broke (:mod:`router.proxy`); None when
@@ -79,12 +83,13 @@ class AppState:
             sum: every change the reloader acted on). Tests wait on these counters.
     """
 
-    def __init__(self, runtime: Runtime, *, config_path: Path | None, session: aiohttp.ClientSession,
+    def __init__(self, fleet: Fleet, *, config_path: Path | None, session: aiohttp.ClientSession,
                  executor: ThreadPoolExecutor, metrics: RouterMetrics,
                  shared: MemoryState | RedisState | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  fresh_session: aiohttp.ClientSession | None = None, limiter: KeyLimiter | None = None) -> None:
-        self.runtime = runtime
+        self.fleet = fleet
+        runtime = fleet.default
         #: The per-key limits (router/limits.py); local buckets unless one sharing Redis is given.
         self.limiter = limiter or KeyLimiter(runtime.config.state, None, metrics, clock=clock)
         self.fresh_session = fresh_session
@@ -117,24 +122,35 @@ class AppState:
         task.add_done_callback(self.tasks.discard)
 
     @property
+    def runtime(self) -> Runtime:
+        """The first model's runtime (the only one of a one-model config): global sections."""
+        return self.fleet.default
+
+    @property
     def reloads(self) -> int:
         """Config changes the reloader acted on, applied or rejected."""
         return self.reloads_ok + self.reloads_failed
 
-    def on_scrape_round(self, runtime: Runtime) -> None:
-        """After each scrape round: advance the bypass hysteresis (the one place it moves),
-        forget unhealthy endpoints in the prefix indexes, then copy pool state into the gauges."""
-        runtime.advance_bypass(self.clock())
-        runtime.prune_prefix()
-        self.refresh_gauges(runtime)
+    def on_scrape_round(self, runtimes: Runtime | Iterable[Runtime]) -> None:
+        """After each scrape round, for every model's runtime: advance the bypass hysteresis
+        (the one place it moves), forget unhealthy endpoints in the prefix indexes, then copy
+        pool state into the gauges. One round counts once, whatever the number of models."""
+        for runtime in [runtimes] if isinstance(runtimes, Runtime) else runtimes:
+            runtime.advance_bypass(self.clock())
+            runtime.prune_prefix()
+            self.refresh_gauges(runtime)
         self.scrape_rounds += 1
 
     def refresh_gauges(self, runtime: Runtime | None = None) -> None:
-        """Copy pool state into the gauges (after each scrape round and on ``/metrics``).
+        """Copy pool state into the gauges (after each scrape round and on ``/metrics``): of
+        ``runtime``, or of every model's runtime when None.
 
         Read-only on the pools: the bypass gauges show the flags as the last scrape round left them (reading ``/metrics`` never advances the hysteresis).
         """
-        runtime = runtime or self.runtime
+        if runtime is None:
+            for rt in self.fleet:
+                self.refresh_gauges(rt)
+            return
         now = self.clock()
         m = self.metrics
         stale = runtime.config.scrape.stale_after_s
@@ -159,6 +175,11 @@ class AppState:
             m.signal_age.labels(pool.name, "scrape").set(-1.0 if scrape_age is None else scrape_age)
             if pool.fit is not None:
                 _learning_gauges(m.learning, pool.name, pool.fit, now)
+        m.shared_state_degraded.set(int(self.shared.degraded))
+        if self.discovery is not None:
+            self.discovery.refresh_gauges(runtime)
+        if runtime is not self.fleet.default:
+            return  # the threshold gauges show the first model's values (one override set for all)
         routing, active = runtime.routing, runtime.overrides.flat()
         for key, value, path in (
                 ("long_prompt_tokens", routing.long_prompt_tokens, "routing.long_prompt_tokens"),
@@ -166,9 +187,6 @@ class AppState:
                 ("saturation_exit", routing.saturation.exit, "routing.saturation.exit")):
             m.routing_threshold.labels(key).set(value)
             m.routing_override_active.labels(key).set(int(path in active and runtime.override_error is None))
-        m.shared_state_degraded.set(int(self.shared.degraded))
-        if self.discovery is not None:
-            self.discovery.refresh_gauges(runtime)
 
 
 def _learning_gauges(series: LearningSeries, pool: str, fit: SpeedFit, now: float) -> None:
@@ -294,8 +312,9 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         _configure_drain(app.drain, state)  # type: ignore[attr-defined]
         gc.collect()
         gc.freeze()  # startup objects (tokenizer, config, app) never need scanning again
-        log.info("specgate router started: pools=%s; /ready answers 503 until an endpoint is healthy "
-                 "(logged as 'endpoint ... is healthy')", [p.name for p in state.runtime.pools])
+        log.info("specgate router started: models=%s pools=%s; /ready answers 503 until every model has a "
+                 "healthy endpoint (logged as 'endpoint ... is healthy')", list(state.fleet.runtimes),
+                 [p.name for p in state.fleet.config.pools])
         try:
             yield
         finally:
@@ -318,7 +337,7 @@ async def _build_state(cfg: Config, path: Path | None,
     metrics = RouterMetrics(CollectorRegistry(auto_describe=True))
     shared = build_shared_state(cfg.state, metrics=metrics, clock=clock)
     inputs = await loop.run_in_executor(None, load_runtime_inputs, cfg)
-    runtime = Runtime(cfg, inputs.counter, ledger=shared.ledger, auth=inputs.auth, warmup_gate=scrape)
+    fleet = build_fleet(cfg, inputs.counters, ledger=shared.ledger, auth=inputs.auth, warmup_gate=scrape)
     session = (session_factory or _default_session)(cfg)
     fresh_session = _fresh_session(cfg) if session_factory is None else None
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
@@ -328,7 +347,7 @@ async def _build_state(cfg: Config, path: Path | None,
     metrics.shared_state_degraded_entries.inc(0)
     metrics.config_info.set(time.time())
     limiter = KeyLimiter(cfg.state, shared if isinstance(shared, RedisState) else None, metrics, clock=clock)
-    state = AppState(runtime, config_path=path, session=session, executor=executor,
+    state = AppState(fleet, config_path=path, session=session, executor=executor,
                      metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session, limiter=limiter)
     state.span_exporter = span_exporter  # for tracers built on reload (router.tracing_reload)
     if cfg.tracing.enabled:
@@ -352,15 +371,15 @@ class _BackgroundTasks:
 
     async def start(self) -> None:
         state, metrics, session, clock = self._state, self._state.metrics, self._state.session, self._state.clock
-        await state.shared.start(lambda: state.runtime)
+        await state.shared.start(lambda: state.fleet)
         state.limiter.start()
-        scraper = Scraper(session, lambda: state.runtime, state.on_scrape_round, clock,
+        scraper = Scraper(session, lambda: state.fleet, state.on_scrape_round, clock,
                           on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc())
         reloader = Reloader(state) if self._watch else None
-        state.discovery = discovery = Discovery(lambda: state.runtime, metrics, self._settings)
+        state.discovery = discovery = Discovery(lambda: state.fleet, metrics, self._settings)
         discovery.start()
-        canary = Canary(session, lambda: state.runtime, metrics, clock)
-        warmer = Warmer(session, lambda: state.runtime, metrics, clock)
+        canary = Canary(session, lambda: state.fleet, metrics, clock)
+        warmer = Warmer(session, lambda: state.fleet, metrics, clock)
         if self._scrape:
             await scraper.run_once()
             scraper.start()

@@ -44,6 +44,7 @@ from router.tasks import LoopTask
 
 if TYPE_CHECKING:
     from router.config import Config
+    from router.fleet import Fleet
     from router.metrics import RouterMetrics
     from router.pools import Runtime
 
@@ -106,17 +107,18 @@ class Canary(LoopTask):
 
     Args:
         session: the shared upstream client.
-        get_runtime: returns the current :class:`router.pools.Runtime` (read at every check).
+        get_fleet: returns the current :class:`router.fleet.Fleet` (read at every check); each
+            model's speculative pools are compared with that model's plain pool, on its name.
         metrics: :class:`router.metrics.RouterMetrics` (``canary_rounds``, ``canary_mismatch``).
         clock: monotonic clock (s).
     """
 
     _name = "specgate-canary"  # the loop idles while ``canary.enabled`` is false
 
-    def __init__(self, session: aiohttp.ClientSession, get_runtime: Callable[[], Runtime], metrics: RouterMetrics,
+    def __init__(self, session: aiohttp.ClientSession, get_fleet: Callable[[], Fleet], metrics: RouterMetrics,
                  clock: Callable[[], float]) -> None:
         self._session = session
-        self._runtime = get_runtime
+        self._fleet = get_fleet
         self._metrics = metrics
         self._clock = clock
 
@@ -125,24 +127,25 @@ class Canary(LoopTask):
         return (id(runtime.config),) + tuple((p.name, tuple(sorted(p.endpoints))) for p in runtime.pools)
 
     async def _loop(self) -> None:
-        last_sig: tuple[Any, ...] | None = None
-        last_round = float("-inf")
+        last: dict[str, tuple[tuple[Any, ...], float]] = {}  # model -> (signature, last round's time)
         while True:
-            runtime = self._runtime()
-            cfg = runtime.config.canary
-            if cfg.enabled:
-                sig = self._signature(runtime)
-                if sig != last_sig or self._clock() - last_round >= cfg.interval_s:
-                    try:
-                        ran = await self.run_round(runtime)
-                    except Exception:
-                        log.exception("canary round failed")
-                        ran = True
-                    if ran:
-                        last_sig, last_round = sig, self._clock()
-            else:
-                for pool in runtime.pools:  # a disabled canary ejects nothing
-                    pool.canary_mismatch, pool.canary_revoked = False, frozenset()
+            fleet = self._fleet()
+            cfg = fleet.config.canary
+            for name, runtime in fleet.runtimes.items():
+                if cfg.enabled:
+                    sig = self._signature(runtime)
+                    last_sig, last_round = last.get(name, (None, float("-inf")))
+                    if sig != last_sig or self._clock() - last_round >= cfg.interval_s:
+                        try:
+                            ran = await self.run_round(runtime)
+                        except Exception:
+                            log.exception("canary round failed (model %s)", name)
+                            ran = True
+                        if ran:
+                            last[name] = (sig, self._clock())
+                else:
+                    for pool in runtime.pools:  # a disabled canary ejects nothing
+                        pool.canary_mismatch, pool.canary_revoked = False, frozenset()
             await asyncio.sleep(cfg.check_s)
 
     async def run_round(self, runtime: Runtime) -> bool:

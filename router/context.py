@@ -39,12 +39,16 @@ class RequestContext:
             refused a kind no pool serves, None otherwise (the error's own reason applies).
         span: the request's server span while the handler owns it (:mod:`router.tracing`;
             None with tracing off); the error path ends it.
+        model: the configured name of the request's model once resolved
+            (:func:`router.fleet_models.resolve_fleet`), None before: the ``model`` label of
+            a refusal's ``specgate_requests_total`` and its access log line (``none``).
     """
 
     request_id: str
     features: RequestFeatures | None = None
     reject_reason: str | None = None
     span: Any = None
+    model: str | None = None
 
 
 def attach_context(request: Request, request_id: str) -> RequestContext:

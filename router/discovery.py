@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 from router.config import DiscoveryConfig, PoolConfig
 
 if TYPE_CHECKING:
+    from router.fleet import Fleet
     from router.metrics import RouterMetrics
     from router.pools import Runtime
 
@@ -308,15 +309,16 @@ class Discovery:
     """The discovery watchers of every pool with a ``discovery`` block.
 
     Args:
-        get_runtime: returns the current :class:`router.pools.Runtime`.
+        get_fleet: returns the current :class:`router.fleet.Fleet` (a pool is its model's
+            runtime's: pool names are unique across the deployment).
         metrics: the router's :class:`router.metrics.RouterMetrics`.
         settings: API access and timing (:class:`DiscoverySettings`).
     """
 
-    def __init__(self, get_runtime: Callable[[], Runtime], metrics: RouterMetrics,
+    def __init__(self, get_fleet: Callable[[], Fleet], metrics: RouterMetrics,
                  settings: DiscoverySettings | None = None) -> None:
         settings = settings or DiscoverySettings()
-        self._get_runtime = get_runtime
+        self._get_fleet = get_fleet
         self.metrics = metrics
         self.settings = settings
         self.watches: dict[str, _PoolWatch] = {}
@@ -349,16 +351,16 @@ class Discovery:
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
-        """Start a watcher for every discovered pool of the current runtime."""
-        self.sync(self._get_runtime())
+        """Start a watcher for every discovered pool of the current fleet."""
+        self.sync(self._get_fleet())
 
-    def sync(self, runtime: Runtime) -> None:
-        """Match the watchers to ``runtime``'s pools and apply the known sets to it.
+    def sync(self, fleet: Fleet) -> None:
+        """Match the watchers to the pools of every model of ``fleet`` and apply the known sets.
 
-        Called right after a reload swapped ``runtime`` in (same event-loop step). A watcher
+        Called right after a reload swapped ``fleet`` in (same event-loop step). A watcher
         whose pool is gone or whose discovery block changed is cancelled (and replaced).
         """
-        wanted = {p.name: p for p in runtime.pools if p.config.discovery is not None}
+        wanted = {p.name: p for rt in fleet for p in rt.pools if p.config.discovery is not None}
         for name, w in list(self.watches.items()):
             pool = wanted.get(name)
             if pool is None or pool.config.discovery != w.discovery:
@@ -385,12 +387,12 @@ class Discovery:
 
     # -- applying -----------------------------------------------------------------------
     def apply(self, name: str) -> None:
-        """Hand pool ``name``'s ready URL set to the current runtime; update the gauges."""
+        """Hand pool ``name``'s ready URL set to its model's current runtime; update the gauges."""
         w = self.watches.get(name)
-        runtime = self._get_runtime()
         if w is None:
             return
         try:
+            runtime = self._get_fleet().runtime_of_pool(name)
             added, draining = runtime.set_discovered(name, w.urls)
         except KeyError:
             return

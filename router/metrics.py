@@ -228,8 +228,9 @@ class RouterMetrics:
     def _request_series(self) -> None:
         """Per-request series: decision, latency, prompt size, upstream failures (loop-only)."""
         self.requests = LoopCounter(
-            "specgate_requests", "Requests answered, by pool, decision reason and HTTP status.",
-            ["pool", "reason", "status"])
+            "specgate_requests", "Requests answered, by model (a configured name; none: refused before "
+            "its model was resolved), pool, decision reason and HTTP status.",
+            ["model", "pool", "reason", "status"])
         self.request_duration = LoopHistogram(
             "specgate_request_duration_seconds", "Time from request receipt to the last byte sent.",
             ["pool"], _LATENCY_BUCKETS)

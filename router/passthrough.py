@@ -87,8 +87,9 @@ from router.errors import (
     UpstreamTimeout,
     map_engine_error,
 )
+from router.fleet_models import passthrough_target
 from router.intake import client_request_id, parse_json, read_body
-from router.models import catalog, resolve_passthrough
+from router.models import resolve_passthrough
 from router.spans import end_span
 from router.trace import trace_headers
 
@@ -215,26 +216,29 @@ def _start_trace(request: Request, state: Any, context: Any, request_id: str,
     return tracing, trace
 
 
-async def _forward_body(request: Request, runtime: Any, pools: list[Any], kind: str) -> bytes:
-    """The body to forward: read (``limits.max_request_bytes``, its encoding undone), JSON,
-    checked for ``kind`` (:func:`check_body`), its ``model`` resolved
-    (:func:`router.models.resolve_passthrough`: an alias of the generation model is rewritten
-    to the name the engine knows). Raises what those raise (400, 404, 413, 415)."""
-    body = await read_body(request, runtime.config.limits.max_request_bytes)
+async def _forward_body(request: Request, fleet: Any, pools: list[Any], kind: str) -> tuple[bytes, list[Any]]:
+    """The body to forward and the pools it may go to: read (the largest
+    ``limits.max_request_bytes``, its encoding undone), JSON, checked for ``kind``
+    (:func:`check_body`), its ``model`` resolved (:func:`router.fleet_models.passthrough_target`,
+    :func:`router.models.resolve_passthrough`: an alias of a generation model is rewritten to
+    the name the engine knows). Raises what those raise (400, 404, 413, 415)."""
+    body = await read_body(request, fleet.config.max_request_bytes)
     doc = parse_json(request, body)
     check_body(kind, doc)
+    pools, cat = passthrough_target(fleet, doc.get("model"), kind, pools)
     forward = resolve_passthrough(
-        doc.get("model"), catalog(runtime), generating=any("generate" in p.config.serves for p in pools),
+        doc.get("model"), cat, generating=any("generate" in p.config.serves for p in pools),
         listed=all(e.served_models is not None for p in pools for e in p.endpoints.values()))
     if forward is not None:
         body = orjson.dumps({**doc, "model": forward})
-    return body
+    return body, pools
 
 
 async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     """Answer one pass-through request (see the module docstring)."""
     state = request.app.state.specgate
-    runtime = state.runtime
+    fleet = state.fleet
+    runtime = fleet.default  # the global sections (auth, upstream, health)
     cfg = runtime.config
     received = time.perf_counter()
     request_id = client_request_id(request.headers.get("x-request-id")) or state.next_request_id()
@@ -243,11 +247,11 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
     if runtime.auth is not None:
         runtime.auth.check_client(request.headers.get("authorization"))
     path = request.scope["path"]
-    pools = serving_pools(runtime, kind)
+    pools = [p for rt in fleet for p in serving_pools(rt, kind)]
     if not pools:
         raise UnsupportedEndpoint(f"{path} is not served by this router: no pool is configured "
                                   f"to serve `{kind}`")
-    body = await _forward_body(request, runtime, pools, kind)
+    body, pools = await _forward_body(request, fleet, pools, kind)
     excluded: set[str] = set()
     error: SpecgateError | None = None
     for attempt in range(cfg.upstream.max_attempts):
@@ -285,7 +289,7 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
                 end_span(span, status, failure if failure is not None or status is None or status < 500
                             else "engine_error")
         if failure == "client_disconnect":
-            state.metrics.requests.inc((endpoint.pool, kind, "499"))
+            state.metrics.requests.inc((fleet.model_of_pool(endpoint.pool), endpoint.pool, kind, "499"))
             if context.span is not None:
                 end_span(context.span, 499, failure, outcome=failure)
                 context.span = None
@@ -297,7 +301,7 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
             continue
         if status >= 400:
             raise map_engine_error(status, data, param=_INPUT_PARAM[kind])
-        state.metrics.requests.inc((endpoint.pool, kind, str(status)))
+        state.metrics.requests.inc((fleet.model_of_pool(endpoint.pool), endpoint.pool, kind, str(status)))
         state.metrics.request_duration.observe((endpoint.pool,), time.perf_counter() - received)
         if context.span is not None:
             end_span(context.span, status, outcome="ok")

@@ -9,11 +9,14 @@ a cut at a section boundary would still parse and apply defaults for the section
 written (measured by the ``config`` drill, docs/reliability.md). A writer that pauses longer
 than that between two pieces can still be read half-way: write atomically (a rename) where
 that matters. On a change a worker
-thread does the I/O (:func:`router.runtime_inputs.load_runtime_inputs`: the YAML validated whole, the
-tokenizer, the API key files), touching no live object; back on the event loop the new
-:class:`~router.pools.Runtime` is built (endpoints of unchanged URLs keep their health and
-in-flight counts and take the new health thresholds) and ``state.runtime`` replaced in the same
-loop step, so nothing the live runtime routes with is written from another thread. Any failure
+thread does the I/O (:func:`router.runtime_inputs.load_runtime_inputs`: the YAML validated whole, each
+model's tokenizer, the API key files), touching no live object; back on the event loop the new
+:class:`~router.fleet.Fleet` is built by :func:`router.fleet.build_fleet`, one
+:class:`~router.pools.Runtime` per model (a model still there keeps its endpoints of unchanged
+URLs, with their health and in-flight counts, and they take the new health thresholds; an added
+model starts; a removed model's running requests finish on the runtime they hold), and
+``state.fleet`` replaced in the same loop step, so nothing the live runtimes route with is
+written from another thread. Any failure
 (an invalid file, a missing key file, a corrupt ``tokenizer.json``, a bug) keeps the last good
 config, is logged and counted in ``specgate_config_reloads_total{result="failure"}`` (and
 ``state.reloads_failed``), and the watcher goes on: the next valid change is applied.
@@ -44,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from router.config import ConfigError
-from router.pools import Runtime
+from router.fleet import build_fleet
 from router.runtime_inputs import load_runtime_inputs
 from router.tracing_reload import apply_tracing
 
@@ -75,7 +78,7 @@ def _digest(path: os.PathLike[str]) -> bytes | None:
 
 
 class Reloader:
-    """Polls the config file of ``state`` and swaps ``state.runtime`` on a valid change.
+    """Polls the config file of ``state`` and swaps ``state.fleet`` on a valid change.
 
     A change is a new (mtime, size, inode) whose bytes differ from the last applied file's:
     a file rewritten with the same bytes (an editor's save, a non-atomic write seen twice)
@@ -140,7 +143,7 @@ class Reloader:
         return False
 
     async def reload(self) -> bool:
-        """Load the file's runtime inputs in a thread, build and swap the runtime on the loop.
+        """Load the file's runtime inputs in a thread, build and swap the fleet on the loop.
 
         Returns True on success; any exception is counted, logged and returns False (the last
         good runtime stays).
@@ -148,10 +151,11 @@ class Reloader:
         state = self._state
         loop = asyncio.get_running_loop()
         try:
-            inputs = await loop.run_in_executor(None, load_runtime_inputs, self._path, state.runtime.counter)
+            counters = [rt.counter for rt in state.fleet]
+            inputs = await loop.run_in_executor(None, load_runtime_inputs, self._path, None, counters)
             config = inputs.config
-            # on the loop, no await until the swap: the new runtime adopts live endpoints
-            runtime = Runtime(config, inputs.counter, state.runtime, auth=inputs.auth)
+            # on the loop, no await until the swap: the new runtimes adopt live endpoints
+            fleet = build_fleet(config, inputs.counters, state.fleet, auth=inputs.auth)
         except Exception as exc:  # noqa: BLE001  (a corrupt tokenizer raises what its library raises)
             return self._failed(exc)
         old = state.runtime.config.server
@@ -159,18 +163,18 @@ class Reloader:
             log.warning("server.host/port changed; restart the router to apply")
         if state.runtime.config.state != config.state:
             log.warning("state changed; restart the router to apply")
-        state.runtime = runtime
+        state.fleet = fleet
         try:
             apply_tracing(state, config.tracing)
         except Exception as exc:  # noqa: BLE001  (the runtime swap stands; the old tracer is kept)
             return self._failed(exc)
         if state.discovery is not None:
             try:
-                state.discovery.sync(runtime)
+                state.discovery.sync(fleet)
             except Exception as exc:  # noqa: BLE001  (the swap stands; the failure is counted)
                 return self._failed(exc)
         state.reloads_ok += 1
         state.metrics.config_reloads.labels("success").inc()
         state.metrics.config_info.set(time.time())
-        log.info("config reloaded: pools=%s", [p.name for p in runtime.pools])
+        log.info("config reloaded: models=%s pools=%s", list(fleet.runtimes), [p.name for p in config.pools])
         return True

@@ -1,14 +1,16 @@
-"""What a :class:`~router.pools.Runtime` is built from, and building one outside the router.
+"""What a :class:`~router.fleet.Fleet` (one :class:`~router.pools.Runtime` per model) is built
+from, and building one outside the router.
 
-:func:`load_runtime_inputs` does a runtime's I/O (the YAML validated whole, the tokenizer, the
+:func:`load_runtime_inputs` does the I/O (the YAML validated whole, each model's tokenizer, the
 API key files) and touches no live object, so the router runs it in a worker thread at start
 (:func:`router.app.create_app`) and on each reload (:mod:`router.reload`), then builds the
-:class:`~router.pools.Runtime` on its event loop. :func:`build_runtime` does both in one call,
-for scripts and benchmarks.
+fleet on its event loop (:func:`router.fleet.build_fleet`). :func:`build_runtime` builds one
+model's runtime in one call, for scripts and benchmarks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,18 +28,26 @@ class RuntimeInputs:
 
     Attributes:
         config: the validated YAML.
-        counter: the prompt token counter (the previous one when the tokenizer path is unchanged).
+        counters: model name -> its prompt token counter (a previous one when its tokenizer
+            path is unchanged; models with one tokenizer path share one counter).
         auth: the resolved API keys.
     """
 
     config: Config
-    counter: PromptCounter
+    counters: Mapping[str, PromptCounter]
     auth: Auth
 
+    @property
+    def counter(self) -> PromptCounter:
+        """The first model's counter (the only one of a one-model config)."""
+        return self.counters[self.config.models[0].name]
 
-def load_runtime_inputs(config: Config | Path, previous_counter: object = None) -> RuntimeInputs:
-    """Do a runtime's I/O: read and validate the YAML (when given a path), load the tokenizer
-    (unless ``previous_counter`` has the same path) and read the API key files and variables.
+
+def load_runtime_inputs(config: Config | Path, previous_counter: object = None,
+                        previous_counters: Iterable[PromptCounter] = ()) -> RuntimeInputs:
+    """Do the fleet's I/O: read and validate the YAML (when given a path), load each model's
+    tokenizer (unless ``previous_counter`` or one of ``previous_counters`` has the same path)
+    and read the API key files and variables.
 
     Touches no live object, so it may run in a worker thread; build the :class:`Runtime` from
     the result on the event loop.
@@ -49,16 +59,22 @@ def load_runtime_inputs(config: Config | Path, previous_counter: object = None) 
     """
     if not isinstance(config, Config):
         config = load_config(config)
-    if previous_counter is not None and getattr(previous_counter, "path", None) == config.model.tokenizer:
-        counter: PromptCounter = previous_counter  # type: ignore[assignment]
-    else:
-        counter = PromptCounter(config.model.tokenizer)
-    return RuntimeInputs(config, counter, load_auth(config.auth))
+    by_path: dict[str, PromptCounter] = {}
+    for old in (*previous_counters, *([previous_counter] if isinstance(previous_counter, PromptCounter) else [])):
+        by_path.setdefault(str(getattr(old, "path", "")), old)
+    counters: dict[str, PromptCounter] = {}
+    for model in config.models:
+        counter = by_path.get(model.tokenizer)
+        if counter is None:
+            counter = by_path[model.tokenizer] = PromptCounter(model.tokenizer)
+        counters[model.name] = counter
+    return RuntimeInputs(config, counters, load_auth(config.auth))
 
 
 def build_runtime(config: Config, previous: Runtime | None = None,
                   ledger: LeaseLedger | None = None) -> Runtime:
-    """Build a :class:`Runtime` for ``config``, reusing ``previous``'s tokenizer, endpoints,
+    """Build a :class:`Runtime` for ``config``'s first model (the only one of a one-model
+    config; :func:`router.fleet.build_fleet` builds every model's), reusing ``previous``'s tokenizer, endpoints,
     ledger and overrides; reads the API key files and variables (``auth``).
 
     Does I/O and, with ``previous``, writes to its live endpoints: call it only where no event
@@ -70,4 +86,4 @@ def build_runtime(config: Config, previous: Runtime | None = None,
         ConfigError: when a configured API key source is missing or empty.
     """
     inputs = load_runtime_inputs(config, previous.counter if previous is not None else None)
-    return Runtime(config, inputs.counter, previous, ledger=ledger, auth=inputs.auth)
+    return Runtime(config.for_model(config.models[0].name), inputs.counter, previous, ledger=ledger, auth=inputs.auth)

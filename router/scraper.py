@@ -32,6 +32,7 @@ from router.tasks import LoopTask
 if TYPE_CHECKING:
     from router.config import Config
     from router.endpoint import Endpoint
+    from router.fleet import Fleet
     from router.pools import Runtime
 
 __all__ = ["EngineLoad", "Scraper", "parse_sglang_metrics"]  # the first and last from router.engine_metrics
@@ -42,30 +43,30 @@ class Scraper(LoopTask):
 
     Args:
         session: the shared aiohttp session (all outbound HTTP goes through it).
-        get_runtime: returns the current runtime (re-read every round, so reloads apply).
-        on_round: called after each round with the runtime (metrics, bypass update).
+        get_fleet: returns the current :class:`router.fleet.Fleet` (re-read every round, so
+            reloads apply); every model's endpoints are scraped in one concurrent round, each
+            checked against its own model's name (:mod:`router.identity`).
+        on_round: called after each round with every model's runtime (metrics, bypass update).
         clock: monotonic clock (seconds).
         on_failure: called with the endpoint after each failed scrape (metrics).
     """
 
     _name = "specgate-scraper"
 
-    def __init__(self, session: aiohttp.ClientSession, get_runtime: Callable[[], Runtime],
-                 on_round: Callable[[Runtime], None], clock: Callable[[], float] = time.monotonic,
+    def __init__(self, session: aiohttp.ClientSession, get_fleet: Callable[[], Fleet],
+                 on_round: Callable[[list[Runtime]], None], clock: Callable[[], float] = time.monotonic,
                  on_failure: Callable[[Endpoint], None] = lambda endpoint: None) -> None:
         self._session = session
         self._on_failure = on_failure
-        self._get_runtime = get_runtime
+        self._get_fleet = get_fleet
         self._on_round = on_round
         self._clock = clock
 
     async def run_once(self) -> None:
-        """Scrape every endpoint of the current runtime once, concurrently."""
-        runtime = self._get_runtime()
-        cfg = runtime.config
-        endpoints = runtime.all_endpoints()
-        await asyncio.gather(*(self._scrape(ep, cfg) for ep in endpoints))
-        self._on_round(runtime)
+        """Scrape every endpoint of every model's runtime once, concurrently."""
+        runtimes = list(self._get_fleet())
+        await asyncio.gather(*(self._scrape(ep, rt.config) for rt in runtimes for ep in rt.all_endpoints()))
+        self._on_round(runtimes)
 
     async def _loop(self) -> None:
         while True:
@@ -78,7 +79,7 @@ class Scraper(LoopTask):
                 import logging
 
                 logging.getLogger("specgate.scraper").exception("scrape round failed")
-            interval = self._get_runtime().config.scrape.interval_s
+            interval = self._get_fleet().config.scrape.interval_s
             await asyncio.sleep(max(0.0, interval - (self._clock() - started)))
 
     async def _scrape(self, endpoint: Endpoint, cfg: Config) -> None:

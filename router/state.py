@@ -132,7 +132,7 @@ class MemoryState:
     degraded = False
     ledger = None
 
-    async def start(self, get_runtime: Callable[[], Any]) -> None:
+    async def start(self, get_fleet: Callable[[], Any]) -> None:
         """Nothing to start."""
 
     async def stop(self) -> None:
@@ -221,7 +221,7 @@ class RedisState:
         self._wake = asyncio.Event()
         self._round_due = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._get_runtime: Callable[[], Any] = lambda: None
+        self._get_fleet: Callable[[], Any] = lambda: None
 
     # -- the lease ledger (called on the request path: memory only) -------------------
     @property
@@ -279,9 +279,13 @@ class RedisState:
         }
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def start(self, get_runtime: Callable[[], Any]) -> None:
-        """One bounded first sync (a failure only makes the start degraded), then the tasks."""
-        self._get_runtime = get_runtime
+    async def start(self, get_fleet: Callable[[], Any]) -> None:
+        """One bounded first sync (a failure only makes the start degraded), then the tasks.
+
+        ``get_fleet`` returns the current :class:`router.fleet.Fleet` (or None): the leases,
+        bypass flags and overrides of every model's runtime go through this one state (pool
+        names, hence keys, are unique across the deployment)."""
+        self._get_fleet = get_fleet
         await self._batch_once()
         self._update_degraded()
         self._tasks = [asyncio.create_task(self._writer(), name="specgate-state-writer"),
@@ -318,7 +322,7 @@ class RedisState:
 
     async def _rounds(self) -> None:
         while True:
-            await asyncio.sleep(self._get_runtime().config.scrape.interval_s)
+            await asyncio.sleep(self._get_fleet().config.scrape.interval_s)
             self._round_due = True
             self._wake.set()
 
@@ -384,7 +388,7 @@ class RedisState:
         self._closing.append(asyncio.get_running_loop().create_task(close()))
 
     def _take(self) -> _Batch:
-        runtime = self._get_runtime()
+        fleet = self._get_fleet()
         now = self._clock()
         self._seq += 1
         full = self._full or now >= self._renew_at
@@ -403,7 +407,8 @@ class RedisState:
             else:
                 rems.setdefault(key, set()).add(lease_id)
         flags, self._flag_writes = self._flag_writes, {}
-        endpoints = {self._key(ep): ep for ep in runtime.all_endpoints()} if runtime is not None else {}
+        endpoints = ({self._key(ep): ep for rt in fleet for ep in rt.all_endpoints()}
+                     if fleet is not None else {})
         bases = {key: ep.inflight for key, ep in endpoints.items()}
         keys = list(endpoints) + sorted({*adds, *rems} - set(endpoints))
         for ids in adds.values():
@@ -494,23 +499,24 @@ class RedisState:
             if ep is not None:
                 ep.shared_inflight, ep.shared_base, ep.shared_at = count, batch.bases[key], now
         self._update_degraded()
-        runtime = self._get_runtime()
-        if runtime is None:
+        fleet = self._get_fleet()
+        if fleet is None:
             return
-        if overrides is not None and batch.seq >= self._overrides_min_seq and overrides != runtime.overrides:
-            log.info("routing overrides from the shared state: %s", overrides.flat())
-            runtime.set_overrides(overrides)
-        for field_, expected, new in runtime.sync_bypass(flags, now):
-            self._flag_writes[field_] = (expected, new)
-            self._wake.set()
+        for runtime in fleet:  # overrides apply to every model (router.admin)
+            if overrides is not None and batch.seq >= self._overrides_min_seq and overrides != runtime.overrides:
+                log.info("routing overrides from the shared state: %s", overrides.flat())
+                runtime.set_overrides(overrides)
+            for field_, expected, new in runtime.sync_bypass(flags, now):
+                self._flag_writes[field_] = (expected, new)
+                self._wake.set()
 
     def _update_degraded(self) -> None:
         degraded = self.degraded
         if degraded and not self._was_degraded:
             self._metrics.shared_state_degraded_entries.inc()
             log.warning("shared state degraded (%s): routing on local counts", self._last_error)
-            runtime = self._get_runtime()
-            for ep in runtime.all_endpoints() if runtime is not None else ():
+            fleet = self._get_fleet()
+            for ep in [e for rt in fleet for e in rt.all_endpoints()] if fleet is not None else ():
                 ep.shared_inflight = None
         elif not degraded and self._was_degraded:
             log.warning("shared state recovered: leases reconciled")

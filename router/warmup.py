@@ -40,8 +40,8 @@ from router.tasks import LoopTask
 if TYPE_CHECKING:
     from router.config import Config
     from router.endpoint import Endpoint
+    from router.fleet import Fleet
     from router.metrics import RouterMetrics
-    from router.pools import Runtime
 
 __all__ = ["PROBE_HEADER", "Warmer", "probe_body"]
 
@@ -75,30 +75,31 @@ class Warmer(LoopTask):
 
     Args:
         session: the shared upstream client (it carries the engines' key).
-        get_runtime: the current runtime (re-read every round, so reloads apply).
+        get_fleet: the current :class:`router.fleet.Fleet` (re-read every round, so reloads
+            apply); an endpoint's probe asks for its own model's name.
         metrics: the router's series (``warmup_probes``).
         clock: monotonic clock (s), for log lines only.
     """
 
     _name = "specgate-warmup"
 
-    def __init__(self, session: aiohttp.ClientSession, get_runtime: Callable[[], Runtime],
+    def __init__(self, session: aiohttp.ClientSession, get_fleet: Callable[[], Fleet],
                  metrics: RouterMetrics, clock: Callable[[], float] = time.monotonic) -> None:
         self._session = session
-        self._get_runtime = get_runtime
+        self._get_fleet = get_fleet
         self._metrics = metrics
         self._clock = clock
         self._running: dict[str, asyncio.Task[None]] = {}
 
     def round(self) -> None:
         """Start a probe sequence for every warming endpoint that has none running."""
-        runtime = self._get_runtime()
-        cfg = runtime.config
-        for ep in runtime.all_endpoints():
-            if ep.warming and ep.url not in self._running:
-                task = asyncio.create_task(self._sequence(ep, cfg), name=f"specgate-warmup-{ep.url}")
-                self._running[ep.url] = task
-                task.add_done_callback(self._done)
+        for runtime in self._get_fleet():
+            cfg = runtime.config
+            for ep in runtime.all_endpoints():
+                if ep.warming and ep.url not in self._running:
+                    task = asyncio.create_task(self._sequence(ep, cfg), name=f"specgate-warmup-{ep.url}")
+                    self._running[ep.url] = task
+                    task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         for url, running in list(self._running.items()):
@@ -114,7 +115,7 @@ class Warmer(LoopTask):
                     self.round()
                 except Exception:  # a bug in one round must not stop warm-up
                     log.exception("warm-up round failed")
-                await asyncio.sleep(self._get_runtime().config.health.warmup.interval_s)
+                await asyncio.sleep(self._get_fleet().config.health.warmup.interval_s)
         finally:
             for task in list(self._running.values()):
                 task.cancel()

@@ -502,7 +502,7 @@ def test_openai_client_stream_and_not(stack):
 def test_metrics_endpoint_uses_own_prefix(stack):
     stack.client.post(CHAT, json=body(max_tokens=2))
     text = stack.client.get("/metrics").text
-    assert 'specgate_requests_total{pool="spec",reason="speculative",status="200"} 1.0' in text
+    assert 'specgate_requests_total{model="tiny-llama",pool="spec",reason="speculative",status="200"} 1.0' in text
     assert "specgate_pool_healthy_endpoints" in text
     assert "\nsglang" not in text
 

@@ -90,13 +90,19 @@ class RouterServer:
         return self.app.state.specgate
 
     def metric(self, name: str, **labels: str) -> float:
-        """A sample of the router's Prometheus registry (0.0 when absent)."""
-        value = self.state.metrics.registry.get_sample_value(name, labels)
+        """A sample of the router's Prometheus registry (0.0 when absent). For
+        ``specgate_requests_total`` without a ``model`` label: the sum over every model."""
+        registry = self.state.metrics.registry
+        if name == "specgate_requests_total" and "model" not in labels:
+            return sum(s.value for metric in registry.collect() for s in metric.samples
+                       if s.name == name and set(s.labels) == {"model", *labels}
+                       and all(s.labels[k] == v for k, v in labels.items()))
+        value = registry.get_sample_value(name, labels)
         return 0.0 if value is None else value
 
     def pool(self, name: str) -> Any:
-        """The current runtime's pool ``name``."""
-        return next(p for p in self.state.runtime.pools if p.name == name)
+        """The current pool ``name`` (of whichever model's runtime holds it)."""
+        return next(p for rt in self.state.fleet for p in rt.pools if p.name == name)
 
     def urls(self, pool: str = "spec") -> set[str]:
         """Routable URLs of a pool (present and not draining)."""

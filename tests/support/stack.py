@@ -41,7 +41,7 @@ class Stack:
             tmp / "router.yaml", router_config(tokenizer, self.spec.base_url, self.plain.base_url, **overrides))
         self.router = RouterServer(self.config_path, **(router_kwargs or {})).start()
         # the first scrape may time out on a loaded machine
-        wait_until(lambda: all(ep.healthy for ep in self.router.state.runtime.all_endpoints()), 15,
+        wait_until(lambda: all(ep.healthy for ep in self.router.state.fleet.endpoints()), 15,
                    "the fake endpoints to become healthy")
         self.client = self.router.client
 
@@ -71,7 +71,7 @@ class Stack:
         self.router.wait_scrape_rounds(n)
 
     def inflight(self) -> int:
-        return sum(ep.inflight for ep in self.router.state.runtime.all_endpoints())
+        return sum(ep.inflight for ep in self.router.state.fleet.endpoints())
 
     def settled_inflight(self, timeout_s: float = 2.0) -> int:
         """In-flight count once the router finished its responses (the client may see the last

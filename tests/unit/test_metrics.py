@@ -26,13 +26,14 @@ def test_loop_histogram_matches_prometheus_client_histogram():
 
 def test_loop_counter_series_and_registry_export():
     m = RouterMetrics(CollectorRegistry(auto_describe=True))
-    m.requests.inc(("spec", "speculative", "200"))
-    m.requests.inc(("spec", "speculative", "200"), 2)
-    m.requests.inc(("none", "context_cap", "400"))
+    m.requests.inc(("m", "spec", "speculative", "200"))
+    m.requests.inc(("m", "spec", "speculative", "200"), 2)
+    m.requests.inc(("none", "none", "context_cap", "400"))
     m.prompt_tokens.observe(("exact",), 300)
     get = m.registry.get_sample_value
-    assert get("specgate_requests_total", {"pool": "spec", "reason": "speculative", "status": "200"}) == 3.0
-    assert get("specgate_requests_total", {"pool": "none", "reason": "context_cap", "status": "400"}) == 1.0
+    assert get("specgate_requests_total", {"model": "m", "pool": "spec", "reason": "speculative", "status": "200"}) == 3.0
+    assert get("specgate_requests_total", {"model": "none", "pool": "none", "reason": "context_cap",
+                                           "status": "400"}) == 1.0
     assert get("specgate_prompt_tokens_bucket", {"kind": "exact", "le": "256.0"}) == 0.0
     assert get("specgate_prompt_tokens_bucket", {"kind": "exact", "le": "1024.0"}) == 1.0
     assert get("specgate_upstream_aborts_total", {"pool": "spec"}) is None  # no series before the first event
@@ -49,7 +50,7 @@ def test_exposition_has_build_info_and_no_created_series():
     import platform
 
     m = RouterMetrics(CollectorRegistry(auto_describe=True), version="9.9.9")
-    m.requests.inc(("spec", "speculative", "200"))
+    m.requests.inc(("tiny-llama", "spec", "speculative", "200"))
     m.scrape_failures.labels("spec", "http://127.0.0.1:1").inc()
     m.config_reloads.labels("success").inc()
     text = m.exposition().decode()
@@ -57,7 +58,7 @@ def test_exposition_has_build_info_and_no_created_series():
     assert f'specgate_build_info{{python="{platform.python_version()}",version="9.9.9"}} 1.0' in lines
     assert not [line for line in lines if "_created" in line]
     assert 'specgate_config_reloads_total{result="success"} 1.0' in lines
-    assert 'specgate_requests_total{pool="spec",reason="speculative",status="200"} 1.0' in lines
+    assert 'specgate_requests_total{model="tiny-llama",pool="spec",reason="speculative",status="200"} 1.0' in lines
     # the registry itself still has them (prometheus_client's default), only the exposition drops them
     assert m.registry.get_sample_value("specgate_config_reloads_created", {"result": "success"}) is not None
 

@@ -311,6 +311,8 @@ def _setup(seed_clock: Clock, ttl: float = 2.0, renew: float = 0.5,
            ) -> tuple[RedisState, Runtime, FakeClient, ScriptModel]:
     from prometheus_client import CollectorRegistry
 
+    from router.fleet import Fleet
+
     cfg = parse_config(BASE)
     model = ScriptModel()
     client = FakeClient(model)
@@ -319,7 +321,8 @@ def _setup(seed_clock: Clock, ttl: float = 2.0, renew: float = 0.5,
     st = RedisState(scfg, "redis://x", metrics=RouterMetrics(CollectorRegistry()), clock=seed_clock,
                     client=client)
     rt = Runtime(cfg, counter=None, ledger=st)
-    st._get_runtime = lambda: rt
+    fleet = Fleet(cfg, {cfg.model.name: rt})
+    st._get_fleet = lambda: fleet
     return st, rt, client, model
 
 

@@ -1,0 +1,56 @@
+"""``GET /ready``: whether this router takes traffic, with every model's pools.
+
+200 while some model has a healthy endpoint and the drain has not started (:mod:`router.drain`),
+else 503. The body: ``ready``, ``draining``, ``pools`` (every pool of every model: healthy and
+total endpoints, warming and wrong-model endpoints, LoRA adapters, bypass flags, signal ages,
+acceptance estimates, speed model), ``models`` (each model's ``ready`` and pool names: a model
+without a healthy endpoint answers its own requests 503 ``no_healthy_upstream`` while the
+others are served, :meth:`router.fleet.Fleet.ready`) and ``shared_state``. A degraded shared
+state is shown, not fatal.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from router.acceptance import CLASSES
+from router.models import pool_adapters
+
+if TYPE_CHECKING:
+    from router.fleet import Fleet
+    from router.pool import Pool
+
+__all__ = ["ready_view"]
+
+
+def _age(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _pool_view(p: Pool, now: float, max_age: float) -> dict[str, Any]:
+    return {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
+            "endpoints": len(p.endpoints),
+            "warming": {e.url: e.warm_detail for e in p.endpoints.values() if e.warming},
+            "wrong_model": {e.url: e.identity_error for e in p.endpoints.values() if e.identity_error},
+            "lora_adapters": sorted(pool_adapters(p.endpoints.values())),
+            "saturated": p.saturated,
+            "low_acceptance": p.low_acceptance,
+            "low_acceptance_classes": sorted(p.bypass.low_classes()),
+            "signal_age_s": {"scrape": _age(p.scrape_age_s(now)),
+                             **{f"acceptance_{c}": _age(p.signal_age_s(c, now)) for c in CLASSES}},
+            "accept_length_estimate": {c: p.estimated_accept_length(c, now, max_age) for c in CLASSES},
+            "speed_model": None if p.fit is None else p.fit.status(now)}
+
+
+def ready_view(fleet: Fleet, now: float, draining: bool) -> tuple[bool, dict[str, Any]]:
+    """``(ready, body without shared_state)`` of ``GET /ready`` at monotonic time ``now`` (s)."""
+    pools: dict[str, Any] = {}
+    for rt in fleet:
+        max_age = rt.routing.acceptance.max_age_s
+        for p in rt.pools:
+            pools[p.name] = _pool_view(p, now, max_age)
+    models = fleet.ready()
+    ok = any(models.values()) and not draining
+    return ok, {"ready": ok, "draining": draining, "pools": pools,
+                "models": {name: {"ready": r, "pools": [p.name for p in fleet.runtimes[name].pools]}
+                           for name, r in models.items()}}
