@@ -3,6 +3,7 @@ side by side, interleaved (docs/performance.md).
 
     .venv/bin/python benchmarks/request_cost.py [--trees .,/tmp/base] [--rounds 5]
         [--requests 3000] [--concurrency 16] [--stream] [--models 1,3] [--traffic first|spread]
+        [--others-models 1]
 
 Each round runs, for every checkout in ``--trees`` in turn, a child process pinned to core 0
 (``taskset``) that builds that checkout's app (``router.app.create_app`` on the config of
@@ -19,7 +20,9 @@ N > 1 the config is a ``models:`` list of N models (``bench``, ``bench-2``, ...)
 one plain pool on its own backend (``fast_backend.py --model <name>``, all on the last core),
 so the router scrapes, health-checks and holds state for every model; the requests all name
 ``bench`` (``--traffic first``) or go round robin over the models (``--traffic spread``). With
-N = 1 the config is the one-model file above, so an older checkout runs it unchanged.
+N = 1 the config is the one-model file above, so an older checkout runs it unchanged
+(``--others-models 1``: the checkouts after the first run only those counts, e.g. a revision
+from before ``models:``).
 
 Prints every round's figures, the median per checkout with its range, and each checkout's
 median ratio to the first over the rounds (a round's children ran back to back, so the
@@ -151,6 +154,8 @@ def main() -> int:
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
     ap.add_argument("--models", default="1", help="model counts configured, comma-separated (default 1)")
+    ap.add_argument("--others-models", default=None,
+                    help="model counts for the checkouts after the first (default: --models)")
     ap.add_argument("--traffic", choices=("first", "spread"), default="first",
                     help="requests name the first model, or go round robin over the models")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -164,13 +169,16 @@ def main() -> int:
 
     trees = [Path(t).resolve() for t in args.trees.split(",") if t]
     counts = [int(n) for n in args.models.split(",")]
-    if min(counts) < 1:
+    others = [int(n) for n in args.others_models.split(",")] if args.others_models else counts
+    counts_of = {tree: counts if i == 0 else others for i, tree in enumerate(trees)}
+    if min(counts + others) < 1:
         raise SystemExit("--models: every count must be >= 1")
     ncpu = os.cpu_count() or 2
     work = Path(tempfile.mkdtemp(prefix="specgate-cost-"))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        names = ["bench", *(f"bench-{i}" for i in range(2, max(counts) + 1))]
+        every = sorted(set(counts + others))
+        names = ["bench", *(f"bench-{i}" for i in range(2, max(every) + 1))]
         ports = [free_port() for _ in names]
         for name, port in zip(names, ports, strict=True):
             procs.append(subprocess.Popen(
@@ -179,14 +187,14 @@ def main() -> int:
                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
         for port in ports:
             wait_http(f"http://127.0.0.1:{port}/health")
-        configs = {n: work / f"router-{n}.yaml" for n in counts}
+        configs = {n: work / f"router-{n}.yaml" for n in every}
         for n, path in configs.items():
             path.write_text(json.dumps(_config(names[:n], ports[:n], args.tokenizer)))
-        variants = [(tree, n) for tree in trees for n in counts]
+        variants = [(tree, n) for tree in trees for n in counts_of[tree]]
         results: dict[tuple[Path, int], list[dict[str, float]]] = {v: [] for v in variants}
 
         def label(v: tuple[Path, int]) -> str:
-            return f"{v[0]}" + (f" [{v[1]} model{'s' if v[1] > 1 else ''}]" if len(counts) > 1 else "")
+            return f"{v[0]}" + (f" [{v[1]} model{'s' if v[1] > 1 else ''}]" if len(every) > 1 else "")
 
         for rnd in range(args.rounds):
             for tree, n in variants:
