@@ -16,7 +16,8 @@ the app                   :func:`create_app`, :class:`RouterApp`, :class:`AppSta
 the config                :func:`load_config`, :func:`parse_config`, :class:`Config`,
                           :class:`PoolConfig`, :class:`RoutingConfig`, :class:`ConfigError`
 a runtime outside the     :func:`build_runtime`, :func:`load_runtime_inputs`,
-app (scripts, benches)    :class:`RuntimeInputs`, :class:`Runtime`
+app (scripts, benches)    :class:`RuntimeInputs`, :class:`Runtime`, :func:`build_fleet` and
+                          :class:`Fleet` (one runtime per model of ``models:``)
 the pure decision         :func:`decide`, :class:`Decision`, :class:`Outcome`, :class:`Reason`,
 (simulators)              :func:`request_features`, :class:`RequestFeatures`, :func:`flip_points`,
                           :class:`PoolSnapshot`, :class:`EndpointSnapshot`, :class:`Rules`,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from router.engine_metrics import EngineLoad, parse_sglang_metrics
     from router.errors import SpecgateError
     from router.features import PromptCounter, RequestFeatures, parse_chat, parse_completions
+    from router.fleet import Fleet, build_fleet
     from router.learn import Observation, SpeedFit
     from router.policy import (
         Decision,
@@ -74,6 +76,7 @@ _SURFACE = MappingProxyType({
     "PoolConfig": "router.config", "RoutingConfig": "router.config", "ConfigError": "router.config",
     "build_runtime": "router.runtime_inputs", "load_runtime_inputs": "router.runtime_inputs",
     "RuntimeInputs": "router.runtime_inputs", "Runtime": "router.pools",
+    "Fleet": "router.fleet", "build_fleet": "router.fleet",
     "decide": "router.policy", "Decision": "router.policy", "Outcome": "router.policy",
     "request_features": "router.policy", "flip_points": "router.policy",
     "PoolSnapshot": "router.policy", "EndpointSnapshot": "router.policy", "Rules": "router.policy",
@@ -88,9 +91,9 @@ _SURFACE = MappingProxyType({
 
 __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "AcceptanceTracker", "AppState", "BypassState", "Config", "ConfigError", "Decision",
-    "EndpointSnapshot", "EngineLoad", "Observation", "Outcome", "PoolConfig", "PoolSnapshot",
+    "EndpointSnapshot", "EngineLoad", "Fleet", "Observation", "Outcome", "PoolConfig", "PoolSnapshot",
     "PromptCounter", "Reason", "RequestFeatures", "RouterApp", "RoutingConfig", "Rules", "Runtime",
-    "RuntimeInputs", "SpecgateError", "SpeedFit", "SpeedModel", "build_runtime", "create_app",
+    "RuntimeInputs", "SpecgateError", "SpeedFit", "SpeedModel", "build_fleet", "build_runtime", "create_app",
     "decide", "flip_points", "load_config", "load_runtime_inputs", "parse_chat",
     "parse_completions", "parse_config", "parse_sglang_metrics", "request_features", "serve",
     "tune_interpreter",

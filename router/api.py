@@ -43,7 +43,7 @@ from router.features import (
     parse_chat,
     parse_completions,
 )
-from router.fleet_models import check_model_body, model_runtime, resolve_model
+from router.fleet_models import check_model_body, model_runtime
 from router.intake import client_request_id
 from router.intake import header as _header
 from router.intake import header_map as _header_map
@@ -51,6 +51,7 @@ from router.intake import header_values as _header_values
 from router.intake import parse_json as _parse_json
 from router.intake import read_body as _read_body
 from router.model_routes import install_model_routes
+from router.models import resolve_request
 from router.observe import ResponseObserver, wants_tools
 from router.passthrough import install_passthrough_routes
 from router.policy import (
@@ -176,15 +177,15 @@ async def _generate(request: Request, kind: str) -> Response:
     runtime = model_runtime(fleet, doc)  # router.fleet_models: the runtime of the body's model
     cfg = runtime.config
     limits = cfg.limits
-    check_model_body(runtime, len(body))
+    check_model_body(fleet, runtime, len(body))
     if kind == "responses":
         check_served(runtime)
     if kind == "chat":
         parsed = parse_chat(doc, max_n=limits.max_n, media=cfg.model.media_tokens)
     else:
         parsed = _PARSERS[kind](doc, max_n=limits.max_n)
-    resolved = resolve_model(runtime, doc)  # 404 before any work for an unknown name
-    context.model = cfg.model.name
+    resolved = resolve_request(runtime, doc)  # router.models: 404 before any work for an unknown name
+    context.model = runtime.model_name
     auth = runtime.auth
     priority = resolve_priority(doc, _header(headers, _PRIORITY_HEADER),
                                 auth.priority_grant(authorization) if auth else None,
@@ -344,7 +345,7 @@ def _abort_rids(doc: dict[str, Any], features: RequestFeatures, request_id: str,
 def _finish(state: AppState, job: ProxyJob, runtime: Runtime) -> None:
     m = state.metrics
     pool = job.decision.pool or "none"
-    model = runtime.config.model.name
+    model = runtime.model_name
     m.requests.inc((model, pool, job.decision.reason.value, str(job.status)))
     duration = time.perf_counter() - job.received_at
     m.request_duration.observe((pool,), duration)

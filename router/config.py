@@ -53,6 +53,7 @@ checks, and the loader).
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -229,8 +230,9 @@ class Config(Strict):
     ``models`` is the list of served models (:mod:`router.config_models`; a one-model file is
     a list of one). Code serving one model reads ``model``, ``limits`` and ``routing``, which
     exist only while the config holds one model: a one-model file, or the per-model view
-    :meth:`for_model` (what each :class:`router.pools.Runtime` is built from). ``pools`` is
-    every pool of every model.
+    :meth:`for_model` (what each :class:`router.pools.Runtime` is built from), computed once
+    (``cached_property``: they are read on every request). ``pools`` is every pool of every
+    model.
     """
 
     models: tuple[ModelEntry, ...]
@@ -303,7 +305,7 @@ class Config(Strict):
                     f"upstream.keepalive_timeout_s ({self.upstream.keepalive_timeout_s}) must be "
                     f"below {at}pools[{pool.name}].engine_keepalive_s ({pool.engine_keepalive_s})")
 
-    @property
+    @cached_property
     def model(self) -> ModelEntry:
         """The one model this config serves (a one-model file, or a :meth:`for_model` view).
 
@@ -315,12 +317,12 @@ class Config(Strict):
                               f"({', '.join(m.name for m in self.models)}): take Config.for_model(name)")
         return self.models[0]
 
-    @property
+    @cached_property
     def limits(self) -> LimitsConfig:
         """The one model's ``limits`` (see :attr:`model`)."""
         return self.model.limits
 
-    @property
+    @cached_property
     def routing(self) -> RoutingConfig:
         """The one model's ``routing`` (see :attr:`model`)."""
         return self.model.routing

@@ -52,7 +52,7 @@ class Fleet:
             are read, identical in every runtime.
     """
 
-    __slots__ = ("_by_pool", "_by_url", "config", "default", "names", "runtimes")
+    __slots__ = ("_by_pool", "_by_url", "body_caps", "config", "default", "names", "runtimes", "single")
 
     def __init__(self, config: Config, runtimes: Mapping[str, Runtime]) -> None:
         if not runtimes:
@@ -60,7 +60,13 @@ class Fleet:
         self.config = config
         self.runtimes: dict[str, Runtime] = dict(runtimes)
         self.default: Runtime = next(iter(self.runtimes.values()))
+        self.single = len(self.runtimes) == 1  # a one-model router: every request is the default's
         self.names: dict[str, str] = {n: name for name, rt in self.runtimes.items() for n in rt.config.model.names}
+        #: model name -> its body cap (bytes) when it is below the cap the body is read with
+        #: (:attr:`router.config.Config.max_request_bytes`), else absent: nothing to check.
+        self.body_caps: dict[str, int] = {
+            name: cap for name, rt in self.runtimes.items()
+            if (cap := rt.config.limits.max_request_bytes) < config.max_request_bytes}
         self._by_pool = {p.name: rt for rt in self.runtimes.values() for p in rt.pools}
         self._by_url = {ep.url: rt for rt in self.runtimes.values() for p in rt.pools
                         for ep in p.endpoints.values()}

@@ -1,7 +1,8 @@
 """Which model a request is for, with several models behind one router (:mod:`router.fleet`).
 
 :func:`model_runtime` picks the model's runtime from the body's ``model``, and
-:func:`resolve_model` resolves the name inside that model exactly as a one-model router does
+:func:`router.models.resolve_request` on that runtime resolves the name inside that model
+exactly as a one-model router does
 (:func:`router.models.resolve`: alias rewriting, adapters, ``lora_path``), in this order (the first rule that matches wins):
 
 1. absent or null -> the first model of ``models:`` (a one-model router's only model);
@@ -43,16 +44,16 @@ if TYPE_CHECKING:
     from router.pool import Pool
     from router.pools import Runtime
 
-__all__ = ["check_model_body", "fleet_card", "fleet_cards", "model_runtime", "passthrough_target", "resolve_fleet",
-           "resolve_model"]
+__all__ = ["check_model_body", "fleet_card", "fleet_cards", "model_runtime", "passthrough_target", "resolve_fleet"]
 
 
 def model_runtime(fleet: Fleet, doc: Any) -> Runtime:
     """The runtime of the model ``doc`` (a parsed body) asks for, by rules 1-4 of the module
     docstring; the first model's for anything else (a name no model has, a ``model`` that is
-    not a string, a body that is not an object), which :func:`resolve_model` then refuses.
+    not a string, a body that is not an object), which :func:`router.models.resolve_request`
+    on it then refuses.
     Raises nothing: the body is checked with that model's limits before its name is judged."""
-    if len(fleet.runtimes) == 1 or not isinstance(doc, Mapping):
+    if fleet.single or not isinstance(doc, Mapping):
         return fleet.default
     model = doc.get("model")
     if not isinstance(model, str):
@@ -67,19 +68,8 @@ def model_runtime(fleet: Fleet, doc: Any) -> Runtime:
     return fleet.default if split is None else fleet.runtimes[fleet.names[split[0]]]
 
 
-def resolve_model(runtime: Runtime, doc: Mapping[str, Any]) -> Resolved:
-    """The request resolved in the model :func:`model_runtime` picked
-    (:func:`router.models.resolve_request`: exact names first, then adapters of that model).
-
-    Raises:
-        ModelNotFound: an unknown name or adapter (404, ``param`` ``model`` or ``lora_path``).
-        InvalidRequest: a ``lora_path`` of the wrong type (400).
-    """
-    return resolve_request(runtime, doc)
-
-
 def resolve_fleet(fleet: Fleet, doc: Mapping[str, Any]) -> tuple[Runtime, Resolved]:
-    """:func:`model_runtime` and :func:`resolve_model` in one call: the runtime of the
+    """:func:`model_runtime` and :func:`router.models.resolve_request` in one call: the runtime of the
     request's model and the request resolved in it.
 
     Raises:
@@ -90,19 +80,22 @@ def resolve_fleet(fleet: Fleet, doc: Mapping[str, Any]) -> tuple[Runtime, Resolv
     if model is not None and not isinstance(model, str):
         raise InvalidRequest("`model` must be a string", param="model")
     runtime = model_runtime(fleet, doc)
-    return runtime, resolve_model(runtime, doc)
+    return runtime, resolve_request(runtime, doc)
 
 
-def check_model_body(runtime: Runtime, body_bytes: int) -> None:
+def check_model_body(fleet: Fleet, runtime: Runtime, body_bytes: int) -> None:
     """Hold a body read under the deployment's largest cap (:attr:`router.config.Config.max_request_bytes`)
-    to its model's own ``limits.max_request_bytes`` (bytes).
+    to its model's own ``limits.max_request_bytes`` (bytes; nothing to do for a model whose cap
+    is the largest, e.g. the only one: :attr:`router.fleet.Fleet.body_caps`).
 
     Raises:
         RequestTooLarge: the body is over the model's cap (413).
     """
-    cap = runtime.config.limits.max_request_bytes
-    if body_bytes > cap:
-        raise RequestTooLarge(f"request body exceeds the {cap}-byte limit of model `{runtime.config.model.name}`")
+    if not fleet.body_caps:
+        return
+    cap = fleet.body_caps.get(runtime.model_name)
+    if cap is not None and body_bytes > cap:
+        raise RequestTooLarge(f"request body exceeds the {cap}-byte limit of model `{runtime.model_name}`")
 
 
 def fleet_cards(fleet: Fleet) -> list[dict[str, Any]]:

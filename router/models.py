@@ -158,7 +158,7 @@ def resolve(doc: Mapping[str, Any], cat: Catalog, default: str) -> Resolved:
 def resolve_request(runtime: Runtime, doc: Mapping[str, Any]) -> Resolved:
     """:func:`resolve` against ``runtime``'s :func:`catalog`, which is built only when the
     request is not plainly the model (its exact name or none, without ``lora_path``)."""
-    name = runtime.config.model.name
+    name = runtime.model_name
     if "lora_path" not in doc:
         model = doc.get("model")
         if model == name:

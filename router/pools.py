@@ -108,6 +108,7 @@ class Runtime:
         self.warmup_gate: bool = warmup_gate if warmup_gate is not None else (
             previous is not None and bool(previous.warmup_gate))
         self.config = config
+        self.model_name: str = config.model.name  # the one model it serves (read per request)
         self.counter = counter
         self.auth = auth
         self.ledger: LeaseLedger | None = ledger if ledger is not None else (previous.ledger if previous is not None else None)

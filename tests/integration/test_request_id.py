@@ -71,6 +71,6 @@ def test_a_refused_request_is_logged_with_its_id_reason_and_prompt_size(tmp_path
     assert (r.status_code, r.headers["x-request-id"], r.headers["x-specgate-reason"]) == (
         400, "client-big", "context_cap")
     lines = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "specgate.access"]
-    assert lines == [{"request_id": "client-big", "pool": "none", "reason": "context_cap", "status": 400,
-                      "code": "context_length_exceeded", "param": "messages", "prompt_tokens": prompt,
+    assert lines == [{"request_id": "client-big", "model": "tiny-llama", "pool": "none", "reason": "context_cap",
+                      "status": 400, "code": "context_length_exceeded", "param": "messages", "prompt_tokens": prompt,
                       "prompt_tokens_exact": True}]

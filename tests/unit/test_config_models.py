@@ -133,3 +133,14 @@ def test_config_check_prints_the_models(tmp_path, capsys):
     assert out["models"][1]["pools"][0]["effective_max_context_tokens"] == 8192
     assert out["models"][0]["pools"][0]["effective_max_context_tokens"] == 2048
     assert "pools" not in out and "model" not in out
+
+
+def test_the_operator_guides_example_is_valid():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operator-guide.md").read_text()
+    section = text[text.index("### Several base models behind one router"):]
+    cfg = parse_config(yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0]))
+    assert [m.name for m in cfg.models] == ["llama-3.1-8b", "qwen3-32b"]
+    assert cfg.max_request_bytes == 67108864
+    assert cfg.for_model("qwen3-32b").limits.default_max_tokens is None
