@@ -7,10 +7,11 @@ single core serves far more requests per second than any router in front of it.
 - ``POST /v1/chat/completions`` (and ``/v1/completions``): a fixed chat completion; with
   ``"stream": true`` in the body, ``--events`` SSE chunks ``--event-gap-ms`` apart (default 8
   events, 1 ms, as an engine emits decode steps), then ``data: [DONE]``.
-- ``GET /health``, ``/health_generate``, ``/v1/models``, ``/get_server_info``, ``/server_info``,
-  ``/get_model_info``, ``/model_info``, ``/metrics``; ``POST /abort_request``: small JSON/text.
+- ``GET /health``, ``/health_generate``, ``/v1/models`` (the one model ``--model``, default
+  ``bench``), ``/get_server_info``, ``/server_info``, ``/get_model_info``, ``/model_info``,
+  ``/metrics``; ``POST /abort_request``: small JSON/text.
 
-    python benchmarks/fast_backend.py --port 31000 [--events 8] [--event-gap-ms 1]
+    python benchmarks/fast_backend.py --port 31000 [--events 8] [--event-gap-ms 1] [--model bench]
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def _response(ctype: bytes, body: bytes) -> bytes:
 
 
 class _Conn(asyncio.Protocol):
-    def __init__(self, events: int, gap_s: float) -> None:
-        self.events, self.gap_s = events, gap_s
+    def __init__(self, events: int, gap_s: float, small: dict[bytes, tuple[bytes, bytes]] = SMALL) -> None:
+        self.events, self.gap_s, self.small = events, gap_s, small
         self.parser = httptools.HttpRequestParser(self)
         self.url = b""
         self.body: list[bytes] = []
@@ -79,8 +80,8 @@ class _Conn(asyncio.Protocol):
         url, body = self.url.split(b"?", 1)[0], b"".join(self.body)
         self.url, self.body = b"", []
         assert self.transport is not None
-        if url in SMALL:
-            self.transport.write(_response(*SMALL[url]))
+        if url in self.small:
+            self.transport.write(_response(*self.small[url]))
         elif b'"stream":true' in body.replace(b" ", b""):
             asyncio.get_running_loop().create_task(self._stream(self.transport))
         else:
@@ -104,12 +105,16 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--events", type=int, default=8)
     ap.add_argument("--event-gap-ms", type=float, default=1.0)
+    ap.add_argument("--model", default="bench", help="the model /v1/models lists (default bench)")
     args = ap.parse_args()
     import uvloop
 
+    listed = json.dumps({"object": "list", "data": [{"id": args.model, "object": "model"}]}).encode()
+    small = {**SMALL, b"/v1/models": (b"application/json", listed)}
+
     async def serve() -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _Conn(args.events, args.event_gap_ms / 1000),
+        server = await loop.create_server(lambda: _Conn(args.events, args.event_gap_ms / 1000, small),
                                           args.host, args.port, backlog=4096)
         async with server:
             await server.serve_forever()

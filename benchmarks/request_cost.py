@@ -2,7 +2,8 @@
 side by side, interleaved (docs/performance.md).
 
     .venv/bin/python benchmarks/request_cost.py [--trees .,/tmp/base] [--rounds 5]
-        [--requests 3000] [--concurrency 16] [--stream] [--calls]
+        [--requests 3000] [--concurrency 16] [--stream] [--calls] [--models 1,3]
+        [--traffic first|spread] [--others-models 1]
 
 Each round runs, for every checkout in ``--trees`` in turn, a child process pinned to core 0
 (``taskset``) that builds that checkout's app (``router.app.create_app`` on the config of
@@ -13,6 +14,15 @@ lifespan, and drives ``POST /v1/chat/completions`` straight into the ASGI app
 work and its upstream aiohttp client, with no uvicorn in front and nothing of the load
 generator on that core. The backend runs on the last core. Measured per child: process CPU
 (``time.process_time``, every thread) over the requests, in microseconds per request.
+
+``--models 1,3`` runs every checkout once per model count in each round (interleaved): with
+N > 1 the config is a ``models:`` list of N models (``bench``, ``bench-2``, ...), each with
+one plain pool on its own backend (``fast_backend.py --model <name>``, all on the last core),
+so the router scrapes, health-checks and holds state for every model; the requests all name
+``bench`` (``--traffic first``) or go round robin over the models (``--traffic spread``). With
+N = 1 the config is the one-model file above, so an older checkout runs it unchanged
+(``--others-models 1``: the checkouts after the first run only those counts, e.g. a revision
+from before ``models:``).
 
 Prints every round's figures, the median per checkout with its range, and each checkout's
 median ratio to the first over the rounds (a round's children ran back to back, so the
@@ -44,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def _drive(config: Path, requests: int, concurrency: int, stream: bool,
-                 calls: bool = False) -> dict[str, float]:
+                 models: list[str] | None = None, calls: bool = False) -> dict[str, float]:
     import router  # the checkout's public surface (router.__all__)
 
     create_app = router.create_app
@@ -53,13 +63,16 @@ async def _drive(config: Path, requests: int, concurrency: int, stream: bool,
     params = inspect.signature(create_app).parameters
     kwargs = {k: v for k, v in (("watch", False),) if k in params}
     app = create_app(config, **kwargs)
-    body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "Say hello in one word."}],
-                       "max_tokens": 8, **({"stream": True} if stream else {})}).encode()
-    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
-               (b"content-length", str(len(body)).encode())]
+    bodies = [json.dumps({"model": name, "messages": [{"role": "user", "content": "Say hello in one word."}],
+                          "max_tokens": 8, **({"stream": True} if stream else {})}).encode()
+              for name in models or ["bench"]]
+    turn = iter(range(1 << 62))
     never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def one() -> int:
+        body = bodies[next(turn) % len(bodies)]
+        headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                   (b"content-length", str(len(body)).encode())]
         scope: dict[str, Any] = {
             "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
             "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
@@ -97,8 +110,8 @@ async def _drive(config: Path, requests: int, concurrency: int, stream: bool,
 
     async with app.router.lifespan_context(app):
         deadline = time.monotonic() + 30
-        while True:  # ready: the first scrape found the backend healthy
-            if (await batch(1)) == [200]:
+        while True:  # ready: the first scrape found every model's backend healthy
+            if (await batch(len(bodies))) == [200] * len(bodies):
                 break
             if time.monotonic() > deadline:
                 raise SystemExit("the router did not become ready")
@@ -122,9 +135,26 @@ async def _drive(config: Path, requests: int, concurrency: int, stream: bool,
 def _child(args: argparse.Namespace) -> int:
     import uvloop
 
-    result = uvloop.run(_drive(Path(args.config), args.requests, args.concurrency, args.stream, args.calls))
+    names = args.names.split(",") if args.names else None
+    result = uvloop.run(_drive(Path(args.config), args.requests, args.concurrency, args.stream, names, args.calls))
     print(json.dumps(result))
     return 0
+
+
+def _config(names: list[str], ports: list[int], tokenizer: str) -> dict[str, Any]:
+    """The router config: one model (the one-model form) or a ``models:`` list, each model with
+    one plain pool on its own backend; scrape and logging as the benchmark needs them."""
+    limits = {"max_context_tokens": 4096, "default_max_tokens": 64}
+    routing = {"long_prompt_tokens": 1024, "saturation": {"enter": 100000, "exit": 99999}}
+    pools = [[{"name": "plain" if i == 0 else f"plain-{i + 1}", "speculative": False,
+               "endpoints": [f"http://127.0.0.1:{port}"]}] for i, port in enumerate(ports)]
+    common = {"scrape": {"interval_s": 1.0, "timeout_s": 1.0, "stale_after_s": 5.0},
+              "server": {"log_requests": False}}
+    if len(names) == 1:
+        return {"model": {"name": names[0], "tokenizer": tokenizer}, "limits": limits, "pools": pools[0],
+                "routing": routing, **common}
+    return {"models": [{"name": name, "tokenizer": tokenizer, "limits": limits, "pools": p, "routing": routing}
+                       for name, p in zip(names, pools, strict=True)], **common}
 
 
 def main() -> int:
@@ -138,8 +168,14 @@ def main() -> int:
                     help="also count function calls per request (cProfile: deterministic where CPU time is "
                          "noisy; the CPU figures of such a run are the profiler's, not the router's)")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
+    ap.add_argument("--models", default="1", help="model counts configured, comma-separated (default 1)")
+    ap.add_argument("--others-models", default=None,
+                    help="model counts for the checkouts after the first (default: --models)")
+    ap.add_argument("--traffic", choices=("first", "spread"), default="first",
+                    help="requests name the first model, or go round robin over the models")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
+    ap.add_argument("--names", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return _child(args)
@@ -147,47 +183,60 @@ def main() -> int:
     from benchmarks.router_overhead import free_port, stop_processes, wait_http
 
     trees = [Path(t).resolve() for t in args.trees.split(",") if t]
+    counts = [int(n) for n in args.models.split(",")]
+    others = [int(n) for n in args.others_models.split(",")] if args.others_models else counts
+    counts_of = {tree: counts if i == 0 else others for i, tree in enumerate(trees)}
+    if min(counts + others) < 1:
+        raise SystemExit("--models: every count must be >= 1")
     ncpu = os.cpu_count() or 2
     work = Path(tempfile.mkdtemp(prefix="specgate-cost-"))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        port = free_port()
-        procs.append(subprocess.Popen(
-            ["taskset", "-c", str(ncpu - 1), sys.executable, str(ROOT / "benchmarks" / "fast_backend.py"),
-             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
-        wait_http(f"http://127.0.0.1:{port}/health")
-        cfg = work / "router.yaml"
-        cfg.write_text(json.dumps({
-            "model": {"name": "bench", "tokenizer": args.tokenizer},
-            "limits": {"max_context_tokens": 4096, "default_max_tokens": 64},
-            "pools": [{"name": "plain", "speculative": False, "endpoints": [f"http://127.0.0.1:{port}"]}],
-            "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 100000, "exit": 99999}},
-            "scrape": {"interval_s": 1.0, "timeout_s": 1.0, "stale_after_s": 5.0},
-            "server": {"log_requests": False}}))
-        results: dict[Path, list[dict[str, float]]] = {t: [] for t in trees}
+        every = sorted(set(counts + others))
+        names = ["bench", *(f"bench-{i}" for i in range(2, max(every) + 1))]
+        ports = [free_port() for _ in names]
+        for name, port in zip(names, ports, strict=True):
+            procs.append(subprocess.Popen(
+                ["taskset", "-c", str(ncpu - 1), sys.executable, str(ROOT / "benchmarks" / "fast_backend.py"),
+                 "--port", str(port), "--model", name],
+                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
+        for port in ports:
+            wait_http(f"http://127.0.0.1:{port}/health")
+        configs = {n: work / f"router-{n}.yaml" for n in every}
+        for n, path in configs.items():
+            path.write_text(json.dumps(_config(names[:n], ports[:n], args.tokenizer)))
+        variants = [(tree, n) for tree in trees for n in counts_of[tree]]
+        results: dict[tuple[Path, int], list[dict[str, float]]] = {v: [] for v in variants}
+
+        def label(v: tuple[Path, int]) -> str:
+            return f"{v[0]}" + (f" [{v[1]} model{'s' if v[1] > 1 else ''}]" if len(every) > 1 else "")
+
         for rnd in range(args.rounds):
-            for tree in trees:
+            for tree, n in variants:
+                traffic = names[:n] if args.traffic == "spread" else names[:1]
                 cmd = ["taskset", "-c", "0", sys.executable, str(Path(__file__).resolve()), "--child",
-                       "--config", str(cfg), "--requests", str(args.requests),
+                       "--config", str(configs[n]), "--requests", str(args.requests), "--names", ",".join(traffic),
                        "--concurrency", str(args.concurrency), *(["--stream"] if args.stream else []),
                        *(["--calls"] if args.calls else [])]
                 out = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, check=False,
                                      env={**os.environ, "PYTHONPATH": str(tree)})
                 if out.returncode != 0:
-                    raise SystemExit(f"{tree}: {out.stderr[-2000:]}")
+                    raise SystemExit(f"{label((tree, n))}: {out.stderr[-2000:]}")
                 res = json.loads(out.stdout.strip().splitlines()[-1])
-                results[tree].append(res)
-                print(f"round {rnd + 1} {tree}: {res['cpu_us_per_req']:.1f} us/req, {res['req_s']:.0f} req/s"
+                results[(tree, n)].append(res)
+                print(f"round {rnd + 1} {label((tree, n))}: {res['cpu_us_per_req']:.1f} us/req, "
+                      f"{res['req_s']:.0f} req/s"
                       + (f", {res['calls_per_req']:.1f} calls/req" if "calls_per_req" in res else "")
-                      + (f", {res['non_200']} non-200" if res["non_200"] else ""), flush=True)
-        ref = results[trees[0]]
-        print(f"\nCPU per request (us; median [min-max] of {args.rounds} rounds), ratio to {trees[0]} "
+                      + (f", {res['non_200']} non-200" if res["non_200"] else ""),
+                      flush=True)
+        ref = results[variants[0]]
+        print(f"\nCPU per request (us; median [min-max] of {args.rounds} rounds), ratio to {label(variants[0])} "
               "(median of the rounds' pairs [min-max])")
-        for tree in trees:
-            cpu = [r["cpu_us_per_req"] for r in results[tree]]
-            pairs = [a["cpu_us_per_req"] / b["cpu_us_per_req"] for a, b in zip(results[tree], ref, strict=True)]
+        for v in variants:
+            cpu = [r["cpu_us_per_req"] for r in results[v]]
+            pairs = [a["cpu_us_per_req"] / b["cpu_us_per_req"] for a, b in zip(results[v], ref, strict=True)]
             print(f"{statistics.median(cpu):8.1f} [{min(cpu):.1f}-{max(cpu):.1f}]  "
-                  f"{statistics.median(pairs):.3f} [{min(pairs):.3f}-{max(pairs):.3f}]  {tree}")
+                  f"{statistics.median(pairs):.3f} [{min(pairs):.3f}-{max(pairs):.3f}]  {label(v)}")
         return 0
     finally:
         stop_processes(procs)

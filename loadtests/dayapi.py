@@ -20,12 +20,14 @@ __all__ = ["Choice", "EndpointView", "FixedShare", "PoolView", "RequestView", "R
 
 @dataclass(frozen=True, slots=True)
 class RequestView:
-    """What a router knows of a request (tokens): not its real output length."""
+    """What a router knows of a request (tokens): not its real output length; ``model``: the
+    name the request sends in ``model`` (None: none, the one model of the deployment)."""
 
     prompt_tokens: int
     max_new_tokens: int
     temperature: float
     n: int = 1
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,8 @@ class Request:
         kind: the prompt class's name.
         alpha_scale: multiplies the engine's acceptance rate for this request (its prompt
             class's ``alpha_scale``: how well the drafter predicts this kind of text).
+        model: the model name the request sends (several models behind one router,
+            :mod:`loadtests.dayfleet`); None: the deployment's one model.
     """
 
     rid: int
@@ -147,6 +149,7 @@ class Request:
     temperature: float
     kind: str
     alpha_scale: float = 1.0
+    model: str | None = None
 
     @property
     def sampled(self) -> bool:

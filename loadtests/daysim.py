@@ -67,7 +67,7 @@ import heapq
 import math
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from loadtests.dayapi import Choice, EndpointView, PoolView, RequestView, RoundRobin, Router
@@ -422,7 +422,9 @@ def _views(pools: Sequence[tuple[str, bool, list[Engine]]],
 
 
 def simulate_day(requests: Sequence[Request], deployment: Deployment, model: EngineModel, *, seed: int = 0,
-                 scrape_interval_s: float = 0.25, timeline_every_s: float = 1.0) -> DayResult:
+                 scrape_interval_s: float = 0.25, timeline_every_s: float = 1.0,
+                 pool_models: Mapping[str, EngineModel] | None = None,
+                 pool_seeds: Mapping[str, int] | None = None) -> DayResult:
     """Run one day through one deployment (module docstring); deterministic for ``seed``.
 
     Args:
@@ -433,6 +435,11 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
         scrape_interval_s: the router's scrape period (s).
         timeline_every_s: period of the pool-load timeline (s; a multiple of the scrape period
             is sampled at the first scrape past each multiple).
+        pool_models: the engine model of a pool's engines, by pool name (several models in one
+            run, :mod:`loadtests.dayfleet`); a pool not named runs ``model``.
+        pool_seeds: the index that seeds a pool's engines' draws, by pool name (default: the
+            pool's position in ``deployment.pools``), so a pool can draw as it did in another
+            deployment.
 
     Raises:
         ValueError: the router chose a pool/endpoint that does not exist.
@@ -440,7 +447,9 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
     pools: list[tuple[str, bool, list[Engine]]] = []
     by_url: dict[str, Engine] = {}
     for pi, (name, spec, n) in enumerate(deployment.pools):
-        engines = [Engine(f"http://{name}-{i}", name, spec, model, random.Random(seed * 1_000_003 + pi * 997 + i),
+        pm = (pool_models or {}).get(name, model)
+        pi = (pool_seeds or {}).get(name, pi)
+        engines = [Engine(f"http://{name}-{i}", name, spec, pm, random.Random(seed * 1_000_003 + pi * 997 + i),
                           adaptive_max_batch=deployment.adaptive_max_batch)
                    for i in range(n)]
         pools.append((name, spec, engines))
@@ -475,7 +484,7 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
         if kind == 0:
             r: Request = obj  # type: ignore[assignment]
             rec = records[r.rid]
-            choice = router(now, RequestView(r.prompt_tokens, r.max_new_tokens, r.temperature),
+            choice = router(now, RequestView(r.prompt_tokens, r.max_new_tokens, r.temperature, model=r.model),
                             _views(pools, scraped, inflight, now))
             reasons[choice.reason] += 1
             rec.reason = choice.reason
@@ -512,7 +521,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
                     rec.accept_length = s.spec_tokens / s.verify_ct
                 inflight[e.url] -= 1
                 if on_done is not None:
-                    on_done(now, RequestView(s.req.prompt_tokens, s.req.max_new_tokens, s.req.temperature), e.url,
+                    on_done(now, RequestView(s.req.prompt_tokens, s.req.max_new_tokens, s.req.temperature,
+                                             model=s.req.model), e.url,
                             rec, _views(pools, scraped, inflight, now))
                 pending -= 1
                 end = now

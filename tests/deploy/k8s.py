@@ -242,6 +242,13 @@ def selector_matches(selector: str, labels: Mapping[str, str]) -> bool:
 # ----------------------------------------------------------------------------- invariants
 
 
+def config_pools(cfg: Mapping[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
+    """``(model name, its limits.max_context_tokens, pool)`` for every pool of a rendered router
+    config, in either form: one model (top-level ``model``, ``limits``, ``pools``) or ``models``."""
+    models = cfg.get("models") or [{"name": cfg["model"]["name"], "limits": cfg["limits"], "pools": cfg["pools"]}]
+    return [(m["name"], m["limits"]["max_context_tokens"], p) for m in models for p in m["pools"]]
+
+
 def router_validate(objects: list[dict[str, Any]]) -> Any:
     """The ConfigMap's config.yaml through the router's own strict loader
     (router.config.parse_config, what `specgate config check` and the router run)."""
@@ -259,9 +266,11 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
     - the router mounts the ConfigMap as a directory (no subPath: the kubelet's symlink swap
       must reach the router's watcher) and runs ``router --config`` on it;
     - every pool: engine.context_length == cap == the workload's ``--context-length``, where
-      cap is max_context_tokens (else limits.max_context_tokens) and cap <= the limit;
+      cap is max_context_tokens (else its model's limits.max_context_tokens) and cap <= that
+      limit (one model, or every model of a ``models`` list);
     - speculative iff --speculative-algorithm, with the engine's algorithm and draft flags;
-    - --model-path, --served-model-name, --tp-size, --port, --enable-metrics as configured;
+    - --model-path, --served-model-name (the pool's model's name unless
+      engine.served_model_name), --tp-size, --port, --enable-metrics as configured;
     - the pool's engine_keepalive_s is the pods' SGLANG_TIMEOUT_KEEP_ALIVE (unset: SGLang's 5 s),
       above upstream.keepalive_timeout_s;
     - a discovery block selects the pool's serving pods (and its Service), not LWS workers,
@@ -278,7 +287,6 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
     cfg = router_config(objects)
     parsed = router_validate(objects)
-    limit = cfg["limits"]["max_context_tokens"]
 
     router = [d for d in find(objects, "Deployment") if component(d) == "router"]
     assert len(router) == 1, "one router Deployment"
@@ -297,7 +305,7 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
         if path is not None:
             secret_source(objects, path)
 
-    for pool in cfg["pools"]:
+    for model_name, limit, pool in config_pools(cfg):
         name = pool["name"]
         engine = pool["engine"]
         cap = pool.get("max_context_tokens", limit)
@@ -335,7 +343,8 @@ def check_stack(objects: list[dict[str, Any]]) -> dict[str, Any]:
         assert f["--context-length"] == str(cap), f"pool {name}: {f['--context-length']} != {cap}"
         assert "--enable-metrics" in f and f["--enable-metrics"] is None
         assert f["--model-path"] == engine["model_path"]
-        assert f["--served-model-name"] == engine.get("served_model_name", cfg["model"]["name"])
+        assert f["--served-model-name"] == engine.get("served_model_name", model_name)
+        assert parsed.model_of(name).name == model_name
         assert f["--tp-size"] == str(engine.get("tp_size", 1))
         assert sg["ports"][0] == {"name": "http", "containerPort": port, "protocol": "TCP"}
 

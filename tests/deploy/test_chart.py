@@ -76,6 +76,7 @@ VALUE_SETS = {
     "gpu-eagle3-redis": k8s.values_file("gpu-eagle3-redis-values.yaml"),
     "lws": k8s.values_file("lws-values.yaml"),
     "static-endpoints": k8s.values_file("static-endpoints-values.yaml"),
+    "two-models": k8s.values_file("two-models-values.yaml"),
 }
 
 
@@ -114,6 +115,7 @@ def test_rendered_objects_validate_against_kubernetes_schemas(name: str) -> None
         ],
         "lws": ["LeaderWorkerSet/sg-specgate-pool-spec"],
         "static-endpoints": [],
+        "two-models": [],
     }[name]
     assert k8s.validate_k8s(objects) == expected_crds
 
@@ -1337,7 +1339,8 @@ def test_configmap_passes_specgate_config_check(name: str, tmp_path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     effective = json.loads(proc.stdout)
-    for pool in effective["pools"]:
+    pools = effective.get("pools") or [p for m in effective["models"] for p in m["pools"]]
+    for pool in pools:
         # The router's own limit for the pool is the engine's --context-length, exactly.
         assert pool["effective_max_context_tokens"] == pool["engine"]["context_length"], pool["name"]
         # the router drops an idle connection before the engine does (sgl-project/sglang#20851)
@@ -1348,6 +1351,10 @@ def test_configmap_passes_specgate_config_check(name: str, tmp_path) -> None:
     if name == "every-router-key":
         assert effective["canary"]["on_mismatch"] == "eject"
         assert [p["engine_keepalive_s"] for p in effective["pools"]] == [90.0, 60.0, 90.0, 120.5]
+    if name == "two-models":  # each model with its own cap and pools
+        assert [(m["name"], m["limits"]["max_context_tokens"], [p["name"] for p in m["pools"]])
+                for m in effective["models"]] == [("tiny-llama", 4096, ["llama-spec", "llama-plain"]),
+                                                  ("tiny-qwen", 8192, ["qwen-plain"])]  # fmt: skip
 
 
 LWS_ENV = {"$(LWS_LEADER_ADDRESS)": "10.0.0.1", "$(LWS_GROUP_SIZE)": "2", "$(LWS_WORKER_INDEX)": "0"}
@@ -1363,7 +1370,7 @@ def test_pool_args_parse_with_sglangs_own_parser(name: str) -> None:
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("SGLang is not installed in this venv (make cpu-engine installs it)")
     objects = k8s.render(VALUE_SETS[name])
-    for pool in k8s.router_config(objects)["pools"]:
+    for _, _, pool in k8s.config_pools(k8s.router_config(objects)):
         workload = k8s.pool_workload(objects, pool["name"])
         if workload is None:
             continue

@@ -59,22 +59,24 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/*
-The validated context cap of a pool (tokens): its max_context_tokens, else
+The validated context cap of a pool (tokens): its max_context_tokens, else its model's
 limits.max_context_tokens. The pool's --context-length is exactly this number; an
-engine.context_length that disagrees is an error, not a silent override.
+engine.context_length that disagrees is an error, not a silent override. Pass (dict "root" $
+"pool" $pool "m" $model), $model an entry of specgate.models.
 */}}
 {{- define "specgate.poolCap" -}}
 {{- $pool := .pool -}}
-{{- $cap := int64 .root.Values.limits.max_context_tokens -}}
+{{- $limit := int64 .m.limits.max_context_tokens -}}
+{{- $cap := $limit -}}
 {{- if $pool.max_context_tokens }}
 {{- $cap = int64 $pool.max_context_tokens -}}
 {{- end }}
-{{- if gt $cap (int64 .root.Values.limits.max_context_tokens) }}
-{{- fail (printf "pool %q: max_context_tokens %d exceeds limits.max_context_tokens %d" $pool.name $cap (int64 .root.Values.limits.max_context_tokens)) }}
+{{- if gt $cap $limit }}
+{{- fail (printf "%spool %q: max_context_tokens %d exceeds limits.max_context_tokens %d" .m.where $pool.name $cap $limit) }}
 {{- end }}
 {{- if and $pool.engine (hasKey $pool.engine "context_length") $pool.engine.context_length }}
 {{- if ne (int64 $pool.engine.context_length) $cap }}
-{{- fail (printf "pool %q: engine.context_length %d differs from the pool's validated cap %d (max_context_tokens, else limits.max_context_tokens); the engine must be capped at exactly the validated length" $pool.name (int64 $pool.engine.context_length) $cap) }}
+{{- fail (printf "%spool %q: engine.context_length %d differs from the pool's validated cap %d (max_context_tokens, else limits.max_context_tokens); the engine must be capped at exactly the validated length" .m.where $pool.name (int64 $pool.engine.context_length) $cap) }}
 {{- end }}
 {{- end }}
 {{- $cap -}}
@@ -99,18 +101,25 @@ The router's operator YAML, built from values. Only keys the router knows are em
 A chart-run pool (k8s.enabled) gets engine_keepalive_s = its k8s.keepAliveTimeoutSeconds, the
 SGLANG_TIMEOUT_KEEP_ALIVE its pods run with, so the router's check
 upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really talks to.
+One model: top-level model, limits, routing and pools, as values give them. Several
+(values `models`): a `models` list, each entry its model block plus its limits and routing
+(merged over the top-level ones, specgate.models) and its rendered pools.
 */}}
 {{- define "specgate.routerConfig" -}}
 {{- $root := . -}}
+{{- $ms := dict -}}
+{{- $_ := include "specgate.models" (dict "root" . "out" $ms) -}}
+{{- $entries := list -}}
+{{- range $m := $ms.models }}
 {{- $names := list -}}
 {{- $pools := list -}}
-{{- range $pool := .Values.pools }}
+{{- range $pool := $m.pools }}
 {{- if has $pool.name $names }}
 {{- fail (printf "pools: duplicate pool name %q" $pool.name) }}
 {{- end }}
 {{- $names = append $names $pool.name }}
 {{- $k8s := include "specgate.poolK8s" (dict "root" $root "pool" $pool) | fromYaml }}
-{{- $cap := include "specgate.poolCap" (dict "root" $root "pool" $pool) | int64 }}
+{{- $cap := include "specgate.poolCap" (dict "root" $root "pool" $pool "m" $m) | int64 }}
 {{- $algo := "" }}
 {{- if $pool.engine.speculative_algorithm }}{{ $algo = $pool.engine.speculative_algorithm }}{{ end }}
 {{- if and $pool.speculative (not $algo) }}
@@ -174,24 +183,23 @@ upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really
 {{- end }}
 {{- end }}
 {{- if not $generating }}
-{{- fail "pools: no pool serves `generate` (chat and completions); list it in one pool's serves" }}
+{{- fail (printf "%spools: no pool serves `generate` (chat and completions); list it in one pool's serves" $m.where) }}
 {{- end }}
 {{- if gt (len (uniq $generating)) 1 }}
-{{- fail "pools: list `responses` in serves of every pool that serves `generate`, or of none" }}
+{{- fail (printf "%spools: list `responses` in serves of every pool that serves `generate`, or of none" $m.where) }}
 {{- end }}
-{{- $sat := .Values.routing.saturation }}
+{{- $sat := $m.routing.saturation }}
 {{- if ge (int64 $sat.exit) (int64 $sat.enter) }}
-{{- fail (printf "routing.saturation.exit (%d) must be < routing.saturation.enter (%d)" (int64 $sat.exit) (int64 $sat.enter)) }}
+{{- fail (printf "%srouting.saturation.exit (%d) must be < routing.saturation.enter (%d)" $m.where (int64 $sat.exit) (int64 $sat.enter)) }}
+{{- end }}
+{{- $entry := merge (dict "limits" $m.limits "routing" $m.routing "pools" $pools) $m.model }}
+{{- $entries = append $entries $entry }}
 {{- end }}
 {{- if lt (float64 .Values.scrape.stale_after_s) (float64 .Values.scrape.interval_s) }}
 {{- fail "scrape.stale_after_s must be >= scrape.interval_s" }}
 {{- end }}
 {{- $server := merge (dict "host" "0.0.0.0" "port" (int64 .Values.router.port)) .Values.server }}
 {{- $cfg := dict
-  "model" .Values.model
-  "limits" .Values.limits
-  "pools" $pools
-  "routing" .Values.routing
   "scrape" .Values.scrape
   "health" .Values.health
   "upstream" .Values.upstream
@@ -199,6 +207,15 @@ upstream.keepalive_timeout_s < engine_keepalive_s is about the engines it really
   "canary" .Values.canary
   "tracing" .Values.tracing
   "state" (include "specgate.stateConfig" . | fromYaml) }}
+{{- if (index $ms.models 0).multi }}
+{{- $_ := set $cfg "models" $entries }}
+{{- else }}
+{{- $one := index $entries 0 }}
+{{- $_ := set $cfg "model" .Values.model }}
+{{- $_ := set $cfg "limits" .Values.limits }}
+{{- $_ := set $cfg "routing" .Values.routing }}
+{{- $_ := set $cfg "pools" $one.pools }}
+{{- end }}
 {{- $auth := dict }}
 {{- range $src := (include "specgate.authSources" . | fromYaml).sources }}
 {{- $_ := set $auth $src.configKey $src.file }}
@@ -370,17 +387,18 @@ reads such a file as one key per line and re-reads it on every config reload.
 {{/*
 The SGLang flags of one pool, one list item per line, in the order of serving/launch.py's
 engine_argv (the argv `specgate serve` would exec), then the LeaderWorkerSet flags. Pass (dict "root" $ "pool" $pool
-"k8s" $k8s). Numbers go through int64/toString so Go never prints 2.4576e+05.
+"k8s" $k8s "m" $model). Numbers go through int64/toString so Go never prints 2.4576e+05; the
+served model name is the pool's model's unless engine.served_model_name says otherwise.
 */}}
 {{- define "specgate.poolArgs" -}}
 {{- $pool := .pool -}}
 {{- $k8s := .k8s -}}
 {{- $engine := $pool.engine -}}
-{{- $cap := include "specgate.poolCap" (dict "root" .root "pool" $pool) | int64 -}}
+{{- $cap := include "specgate.poolCap" (dict "root" .root "pool" $pool "m" .m) | int64 -}}
 - --model-path
 - {{ $engine.model_path | quote }}
 - --served-model-name
-- {{ default .root.Values.model.name $engine.served_model_name | quote }}
+- {{ default .m.model.name $engine.served_model_name | quote }}
 - --host
 - "0.0.0.0"
 - --port

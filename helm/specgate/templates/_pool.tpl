@@ -1,5 +1,6 @@
 {{/*
-One pool pod's spec. Pass (dict "root" $ "pool" $pool "k8s" $k8s "role" ROLE) where ROLE is
+One pool pod's spec. Pass (dict "root" $ "pool" $pool "k8s" $k8s "m" $model "role" ROLE), where
+$model is the pool's entry of specgate.models, and ROLE is
 "single" (a Deployment pod), "leader" or "worker" (LeaderWorkerSet). Only "single" and
 "leader" pods serve HTTP, so only they carry ports and HTTP probes.
 */}}
@@ -23,7 +24,7 @@ containers:
     command:
       {{- toYaml $k8s.command | nindent 6 }}
     args:
-      {{- include "specgate.poolArgs" (dict "root" $root "pool" .pool "k8s" $k8s) | nindent 6 }}
+      {{- include "specgate.poolArgs" (dict "root" $root "pool" .pool "k8s" $k8s "m" .m) | nindent 6 }}
     {{- if $serves }}
     ports:
       - name: http
