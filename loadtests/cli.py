@@ -256,7 +256,7 @@ def _local(args: argparse.Namespace) -> int:
         warmup_runs=args.warmup, repetitions=args.repetitions,
         requests_per_run=args.requests, requests_per_load=args.requests_per_load,
         min_requests_per_run=args.min_requests, copy_fraction=args.copy_fraction,
-        seed=args.seed, time_limit_s=args.time_limit_s, engine_warmup=args.engine_warmup,
+        sampled_fraction=args.sampled_fraction, seed=args.seed, time_limit_s=args.time_limit_s, engine_warmup=args.engine_warmup,
         plots=not args.no_plots)
 
     def terminate(signum: int, _frame: Any) -> None:  # SIGTERM: unwind so the servers get stopped
@@ -452,6 +452,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                      help="requests per run per unit of concurrency (waves; default 1)")
     loc.add_argument("--min-requests", type=int, default=4, help="floor of a run's requests (default 4)")
     loc.add_argument("--copy-fraction", type=float, default=0.0, help="fraction (0-1) of prompts that ask to copy text (default 0)")
+    loc.add_argument("--sampled-fraction", type=float, default=0.25,
+                     help="share of requests sent at temperature 1 (default 0.25: every 4th; both classes' "
+                          "accept lengths, so calibrate writes complete speed blocks); 0: all greedy")
     loc.add_argument("--seed", type=int, default=0, help="seed of the workload sampler (default 0)")
     loc.add_argument("--engine-warmup", type=int, default=1, help="warm-up generations per pool")
     loc.add_argument("--time-limit-s", type=float, default=600.0,

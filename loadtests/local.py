@@ -89,6 +89,10 @@ class LocalSettings:
             concurrency 1, 4 and 12: one wave where the concurrency reaches 4).
         requests_per_load, min_requests_per_run: see :class:`loadtests.workload.Workload`.
         copy_fraction: share of copy-style prompts.
+        sampled_fraction: share of requests sent at temperature 1, the rest greedy
+            (:meth:`loadtests.workload.Workload.temperature_of`: 0.25 makes every 4th request of a
+            run sampled), so that one run measures both classes' accept lengths and
+            ``specgate calibrate`` writes the speculative pool's complete ``speed`` block.
         seed: the workload seed.
         time_limit_s: the whole command's bound: start, grid, report, calibration, stop.
         reserve_s: part of the limit kept for the report, calibration and shutdown.
@@ -109,6 +113,7 @@ class LocalSettings:
     requests_per_load: float = 1.0
     min_requests_per_run: int = 4
     copy_fraction: float = 0.0
+    sampled_fraction: float = 0.25
     seed: int = 0
     time_limit_s: float = 600.0
     reserve_s: float = 45.0
@@ -354,6 +359,7 @@ def _workload(settings: LocalSettings, stack: LocalStack, max_duration_s: float)
     data: dict[str, Any] = {
         "model": doc["model"]["name"], "tokenizer": doc["model"]["tokenizer"],
         "output_tokens": settings.output_tokens, "copy_fraction": settings.copy_fraction,
+        "sampled_fraction": settings.sampled_fraction,
         "warmup_runs": settings.warmup_runs, "repetitions": settings.repetitions,
         "requests_per_run": settings.requests_per_run, "requests_per_load": settings.requests_per_load,
         "min_requests_per_run": settings.min_requests_per_run, "seed": settings.seed,

@@ -10,8 +10,10 @@ import pytest
 import yaml
 
 from loadtests.calibrate import calibrate_report
-from loadtests.local import LocalRunError, LocalSettings, LocalStack, run_local
-from loadtests.workload import WorkloadError
+from loadtests.local import LocalRunError, LocalSettings, LocalStack, _workload, run_local
+from loadtests.simulate import SimModel, simulate_report
+from loadtests.workload import WorkloadError, parse_buckets
+from router.cli import build_parser
 from router.cli import main as specgate
 from router.config import load_config
 from serving.launch import engine_argv
@@ -86,3 +88,37 @@ def test_calibrate_report_merges_into_the_demo_config(tmp_path: Path) -> None:
     assert cfg.routing.long_prompt_tokens == 858 and cfg.model.tokenizer == str((ROOT / "models" / "tiny-llama").resolve())
     assert merged["pools"][0]["engine"]["speculative_num_draft_tokens"] == 4
     assert specgate(["config", "check", str(merged_path)]) == 0
+
+
+def test_default_workload_sends_both_temperature_classes(tmp_path: Path) -> None:
+    # every 4th request of a run is sampled (temperature 1), so one `make loadtest` measures both
+    # classes' accept lengths and `specgate calibrate` can write complete speed blocks
+    args = build_parser().parse_args(["loadtest-local"])
+    assert args.sampled_fraction == 0.25
+    stack = LocalStack(CONFIG, tmp_path)
+    w = _workload(LocalSettings(config=CONFIG, out=tmp_path / "out"), stack, 100.0)
+    assert w.sampled_fraction == 0.25 and w.temperature == 0.0 and w.loads == (1.0, 4.0, 12.0)
+    assert [w.requests_for(x) for x in w.loads] == [4, 4, 12]
+    assert [w.temperature_of(i) for i in range(4)] == [0.0, 0.0, 0.0, 1.0]
+    assert [w.temperature_of(i) for i in range(12)] == [0.0, 0.0, 0.0, 1.0] * 3
+    greedy = _workload(LocalSettings(config=CONFIG, out=tmp_path / "out", sampled_fraction=0.0), stack, 100.0)
+    assert {greedy.temperature_of(i) for i in range(12)} == {0.0}
+
+
+def test_a_quarter_sampled_gives_the_demo_pools_complete_speed_blocks(tmp_path: Path) -> None:
+    # the local grid's shape (2 buckets x loads 1, 4, 12, 4 requests per run) from the speed model,
+    # a quarter of the requests sampled: both accept lengths, so both pools get a speed block
+    m = SimModel(t0_s=0.02, batch_knee=40, attn_s_per_token=5e-8, prefill_s_per_token=1e-5, alpha_short=0.8,
+                 alpha_knee_tokens=150, alpha_drop_per_doubling=0.1, gamma=3, c=0.3)
+    report = simulate_report(m, parse_buckets("100-300,1000-1400"), [1, 4, 12], repetitions=3,
+                             requests_per_run=4, sampled_fraction=0.25, alpha_sampled_short=0.5)
+    by_class = report["points"][0]["targets"]["spec"]["accept_length_by_class"]
+    assert (by_class["greedy"]["n"], by_class["sampled"]["n"]) == (9, 3)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    _cal, merged, text, _ = calibrate_report(path, config=CONFIG)
+    speed = {p["name"]: p["speed"] for p in yaml.safe_load(text)["pools"]}
+    assert set(speed) == {"spec", "plain"} and "left out" not in text
+    assert {"accept_length_greedy", "accept_length_sampled"} <= set(speed["spec"])
+    assert speed["spec"]["accept_length_sampled"] < speed["spec"]["accept_length_greedy"]
+    assert {p["name"]: "speed" in p for p in merged["pools"]} == {"spec": True, "plain": True}

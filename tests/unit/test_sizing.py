@@ -95,3 +95,38 @@ def test_decision_with_upper_bound_equals_exact_when_no_flip_point_straddles(see
             assert outcome(p) == ref, (m, n, lo, hi, p)
         checked += 1
     assert checked > 500
+
+
+class _NoOffsets:
+    """The Rust tokenizer, refusing the calls that compute offsets (``encode``, ``encode_batch``)."""
+
+    def __init__(self, backend: object) -> None:
+        self._backend = backend
+        self.fast_calls = 0
+
+    def encode_batch_fast(self, texts: list[str], *, add_special_tokens: bool) -> list[object]:
+        self.fast_calls += 1
+        return self._backend.encode_batch_fast(texts, add_special_tokens=add_special_tokens)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("encode", "encode_batch"):
+            raise AssertionError(f"the exact count called {name}, which tracks offsets")
+        return getattr(self._backend, name)
+
+
+def test_exact_count_tracks_no_offsets_and_equals_the_engine_encode(tokenizer_dir):
+    # The exact count is the CPU of a prompt's sizing (docs/loadtests.md, the quick start's
+    # time to first token): the offset-free encode_batch_fast, equal to tokenizer.encode's length.
+    counter, renderer = PromptCounter(tokenizer_dir), PromptCounter(tokenizer_dir)
+    reference = counter._tok
+    spy = _NoOffsets(reference._tokenizer)
+    counter._tok = type("Wrapped", (), {"_tokenizer": spy})()
+    rng = random.Random(7)
+    for _ in range(6):
+        text = random_text(rng, rng.randint(1, 3000))
+        chat = parse_chat({"messages": [{"role": "user", "content": text}]}, max_n=8)
+        rendered = renderer.render(chat)
+        assert counter.exact(rendered) == len(reference.encode(rendered.texts[0], add_special_tokens=False))
+        rendered = renderer.render(parse_completions({"prompt": [text, text + "x"]}, max_n=8))
+        assert counter.exact(rendered) == max(len(reference.encode(t)) for t in rendered.texts)
+    assert spy.fast_calls == 12
