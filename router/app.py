@@ -16,6 +16,7 @@ import contextlib
 import gc
 import itertools
 import logging
+import math
 import os
 import sys
 import threading
@@ -236,11 +237,29 @@ def _background_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
-def tokenizer_executor() -> ThreadPoolExecutor:
-    """The router's tokeniser threads: 2 workers, each at the lowest CPU priority
-    (:func:`_background_priority`); the caller shuts it down."""
-    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="specgate-tokenize",
+def tokenizer_executor(threads: int | None = None) -> ThreadPoolExecutor:
+    """The router's tokeniser threads: ``threads`` workers (None: :func:`tokenizer_threads`),
+    each at the lowest CPU priority (:func:`_background_priority`); the caller shuts it down."""
+    return ThreadPoolExecutor(max_workers=threads or tokenizer_threads(), thread_name_prefix="specgate-tokenize",
                               initializer=_background_priority)
+
+
+def tokenizer_threads(cgroup_cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The default tokeniser thread count: the CPUs this process may use minus one for the
+    event loop, clamped to 2-8.
+
+    The CPUs are the scheduler affinity (``os.sched_getaffinity``), capped by a cgroup v2 CPU
+    quota when one is set (``cpu.max``: ``"<quota> <period>"`` in us, or ``"max <period>"``;
+    a Kubernetes CPU limit of 2 on a 64-core node reads ``200000 100000``: 2 CPUs, not 64).
+    """
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    try:
+        quota, period = Path(cgroup_cpu_max).read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 file, or an unreadable one: the affinity alone
+    return max(2, min(8, cpus - 1))
 
 
 class RouterApp(FastAPI):
@@ -347,7 +366,7 @@ async def _build_state(cfg: Config, path: Path | None,
     fleet = build_fleet(cfg, inputs.counters, ledger=shared.ledger, auth=inputs.auth, warmup_gate=scrape)
     session = (session_factory or _default_session)(cfg)
     fresh_session = _fresh_session(cfg) if session_factory is None else None
-    executor = tokenizer_executor()
+    executor = tokenizer_executor(cfg.server.tokenizer_threads)
     metrics.config_reloads.labels("success").inc(0)
     metrics.config_reloads.labels("failure").inc(0)
     metrics.shared_state_degraded_entries.inc(0)

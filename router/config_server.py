@@ -113,6 +113,11 @@ class ServerConfig(Strict):
     #: connection closed. 60 s carries the 32 MiB default body cap at ~4.5 Mbit/s; time the
     #: server itself stops reading (a pipelined request waiting its turn) does not count.
     body_timeout_s: PositiveFloat = 60.0
+    #: Threads that render large chat prompts and count tokens exactly, off the event loop
+    #: (the Rust tokenizer releases the GIL, so they run in parallel). None: the CPUs this
+    #: process may use (its affinity, capped by a cgroup CPU quota) minus one for the event
+    #: loop, at least 2 and at most 8 (:func:`router.app.tokenizer_threads`). Read at start.
+    tokenizer_threads: Annotated[int, Field(strict=True, ge=1, le=64)] | None = None
 
 
 class TracingConfig(Strict):

@@ -371,6 +371,7 @@ def _config_defaults() -> dict:
 CHART_OWN_DEFAULTS = {
     "upstream.keepalive_timeout_s": 30.0,  # the chart's engines keep idle connections 75 s
     "server.host": None, "server.port": None,  # rendered from router.port, listening on 0.0.0.0
+    "server.tokenizer_threads": None,  # left unset: the router sizes it from the pod's CPU quota
 }  # fmt: skip
 
 
