@@ -61,7 +61,7 @@ from loadtests.daysim import (
     routed,
     simulate_day,
 )
-from router.config import Config, parse_config
+from router import Config, parse_config
 
 STATIC = ("all-plain", "all-spec", "all-adaptive")
 #: a model's engines and a factory of its router.

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from loadtests.dayapi import Choice, PoolView, RequestView, Router
 from loadtests.dayshapes import EngineModel, Request
 from loadtests.daysim import Deployment, RequestRecord
-from router.config import Config
+from router import Config
 
 __all__ = ["FleetModel", "FleetRouter", "config_resolver", "fleet_deployment", "fleet_models", "interleave",
            "model_records"]
