@@ -108,12 +108,9 @@ def fleet(tmp_path: Path, tokenizer_dir: Path) -> Iterator[FleetStack]:
         s.close()
 
 
-def sdk(s: FleetStack) -> openai.OpenAI:
-    return openai.OpenAI(base_url=s.router.base_url + "/v1", api_key="unused", max_retries=0)
-
 
 def test_models_list_and_retrieve_show_both_models(fleet):
-    client = sdk(fleet)
+    client = fleet.router.openai_client()
     cards = {m.id: m for m in client.models.list().data}
     assert list(cards) == [A, "tl", "sql", B, "om:7b"]
     assert (cards["tl"].root, cards["om:7b"].root) == (A, B)
@@ -133,7 +130,7 @@ def test_models_list_and_retrieve_show_both_models(fleet):
 
 
 def test_chat_on_each_model_lands_on_its_own_pools_only(fleet):
-    client = sdk(fleet)
+    client = fleet.router.openai_client()
     for model, pools, forwarded in ((A, {"spec", "plain"}, A), ("tl", {"spec", "plain"}, A),
                                     (B, {"b-spec", "b-plain"}, B), ("om:7b", {"b-spec", "b-plain"}, B)):
         raw = client.chat.completions.with_raw_response.create(**chat(model))

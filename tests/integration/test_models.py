@@ -77,12 +77,9 @@ def lora(tmp_path: Path, tokenizer_dir: Path) -> Iterator[LoraStack]:
         s.close()
 
 
-def sdk(stack: LoraStack) -> openai.OpenAI:
-    return openai.OpenAI(base_url=stack.router.base_url + "/v1", api_key="unused", max_retries=0)
-
 
 def test_models_list_and_retrieve_with_the_sdk(lora):
-    client = sdk(lora)
+    client = lora.router.openai_client()
     cards = {m.id: m for m in client.models.list().data}
     assert list(cards) == ["tiny-llama", "tl:8b", "sql"]
     assert (cards["tl:8b"].root, getattr(cards["tl:8b"], "parent", None)) == ("tiny-llama", None)
@@ -135,7 +132,7 @@ def test_unknown_names_and_adapters_are_404_with_no_engine_call(lora):
 
 
 def test_sdk_chat_on_the_model_and_the_adapter(lora):
-    client = sdk(lora)
+    client = lora.router.openai_client()
     base = client.chat.completions.create(model="tiny-llama", max_tokens=4, temperature=0,
                                           messages=[{"role": "user", "content": "hi"}])
     adapted = client.chat.completions.create(model="tiny-llama:sql", max_tokens=4,

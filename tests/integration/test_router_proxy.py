@@ -483,7 +483,7 @@ def test_tool_call_conversation_forwarded_unchanged(stack):  # vllm-project/vllm
 
 
 def test_openai_client_stream_and_not(stack):
-    client = openai.OpenAI(base_url=stack.router.base_url + "/v1", api_key="unused", max_retries=0)
+    client = stack.router.openai_client()
     resp = client.chat.completions.create(model="tiny-llama", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert resp.choices[0].message.content == "tok0 tok1 tok2 tok3"
     parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(

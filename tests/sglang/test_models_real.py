@@ -60,7 +60,7 @@ def two(engines, tiny_model_dir: Path, tmp_path_factory):
 
 
 def test_models_list_and_retrieve_through_the_sdk(two):
-    client = openai.OpenAI(base_url=two.base_url + "/v1", api_key="unused", max_retries=0)
+    client = two.openai_client()
     ids = [m.id for m in client.models.list()]
     assert ids[:3] == ["tiny-a", "tiny-b", "tiny:b"]
     assert client.models.retrieve("tiny-b").id == "tiny-b"

@@ -89,6 +89,13 @@ class RouterServer:
         """The app's ``router.app.AppState``."""
         return self.app.state.specgate
 
+    def openai_client(self) -> Any:
+        """An ``openai.OpenAI`` client on this router's ``/v1`` (no retries: a test sees each
+        answer as the router sent it)."""
+        import openai
+
+        return openai.OpenAI(base_url=self.base_url + "/v1", api_key="unused", max_retries=0)
+
     def metric(self, name: str, **labels: str) -> float:
         """A sample of the router's Prometheus registry (0.0 when absent). For
         ``specgate_requests_total`` without a ``model`` label: the sum over every model."""
