@@ -65,6 +65,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from router.config_server import HeaderLimitsConfig, ServerConfig
+from router.context import CONNECTION_KEY
 from router.errors import error_body
 
 __all__ = ["ConnectionLimits", "LimitsSource", "app_limits", "bad_request_response", "limited_protocol",
@@ -162,6 +163,10 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._close_after_response = False  # malformed bytes after a request still being answered
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        #: Called once when the connection is lost (set by the request being answered, found
+        #: under :data:`router.context.CONNECTION_KEY`): a disconnect noticed without a task
+        #: waiting on ``receive``.
+        self.on_lost: Callable[[], None] | None = None
 
     def data_received(self, data: bytes) -> None:
         if self._rejected:
@@ -269,6 +274,9 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         self._stop_body_timer()
         super().connection_lost(exc)
+        lost, self.on_lost = self.on_lost, None
+        if lost is not None:
+            lost()
 
     def _reject(self, limit: str) -> None:
         self._rejected = True
@@ -299,6 +307,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._in_head = False
         if self._head_timer is not None:
             self._stop_head_timer()
+        self.scope[CONNECTION_KEY] = self  # type: ignore[literal-required]  # an extension key
         super().on_headers_complete()
         self._in_body = True
 

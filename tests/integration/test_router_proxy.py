@@ -545,3 +545,27 @@ def test_stream_idle_midstream_sends_timeout_event_and_aborts(tmp_path, tokenize
         assert stack.router.metric("specgate_upstream_failures_total", pool="spec", kind="upstream_idle_timeout") == 1
     finally:
         stack.close()
+
+
+def test_a_non_streamed_disconnect_is_seen_by_the_protocol_without_a_watcher_task(stack, monkeypatch):
+    """Under the router's own HTTP protocol the proxy starts no task to watch ``receive``: the
+    protocol's ``connection_lost`` calls the proxy back (router.context.CONNECTION_KEY), and
+    the engine is asked to abort as with the task (which an ASGI server without the protocol
+    still gets)."""
+    import asyncio
+
+    started: list[str] = []
+    real = asyncio.create_task
+
+    def counting(coro, **kwargs):
+        started.append(getattr(coro, "__qualname__", ""))
+        return real(coro, **kwargs)
+
+    monkeypatch.setattr(asyncio, "create_task", counting)
+    stack.script(stack.spec, {"delay_s": 3.0, "ignore_disconnect": True})
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(stack.router.base_url + CHAT, json=body(max_tokens=5), timeout=0.5)
+    wait_until(lambda: stack.fake_log(stack.spec)["aborts"] and stack.inflight() == 0, 3, "the abort")
+    assert len(stack.fake_log(stack.spec)["aborts"]) == 1
+    assert "ProxyResponse.__call__.<locals>.watch" not in started
+    assert stack.settled_inflight() == 0
