@@ -54,7 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def _drive(config: Path, requests: int, concurrency: int, stream: bool,
-                 models: list[str] | None = None, calls: bool = False) -> dict[str, float]:
+                 models: list[str] | None = None, calls: bool = False,
+                 pstats_out: str | None = None) -> dict[str, float]:
     import router  # the checkout's public surface (router.__all__)
 
     create_app = router.create_app
@@ -129,6 +130,8 @@ async def _drive(config: Path, requests: int, concurrency: int, stream: bool,
     out = {"cpu_us_per_req": cpu / requests * 1e6, "req_s": requests / wall, "non_200": bad}
     if profile is not None:  # every Python and C function call, background tasks included
         out["calls_per_req"] = pstats.Stats(profile).total_calls / requests
+        if pstats_out:
+            profile.dump_stats(pstats_out)
     return out
 
 
@@ -136,7 +139,8 @@ def _child(args: argparse.Namespace) -> int:
     import uvloop
 
     names = args.names.split(",") if args.names else None
-    result = uvloop.run(_drive(Path(args.config), args.requests, args.concurrency, args.stream, names, args.calls))
+    result = uvloop.run(_drive(Path(args.config), args.requests, args.concurrency, args.stream, names, args.calls,
+                                args.pstats))
     print(json.dumps(result))
     return 0
 
@@ -167,6 +171,9 @@ def main() -> int:
     ap.add_argument("--calls", action="store_true",
                     help="also count function calls per request (cProfile: deterministic where CPU time is "
                          "noisy; the CPU figures of such a run are the profiler's, not the router's)")
+    ap.add_argument("--pstats", default=None,
+                    help="with --calls: write each child's cProfile stats to <PSTATS>.<round>.<i> "
+                         "(read with python -m pstats)")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
     ap.add_argument("--models", default="1", help="model counts configured, comma-separated (default 1)")
     ap.add_argument("--others-models", default=None,
@@ -217,7 +224,9 @@ def main() -> int:
                 cmd = ["taskset", "-c", "0", sys.executable, str(Path(__file__).resolve()), "--child",
                        "--config", str(configs[n]), "--requests", str(args.requests), "--names", ",".join(traffic),
                        "--concurrency", str(args.concurrency), *(["--stream"] if args.stream else []),
-                       *(["--calls"] if args.calls else [])]
+                       *(["--calls"] if args.calls else []),
+                       *(["--pstats", f"{args.pstats}.{rnd + 1}.{variants.index((tree, n))}"]
+                         if args.pstats and args.calls else [])]
                 out = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, check=False,
                                      env={**os.environ, "PYTHONPATH": str(tree)})
                 if out.returncode != 0:

@@ -2,7 +2,8 @@
 specgate now, and SGLang's Rust router (docs/performance.md).
 
     .venv/bin/python benchmarks/router_overhead.py [--duration 6] [--runs 3] [--base REV]
-        [--targets direct,bare,base,specgate,traced,rust] [--check 0.10] [--out bench.json]
+        [--targets direct,bare,base,specgate,traced,no-prefix,no-learning,no-acceptance,rust]
+        [--check 0.10] [--out bench.json]
 
 ``make bench`` runs it with its defaults; ``make bench-check`` runs ``base`` against
 ``specgate`` only and exits 1 when specgate's CPU per request is more than ``--check`` (10%)
@@ -22,7 +23,11 @@ installed) and run with TCP_NODELAY on its sockets through ``benchmarks/nodelay_
 none of specgate's work); ``traced`` (not in the default targets): specgate now with
 ``tracing.enabled`` at ``sampler_ratio: 1.0``, exporting over OTLP/HTTP to a stub receiver
 on the load core that answers 200 to every export (the SDK's batch export thread is in the
-router process, so its CPU is counted). For every (mode, concurrency) cell the targets run interleaved,
+router process, so its CPU is counted); ``no-prefix``, ``no-learning``, ``no-acceptance``
+(asked for by name, :data:`FEATURE_OFF`): specgate now with ``routing.prefix_cache``,
+``routing.learning`` or ``routing.acceptance`` off, so that each feature's cost is printed
+(specgate over the target, paired per round; the pool is plain, so acceptance tracking has
+little to do here). For every (mode, concurrency) cell the targets run interleaved,
 ``--runs`` rounds; medians are reported. Measured per run:
 
 - req/s and latency p50/p99 (ms) from ``wrk --latency`` (for streams: the whole stream);
@@ -312,6 +317,12 @@ def main() -> int:
             traced.write_text(json.dumps({**json.loads(cfg.read_text()), "tracing": {
                 "enabled": True, "sampler_ratio": 1.0, "endpoint": f"http://127.0.0.1:{otlp_port}/v1/traces"}}))
             specgate("traced", ROOT, traced)
+        for name, section in FEATURE_OFF.items():
+            if name in wanted:
+                doc = json.loads(cfg.read_text())
+                doc["routing"][section] = {"enabled": False}
+                (work / f"router-{name}.yaml").write_text(json.dumps(doc))
+                specgate(name, ROOT, work / f"router-{name}.yaml")
         if "rust" in wanted and rust_py is not None:
             port = free_port()
             p = spawn([str(rust_py), "-m", "sglang_router.launch_router", "--worker-urls", backend,
@@ -372,9 +383,13 @@ def main() -> int:
 
 
 #: Every target, in the order each round runs them.
-TARGETS = ("direct", "bare", "base", "specgate", "traced", "rust")
+#: Targets that are specgate now with one feature switched off (the config section whose
+#: ``enabled`` is set false): what the feature costs is specgate's CPU per request minus theirs.
+FEATURE_OFF = {"no-prefix": "prefix_cache", "no-learning": "learning", "no-acceptance": "acceptance"}
 
-#: The default targets (``traced`` is asked for by name).
+TARGETS = ("direct", "bare", "base", "specgate", "traced", *FEATURE_OFF, "rust")
+
+#: The default targets (``traced`` and the ``FEATURE_OFF`` ones are asked for by name).
 DEFAULT_TARGETS = ("direct", "bare", "base", "specgate", "rust")
 
 #: A stub OTLP/HTTP receiver (``python -c`` it with a port): 200 to every export, body dropped.
@@ -430,6 +445,11 @@ def summarise(results: dict, ttfb: dict) -> list[dict]:  # type: ignore[type-arg
                 paired = [t["cpu_us_per_req"] / s["cpu_us_per_req"] for t, s in zip(by["traced"], by["specgate"])]
                 row["cpu_traced_over_specgate"] = statistics.median(paired)
                 row["cpu_traced_over_specgate_rounds"] = ", ".join(f"{x:.2f}" for x in paired)
+            for name in FEATURE_OFF:  # a feature's cost: specgate (all on) over specgate without it
+                if name in by and "specgate" in by:
+                    paired = [s["cpu_us_per_req"] / f["cpu_us_per_req"] for s, f in zip(by["specgate"], by[name])]
+                    row[f"cpu_specgate_over_{name}"] = statistics.median(paired)
+                    row[f"cpu_specgate_over_{name}_rounds"] = ", ".join(f"{x:.2f}" for x in paired)
             if int(c) == 1 and "direct" in med:
                 for name in med:
                     if name == "direct":
@@ -468,6 +488,15 @@ def print_table(rows: list[dict], targets: list[str]) -> None:  # type: ignore[t
                 extra = r["traced_cpu_us_per_req"] - r["specgate_cpu_us_per_req"]
                 print(f"{r['mode']:9} {r['concurrency']:>3} {r['cpu_traced_over_specgate']:.2f}x "
                       f"(+{extra:.0f} us/req)  per round {r['cpu_traced_over_specgate_rounds']}")
+    features = [n for n in FEATURE_OFF if any(f"cpu_specgate_over_{n}" in r for r in rows)]
+    if features:
+        print("\nwhat a feature costs: specgate (all on) over specgate with it off, router CPU per request "
+              "(median of paired rounds; us/req: the medians' difference)")
+        for r in rows:
+            cells = [f"{n[3:]} {_fmt(r.get(f'cpu_specgate_over_{n}'))}x "
+                     f"({r['specgate_cpu_us_per_req'] - r[f'{n}_cpu_us_per_req']:+.0f} us; "
+                     f"{r.get(f'cpu_specgate_over_{n}_rounds')})" for n in features if f"{n}_cpu_us_per_req" in r]
+            print(f"{r['mode']:9} {r['concurrency']:>3} " + "  ".join(cells))
     added = [r for r in rows if any(k.startswith("added_") for k in r)]
     if added:
         print("\nadded latency at c=1 over direct, ms (p50 of the whole request; time to first body byte)")
