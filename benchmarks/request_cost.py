@@ -3,7 +3,7 @@ side by side, interleaved (docs/performance.md).
 
     .venv/bin/python benchmarks/request_cost.py [--trees .,/tmp/base] [--rounds 5]
         [--requests 3000] [--concurrency 16] [--stream] [--calls] [--models 1,3]
-        [--traffic first|spread] [--others-models 1]
+        [--traffic first|spread] [--others-models 1] [--without prefix_cache,learning,acceptance]
 
 Each round runs, for every checkout in ``--trees`` in turn, a child process pinned to core 0
 (``taskset``) that builds that checkout's app (``router.app.create_app`` on the config of
@@ -28,7 +28,9 @@ Prints every round's figures, the median per checkout with its range, and each c
 median ratio to the first over the rounds (a round's children ran back to back, so the
 ratio of a round is a pair). ``--calls`` also counts the function calls per request (cProfile
 over the measured requests, background tasks included): a deterministic figure for a step too
-small for CPU time to resolve on a shared machine. Less noisy than the whole server under ``wrk`` (the work of
+small for CPU time to resolve on a shared machine. ``--without learning`` (and
+``prefix_cache``, ``acceptance``) runs the first checkout once more per feature with that
+``routing`` section off: its ratio to the first line is what the feature costs per request. Less noisy than the whole server under ``wrk`` (the work of
 uvicorn and of the client is not there to vary), so it resolves smaller steps; the
 end-to-end figures are ``benchmarks/router_overhead.py``'s.
 """
@@ -161,6 +163,10 @@ def _config(names: list[str], ports: list[int], tokenizer: str) -> dict[str, Any
                        for name, p in zip(names, pools, strict=True)], **common}
 
 
+#: ``--without`` names: the ``routing`` section each switches off (``enabled: false``).
+FEATURES = {"prefix_cache": "prefix_cache", "learning": "learning", "acceptance": "acceptance"}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trees", default=str(ROOT), help="comma-separated checkouts (the first is the reference)")
@@ -174,6 +180,10 @@ def main() -> int:
     ap.add_argument("--pstats", default=None,
                     help="with --calls: write each child's cProfile stats to <PSTATS>.<round>.<i> "
                          "(read with python -m pstats)")
+    ap.add_argument("--without", default="",
+                    help="features to switch off one at a time in the first checkout (comma-separated: "
+                         "prefix_cache, learning, acceptance): each runs as one more variant, so its "
+                         "ratio to the first is what the feature costs")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
     ap.add_argument("--models", default="1", help="model counts configured, comma-separated (default 1)")
     ap.add_argument("--others-models", default=None,
@@ -209,31 +219,44 @@ def main() -> int:
                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
         for port in ports:
             wait_http(f"http://127.0.0.1:{port}/health")
-        configs = {n: work / f"router-{n}.yaml" for n in every}
-        for n, path in configs.items():
-            path.write_text(json.dumps(_config(names[:n], ports[:n], args.tokenizer)))
-        variants = [(tree, n) for tree in trees for n in counts_of[tree]]
-        results: dict[tuple[Path, int], list[dict[str, float]]] = {v: [] for v in variants}
+        off = [f for f in args.without.split(",") if f]
+        unknown = set(off) - set(FEATURES)
+        if unknown:
+            raise SystemExit(f"--without: unknown feature(s) {sorted(unknown)}; known: {', '.join(FEATURES)}")
+        configs: dict[tuple[int, str | None], Path] = {}
+        for n in every:
+            for feature in [None, *off]:
+                doc = _config(names[:n], ports[:n], args.tokenizer)
+                for model in doc.get("models", [doc]):
+                    if feature is not None:
+                        model["routing"][FEATURES[feature]] = {"enabled": False}
+                path = configs[(n, feature)] = work / f"router-{n}-{feature or 'all'}.yaml"
+                path.write_text(json.dumps(doc))
+        # the first checkout also runs once per feature switched off (--without), each model count
+        variants = [(tree, n, None) for tree in trees for n in counts_of[tree]]
+        variants[1:1] = [(trees[0], n, f) for n in counts_of[trees[0]] for f in off]
+        results: dict[tuple[Path, int, str | None], list[dict[str, float]]] = {v: [] for v in variants}
 
-        def label(v: tuple[Path, int]) -> str:
-            return f"{v[0]}" + (f" [{v[1]} model{'s' if v[1] > 1 else ''}]" if len(every) > 1 else "")
+        def label(v: tuple[Path, int, str | None]) -> str:
+            return (f"{v[0]}" + (f" [{v[1]} model{'s' if v[1] > 1 else ''}]" if len(every) > 1 else "")
+                    + (f" [without {v[2]}]" if v[2] else ""))
 
         for rnd in range(args.rounds):
-            for tree, n in variants:
+            for tree, n, feature in variants:
                 traffic = names[:n] if args.traffic == "spread" else names[:1]
                 cmd = ["taskset", "-c", "0", sys.executable, str(Path(__file__).resolve()), "--child",
-                       "--config", str(configs[n]), "--requests", str(args.requests), "--names", ",".join(traffic),
+                       "--config", str(configs[(n, feature)]), "--requests", str(args.requests), "--names", ",".join(traffic),
                        "--concurrency", str(args.concurrency), *(["--stream"] if args.stream else []),
                        *(["--calls"] if args.calls else []),
-                       *(["--pstats", f"{args.pstats}.{rnd + 1}.{variants.index((tree, n))}"]
+                       *(["--pstats", f"{args.pstats}.{rnd + 1}.{variants.index((tree, n, feature))}"]
                          if args.pstats and args.calls else [])]
                 out = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, check=False,
                                      env={**os.environ, "PYTHONPATH": str(tree)})
                 if out.returncode != 0:
-                    raise SystemExit(f"{label((tree, n))}: {out.stderr[-2000:]}")
+                    raise SystemExit(f"{label((tree, n, feature))}: {out.stderr[-2000:]}")
                 res = json.loads(out.stdout.strip().splitlines()[-1])
-                results[(tree, n)].append(res)
-                print(f"round {rnd + 1} {label((tree, n))}: {res['cpu_us_per_req']:.1f} us/req, "
+                results[(tree, n, feature)].append(res)
+                print(f"round {rnd + 1} {label((tree, n, feature))}: {res['cpu_us_per_req']:.1f} us/req, "
                       f"{res['req_s']:.0f} req/s"
                       + (f", {res['calls_per_req']:.1f} calls/req" if "calls_per_req" in res else "")
                       + (f", {res['non_200']} non-200" if res["non_200"] else ""),
