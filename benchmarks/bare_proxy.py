@@ -74,12 +74,7 @@ class BareProxy:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                # Built as router.app._default_session builds specgate's.
-                connector = aiohttp.TCPConnector(limit=4096, limit_per_host=0, enable_cleanup_closed=False,
-                                                 ttl_dns_cache=300)
-                self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                                     cookie_jar=aiohttp.DummyCookieJar(),
-                                                     timeout=aiohttp.ClientTimeout(total=None))
+                self.session = _session()
                 gc.freeze()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
@@ -89,15 +84,93 @@ class BareProxy:
                 return
 
 
+def _session() -> aiohttp.ClientSession:
+    """The upstream session, built as ``router.app._default_session`` builds specgate's."""
+    connector = aiohttp.TCPConnector(limit=4096, limit_per_host=0, enable_cleanup_closed=False, ttl_dns_cache=300)
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+                                 timeout=aiohttp.ClientTimeout(total=None))
+
+
+def aiohttp_app(upstream: str) -> Any:
+    """The same pass-through as an ``aiohttp.web`` application (aiohttp's own server, no
+    ASGI): the ``aiohttp-web`` candidate of ``benchmarks/servers.py``."""
+    from aiohttp import web
+
+    upstream = upstream.rstrip("/")
+
+    async def proxy(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        session = request.app["session"]
+        headers = {"content-type": "application/json", "accept-encoding": "identity"}
+        async with session.post(upstream + request.path, data=body, headers=headers) as resp:
+            ctype = resp.headers.get("content-type", "application/json")
+            if not ctype.startswith("text/event-stream"):
+                return web.Response(body=await resp.read(), status=resp.status, headers={"content-type": ctype})
+            out = web.StreamResponse(status=resp.status, headers={"content-type": ctype, "cache-control": "no-cache"})
+            chunk = await resp.content.readany()
+            await out.prepare(request)
+            while chunk:
+                await out.write(chunk)
+                chunk = await resp.content.readany()
+            await out.write_eof()
+            return out
+
+    async def lifespan(app: web.Application) -> Any:
+        app["session"] = _session()
+        gc.freeze()
+        yield
+        await app["session"].close()
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(body=b"", content_type="text/plain")
+
+    app = web.Application()
+    app.cleanup_ctx.append(lifespan)
+    app.router.add_get("/health", health)
+    app.router.add_post("/{tail:.*}", proxy)
+    return app
+
+
+def granian_app() -> BareProxy:
+    """The ASGI app for Granian (``granian --factory benchmarks.bare_proxy:granian_app``); the
+    backend's URL comes from ``SPECGATE_BARE_UPSTREAM`` (Granian passes no arguments)."""
+    import os
+
+    tune_interpreter()
+    return BareProxy(os.environ["SPECGATE_BARE_UPSTREAM"])
+
+
+#: ``--server`` choices: uvicorn with httptools (specgate's stack), with the router's head-limit
+#: protocol on httptools (router.http_limits), with h11; aiohttp's own server.
+SERVERS = ("uvicorn-httptools", "uvicorn-limits", "uvicorn-h11", "aiohttp-web")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--upstream", required=True, help="backend base URL")
+    ap.add_argument("--server", choices=SERVERS, default="uvicorn-httptools")
     args = ap.parse_args()
     tune_interpreter()
+    if args.server == "aiohttp-web":
+        import asyncio
+
+        import uvloop
+        from aiohttp import web
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        web.run_app(aiohttp_app(args.upstream), host=args.host, port=args.port, access_log=None,
+                    print=None, keepalive_timeout=30)
+        return
+    http: Any = "h11" if args.server == "uvicorn-h11" else "httptools"
+    if args.server == "uvicorn-limits":  # specgate's protocol with its default server limits
+        from router import ConnectionLimits, ServerConfig, limited_protocol
+
+        limits = ConnectionLimits(ServerConfig(), lambda limit: None, lambda reason: None)
+        http = limited_protocol(lambda: limits)
     # The same server settings as router.commands._router.
-    uvicorn.run(BareProxy(args.upstream), host=args.host, port=args.port, loop="uvloop", http="httptools",
+    uvicorn.run(BareProxy(args.upstream), host=args.host, port=args.port, loop="uvloop", http=http,
                 log_level="warning", access_log=False, timeout_keep_alive=30, proxy_headers=False,
                 server_header=False, lifespan="on")
 

@@ -12,11 +12,13 @@ group                     names
 ========================  ======================================================================
 the app                   :func:`create_app`, :class:`RouterApp`, :class:`AppState`,
                           :func:`serve` (uvicorn with the router's protocol and signals),
+                          :func:`limited_protocol` and :class:`ConnectionLimits` (that protocol:
+                          uvicorn's httptools one with the ``server`` section's head limits),
                           :func:`tune_interpreter` (what ``specgate router`` sets process-wide),
                           :func:`tokenizer_executor` (the tokeniser threads)
 the config                :func:`load_config`, :func:`parse_config`, :func:`resolve_paths` (a raw
                           mapping's relative paths, as the loader reads them), :class:`Config`,
-                          :class:`PoolConfig`, :class:`RoutingConfig`, :class:`AcceptanceConfig`,
+                          :class:`PoolConfig`, :class:`ServerConfig`, :class:`RoutingConfig`, :class:`AcceptanceConfig`,
                           :class:`SaturationConfig`, :class:`StateConfig`, :class:`PriorityGrant`,
                           :class:`RateLimitConfig`, :class:`KeyLimits`, :class:`ConfigError`
 a runtime outside the     :func:`build_runtime`, :func:`load_runtime_inputs`,
@@ -68,11 +70,12 @@ if TYPE_CHECKING:
         resolve_paths,
     )
     from router.config_limits import KeyLimits, RateLimitConfig
-    from router.config_server import PriorityGrant
+    from router.config_server import PriorityGrant, ServerConfig
     from router.engine_metrics import EngineLoad, parse_sglang_metrics
     from router.errors import SpecgateError
     from router.features import PromptCounter, RequestFeatures
     from router.fleet import Fleet, build_fleet
+    from router.http_limits import ConnectionLimits, limited_protocol
     from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
     from router.limits import KeyLimiter
     from router.metrics import RouterMetrics
@@ -101,6 +104,8 @@ if TYPE_CHECKING:
 _SURFACE = MappingProxyType({
     "create_app": "router.app", "RouterApp": "router.app", "AppState": "router.app",
     "tune_interpreter": "router.app", "tokenizer_executor": "router.app", "serve": "router.server",
+    "limited_protocol": "router.http_limits", "ConnectionLimits": "router.http_limits",
+    "ServerConfig": "router.config_server",
     "load_config": "router.config", "parse_config": "router.config", "resolve_paths": "router.config",
     "Config": "router.config", "PoolConfig": "router.config", "RoutingConfig": "router.config",
     "AcceptanceConfig": "router.config", "SaturationConfig": "router.config", "StateConfig": "router.config",
@@ -135,6 +140,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "BypassState",
     "Config",
     "ConfigError",
+    "ConnectionLimits",
     "Decision",
     "EndpointSnapshot",
     "EngineLoad",
@@ -158,6 +164,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "Runtime",
     "RuntimeInputs",
     "SaturationConfig",
+    "ServerConfig",
     "SpecgateError",
     "SpeedFit",
     "SpeedModel",
@@ -171,6 +178,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "create_app",
     "decide",
     "flip_points",
+    "limited_protocol",
     "load_config",
     "load_runtime_inputs",
     "parse_chat",
