@@ -49,6 +49,7 @@ from router.runtime_inputs import RuntimeInputs, build_runtime, load_runtime_inp
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
 from router.tracing_reload import shutdown_all
+from router.transport_aiohttp import AiohttpTransport
 from router.upstream import ReuseMarkingConnector
 from router.warmup import Warmer
 
@@ -97,6 +98,8 @@ class AppState:
         self.shared = shared if shared is not None else MemoryState()
         self.config_path = config_path
         self.session = session
+        #: The proxy's upstream seam over the two sessions (router/transport.py).
+        self.transport = AiohttpTransport(session, fresh_session)
         self.executor = executor
         self.metrics = metrics
         self.clock = clock
