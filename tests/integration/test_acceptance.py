@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"
 

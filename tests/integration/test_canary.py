@@ -9,8 +9,8 @@ import pytest
 
 from router.canary import answer_key, probes
 from router.config import parse_config
-from tests.integration.conftest import Stack
 from tests.integration.test_capabilities import TOOLS, reconfigure
+from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"
 CANARY = {"enabled": True, "interval_s": 0.2, "check_s": 0.05, "max_tokens": 6, "timeout_s": 5.0,

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
-from tests.integration.conftest import Stack
+from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},

@@ -20,8 +20,8 @@ import pytest
 
 from router.drain import SHUTDOWN_EVENT
 from serving.fake_sglang import FakeConfig, FakeServer
-from tests.helpers import free_port
 from tests.integration.conftest import write_config
+from tests.support import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_S = 0.05  # the fakes' decode step: 20 tokens per second
@@ -257,7 +257,7 @@ def test_drain_endpoint_is_for_loopback_clients_only(tmp_path: Path, tokenizer_d
 def test_cut_releases_leases_aborts_and_counts_router_shutdown(tmp_path: Path, tokenizer_dir: Path) -> None:
     """The drain inside a served app (no process runner): the cut stream's lease is released
     once, its engine request aborted, and the outcome counted as ``router_shutdown``."""
-    from tests.integration.conftest import Stack
+    from tests.support.stack import Stack
 
     stack = Stack(tmp_path, tokenizer_dir, **{"server.drain_listen_s": 0.0, "server.drain_timeout_s": 0.3})
     try:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.conftest import Stack
+from tests.support.stack import Stack
 
 RESP = "/v1/responses"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import time
 
-from tests.helpers import free_port
-from tests.integration.conftest import Stack
+from tests.support import free_port
+from tests.support.stack import Stack
 
 K1 = "sk-client-K1CANARY"
 E = "eng-E-CANARY"
