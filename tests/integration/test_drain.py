@@ -21,18 +21,10 @@ import pytest
 from router.drain import SHUTDOWN_EVENT
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.integration.conftest import write_config
-from tests.support import free_port
+from tests.support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_S = 0.05  # the fakes' decode step: 20 tokens per second
-
-
-def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class RouterProcess:
@@ -55,7 +47,7 @@ class RouterProcess:
             stdout=subprocess.DEVNULL, stderr=self.stderr.open("wb"),
             env={**os.environ, "PYTHONPATH": str(REPO)})
         try:
-            wait_for(self._ready, 60, "router /ready")
+            wait_until(self._ready, 60, "router /ready")
         except BaseException:
             self.close()  # the fixture never saw this object: do not leave the router running
             raise
@@ -138,7 +130,7 @@ def test_sigterm_drains_short_streams_and_cuts_the_rest(router_factory) -> None:
             long_started, short_started = asyncio.Event(), asyncio.Event()
             long = asyncio.create_task(stream(s, r.url, chat(400, rid="drain-long"), long_started))
             short = asyncio.create_task(stream(s, r.url, chat(30), short_started))  # ~1.5 s
-            await asyncio.wait_for(asyncio.gather(long_started.wait(), short_started.wait()), 10)
+            await asyncio.wait_until(asyncio.gather(long_started.wait(), short_started.wait()), 10)
             t0 = time.monotonic()
             r.proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0)  # the probes below run during the listen window
@@ -150,7 +142,7 @@ def test_sigterm_drains_short_streams_and_cuts_the_rest(router_factory) -> None:
                                 async with fresh.get(r.url + "/health") as health:
                                     return ready.status, health.status, health.headers.get("connection")
                         await asyncio.sleep(0.02)
-                probes = await asyncio.wait_for(until_draining(), 5)
+                probes = await asyncio.wait_until(until_draining(), 5)
                 late = await stream(fresh, r.url, chat(4))  # arrives during the listen window
             window = time.monotonic() - t0
             return {"long": await long, "short": await short, "probes": probes, "late": late,
@@ -171,7 +163,7 @@ def test_sigterm_drains_short_streams_and_cuts_the_rest(router_factory) -> None:
     assert raw.count(b'"error"') == 1 and b"[DONE]" not in raw
     assert 10 < len(contents(raw)) < 400
     assert r.proc.wait(15) == 1
-    wait_for(lambda: r.running() == 0, 5, "the engines' running requests to reach 0")
+    wait_until(lambda: r.running() == 0, 5, "the engines' running requests to reach 0")
     assert "drain-long" in r.aborts()
     log = r.stderr.read_text()
     assert "drain finished: 2 drained, 1 cut, exit 1" in log, log
@@ -185,7 +177,7 @@ def test_prestop_drain_then_sigterm_exits_zero_when_everything_finished(router_f
         async with aiohttp.ClientSession() as s:
             started = asyncio.Event()
             task = asyncio.create_task(stream(s, r.url, chat(80), started))  # ~4 s
-            await asyncio.wait_for(started.wait(), 10)
+            await asyncio.wait_until(started.wait(), 10)
             # the preStop hook, then the kubelet's SIGTERM: one drain, not a forced one
             proc = await asyncio.to_thread(
                 subprocess.run, [sys.executable, "-m", "router.cli", "drain", "--port", str(r.port)],
@@ -209,9 +201,9 @@ def test_a_second_sigterm_cuts_at_once(router_factory) -> None:
         async with aiohttp.ClientSession() as s:
             started = asyncio.Event()
             task = asyncio.create_task(stream(s, r.url, chat(400, rid="drain-forced"), started))
-            await asyncio.wait_for(started.wait(), 10)
+            await asyncio.wait_until(started.wait(), 10)
             r.proc.send_signal(signal.SIGTERM)
-            wait_for(lambda: httpx.get(r.url + "/ready").status_code == 503, 5, "/ready 503")
+            wait_until(lambda: httpx.get(r.url + "/ready").status_code == 503, 5, "/ready 503")
             t0 = time.monotonic()
             r.proc.send_signal(signal.SIGTERM)
             result = await task
@@ -221,7 +213,7 @@ def test_a_second_sigterm_cuts_at_once(router_factory) -> None:
     assert cut_after < 5.0
     assert status == 200 and events(raw)[-1] + b"\n\n" == SHUTDOWN_EVENT
     assert r.proc.wait(15) == 1
-    wait_for(lambda: r.running() == 0, 5, "the engines' running requests to reach 0")
+    wait_until(lambda: r.running() == 0, 5, "the engines' running requests to reach 0")
     assert "drain-forced" in r.aborts()
     assert "drain finished: 0 drained, 1 cut (second signal), exit 1" in r.stderr.read_text()
 
@@ -272,7 +264,7 @@ def test_cut_releases_leases_aborts_and_counts_router_shutdown(tmp_path: Path, t
             raw += b"".join(chunks)
         assert events(raw)[-1] + b"\n\n" == SHUTDOWN_EVENT
         assert stack.settled_inflight() == 0
-        wait_for(lambda: any(a["rid"] == "cut-me" for f in (stack.spec, stack.plain)
+        wait_until(lambda: any(a["rid"] == "cut-me" for f in (stack.spec, stack.plain)
                              for a in stack.fake_log(f)["aborts"]), 5, "the abort")
         pool = next(p for p in ("spec", "plain")
                     if stack.router.metric("specgate_upstream_failures_total", pool=p, kind="router_shutdown"))
