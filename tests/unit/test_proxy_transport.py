@@ -390,6 +390,18 @@ async def test_stale_reused_connection_is_aborted_then_resent_fresh_on_the_same_
     assert fleet.settled()
 
 
+async def test_stale_connection_without_engine_ids_is_resent_with_no_abort():
+    """``n > 1``: SGLang names each sample itself, so there is no rid to abort; the resend
+    still goes out once, fresh."""
+    fleet = Fleet(SPEC_A, PLAIN)
+    transport = MockTransport(by_endpoint({SPEC_A: [ConnectionBroken("reset", reused=True),
+                                                    Scripted.json(200, answer("n2"))]}))
+    r = await Client(fleet, transport, stream=False, rids=()).run()
+    assert (r.status, r.body) == (200, answer("n2"))
+    assert [q.fresh for q in transport.requests] == [False, True] and transport.aborts == []
+    assert fleet.settled()
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_break_on_a_fresh_connection_is_502_and_never_resent(stream):
     fleet = Fleet(SPEC_A, PLAIN)
