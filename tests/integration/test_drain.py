@@ -130,7 +130,7 @@ def test_sigterm_drains_short_streams_and_cuts_the_rest(router_factory) -> None:
             long_started, short_started = asyncio.Event(), asyncio.Event()
             long = asyncio.create_task(stream(s, r.url, chat(400, rid="drain-long"), long_started))
             short = asyncio.create_task(stream(s, r.url, chat(30), short_started))  # ~1.5 s
-            await asyncio.wait_until(asyncio.gather(long_started.wait(), short_started.wait()), 10)
+            await asyncio.wait_for(asyncio.gather(long_started.wait(), short_started.wait()), 10)
             t0 = time.monotonic()
             r.proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0)  # the probes below run during the listen window
@@ -142,7 +142,7 @@ def test_sigterm_drains_short_streams_and_cuts_the_rest(router_factory) -> None:
                                 async with fresh.get(r.url + "/health") as health:
                                     return ready.status, health.status, health.headers.get("connection")
                         await asyncio.sleep(0.02)
-                probes = await asyncio.wait_until(until_draining(), 5)
+                probes = await asyncio.wait_for(until_draining(), 5)
                 late = await stream(fresh, r.url, chat(4))  # arrives during the listen window
             window = time.monotonic() - t0
             return {"long": await long, "short": await short, "probes": probes, "late": late,
@@ -177,7 +177,7 @@ def test_prestop_drain_then_sigterm_exits_zero_when_everything_finished(router_f
         async with aiohttp.ClientSession() as s:
             started = asyncio.Event()
             task = asyncio.create_task(stream(s, r.url, chat(80), started))  # ~4 s
-            await asyncio.wait_until(started.wait(), 10)
+            await asyncio.wait_for(started.wait(), 10)
             # the preStop hook, then the kubelet's SIGTERM: one drain, not a forced one
             proc = await asyncio.to_thread(
                 subprocess.run, [sys.executable, "-m", "router.cli", "drain", "--port", str(r.port)],
@@ -201,7 +201,7 @@ def test_a_second_sigterm_cuts_at_once(router_factory) -> None:
         async with aiohttp.ClientSession() as s:
             started = asyncio.Event()
             task = asyncio.create_task(stream(s, r.url, chat(400, rid="drain-forced"), started))
-            await asyncio.wait_until(started.wait(), 10)
+            await asyncio.wait_for(started.wait(), 10)
             r.proc.send_signal(signal.SIGTERM)
             wait_until(lambda: httpx.get(r.url + "/ready").status_code == 503, 5, "/ready 503")
             t0 = time.monotonic()
