@@ -289,7 +289,7 @@ def main() -> int:
     if not (tokenizer / "tokenizer.json").exists():
         if real:
             raise SystemExit(f"no tokenizer.json in {tokenizer} (build the model: python -m serving.tinymodel)")
-        from tests.helpers import make_test_tokenizer
+        from tests.support import make_test_tokenizer
 
         tokenizer = make_test_tokenizer(work / "tokenizer")
     procs: list[subprocess.Popen[bytes]] = []

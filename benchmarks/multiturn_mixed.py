@@ -152,7 +152,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="specgate-multiturn-mixed-"))
     tokenizer = Path(args.tokenizer)
     if not (tokenizer / "tokenizer.json").exists():
-        from tests.helpers import make_test_tokenizer
+        from tests.support import make_test_tokenizer
 
         tokenizer = make_test_tokenizer(work / "tokenizer")
     procs: list[subprocess.Popen[bytes]] = []

@@ -92,7 +92,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = Path(args.tokenizer)
     if not (tokenizer / "tokenizer.json").exists():
-        from tests.helpers import make_test_tokenizer
+        from tests.support import make_test_tokenizer
 
         tokenizer = make_test_tokenizer(work / "tokenizer")
     procs: list[subprocess.Popen[bytes]] = []

@@ -247,7 +247,7 @@ def main() -> int:
     tokenizer = Path(args.tokenizer)
     if not (tokenizer / "tokenizer.json").exists():
         sys.path.insert(0, str(ROOT))
-        from tests.helpers import make_test_tokenizer
+        from tests.support import make_test_tokenizer
 
         tokenizer = make_test_tokenizer(work / "tokenizer")
     procs: list[subprocess.Popen[bytes]] = []

@@ -49,6 +49,8 @@ from router.runtime_inputs import RuntimeInputs, build_runtime, load_runtime_inp
 from router.scraper import Scraper
 from router.state import MemoryState, RedisState, build_shared_state
 from router.tracing_reload import shutdown_all
+from router.transport import Transport
+from router.transport_aiohttp import AiohttpTransport
 from router.upstream import ReuseMarkingConnector
 from router.warmup import Warmer
 
@@ -71,6 +73,8 @@ class AppState:
         fresh_session: a client that never reuses a connection (``force_close``), for the one
             resend after a reused keep-alive connection broke (:mod:`router.proxy`); None when
             the session was injected (the resend then goes through ``session``).
+        transport: the proxy's upstream seam over both (:class:`router.transport.Transport`,
+            here a :class:`router.transport_aiohttp.AiohttpTransport`).
         executor: threads for tokenisation (off the event loop).
         metrics: the router's Prometheus series.
         shared: the shared state (:mod:`router.state`).
@@ -97,6 +101,7 @@ class AppState:
         self.shared = shared if shared is not None else MemoryState()
         self.config_path = config_path
         self.session = session
+        self.transport: Transport = AiohttpTransport(session, fresh_session)
         self.executor = executor
         self.metrics = metrics
         self.clock = clock

@@ -454,10 +454,10 @@ def _relay(state: AppState, runtime: Runtime, job: ProxyJob, chain: PrefixChain 
     """The response: the proxy relays ``job`` (failover through :func:`_redecider`), then
     :func:`_record` runs once when it ends."""
     cfg = runtime.config
-    return ProxyResponse(job, session=state.session, upstream=cfg.upstream,
+    return ProxyResponse(job, transport=state.transport, upstream=cfg.upstream,
                          redecide=_redecider(state, runtime, job.features, chain, matches),
                          on_done=lambda j: _record(state, runtime, j), spawn=state.spawn,
-                         retry_after_s=cfg.health.retry_after_s, fresh_session=state.fresh_session,
+                         retry_after_s=cfg.health.retry_after_s,
                          clock=state.clock, tracing=admitted.tracing)
 
 

@@ -20,10 +20,11 @@ that owns the rest of the request's life. Its contract:
   below every engine's keep-alive (checked at config load), so the router normally drops a
   connection before the engine closes it. A connection can still die in the race; aiohttp
   resends only idempotent methods, never a POST (aio-libs/aiohttp#7363). So when a *reused*
-  connection (marked by the session's :class:`router.upstream.ReuseMarkingConnector`)
-  breaks before any response byte, the proxy first sends ``/abort_request`` for the request's
-  engine ids (the engine may have read the body; it must never finish two generations), then
-  resends once on a fresh connection (``AppState.fresh_session``, ``force_close``), same
+  connection (:attr:`router.transport.ConnectionBroken.reused`, set by the session's
+  :class:`router.upstream.ReuseMarkingConnector`) breaks before any response byte, the proxy
+  first sends ``/abort_request`` for the request's engine ids (the engine may have read the
+  body; it must never finish two generations), then resends once on a fresh connection
+  (``Transport.post(fresh=True)``: ``AppState.fresh_session``, ``force_close``), same
   endpoint and lease. It is not a health signal and is counted in
   ``specgate_upstream_stale_connection_retries_total``. A break on a fresh connection (the
   first try or that resend) marks the endpoint down and answers 502
@@ -69,6 +70,11 @@ that owns the rest of the request's life. Its contract:
   resend releases it and takes one on the new endpoint; the lease held at the end is released
   exactly once, in ``finally``.
 
+The upstream client is a :class:`router.transport.Transport` (the seam the unit tests drive
+without sockets, ``tests/support/transport.py``); its failures arrive as the transport's own
+exception tree (:class:`~router.transport.ConnectFailed`, :class:`~router.transport.ConnectionBroken`,
+:class:`~router.transport.PayloadBroken`), never as the client library's types.
+
 Non-streaming responses are read whole from the engine (bounded by
 ``upstream.nonstream_timeout_s``) and sent with a Content-Length, so a client never sees a
 truncated JSON body.
@@ -79,9 +85,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
-import aiohttp
 import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -99,11 +104,17 @@ from router.errors import (
 from router.proxy_job import ProxyJob, Redecide, Redecision
 from router.spans import end_span
 from router.specstats import strip_body, strip_event
+from router.transport import (
+    ConnectFailed,
+    ConnectionBroken,
+    Transport,
+    TransportError,
+    UpstreamResponse,
+)
 from router.upstream import Backpressure as _Backpressure
+from router.upstream import Failover as _Failover
 from router.upstream import (
-    ConnTrace,
     IdleWatch,
-    abort_request,
     body_abort,
     classify_event,
     complete_events,
@@ -113,7 +124,6 @@ from router.upstream import (
     sse_data,
     stream_done,
 )
-from router.upstream import Failover as _Failover
 from router.upstream import Stale as _Stale
 
 __all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
@@ -150,7 +160,8 @@ class ProxyResponse(Response):
 
     Args:
         job: the admitted request.
-        session: the shared aiohttp session.
+        transport: the upstream client (:class:`router.transport.Transport`; in the app a
+            :class:`router.transport_aiohttp.AiohttpTransport`).
         upstream: the ``upstream`` config section (timeouts, attempts).
         redecide: ``redecide(excluded_urls, excluded_pools) -> Redecision`` for failover
             (:data:`Redecide`); a :class:`Redecision` without a lease means the policy found
@@ -158,22 +169,18 @@ class ProxyResponse(Response):
         on_done: called once with the job when the response is finished (metrics, log).
         spawn: schedules a background coroutine (used for ``/abort_request``).
         retry_after_s: ``Retry-After`` (s) of ``engine_overloaded`` when no engine sent one.
-        fresh_session: a ``force_close`` session for the resend after a stale connection
-            (None: ``session``).
         clock: monotonic clock (s) for back-pressure records.
         tracing: a :class:`router.tracing.Tracing`: a client span per attempt, whose context
             is sent upstream (None: the job's ``trace`` headers as they are).
     """
 
-    def __init__(self, job: ProxyJob, *, session: aiohttp.ClientSession, upstream: UpstreamConfig,
+    def __init__(self, job: ProxyJob, *, transport: Transport, upstream: UpstreamConfig,
                  redecide: Redecide, on_done: Callable[[ProxyJob], None],
                  spawn: Callable[[Any], None], retry_after_s: int = 5,
-                 fresh_session: aiohttp.ClientSession | None = None,
                  clock: Callable[[], float] = time.monotonic, tracing: Any = None) -> None:
         self.job = job
         self._tracing = tracing
-        self._session = session
-        self._fresh = fresh_session or session
+        self._transport = transport
         self._up = upstream
         self._redecide = redecide
         self._on_done = on_done
@@ -302,20 +309,16 @@ class ProxyResponse(Response):
         loop = asyncio.get_running_loop()
         first_deadline = loop.time() + (self._first_byte_timeout() if job.features.stream
                                         else up.nonstream_timeout_s)
-        timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=up.connect_timeout_s,
-                                        sock_read=None)
         headers, span = self._engine_headers(endpoint)
-        resp: aiohttp.ClientResponse | None = None
-        conn = ConnTrace()
-        session = self._fresh if fresh else self._session
-        marks = getattr(session.connector, "marks", None)  # a ReuseMarkingConnector's
-        mark_token = marks.set(conn) if marks is not None else None
+        resp: UpstreamResponse | None = None
+        transport = self._transport
         try:
             try:
                 async with asyncio.timeout_at(first_deadline):
-                    resp = await session.post(
-                        endpoint.target(job.path), data=job.pool_bodies.get(endpoint.pool, job.body) if
-                        job.pool_bodies else job.body, headers=headers, timeout=timeout)
+                    resp = await transport.post(
+                        endpoint.target(job.path), job.pool_bodies.get(endpoint.pool, job.body) if
+                        job.pool_bodies else job.body, headers, connect_timeout_s=up.connect_timeout_s,
+                        fresh=fresh)
                     if resp.status >= 400:
                         body = await resp.content.read(_MAX_ERROR_BODY)
                         if resp.status in _BACKPRESSURE:
@@ -336,33 +339,35 @@ class ProxyResponse(Response):
                     endpoint.record_stall("a stream got no first byte in time")
                     raise _Failover(err) from None
                 raise err from None
-            except aiohttp.ClientConnectorError:
-                endpoint.mark_down()
-                job.outcome = "connect_failed"
-                raise _Failover(UpstreamError("upstream worker unreachable")) from None
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                if resp is None and conn.reused and not fresh:
-                    raise _Stale() from None
-                endpoint.mark_down()
-                if resp is None:  # nothing came back on a new connection
-                    job.outcome = "upstream_connection_error"
-                    raise UpstreamConnectionError("upstream connection failed") from None
-                job.outcome = "upstream_reset"
-                raise UpstreamError("upstream worker failed") from None
-            except aiohttp.ClientPayloadError:
-                endpoint.mark_down()
-                job.outcome = "upstream_reset"
-                raise UpstreamError("upstream worker failed") from None
+            except transport.errors as exc:  # evaluated only when something was raised
+                self._broken(transport.map_error(exc), endpoint, resp is None, fresh)
             self._check_first(first)
             await self._answer(resp, first, endpoint, send)
         finally:
-            if mark_token is not None:
-                marks.reset(mark_token)  # type: ignore[union-attr]  # set above with it
             if resp is not None:
                 resp.close()
             if span is not None:
                 end_span(span, None if resp is None else resp.status,
                                   None if job.outcome == "ok" else job.outcome)
+
+    def _broken(self, err: TransportError, endpoint: Any, before_status: bool, fresh: bool) -> NoReturn:
+        """Raise what a transport failure of one attempt means (module docstring): no
+        connection fails over; a reused connection broken before the status line is stale
+        (resent); any other break marks the endpoint down and is a 502."""
+        job = self.job
+        if isinstance(err, ConnectFailed):
+            endpoint.mark_down()
+            job.outcome = "connect_failed"
+            raise _Failover(UpstreamError("upstream worker unreachable")) from None
+        if before_status and isinstance(err, ConnectionBroken):
+            if err.reused and not fresh:
+                raise _Stale() from None
+            endpoint.mark_down()  # nothing came back on a new connection
+            job.outcome = "upstream_connection_error"
+            raise UpstreamConnectionError("upstream connection failed") from None
+        endpoint.mark_down()
+        job.outcome = "upstream_reset"
+        raise UpstreamError("upstream worker failed") from None
 
     def _engine_headers(self, endpoint: Any) -> tuple[dict[str, str], Any]:
         """The engine request's headers and, with tracing on, the attempt's span (its context
@@ -393,7 +398,7 @@ class ProxyResponse(Response):
                 job.outcome = "engine_abort"
                 raise UpstreamError("generation aborted by engine", code="engine_abort")
 
-    async def _answer(self, resp: aiohttp.ClientResponse, first: bytes, endpoint: Any,
+    async def _answer(self, resp: UpstreamResponse, first: bytes, endpoint: Any,
                       send: Callable[..., Any]) -> None:
         """Send the client the engine's status and ``first``: a whole body (its ``spec_stats``
         read, and stripped when asked), or a stream's first events, then relay the rest."""
@@ -415,7 +420,7 @@ class ProxyResponse(Response):
         job.status = resp.status
         await self._relay(resp, first, endpoint, send)
 
-    async def _first_events(self, resp: aiohttp.ClientResponse) -> bytes:
+    async def _first_events(self, resp: UpstreamResponse) -> bytes:
         """Read a 200 stream until its first *content* event and return the bytes read.
 
         SGLang sends the role chunk together with the first content chunk, so holding the
@@ -471,7 +476,7 @@ class ProxyResponse(Response):
             raise _Failover(err)
         raise err
 
-    async def _relay(self, resp: aiohttp.ClientResponse, first: bytes, endpoint: Any,
+    async def _relay(self, resp: UpstreamResponse, first: bytes, endpoint: Any,
                      send: Callable[..., Any]) -> None:
         """Relay whole SSE events as they arrive, starting with ``first`` (module docstring)."""
         job = self.job
@@ -534,7 +539,7 @@ class ProxyResponse(Response):
             job.outcome = "upstream_idle_timeout"
             await send({"type": "http.response.body", "body": UPSTREAM_TIMEOUT_EVENT, "more_body": False})
             return
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+        except self._transport.errors:  # a reset or a cut body mid-stream (router.transport)
             endpoint.mark_down()
             job.outcome = "upstream_reset_midstream"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
@@ -592,11 +597,11 @@ class ProxyResponse(Response):
         if not self.job.abort_rids:
             return
         self.job.extra["aborted"] = endpoint.url
-        self._spawn(abort_request(self._session, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s))
+        self._spawn(self._transport.abort(endpoint.url, self.job.abort_rids, self._up.abort_timeout_s))
 
     async def _abort_now(self, endpoint: Any) -> None:
         """``/abort_request`` for this request's engine ids on a fresh connection, awaited
         (before the resend after a stale connection; best effort, bounded by
         ``upstream.abort_timeout_s`` per id)."""
         if self.job.abort_rids:
-            await abort_request(self._fresh, endpoint.url, self.job.abort_rids, self._up.abort_timeout_s)
+            await self._transport.abort(endpoint.url, self.job.abort_rids, self._up.abort_timeout_s, fresh=True)

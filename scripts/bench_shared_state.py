@@ -37,7 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.helpers import free_port, make_test_tokenizer
+from tests.support import free_port, make_test_tokenizer
 
 
 def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0) -> None:

@@ -33,8 +33,8 @@ from serving.fake_sglang import (
     overlength_body,
     run_fake_server,
 )
-from tests.fakes_util import split_sse, sse_events, words
 from tests.support import free_port, make_test_tokenizer, wait_until
+from tests.support.sse import split_sse, sse_events, words
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "fault-model"

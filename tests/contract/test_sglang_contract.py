@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from tests.contract.conftest import Backend
-from tests.fakes_util import split_sse, sse_events, words
+from tests.support.sse import split_sse, sse_events, words
 
 GAUGES = (
     "num_running_reqs",

@@ -11,7 +11,8 @@ import time
 import httpx
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.support import wait_until
+from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"
 
@@ -32,15 +33,6 @@ def chat(stack, temperature=None):
     r = stack.client.post(CHAT, json=doc)
     assert r.status_code == 200, r.text
     return r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]
-
-
-def wait_until(predicate, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def spec_pool(stack):

@@ -12,11 +12,11 @@ ejects the refusing endpoint (it records back-pressure instead), and answers a r
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from router.proxy import ENGINE_ABORT_EVENT
+from tests.support import wait_until
 
 CHAT = "/v1/chat/completions"
 OVERLOADED = (b'{"error":{"message":"all pools are at capacity","type":"server_error","param":null,'
@@ -36,12 +36,8 @@ def events(raw: bytes) -> list[bytes]:
 
 
 def endpoints_idle(stack) -> bool:
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
-        if all(ep.inflight == 0 for ep in stack.router.state.runtime.all_endpoints()):
-            return True
-        time.sleep(0.01)
-    return False
+    return wait_until(lambda: all(ep.inflight == 0 for ep in stack.router.state.runtime.all_endpoints()), 2,
+                      "every endpoint idle")
 
 
 def test_fake_sends_sglang_queue_full_shapes(stack):

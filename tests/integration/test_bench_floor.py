@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from benchmarks.fast_backend import CHAT, EVENT
-from tests.fakes_util import sse_events
 from tests.support import free_port, wait_until
+from tests.support.sse import sse_events
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 
 from router.canary import answer_key, probes
 from router.config import parse_config
-from tests.integration.conftest import Stack
 from tests.integration.test_capabilities import TOOLS, reconfigure
+from tests.support import wait_until
+from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"
 CANARY = {"enabled": True, "interval_s": 0.2, "check_s": 0.05, "max_tokens": 6, "timeout_s": 5.0,
@@ -18,10 +18,7 @@ CANARY = {"enabled": True, "interval_s": 0.2, "check_s": 0.05, "max_tokens": 6, 
 
 
 def wait_for(cond, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    wait_until(cond, timeout_s, what)
 
 
 def perturb(fake, on: bool) -> None:

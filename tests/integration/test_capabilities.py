@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
 
-from tests.integration.conftest import Stack
+from tests.support import wait_until
+from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},
@@ -31,11 +31,8 @@ def reconfigure(stack: Stack, edit) -> None:
     edit(doc)
     old = stack.router.state.runtime
     stack.config_path.write_text(yaml.safe_dump(doc))
-    deadline = time.monotonic() + 10
-    while stack.router.state.runtime is old or not all(
-            ep.healthy for ep in stack.router.state.runtime.all_endpoints()):
-        assert time.monotonic() < deadline, "the reload did not apply"
-        time.sleep(0.02)
+    wait_until(lambda: stack.router.state.runtime is not old and all(
+        ep.healthy for ep in stack.router.state.runtime.all_endpoints()), 10, "the reload to apply")
 
 
 CONSTRAINED = {

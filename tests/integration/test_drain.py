@@ -20,19 +20,11 @@ import pytest
 
 from router.drain import SHUTDOWN_EVENT
 from serving.fake_sglang import FakeConfig, FakeServer
-from tests.helpers import free_port
 from tests.integration.conftest import write_config
+from tests.support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_S = 0.05  # the fakes' decode step: 20 tokens per second
-
-
-def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class RouterProcess:
@@ -55,7 +47,7 @@ class RouterProcess:
             stdout=subprocess.DEVNULL, stderr=self.stderr.open("wb"),
             env={**os.environ, "PYTHONPATH": str(REPO)})
         try:
-            wait_for(self._ready, 60, "router /ready")
+            wait_until(self._ready, 60, "router /ready")
         except BaseException:
             self.close()  # the fixture never saw this object: do not leave the router running
             raise
@@ -171,7 +163,7 @@ def test_sigterm_drains_short_streams_and_cuts_the_rest(router_factory) -> None:
     assert raw.count(b'"error"') == 1 and b"[DONE]" not in raw
     assert 10 < len(contents(raw)) < 400
     assert r.proc.wait(15) == 1
-    wait_for(lambda: r.running() == 0, 5, "the engines' running requests to reach 0")
+    wait_until(lambda: r.running() == 0, 5, "the engines' running requests to reach 0")
     assert "drain-long" in r.aborts()
     log = r.stderr.read_text()
     assert "drain finished: 2 drained, 1 cut, exit 1" in log, log
@@ -211,7 +203,7 @@ def test_a_second_sigterm_cuts_at_once(router_factory) -> None:
             task = asyncio.create_task(stream(s, r.url, chat(400, rid="drain-forced"), started))
             await asyncio.wait_for(started.wait(), 10)
             r.proc.send_signal(signal.SIGTERM)
-            wait_for(lambda: httpx.get(r.url + "/ready").status_code == 503, 5, "/ready 503")
+            wait_until(lambda: httpx.get(r.url + "/ready").status_code == 503, 5, "/ready 503")
             t0 = time.monotonic()
             r.proc.send_signal(signal.SIGTERM)
             result = await task
@@ -221,7 +213,7 @@ def test_a_second_sigterm_cuts_at_once(router_factory) -> None:
     assert cut_after < 5.0
     assert status == 200 and events(raw)[-1] + b"\n\n" == SHUTDOWN_EVENT
     assert r.proc.wait(15) == 1
-    wait_for(lambda: r.running() == 0, 5, "the engines' running requests to reach 0")
+    wait_until(lambda: r.running() == 0, 5, "the engines' running requests to reach 0")
     assert "drain-forced" in r.aborts()
     assert "drain finished: 0 drained, 1 cut (second signal), exit 1" in r.stderr.read_text()
 
@@ -257,7 +249,7 @@ def test_drain_endpoint_is_for_loopback_clients_only(tmp_path: Path, tokenizer_d
 def test_cut_releases_leases_aborts_and_counts_router_shutdown(tmp_path: Path, tokenizer_dir: Path) -> None:
     """The drain inside a served app (no process runner): the cut stream's lease is released
     once, its engine request aborted, and the outcome counted as ``router_shutdown``."""
-    from tests.integration.conftest import Stack
+    from tests.support.stack import Stack
 
     stack = Stack(tmp_path, tokenizer_dir, **{"server.drain_listen_s": 0.0, "server.drain_timeout_s": 0.3})
     try:
@@ -272,7 +264,7 @@ def test_cut_releases_leases_aborts_and_counts_router_shutdown(tmp_path: Path, t
             raw += b"".join(chunks)
         assert events(raw)[-1] + b"\n\n" == SHUTDOWN_EVENT
         assert stack.settled_inflight() == 0
-        wait_for(lambda: any(a["rid"] == "cut-me" for f in (stack.spec, stack.plain)
+        wait_until(lambda: any(a["rid"] == "cut-me" for f in (stack.spec, stack.plain)
                              for a in stack.fake_log(f)["aborts"]), 5, "the abort")
         pool = next(p for p in ("spec", "plain")
                     if stack.router.metric("specgate_upstream_failures_total", pool=p, kind="router_shutdown"))

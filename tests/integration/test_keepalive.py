@@ -15,6 +15,7 @@ the tests' input (the race is about idle time), not waits for a condition.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ import pytest
 from router.config import ConfigError, load_config
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.integration.conftest import RouterServer, write_config
+from tests.support import wait_until
 
 CHAT = "/v1/chat/completions"
 CONNECTION_FAILED = (b'{"error":{"message":"upstream connection failed","type":"server_error",'
@@ -52,11 +54,7 @@ class OnePool:
         path = write_config(tmp / "router.yaml", tokenizer, self.fake.base_url, self.fake.base_url, **cfg)
         self.router = RouterServer(path).start()
         self.endpoint = self.router.state.runtime.endpoint(self.fake.base_url)
-        deadline = time.monotonic() + 15
-        while not self.endpoint.healthy:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the fake endpoint did not become healthy")
-            time.sleep(0.02)
+        wait_until(lambda: self.endpoint.healthy, 15, "the fake endpoint to become healthy")
         self.client = httpx.Client(base_url=self.router.base_url, timeout=30)
 
     def close(self) -> None:
@@ -77,9 +75,8 @@ class OnePool:
         return r
 
     def settled_inflight(self, timeout_s: float = 2.0) -> int:
-        deadline = time.monotonic() + timeout_s
-        while self.endpoint.inflight and time.monotonic() < deadline:
-            time.sleep(0.01)
+        with contextlib.suppress(AssertionError):  # the caller asserts on the count it returns
+            wait_until(lambda: self.endpoint.inflight == 0, timeout_s)
         return self.endpoint.inflight
 
 

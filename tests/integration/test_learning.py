@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from router.learn import context_bucket
-from tests.integration.conftest import Stack
+from tests.support.stack import Stack
 from tests.support.wait import wait_until
 
 CHAT = "/v1/chat/completions"

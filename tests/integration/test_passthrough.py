@@ -4,7 +4,6 @@ serves them, unserved kinds refused with 404 ``unsupported_endpoint``, never the
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import yaml
 from router.config import ConfigError, parse_config
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.integration.conftest import RouterServer, write_config
+from tests.support import wait_until
 
 EMBED = "/v1/embeddings"
 
@@ -38,10 +38,8 @@ class EmbedStack:
                              "serves": ["embeddings", "rerank"]})
         path.write_text(yaml.safe_dump(doc))
         self.router = RouterServer(path).start()
-        deadline = time.monotonic() + 15
-        while not all(ep.healthy for ep in self.router.state.runtime.all_endpoints()):
-            assert time.monotonic() < deadline, "fakes did not become healthy"
-            time.sleep(0.02)
+        wait_until(lambda: all(ep.healthy for ep in self.router.state.runtime.all_endpoints()), 15,
+                   "the fakes to become healthy")
         self.client = httpx.Client(base_url=self.router.base_url, timeout=30)
 
     def log(self, fake: FakeServer, path: str) -> list[dict[str, Any]]:
@@ -169,10 +167,8 @@ def test_embedding_traffic_never_touches_the_spec_pool(es: EmbedStack) -> None:
 def test_a_dead_embedding_engine_is_a_503_with_retry_after(es: EmbedStack) -> None:
     es.embed.kill()
     ep = es.router.state.runtime.endpoint(es.embed.base_url)
-    deadline = time.monotonic() + 10
-    while ep.healthy:  # ejected by the scrape (or by the first refused pass-through call)
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    # ejected by the scrape (or by the first refused pass-through call)
+    wait_until(lambda: not ep.healthy, 10, "the dead engine's ejection")
     resp = es.client.post(EMBED, json={"model": "embed-model", "input": "hi"})
     assert _error(resp)[:3] == (503, None, "no_healthy_upstream")
     assert resp.headers["retry-after"] == "3"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import yaml
 
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.integration.conftest import RouterServer
+from tests.support import wait_until
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima"]
 
@@ -33,10 +33,8 @@ class Pair:
             "server": {"reload_interval_s": 0.1, "log_requests": True},
         }))
         self.router = RouterServer(cfg).start()
-        deadline = time.monotonic() + 15
-        while not all(ep.healthy for ep in self.router.state.runtime.all_endpoints()):
-            assert time.monotonic() < deadline, "fakes did not become healthy"
-            time.sleep(0.02)
+        wait_until(lambda: all(ep.healthy for ep in self.router.state.runtime.all_endpoints()), 15,
+                   "the fakes to become healthy")
         self.client = httpx.Client(base_url=self.router.base_url, timeout=30)
 
     def close(self) -> None:

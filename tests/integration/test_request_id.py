@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from router.intake import client_request_id
-from tests.integration.conftest import Stack
+from tests.support.stack import Stack
 
 
 def chat(**extra):

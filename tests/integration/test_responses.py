@@ -3,7 +3,6 @@ own endpoint (SGLang 0.5.23 serves it), ``max_output_tokens`` treated like ``max
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.conftest import Stack
+from tests.support import wait_until
+from tests.support.stack import Stack
 
 RESP = "/v1/responses"
 
@@ -26,10 +26,8 @@ def stack(tmp_path: Path, tokenizer_dir: Path) -> Iterator[Stack]:
         for pool in doc["pools"]:
             pool["serves"] = ["generate", "responses"]
         s.config_path.write_text(yaml.safe_dump(doc))
-        deadline = time.monotonic() + 10
-        while not all("responses" in p.config.serves for p in s.router.state.runtime.pools):
-            assert time.monotonic() < deadline, "config not reloaded"
-            time.sleep(0.02)
+        wait_until(lambda: all("responses" in p.config.serves for p in s.router.state.runtime.pools), 10,
+                   "the config reload")
         yield s
     finally:
         s.close()

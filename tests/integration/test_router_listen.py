@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from serving.fake_sglang import FakeConfig, FakeServer
-from tests.support import free_port, router_config, write_router_yaml
+from tests.support import free_port, router_config, wait_until, write_router_yaml
 
 #: The first scrape round (part of the start) waits this long on an endpoint that never answers.
 SCRAPE_TIMEOUT_S = 3.0
@@ -32,16 +32,14 @@ def test_connections_are_refused_until_the_router_has_started(tmp_path: Path, to
         proc = subprocess.Popen([sys.executable, "-m", "router.cli", "router", "--config", str(path),
                                  "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + 90
-            while True:
+            def accepting() -> socket.socket | None:
                 assert proc.poll() is None, "the router exited"
-                assert time.monotonic() < deadline, "the router never accepted a connection"
                 try:
-                    conn = socket.create_connection(("127.0.0.1", port), timeout=1)
+                    return socket.create_connection(("127.0.0.1", port), timeout=1)
                 except ConnectionRefusedError:
-                    time.sleep(0.01)
-                    continue
-                break
+                    return None
+
+            conn = wait_until(accepting, 90, "the router to accept a connection")
             with conn:
                 accepted = time.monotonic()
                 conn.settimeout(30)

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from router.proxy import UPSTREAM_FAILED_EVENT
-from tests.integration.conftest import Stack
+from tests.support.stack import Stack
 from tests.tool_events import INCONSISTENT, parallel_tool_call_events, reasoning_only_events
 
 CHAT = "/v1/chat/completions"

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import time
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from tests.redis.cluster import (
     inflight_key,
     state_section,
 )
+from tests.support import wait_until
 
 # These names stay importable from here for one release (new code: tests.redis.cluster and
 # tests.support.wait_until).
@@ -28,11 +29,8 @@ __all__ = ["CHAT", "COMPLETIONS", "PREFIX", "Cluster", "RedisServer", "cluster",
 
 def wait_for(cond: Any, timeout: float = 5.0, every: float = 0.02) -> bool:
     """Deprecated: :func:`tests.support.wait_until`. Polls ``cond``; returns its last truth value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(every)
+    with contextlib.suppress(AssertionError):
+        wait_until(cond, timeout, interval=every)
     return bool(cond())
 
 

@@ -11,6 +11,10 @@ One of each:
 - :class:`RouterServer`: the real router app under uvicorn in a thread on 127.0.0.1, with
   :meth:`~RouterServer.wait_scrape_rounds` and :meth:`~RouterServer.wait_reloads` to wait on
   the router's own counters instead of sleeping (:mod:`tests.support.router`).
+- :class:`~tests.support.transport.MockTransport`: the proxy's upstream without sockets, a
+  handler per engine request (:mod:`tests.support.transport`).
+- :func:`~tests.support.sse.split_sse` / :func:`~tests.support.sse.sse_events` /
+  :func:`~tests.support.sse.words`: SGLang's SSE framing, checked (:mod:`tests.support.sse`).
 """
 
 from tests.support.config import router_config, write_router_yaml

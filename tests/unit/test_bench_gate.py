@@ -1,13 +1,12 @@
 """The release gate of ``benchmarks/router_overhead.py`` (``make bench-check``): its arithmetic
-on given measurements, no timing (the benchmark itself is never run by the test suite)."""
+on given measurements, no timing (the benchmark itself is never run by the test suite). Resolving the base revision runs
+``git``: tests/integration/test_bench_gate_git.py."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from benchmarks.router_overhead import ROOT, check_cpu, git_base, summarise
+from benchmarks.router_overhead import check_cpu, summarise
 
 
 def run(rps: float, cpu: float, p50: float = 1.0) -> dict[str, float]:
@@ -39,10 +38,3 @@ def test_concurrency_one_cells_are_not_gated():
     rows = summarise(results([100, 100, 100], [300, 300, 300], c="1"), {})
     assert check_cpu(rows, 0.10) == 0
 
-
-def test_base_revision_resolves_to_a_commit():
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    assert git_base("HEAD") == head
-    with pytest.raises(subprocess.CalledProcessError):
-        git_base("no-such-revision-xyz")

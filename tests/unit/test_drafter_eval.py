@@ -125,6 +125,7 @@ def tiny():
     return model, draft, make_prompts(tok, "heldout", 4, 0, prompt_tokens=48)
 
 
+@pytest.mark.slow  # the tiny models: about 5 s to load (once per module), 1-7 s to run on CPU
 @needs_models
 def test_sampling_path_at_t0_equals_the_greedy_path(tiny) -> None:
     """The two offline paths agree: the verifier at T = 0 on fresh target passes gives the
@@ -144,6 +145,7 @@ def test_sampling_path_at_t0_equals_the_greedy_path(tiny) -> None:
         assert counts == simulate_sequence(draft, aux[0], seq, len(p.ids), 3)
 
 
+@pytest.mark.slow  # the tiny models: about 5 s to load (once per module), 1-7 s to run on CPU
 @needs_models
 def test_sampled_path_is_seeded(tiny) -> None:
     import torch
@@ -160,6 +162,7 @@ def test_sampled_path_is_seeded(tiny) -> None:
     assert len(text) <= 32 and all(0 <= a <= 3 for a in counts)
 
 
+@pytest.mark.slow  # the tiny models: about 5 s to load (once per module), 1-7 s to run on CPU
 @needs_models
 def test_offline_command_writes_schema_and_plot(tmp_path: Path, capsys) -> None:
     from drafters.eagle3.evaluate import evaluate

@@ -1,25 +1,20 @@
-"""Helpers shared by tests that talk to a fake or real SGLang server over HTTP.
+"""SSE bodies as SGLang frames them, for tests that talk to a fake or real SGLang server.
 
-- ``split_sse(raw)``: strict SSE framing check; the body must be a concatenation of
+- :func:`split_sse`: strict framing check; the body must be a concatenation of
   ``data: <one line>\\n\\n`` events (SGLang's framing). Returns each event's payload text.
   Raises ``AssertionError`` naming the offending byte offset otherwise.
-- ``sse_events(raw)``: ``split_sse`` plus JSON decoding; returns ``(chunks, done)`` where
+- :func:`sse_events`: :func:`split_sse` plus JSON decoding; returns ``(chunks, done)`` where
   ``done`` is True when the last event is ``[DONE]`` (and ``[DONE]`` appears nowhere else).
-- ``words(n, word)``: ``n`` space-separated copies of ``word`` (the fake's simple count makes
-  this exactly ``n`` tokens of text).
-- ``make_test_tokenizer(directory)``: deprecated, :func:`tests.support.make_test_tokenizer`
-  (returns the path as a string).
+- :func:`words`: ``n`` space-separated copies of ``word`` (the fake's simple count makes this
+  exactly ``n`` tokens of text).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from tests.support.tokenizer import make_test_tokenizer as _make_test_tokenizer
-
-__all__ = ["make_test_tokenizer", "split_sse", "sse_events", "words"]
+__all__ = ["split_sse", "sse_events", "words"]
 
 
 def split_sse(raw: bytes) -> list[str]:
@@ -53,8 +48,3 @@ def sse_events(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
 def words(n: int, word: str = "lorem") -> str:
     """``n`` copies of ``word`` separated by single spaces."""
     return " ".join([word] * n)
-
-
-def make_test_tokenizer(directory: str | Path) -> str:
-    """Deprecated (one release): :func:`tests.support.make_test_tokenizer`, as a string path."""
-    return str(_make_test_tokenizer(directory))

@@ -1,0 +1,99 @@
+"""The production :class:`router.transport.Transport`: aiohttp, with aiohttp's errors mapped.
+
+:class:`AiohttpTransport` holds the app's two upstream clients (``router.app``): the pooled
+session, whose :class:`router.upstream.ReuseMarkingConnector` tells whether a request went out
+on a reused keep-alive connection, and the ``force_close`` session for the one resend after a
+stale connection (sgl-project/sglang#20851, aio-libs/aiohttp#7363).
+
+aiohttp to :mod:`router.transport`:
+
+===================================================  =====================================
+``ClientConnectorError`` (refused, DNS, unreachable)  :class:`~router.transport.ConnectFailed`
+``ServerDisconnectedError``, other ``ClientOSError``  :class:`~router.transport.ConnectionBroken`
+``ClientPayloadError`` (a body cut short)             :class:`~router.transport.PayloadBroken`
+``ConnectionTimeoutError`` (``sock_connect``)         left as it is: a ``TimeoutError``
+===================================================  =====================================
+
+:meth:`AiohttpTransport.post` returns aiohttp's ``ClientResponse`` itself (it satisfies
+:class:`router.transport.UpstreamResponse`), so a relayed chunk is one ``readany`` of aiohttp's
+``StreamReader`` and nothing more; its read errors are mapped by :meth:`AiohttpTransport.map_error`
+where the proxy catches :attr:`AiohttpTransport.errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import aiohttp
+from yarl import URL
+
+from router.transport import (
+    ConnectFailed,
+    ConnectionBroken,
+    PayloadBroken,
+    TransportError,
+    UpstreamResponse,
+)
+from router.upstream import ConnTrace, ReuseMarkingConnector, abort_request
+
+__all__ = ["AiohttpTransport"]
+
+
+class AiohttpTransport:
+    """:class:`router.transport.Transport` over aiohttp sessions.
+
+    Args:
+        session: the pooled upstream client (its connector a
+            :class:`router.upstream.ReuseMarkingConnector` for :attr:`ConnectionBroken.reused`;
+            with another connector a break is never taken for a stale connection).
+        fresh_session: a ``force_close`` client for ``fresh=True`` (None: ``session``).
+    """
+
+    errors: tuple[type[Exception], ...] = (TransportError, aiohttp.ClientPayloadError, aiohttp.ClientOSError,
+                                           aiohttp.ServerDisconnectedError)
+
+    __slots__ = ("_fresh", "_marks", "_session", "_timeout")
+
+    def __init__(self, session: aiohttp.ClientSession,
+                 fresh_session: aiohttp.ClientSession | None = None) -> None:
+        self._session = session
+        self._fresh = fresh_session or session
+        connector = session.connector
+        self._marks = connector.marks if isinstance(connector, ReuseMarkingConnector) else None
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=2.0, sock_read=None)
+
+    async def post(self, url: URL | str, body: bytes, headers: Mapping[str, str], *,
+                   connect_timeout_s: float, fresh: bool) -> UpstreamResponse:
+        timeout = self._timeout
+        if timeout.sock_connect != connect_timeout_s:  # one object while the config keeps its value
+            timeout = self._timeout = aiohttp.ClientTimeout(total=None, connect=None,
+                                                            sock_connect=connect_timeout_s, sock_read=None)
+        if fresh or self._marks is None:
+            session, mark, token = self._fresh if fresh else self._session, None, None
+        else:
+            session, mark = self._session, ConnTrace()
+            token = self._marks.set(mark)  # read by the connector in this task (ReuseMarkingConnector)
+        try:
+            return await session.post(url, data=body, headers=headers, timeout=timeout)
+        except aiohttp.ClientConnectorError as exc:  # before ClientOSError: it is one
+            raise ConnectFailed(str(exc)) from exc
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            raise ConnectionBroken(str(exc), reused=mark is not None and mark.reused) from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise PayloadBroken(str(exc)) from exc
+        finally:
+            if token is not None:
+                self._marks.reset(token)  # type: ignore[union-attr]  # set above with it
+
+    def map_error(self, exc: Exception) -> TransportError:
+        if isinstance(exc, TransportError):
+            return exc
+        if isinstance(exc, aiohttp.ClientPayloadError):
+            return PayloadBroken(str(exc))
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return ConnectFailed(str(exc))
+        return ConnectionBroken(str(exc))
+
+    async def abort(self, base_url: str, rids: tuple[str, ...], timeout_s: float, *,
+                    fresh: bool = False) -> None:
+        await abort_request(self._fresh if fresh else self._session, base_url, rids, timeout_s)
