@@ -20,17 +20,10 @@ if TYPE_CHECKING:
 
     from router.features import RequestFeatures
 
-__all__ = ["CONNECTION_KEY", "CONTEXT_KEY", "RequestContext", "attach", "attach_context", "end_disconnected", "request_context"]
+__all__ = ["CONTEXT_KEY", "RequestContext", "attach", "attach_context", "end_disconnected", "request_context"]
 
 #: ASGI scope key of a request's :class:`RequestContext`.
 CONTEXT_KEY = "specgate.context"
-
-#: ASGI scope key under which the router's HTTP protocol (:mod:`router.http_limits`) puts
-#: itself for the request's handler: a handler that must notice the client leaving while it
-#: waits on something else (the proxy waiting for the engine) sets the protocol's ``on_lost``
-#: callback instead of running a task that waits on ``receive``
-#: (:meth:`router.proxy.ProxyResponse.__call__`). Absent under another server (then that task).
-CONNECTION_KEY = "specgate.connection"
 
 
 @dataclass(slots=True)

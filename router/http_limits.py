@@ -65,7 +65,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from router.config_server import HeaderLimitsConfig, ServerConfig
-from router.context import CONNECTION_KEY
+from router.disconnect import CONNECTION_KEY
 from router.errors import error_body
 
 __all__ = ["ConnectionLimits", "LimitsSource", "app_limits", "bad_request_response", "limited_protocol",
@@ -164,7 +164,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         #: Called once when the connection is lost (set by the request being answered, found
-        #: under :data:`router.context.CONNECTION_KEY`): a disconnect noticed without a task
+        #: under :data:`router.disconnect.CONNECTION_KEY`): a disconnect noticed without a task
         #: waiting on ``receive``.
         self.on_lost: Callable[[], None] | None = None
 

@@ -92,7 +92,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from router.config import UpstreamConfig
-from router.context import CONNECTION_KEY
+from router.disconnect import DisconnectWatch
 from router.errors import (
     EngineOverloaded,
     SpecgateError,
@@ -202,21 +202,7 @@ class ProxyResponse(Response):
                 gone = True
                 task.cancel()
 
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            lost()
-
-        # The relay runs in the handler's own task. Under the router's protocol, which reads
-        # the connection while the handler waits (a body read whole left reading on), the
-        # protocol calls ``lost`` when the connection goes (router.context.CONNECTION_KEY);
-        # otherwise one task waits on ``receive`` (a task per request is avoidable work).
-        conn = scope.get(CONNECTION_KEY)
-        watcher = None
-        if conn is not None and not conn.flow.read_paused and not conn.transport.is_closing():
-            conn.on_lost = lost
-        else:
-            conn, watcher = None, asyncio.create_task(watch())
+        watch = DisconnectWatch(scope, receive, lost)  # the relay runs in the handler's own task
         running = True
         try:
             await self._run(send)
@@ -229,10 +215,7 @@ class ProxyResponse(Response):
                 job.status = 499
         finally:
             running = False
-            if watcher is not None:
-                watcher.cancel()
-            elif conn is not None and conn.on_lost is lost:
-                conn.on_lost = None
+            watch.close()
             if job.observer is not None and job.status == 200:
                 job.observer.finish(job.decision.pool or "none")
             job.lease.release()  # last: a settled in-flight count means the metrics are written
