@@ -295,8 +295,10 @@ class SpeedFit:
 
     def _refit(self) -> SpeedModel:
         lam = prior_precision(self._theta0, self._model_theta, self._prior_weight)
-        a = [[self._a[i][j] + (lam[i] if i == j else 0.0) for j in range(_N)] for i in range(_N)]
-        b = [self._g[i] + lam[i] * self._theta0[i] for i in range(_N)]
+        a = [row[:] for row in self._a]
+        for i, li in enumerate(lam):
+            a[i][i] += li
+        b = [g + li * t0 for g, li, t0 in zip(self._g, lam, self._theta0, strict=True)]
         theta = _solve(a, b)
         if theta is None or not all(math.isfinite(t) for t in theta):
             return self._model
