@@ -20,7 +20,9 @@ forgetting (each observation's weight decays by ``forgetting`` per later observa
 about ``1 / (1 - forgetting)`` recent requests count: drift in load mix, drafter or engine is
 followed) and a ridge pull toward the prior ``theta_0`` that does not decay (a direction the
 traffic does not excite, such as the batch slope of an idle pool, stays at the prior instead
-of drifting). Residuals are relative (each row is divided by ``y``), so a 50 s request and a
+of drifting); its precision per parameter is scaled by the larger of the prior's value and
+the fit's (:func:`prior_precision`), so a prior too small (too fast) is held no tighter than a
+right one. Residuals are relative (each row is divided by ``y``), so a 50 s request and a
 0.5 s one weigh the same. The prior is the pool's ``speed`` block when the YAML has one
 (``specgate calibrate``), else :data:`DEFAULT_PRIOR`, the same for every pool: before any
 traffic the pools differ only by their live accept length and load, and the fit then tells
@@ -40,7 +42,7 @@ from router.drift import Cusum, DecayedMean
 from router.predict import SpeedModel
 
 __all__ = ["CONTEXT_BUCKETS", "DEFAULT_PRIOR", "MIN_OWN_OBSERVATIONS", "Observation", "SpeedFit", "bucket_label",
-           "context_bucket", "share_priors"]
+           "context_bucket", "prior_precision", "share_priors"]
 
 #: The prior of a pool without a ``speed`` block: a mid-size model on one accelerator
 #: (50 tokens/s for one sequence, decode compute equal to the weight reads at 32 sequences,
@@ -155,10 +157,8 @@ class SpeedFit:
         self.forgetting = forgetting
         self.memory_s = memory_s
         self._theta0 = _theta(prior)
-        # the prior's precision per parameter: prior_weight relative observations whose row
-        # for parameter i alone is 1 / theta0_i (a relative error of 100% costs prior_weight)
+        # the prior's precision per parameter: prior_weight / scale_i ** 2 (:func:`prior_precision`)
         self._prior_weight = prior_weight
-        self._lam = [prior_weight / max(t, 1e-12) ** 2 for t in self._theta0]
         self._a = [[0.0] * _N for _ in range(_N)]
         self._g = [0.0] * _N
         self._model = prior
@@ -189,7 +189,6 @@ class SpeedFit:
         measured instead of the default prior, which would make it look slower or faster than
         a pool that has learned its real speed (:data:`MIN_OWN_OBSERVATIONS`)."""
         self._theta0 = _theta(model)
-        self._lam = [self._prior_weight / max(t, 1e-12) ** 2 for t in self._theta0]
         self._model = self._refit() if self.count else replace(
             self.prior, prefill_s_per_token=model.prefill_s_per_token, decode_s_per_token=model.decode_s_per_token,
             batch_knee=model.batch_knee, attention_s_per_token=model.attention_s_per_token)
@@ -295,8 +294,11 @@ class SpeedFit:
         self.version += 1
 
     def _refit(self) -> SpeedModel:
-        a = [[self._a[i][j] + (self._lam[i] if i == j else 0.0) for j in range(_N)] for i in range(_N)]
-        b = [self._g[i] + self._lam[i] * self._theta0[i] for i in range(_N)]
+        lam = prior_precision(self._theta0, self._model_theta, self._prior_weight)
+        a = [row[:] for row in self._a]
+        for i, li in enumerate(lam):
+            a[i][i] += li
+        b = [g + li * t0 for g, li, t0 in zip(self._g, lam, self._theta0, strict=True)]
         theta = _solve(a, b)
         if theta is None or not all(math.isfinite(t) for t in theta):
             return self._model
@@ -304,6 +306,26 @@ class SpeedFit:
         p, decode, slope, attn = t0
         return replace(self.prior, prefill_s_per_token=p, decode_s_per_token=decode,
                        batch_knee=decode / slope, attention_s_per_token=attn)
+
+
+def prior_precision(theta0: list[float], theta: list[float], weight: float) -> list[float]:
+    """The ridge's precision per parameter, ``weight / scale_i ** 2`` with ``scale_i`` the larger
+    of the prior's value ``theta0_i`` and the fit's current one ``theta_i`` (both in the
+    parameter's unit, s per token or per token squared; the result in 1 / unit ** 2).
+
+    The prior is worth ``weight`` relative observations whose row for parameter ``i`` alone is
+    ``1 / scale_i``: a relative error of 100% of the scale costs ``weight``. Scaled by the prior
+    alone (``scale_i = theta0_i``), a prior ``k`` times too small would be held ``k ** 2`` times
+    tighter, in units of the true value, than a right one (and one ``k`` times too large ``k ** 2``
+    times looser): with every time halved, the batch slope of a plain pool seeing batches of
+    1-12 was still 37% of the way back to the prior after 64 observations (knee 1.26x the
+    truth, completion times off by up to 5.7%), with every time doubled 2% (tests/unit/test_learn_priors.py).
+    With the larger of the two, a prior that is too small is no stiffer than a right one, and a
+    direction the traffic does not excite (the fit stays at ``theta0_i``) keeps its prior as
+    before. Evaluated at each refit with the last published ``theta``: an iteration whose
+    scale grows monotonically toward the data's estimate.
+    """
+    return [weight / max(t0, t, 1e-12) ** 2 for t0, t in zip(theta0, theta, strict=True)]
 
 
 def share_priors(fits: list[SpeedFit]) -> None:
