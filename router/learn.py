@@ -42,7 +42,7 @@ from router.drift import Cusum, DecayedMean
 from router.predict import SpeedModel
 
 __all__ = ["CONTEXT_BUCKETS", "DEFAULT_PRIOR", "MIN_OWN_OBSERVATIONS", "Observation", "SpeedFit", "bucket_label",
-           "context_bucket", "prior_precision", "share_priors"]
+           "context_bucket", "observed_prompt_tokens", "prior_precision", "share_priors"]
 
 #: The prior of a pool without a ``speed`` block: a mid-size model on one accelerator
 #: (50 tokens/s for one sequence, decode compute equal to the weight reads at 32 sequences,
@@ -75,6 +75,21 @@ DEFAULT_MEMORY_S = 30.0
 
 #: The share of the regression's information kept when its residual's change detector alarms.
 CHANGE_KEEP = 0.05
+
+
+def observed_prompt_tokens(counted: int, exact: bool, num_prompts: int, usage_prompt_tokens: object) -> int:
+    """The prompt tokens ``P`` an observation is learned with (tokens).
+
+    The router decides on ``counted``, which is exact or, when no decision threshold lies
+    between the byte-length bounds, the upper bound (``router.features.PromptCounter.bounds``:
+    about one token per byte, several times the true count). The fit must not learn the bound:
+    for a single prompt the engine's own count (``usage.prompt_tokens``, a positive int; one
+    prompt counted once whatever ``n``) replaces an inexact ``counted``; an exact count, a
+    batch of prompts (whose usage sums them) or a missing usage keeps ``counted``.
+    """
+    if exact or num_prompts != 1 or type(usage_prompt_tokens) is not int or usage_prompt_tokens < 1:
+        return counted
+    return usage_prompt_tokens
 
 
 def bucket_label(bucket: int) -> str:

@@ -71,6 +71,7 @@ from router.intake import (
     parse_json,
     read_body,
 )
+from router.learn import observed_prompt_tokens
 from router.models import resolve_request
 from router.policy import Outcome, Reason, over_length_message, request_features
 from router.prefix import chain_for_request
@@ -538,7 +539,9 @@ def _learn(state: AppState, runtime: Runtime, job: ProxyJob, duration_s: float) 
         return
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    runtime.learn(job.decision.pool, url, prompt_tokens=job.features.prompt_tokens,
+    runtime.learn(job.decision.pool, url, prompt_tokens=observed_prompt_tokens(
+                      job.features.prompt_tokens, job.features.prompt_exact, job.features.num_prompts,
+                      usage.get("prompt_tokens")),
                   cached_tokens=cached // job.features.num_prompts if type(cached) is int else 0,
                   output_tokens=round(output / sequences), dispatch_load=load, duration_s=duration_s,
                   temperature=job.features.temperature_class, now=state.clock(),

@@ -150,8 +150,11 @@ Layout (``serving/fake_sglang/``; every handler is a module function taking the 
   ``state.py`` ``FakeState`` (in-flight samples, admission queue, access log, counters);
 - ``protocol.py`` request parsing and the length checks; ``tokens.py`` prompt counts;
   ``errors.py`` SGLang's error bodies;
-- ``engine.py`` admission, prefill and decode steps (the speed model); ``prefix_cache.py`` the
-  radix-like cache; ``render.py`` SSE framing and JSON bodies; ``serve.py`` one job on the wire;
+- ``engine.py`` admission, prefill and decode steps (the speed model); ``stepping.py`` the
+  step-engine seam (``create_fake_app(config, step_engine=...)``: one batched loop per server
+  runs a step model, e.g. the day simulator's engine, ``loadtests/dayhttp.py``, and the gauges,
+  usage and spec details are its numbers; the ``fake_step`` body hint gives a request's natural
+  output length); ``prefix_cache.py`` the radix-like cache; ``render.py`` SSE framing and JSON bodies; ``serve.py`` one job on the wire;
   ``faults.py`` scripted answers and socket faults;
 - ``endpoints.py`` the other SGLang endpoints; ``metrics.py`` ``/metrics``; ``embeddings.py``;
   ``admin.py`` the control API;

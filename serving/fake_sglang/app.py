@@ -33,6 +33,7 @@ from serving.fake_sglang.metrics import metrics
 from serving.fake_sglang.protocol import parse_chat, parse_completions, parse_generate, read_json
 from serving.fake_sglang.serve import serve_job
 from serving.fake_sglang.state import FakeState
+from serving.fake_sglang.stepping import StepEngine, Stepper
 
 __all__ = ["create_fake_app"]
 
@@ -171,13 +172,18 @@ _CONTROL = (
 )
 
 
-def create_fake_app(config: FakeConfig) -> Starlette:
+def create_fake_app(config: FakeConfig, *, step_engine: StepEngine | None = None) -> Starlette:
     """Build the fake server's Starlette app; its state is ``app.state.fake`` (``FakeState``).
+
+    ``step_engine``: drive generation by this step model (:mod:`serving.fake_sglang.stepping`)
+    instead of the per-request sleeps.
 
     Errors: ``OSError``/``ValueError`` from ``transformers`` when ``config.tokenizer_path`` is
     not a loadable tokenizer.
     """
     state = FakeState(config)
+    if step_engine is not None:
+        state.stepper = Stepper(step_engine)
     routes = [
         *(Route(p, _bind(state, h), methods=m) for p, h, m in _SELF_LOGGED),
         *(Route(p, logged(state, h), methods=m) for p, h, m in _LOGGED),

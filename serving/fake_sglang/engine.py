@@ -7,7 +7,10 @@ behaviour's ``delay_s``), then emits one token per running choice per decode ste
 ``j``'s token ``i`` is ``tok{i}``; a choice ends on a stop string, on ``eos_after_tokens``, at
 its limit, or on an abort (``/abort_request``, a client disconnect, an engine abort). The
 prefix cache is matched before prefill and filled after it and at the end (module docstring
-of :mod:`serving.fake_sglang`, and :mod:`serving.fake_sglang.prefix_cache`).
+of :mod:`serving.fake_sglang`, and :mod:`serving.fake_sglang.prefix_cache`). With a step engine
+(``state.stepper``) the step model decides instead when each choice is admitted and how many
+tokens it emits per step (:mod:`serving.fake_sglang.stepping`); stop strings and the token limit
+still end a choice here.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from serving.fake_sglang.config import FakeConfig
 from serving.fake_sglang.state import FakeState, Job, Sample
+from serving.fake_sglang.stepping import StepHint, StepRequest
 
 __all__ = ["steps"]
 
@@ -55,6 +59,10 @@ async def steps(state: FakeState, job: Job) -> AsyncIterator[tuple[Sample, str]]
     A sample's last yield has ``sample.finish`` set. Aborts (``/abort_request`` or a client
     disconnect) end a sample with ``{"type": "abort", ...}``.
     """
+    if state.stepper is not None:
+        async for out in _stepped(state, job):
+            yield out
+        return
     cfg = state.launch_config
     b = job.behaviour
     step_delay = cfg.decode_step_s
@@ -160,3 +168,101 @@ async def steps(state: FakeState, job: Job) -> AsyncIterator[tuple[Sample, str]]
         first = job.samples[0]
         if first.finish is not None and first.finish.get("type") != "abort":
             cache.insert(job.cache_units[0] + state.counter.text_units(first.text))
+
+
+def _temperature(job: Job) -> float:
+    """The request's temperature (chat/completions ``temperature``, ``/generate``'s
+    ``sampling_params.temperature``; absent: 1.0, SGLang's default)."""
+    body = job.entry.get("body")
+    t = body.get("temperature") if isinstance(body, dict) else None
+    if t is None and isinstance(body, dict) and isinstance(body.get("sampling_params"), dict):
+        t = body["sampling_params"].get("temperature")
+    return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else 1.0
+
+
+async def _stepped(state: FakeState, job: Job) -> AsyncIterator[tuple[Sample, str]]:
+    """``steps`` driven by the step engine: one text delta per sample per step it emitted in."""
+    stepper = state.stepper
+    assert stepper is not None
+    cfg = state.launch_config
+    hint = job.step_hint or StepHint()
+    job.admitted = True  # the engine owns admission; nothing to release in FakeState
+    if job.prompt_error is None:
+        cached = min(hint.cached_tokens, max(s.prompt_tokens for s in job.samples))
+        job.cached = [cached] * max(1, len(job.samples) // max(job.n, 1))
+        reqs = {}
+        for s in job.samples:
+            out = s.limit if hint.output_tokens is None or job.ignore_eos else min(hint.output_tokens, s.limit)
+            reqs[s.rid] = StepRequest(s, s.prompt_tokens, min(cached, s.prompt_tokens), max(1, out),
+                                      max(1, s.limit), _temperature(job), hint.alpha_scale)
+        if not all(stepper.engine.fits(r) for r in reqs.values()):
+            job.prompt_error = (f"Input length ({job.samples[0].prompt_tokens} tokens) exceeds the maximum "
+                                f"allowed length ({cfg.max_req_input_len} tokens). Use a shorter input or "
+                                f"enable --allow-auto-truncate.")
+    if job.prompt_error is not None:
+        for s in job.samples:
+            _finish(state, s, {"type": "abort", "message": job.prompt_error, "status_code": 400,
+                               "err_type": "BadRequestError"})
+            yield s, ""
+        return
+    stream_key = "true" if job.stream else "false"
+    state.prompt_tokens_total[stream_key] += sum(
+        job.samples[i].prompt_tokens for i in range(0, len(job.samples), max(job.n, 1))
+    )
+    flows = {}
+    active = []
+    for s in job.samples:
+        if s.limit <= 0:
+            _finish(state, s, {"type": "length", "length": s.limit})
+            yield s, ""
+            continue
+        flows[s.rid] = stepper.submit(reqs[s.rid])
+        active.append(s)
+    try:
+        while active:
+            still = []
+            for s in active:
+                emit = None
+                if not s.abort_requested:
+                    if job.wake.is_set() and not any(x.abort_requested for x in job.samples):
+                        job.wake.clear()
+                    emit = await stepper.next_emit(flows[s.rid], job.wake)
+                    if emit is None and not s.abort_requested:  # another choice's abort
+                        emit = await stepper.next_emit(flows[s.rid])
+                if emit is None:  # aborted (abort_request, client disconnect)
+                    stepper.abort(s)
+                    _finish(state, s, {"type": "abort", "message": "Aborted", "status_code": None,
+                                       "err_type": None})
+                    yield s, ""
+                    continue
+                i0 = s.generated
+                delta = "".join(f"tok{i}" if i == 0 else f" tok{i}" for i in range(i0, i0 + emit.tokens))
+                s.generated += emit.tokens
+                s.spec_tokens, s.verify_ct = emit.spec_tokens, emit.verify_ct
+                state.generation_tokens_total[stream_key] += emit.tokens
+                acc = stepper.engine.gauges().accept_length
+                if acc is not None and stepper.engine.speculative:
+                    state.avg_spec_accept_length = acc
+                new_text = s.text + delta
+                matched = next((st for st in job.stop if st and st in new_text), None)
+                if matched is not None:
+                    cut = new_text.index(matched)
+                    delta = new_text[len(s.text):cut] if cut >= len(s.text) else ""
+                    s.text = new_text[:cut]
+                    if not emit.finished:
+                        stepper.abort(s)
+                    _finish(state, s, {"type": "stop", "matched": matched})
+                elif emit.finished:
+                    s.text = new_text
+                    if s.generated < s.limit and not job.ignore_eos:
+                        _finish(state, s, {"type": "stop", "matched": cfg.eos_token_id})
+                    else:
+                        _finish(state, s, {"type": "length", "length": s.limit})
+                else:
+                    s.text = new_text
+                    still.append(s)
+                yield s, delta
+            active = still
+    finally:
+        for s in active:  # the handler went away mid-generation: free the engine
+            stepper.abort(s)

@@ -85,7 +85,8 @@ def render_metrics(state: FakeState) -> str:
         lines.append(f"# TYPE {px}{name} gauge")
         for rank in range(cfg.dp_size):
             if name == "max_total_num_tokens":
-                v = float(cfg.max_total_num_tokens)
+                v = float(cfg.max_total_num_tokens if state.stepper is None
+                          else state.stepper.engine.gauges().capacity_tokens)
             elif name == "context_len":
                 v = float(cfg.context_length)
             else:

@@ -18,6 +18,7 @@ from serving.fake_sglang.behaviour import Behaviour
 from serving.fake_sglang.config import FakeConfig
 from serving.fake_sglang.errors import ClientError
 from serving.fake_sglang.state import FakeState, Job, Sample
+from serving.fake_sglang.stepping import parse_hint
 
 __all__ = [
     "ROLES",
@@ -346,6 +347,9 @@ def _new_job(
         prompt_error=error,
     )
     job.ignore_eos = bool(body.get("ignore_eos", False))
-    job.spec_details = body.get("return_spec_tokens_details") is True and cfg.spec_accept_length > 0
+    speculative = cfg.spec_accept_length > 0 or (state.stepper is not None and state.stepper.engine.speculative)
+    job.spec_details = body.get("return_spec_tokens_details") is True and speculative
+    if state.stepper is not None:
+        job.step_hint = parse_hint(body.get("fake_step"))
     state.num_requests_total["true" if job.stream else "false"] += 1
     return job

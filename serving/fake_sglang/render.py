@@ -66,7 +66,8 @@ def _usage(state: FakeState, job: Job) -> dict[str, Any]:
     )
     c = sum(s.generated for s in job.samples)
     details = None
-    if state.prefix_cache is not None and job.cache_units is not None:
+    # the prefix cache, or the step model's cached tokens (SGLang's --enable-cache-report)
+    if job.step_hint is not None or (state.prefix_cache is not None and job.cache_units is not None):
         details = {"cached_tokens": sum(job.cached), "image_tokens": None,
                    "audio_tokens": None, "video_tokens": None}
     return {
@@ -319,12 +320,16 @@ def final_body(state: FakeState, job: Job, kind: str) -> tuple[int, Any]:
 def spec_tokens_details(state: FakeState, job: Job) -> Any:
     """SGLang's ``SpecTokensDetails`` per sample (``sglext.spec_tokens_details``, a list when
     ``n > 1``): ``spec_accept_length`` is the engine's configured accept length, the verify
-    steps those that length takes to emit each sample's tokens."""
+    steps those that length takes to emit each sample's tokens; with a step engine, each
+    sample's own tokens per verify step and verify steps."""
     tau = state.launch_config.spec_accept_length
     out = []
     for s in job.samples:
-        steps = max(1, math.ceil(s.generated / tau))
-        out.append({"spec_accept_rate": 0.0, "spec_accept_length": tau, "spec_cap_length": 0.0,
+        if state.stepper is not None:  # the sequence's own numbers (its verify steps)
+            steps, acc = s.verify_ct, (s.spec_tokens / s.verify_ct if s.verify_ct else 0.0)
+        else:
+            steps, acc = max(1, math.ceil(s.generated / tau)), tau
+        out.append({"spec_accept_rate": 0.0, "spec_accept_length": acc, "spec_cap_length": 0.0,
                     "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 0,
                     "spec_num_proposed_drafts": 0, "spec_verify_ct": steps,
                     "spec_correct_drafts_histogram": [], "spec_cap_lens_histogram": []})

@@ -14,6 +14,7 @@ from serving.fake_sglang.app import create_fake_app
 from serving.fake_sglang.behaviour import Behaviour
 from serving.fake_sglang.config import FakeConfig
 from serving.fake_sglang.state import FakeState
+from serving.fake_sglang.stepping import StepEngine
 
 __all__ = ["FakeServer", "run_fake_server"]
 
@@ -24,6 +25,7 @@ class FakeServer:
     ``FakeServer(config, port=0, host="127.0.0.1")``: port 0 picks a free port (the listening
     socket is bound before the thread starts, so there is no race); another loopback ``host``
     (``127.0.0.2``...) lets several fakes share one port, like pods behind one Service;
+    ``step_engine`` drives generation by a step model (:mod:`serving.fake_sglang.stepping`);
     ``keep_alive_s`` is uvicorn's idle keep-alive (SGLang's ``SGLANG_TIMEOUT_KEEP_ALIVE``, 5 s by
     default there, sgl-project/sglang#20851). Use as a context manager or call
     ``start()`` then ``stop()``/``kill()``. Attributes once started: ``base_url``
@@ -40,10 +42,10 @@ class FakeServer:
 
     def __init__(
         self, config: FakeConfig | None = None, *, port: int = 0, start_timeout_s: float = 10.0,
-        host: str = "127.0.0.1", keep_alive_s: float = 30.0,
+        host: str = "127.0.0.1", keep_alive_s: float = 30.0, step_engine: StepEngine | None = None,
     ) -> None:
         self.config = config or FakeConfig()
-        self.app = create_fake_app(self.config)
+        self.app = create_fake_app(self.config, step_engine=step_engine)
         self.state: FakeState = self.app.state.fake
         self._want_port = port
         self.host = host

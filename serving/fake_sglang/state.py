@@ -22,6 +22,7 @@ from starlette.requests import Request
 from serving.fake_sglang.behaviour import Behaviour
 from serving.fake_sglang.config import FakeConfig
 from serving.fake_sglang.prefix_cache import PrefixCache
+from serving.fake_sglang.stepping import StepHint, Stepper
 from serving.fake_sglang.tokens import TokenCounter
 
 __all__ = ["FakeState", "Job", "Sample"]
@@ -40,6 +41,8 @@ class Sample:
     finish: dict[str, Any] | None = None
     abort_requested: bool = False
     dp_rank: int = 0
+    spec_tokens: int = 0  # step engine: tokens of its verify steps (sglext.spec_tokens_details)
+    verify_ct: int = 0
 
 
 @dataclass
@@ -67,6 +70,7 @@ class Job:
     cache_units: list[list[Any]] | None = None  # per prompt, when the prefix cache is on
     cached: list[int] = field(default_factory=list)  # cached tokens per prompt (prefix cache)
     spec_details: bool = False  # return_spec_tokens_details on a speculative engine (sglext)
+    step_hint: StepHint | None = None  # the ``fake_step`` body field (step engine only)
 
 
 class FakeState:
@@ -107,6 +111,8 @@ class FakeState:
         self.prefix_cache = (
             PrefixCache(config.prefix_cache_tokens) if config.prefix_cache_tokens else None
         )
+        #: the step model driving generation (``create_fake_app(step_engine=...)``), else None
+        self.stepper: Stepper | None = None
 
     # -- control ---------------------------------------------------------------------------
 
@@ -269,6 +275,11 @@ class FakeState:
                 "gen_throughput": 0.0,
                 "cache_hit_rate": 0.0,
             }
+            if self.stepper is not None:  # the step model's own view (dp_size 1)
+                sg = self.stepper.engine.gauges()
+                g.update(num_running_reqs=float(sg.running), num_queue_reqs=float(sg.queued),
+                         token_usage=sg.kv_used_tokens / sg.capacity_tokens,
+                         spec_accept_length=(sg.accept_length or 0.0) if self.stepper.engine.speculative else 0.0)
             g.update({k: float(v) for k, v in (self.metrics_override.get("gauges") or {}).items()})
             per = (self.metrics_override.get("dp_gauges") or {}).get(str(rank)) or {}
             g.update({k: float(v) for k, v in per.items()})

@@ -100,3 +100,17 @@ def test_completions_and_several_choices_feed_the_fits(stack):
     assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "plain")
     wait_until(lambda: plain.fit.count == 1, 5, "the batch's observation")
     assert stack.client.get("/ready").json()["pools"]["plain"]["speed_model"]["observations"] == 1
+
+
+def test_the_fit_learns_the_engines_prompt_count_not_the_byte_bound(stack, monkeypatch):
+    rt = stack.router.state.runtime
+    seen = []
+    learn = rt.learn
+    monkeypatch.setattr(rt, "learn", lambda *a, **kw: (seen.append(kw), learn(*a, **kw))[1])
+    r = _spec(stack)
+    wait_until(lambda: seen, 5, "an observation")
+    usage = r.json()["usage"]["prompt_tokens"]
+    # no decision threshold lies between the byte bounds of this short prompt: the router
+    # decided on the upper bound, and learns the engine's count
+    assert stack.backend_requests(stack.spec)[-1]["body"]["messages"][0]["content"] == "count to three"
+    assert seen[0]["prompt_tokens"] == usage

@@ -1,0 +1,332 @@
+"""Does the router pay out of the box over real HTTP? The real router process before step-model fakes.
+
+    /work/main/.venv/bin/python benchmarks/outofbox_http.py [--family kv_limited] [--shape mixed]
+        [--duration-s 180] [--seed 0] [--deployments all-plain,all-spec,learned]
+        [--out runs/outofbox_http.json] [--workdir runs/outofbox_http]
+
+The simulator's claim (:mod:`benchmarks.outofbox`, docs/performance.md "Out of the box: learned
+speed models") checked with the router's real path: HTTP parsing, prompt counting, the
+scraper reading each engine's ``/metrics`` (KV capacity, usage, accept-length gauge), the
+``return_spec_tokens_details`` round trip, and learning from proxied responses. The engines
+are fake SGLang servers (:mod:`serving.fake_sglang`, contract-tested against SGLang 0.5.23)
+whose generation is driven by the day simulator's engine (:class:`loadtests.dayhttp.DayStepEngine`:
+continuous batching, admission by KV reservation against ``max_total_num_tokens``, acceptance
+draws; a step of ``dt`` simulated seconds sleeps ``dt`` real seconds).
+
+For one engine family (:mod:`loadtests.dayfamilies`) and day shape (:mod:`loadtests.dayshapes`,
+fitted to the family, for two engines), the same seeded requests go, one deployment after
+the other, through
+
+- ``all-plain``: two plain fakes, client round robin (request ``i`` to engine ``i mod 2``);
+- ``all-spec``: two speculative fakes, client round robin;
+- ``learned``: ``specgate router`` as a process (``python -m router.cli router --config``),
+  one speculative pool of one fake + one plain pool of one fake, no ``speed`` blocks,
+  ``routing.learning`` at its defaults (on), thresholds as ``benchmarks/outofbox.py`` gives the
+  simulated router (``long_prompt_tokens`` the family's 32K-equivalent, ``saturation`` from the
+  engine's crossover batch, :func:`loadtests.dayrouter.settings_for`), everything else default
+  (scrape every 0.25 s, acceptance ``max_age_s`` 10 s, warm-up probes on).
+
+Requests are sent open loop at their arrival times (one ``httpx.AsyncClient``, not streamed);
+a request's latency is from its scheduled arrival to the end of its response body.
+
+Day length: the day is *shortened* (:meth:`loadtests.dayshapes.DayShape.shortened`: every
+segment, burst and shift ``duration_s / day length`` times as long, arrival rates unchanged),
+not time-compressed. Compressing time (engines ``k`` times faster, arrivals ``k`` times denser)
+would leave the router's own real-second settings (scrape interval 0.25 s, acceptance max age
+10 s, ``min_flip_interval_s`` 1 s, the acceptance memory 30 s, HTTP and scheduling overheads of
+a few ms) ``k`` times too slow against the engines; shortening keeps every engine time and
+router setting at its real scale, and only the phases of the day are shorter (the mixed day's
+idle gap becomes 15 s at 180 s, still longer than the acceptance max age).
+
+Printed per deployment: requests, errors, mean and p90 latency, the learned router's mean and
+p90 as ratios of the better static deployment's; the router's decisions by
+``x-specgate-reason``; what it learned (``GET /ready``: each pool's ``speed_model``). And the
+simulator's rows for the same requests and seed (:func:`loadtests.daysim.simulate_day`: all-plain,
+all-spec, and the routed 1s+1p deployment through :class:`loadtests.dayrouter.PolicyRouter` in
+learned mode), side by side. JSON to ``--out``; the router's log (access log on) and YAML under
+``--workdir``. Every process started is stopped on the way out (SIGTERM to its process group,
+SIGKILL after 10 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx
+import yaml
+
+from loadtests.dayfamilies import get_family
+from loadtests.dayhttp import DayStepEngine, chat_body, fake_config
+from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
+from loadtests.dayshapes import EngineModel, Request
+from loadtests.daysim import DayResult, all_plain, all_spec, routed, simulate_day
+from serving.fake_sglang import FakeServer
+
+MODEL = "day-model"
+TOKENIZER = ROOT / "examples" / "fake-tokenizer"
+DEPLOYMENTS = ("all-plain", "all-spec", "learned")
+
+
+@dataclass
+class Result:
+    """One request over HTTP (seconds from its scheduled arrival; tokens)."""
+
+    rid: int
+    status: int = 0
+    e2e_s: float | None = None
+    reason: str | None = None
+    pool: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+def _seed(seed: int, pool_index: int, i: int) -> int:
+    """The acceptance-draw seed of engine ``i`` of pool ``pool_index`` (as :func:`simulate_day`)."""
+    return seed * 1_000_003 + pool_index * 997 + i
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def router_yaml(settings: PolicySettings, spec_url: str, plain_url: str, port: int) -> dict[str, Any]:
+    """The router config of the ``learned`` deployment (module docstring)."""
+    return {
+        "model": {"name": MODEL, "tokenizer": str(TOKENIZER)},
+        "limits": {"max_context_tokens": settings.max_context_tokens, "max_request_bytes": 8 << 20},
+        "pools": [
+            {"name": "spec", "speculative": True, "endpoints": [spec_url],
+             "draft_reserved_tokens": settings.reserved_tokens, "drafter_cost_ratio": settings.drafter_cost_ratio},
+            {"name": "plain", "speculative": False, "endpoints": [plain_url]},
+        ],
+        "routing": {"long_prompt_tokens": settings.long_prompt_tokens,
+                    "saturation": {"enter": settings.saturation_enter, "exit": settings.saturation_exit}},
+        "server": {"host": "127.0.0.1", "port": port, "log_requests": True},
+    }
+
+
+async def _send(client: httpx.AsyncClient, url: str, req: Request, t0: float, out: Result) -> None:
+    await asyncio.sleep(max(0.0, t0 + req.arrival_s - time.monotonic()))
+    try:
+        r = await client.post(url, json=chat_body(req, MODEL))
+        out.status = r.status_code
+        out.reason = r.headers.get("x-specgate-reason")
+        out.pool = r.headers.get("x-specgate-pool")
+        doc = r.json()
+        if r.status_code == 200:
+            usage = doc.get("usage") or {}
+            out.prompt_tokens, out.completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            out.finish_reason = doc["choices"][0].get("finish_reason")
+            if "sglext" in doc:
+                out.error = "sglext relayed to a client that did not ask for it"
+        else:
+            out.error = json.dumps(doc)[:300]
+    except (httpx.HTTPError, ValueError) as exc:
+        out.error = f"{type(exc).__name__}: {exc}"
+    out.e2e_s = time.monotonic() - (t0 + req.arrival_s)
+
+
+async def _day(targets: list[str], reqs: list[Request]) -> list[Result]:
+    results = [Result(r.rid) for r in reqs]
+    limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(900.0), limits=limits) as client:
+        t0 = time.monotonic() + 0.5
+        await asyncio.gather(*(_send(client, targets[i % len(targets)] + "/v1/chat/completions", r, t0, results[i])
+                               for i, r in enumerate(reqs)))
+    return results
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(5)
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the router exited with {proc.returncode} before it was ready")
+        try:
+            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the router did not become ready")
+
+
+def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list[Request], seed: int,
+             workdir: Path) -> dict[str, Any]:
+    """One deployment over HTTP; its results, the engines' step counts and (learned) the router's view."""
+    if name == "learned":
+        layout = [(True, _seed(seed, 0, 0)), (False, _seed(seed, 1, 0))]
+    else:
+        spec = name == "all-spec"
+        layout = [(spec, _seed(seed, 0, 0)), (spec, _seed(seed, 0, 1))]
+    engines = [DayStepEngine(model, spec, s) for spec, s in layout]
+    fakes = [FakeServer(fake_config(model, spec, model_name=MODEL), step_engine=e, keep_alive_s=120.0)
+             for (spec, _), e in zip(layout, engines, strict=True)]
+    procs: list[subprocess.Popen[bytes]] = []
+    extra: dict[str, Any] = {}
+    try:
+        for f in fakes:
+            f.start()
+        targets = [f.base_url for f in fakes]
+        if name == "learned":
+            port = _free_port()
+            cfg = workdir / f"{name}.yaml"
+            cfg.write_text(yaml.safe_dump(router_yaml(settings, fakes[0].base_url, fakes[1].base_url, port)))
+            log = (workdir / f"{name}-router.log").open("wb")
+            procs.append(subprocess.Popen([sys.executable, "-m", "router.cli", "router", "--config", str(cfg)],
+                                          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                          env={**os.environ, "PYTHONPATH": str(ROOT)}))
+            targets = [f"http://127.0.0.1:{port}"]
+            _wait_ready(targets[0], procs[0])
+        load0 = os.getloadavg()[0]
+        t = time.monotonic()
+        results = asyncio.run(_day(targets, reqs))
+        wall = time.monotonic() - t
+        if name == "learned":
+            extra["ready"] = httpx.get(targets[0] + "/ready", timeout=10).json()
+            extra["router_metrics"] = [ln for ln in httpx.get(targets[0] + "/metrics", timeout=10).text.splitlines()
+                                       if ln.startswith(("specgate_learn", "specgate_decisions", "specgate_bypass"))]
+        extra.update(wall_s=wall, load_avg_start=load0, load_avg_end=os.getloadavg()[0],
+                     engine_steps=[e.engine.steps for e in engines], engine_busy_s=[e.engine.busy_s for e in engines])
+    finally:
+        _stop(procs)
+        for f in fakes:
+            f.stop()
+    return {"results": results, **extra}
+
+
+def _stats(e2e: list[float]) -> dict[str, float | None]:
+    if not e2e:
+        return {"mean_s": None, "p90_s": None}
+    e2e = sorted(e2e)
+    return {"mean_s": statistics.fmean(e2e), "p90_s": e2e[int(0.9 * (len(e2e) - 1))]}
+
+
+def _sim_stats(res: DayResult) -> dict[str, Any]:
+    ok = [r.e2e_s for r in res.records if r.status == "ok" and r.e2e_s is not None]
+    return {"requests": len(res.records), "errors": len(res.records) - len(ok), **_stats(ok),
+            "reasons": dict(res.reasons)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", default="kv_limited")
+    ap.add_argument("--shape", default="mixed")
+    ap.add_argument("--duration-s", type=float, default=180.0, help="the shortened day's length (s, default 180)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--deployments", default=",".join(DEPLOYMENTS))
+    ap.add_argument("--out", default="runs/outofbox_http.json")
+    ap.add_argument("--workdir", default="runs/outofbox_http")
+    args = ap.parse_args(argv)
+    family = get_family(args.family)
+    model = family.model
+    full = family.shape(args.shape, 2)
+    shape = full.shortened(min(1.0, args.duration_s / full.duration_s))
+    reqs = shape.requests(args.seed)
+    settings = settings_for(model, long_prompt_tokens=family.scaled_tokens(32768),
+                            context_tokens=family.scaled_tokens(12288))
+    learned = replace(settings, predict=False, learn=True)
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"{args.family} / {args.shape} shortened to {shape.duration_s:.0f} s: {len(reqs)} requests, seed {args.seed}; "
+          f"routing.long_prompt_tokens {settings.long_prompt_tokens}, saturation {settings.saturation_enter}/"
+          f"{settings.saturation_exit}")
+    sim = {"all-plain": simulate_day(reqs, all_plain(2), model, seed=args.seed),
+           "all-spec": simulate_day(reqs, all_spec(2), model, seed=args.seed),
+           "learned": simulate_day(reqs, routed(1, 2, lambda: PolicyRouter(learned), label="learned"), model,
+                                   seed=args.seed)}
+    rows: dict[str, Any] = {}
+    for name in args.deployments.split(","):
+        print(f"  running {name} over HTTP ...", flush=True)
+        run = run_http(name, model, settings, reqs, args.seed, workdir)
+        res: list[Result] = run.pop("results")
+        ok = [r for r in res if r.status == 200 and r.error is None and r.e2e_s is not None]
+        wrong = [r for r in ok if r.completion_tokens != reqs[r.rid].output_tokens]
+        rows[name] = {"requests": len(res), "errors": len(res) - len(ok), "wrong_usage": len(wrong),
+                      **_stats([r.e2e_s for r in ok if r.e2e_s is not None]),
+                      "reasons": dict(Counter(r.reason for r in ok if r.reason)),
+                      "pools": dict(Counter(r.pool for r in ok if r.pool)),
+                      "first_errors": [r.error for r in res if r.error][:5], **run}
+    static = [n for n in ("all-plain", "all-spec") if n in rows]
+    sim_rows = {n: _sim_stats(r) for n, r in sim.items()}
+    best_http = min(static, key=lambda n: rows[n]["mean_s"] or float("inf")) if static else None
+    best_sim = min(("all-plain", "all-spec"), key=lambda n: sim_rows[n]["mean_s"] or float("inf"))
+    print(f"\n{'deployment':<10} {'HTTP: n':>7} {'err':>4} {'mean s':>7} {'p90 s':>7} {'ratio':>11} | "
+          f"{'sim: mean s':>11} {'p90 s':>7} {'ratio':>11}")
+    for name in DEPLOYMENTS:
+        s = sim_rows[name]
+        sm, sp = s["mean_s"] or float("nan"), s["p90_s"] or float("nan")
+        bs = sim_rows[best_sim]
+        sim_ratio = f"{sm / bs['mean_s']:.2f}/{sp / bs['p90_s']:.2f}"
+        if name in rows:
+            h = rows[name]
+            hm, hp = h["mean_s"] or float("nan"), h["p90_s"] or float("nan")
+            ratio = "-"
+            if best_http is not None:
+                b = rows[best_http]
+                ratio = f"{hm / b['mean_s']:.2f}/{hp / b['p90_s']:.2f}"
+                h.update(ratio_mean=hm / b["mean_s"], ratio_p90=hp / b["p90_s"], better_static=best_http)
+            print(f"{name:<10} {h['requests']:>7} {h['errors']:>4} {hm:7.2f} {hp:7.2f} {ratio:>11} | "
+                  f"{sm:11.2f} {sp:7.2f} {sim_ratio:>11}")
+        else:
+            print(f"{name:<10} {'-':>7} {'-':>4} {'-':>7} {'-':>7} {'-':>11} | {sm:11.2f} {sp:7.2f} {sim_ratio:>11}")
+        s.update(ratio_mean=sm / sim_rows[best_sim]["mean_s"], ratio_p90=sp / sim_rows[best_sim]["p90_s"],
+                 better_static=best_sim)
+    print(f"(ratio: mean/p90 over the better static deployment: HTTP {best_http}, simulator {best_sim})")
+    for name, h in rows.items():
+        print(f"{name}: wall {h['wall_s']:.0f} s, load average {h['load_avg_start']:.1f} -> {h['load_avg_end']:.1f}, "
+              f"engine steps {h['engine_steps']}, wrong usage {h['wrong_usage']}, errors {h['first_errors'][:2]}")
+    if "learned" in rows:
+        h = rows["learned"]
+        print("learned, HTTP decisions:", dict(sorted(h["reasons"].items(), key=lambda kv: -kv[1])),
+              "pools:", h["pools"])
+        print("learned, simulated decisions:", dict(sorted(sim_rows["learned"]["reasons"].items(),
+                                                         key=lambda kv: -kv[1])))
+        for pname, p in h.get("ready", {}).get("pools", {}).items():
+            print(f"  /ready {pname}: speed_model {json.dumps(p.get('speed_model'))}, accept_length_estimate "
+                  f"{json.dumps(p.get('accept_length_estimate'))}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"family": args.family, "shape": args.shape, "duration_s": shape.duration_s,
+                               "seed": args.seed, "requests": len(reqs), "settings": learned.as_dict(),
+                               "http": rows, "sim": sim_rows}, indent=1, default=str) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
