@@ -142,6 +142,12 @@ class LearningConfig(Strict):
         change_detection: a CUSUM test on the fit's residual discounts the fit's history when
             the engine's speed shifts (a new engine, model or load regime), instead of waiting
             for ``forgetting`` to wear it out.
+        max_observations_per_s: per pool, at most this many finished requests a second (on
+            average; bursts of up to one second's worth, :class:`router.learn.ObservationBudget`)
+            are measured for the fit and the acceptance table; the others are not measured (no
+            dispatch state, no ``return_spec_tokens_details``). Bounds the learning's CPU at
+            rates far above an LLM pool's usual ones, and keeps the fit's memory (about
+            ``1 / (1 - forgetting)`` observations) at least that many seconds long there.
     """
 
     enabled: StrictBool = True
@@ -151,6 +157,7 @@ class LearningConfig(Strict):
     explore_ratio: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
     acceptance_memory_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 30.0
     change_detection: StrictBool = True
+    max_observations_per_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 100.0
 
 
 class RoutingConfig(Strict):

@@ -41,8 +41,19 @@ from dataclasses import dataclass, replace
 from router.drift import Cusum, DecayedMean
 from router.predict import SpeedModel
 
-__all__ = ["CONTEXT_BUCKETS", "DEFAULT_PRIOR", "MIN_OWN_OBSERVATIONS", "Observation", "SpeedFit", "bucket_label",
-           "context_bucket", "observed_prompt_tokens", "prior_precision", "share_priors"]
+__all__ = [
+    "CONTEXT_BUCKETS",
+    "DEFAULT_PRIOR",
+    "MIN_OWN_OBSERVATIONS",
+    "Observation",
+    "ObservationBudget",
+    "SpeedFit",
+    "bucket_label",
+    "context_bucket",
+    "observed_prompt_tokens",
+    "prior_precision",
+    "share_priors",
+]
 
 #: The prior of a pool without a ``speed`` block: a mid-size model on one accelerator
 #: (50 tokens/s for one sequence, decode compute equal to the weight reads at 32 sequences,
@@ -341,6 +352,35 @@ def prior_precision(theta0: list[float], theta: list[float], weight: float) -> l
     scale grows monotonically toward the data's estimate.
     """
     return [weight / max(t0, t, 1e-12) ** 2 for t0, t in zip(theta0, theta, strict=True)]
+
+
+class ObservationBudget:
+    """How many finished requests a fit takes: at most ``rate`` per second on average, bursts
+    of up to ``max(rate, 1)`` (a token bucket; the caller passes the time, monotonic s).
+
+    Args:
+        rate: observations per second (> 0).
+    """
+
+    __slots__ = ("_at", "_tokens", "capacity", "rate")
+
+    def __init__(self, rate: float) -> None:
+        if rate <= 0:
+            raise ValueError("rate must be > 0")
+        self.rate = rate
+        self.capacity = max(rate, 1.0)
+        self._tokens = self.capacity
+        self._at: float | None = None
+
+    def take(self, now: float) -> bool:
+        """Whether a request dispatched at ``now`` is measured (and the budget spent on it)."""
+        if self._at is not None and now > self._at:
+            self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.rate)
+        self._at = now if self._at is None else max(self._at, now)
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
 
 
 def share_priors(fits: list[SpeedFit]) -> None:

@@ -362,23 +362,28 @@ def _note_prefix(state: AppState, runtime: Runtime, decision: Decision, chain: P
 
 
 def _lease(state: AppState, runtime: Runtime, decision: Decision,
-           features: RequestFeatures) -> tuple[Lease, tuple[Any, ...]]:
-    """The lease on the decided endpoint (in-flight +1 until the response ends) and the
-    endpoint's state at dispatch, ``(url, load, waits, context)``, for the speed model."""
+           features: RequestFeatures) -> tuple[Lease, tuple[Any, ...] | None]:
+    """The lease on the decided endpoint (in-flight +1 until the response ends) and, when the
+    request is measured for the speed model (:meth:`Runtime.measures`), the endpoint's state at
+    dispatch, ``(url, load, waits, context)`` (None: not measured)."""
     assert decision.endpoint is not None  # routed: it is set
     lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class, bool(features.adapters))
-    return lease, (decision.endpoint, *runtime.dispatch_state(decision.endpoint, state.clock(), features))
+    now = state.clock()
+    if not runtime.measures(decision.pool, now):
+        return lease, None
+    return lease, (decision.endpoint, *runtime.dispatch_state(decision.endpoint, now, features))
 
 
 def _job(request: Request, state: AppState, runtime: Runtime, kind: RequestKind, body: bytes,
          doc: dict[str, Any], features: RequestFeatures, resolved: Resolved, priority: PriorityOutcome,
-         decision: Decision, lease: Lease, dispatch: tuple[Any, ...], ticket: Ticket | None,
+         decision: Decision, lease: Lease, dispatch: tuple[Any, ...] | None, ticket: Ticket | None,
          admitted: Admission) -> ProxyJob:
     """The :class:`ProxyJob` of a routed request: its engine body(ies) and what the relay and
     the record need."""
     limits = runtime.config.limits
     body, pool_bodies, doc, abort_rids, spec_stats = _engine_body(runtime, kind, body, doc, features, resolved,
-                                                                  priority, decision, admitted.own_id)
+                                                                  priority, decision, admitted.own_id,
+                                                                  measured=dispatch is not None)
     return ProxyJob(request_id=admitted.request_id, path=request.scope["path"], body=body,
                     features=features, decision=decision, lease=lease, abort_rids=abort_rids,
                     received_at=admitted.received, end_events=kind.end_events,
@@ -393,8 +398,10 @@ def _job(request: Request, state: AppState, runtime: Runtime, kind: RequestKind,
 
 def _engine_body(runtime: Runtime, kind: RequestKind, body: bytes, doc: dict[str, Any],
                  features: RequestFeatures, resolved: Resolved, priority: PriorityOutcome, decision: Decision,
-                 own_id: str) -> tuple[bytes, dict[str, bytes], dict[str, Any], tuple[str, ...], str | None]:
-    """The body the engine gets: ``(body, {pool: body}, doc, abort ids, spec_stats)``.
+                 own_id: str, *, measured: bool = True
+                 ) -> tuple[bytes, dict[str, bytes], dict[str, Any], tuple[str, ...], str | None]:
+    """The body the engine gets: ``(body, {pool: body}, doc, abort ids, spec_stats)``
+    (``measured``: the request feeds its pool's fit, :meth:`Runtime.measures`).
 
     Added, in this order: ``model`` (an alias, a bare adapter, or none: SGLang's "default"),
     the defaulted ``max_tokens``, the speculative statistics (:func:`_spec_stats`), the kind's
@@ -409,7 +416,7 @@ def _engine_body(runtime: Runtime, kind: RequestKind, body: bytes, doc: dict[str
         fields["model"] = resolved.forward
     if features.budget_defaulted and runtime.config.limits.default_max_tokens is not None:
         fields["max_tokens"] = features.max_new_tokens
-    spec_stats = _spec_stats(runtime, decision, kind, doc, fields)
+    spec_stats = _spec_stats(runtime, decision, kind, doc, fields) if measured else None
     abort_rids = kind.engine_ids(doc, features, own_id, fields)
     if priority.value is not None and doc.get(PRIORITY_FIELD) != priority.value:
         fields[PRIORITY_FIELD] = priority.value
@@ -428,7 +435,8 @@ def _spec_stats(runtime: Runtime, decision: Decision, kind: RequestKind, doc: di
     """Ask a speculative engine for the request's own statistics (:mod:`router.specstats`):
     ``strip`` when the router set the field (the relay cuts them out again), ``read`` when the
     client asked for them itself, None when not read (a plain pool, a kind without them such
-    as ``/v1/responses``, or learning off)."""
+    as ``/v1/responses``, learning off, or a request not measured: the client's own field then
+    goes to the engine as it is)."""
     pool = runtime.pool(decision.pool)
     if not kind.spec_stats or pool is None or not pool.speculative or pool.fit is None:
         return None

@@ -13,7 +13,7 @@ from dataclasses import replace
 from router.bypass import BypassState
 from router.config import PoolConfig
 from router.endpoint import Endpoint
-from router.learn import DEFAULT_PRIOR, SpeedFit
+from router.learn import DEFAULT_PRIOR, ObservationBudget, SpeedFit
 from router.predict import SpeedModel
 
 __all__ = ["Pool"]
@@ -40,6 +40,8 @@ class Pool:
             max_running_requests=speed.max_running_requests, gamma=gamma, c=c)
         #: the live speed model (routing.learning), set by the Runtime; None: not learning
         self.fit: SpeedFit | None = None
+        #: which finished requests the fit takes (routing.learning.max_observations_per_s)
+        self.budget: ObservationBudget | None = None
         #: what the fit starts from: the speed block, else the default prior
         self.prior = self.speed or replace(DEFAULT_PRIOR, gamma=gamma, c=c)
 

@@ -41,7 +41,13 @@ from router.bypass import FLAGS
 from router.config import Config, ConfigError, Overrides, RoutingConfig
 from router.endpoint import Endpoint, Lease, LeaseLedger
 from router.features import PromptCounter, RequestFeatures
-from router.learn import MIN_OWN_OBSERVATIONS, Observation, SpeedFit, share_priors
+from router.learn import (
+    MIN_OWN_OBSERVATIONS,
+    Observation,
+    ObservationBudget,
+    SpeedFit,
+    share_priors,
+)
 from router.models import lacking_adapters, pool_adapters
 from router.policy import (
     Decision,
@@ -186,6 +192,15 @@ class Runtime:
                 fit = SpeedFit(pool.prior, prior_weight=learning.prior_weight, forgetting=learning.forgetting,
                                memory_s=learning.acceptance_memory_s, detect_changes=learning.change_detection)
             pool.fit = fit
+            budget = prev.budget if prev is not None else None
+            rate = learning.max_observations_per_s
+            pool.budget = budget if budget is not None and budget.rate == rate else ObservationBudget(rate)
+
+    def measures(self, pool_name: str | None, now: float) -> bool:
+        """Whether a request dispatched now to ``pool_name`` is measured for its pool's fit
+        (learning on, within ``routing.learning.max_observations_per_s``; spends the budget)."""
+        pool = self.pool(pool_name) if pool_name is not None else None
+        return pool is not None and pool.budget is not None and pool.budget.take(now)
 
     def dispatch_state(self, url: str, now: float, features: RequestFeatures | None = None
                        ) -> tuple[int, bool, float | None]:

@@ -114,3 +114,25 @@ def test_the_fit_learns_the_engines_prompt_count_not_the_byte_bound(stack, monke
     # decided on the upper bound, and learns the engine's count
     assert stack.backend_requests(stack.spec)[-1]["body"]["messages"][0]["content"] == "count to three"
     assert seen[0]["prompt_tokens"] == usage
+
+
+def test_beyond_max_observations_per_s_a_request_is_not_measured(tmp_path, tokenizer_dir):
+    """A budget of one observation (the burst of a rate far below the traffic's): the first
+    request feeds the fit and asks the engine for its statistics; the next ones are relayed
+    untouched and leave the fit alone; a client that asks for the details still gets them."""
+    s = Stack(tmp_path, tokenizer_dir, **{"routing.learning": {"enabled": True, "explore_every": 0,
+                                                               "max_observations_per_s": 0.001}})
+    try:
+        spec = s.router.state.runtime.pools[0]
+        for _ in range(3):
+            _spec(s)
+        wait_until(lambda: s.inflight() == 0, 5, "the requests settled")
+        assert spec.fit.count == 1
+        sent = [r["body"] for r in s.backend_requests(s.spec)]
+        assert [b.get("return_spec_tokens_details") for b in sent] == [True, None, None]
+        r = _spec(s, return_spec_tokens_details=True)
+        assert r.json()["sglext"]["spec_tokens_details"]["spec_accept_length"] == 2.5
+        assert s.backend_requests(s.spec)[-1]["body"]["return_spec_tokens_details"] is True
+        assert spec.fit.count == 1
+    finally:
+        s.close()
