@@ -24,8 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from router.learn import DEFAULT_PRIOR, Observation, SpeedFit
-from router.predict import SpeedModel, completion_s
+from router import DEFAULT_PRIOR, Observation, SpeedFit, SpeedModel, completion_s
 
 TRUE = SpeedModel(decode_s_per_token=0.01, batch_knee=8.0, attention_s_per_token=1e-7, prefill_s_per_token=1e-4,
                   gamma=4, c=0.05)

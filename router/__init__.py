@@ -31,6 +31,7 @@ the pure decision         :func:`decide`, :class:`Decision`, :class:`Outcome`, :
                           :class:`PoolSnapshot`, :class:`EndpointSnapshot`, :class:`Rules`,
                           :func:`batch_context`, :class:`BypassState`, :class:`AcceptanceTracker`,
                           :data:`CLASSES` (the temperature classes), :class:`SpeedModel`,
+                          :func:`completion_s` (a request's predicted seconds),
                           :class:`SpeedFit`, :class:`Observation`, :data:`DEFAULT_PRIOR`,
                           :func:`share_priors`
 requests                  :func:`parse_chat`, :func:`parse_completions`, :class:`PromptCounter`
@@ -93,7 +94,7 @@ if TYPE_CHECKING:
         request_features,
     )
     from router.pools import Runtime
-    from router.predict import SpeedModel
+    from router.predict import SpeedModel, completion_s
     from router.reasons import Reason
     from router.runtime_inputs import RuntimeInputs, build_runtime, load_runtime_inputs
     from router.sampling import check_min_tokens, speculative_caveats, validate_sampling
@@ -119,7 +120,7 @@ _SURFACE = MappingProxyType({
     "batch_context": "router.policy", "PoolSnapshot": "router.policy", "EndpointSnapshot": "router.policy",
     "Rules": "router.policy", "Reason": "router.reasons", "RequestFeatures": "router.features",
     "BypassState": "router.bypass", "AcceptanceTracker": "router.acceptance", "CLASSES": "router.acceptance",
-    "SpeedModel": "router.predict", "SpeedFit": "router.learn", "Observation": "router.learn",
+    "SpeedModel": "router.predict", "completion_s": "router.predict", "SpeedFit": "router.learn", "Observation": "router.learn",
     "DEFAULT_PRIOR": "router.learn", "share_priors": "router.learn", "parse_chat": "router.parsing",
     "parse_completions": "router.parsing", "PromptCounter": "router.features",
     "resolve_priority": "router.admission", "validate_sampling": "router.sampling",
@@ -175,6 +176,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "build_runtime",
     "check_engine_paths",
     "check_min_tokens",
+    "completion_s",
     "create_app",
     "decide",
     "flip_points",

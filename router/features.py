@@ -60,6 +60,7 @@ __all__ = [  # the parser's names are re-exported (router.parsing defines them)
     "PromptCounter",
     "Rendered",
     "RequestFeatures",
+    "TokensPerByte",
     "check_envelope",
     "check_top_logprobs",
     "needs_exact",
@@ -114,6 +115,13 @@ class RequestFeatures:
     #: Preferences, not needs (:func:`router.capabilities.preferred_features`): a pool that
     #: keeps them exactly is chosen first, the others stay fallbacks.
     prefers: frozenset[str] = frozenset()
+    #: Where P is only bounded: the expected P (the rendered bytes times the model's learned
+    #: tokens per byte, :class:`TokensPerByte`, within the bounds), for the speed prediction
+    #: only (prefill, the batch's context, the acceptance bucket, the KV wait); every limit
+    #: and rule reads :attr:`prompt_tokens`. None: :attr:`prompt_tokens` itself.
+    prompt_tokens_estimate: int | None = None
+    #: Bytes of the rendered prompt text (the longest prompt of a batch; 0: token ids).
+    prompt_bytes: int = 0
 
     @property
     def prompt_exact(self) -> bool:
@@ -135,6 +143,51 @@ class RequestFeatures:
         """KV weight of the request per prompt (tokens): ``P + n * max_new_tokens`` (each of
         the ``n`` choices decodes its own continuation)."""
         return self.prompt_tokens + self.n * self.max_new_tokens
+
+    @property
+    def predicted_prompt_tokens(self) -> int:
+        """P for the speed prediction: :attr:`prompt_tokens_estimate`, else :attr:`prompt_tokens`."""
+        return self.prompt_tokens if self.prompt_tokens_estimate is None else self.prompt_tokens_estimate
+
+    @property
+    def predicted_weight(self) -> int:
+        """:attr:`weight` with :attr:`predicted_prompt_tokens` (the KV the request is expected to take)."""
+        return self.predicted_prompt_tokens + self.n * self.max_new_tokens
+
+
+class TokensPerByte:
+    """A model's prompt tokens per rendered byte, learned from prompts whose count is known
+    (exact counts, the engine's ``usage.prompt_tokens``), exponentially averaged over about
+    ``memory`` of them; what turns a prompt's byte length into an expected P where the router
+    did not count it (:meth:`estimate`). The byte bounds stay what limits read.
+
+    Args:
+        memory: observations the average spans (> 0).
+    """
+
+    __slots__ = ("_alpha", "count", "value")
+
+    def __init__(self, memory: int = 200) -> None:
+        if memory < 1:
+            raise ValueError("memory must be >= 1")
+        self._alpha = 1.0 / memory
+        self.value: float | None = None
+        self.count = 0
+
+    def observe(self, tokens: int, size: int) -> None:
+        """One prompt of ``size`` rendered bytes that is ``tokens`` tokens (ignored unless both > 0)."""
+        if tokens <= 0 or size <= 0:
+            return
+        ratio = tokens / size
+        self.value = ratio if self.value is None else self.value + self._alpha * (ratio - self.value)
+        self.count += 1
+
+    def estimate(self, size: int, lo: int, hi: int) -> int | None:
+        """The expected tokens of a prompt of ``size`` bytes, within ``[lo, hi]``; None before
+        any observation (then the bound stands)."""
+        if self.value is None:
+            return None
+        return min(hi, max(lo, round(size * self.value)))
 
 
 _FUNCTION_FIELDS = ("description", "name", "parameters", "strict", "defer_loading")
@@ -309,9 +362,14 @@ class PromptCounter:
         only."""
         if rendered.ids_len is not None:
             return rendered.ids_len, rendered.ids_len
-        size = max(len(t) if t.isascii() else len(t.encode("utf-8")) for t in rendered.texts)
+        size = self.text_bytes(rendered)
         extra = self._added if rendered.special else 0
         return -(-size // self.max_token_bytes), size + extra + 1 + rendered.media_tokens
+
+    @staticmethod
+    def text_bytes(rendered: Rendered) -> int:
+        """UTF-8 bytes of the longest rendered text (0 for token-id prompts)."""
+        return max((len(t) if t.isascii() else len(t.encode("utf-8")) for t in rendered.texts), default=0)
 
     def exact(self, rendered: Rendered) -> int:
         """The exact prompt tokens P (the longest prompt of a batch)."""

@@ -152,7 +152,7 @@ async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
     runtime, doc, parsed, resolved = _model(request, fleet, kind, body, admitted)
     priority, hint = _controls(state, runtime, doc, admitted)
     prompt_tokens, lower, rendered = await size_prompt(runtime, parsed, len(body), state.executor)
-    features = _features(state, runtime, doc, parsed, prompt_tokens, lower, resolved, hint, admitted)
+    features = _features(state, runtime, doc, parsed, prompt_tokens, lower, rendered, resolved, hint, admitted)
     ticket = await _limit(state, runtime, features, admitted) if runtime.config.auth.rate_limits.enabled else None
     try:  # until the job holds the ticket: a refusal or an error here gives it back
         decision, chain, matches = _route(state, runtime, kind, doc, features, rendered, resolved)
@@ -237,13 +237,21 @@ def _controls(state: AppState, runtime: Runtime, doc: dict[str, Any],
 
 
 def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], parsed: ParsedRequest,
-              prompt_tokens: int, lower: int | None, resolved: Resolved, hint: str,
+              prompt_tokens: int, lower: int | None, rendered: Rendered, resolved: Resolved, hint: str,
               admitted: Admission) -> RequestFeatures:
     """The request's :class:`RequestFeatures` in one call (the sized prompt, the hint, the
-    adapters; the context's too), then the ``min_tokens`` check against its budget (400)."""
+    adapters; the context's too), then the ``min_tokens`` check against its budget (400). A
+    bounded text prompt gets its expected P from the model's tokens per byte
+    (:class:`router.features.TokensPerByte`), which an exact count teaches."""
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
+    size = runtime.counter.text_bytes(rendered) if not rendered.media_tokens else 0
+    estimate = None
+    if size and lower is not None:
+        estimate = runtime.prompt_ratio.estimate(size, lower, prompt_tokens)
+    elif size:
+        runtime.prompt_ratio.observe(prompt_tokens, size)
     features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower,
-                                speculation=hint, adapters=resolved.adapters)
+                                speculation=hint, adapters=resolved.adapters, estimate=estimate, prompt_bytes=size)
     admitted.features = features
     check_min_tokens(doc, features.max_new_tokens)
     return features
@@ -301,7 +309,7 @@ def _route(state: AppState, runtime: Runtime, kind: RequestKind, doc: dict[str, 
         chain = chain_for_request(rendered, doc, kind.name, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
                                   anchor_blocks=pc.anchor_blocks, adapters=resolved.adapters)
         if chain is not None:
-            matches = runtime.prefix_matches(chain, features.prompt_tokens)
+            matches = runtime.prefix_matches(chain, features.predicted_prompt_tokens)
     return runtime.decide(features, state.clock(), chain=chain, matches=matches), chain, matches
 
 
@@ -348,7 +356,7 @@ def _routed(state: AppState, runtime: Runtime, decision: Decision, chain: Prefix
     if decision.predicted:
         state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
     if chain is not None:
-        _note_prefix(state, runtime, decision, chain, matches, features.prompt_tokens)
+        _note_prefix(state, runtime, decision, chain, matches, features.predicted_prompt_tokens)
 
 
 def _note_prefix(state: AppState, runtime: Runtime, decision: Decision, chain: PrefixChain,
@@ -547,9 +555,12 @@ def _learn(state: AppState, runtime: Runtime, job: ProxyJob, duration_s: float) 
         return
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    runtime.learn(job.decision.pool, url, prompt_tokens=observed_prompt_tokens(
-                      job.features.prompt_tokens, job.features.prompt_exact, job.features.num_prompts,
-                      usage.get("prompt_tokens")),
+    features = job.features
+    prompt = observed_prompt_tokens(features.prompt_tokens, features.prompt_exact, features.num_prompts,
+                                    usage.get("prompt_tokens"))
+    if not features.prompt_exact and prompt != features.prompt_tokens:  # the engine's count of a bounded P
+        runtime.prompt_ratio.observe(prompt, features.prompt_bytes)
+    runtime.learn(job.decision.pool, url, prompt_tokens=prompt,
                   cached_tokens=cached // job.features.num_prompts if type(cached) is int else 0,
                   output_tokens=round(output / sequences), dispatch_load=load, duration_s=duration_s,
                   temperature=job.features.temperature_class, now=state.clock(),

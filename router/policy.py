@@ -262,22 +262,23 @@ def output_budget(requested: int | None, prompt_tokens: int, rules: Rules) -> in
 
 def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
                      prompt_tokens_lower: int | None = None, speculation: str = "auto",
-                     adapters: frozenset[str] = frozenset()) -> RequestFeatures:
+                     adapters: frozenset[str] = frozenset(), estimate: int | None = None,
+                     prompt_bytes: int = 0) -> RequestFeatures:
     """The :class:`RequestFeatures` of ``parsed`` with ``P = prompt_tokens`` and its budget.
 
-    Args:
-        prompt_tokens: P (tokens), exact or an upper bound (see ``prompt_tokens_lower``).
-        prompt_tokens_lower: None when ``prompt_tokens`` is exact, else the lower bound (the
-            over-length message then states "at least <lower>" instead of an uncounted figure).
-        speculation, adapters: the client's hint and the LoRA adapters asked for (:mod:`router.models`).
+    ``prompt_tokens`` is P, exact or an upper bound (then ``prompt_tokens_lower`` is the lower
+    bound: the over-length message states "at least <lower>"); ``speculation``, ``adapters``:
+    the client's hint and the LoRA adapters (:mod:`router.models`); ``estimate``,
+    ``prompt_bytes``: :attr:`RequestFeatures.prompt_tokens_estimate` and ``prompt_bytes``.
     """
     requested = parsed.max_new_tokens
     return RequestFeatures(
         prompt_tokens=prompt_tokens, max_new_tokens=output_budget(requested, prompt_tokens, rules),
         n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
         budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower,
-        temperature_class=temperature_class(parsed.doc), needs=required_features(parsed.doc),
-        speculation=speculation, adapters=adapters, prefers=preferred_features(parsed.doc))
+        temperature_class=temperature_class(parsed.doc), needs=required_features(parsed.doc), speculation=speculation,
+        adapters=adapters, prefers=preferred_features(parsed.doc), prompt_tokens_estimate=estimate,
+        prompt_bytes=prompt_bytes)
 
 
 def _refused(features: RequestFeatures, pools: Iterable[PoolShape], cap: int) -> bool:
@@ -432,12 +433,12 @@ def _predict(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> fl
     """Predicted completion seconds of the request on ``endpoint`` (:func:`router.predict.completion_s`)."""
     assert pool.speed is not None
     e = next(e for e in pool.endpoints if e.url == endpoint)
-    need = (features.num_prompts * features.weight + pool.reserved) * (1 + e.queued)
-    return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=features.prompt_tokens,
-                        context_tokens=batch_context(e, features.prompt_tokens, features.max_new_tokens),
+    p = features.predicted_prompt_tokens  # the expected P where only its bound is known
+    need = (features.num_prompts * features.predicted_weight + pool.reserved) * (1 + e.queued)
+    return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=p,
+                        context_tokens=batch_context(e, p, features.max_new_tokens),
                         cached_tokens=e.cached_tokens, output_tokens=features.max_new_tokens,
-                        accept_length=pool.accept_length(features.temperature_class, features.prompt_tokens)
-                        if pool.speculative else None,
+                        accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
                         kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
 
 
@@ -464,7 +465,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         return Decision(None, None, missing, Outcome.REFUSED)
     tie = rules.seed + tie_break
     why: dict[str, str] = {}  # endpoint -> PickReason value, when prefix routing chose it
-    p = features.prompt_tokens
+    p = features.predicted_prompt_tokens  # prefix thresholds: the expected P of a bounded one
     predicting = all(pool.speed is not None for pool in pools)
     spec_reason: Reason | None = None
     fallback: tuple[str, str] | None = None

@@ -40,7 +40,7 @@ from router.auth import Auth
 from router.bypass import FLAGS
 from router.config import Config, ConfigError, Overrides, RoutingConfig
 from router.endpoint import Endpoint, Lease, LeaseLedger
-from router.features import PromptCounter, RequestFeatures
+from router.features import PromptCounter, RequestFeatures, TokensPerByte
 from router.learn import (
     MIN_OWN_OBSERVATIONS,
     Observation,
@@ -116,6 +116,10 @@ class Runtime:
         self.config = config
         self.model_name: str = config.model.name  # the one model it serves (read per request)
         self.counter = counter
+        #: tokens per rendered byte of this model's prompts (the estimate of a bounded P); a
+        #: reload with the same tokenizer keeps it
+        self.prompt_ratio: TokensPerByte = (previous.prompt_ratio if previous is not None
+                                            and previous.counter is counter else TokensPerByte())
         self.auth = auth
         self.ledger: LeaseLedger | None = ledger if ledger is not None else (previous.ledger if previous is not None else None)
         self.overrides = Overrides()
@@ -225,9 +229,9 @@ class Runtime:
             return load, queued > 0, None
         # the snapshot only where its KV is read (what _endpoint_values gives for a fresh scrape)
         snap = EndpointSnapshot(url, ep.healthy, load, 0, queued, max(0, cap - engine.kv_used), engine.kv_used)
-        need = features.num_prompts * features.weight
+        need = features.num_prompts * features.predicted_weight
         waits = queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
-        return load, waits, batch_context(snap, features.prompt_tokens, features.max_new_tokens)
+        return load, waits, batch_context(snap, features.predicted_prompt_tokens, features.max_new_tokens)
 
     def learn(self, pool_name: str, url: str, *, prompt_tokens: int, cached_tokens: int, output_tokens: int,
               dispatch_load: int, duration_s: float, temperature: str, now: float,
@@ -510,7 +514,7 @@ class Runtime:
         on, the endpoint inside a pool is chosen by :func:`router.prefix.pick_endpoint`."""
         prefix = None
         if chain is not None and self.prefix:
-            prefix = PrefixRequest(chain.anchor, chain.tokens(chain.anchor_blocks, features.prompt_tokens),
+            prefix = PrefixRequest(chain.anchor, chain.tokens(chain.anchor_blocks, features.predicted_prompt_tokens),
                                    chain.continued, **self._prefix_params, sticky_max_load=self._sticky_max_load())
         if features.adapters:  # only endpoints that have the adapters (router.models)
             exclude = exclude | lacking_adapters(self._by_url.values(), features.adapters)

@@ -136,3 +136,25 @@ def test_beyond_max_observations_per_s_a_request_is_not_measured(tmp_path, token
         assert spec.fit.count == 1
     finally:
         s.close()
+
+
+def test_a_bounded_prompt_teaches_the_tokens_per_byte_and_the_next_one_is_estimated(stack):
+    """A short prompt is decided on its byte bound (no threshold between the bounds); its
+    engine count (``usage.prompt_tokens``) over its rendered bytes is the model's tokens per
+    byte, and the next bounded prompt's expected P is its bytes times that, within the bounds."""
+    rt = stack.router.state.runtime
+    assert rt.prompt_ratio.value is None
+    r = _spec(stack)
+    wait_until(lambda: rt.pools[0].fit.count == 1, 5, "the observation")
+    assert stack.router.metric("specgate_prompt_tokens_count", kind="upper_bound") == 1  # decided on the bound
+    size = rt.counter.text_bytes(rt.counter.render(_parsed(rt)))
+    assert rt.prompt_ratio.count == 1
+    assert rt.prompt_ratio.value == pytest.approx(r.json()["usage"]["prompt_tokens"] / size)
+    lo, hi = rt.counter.bounds(rt.counter.render(_parsed(rt)))
+    assert rt.prompt_ratio.estimate(size, lo, hi) == r.json()["usage"]["prompt_tokens"]
+
+
+def _parsed(rt):
+    from router.parsing import parse_chat
+
+    return parse_chat(_doc(), max_n=rt.config.limits.max_n, media=None)
