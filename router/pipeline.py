@@ -253,7 +253,8 @@ async def size_prompt(runtime: Runtime, parsed: ParsedRequest, body_bytes: int,
                       executor: Executor) -> tuple[int, int | None, Rendered]:
     """Prompt tokens for the decision and the rendered prompt: ``(P, None, rendered)`` exact,
     or ``(hi, lo, rendered)`` when no decision threshold lies between the byte-length bounds
-    (then ``hi`` decides as P would).
+    (then ``hi`` decides as P would) and no pool predicts by a speed model (one that does
+    depends on P continuously: always the exact count).
 
     Rendering runs on the loop for bodies up to 16 KiB, in ``executor`` (the tokeniser threads,
     :func:`router.app.tokenizer_executor`) for larger ones; exact BPE encoding always runs in the threads, and only when a
@@ -270,7 +271,11 @@ async def size_prompt(runtime: Runtime, parsed: ParsedRequest, body_bytes: int,
         rendered, (lo, hi) = await loop.run_in_executor(executor, _render_bounds, counter, parsed)
     if lo == hi:  # token-id prompts
         return hi, None, rendered
-    if not needs_exact(lo, hi, runtime.flip_points(parsed.max_new_tokens, parsed.n)):
+    # a pool's speed model (learned or configured) predicts from P itself, not only from the
+    # length rules' flip points: then the bound would skew every prediction (docs/performance.md,
+    # "Over real HTTP")
+    predicts = any(p.fit is not None or p.speed is not None for p in runtime.pools)
+    if not predicts and not needs_exact(lo, hi, runtime.flip_points(parsed.max_new_tokens, parsed.n)):
         return hi, lo, rendered
     exact = await loop.run_in_executor(executor, counter.exact, rendered)
     media = rendered.media_tokens

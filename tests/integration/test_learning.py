@@ -114,3 +114,14 @@ def test_the_fit_learns_the_engines_prompt_count_not_the_byte_bound(stack, monke
     # decided on the upper bound, and learns the engine's count
     assert stack.backend_requests(stack.spec)[-1]["body"]["messages"][0]["content"] == "count to three"
     assert seen[0]["prompt_tokens"] == usage
+
+
+def test_a_predicting_router_decides_on_the_exact_count(stack, monkeypatch):
+    rt = stack.router.state.runtime
+    seen = []
+    decide = rt.decide
+    monkeypatch.setattr(rt, "decide", lambda features, *a, **kw: (seen.append(features), decide(features, *a, **kw))[1])
+    r = _spec(stack)
+    # learning on: the short prompt is counted exactly although no length rule needs it
+    assert seen[0].prompt_exact
+    assert seen[0].prompt_tokens == r.json()["usage"]["prompt_tokens"]
