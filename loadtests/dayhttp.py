@@ -17,6 +17,10 @@ that the fake's simple count does not see (at most 3% of the shortest prompt of 
 tokens on ``kv_limited``); the fake runs without a tokenizer because encoding a 131K-token
 prompt costs it ~0.8 s of CPU (measured here), which would stall its step loop.
 
+KV: the simulator's engine admits by reservation (prompt + budget, never retracted), so its
+"used" KV, and the fake's ``token_usage``, is the sum of the admitted reservations, not SGLang's
+tokens in use (which grow as sequences decode); admission behaves as SGLang's conservative bound.
+
 Output length: ``max_tokens`` is the request's budget (``max_new_tokens``) and the fake's
 ``fake_step.output_tokens`` hint stops it at its natural length with ``finish_reason "stop"``
 (:mod:`serving.fake_sglang.stepping`); ``fake_step.cached_tokens`` is its prefix-cached share,
