@@ -54,7 +54,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -71,6 +70,7 @@ sys.path.insert(0, str(ROOT))
 import httpx
 import yaml
 
+from benchmarks.router_overhead import stop_processes
 from loadtests.dayfamilies import get_family
 from loadtests.dayhttp import DayStepEngine, chat_body, fake_config
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
@@ -156,21 +156,6 @@ async def _day(targets: list[str], reqs: list[Request]) -> list[Result]:
     return results
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    for p in procs:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(5)
-
-
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -223,7 +208,7 @@ def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list
         extra.update(wall_s=wall, load_avg_start=load0, load_avg_end=os.getloadavg()[0],
                      engine_steps=[e.engine.steps for e in engines], engine_busy_s=[e.engine.busy_s for e in engines])
     finally:
-        _stop(procs)
+        stop_processes(procs)
         for f in fakes:
             f.stop()
     return {"results": results, **extra}

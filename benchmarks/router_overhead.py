@@ -117,6 +117,7 @@ def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait(10)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
+            p.wait(5)
 
 
 def wait_http(url: str, timeout_s: float = 60) -> None:

@@ -45,6 +45,19 @@ async def _sleep_or_wake(job: Job, delay: float) -> None:
         await asyncio.wait_for(job.wake.wait(), delay)
 
 
+def _stop_string(job: Job, s: Sample, delta: str) -> tuple[str, str, str | None]:
+    """``s``'s text with ``delta`` appended, and the job's first stop string in it: then the
+    text is cut before it (``s.text`` set) and ``delta`` is what is left of the new text.
+    Returns ``(new text, delta, matched stop or None)``."""
+    new_text = s.text + delta
+    matched = next((st for st in job.stop if st and st in new_text), None)
+    if matched is not None:
+        cut = new_text.index(matched)
+        delta = new_text[len(s.text):cut] if cut >= len(s.text) else ""
+        s.text = new_text[:cut]
+    return new_text, delta, matched
+
+
 def _finish(state: FakeState, s: Sample, finish: dict[str, Any]) -> None:
     """End sample ``s`` with ``finish`` and take it off the running set."""
     s.finish = finish
@@ -140,12 +153,8 @@ async def steps(state: FakeState, job: Job) -> AsyncIterator[tuple[Sample, str]]
                 state.metrics_override["gauges"] = {**gauges, **decoding}
             if state.avg_spec_accept_length is None and cfg.speculative_algorithm:
                 state.avg_spec_accept_length = cfg.spec_accept_length
-            new_text = s.text + delta
-            matched = next((st for st in job.stop if st and st in new_text), None)
+            new_text, delta, matched = _stop_string(job, s, delta)
             if matched is not None:
-                cut = new_text.index(matched)
-                delta = new_text[len(s.text) : cut] if cut >= len(s.text) else ""
-                s.text = new_text[:cut]
                 _finish(state, s, {"type": "stop", "matched": matched})
             elif (
                 cfg.eos_after_tokens is not None
@@ -243,12 +252,8 @@ async def _stepped(state: FakeState, job: Job) -> AsyncIterator[tuple[Sample, st
                 acc = stepper.engine.gauges().accept_length
                 if acc is not None and stepper.engine.speculative:
                     state.avg_spec_accept_length = acc
-                new_text = s.text + delta
-                matched = next((st for st in job.stop if st and st in new_text), None)
+                new_text, delta, matched = _stop_string(job, s, delta)
                 if matched is not None:
-                    cut = new_text.index(matched)
-                    delta = new_text[len(s.text):cut] if cut >= len(s.text) else ""
-                    s.text = new_text[:cut]
                     if not emit.finished:
                         stepper.abort(s)
                     _finish(state, s, {"type": "stop", "matched": matched})
