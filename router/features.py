@@ -371,6 +371,11 @@ class PromptCounter:
         """UTF-8 bytes of the longest rendered text (0 for token-id prompts)."""
         return max((len(t) if t.isascii() else len(t.encode("utf-8")) for t in rendered.texts), default=0)
 
+    def text_bytes_of_bound(self, hi: int, rendered: Rendered) -> int:
+        """The text bytes :meth:`bounds` turned into ``hi`` (its inverse: no second pass over
+        the text); ``rendered`` without non-text parts."""
+        return hi - 1 - (self._added if rendered.special else 0)
+
     def exact(self, rendered: Rendered) -> int:
         """The exact prompt tokens P (the longest prompt of a batch)."""
         if rendered.ids_len is not None:

@@ -244,11 +244,14 @@ def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], parsed: Pa
     bounded text prompt gets its expected P from the model's tokens per byte
     (:class:`router.features.TokensPerByte`), which an exact count teaches."""
     state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
-    size = runtime.counter.text_bytes(rendered) if not rendered.media_tokens else 0
-    estimate = None
-    if size and lower is not None:
+    size, estimate, counter = 0, None, runtime.counter
+    if rendered.media_tokens or rendered.ids_len is not None:
+        pass  # token ids, or parts counted by their bounds: no bytes to relate
+    elif lower is not None:  # the bytes from the bound itself (the common case: no second pass)
+        size = counter.text_bytes_of_bound(prompt_tokens, rendered)
         estimate = runtime.prompt_ratio.estimate(size, lower, prompt_tokens)
-    elif size:
+    else:  # counted exactly (already milliseconds of BPE): one pass more over the text
+        size = counter.text_bytes(rendered)
         runtime.prompt_ratio.observe(prompt_tokens, size)
     features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower,
                                 speculation=hint, adapters=resolved.adapters, estimate=estimate, prompt_bytes=size)

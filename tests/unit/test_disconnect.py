@@ -55,8 +55,10 @@ async def test_without_the_protocol_or_with_reading_paused_a_task_waits_on_recei
 async def test_closed_before_the_disconnect_nothing_is_called():
     messages, calls = asyncio.Queue(), []
     watch = DisconnectWatch({}, messages.get, lambda: calls.append("lost"))
-    await asyncio.sleep(0)
+    task = watch._task
+    assert task is not None
     watch.close()
+    await asyncio.gather(task, return_exceptions=True)  # the watching task has ended
+    assert task.cancelled() and watch._task is None
     await messages.put({"type": "http.disconnect"})
-    await asyncio.sleep(0)
-    assert calls == []
+    assert calls == [] and messages.qsize() == 1  # nobody reads the channel any more

@@ -48,3 +48,17 @@ def test_the_prediction_uses_the_estimate_and_the_rules_the_bound():
                           max_new_tokens=100, temperature_class="greedy")
     assert decide(low, _pools(speed=None), RULES).reason is Reason.LONG_CONTEXT
     assert bounded.predicted_weight == 2400 + 100 and bounded.weight == 8000 + 100
+
+
+def test_the_bytes_behind_a_bound_are_the_texts_bytes(tokenizer_dir):
+    from router.features import PromptCounter
+    from router.parsing import parse_chat, parse_completions
+
+    counter = PromptCounter(tokenizer_dir)
+    docs = [parse_chat({"model": "m", "messages": [{"role": "user", "content": "héllo wörld " * 40}]}, max_n=8),
+            parse_completions({"model": "m", "prompt": "plain ascii " * 30}, max_n=8),
+            parse_completions({"model": "m", "prompt": ["short", "a longer prompt ü" * 9]}, max_n=8)]
+    for parsed in docs:
+        rendered = counter.render(parsed)
+        _, hi = counter.bounds(rendered)
+        assert counter.text_bytes_of_bound(hi, rendered) == counter.text_bytes(rendered) > 0
