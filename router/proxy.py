@@ -218,7 +218,9 @@ class ProxyResponse(Response):
             watch.close()
             if job.observer is not None and job.status == 200:
                 job.observer.finish(job.decision.pool or "none")
-            job.lease.release()  # last: a settled in-flight count means the metrics are written
+            # the lease first: the learning's end-of-request load excludes this request; a test that
+            # reads the metrics waits for them, not for the in-flight count
+            job.lease.release()
             self._on_done(job)
 
     # -- the upstream call ------------------------------------------------------------
