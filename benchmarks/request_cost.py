@@ -60,7 +60,12 @@ async def _drive(config: Path, requests: int, concurrency: int, stream: bool,
                  pstats_out: str | None = None) -> dict[str, float]:
     import router  # the checkout's public surface (router.__all__)
 
-    create_app = router.create_app
+    if hasattr(router, "create_app"):
+        create_app = router.create_app
+    else:  # a revision from before router/__init__.py named its surface
+        import router.app
+
+        create_app = router.app.create_app
     if hasattr(router, "tune_interpreter"):  # as `specgate router` runs (the GC thresholds)
         router.tune_interpreter()
     params = inspect.signature(create_app).parameters
