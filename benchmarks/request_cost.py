@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import importlib
 import inspect
 import json
 import os
@@ -62,10 +63,8 @@ async def _drive(config: Path, requests: int, concurrency: int, stream: bool,
 
     if hasattr(router, "create_app"):
         create_app = router.create_app
-    else:  # a revision from before router/__init__.py named its surface
-        import router.app
-
-        create_app = router.app.create_app
+    else:  # a revision from before router/__init__.py named its surface: its internal module
+        create_app = importlib.import_module("router.app").create_app
     if hasattr(router, "tune_interpreter"):  # as `specgate router` runs (the GC thresholds)
         router.tune_interpreter()
     params = inspect.signature(create_app).parameters
