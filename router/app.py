@@ -234,8 +234,9 @@ def _background_priority() -> None:
     """Run the calling thread at the lowest CPU priority (Linux: nice 19 for this thread only).
 
     Tokeniser threads render and count huge prompts; on the router's core they would take
-    time slices from the event-loop thread and stretch every other request's latency (issue
-    8: small requests' p99 while a 234k-token prompt is counted). At nice 19 the scheduler
+    time slices from the event-loop thread and stretch every other request's latency (small
+    requests' p99 while a 234k-token prompt is counted: ``benchmarks/huge_prompt.py``,
+    docs/performance.md). At nice 19 the scheduler
     runs the loop thread as soon as it has work. Best effort: ignored where unsupported.
     """
     with contextlib.suppress(AttributeError, OSError):
