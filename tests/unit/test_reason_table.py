@@ -15,6 +15,7 @@ import pytest
 
 from router import capabilities
 from router.config import ConfigError, parse_config
+from router.parsing import ParsedRequest
 from router.reasons import CAPABILITY_KINDS, Reason, capability_kind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +96,10 @@ def _config(kinds: list[str]):
                   {"name": "plain", "speculative": False, "endpoints": ["http://127.0.0.1:2"]}]})
 
 
+def _parsed(doc: dict) -> ParsedRequest:
+    return ParsedRequest("chat", doc, None, 1, False, "messages")
+
+
 def _decide_doc(doc: dict, pools: list, speculation: str = "auto"):
     """The decision for a chat body ``doc`` (100-token prompt, budget 100) over ``pools``."""
 
@@ -102,7 +107,7 @@ def _decide_doc(doc: dict, pools: list, speculation: str = "auto"):
     from router.policy import Rules, decide
 
     features = RequestFeatures(prompt_tokens=100, max_new_tokens=100, speculation=speculation,
-                               needs=capabilities.required_features(doc),
+                               needs=capabilities.required_features(_parsed(doc)),
                                prefers=capabilities.preferred_features(doc))
     rules = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
     return decide(features, pools, rules)
@@ -128,6 +133,6 @@ def _pools(plain_healthy: bool = True) -> list:
 def test_seed_and_logit_bias_prefer_a_pool_that_honours_them(doc, plain_healthy, hint, expected):
     d = _decide_doc(doc, _pools(plain_healthy), hint)
     assert (d.pool, d.reason) == expected
-    assert capabilities.trigger_param(doc, "sampling_guarantee") is None   # a preference, never a 400 cause
+    assert capabilities.trigger_param(_parsed(doc), "sampling_guarantee") is None   # a preference, never a 400 cause
     assert not Reason.SAMPLING_GUARANTEE.capability
     assert "sampling_guarantee" not in capabilities.KINDS
