@@ -1,48 +1,30 @@
 """What a request needs from the engine that serves it, and which pools may serve it.
 
 Speculative decoding promises the target model's output, token for token, but the pinned
-engine (SGLang 0.5.23) reaches that promise only for plain sampling. Some request fields make
-the speculative path do something else, or crash the engine. :func:`required_features` names
-them in five *kinds* (a pool's ``capabilities`` in the YAML lists the kinds it serves; the
-decision reason of a request kept off a speculative pool is the kind's name):
+engine (SGLang 0.5.23) reaches that promise only for plain sampling. Some requests make the
+speculative path do something else, or crash the engine. Each such *kind* is a capability kind
+of the reason table (:data:`router.reasons.CAPABILITY_KINDS`: a pool's ``capabilities`` in the
+YAML lists the kinds it serves; the decision reason of a request kept off a speculative pool is
+the kind's name), and each kind has one *trigger* here: a small pure function of the
+:class:`~router.parsing.ParsedRequest` that returns the request field that makes it need the
+kind (the first one, named by the 400 ``unsupported_feature`` error), or None. Its docstring
+says what triggers it and why, with the engine issues behind it; :data:`TRIGGERS` maps every
+kind to its trigger, and a kind without one (or a trigger for a name that is not a capability
+kind) fails the import of this module.
 
-``constrained_decoding``
-    ``response_format`` of type ``json_object``, ``json_schema`` or ``structural_tag``;
-    SGLang's ``regex``, ``ebnf``, ``structural_tag`` and the ``json_schema`` extension
-    (a non-empty string); ``tool_choice`` ``"required"`` or a named function (SGLang turns
-    both into a grammar); any tool with ``"strict": true``. With EAGLE the grammar is applied
-    over the draft tree (``speculative/spec_utils.py: generate_token_bitmask``), which crashed
-    or truncated engines: sgl-project/sglang#24283, #15050, #14480, #9187, #21723.
-``tool_calls``
-    non-empty ``tools`` with ``tool_choice`` other than ``"none"`` (SGLang's default with tools
-    is ``"auto"``). Tool-call parsers see multi-token steps under speculation; malformed calls
-    were reported with MTP/n-gram speculation (vllm-project/vllm#35800, #56077, #41493).
-``reasoning``
-    thinking turned on: ``chat_template_kwargs.enable_thinking`` or ``.thinking`` true,
-    ``reasoning_effort`` other than ``"none"``, ``reasoning.enabled``/``reasoning.effort``
-    (SGLang's ``normalize_reasoning_inputs`` turns these into the template kwargs), or an
-    explicit ``separate_reasoning: true`` (a client asking for the reasoning to be split out
-    expects reasoning output). Reasoning counters exceeded completion tokens by up to the
-    draft length under speculation (sgl-project/sglang#39826, #37450).
-``logprobs``
-    chat ``logprobs: true`` or ``top_logprobs`` > 0; completions ``logprobs`` set. Under EAGLE
-    the values come from the batched verify pass (``eagle_worker_common.py:
-    compute_spec_logprobs``), not from one decode step, so they are not the plain pool's.
-``sampling_controls``
-    controls that EAGLE verification applies differently from plain decoding in SGLang 0.5.23
-    (``speculative/eagle_utils.py: eagle_sample``): ``presence_penalty``/``frequency_penalty``
-    non-zero, ``repetition_penalty`` other than 1 and ``min_tokens`` > 0 (penalties are
-    accumulated once per verify step, "a relaxed version of penalties for speculative
-    decoding"); ``min_p`` > 0 (the verify sampler renormalises top-k and top-p only);
-    ``custom_logit_processor`` (not applied on the EAGLE verify path).
-    Not a trigger: ``top_k``/``top_p``/``temperature`` (applied by the verify sampler). On CPU engines the verify step is always greedy (``_verify_uses_greedy``), so
-    ``temperature > 0`` decodes greedily there: a demo caveat, not a routing rule.
+:func:`required_features` runs the triggers after one cheap test that skips most requests: a
+request whose body has none of :data:`TRIGGER_FIELDS` (the body fields the triggers declare)
+and whose :data:`TRIGGER_FLAGS` (the parsed request's attributes they declare: what the parser
+found in ``messages``) are all false needs no kind. :func:`unmet` compares what a request needs
+with what a pool serves: ``None`` capabilities serve everything (a plain pool); a speculative
+pool serves only the kinds its config lists (default: none of them). :func:`validate` refuses
+malformed constraint fields with HTTP 400 before any engine sees them (``param`` names the
+field), since the router must read them to route. Everything here is pure: no I/O, no clock,
+no configuration reads.
 
-:func:`unmet` compares what a request needs with what a pool serves: ``None`` capabilities
-serve everything (a plain pool); a speculative pool serves only the kinds its config lists
-(default: none of them). :func:`validate` refuses malformed constraint fields with HTTP 400
-before any engine sees them (``param`` names the field), since the router must read them to
-route. Everything here is pure: no I/O, no clock, no configuration reads.
+Not triggers: ``top_k``/``top_p``/``temperature`` (applied by the verify sampler). On CPU
+engines the verify step is always greedy (``_verify_uses_greedy``), so ``temperature > 0``
+decodes greedily there: a demo caveat, not a routing rule.
 
 **Preferences** (:func:`preferred_features`, reason ``sampling_guarantee``): a non-null
 ``seed`` or a non-empty ``logit_bias`` (:data:`router.sampling.CAVEAT_FIELDS`). The speculative
@@ -57,24 +39,28 @@ speculative pool likewise. A preference never refuses a request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from router.errors import InvalidRequest
 from router.reasons import CAPABILITY_KINDS, Reason
 
+if TYPE_CHECKING:
+    from router.parsing import ParsedRequest
+
 __all__ = [
     "CLIENT_OPT_OUT",
-    "CONSTRAINED_DECODING",
     "HINT_FIELD",
     "HINT_HEADER",
     "KINDS",
-    "LOGPROBS",
-    "REASONING",
-    "SAMPLING_CONTROLS",
     "SAMPLING_GUARANTEE",
     "SPECULATION_MODES",
-    "TOOL_CALLS",
+    "TRIGGERS",
+    "TRIGGER_FIELDS",
+    "TRIGGER_FLAGS",
+    "Trigger",
     "preferred_features",
     "required_features",
     "speculation_gate",
@@ -84,11 +70,6 @@ __all__ = [
     "validate",
 ]
 
-CONSTRAINED_DECODING = Reason.CONSTRAINED_DECODING.value
-TOOL_CALLS = Reason.TOOL_CALLS.value
-REASONING = Reason.REASONING.value
-LOGPROBS = Reason.LOGPROBS.value
-SAMPLING_CONTROLS = Reason.SAMPLING_CONTROLS.value
 SAMPLING_GUARANTEE = Reason.SAMPLING_GUARANTEE.value
 
 #: Every kind, in the order :func:`unmet` reports the first one missing: the capability
@@ -167,80 +148,224 @@ def _nonzero(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0
 
 
-def _triggers(doc: Mapping[str, Any]) -> dict[str, str]:
-    """``{kind: the first field that needs it}`` (see the module docstring)."""
-    out: dict[str, str] = {}
+#: A capability kind's trigger: the first request field that makes the request need the kind,
+#: or None when nothing in it does. Pure and cheap (a few dict lookups).
+Trigger = Callable[["ParsedRequest"], "str | None"]
 
-    def need(kind: str, field: str) -> None:
-        out.setdefault(kind, field)
 
+@dataclass(frozen=True, slots=True)
+class _Registered:
+    trigger: Trigger
+    fields: frozenset[str]
+    flags: tuple[str, ...]
+
+
+_REGISTERED: dict[Reason, _Registered] = {}
+
+
+def _trigger(kind: Reason, *, fields: Iterable[str] = (),
+             flags: Iterable[str] = ()) -> Callable[[Trigger], Trigger]:
+    """Register the decorated function as the trigger of capability kind ``kind``.
+
+    Args:
+        kind: a member of the reason table with ``capability=True``.
+        fields: the body fields whose presence can make the trigger fire (the fast path of
+            :func:`required_features` skips a body without any trigger's fields).
+        flags: attributes of :class:`~router.parsing.ParsedRequest` whose truth can make it
+            fire without any of ``fields`` (what the parser found, e.g. in ``messages``);
+            tested beside the fields, so no trigger scans ``messages`` for every request.
+
+    Raises:
+        ValueError: ``kind`` is not a capability kind, already has a trigger, or the trigger
+            declares neither fields nor flags (the fast path would never run it).
+    """
+    def register(fn: Trigger) -> Trigger:
+        name = getattr(fn, "__name__", repr(fn))
+        if not kind.capability:
+            raise ValueError(f"trigger {name} is for {kind.value!r}, which is not a capability kind "
+                             f"(capability=True in router/reasons.py)")
+        entry = _Registered(fn, frozenset(fields), tuple(flags))
+        if not entry.fields and not entry.flags:
+            raise ValueError(f"trigger {name} of {kind.value!r} declares no fields and no flags")
+        if kind in _REGISTERED:
+            raise ValueError(f"capability kind {kind.value!r} has two triggers: "
+                             f"{getattr(_REGISTERED[kind].trigger, '__name__', '?')} and {name}")
+        _REGISTERED[kind] = entry
+        return fn
+    return register
+
+
+_GRAMMAR_FORMATS = ("json_object", "json_schema", "structural_tag")
+
+
+@_trigger(Reason.CONSTRAINED_DECODING, fields=("response_format", *_STRING_CONSTRAINTS, "tools"))
+def _constrained_decoding(request: ParsedRequest) -> str | None:
+    """``response_format`` of type ``json_object``, ``json_schema`` or ``structural_tag``;
+    SGLang's ``regex``, ``ebnf``, ``structural_tag`` and the ``json_schema`` extension (a
+    non-empty string); ``tool_choice`` ``"required"`` or a named function (SGLang turns both
+    into a grammar); any tool with ``"strict": true``.
+
+    With EAGLE the grammar is applied over the draft tree
+    (``speculative/spec_utils.py: generate_token_bitmask``), which crashed or truncated
+    engines: sgl-project/sglang#24283, #15050, #14480, #9187, #21723.
+    """
+    doc = request.doc
     fmt = doc.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema", "structural_tag"):
-        need(CONSTRAINED_DECODING, "response_format")
+    if isinstance(fmt, dict) and fmt.get("type") in _GRAMMAR_FORMATS:
+        return "response_format"
     for key in _STRING_CONSTRAINTS:
         if isinstance(doc.get(key), str) and doc[key]:  # SGLang ignores an empty constraint string
-            need(CONSTRAINED_DECODING, key)
+            return key
     tools = doc.get("tools")
-    choice = doc.get("tool_choice")
     if isinstance(tools, list) and tools:
+        choice = doc.get("tool_choice")
         if choice == "required" or _named_choice(choice):
-            need(CONSTRAINED_DECODING, "tool_choice")
+            return "tool_choice"
         if any(isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("strict") is True
                for t in tools):
-            need(CONSTRAINED_DECODING, "tools")
-        if choice != "none":
-            need(TOOL_CALLS, "tools")
+            return "tools"
+    return None
+
+
+@_trigger(Reason.TOOL_CALLS, fields=("tools",))
+def _tool_calls(request: ParsedRequest) -> str | None:
+    """Non-empty ``tools`` with ``tool_choice`` other than ``"none"`` (SGLang's default with
+    tools is ``"auto"``).
+
+    Tool-call parsers see multi-token steps under speculation; malformed calls were reported
+    with MTP/n-gram speculation (vllm-project/vllm#35800, #56077, #41493).
+    """
+    tools = request.doc.get("tools")
+    if isinstance(tools, list) and tools and request.doc.get("tool_choice") != "none":
+        return "tools"
+    return None
+
+
+@_trigger(Reason.REASONING, fields=("chat_template_kwargs", "reasoning_effort", "reasoning", "separate_reasoning"))
+def _reasoning(request: ParsedRequest) -> str | None:
+    """Thinking turned on: ``chat_template_kwargs.enable_thinking`` or ``.thinking`` true,
+    ``reasoning_effort`` other than ``"none"``, ``reasoning.enabled``/``reasoning.effort``
+    (SGLang's ``normalize_reasoning_inputs`` turns these into the template kwargs), or an
+    explicit ``separate_reasoning: true`` (a client asking for the reasoning to be split out
+    expects reasoning output).
+
+    Reasoning counters exceeded completion tokens by up to the draft length under speculation
+    (sgl-project/sglang#39826, #37450).
+    """
+    doc = request.doc
     kwargs = doc.get("chat_template_kwargs")
     if isinstance(kwargs, dict) and (kwargs.get("enable_thinking") is True or kwargs.get("thinking") is True):
-        need(REASONING, "chat_template_kwargs")
+        return "chat_template_kwargs"
     effort = doc.get("reasoning_effort")
     if effort is not None and effort != "none":
-        need(REASONING, "reasoning_effort")
+        return "reasoning_effort"
     reasoning = doc.get("reasoning")
     if isinstance(reasoning, dict) and (reasoning.get("enabled") is True or reasoning.get("enable") is True
                                         or reasoning.get("effort") not in (None, "none")):
-        need(REASONING, "reasoning")
+        return "reasoning"
     if doc.get("separate_reasoning") is True:
-        need(REASONING, "separate_reasoning")
-    logprobs = doc.get("logprobs")
+        return "separate_reasoning"
+    return None
+
+
+@_trigger(Reason.LOGPROBS, fields=("logprobs", "top_logprobs"))
+def _logprobs(request: ParsedRequest) -> str | None:
+    """Chat ``logprobs: true`` or ``top_logprobs`` > 0; completions ``logprobs`` set.
+
+    Under EAGLE the values come from the batched verify pass
+    (``eagle_worker_common.py: compute_spec_logprobs``), not from one decode step, so they are
+    not the plain pool's.
+    """
+    logprobs = request.doc.get("logprobs")
     if logprobs is True or (type(logprobs) is int and logprobs >= 0):  # chat: bool; completions: int
-        need(LOGPROBS, "logprobs")
-    if _positive(doc.get("top_logprobs")):
-        need(LOGPROBS, "top_logprobs")
+        return "logprobs"
+    if _positive(request.doc.get("top_logprobs")):
+        return "top_logprobs"
+    return None
+
+
+@_trigger(Reason.SAMPLING_CONTROLS, fields=("presence_penalty", "frequency_penalty", "repetition_penalty",
+                                            "min_tokens", "min_p", "custom_logit_processor"))
+def _sampling_controls(request: ParsedRequest) -> str | None:
+    """``presence_penalty``/``frequency_penalty`` non-zero, ``repetition_penalty`` other than
+    1, ``min_tokens`` > 0, ``min_p`` > 0, ``custom_logit_processor`` set.
+
+    EAGLE verification applies them differently from plain decoding in SGLang 0.5.23
+    (``speculative/eagle_utils.py: eagle_sample``): penalties are accumulated once per verify
+    step ("a relaxed version of penalties for speculative decoding"), the verify sampler
+    renormalises top-k and top-p only (not min-p), and a custom logit processor is not applied
+    on the EAGLE verify path.
+    """
+    doc = request.doc
     for key in ("presence_penalty", "frequency_penalty"):
         if _nonzero(doc.get(key)):
-            need(SAMPLING_CONTROLS, key)
+            return key
     rep = doc.get("repetition_penalty")
     if isinstance(rep, (int, float)) and not isinstance(rep, bool) and rep != 1:
-        need(SAMPLING_CONTROLS, "repetition_penalty")
+        return "repetition_penalty"
     for key in ("min_tokens", "min_p"):
         if _positive(doc.get(key)):
-            need(SAMPLING_CONTROLS, key)
+            return key
     if doc.get("custom_logit_processor") is not None:
-        need(SAMPLING_CONTROLS, "custom_logit_processor")
-    return out
+        return "custom_logit_processor"
+    return None
 
 
-#: Every field :func:`_triggers` reads whose presence can make a request need a kind
-#: (``tool_choice`` needs ``tools`` too): a body with none of them needs none.
-TRIGGER_FIELDS = frozenset({
-    "response_format", *_STRING_CONSTRAINTS, "tools", "chat_template_kwargs", "reasoning_effort", "reasoning",
-    "separate_reasoning", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-    "repetition_penalty", "min_tokens", "min_p", "custom_logit_processor"})
+def _check_registry(registered: Mapping[Reason, object], kinds: Iterable[Reason]) -> None:
+    """Every capability kind has a trigger and every trigger is a capability kind's.
+
+    Raises:
+        RuntimeError: naming the kinds without a trigger, or the triggers of other names.
+    """
+    kinds = tuple(kinds)
+    missing = [k.value for k in kinds if k not in registered]
+    extra = [k.value for k in registered if k not in kinds]
+    if missing:
+        raise RuntimeError(f"capability kind(s) without a trigger in router/capabilities.py: "
+                           f"{', '.join(missing)} (add a function decorated with @_trigger(Reason.<KIND>, ...))")
+    if extra:
+        raise RuntimeError(f"trigger(s) in router/capabilities.py for name(s) that are not capability kinds: "
+                           f"{', '.join(extra)}")
+
+
+_check_registry(_REGISTERED, CAPABILITY_KINDS)
+
+#: Every capability kind's trigger, in :data:`KINDS` order.
+TRIGGERS: Mapping[str, Trigger] = MappingProxyType({k.value: _REGISTERED[k].trigger for k in CAPABILITY_KINDS})
+
+#: Every body field the triggers declare: a body with none of them (and no
+#: :data:`TRIGGER_FLAGS` set) needs no kind. ``tool_choice`` is not one: it triggers only
+#: with ``tools``.
+TRIGGER_FIELDS: frozenset[str] = frozenset().union(*(r.fields for r in _REGISTERED.values()))
+
+#: Every :class:`~router.parsing.ParsedRequest` attribute the triggers declare (what the
+#: parser found beyond the body's top-level fields); one that is true runs the triggers.
+TRIGGER_FLAGS: tuple[str, ...] = tuple(dict.fromkeys(f for r in _REGISTERED.values() for f in r.flags))
 
 _NO_KINDS: frozenset[str] = frozenset()
 
 
-def required_features(doc: Mapping[str, Any]) -> frozenset[str]:
-    """The kinds (:data:`KINDS`) a request document needs from the pool that serves it.
+def _triggers(request: ParsedRequest) -> dict[str, str]:
+    """``{kind: the first field that needs it}``, every trigger run (no fast path)."""
+    return {kind: field for kind, trigger in TRIGGERS.items() if (field := trigger(request)) is not None}
 
-    ``doc`` is a chat or completions request body (already validated by :func:`validate`;
-    fields of the wrong type are simply not triggers). Pure and cheap: a few dict lookups,
-    none past one set test for a body without any of :data:`TRIGGER_FIELDS` (most bodies).
+
+def required_features(request: ParsedRequest) -> frozenset[str]:
+    """The kinds (:data:`KINDS`) a parsed request needs from the pool that serves it.
+
+    ``request.doc`` is a chat or completions request body, or the chat form of a responses
+    body (already validated by :func:`validate`; fields of the wrong type are simply not
+    triggers). Pure and cheap: a few
+    dict lookups, none past one set test and the :data:`TRIGGER_FLAGS` for a body without any
+    of :data:`TRIGGER_FIELDS` (most bodies).
     """
-    if TRIGGER_FIELDS.isdisjoint(doc):
-        return _NO_KINDS
-    return frozenset(_triggers(doc))
+    if TRIGGER_FIELDS.isdisjoint(request.doc):
+        for flag in TRIGGER_FLAGS:  # a loop, not any(): no generator on the common path
+            if getattr(request, flag):
+                break
+        else:
+            return _NO_KINDS
+    return frozenset(_triggers(request))
 
 
 def preferred_features(doc: Mapping[str, Any]) -> frozenset[str]:
@@ -254,9 +379,11 @@ def preferred_features(doc: Mapping[str, Any]) -> frozenset[str]:
 _PREFERS_EXACT = frozenset({SAMPLING_GUARANTEE})
 
 
-def trigger_param(doc: Mapping[str, Any], kind: str) -> str | None:
-    """The first request field that makes ``doc`` need ``kind`` (for error messages), or None."""
-    return _triggers(doc).get(kind)
+def trigger_param(request: ParsedRequest, kind: str) -> str | None:
+    """The first request field that makes ``request`` need ``kind`` (its trigger's answer, for
+    error messages), or None (also for a name that is not a capability kind)."""
+    trigger = TRIGGERS.get(kind)
+    return None if trigger is None else trigger(request)
 
 
 def unmet(required: frozenset[str], capabilities: frozenset[str] | None) -> str | None:

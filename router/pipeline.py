@@ -157,7 +157,7 @@ async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
     try:  # until the job holds the ticket: a refusal or an error here gives it back
         decision, chain, matches = _route(state, runtime, kind, doc, features, rendered, resolved)
         if decision.outcome is not Outcome.ROUTED:
-            await _refuse(state, runtime, decision, doc, parsed, len(body), features, admitted)
+            await _refuse(state, runtime, decision, parsed, len(body), features, admitted)
         _routed(state, runtime, decision, chain, matches, features, admitted)
     except BaseException:
         state.limiter.finish(ticket)
@@ -316,17 +316,17 @@ def _route(state: AppState, runtime: Runtime, kind: RequestKind, doc: dict[str, 
     return runtime.decide(features, state.clock(), chain=chain, matches=matches), chain, matches
 
 
-async def _refuse(state: AppState, runtime: Runtime, decision: Decision, doc: dict[str, Any],
-                  parsed: ParsedRequest, body_bytes: int, features: RequestFeatures,
-                  admitted: Admission) -> None:
+async def _refuse(state: AppState, runtime: Runtime, decision: Decision, parsed: ParsedRequest,
+                  body_bytes: int, features: RequestFeatures, admitted: Admission) -> None:
     """Raise the error of a decision that did not route: a kind no pool serves (400
     ``unsupported_feature``), over the context (400; a small prompt refused on its byte bound
     is counted exactly for the message: no flip point lies between the bounds, so the exact
     count refuses too), nothing healthy (503 with ``Retry-After``)."""
     if decision.outcome is Outcome.REFUSED and decision.reason is not Reason.CONTEXT_CAP:
-        admitted.reject_reason = decision.reason.value
-        raise InvalidRequest(_unserved_message(decision.reason.value, doc), code="unsupported_feature",
-                             param=trigger_param(doc, decision.reason.value))
+        kind = decision.reason.value
+        admitted.reject_reason = kind
+        field = trigger_param(parsed, kind)
+        raise InvalidRequest(_unserved_message(kind, field), code="unsupported_feature", param=field)
     if decision.outcome is Outcome.REFUSED:
         if not features.prompt_exact and body_bytes <= _INLINE_RENDER_BYTES and not parsed.media_tokens:
             exact = await asyncio.get_running_loop().run_in_executor(state.executor, runtime.counter.count, parsed)
@@ -338,8 +338,7 @@ async def _refuse(state: AppState, runtime: Runtime, decision: Decision, doc: di
                             headers={"retry-after": str(runtime.config.health.retry_after_s)})
 
 
-def _unserved_message(kind: str, doc: dict[str, Any]) -> str:
-    field = trigger_param(doc, kind)
+def _unserved_message(kind: str, field: str | None) -> str:
     return (f"no pool of this deployment serves `{kind}` (needed by `{field}`); every pool that "
             f"could is a speculative pool without it in its `capabilities` (docs/operator-guide.md)")
 

@@ -276,7 +276,7 @@ def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
         prompt_tokens=prompt_tokens, max_new_tokens=output_budget(requested, prompt_tokens, rules),
         n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
         budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower,
-        temperature_class=temperature_class(parsed.doc), needs=required_features(parsed.doc), speculation=speculation,
+        temperature_class=temperature_class(parsed.doc), needs=required_features(parsed), speculation=speculation,
         adapters=adapters, prefers=preferred_features(parsed.doc), prompt_tokens_estimate=estimate,
         prompt_bytes=prompt_bytes)
 

@@ -7,8 +7,9 @@ names a reason derives from this table: the capability kinds (:data:`CAPABILITY_
 ``router.capabilities.KINDS``), the config check of ``pools[].capabilities``, the
 ``x-specgate-reason`` header, the access log, the ``reason`` label of
 ``specgate_requests_total``; a test pins the Helm schema's enum and the reason tables of
-``README.md`` and ``docs/operator-guide.md`` to it. Adding a kind is one member here plus its
-trigger in :mod:`router.capabilities`.
+``README.md`` and ``docs/operator-guide.md`` to it. Adding a kind is one member here, its
+trigger function in :mod:`router.capabilities` (a kind without one fails that module's
+import), and the two copies that test pins: the schema's enum and the operator guide's row.
 """
 
 from __future__ import annotations

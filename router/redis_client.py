@@ -87,7 +87,7 @@ def _sentinel_client(url: str, master: str, timeout_s: float) -> Any:
         kwargs["password"] = unquote(parts.password)
     if parts.username:
         kwargs["username"] = unquote(parts.username)
-    sentinel = Sentinel(sentinels, sentinel_kwargs={"socket_timeout": timeout_s,  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(sentinels, sentinel_kwargs={"socket_timeout": timeout_s,
                                                    "socket_connect_timeout": timeout_s}, **kwargs)
     return sentinel.master_for(master)
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from router.capabilities import (
+    KINDS,
     TRIGGER_FIELDS,
+    TRIGGER_FLAGS,
+    TRIGGERS,
+    _check_registry,
+    _trigger,
     _triggers,
     required_features,
     speculation_gate,
@@ -17,11 +24,18 @@ from router.capabilities import (
 from router.config import ConfigError, parse_config
 from router.errors import InvalidRequest
 from router.features import RequestFeatures
+from router.parsing import ParsedRequest
 from router.policy import Decision, EndpointSnapshot, Outcome, PoolSnapshot, Reason, Rules, decide
+from router.reasons import CAPABILITY_KINDS
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 STRICT_TOOLS = [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {}}}]
+
+
+def req(doc):
+    """``doc`` as the parser hands it on: a chat request with nothing found in ``messages``."""
+    return ParsedRequest("chat", doc, None, 1, False, "messages")
 
 NEEDS = [
     ("plain chat", {}, set()),
@@ -71,23 +85,48 @@ NEEDS = [
 @pytest.mark.parametrize("name,doc,expected", NEEDS, ids=[c[0] for c in NEEDS])
 def test_required_features(name, doc, expected):
     validate(doc)
-    assert required_features(doc) == frozenset(expected)
+    assert required_features(req(doc)) == frozenset(expected)
 
 
 @pytest.mark.parametrize("name,doc,expected", NEEDS, ids=[c[0] for c in NEEDS])
 def test_the_fast_path_skips_only_bodies_without_a_trigger_field(name, doc, expected):
     # a body needing a kind names a field of TRIGGER_FIELDS, and the set test agrees with the full scan
     assert not expected or not TRIGGER_FIELDS.isdisjoint(doc)
-    assert required_features(doc) == frozenset(_triggers(doc))
-    assert required_features({**doc, "tool_choice": "required"}) == frozenset(
-        _triggers({**doc, "tool_choice": "required"}))
+    assert required_features(req(doc)) == frozenset(_triggers(req(doc)))
+    assert required_features(req({**doc, "tool_choice": "required"})) == frozenset(
+        _triggers(req({**doc, "tool_choice": "required"})))
 
 
 def test_trigger_param_names_the_field():
-    assert trigger_param({"regex": "a", "tools": STRICT_TOOLS}, "constrained_decoding") == "regex"
-    assert trigger_param({"tools": STRICT_TOOLS}, "constrained_decoding") == "tools"
-    assert trigger_param({"response_format": {"type": "json_object"}}, "constrained_decoding") == "response_format"
-    assert trigger_param({}, "logprobs") is None
+    assert trigger_param(req({"regex": "a", "tools": STRICT_TOOLS}), "constrained_decoding") == "regex"
+    assert trigger_param(req({"tools": STRICT_TOOLS}), "constrained_decoding") == "tools"
+    assert trigger_param(req({"response_format": {"type": "json_object"}}), "constrained_decoding") == "response_format"
+    assert trigger_param(req({}), "logprobs") is None
+    assert trigger_param(req({"tools": TOOLS}), "no_such_kind") is None
+
+
+def test_every_capability_kind_has_one_trigger_in_the_tables_order():
+    assert tuple(TRIGGERS) == KINDS
+    # what the fast path tests besides the body's fields is what the parser hands on
+    assert set(TRIGGER_FLAGS) <= {f.name for f in dataclasses.fields(ParsedRequest)}
+
+
+def test_a_kind_without_a_trigger_or_a_trigger_without_a_kind_fails_loudly():
+    with pytest.raises(RuntimeError, match="without a trigger in router/capabilities.py: constrained_decoding"):
+        _check_registry({}, CAPABILITY_KINDS[:1])
+    with pytest.raises(RuntimeError, match="not capability kinds: speculative"):
+        _check_registry({Reason.SPECULATIVE: None}, ())
+
+    def fn(request):
+        return None
+
+    with pytest.raises(ValueError, match="'speculative', which is not a capability kind"):
+        _trigger(Reason.SPECULATIVE, fields=("x",))(fn)
+    with pytest.raises(ValueError, match="'logprobs' has two triggers"):
+        _trigger(Reason.LOGPROBS, fields=("x",))(fn)
+    with pytest.raises(ValueError, match="declares no fields and no flags"):
+        _trigger(Reason.LOGPROBS)(fn)
+    assert tuple(TRIGGERS) == KINDS   # a refused registration changed nothing
 
 
 INVALID = [
@@ -121,7 +160,7 @@ def test_malformed_constraints_are_400_with_their_param(name, doc, param):
 def test_json_schema_shorthand_is_accepted():
     doc = {"response_format": {"type": "json_schema", "schema": SCHEMA}}  # SGLang's set_json_schema
     validate(doc)
-    assert required_features(doc) == {"constrained_decoding"}
+    assert required_features(req(doc)) == {"constrained_decoding"}
 
 
 def test_unmet_reports_the_first_missing_kind_in_order():

@@ -1,8 +1,10 @@
 """Every copy of the reason and capability names matches the one table (router.reasons).
 
 The table is :class:`router.reasons.Reason`; the copies a reader meets elsewhere are the Helm
-schema's enum of ``pools[].capabilities``, the README's decision table, the operator guide's
-table of kinds, and the config check. Changing one copy by hand fails here.
+schema's enum of ``pools[].capabilities`` and the operator guide's table of kinds (both in the
+table's order, the order a pool's first missing kind is reported), the README's decision table
+(every reason but the capability kinds, which it leaves to the operator guide's table), the
+triggers of router.capabilities and the config check. Changing one copy by hand fails here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 
 from router import capabilities
 from router.config import ConfigError, parse_config
+from router.parsing import ParsedRequest
 from router.reasons import CAPABILITY_KINDS, Reason, capability_kind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,8 +41,9 @@ def _names(cell: str) -> set[str]:
 
 def test_capability_kinds_are_the_tables():
     assert capabilities.KINDS == tuple(k.value for k in CAPABILITY_KINDS)
-    assert capabilities.KINDS == ("constrained_decoding", "tool_calls", "reasoning", "logprobs", "sampling_controls")
+    assert capabilities.KINDS, "the table has no capability kind"
     assert all(Reason(k).capability for k in capabilities.KINDS)
+    assert tuple(capabilities.TRIGGERS) == capabilities.KINDS   # one trigger each, none else
 
 
 def test_helm_schema_enum_matches_the_table():
@@ -65,9 +69,12 @@ def test_helm_schema_enum_matches_the_table():
 def test_readme_decision_table_names_every_reason():
     rows = _table_rows((ROOT / "README.md").read_text(), "| condition (checked in this order)")
     named = set().union(*(_names(r[2]) for r in rows))
-    # a row "the feature's kind" stands for every capability kind, named in its first cell
-    named |= set().union(*(_names(r[0]) for r in rows)) & set(capabilities.KINDS)
-    assert named == {r.value for r in Reason}
+    # the capability kinds are not listed by hand: a reason cell "the kind" pointing to the
+    # operator guide's table of kinds (pinned below) stands for them all
+    assert not named & set(capabilities.KINDS), "README names capability kinds: point to the operator guide"
+    assert [r[2] for r in rows if r[2].startswith("the kind")], "no README row stands for the capability kinds"
+    assert all("docs/operator-guide.md" in r[0] + r[2] for r in rows if r[2].startswith("the kind"))
+    assert named | set(capabilities.KINDS) == {r.value for r in Reason}
 
 
 def test_operator_guide_kind_table_matches_the_table():
@@ -78,11 +85,11 @@ def test_operator_guide_kind_table_matches_the_table():
 def test_config_accepts_exactly_the_capability_kinds():
     for kind in capabilities.KINDS:
         assert capability_kind(kind) is Reason(kind)
-    for bad in ("speculative", "multimodal", "Logprobs"):
+    for bad in ("speculative", "no_such_kind", "Logprobs"):
         with pytest.raises(ValueError, match="unknown kind"):
             capability_kind(bad)
-    with pytest.raises(ConfigError, match="unknown kind 'multimodal'"):
-        _config(["multimodal"])
+    with pytest.raises(ConfigError, match="unknown kind 'no_such_kind'"):
+        _config(["no_such_kind"])
     cfg = _config(list(capabilities.KINDS))
     assert cfg.pools[0].served_capabilities == frozenset(capabilities.KINDS)
 
@@ -95,6 +102,10 @@ def _config(kinds: list[str]):
                   {"name": "plain", "speculative": False, "endpoints": ["http://127.0.0.1:2"]}]})
 
 
+def _parsed(doc: dict) -> ParsedRequest:
+    return ParsedRequest("chat", doc, None, 1, False, "messages")
+
+
 def _decide_doc(doc: dict, pools: list, speculation: str = "auto"):
     """The decision for a chat body ``doc`` (100-token prompt, budget 100) over ``pools``."""
 
@@ -102,7 +113,7 @@ def _decide_doc(doc: dict, pools: list, speculation: str = "auto"):
     from router.policy import Rules, decide
 
     features = RequestFeatures(prompt_tokens=100, max_new_tokens=100, speculation=speculation,
-                               needs=capabilities.required_features(doc),
+                               needs=capabilities.required_features(_parsed(doc)),
                                prefers=capabilities.preferred_features(doc))
     rules = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
     return decide(features, pools, rules)
@@ -128,6 +139,6 @@ def _pools(plain_healthy: bool = True) -> list:
 def test_seed_and_logit_bias_prefer_a_pool_that_honours_them(doc, plain_healthy, hint, expected):
     d = _decide_doc(doc, _pools(plain_healthy), hint)
     assert (d.pool, d.reason) == expected
-    assert capabilities.trigger_param(doc, "sampling_guarantee") is None   # a preference, never a 400 cause
+    assert capabilities.trigger_param(_parsed(doc), "sampling_guarantee") is None   # a preference, never a 400 cause
     assert not Reason.SAMPLING_GUARANTEE.capability
     assert "sampling_guarantee" not in capabilities.KINDS
