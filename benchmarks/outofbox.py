@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/outofbox.py [--families default,kv_limited,...] [--engines 2]
                                             [--shapes light,heavy,mixed] [--seed 0] [--bound] [--window-s 30]
-                                            [--out runs/outofbox.json]
+                                            [--advised] [--out runs/outofbox.json]
 
 For each engine family (:mod:`loadtests.dayfamilies`), day shape (:mod:`loadtests.dayshapes`,
 fitted to the family) and engine count N, the same requests go through, in one run of the
@@ -35,7 +35,19 @@ lowest mean of those shares and of the ``exact`` router, over the day and after 
 split cannot reach a static deployment that uses every engine the same way (two plain engines
 when speculation loses all day); the reference is what the split itself reached with the
 strategies tried (not a proof of optimality), and the learned row's ratio to it says how far
-the learning is from it. Everything is the simulator's: speed claims, not engine measurements.
+the learning is from it.
+
+``--advised`` replaces the table above: per family, shape and N it runs
+:func:`loadtests.split.advise_split` (what ``specgate calibrate-split`` runs: every split
+k = 0..N replayed with its own router modes, the best by mean_s, ties to fewer speculative
+engines) on the day with the family's engine model, the script's policy settings and ``--seed``,
+then the ``learned`` router (no speed blocks, learning on) at the advised k through
+:func:`loadtests.daysim.fronted` (at k = 0 or N it fronts one pool). Printed per row
+(:func:`advised_row`): the advised split (``ks+(N-k)p``), advise_split's predicted mean (s) for
+its advised deployment, the learned router's mean and p90 (s) at that split and their ratios to
+the better static deployment's mean and p90, and whether the mean ratio is <= 1.0.
+
+Everything is the simulator's: speed claims, not engine measurements.
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -55,7 +68,7 @@ from loadtests.dayapi import FixedShare
 from loadtests.dayfamilies import FAMILIES, get_family
 from loadtests.dayreport import recovery_s, settled_s, windowed_means
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
-from loadtests.dayshapes import SHAPES
+from loadtests.dayshapes import SHAPES, EngineModel, Request
 from loadtests.daysim import (
     DayResult,
     Deployment,
@@ -67,6 +80,7 @@ from loadtests.daysim import (
     routed,
     simulate_day,
 )
+from loadtests.split import SplitAdvice, advise_split
 
 STATIC = ("all-plain", "all-spec", "all-adaptive")
 
@@ -104,6 +118,47 @@ def _modes(settings: PolicySettings) -> dict[str, PolicySettings]:
     }
 
 
+def advised_row(advice: SplitAdvice, stats: dict[str, dict[str, float | None]]) -> dict[str, Any]:
+    """The ``--advised`` row from the advice and ``_stats`` of the three static deployments and
+    of ``learned ks+(N-k)p`` at the advised k: ``split``, ``k``, ``advised`` (advise_split's
+    deployment), ``predicted_mean_s`` (its mean, s), the learned router's ``mean_s`` / ``p90_s``
+    (s), ``static`` (the better static deployment: lowest mean), ``ratio`` / ``p90_ratio`` (the
+    learned router's over the static's) and ``ok`` (ratio <= 1.0)."""
+    k, n = advice.best_k, advice.engines
+    split = f"{k}s+{n - k}p"
+    predicted = next(p["mean_s"] for p in advice.predictions if p["deployment"] == advice.best)
+    static = min(STATIC, key=lambda s: stats[s]["mean_s"] or float("inf"))
+    mine = stats[f"learned {split}"]
+    ratio = (mine["mean_s"] or float("nan")) / (stats[static]["mean_s"] or float("nan"))
+    p90_ratio = (mine["p90_s"] or float("nan")) / (stats[static]["p90_s"] or float("nan"))
+    return {"split": split, "k": k, "advised": advice.best, "predicted_mean_s": predicted,
+            "mean_s": mine["mean_s"], "p90_s": mine["p90_s"], "static": static,
+            "static_mean_s": stats[static]["mean_s"], "ratio": ratio, "p90_ratio": p90_ratio, "ok": ratio <= 1.0}
+
+
+def advised_text(row: dict[str, Any]) -> str:
+    """One printed line of an :func:`advised_row` row."""
+    nan = float("nan")
+    return (f"advised {row['split']} ({row['advised']}, predicted mean {row['predicted_mean_s'] or nan:.2f} s); "
+            f"learned {row['split']} mean {row['mean_s'] or nan:.2f} s p90 {row['p90_s'] or nan:.2f} s: "
+            f"{row['ratio']:.3f}x {row['static']} {row['static_mean_s'] or nan:.2f} s (p90 {row['p90_ratio']:.3f}x), "
+            f"<= 1.0 {'yes' if row['ok'] else 'no'}")
+
+
+def run_advised(reqs: list[Request], n: int, model: EngineModel, settings: PolicySettings, *, seed: int,
+                adaptive_batch: int, advise: Callable[..., SplitAdvice] = advise_split) -> dict[str, Any]:
+    """``advise(reqs, n, model, settings=, seed=)`` (default :func:`advise_split`), then the
+    static deployments and the ``learned`` router at the advised split, simulated; the row of
+    :func:`advised_row`."""
+    advice = advise(reqs, n, model, settings=settings, seed=seed)
+    k = advice.best_k
+    learned = _modes(settings)["learned"]
+    deps = [("all-plain", all_plain(n)), ("all-spec", all_spec(n)), ("all-adaptive", all_adaptive(n, adaptive_batch)),
+            (f"learned {k}s+{n - k}p", fronted(k, n, lambda: PolicyRouter(learned), label="learned"))]
+    stats = {label: _stats(simulate_day(reqs, dep, model, seed=seed)) for label, dep in deps}
+    return advised_row(advice, stats)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default=",".join(FAMILIES), help="engine families (default all)")
@@ -112,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bound", action="store_true", help="add the fixed-share splits and the best split reference")
     ap.add_argument("--window-s", type=float, default=30.0, help="windows after a shift (s, default 30)")
+    ap.add_argument("--advised", action="store_true",
+                    help="only the learned router at the split advise_split advises, against the static deployments")
     ap.add_argument("--out", default="runs/outofbox.json")
     args = ap.parse_args(argv)
     rows: list[dict[str, Any]] = []
@@ -125,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
             shape = family.shape(name, n)
             reqs = shape.requests(args.seed)
             amb = adaptive_max_batch(model, family.scaled_tokens(12288))
+            if args.advised:
+                adv = run_advised(reqs, n, model, settings, seed=args.seed, adaptive_batch=amb)
+                print(f"{fam_name} / {name}, N={n}: {advised_text(adv)}", flush=True)
+                rows.append({"advised": {"family": fam_name, "shape": name, "engines": n, **adv}})
+                continue
             deps: list[tuple[str, Deployment]] = [("all-plain", all_plain(n)), ("all-spec", all_spec(n)),
                                                   ("all-adaptive", all_adaptive(n, amb))]
             for k in range(1, n):
