@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import random
 
 import pytest
 
@@ -289,3 +290,18 @@ def test_second_turn_finds_a_first_turn_that_ends_inside_the_anchors_last_block(
                          anchor_end=end)
     assert other.keys[:8] == first.keys and other.anchor != first.anchor
     assert idx.match(other, other.chars)[off_hash] == 8 * 16
+
+
+def test_find_of_a_long_needle_is_str_find() -> None:
+    from router.prefix import _find
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        unit = "".join(rng.choice("ab") for _ in range(rng.randint(1, 3)))
+        text = "".join(rng.choice((unit, "a", "b")) for _ in range(rng.randint(0, 400)))
+        start = rng.randint(0, max(0, len(text) - 1))
+        needle = text[start:start + rng.randint(60, 200)] if rng.random() < 0.7 else unit * rng.randint(20, 120)
+        assert _find(text, needle) == text.find(needle), (text, needle)
+    head = "h" * 64
+    text = (head + "x") * 10 + head + "tail"
+    assert _find(text, head + "tail") == text.find(head + "tail") == 650
