@@ -37,12 +37,14 @@ Structure (cheap on the hot path in Python: no tree walk, a few dict look-ups):
   before its head (a radix cache's leaf-first LRU), and the keys held for an endpoint are
   prefix-closed, so :meth:`PrefixIndex.match` finds the matched length by binary search
   (``log2(max_blocks)`` look-ups per endpoint). An anchor that ends inside a block is keyed
-  too (one more key), so a first turn whose prompt ends within that block is still found by
-  the second.
+  too (one more key, its partial block chained like a block key:
+  :attr:`PrefixChain.anchor_key`), so a first turn whose prompt ends within that block is
+  still found by the second.
 - The *anchor* of a request: a stable hash (BLAKE2b, the same in every process) of its prompt
   up to the end of the first user message (the system prompt plus the question that opens the
   conversation), or of the first ``anchor_blocks`` blocks when there is no such message. Every
-  turn of a conversation has the same anchor.
+  turn of a conversation has the same anchor. It is hashed only when read (:class:`Anchor`):
+  by a rendezvous choice among several endpoints.
 - :func:`pick_endpoint`, pure, in this order over the healthy, not excluded endpoints:
 
   1. ``load_guard``: loads imbalanced (SGLang's two thresholds above, requests) -> least load.
@@ -71,16 +73,18 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, SupportsIndex
 
 if TYPE_CHECKING:
     from router.features import Rendered
 
 __all__ = [
+    "Anchor",
     "Candidate",
     "PickReason",
     "PrefixChain",
@@ -103,13 +107,54 @@ class PickReason(StrEnum):
     LOAD_GUARD = "load_guard"
 
 
+class Anchor:
+    """A conversation's anchor (see the module docstring): its stable 64-bit hash, BLAKE2b of
+    the (salted) anchor text, the same in every process, computed on first use (``int(a)`` or
+    ``operator.index(a)``); only a rendezvous choice among several endpoints reads it, so a
+    request that meets one endpoint never hashes its anchor (~0.5 us for a short prompt, ~8 us
+    for an 8k-character one). Equal to, and hashes as, that integer.
+
+    Args:
+        text: the rendered prompt (characters); the anchor is ``text[:end]``.
+        end: where the anchor ends (characters, > 0).
+        salt: :func:`prefix_chain`'s ``salt`` ("" for the base model).
+    """
+
+    __slots__ = ("_end", "_salt", "_text", "_value")
+
+    def __init__(self, text: str, end: int, salt: str = "") -> None:
+        self._text, self._end, self._salt = text, end, salt
+        self._value: int | None = None
+
+    def __index__(self) -> int:
+        value = self._value
+        if value is None:
+            text = self._text[:self._end]
+            value = self._value = _stable_hash(f"{self._salt}\x00{text}" if self._salt else text)
+        return value
+
+    __int__ = __index__
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Anchor | int):
+            return self.__index__() == operator.index(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.__index__())
+
+    def __repr__(self) -> str:
+        return f"Anchor({self.__index__():#018x})"
+
+
 class PrefixChain(NamedTuple):
     """A rendered prompt's block keys (a named tuple: cheap to build on the hot path).
 
     Attributes:
         keys: chained block hashes, first block first (process-local ``hash``; never shared).
-        anchor: stable 64-bit hash of the conversation's anchor (see the module docstring), the
-            same in every router replica; None when the prompt is shorter than one block.
+        anchor: the conversation's anchor (see the module docstring), an :class:`Anchor`
+            whose ``int()`` is its stable 64-bit hash, the same in every router replica
+            (computed on first use); None when the prompt is shorter than one block.
         anchor_blocks: whole blocks inside the anchor (blocks); a match must exceed it to count
             as this conversation's own.
         chars: length of the rendered prompt (characters).
@@ -118,16 +163,21 @@ class PrefixChain(NamedTuple):
             some replica already placed it, so its rendezvous choice ignores the load bound.
         anchor_chars: where the anchor ends (characters; 0 without an anchor). Past
             ``anchor_blocks * block_chars`` it ends inside a partial block, which
-            :class:`PrefixIndex` keys by the anchor itself.
+            :class:`PrefixIndex` keys by ``anchor_key``.
+        anchor_key: the index key of an anchor that ends inside a block: ``("anchor", h)``, ``h``
+            the process-local ``hash`` of that partial block chained on the anchor's whole
+            blocks (like a block key; a tuple, never equal to a block key); None when the anchor
+            ends on a block boundary (its whole blocks say it all) or there is none.
     """
 
     keys: tuple[int, ...]
-    anchor: int | None
+    anchor: SupportsIndex | None
     anchor_blocks: int
     chars: int
     block_chars: int
     continued: bool = False
     anchor_chars: int = 0
+    anchor_key: tuple[str, int] | None = None
 
     def tokens(self, blocks: int, prompt_tokens: int) -> int:
         """Estimated tokens in the first ``blocks`` blocks: their characters times the prompt's
@@ -135,14 +185,6 @@ class PrefixChain(NamedTuple):
         if self.chars <= 0:
             return 0
         return min(prompt_tokens, blocks * self.block_chars * prompt_tokens // self.chars)
-
-
-def _anchor_key(chain: PrefixChain) -> tuple[str, int] | None:
-    """The index key of ``chain``'s anchor when the anchor ends inside a block (past its whole
-    blocks), else None (its whole blocks say it all). A tuple: never equal to a block key."""
-    if chain.anchor is None or chain.anchor_chars <= chain.anchor_blocks * chain.block_chars:
-        return None
-    return ("anchor", chain.anchor)
 
 
 def _stable_hash(text: str) -> int:
@@ -167,7 +209,8 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
             adapter's KV apart from another's and the base model's, so a prefix sent with one
             is no cache hit for another); "" (the base model) keys as before.
 
-    Cost: one slice and one tuple hash per block, and one BLAKE2b over the anchor.
+    Cost: one slice and one tuple hash per block and for the anchor's partial block; the
+    anchor's BLAKE2b only when :class:`Anchor` is read.
     """
     size = len(text)
     n = size // block_chars
@@ -175,16 +218,19 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
     if not n:
         return PrefixChain((), None, 0, size, block_chars)
     keys = []
-    prev = hash(salt) if salt else 0
+    base = prev = hash(salt) if salt else 0
     for start in range(0, n * block_chars, block_chars):
         prev = hash((prev, text[start:start + block_chars]))
         keys.append(prev)
     if anchor_end is None or anchor_end <= 0:
         anchor_end = anchor_blocks * block_chars
     anchor_end = min(anchor_end, size, max_blocks * block_chars)
-    anchor = _stable_hash(f"{salt}\x00{text[:anchor_end]}" if salt else text[:anchor_end])
-    return PrefixChain(tuple(keys), anchor, min(anchor_end // block_chars, n),
-                       size, block_chars, continued, anchor_end)
+    whole = anchor_end // block_chars  # <= n: anchor_end <= min(size, max_blocks * block_chars)
+    cut = whole * block_chars
+    anchor_key = (None if anchor_end == cut else
+                  ("anchor", hash((keys[whole - 1] if whole else base, text[cut:anchor_end]))))
+    return PrefixChain(tuple(keys), Anchor(text, anchor_end, salt), whole, size, block_chars, continued,
+                       anchor_end, anchor_key)
 
 
 def first_user_end(text: str, messages: Sequence[Any]) -> int | None:
@@ -194,19 +240,55 @@ def first_user_end(text: str, messages: Sequence[Any]) -> int | None:
     Text parts of a content list are joined with ``" "`` as :mod:`router.features` renders
     them; surrounding whitespace is ignored (templates often ``trim`` it).
     """
+    return _scan_chat(text, messages)[0]
+
+
+def _scan_chat(text: str, messages: Sequence[Any]) -> tuple[int | None, bool]:
+    """One pass over ``messages``: :func:`first_user_end`, and whether any message is an
+    assistant's (:attr:`PrefixChain.continued`)."""
+    end: int | None = None
+    user = assistant = False
     for msg in messages:
-        if not isinstance(msg, dict) or msg.get("role") != "user":
+        if not isinstance(msg, dict):
             continue
-        content = msg.get("content")
-        if isinstance(content, list):
-            content = " ".join(p.get("text", "") for p in content
-                               if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
-        if not isinstance(content, str) or not content.strip():
-            return None
-        needle = content.strip()
-        at = text.find(needle)
-        return None if at < 0 else at + len(needle)
-    return None
+        role = msg.get("role")
+        if role == "assistant":
+            assistant = True
+            if user:
+                break
+        elif role == "user" and not user:
+            user = True
+            end = _content_end(text, msg.get("content"))
+            if assistant:
+                break
+    return end, assistant
+
+
+def _content_end(text: str, content: Any) -> int | None:
+    if isinstance(content, list):
+        content = " ".join(p.get("text", "") for p in content
+                           if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
+    if not isinstance(content, str) or not content.strip():
+        return None
+    needle = content.strip()
+    at = _find(text, needle)
+    return None if at < 0 else at + len(needle)
+
+
+def _find(text: str, needle: str) -> int:
+    """``text.find(needle)``, faster for a long needle (characters): ``str.find`` preprocesses
+    the whole needle (~7 us for 8k characters), so this finds its first 64 characters and
+    compares the rest there (~0.5 us); after a few such places that do not match, ``str.find``
+    from the last one (a bounded worst case)."""
+    if len(needle) <= 64:
+        return text.find(needle)
+    head = needle[:64]
+    at = text.find(head)
+    for _ in range(4):
+        if at < 0 or text.startswith(needle, at):
+            return at
+        at = text.find(head, at + 1)
+    return at if at < 0 else text.find(needle, at)
 
 
 def chain_for_request(rendered: Rendered, doc: dict[str, Any], kind: str, *, block_chars: int,
@@ -224,9 +306,7 @@ def chain_for_request(rendered: Rendered, doc: dict[str, Any], kind: str, *, blo
     text = texts[0]
     end, continued = None, False
     if kind == "chat":
-        messages = doc.get("messages") or ()
-        end = first_user_end(text, messages)
-        continued = any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
+        end, continued = _scan_chat(text, doc.get("messages") or ())
     return prefix_chain(text, block_chars=block_chars, max_blocks=max_blocks, anchor_end=end,
                         anchor_blocks=anchor_blocks, continued=continued,
                         salt="\x1f".join(sorted(adapters)) if adapters else "")
@@ -268,7 +348,7 @@ class PrefixIndex:
         if not keys:
             return out
         whole = chain.anchor_blocks
-        anchor_key = _anchor_key(chain)
+        anchor_key = chain.anchor_key
         for url, held in self._lru.items():
             if keys[0] not in held:
                 continue
@@ -304,7 +384,7 @@ class PrefixIndex:
         held = self._lru.get(url)
         if held is None:
             held = self._lru[url] = OrderedDict()
-        anchor_key = _anchor_key(chain)
+        anchor_key = chain.anchor_key
         keys: Iterable[int | tuple[str, int]] = (reversed(chain.keys) if anchor_key is None
                                                  else (anchor_key, *reversed(chain.keys)))
         for key in keys:
@@ -340,7 +420,7 @@ class PrefixRequest(NamedTuple):
     of eight fields costs several times more to build).
 
     Attributes:
-        anchor: the request's anchor (:attr:`PrefixChain.anchor`), or None.
+        anchor: the request's anchor (:attr:`PrefixChain.anchor`, or its integer hash), or None.
         anchor_tokens: the anchor's whole blocks in tokens (a match must exceed it).
         continued: :attr:`PrefixChain.continued`.
         cache_threshold, balance_abs_threshold, balance_rel_threshold, hash_load_factor: as
@@ -350,7 +430,7 @@ class PrefixRequest(NamedTuple):
             sticky_load_factor * routing.saturation.enter)``; 0: no affinity across pools).
     """
 
-    anchor: int | None
+    anchor: SupportsIndex | None
     anchor_tokens: int = 0
     continued: bool = False
     cache_threshold: float = 0.3
@@ -392,15 +472,16 @@ class EndpointLike(Protocol):
     def cached_tokens(self) -> int: ...
 
 
-def rendezvous_score(url: str, anchor: int) -> int:
-    """The rendezvous weight of ``url`` for ``anchor`` (the highest weight wins): BLAKE2b-64
-    of the URL keyed with the anchor, the same in every process (a keyed cryptographic hash:
-    no structure shared by URLs that differ only in their port; ~1 us per endpoint)."""
-    key = anchor.to_bytes(8, "big")
+def rendezvous_score(url: str, anchor: SupportsIndex) -> int:
+    """The rendezvous weight of ``url`` for ``anchor`` (an :class:`Anchor` or its integer hash;
+    the highest weight wins): BLAKE2b-64 of the URL keyed with the anchor, the same in every
+    process (a keyed cryptographic hash: no structure shared by URLs that differ only in their
+    port; ~1 us per endpoint)."""
+    key = operator.index(anchor).to_bytes(8, "big")
     return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=8, key=key).digest(), "big")
 
 
-def pick_endpoint(candidates: Sequence[EndpointLike], *, prompt_tokens: int, anchor: int | None,
+def pick_endpoint(candidates: Sequence[EndpointLike], *, prompt_tokens: int, anchor: SupportsIndex | None,
                   anchor_tokens: int = 0, cache_threshold: float = 0.3, balance_abs_threshold: int = 64,
                   balance_rel_threshold: float = 1.5, hash_load_factor: float = 1.5,
                   exclude: Collection[str] = (), tie: int = 0,
@@ -411,7 +492,8 @@ def pick_endpoint(candidates: Sequence[EndpointLike], *, prompt_tokens: int, anc
         candidates: the pool's endpoints, any order: :class:`Candidate` values or any objects
             with the same attributes (``url``, ``healthy``, ``load``, ``cached_tokens``).
         prompt_tokens: P, the prompt's length (tokens).
-        anchor: the request's anchor (:attr:`PrefixChain.anchor`), or None.
+        anchor: the request's anchor (:attr:`PrefixChain.anchor`, or its integer hash), or None;
+            its hash is read only to rank several endpoints.
         anchor_tokens: a match must exceed this (tokens) to count (0: any match).
         cache_threshold: a match must exceed this fraction of ``prompt_tokens`` (0-1).
         balance_abs_threshold: imbalance needs ``max - min`` load above this (requests).
@@ -460,12 +542,13 @@ def pick_endpoint(candidates: Sequence[EndpointLike], *, prompt_tokens: int, anc
     return _highest(live, anchor), PickReason.RENDEZVOUS
 
 
-def _highest(cands: Sequence[EndpointLike], anchor: int) -> str:
+def _highest(cands: Sequence[EndpointLike], anchor: SupportsIndex) -> str:
     if len(cands) == 1:
         return cands[0].url
+    key = operator.index(anchor)
     best_url, best = "", -1
     for c in cands:
-        score = rendezvous_score(c.url, anchor)
+        score = rendezvous_score(c.url, key)
         if score > best:
             best_url, best = c.url, score
     return best_url

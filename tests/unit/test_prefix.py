@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import operator
+import random
+
 import pytest
 
 from router.features import Rendered
@@ -110,10 +114,29 @@ def test_chain_blocks_and_anchor() -> None:
 
 
 def test_chain_caps_and_short_prompts() -> None:
-    assert prefix_chain("x" * 15, block_chars=16, max_blocks=4) == ((), None, 0, 15, 16, False, 0)
+    assert prefix_chain("x" * 15, block_chars=16, max_blocks=4) == ((), None, 0, 15, 16, False, 0, None)
     capped = prefix_chain("x" * 1000, block_chars=16, max_blocks=4)
     assert len(capped.keys) == 4 and capped.anchor_blocks == 4
     assert capped.tokens(2, 100) == 2 * 16 * 100 // 1000
+
+
+def test_anchor_is_the_stable_hash_read_lazily() -> None:
+    text = "s" * 20 + "<|user|>hello there\n<|assistant|>"
+    end = 20 + len("<|user|>hello there")
+    chain = prefix_chain(text, block_chars=16, max_blocks=64, anchor_end=end)
+    salted = prefix_chain(text, block_chars=16, max_blocks=64, anchor_end=end, salt="sql")
+    assert chain.anchor is not None and salted.anchor is not None
+    assert chain.anchor._value is None   # not hashed until read
+    digest = hashlib.blake2b(text[:end].encode(), digest_size=8).digest()
+    assert int(chain.anchor) == operator.index(chain.anchor) == int.from_bytes(digest, "big")
+    assert chain.anchor == int(chain.anchor) and hash(chain.anchor) == hash(int(chain.anchor))
+    digest = hashlib.blake2b(f"sql\x00{text[:end]}".encode(), digest_size=8).digest()
+    assert int(salted.anchor) == int.from_bytes(digest, "big")
+    assert rendezvous_score("http://a:1", chain.anchor) == rendezvous_score("http://a:1", int(chain.anchor))
+    # the anchor's partial block (characters 32..end) keys the anchor in the index; a boundary has none
+    assert chain.anchor_blocks == 2 and chain.anchor_key is not None and chain.anchor_key[0] == "anchor"
+    assert salted.anchor_key != chain.anchor_key
+    assert prefix_chain(text, block_chars=16, max_blocks=64, anchor_end=32).anchor_key is None
 
 
 def test_chain_for_request_kinds() -> None:
@@ -267,3 +290,18 @@ def test_second_turn_finds_a_first_turn_that_ends_inside_the_anchors_last_block(
                          anchor_end=end)
     assert other.keys[:8] == first.keys and other.anchor != first.anchor
     assert idx.match(other, other.chars)[off_hash] == 8 * 16
+
+
+def test_find_of_a_long_needle_is_str_find() -> None:
+    from router.prefix import _find
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        unit = "".join(rng.choice("ab") for _ in range(rng.randint(1, 3)))
+        text = "".join(rng.choice((unit, "a", "b")) for _ in range(rng.randint(0, 400)))
+        start = rng.randint(0, max(0, len(text) - 1))
+        needle = text[start:start + rng.randint(60, 200)] if rng.random() < 0.7 else unit * rng.randint(20, 120)
+        assert _find(text, needle) == text.find(needle), (text, needle)
+    head = "h" * 64
+    text = (head + "x") * 10 + head + "tail"
+    assert _find(text, head + "tail") == text.find(head + "tail") == 650
