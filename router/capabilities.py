@@ -355,9 +355,11 @@ def required_features(request: ParsedRequest) -> frozenset[str]:
 
     ``request.doc`` is a chat or completions request body, or the chat form of a responses
     body (already validated by :func:`validate`; fields of the wrong type are simply not
-    triggers). Pure and cheap: a few
-    dict lookups, none past one set test and the :data:`TRIGGER_FLAGS` for a body without any
-    of :data:`TRIGGER_FIELDS` (most bodies).
+    triggers). Pure and cheap: a few dict lookups, none past one set test and the
+    :data:`TRIGGER_FLAGS` for a body without any of :data:`TRIGGER_FIELDS` (most bodies).
+
+    Returns:
+        The kinds' names (a subset of :data:`KINDS`; empty for most requests).
     """
     if TRIGGER_FIELDS.isdisjoint(request.doc):
         for flag in TRIGGER_FLAGS:  # a loop, not any(): no generator on the common path
