@@ -48,6 +48,7 @@ from router.parsing import (
     parse_completions,
     prompt_kind,
 )
+from router.template_shapes import ShapeRenders
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -284,9 +285,14 @@ class PromptCounter:
         self._added = self._tok.num_special_tokens_to_add(pair=False)
         self._special = dict(self._tok.special_tokens_map)
         self._compiled: dict[bool, tuple[jinja2.Template, dict[str, Any]] | None] = {}
+        self.shapes = ShapeRenders(self.render_chat)
 
-    def render(self, parsed: ParsedRequest) -> Rendered:
+    def render(self, parsed: ParsedRequest, *, splice: bool = False) -> Rendered:
         """The prompt(s) as the engine will tokenise them (chat template applied).
+
+        ``splice``: a plain chat may come from :attr:`shapes` (:mod:`router.template_shapes`:
+        the template's pieces for the conversation's shape joined with its contents; then
+        :attr:`Rendered.spliced`); event loop only. Exact counts take the real render.
 
         Raises:
             InvalidRequest: when the chat template rejects the conversation (e.g. a Jinja
@@ -295,6 +301,10 @@ class PromptCounter:
         doc = parsed.doc
         if parsed.kind == "chat":
             kwargs = doc.get("chat_template_kwargs")
+            if splice and kwargs is None and not doc.get("tools"):
+                text = self.shapes.text(doc["messages"])
+                if text is not None:
+                    return Rendered(texts=(text,), spliced=True)
             return Rendered(texts=(self.render_chat(doc["messages"], tools=_template_tools(doc),
                                                     template_kwargs=kwargs),), special=False,
                             media_tokens=parsed.media_tokens)
@@ -409,12 +419,16 @@ class Rendered:
     ``special``: the engine encodes with the tokenizer's special tokens added (completions).
     ``media_tokens``: upper bound of the non-text parts' tokens, on top of the text's
     (:attr:`ParsedRequest.media_tokens`); with any, no count of the prompt is exact.
+    ``spliced``: the text was spliced from the template's pieces for the conversation's shape
+    (:class:`router.template_shapes.ShapeRenders`), not rendered: its bounds are widened by
+    :data:`router.template_shapes.SLACK_TOKENS` before an exact count is skipped.
     """
 
     texts: tuple[str, ...] = ()
     special: bool = False
     ids_len: int | None = None
     media_tokens: int = 0
+    spliced: bool = False
 
 
 def needs_exact(lo: int, hi: int, thresholds: Iterable[int]) -> bool:

@@ -79,6 +79,7 @@ from router.proxy import ProxyJob, ProxyResponse, Redecision
 from router.sampling import check_min_tokens, speculative_caveats
 from router.spans import end_span
 from router.specstats import FIELD as SPEC_STATS_FIELD
+from router.template_shapes import SLACK_TOKENS
 from router.trace import trace_headers
 
 if TYPE_CHECKING:
@@ -266,7 +267,9 @@ async def size_prompt(runtime: Runtime, parsed: ParsedRequest, body_bytes: int,
     or ``(hi, lo, rendered)`` when no decision threshold lies between the byte-length bounds
     (then ``hi`` decides as P would).
 
-    Rendering runs on the loop for bodies up to 16 KiB, in ``executor`` (the tokeniser threads,
+    Rendering runs on the loop for bodies up to 16 KiB (a plain chat spliced from its shape's
+    pieces, :mod:`router.template_shapes`; rendered for real when a threshold lies within
+    :data:`~router.template_shapes.SLACK_TOKENS` of its bounds), in ``executor`` (the tokeniser threads,
     :func:`router.app.tokenizer_executor`) for larger ones; exact BPE encoding always runs in the threads, and only when a
     decision threshold falls inside the byte-length bounds (:class:`router.features.PromptCounter`).
     Never an under-count: the value used is exact or ``hi >= P``. With image/audio parts the
@@ -275,13 +278,19 @@ async def size_prompt(runtime: Runtime, parsed: ParsedRequest, body_bytes: int,
     counter = runtime.counter
     loop = asyncio.get_running_loop()
     if body_bytes <= _INLINE_RENDER_BYTES:
-        rendered = counter.render(parsed)
+        rendered = counter.render(parsed, splice=True)
         lo, hi = counter.bounds(rendered)
     else:
         rendered, (lo, hi) = await loop.run_in_executor(executor, _render_bounds, counter, parsed)
     if lo == hi:  # token-id prompts
         return hi, None, rendered
-    if not needs_exact(lo, hi, runtime.flip_points(parsed.max_new_tokens, parsed.n)):
+    flips = runtime.flip_points(parsed.max_new_tokens, parsed.n)
+    if rendered.spliced:  # not rendered: decided only away from every threshold
+        if not needs_exact(max(0, lo - SLACK_TOKENS), hi + SLACK_TOKENS, flips):
+            return hi, lo, rendered
+        rendered = counter.render(parsed)
+        lo, hi = counter.bounds(rendered)
+    if not needs_exact(lo, hi, flips):
         return hi, lo, rendered
     exact = await loop.run_in_executor(executor, counter.exact, rendered)
     media = rendered.media_tokens
