@@ -112,8 +112,8 @@ from router.transport import (
     UpstreamResponse,
 )
 from router.upstream import Backpressure as _Backpressure
-from router.upstream import Failover as _Failover
 from router.upstream import (
+    Deadline,
     IdleWatch,
     body_abort,
     classify_event,
@@ -124,6 +124,7 @@ from router.upstream import (
     sse_data,
     stream_done,
 )
+from router.upstream import Failover as _Failover
 from router.upstream import Stale as _Stale
 
 __all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
@@ -299,7 +300,7 @@ class ProxyResponse(Response):
         transport = self._transport
         try:
             try:
-                async with asyncio.timeout_at(first_deadline):
+                with Deadline(first_deadline):  # asyncio.timeout_at with one timer (router.upstream)
                     resp = await transport.post(
                         endpoint.target(job.path), job.pool_bodies.get(endpoint.pool, job.body) if
                         job.pool_bodies else job.body, headers, connect_timeout_s=up.connect_timeout_s,
@@ -474,7 +475,6 @@ class ProxyResponse(Response):
         observer = job.observer
         read = resp.content.readany
         watch = IdleWatch(self._up.idle_timeout_s)
-
         spec_stats = job.extra.get("spec_stats")
 
         async def forward(data: bytes) -> None:  # relay bytes, noting the stream's end marks
