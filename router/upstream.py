@@ -206,7 +206,7 @@ def find_abort(chunk: bytes) -> int | None:
     whose JSON has a choice with ``finish_reason: "abort"`` (any JSON spacing or escaping,
     ``data:`` with or without its space), else None. The events before that offset are
     complete and may be relayed."""
-    if not _may_abort(chunk):
+    if b"abort" not in chunk and b"\\u" not in chunk:  # _may_abort, inline: runs per relayed chunk
         return None
     pos = 0
     while True:
