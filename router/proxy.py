@@ -489,7 +489,7 @@ class ProxyResponse(Response):
                 ended = any(e in tail + data for e in ends)
             if observer is not None:
                 observer.feed(data)
-            tail = (tail + data)[-32:]
+            tail = data[-32:] if len(data) >= 32 else (tail + data)[-32:]  # no copy of a whole chunk
             return data
 
         try:
