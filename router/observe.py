@@ -89,13 +89,12 @@ class ResponseObserver:
             self._pending = data if len(data) <= MAX_PENDING_BYTES else b""
             return
         self._pending = data[end + 2:]
-        events = data[:end]
-        if self.tools:
-            self.content = self.content or _CONTENT.search(events) is not None
-            self.reasoning = self.reasoning or _REASONING.search(events) is not None
-            self.tool_calls = self.tool_calls or _TOOL_CALLS.search(events) is not None
-        if _FINISH in events or _USAGE in events:
-            for event in events.split(b"\n\n"):
+        if self.tools:  # the whole events are data[:end], searched in place (no copy per chunk)
+            self.content = self.content or _CONTENT.search(data, 0, end) is not None
+            self.reasoning = self.reasoning or _REASONING.search(data, 0, end) is not None
+            self.tool_calls = self.tool_calls or _TOOL_CALLS.search(data, 0, end) is not None
+        if data.find(_FINISH, 0, end) >= 0 or data.find(_USAGE, 0, end) >= 0:
+            for event in data[:end].split(b"\n\n"):
                 if _FINISH in event or _USAGE in event:
                     self._event(event)
 

@@ -112,8 +112,8 @@ from router.transport import (
     UpstreamResponse,
 )
 from router.upstream import Backpressure as _Backpressure
-from router.upstream import Failover as _Failover
 from router.upstream import (
+    Deadline,
     IdleWatch,
     body_abort,
     classify_event,
@@ -124,6 +124,7 @@ from router.upstream import (
     sse_data,
     stream_done,
 )
+from router.upstream import Failover as _Failover
 from router.upstream import Stale as _Stale
 
 __all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
@@ -224,9 +225,6 @@ class ProxyResponse(Response):
             self._on_done(job)
 
     # -- the upstream call ------------------------------------------------------------
-    def _first_byte_timeout(self) -> float:
-        return self._up.first_byte_timeout_s + self._up.first_byte_s_per_1k_tokens * self.job.features.prompt_tokens / 1000
-
     async def _run(self, send: Callable[..., Any]) -> None:
         job = self.job
         up = self._up
@@ -292,14 +290,15 @@ class ProxyResponse(Response):
         job = self.job
         up = self._up
         loop = asyncio.get_running_loop()
-        first_deadline = loop.time() + (self._first_byte_timeout() if job.features.stream
-                                        else up.nonstream_timeout_s)
+        first_deadline = loop.time() + (  # the first-byte timeout of a stream (module docstring)
+            up.first_byte_timeout_s + up.first_byte_s_per_1k_tokens * job.features.prompt_tokens / 1000
+            if job.features.stream else up.nonstream_timeout_s)
         headers, span = self._engine_headers(endpoint)
         resp: UpstreamResponse | None = None
         transport = self._transport
         try:
             try:
-                async with asyncio.timeout_at(first_deadline):
+                with Deadline(first_deadline):  # asyncio.timeout_at with one timer (router.upstream)
                     resp = await transport.post(
                         endpoint.target(job.path), job.pool_bodies.get(endpoint.pool, job.body) if
                         job.pool_bodies else job.body, headers, connect_timeout_s=up.connect_timeout_s,
@@ -474,11 +473,10 @@ class ProxyResponse(Response):
         observer = job.observer
         read = resp.content.readany
         watch = IdleWatch(self._up.idle_timeout_s)
-
         spec_stats = job.extra.get("spec_stats")
 
-        async def forward(data: bytes) -> None:  # relay bytes, noting the stream's end marks
-            nonlocal ended, tail
+        def forward(data: bytes) -> bytes:  # the bytes to relay (b"": none), noting the end marks
+            nonlocal ended, tail  # (a plain function: no coroutine per relayed chunk)
             if spec_stats is not None:
                 stripped, tau = strip_event(data)
                 if tau is not None:
@@ -486,13 +484,13 @@ class ProxyResponse(Response):
                 if spec_stats == "strip":
                     data = stripped
                     if not data:
-                        return
+                        return data
             if ends is not None and not ended:
                 ended = any(e in tail + data for e in ends)
             if observer is not None:
                 observer.feed(data)
-            tail = (tail + data)[-32:]
-            await send({"type": "http.response.body", "body": data, "more_body": True})
+            tail = data[-32:] if len(data) >= 32 else (tail + data)[-32:]  # no copy of a whole chunk
+            return data
 
         try:
             while True:
@@ -511,7 +509,8 @@ class ProxyResponse(Response):
                         await send({"type": "http.response.body", "body": ENGINE_ABORT_EVENT,
                                     "more_body": False})
                         return
-                    await forward(chunk)
+                    if chunk := forward(chunk):
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 chunk = await read()
                 if not chunk:
                     break
@@ -531,8 +530,8 @@ class ProxyResponse(Response):
             return
         finally:
             watch.close()
-        if held:  # bytes after the last complete event (not SSE): relayed as they are
-            await forward(held)
+        if held and (held := forward(held)):  # bytes after the last complete event (not SSE): as they are
+            await send({"type": "http.response.body", "body": held, "more_body": True})
         complete = ended if ends is not None else stream_done(tail)
         if not complete:
             job.outcome = "upstream_truncated"

@@ -14,6 +14,8 @@
   spacing, ``data:`` with or without its space).
 - :func:`retry_after_seconds`: an engine's ``Retry-After`` (delta-seconds) as an int.
 - :class:`IdleWatch`: the between-chunks idle timer of a relayed stream.
+- :class:`Deadline`: the first-byte / whole-body deadline of one attempt (``asyncio.timeout_at``
+  without its two coroutines per use).
 - :func:`abort_request`: SGLang's ``POST /abort_request`` for a list of engine request ids.
 """
 
@@ -24,7 +26,7 @@ import contextlib
 import contextvars
 import re
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import aiohttp
 import orjson
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Backpressure",
     "ConnTrace",
+    "Deadline",
     "Failover",
     "IdleWatch",
     "ReuseMarkingConnector",
@@ -203,7 +206,7 @@ def find_abort(chunk: bytes) -> int | None:
     whose JSON has a choice with ``finish_reason: "abort"`` (any JSON spacing or escaping,
     ``data:`` with or without its space), else None. The events before that offset are
     complete and may be relayed."""
-    if not _may_abort(chunk):
+    if b"abort" not in chunk and b"\\u" not in chunk:  # _may_abort, inline: runs per relayed chunk
         return None
     pos = 0
     while True:
@@ -279,6 +282,43 @@ class IdleWatch:
 
     def close(self) -> None:
         self.handle.cancel()
+
+
+class Deadline:
+    """``with Deadline(when):`` around awaits cancels the current task at loop time ``when``
+    (s) and turns that cancellation into ``TimeoutError``, as ``async with
+    asyncio.timeout_at(when):`` does, with one timer and no coroutine per use (a synchronous
+    context manager: ``Timeout.__aenter__`` and ``__aexit__`` are two coroutines per request).
+
+    On exit the timer stops; when it fired, the cancellation it asked for is withdrawn
+    (``task.uncancel()``) and a ``CancelledError`` becomes ``TimeoutError`` unless another
+    cancellation of the task is pending (a client disconnect at the same time stays a
+    cancellation), exactly ``asyncio.Timeout.__aexit__``'s rule.
+    """
+
+    __slots__ = ("cancelling", "fired", "handle", "task", "when")
+
+    def __init__(self, when: float) -> None:
+        self.when = when
+        self.fired = False
+
+    def __enter__(self) -> Self:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("Deadline should be used inside a task")
+        self.task = task
+        self.cancelling = task.cancelling()
+        self.handle = asyncio.get_running_loop().call_at(self.when, self._fire)
+        return self
+
+    def _fire(self) -> None:
+        self.fired = True
+        self.task.cancel()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self.handle.cancel()
+        if self.fired and self.task.uncancel() <= self.cancelling and exc_type is asyncio.CancelledError:
+            raise TimeoutError from exc
 
 
 async def abort_request(session: aiohttp.ClientSession, base_url: str, rids: tuple[str, ...],
