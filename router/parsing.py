@@ -111,9 +111,14 @@ def check_top_logprobs(doc: dict[str, Any]) -> None:
 
 def _common(doc: Any, kind: Kind, max_n: int) -> tuple[int | None, int, bool]:
     stream = check_envelope(doc)
-    n = _strict_int(doc, "n", minimum=1, maximum=max_n)
-    max_tokens = _strict_int(doc, "max_tokens", minimum=1)
-    max_completion = _strict_int(doc, "max_completion_tokens", minimum=1)
+    n, max_tokens, max_completion = doc.get("n"), doc.get("max_tokens"), doc.get("max_completion_tokens")
+    # absent or valid (the usual case) decided inline; otherwise _strict_int raises the field's error
+    if n is not None and not (type(n) is int and 1 <= n <= max_n):
+        _strict_int(doc, "n", minimum=1, maximum=max_n)
+    if max_tokens is not None and not (type(max_tokens) is int and max_tokens >= 1):
+        _strict_int(doc, "max_tokens", minimum=1)
+    if max_completion is not None and not (type(max_completion) is int and max_completion >= 1):
+        _strict_int(doc, "max_completion_tokens", minimum=1)
     budget = max_completion if max_completion is not None else max_tokens
     return budget, n or 1, stream
 
@@ -197,13 +202,15 @@ def _check_messages(messages: Any, media: Mapping[str, int] | None = None) -> in
     declared: set[str] = set()
     media_tokens = 0
     for i, msg in enumerate(messages):
-        where = f"messages[{i}]"
         if not isinstance(msg, dict):
-            raise InvalidRequest(f"{where} must be an object", param="messages")
+            raise InvalidRequest(f"messages[{i}] must be an object", param="messages")
         role = msg.get("role")
         if role not in _ROLES:
-            raise InvalidRequest(f"{where}.role must be one of {sorted(_ROLES)}", param="messages")
+            raise InvalidRequest(f"messages[{i}].role must be one of {sorted(_ROLES)}", param="messages")
         content = msg.get("content")
+        if type(content) is str and role != "assistant" and role != "tool" and msg.get("tool_calls") is None:
+            continue  # a plain text message (most of them): nothing more to check, no path built
+        where = f"messages[{i}]"
         if content is None:
             if role in _CONTENT_REQUIRED:
                 raise InvalidRequest(f"{where}.content is required for role `{role}`", param="messages")
@@ -248,7 +255,8 @@ def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) 
         InvalidRequest: on the first invalid field (``param`` names it).
     """
     budget, n, stream = _common(doc, "chat", max_n)
-    check_top_logprobs(doc)
+    if doc.get("top_logprobs") is not None:
+        check_top_logprobs(doc)
     media_tokens = _check_messages(doc.get("messages"), media)
     _check_tools(doc.get("tools"))
     validate_capability_fields(doc)

@@ -70,12 +70,18 @@ def _check_logit_bias(bias: Any) -> None:
                                  code="invalid_logit_bias")
 
 
+#: Every top-level field :func:`validate_sampling` reads.
+_VALIDATED_FIELDS = frozenset({"logit_bias", "min_p", "min_tokens", "seed"})
+
+
 def validate_sampling(doc: Mapping[str, Any]) -> None:
     """Refuse malformed ``logit_bias``, ``min_p``, ``min_tokens`` and ``seed`` (module docstring).
 
     Raises:
         InvalidRequest: on the first malformed field (``param`` names it).
     """
+    if _VALIDATED_FIELDS.isdisjoint(doc):  # none of them (most bodies): one pass over the keys
+        return
     bias = doc.get("logit_bias")
     if bias is not None:
         _check_logit_bias(bias)
