@@ -40,9 +40,12 @@ _ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "functio
 _CONTENT_REQUIRED = frozenset({"system", "user", "developer", "tool"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ParsedRequest:
-    """The validated parts of a request that the decision needs.
+    """The validated parts of a request that the decision needs; read-only by convention (not
+    ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``, which cost
+    this per-request object about 10k more instructions to build; it holds a dict, so it was
+    never hashable either way).
 
     Attributes:
         kind: ``chat`` or ``completions``.
