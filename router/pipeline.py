@@ -507,7 +507,7 @@ def _record(state: AppState, runtime: Runtime, job: ProxyJob) -> None:
     sample (:func:`_learn`), the key's ticket, the span, one access-log line."""
     m = state.metrics
     pool, model = job.decision.pool or "none", runtime.model_name
-    m.requests.inc((model, pool, job.decision.reason.value, str(job.status)))
+    m.requests.inc((model, pool, job.decision.reason._value_, str(job.status)))  # _value_: no enum property call
     duration = time.perf_counter() - job.received_at
     m.request_duration.observe((pool,), duration)
     if job.ttfb_s is not None:
