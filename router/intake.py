@@ -66,10 +66,10 @@ async def read_body(request: Request, cap: int, headers: dict[bytes, bytes] | No
     """
     headers = headers if headers is not None else header_map(request.scope)
     codings = content_codings(request.headers.getlist("content-encoding")) if b"content-encoding" in headers else ()
-    length = header(headers, b"content-length")
+    length = headers.get(b"content-length")
     if length is not None:
         try:
-            declared = int(length)
+            declared = int(length.decode("latin-1"))  # as header() would give it
         except ValueError:
             raise InvalidRequest("invalid Content-Length header", code="invalid_header") from None
         if declared > cap:

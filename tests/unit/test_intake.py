@@ -49,3 +49,30 @@ def test_header_helpers_take_the_first_of_repeated_headers():
     assert (header(headers, b"x-a"), header(headers, b"x-b"), header(headers, b"x-c")) == ("1", "\xe9", None)
     assert header_values(scope, headers, b"x-a") == ["1", "2"]
     assert header_values(scope, headers, b"x-c") == []
+
+
+def _body_request(headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> Request:
+    messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+
+    async def receive():
+        return messages.pop(0)
+
+    return Request({"type": "http", "method": "POST", "path": "/", "headers": headers}, receive)
+
+
+def test_read_body_checks_the_declared_length():
+    import asyncio
+
+    from router.errors import RequestTooLarge
+    from router.intake import read_body
+
+    ok = _body_request([(b"content-length", b" 6 ")], [b"abc", b"def"])
+    assert asyncio.run(read_body(ok, 6)) == b"abcdef"
+    with pytest.raises(InvalidRequest) as exc:
+        asyncio.run(read_body(_body_request([(b"content-length", b"six")], [b"abcdef"]), 6))
+    assert (exc.value.code, exc.value.message) == ("invalid_header", "invalid Content-Length header")
+    with pytest.raises(RequestTooLarge) as big:
+        asyncio.run(read_body(_body_request([(b"content-length", b"7")], [b"abcdefg"]), 6))
+    assert big.value.message == "request body of 7 bytes exceeds the 6-byte limit"
+    with pytest.raises(RequestTooLarge):
+        asyncio.run(read_body(_body_request([], [b"abcd", b"efg"]), 6))
