@@ -17,8 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from router.capabilities import VALIDATED_FIELDS as CAPABILITY_FIELDS
 from router.capabilities import validate as validate_capability_fields
 from router.errors import InvalidRequest
+from router.sampling import VALIDATED_FIELDS as SAMPLING_FIELDS
 from router.sampling import validate_sampling
 
 __all__ = [
@@ -247,6 +249,13 @@ def _check_tools(tools: Any) -> None:
             raise InvalidRequest("each tool needs function.name", param="tools")
 
 
+#: Every top-level field :func:`router.capabilities.validate` and :func:`validate_sampling`
+#: read; with ``top_logprobs`` and ``tools``, every field :func:`parse_chat` checks besides
+#: ``messages`` and :func:`_common`'s.
+_FIELDS_CHECKED = CAPABILITY_FIELDS | SAMPLING_FIELDS
+_CHAT_CHECKED = _FIELDS_CHECKED | {"top_logprobs", "tools"}
+
+
 def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) -> ParsedRequest:
     """Validate a ``/v1/chat/completions`` document.
 
@@ -258,8 +267,9 @@ def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) 
         InvalidRequest: on the first invalid field (``param`` names it).
     """
     budget, n, stream = _common(doc, "chat", max_n)
-    if doc.get("top_logprobs") is not None:
-        check_top_logprobs(doc)
+    if _CHAT_CHECKED.isdisjoint(doc):  # none of the fields below (most bodies): one pass over the keys
+        return ParsedRequest("chat", doc, budget, n, stream, "messages", _check_messages(doc.get("messages"), media))
+    check_top_logprobs(doc)
     media_tokens = _check_messages(doc.get("messages"), media)
     _check_tools(doc.get("tools"))
     validate_capability_fields(doc)
@@ -293,6 +303,7 @@ def parse_completions(doc: Any, *, max_n: int) -> ParsedRequest:
         raise InvalidRequest(
             "`prompt` must be a string, an array of strings, an array of token ids, "
             "or an array of token-id arrays", param="prompt")
-    validate_capability_fields(doc)
-    validate_sampling(doc)
+    if not _FIELDS_CHECKED.isdisjoint(doc):
+        validate_capability_fields(doc)
+        validate_sampling(doc)
     return ParsedRequest("completions", doc, budget, n, stream, "prompt")

@@ -34,8 +34,8 @@ from typing import Any
 
 from router.errors import InvalidRequest
 
-__all__ = ["CAVEAT_FIELDS", "DEGRADED_HEADER", "FIELDS_HEADER", "check_min_tokens", "speculative_caveats",
-           "validate_sampling"]
+__all__ = ["CAVEAT_FIELDS", "DEGRADED_HEADER", "FIELDS_HEADER", "VALIDATED_FIELDS", "check_min_tokens",
+           "speculative_caveats", "validate_sampling"]
 
 #: Fields whose guarantee differs on a speculative pool (see the module docstring), in the
 #: order the caveat header lists them.
@@ -71,7 +71,7 @@ def _check_logit_bias(bias: Any) -> None:
 
 
 #: Every top-level field :func:`validate_sampling` reads.
-_VALIDATED_FIELDS = frozenset({"logit_bias", "min_p", "min_tokens", "seed"})
+VALIDATED_FIELDS = frozenset({"logit_bias", "min_p", "min_tokens", "seed"})
 
 
 def validate_sampling(doc: Mapping[str, Any]) -> None:
@@ -80,7 +80,7 @@ def validate_sampling(doc: Mapping[str, Any]) -> None:
     Raises:
         InvalidRequest: on the first malformed field (``param`` names it).
     """
-    if _VALIDATED_FIELDS.isdisjoint(doc):  # none of them (most bodies): one pass over the keys
+    if VALIDATED_FIELDS.isdisjoint(doc):  # none of them (most bodies): one pass over the keys
         return
     bias = doc.get("logit_bias")
     if bias is not None:

@@ -34,6 +34,9 @@ def _error(doc, **kw):
     ({"regex": 1, "seed": "x"}, "regex", "`regex` must be a string, got int"),
     ({"temperature": 1, "seed": "x"}, "seed", "`seed` must be a 64-bit integer"),
     ({"min_p": 2}, "min_p", "`min_p` must be a number in [0, 1]"),
+    ({"tools": {}}, "tools", "`tools` must be an array"),
+    ({"tools": [{}], "regex": 1}, "tools", "each tool needs function.name"),           # tools before constraints
+    ({"top_logprobs": 21, "messages": [], "tools": {}}, "top_logprobs", "`top_logprobs` must be <= 20"),
     ({"tool_choice": "sometimes"}, "tool_choice",
      '`tool_choice` must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}'),
 ])
@@ -73,3 +76,11 @@ def test_plain_text_messages_with_null_tool_calls_pass():
                                        {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
                                        {"role": "developer", "content": ""}]}
     assert parse_chat(doc, max_n=1).media_tokens == 0
+
+
+@pytest.mark.parametrize(("fields", "param"), [({"seed": 1.5}, "seed"), ({"regex": 3}, "regex"),
+                                               ({"regex": 3, "min_p": -1}, "regex"), ({"min_tokens": -1}, "min_tokens")])
+def test_completions_check_the_same_fields(fields, param):
+    with pytest.raises(InvalidRequest) as exc:
+        parse_completions({"prompt": "x", **fields}, max_n=1)
+    assert exc.value.param == param
