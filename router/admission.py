@@ -68,6 +68,11 @@ class PriorityOutcome:
     source: str
 
 
+#: The outcomes without a value, shared (the class is frozen): no instance per request.
+_NONE = PriorityOutcome(None, "none")
+_IGNORED = PriorityOutcome(None, "ignored")
+
+
 def _bad(message: str) -> InvalidRequest:
     return InvalidRequest(message, param=PRIORITY_FIELD, code="invalid_priority")
 
@@ -110,9 +115,9 @@ def resolve_priority(doc: Mapping[str, Any], header: str | None, grant: Priority
     if grant is None:
         if default is not None:
             return PriorityOutcome(default, "default")
-        return PriorityOutcome(None, "none" if asked is None else "ignored")
+        return _NONE if asked is None else _IGNORED
     if asked is None:
-        return PriorityOutcome(grant.default, "none" if grant.default is None else "default")
+        return _NONE if grant.default is None else PriorityOutcome(grant.default, "default")
     bounded = min(max(asked, grant.min), grant.max)
     return PriorityOutcome(bounded, "client" if bounded == asked else "clamped")
 

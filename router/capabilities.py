@@ -60,6 +60,7 @@ __all__ = [
     "TRIGGERS",
     "TRIGGER_FIELDS",
     "TRIGGER_FLAGS",
+    "VALIDATED_FIELDS",
     "Trigger",
     "preferred_features",
     "required_features",
@@ -78,6 +79,8 @@ KINDS: tuple[str, ...] = tuple(k.value for k in CAPABILITY_KINDS)
 
 _RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema", "structural_tag")
 _STRING_CONSTRAINTS = ("regex", "ebnf", "json_schema", "structural_tag")
+#: Every top-level field :func:`validate` reads.
+VALIDATED_FIELDS = frozenset({"response_format", *_STRING_CONSTRAINTS, "tool_choice"})
 
 
 def validate(doc: Mapping[str, Any]) -> None:
@@ -93,6 +96,8 @@ def validate(doc: Mapping[str, Any]) -> None:
     Raises:
         InvalidRequest: on the first malformed field (``param`` names it).
     """
+    if VALIDATED_FIELDS.isdisjoint(doc):  # none of them (most bodies): one pass over the keys
+        return
     fmt = doc.get("response_format")
     if fmt is not None:
         _validate_response_format(fmt)

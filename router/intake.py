@@ -66,10 +66,10 @@ async def read_body(request: Request, cap: int, headers: dict[bytes, bytes] | No
     """
     headers = headers if headers is not None else header_map(request.scope)
     codings = content_codings(request.headers.getlist("content-encoding")) if b"content-encoding" in headers else ()
-    length = header(headers, b"content-length")
+    length = headers.get(b"content-length")
     if length is not None:
         try:
-            declared = int(length)
+            declared = int(length.decode("latin-1"))  # as header() would give it
         except ValueError:
             raise InvalidRequest("invalid Content-Length header", code="invalid_header") from None
         if declared > cap:
@@ -94,9 +94,12 @@ async def read_body(request: Request, cap: int, headers: dict[bytes, bytes] | No
 
 
 def parse_json(request: Request, body: bytes, headers: dict[bytes, bytes] | None = None) -> Any:
-    """The body as JSON; 415 unless the ``Content-Type`` is ``application/json``, 400
-    ``invalid_json`` / ``duplicate_key`` (:mod:`router.body`)."""
-    ctype = header(headers if headers is not None else header_map(request.scope), b"content-type") or ""
-    if ctype.split(";", 1)[0].strip().lower() != "application/json":
-        raise UnsupportedMediaType("Content-Type must be application/json", param=None)
+    """The body as JSON; 400 ``invalid_content_type`` unless the ``Content-Type`` is
+    ``application/json`` (parameters and case aside), 400 ``invalid_json`` / ``duplicate_key``
+    (:mod:`router.body`)."""
+    raw = (headers if headers is not None else header_map(request.scope)).get(b"content-type")
+    if raw != b"application/json":  # the usual value decides without decoding; any other is parsed
+        ctype = "" if raw is None else raw.decode("latin-1")
+        if ctype.split(";", 1)[0].strip().lower() != "application/json":
+            raise UnsupportedMediaType("Content-Type must be application/json", param=None)
     return loads_unique(body)  # 400 invalid_json, or duplicate_key naming the key (router.body)

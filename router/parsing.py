@@ -17,8 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from router.capabilities import VALIDATED_FIELDS as CAPABILITY_FIELDS
 from router.capabilities import validate as validate_capability_fields
 from router.errors import InvalidRequest
+from router.sampling import VALIDATED_FIELDS as SAMPLING_FIELDS
 from router.sampling import validate_sampling
 
 __all__ = [
@@ -40,9 +42,12 @@ _ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "functio
 _CONTENT_REQUIRED = frozenset({"system", "user", "developer", "tool"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ParsedRequest:
-    """The validated parts of a request that the decision needs.
+    """The validated parts of a request that the decision needs; read-only by convention (not
+    ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``, which cost
+    this per-request object about 10k more instructions to build; it holds a dict, so it was
+    never hashable either way).
 
     Attributes:
         kind: ``chat`` or ``completions``.
@@ -111,9 +116,14 @@ def check_top_logprobs(doc: dict[str, Any]) -> None:
 
 def _common(doc: Any, kind: Kind, max_n: int) -> tuple[int | None, int, bool]:
     stream = check_envelope(doc)
-    n = _strict_int(doc, "n", minimum=1, maximum=max_n)
-    max_tokens = _strict_int(doc, "max_tokens", minimum=1)
-    max_completion = _strict_int(doc, "max_completion_tokens", minimum=1)
+    n, max_tokens, max_completion = doc.get("n"), doc.get("max_tokens"), doc.get("max_completion_tokens")
+    # absent or valid (the usual case) decided inline; otherwise _strict_int raises the field's error
+    if n is not None and not (type(n) is int and 1 <= n <= max_n):
+        _strict_int(doc, "n", minimum=1, maximum=max_n)
+    if max_tokens is not None and not (type(max_tokens) is int and max_tokens >= 1):
+        _strict_int(doc, "max_tokens", minimum=1)
+    if max_completion is not None and not (type(max_completion) is int and max_completion >= 1):
+        _strict_int(doc, "max_completion_tokens", minimum=1)
     budget = max_completion if max_completion is not None else max_tokens
     return budget, n or 1, stream
 
@@ -197,13 +207,15 @@ def _check_messages(messages: Any, media: Mapping[str, int] | None = None) -> in
     declared: set[str] = set()
     media_tokens = 0
     for i, msg in enumerate(messages):
-        where = f"messages[{i}]"
         if not isinstance(msg, dict):
-            raise InvalidRequest(f"{where} must be an object", param="messages")
+            raise InvalidRequest(f"messages[{i}] must be an object", param="messages")
         role = msg.get("role")
         if role not in _ROLES:
-            raise InvalidRequest(f"{where}.role must be one of {sorted(_ROLES)}", param="messages")
+            raise InvalidRequest(f"messages[{i}].role must be one of {sorted(_ROLES)}", param="messages")
         content = msg.get("content")
+        if type(content) is str and role != "assistant" and role != "tool" and msg.get("tool_calls") is None:
+            continue  # a plain text message (most of them): nothing more to check, no path built
+        where = f"messages[{i}]"
         if content is None:
             if role in _CONTENT_REQUIRED:
                 raise InvalidRequest(f"{where}.content is required for role `{role}`", param="messages")
@@ -237,6 +249,13 @@ def _check_tools(tools: Any) -> None:
             raise InvalidRequest("each tool needs function.name", param="tools")
 
 
+#: Every top-level field :func:`router.capabilities.validate` and :func:`validate_sampling`
+#: read; with ``top_logprobs`` and ``tools``, every field :func:`parse_chat` checks besides
+#: ``messages`` and :func:`_common`'s.
+_FIELDS_CHECKED = CAPABILITY_FIELDS | SAMPLING_FIELDS
+_CHAT_CHECKED = _FIELDS_CHECKED | {"top_logprobs", "tools"}
+
+
 def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) -> ParsedRequest:
     """Validate a ``/v1/chat/completions`` document.
 
@@ -248,6 +267,8 @@ def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) 
         InvalidRequest: on the first invalid field (``param`` names it).
     """
     budget, n, stream = _common(doc, "chat", max_n)
+    if _CHAT_CHECKED.isdisjoint(doc):  # none of the fields below (most bodies): one pass over the keys
+        return ParsedRequest("chat", doc, budget, n, stream, "messages", _check_messages(doc.get("messages"), media))
     check_top_logprobs(doc)
     media_tokens = _check_messages(doc.get("messages"), media)
     _check_tools(doc.get("tools"))
@@ -282,6 +303,7 @@ def parse_completions(doc: Any, *, max_n: int) -> ParsedRequest:
         raise InvalidRequest(
             "`prompt` must be a string, an array of strings, an array of token ids, "
             "or an array of token-id arrays", param="prompt")
-    validate_capability_fields(doc)
-    validate_sampling(doc)
+    if not _FIELDS_CHECKED.isdisjoint(doc):
+        validate_capability_fields(doc)
+        validate_sampling(doc)
     return ParsedRequest("completions", doc, budget, n, stream, "prompt")

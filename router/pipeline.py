@@ -178,16 +178,16 @@ def _admit(request: Request, state: AppState, fleet: Fleet, kind: RequestKind) -
     """Ids, context, trace and span; then the client's key (401) and, with one model, whether
     the route is served (404), before the body is read (the global sections are every
     model's: the first model's runtime holds them)."""
-    runtime = fleet.default
-    received = time.perf_counter()
+    runtime, received = fleet.default, time.perf_counter()
     own_id = state.next_request_id()
     headers = header_map(request.scope)
-    # every value of a repeated header (trace context: exactly one allowed)
-    trace = trace_headers(header_values(request.scope, headers, b"traceparent"),
+    baggage = runtime.config.tracing.forward_baggage  # trace context: every value of a repeated header
+    trace = trace_headers(header_values(request.scope, headers, b"traceparent"),  # (one allowed; none without)
                           header_values(request.scope, headers, b"tracestate"),
-                          header(headers, b"baggage") if runtime.config.tracing.forward_baggage else None)
-    admitted = Admission(client_request_id(header(headers, b"x-request-id")) or own_id, own_id=own_id,
-                         headers=headers, authorization=header(headers, b"authorization"), trace=trace,
+                          header(headers, b"baggage") if baggage else None) if baggage or b"traceparent" in headers else {}
+    rid, key = headers.get(b"x-request-id"), headers.get(b"authorization")  # header(), inline: no call when absent
+    admitted = Admission(rid is not None and client_request_id(rid.decode("latin-1")) or own_id, own_id=own_id,
+                         headers=headers, authorization=None if key is None else key.decode("latin-1"), trace=trace,
                          tracing=state.tracing, received=received)
     attach(request, admitted)
     if admitted.tracing is not None:  # router.tracing: the server span, ended by _record or the error path
@@ -228,13 +228,14 @@ def _controls(state: AppState, runtime: Runtime, doc: dict[str, Any],
               admitted: Admission) -> tuple[PriorityOutcome, str]:
     """The engine priority (400 ``invalid_priority``; counted by source) and the speculation
     hint (body field, header, the key's default)."""
-    auth, authorization, headers = runtime.auth, admitted.authorization, admitted.headers
-    priority = resolve_priority(doc, header(headers, _PRIORITY_HEADER),
+    auth, authorization = runtime.auth, admitted.authorization
+    asked, hint = admitted.headers.get(_PRIORITY_HEADER), admitted.headers.get(_HINT_HEADER)  # header(), inline
+    priority = resolve_priority(doc, None if asked is None else asked.decode("latin-1"),
                                 auth.priority_grant(authorization) if auth else None,
                                 auth.priority_default if auth else None)
     state.metrics.priority_requests.inc((priority.source,))
     key_default = auth.speculation_default(authorization) if auth else None
-    return priority, speculation_hint(doc, header(headers, _HINT_HEADER), key_default)
+    return priority, speculation_hint(doc, None if hint is None else hint.decode("latin-1"), key_default)
 
 
 def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], parsed: ParsedRequest,
@@ -514,9 +515,8 @@ def _record(state: AppState, runtime: Runtime, job: ProxyJob) -> None:
     """The end of a response: request counters, duration, TTFB, failures, the speed model's
     sample (:func:`_learn`), the key's ticket, the span, one access-log line."""
     m = state.metrics
-    pool = job.decision.pool or "none"
-    model = runtime.model_name
-    m.requests.inc((model, pool, job.decision.reason.value, str(job.status)))
+    pool, model = job.decision.pool or "none", runtime.model_name
+    m.requests.inc((model, pool, job.decision.reason._value_, str(job.status)))  # _value_: no enum property call
     duration = time.perf_counter() - job.received_at
     m.request_duration.observe((pool,), duration)
     if job.ttfb_s is not None:

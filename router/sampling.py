@@ -34,8 +34,8 @@ from typing import Any
 
 from router.errors import InvalidRequest
 
-__all__ = ["CAVEAT_FIELDS", "DEGRADED_HEADER", "FIELDS_HEADER", "check_min_tokens", "speculative_caveats",
-           "validate_sampling"]
+__all__ = ["CAVEAT_FIELDS", "DEGRADED_HEADER", "FIELDS_HEADER", "VALIDATED_FIELDS", "check_min_tokens",
+           "speculative_caveats", "validate_sampling"]
 
 #: Fields whose guarantee differs on a speculative pool (see the module docstring), in the
 #: order the caveat header lists them.
@@ -70,12 +70,18 @@ def _check_logit_bias(bias: Any) -> None:
                                  code="invalid_logit_bias")
 
 
+#: Every top-level field :func:`validate_sampling` reads.
+VALIDATED_FIELDS = frozenset({"logit_bias", "min_p", "min_tokens", "seed"})
+
+
 def validate_sampling(doc: Mapping[str, Any]) -> None:
     """Refuse malformed ``logit_bias``, ``min_p``, ``min_tokens`` and ``seed`` (module docstring).
 
     Raises:
         InvalidRequest: on the first malformed field (``param`` names it).
     """
+    if VALIDATED_FIELDS.isdisjoint(doc):  # none of them (most bodies): one pass over the keys
+        return
     bias = doc.get("logit_bias")
     if bias is not None:
         _check_logit_bias(bias)

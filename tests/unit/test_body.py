@@ -96,3 +96,47 @@ def test_large_bodies_are_scanned_in_windows_without_missing_an_escape_at_a_boun
             loads_unique(raw.encode())
         assert exc.value.param == "k"
         assert loads_unique(raw.replace('"k":1', '"j":1').encode())["j"] == 1
+
+
+@pytest.mark.parametrize("size", [60, 400, 3_000])
+def test_small_bodies_inline_check_agrees_with_the_walk(size):
+    """Bodies up to 4 KiB without ``\\u003`` take loads_unique's inline colon count: nested
+    objects, keys written escaped (``"\\u0061"`` is ``a``), colons and quotes inside strings and
+    keys, with or without a repeated key, all get the reference walk's answer."""
+    rng = random.Random(size)
+    keys = ["a", "\\u0061", "b", "a:b", 'x\\":\\"y', "\\u00e9", "é", "c"]
+
+    def value(depth: int) -> str:
+        pick = rng.random()
+        if depth < 4 and pick < 0.3:
+            return obj(depth + 1)
+        if depth < 4 and pick < 0.45:
+            return "[" + ",".join(value(depth + 1) for _ in range(rng.randrange(3))) + "]"
+        return json.dumps("".join(rng.choice(['a', ':', '"', '\\', ' ', '{', '}']) for _ in range(size // 60)))
+
+    def obj(depth: int) -> str:
+        names = rng.sample(keys, rng.randrange(1, 4))
+        return "{" + ",".join(f'"{k}" : {value(depth)}' for k in names) + "}"
+
+    seen = set()
+    for _ in range(200):
+        raw = obj(0)
+        if len(raw.encode()) > 4096 or "\\u003" in raw:
+            continue
+        expect = find_duplicate_key(raw)
+        seen.add(expect is None)
+        if expect is None:
+            assert loads_unique(raw.encode()) == orjson.loads(raw)
+        else:
+            with pytest.raises(InvalidRequest) as exc:
+                loads_unique(raw.encode())
+            assert exc.value.param == expect
+    assert seen == {True, False}  # both answers were exercised
+
+
+def test_small_body_deeper_than_orjson_writes_takes_the_walk():
+    deep = b'[' * 300 + b'{"a":1,"a":2}' + b']' * 300  # small, but orjson.dumps refuses it
+    with pytest.raises(InvalidRequest) as exc:
+        loads_unique(deep)
+    assert exc.value.code == "duplicate_key" and exc.value.param.endswith("...")
+    assert loads_unique(deep.replace(b'"a":2', b'"b":2'))
