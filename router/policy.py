@@ -272,13 +272,11 @@ def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
     ``prompt_bytes``: :attr:`RequestFeatures.prompt_tokens_estimate` and ``prompt_bytes``.
     """
     requested = parsed.max_new_tokens
+    # positional, in field order (tests/unit/test_policy.py pins it): half the cost of keywords
     return RequestFeatures(
-        prompt_tokens=prompt_tokens, max_new_tokens=output_budget(requested, prompt_tokens, rules),
-        n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
-        budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower,
-        temperature_class=temperature_class(parsed.doc), needs=required_features(parsed), speculation=speculation,
-        adapters=adapters, prefers=preferred_features(parsed.doc), prompt_tokens_estimate=estimate,
-        prompt_bytes=prompt_bytes)
+        prompt_tokens, output_budget(requested, prompt_tokens, rules), parsed.n, prompt_count(parsed),
+        parsed.stream, parsed.param, requested is None, prompt_tokens_lower, temperature_class(parsed.doc),
+        required_features(parsed), speculation, adapters, preferred_features(parsed.doc), estimate, prompt_bytes)
 
 
 def _refused(features: RequestFeatures, pools: Iterable[PoolShape], cap: int) -> bool:
