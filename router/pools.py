@@ -60,7 +60,7 @@ from router.policy import (
 )
 from router.pool import Pool
 from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
-from router.snapshot_cache import EndpointValues, SnapshotCache
+from router.snapshot_cache import SnapshotCache
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
 
@@ -227,7 +227,7 @@ class Runtime:
         cap = engine.max_total_num_tokens
         if cap is None:  # the KV capacity unknown: no context (batch_context's None)
             return load, queued > 0, None
-        # the snapshot only where its KV is read (what _endpoint_values gives for a fresh scrape)
+        # the snapshot only where its KV is read (what Endpoint.snapshot_values gives for a fresh scrape)
         snap = EndpointSnapshot(url, ep.healthy, load, 0, queued, max(0, cap - engine.kv_used), engine.kv_used)
         need = features.num_prompts * features.predicted_weight
         waits = queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
@@ -499,7 +499,7 @@ class Runtime:
                 sat, low = flags["saturated"], p.bypass.low_classes(flags)
             else:
                 sat, low, taus = False, frozenset(), {}
-            endpoints = tuple([_endpoint_values(e, now, stale, floor, m.get(e.url, 0) if m else 0)
+            endpoints = tuple([e.snapshot_values(now, stale, floor, m.get(e.url, 0) if m else 0)
                                for e in p.endpoints.values()])
             out.append(self._snapshot_cache.get(
                 p, endpoints, sat, low, taus.get("greedy"), taus.get("sampled"), p.capabilities, p.canary_mismatch,
@@ -534,16 +534,3 @@ class Runtime:
     def ready(self) -> bool:
         """True while at least one pool has a healthy endpoint."""
         return any(e.healthy for e in self._by_url.values())
-
-
-def _endpoint_values(e: Endpoint, now: float, stale_after_s: float, floor: int, cached: int) -> EndpointValues:
-    """One endpoint's :class:`router.policy.EndpointSnapshot` fields, in order (a plain tuple:
-    the snapshot cache keys on it and builds the snapshot only on a miss): its KV and queue
-    only from a fresh scrape that exports the KV capacity (``sglang:max_total_num_tokens``)."""
-    load = e.backpressure_load(now, stale_after_s, floor)
-    engine = e.engine
-    if engine is None or e.scraped_at is None or now - e.scraped_at > stale_after_s:
-        return e.url, e.healthy, load, cached, 0, None, 0
-    cap = engine.max_total_num_tokens
-    used = engine.kv_used
-    return e.url, e.healthy, load, cached, engine.num_queue_reqs, None if cap is None else max(0, cap - used), used
