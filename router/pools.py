@@ -33,7 +33,7 @@ import itertools
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from typing import TypedDict
+from typing import NamedTuple
 
 from router.acceptance import CLASSES
 from router.auth import Auth
@@ -73,13 +73,21 @@ log = logging.getLogger("specgate")
 _FLIP_CACHE = 256
 
 
-class _PrefixParams(TypedDict):
-    """The prefix-cache thresholds a :class:`router.prefix.PrefixRequest` copies from config."""
+class _Derived(NamedTuple):
+    """What every decision reads of one ``routing`` value, computed once per value
+    (:meth:`Runtime._derived`; an override replaces ``routing`` whole)."""
 
-    cache_threshold: float
-    balance_abs_threshold: int
-    balance_rel_threshold: float
-    hash_load_factor: float
+    #: the ``routing`` it was computed from (None: none yet)
+    routing: RoutingConfig | None
+    #: the cross-pool affinity ceiling (requests): ``ceil(routing.prefix_cache.
+    #: sticky_load_factor * routing.saturation.enter)``; 0 with prefix routing off
+    sticky_max_load: int
+    #: the load a back-pressured endpoint counts at least (requests): the larger of
+    #: ``routing.saturation.enter`` and ``sticky_max_load``
+    floor: int
+    #: the fields of a :class:`router.prefix.PrefixRequest` after the chain's three: the
+    #: config's ``routing.prefix_cache`` thresholds, then ``sticky_max_load``
+    prefix_tail: tuple[float, int, float, float, int]
 
 
 class Runtime:
@@ -127,7 +135,7 @@ class Runtime:
         self.rules = self._rules()
         self.override_error: str | None = None
         self._tie = itertools.count()
-        self._sticky: tuple[RoutingConfig | None, int] = (None, 0)
+        self._derived_now = _Derived(None, 0, 0, (0.0, 0, 0.0, 0.0, 0))
         self._snapshot_cache = SnapshotCache()
         self._flips_rules: Rules | None = None
         self._flips: dict[tuple[int | None, int], tuple[int, ...]] = {}
@@ -176,11 +184,10 @@ class Runtime:
                     idx = PrefixIndex(max_blocks_per_endpoint=prefix_cfg.max_blocks_per_endpoint)
                 idx.max_blocks_per_endpoint = prefix_cfg.max_blocks_per_endpoint  # trimmed at the next record
                 self.prefix[pool.name] = idx
-        self._prefix_params: _PrefixParams = {
-            "cache_threshold": prefix_cfg.cache_threshold,
-            "balance_abs_threshold": prefix_cfg.balance_abs_threshold,
-            "balance_rel_threshold": prefix_cfg.balance_rel_threshold,
-            "hash_load_factor": prefix_cfg.hash_load_factor}
+        self._prefix_params = (prefix_cfg.cache_threshold, prefix_cfg.balance_abs_threshold,
+                               prefix_cfg.balance_rel_threshold, prefix_cfg.hash_load_factor)
+        #: the pools a request can be routed to: those whose ``serves`` has ``generate``
+        self._generating = tuple(p for p in self.pools if "generate" in p.config.serves)
 
     def _start_learning(self, previous: Runtime | None) -> None:
         """Give every generation pool its :class:`router.learn.SpeedFit` (``routing.learning``);
@@ -480,12 +487,10 @@ class Runtime:
         stale = self.config.scrape.stale_after_s
         # a back-pressured endpoint counts as saturated, and as at the affinity ceiling: a
         # refusing engine keeps no conversation (router.policy._sticky)
-        floor = max(self.routing.saturation.enter, self._sticky_max_load())
+        floor = self._derived().floor
         out = []
         none: Mapping[str, int] = {}
-        for p in self.pools:
-            if "generate" not in p.config.serves:
-                continue
+        for p in self._generating:
             m = matches.get(p.name, none) if matches is not None else none
             # The flags as the next hysteresis step would set them from the load now (read
             # only: the stored state moves in advance_bypass), so a burst between two scrape
@@ -514,22 +519,25 @@ class Runtime:
         on, the endpoint inside a pool is chosen by :func:`router.prefix.pick_endpoint`."""
         prefix = None
         if chain is not None and self.prefix:
-            prefix = PrefixRequest(chain.anchor, chain.tokens(chain.anchor_blocks, features.predicted_prompt_tokens),
-                                   chain.continued, **self._prefix_params, sticky_max_load=self._sticky_max_load())
+            prefix = PrefixRequest._make((
+                chain.anchor, chain.tokens(chain.anchor_blocks, features.predicted_prompt_tokens), chain.continued,
+                *self._derived().prefix_tail))
         if features.adapters:  # only endpoints that have the adapters (router.models)
             exclude = exclude | lacking_adapters(self._by_url.values(), features.adapters)
         return decide(features, self.snapshots(now, matches, bool(features.adapters)), self.rules, exclude=exclude,
                       tie_break=next(self._tie), prefix=prefix)
 
-    def _sticky_max_load(self) -> int:
-        """The cross-pool affinity ceiling (requests): ``ceil(routing.prefix_cache.
-        sticky_load_factor * routing.saturation.enter)``; 0 with prefix routing off. Computed
-        once per ``routing`` value (overrides replace it whole)."""
+    def _derived(self) -> _Derived:
+        """:class:`_Derived` of the current ``routing``, recomputed only when it is another
+        object than the last one's (overrides replace it whole; a reload builds a new runtime)."""
+        derived = self._derived_now
         routing = self.routing
-        if self._sticky[0] is not routing:
+        if derived.routing is not routing:
             pc = routing.prefix_cache
-            self._sticky = (routing, math.ceil(pc.sticky_load_factor * routing.saturation.enter) if pc.enabled else 0)
-        return self._sticky[1]
+            sticky = math.ceil(pc.sticky_load_factor * routing.saturation.enter) if pc.enabled else 0
+            derived = self._derived_now = _Derived(routing, sticky, max(routing.saturation.enter, sticky),
+                                                   (*self._prefix_params, sticky))
+        return derived
 
     def ready(self) -> bool:
         """True while at least one pool has a healthy endpoint."""
