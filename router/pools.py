@@ -69,6 +69,8 @@ log = logging.getLogger("specgate")
 
 
 
+_NONE: frozenset[str] = frozenset()
+
 #: Distinct ``(max_tokens, n)`` pairs whose flip points a runtime keeps (:meth:`Runtime.flip_points`).
 _FLIP_CACHE = 256
 
@@ -186,8 +188,9 @@ class Runtime:
                 self.prefix[pool.name] = idx
         self._prefix_params = (prefix_cfg.cache_threshold, prefix_cfg.balance_abs_threshold,
                                prefix_cfg.balance_rel_threshold, prefix_cfg.hash_load_factor)
-        #: the pools a request can be routed to: those whose ``serves`` has ``generate``
-        self._generating = tuple(p for p in self.pools if "generate" in p.config.serves)
+        #: the pools a request can be routed to (``serves`` has ``generate``), each with the
+        #: kinds its config serves (``PoolConfig.served_capabilities``; None: every kind)
+        self._generating = tuple((p, p.config.served_capabilities) for p in self.pools if "generate" in p.config.serves)
 
     def _start_learning(self, previous: Runtime | None) -> None:
         """Give every generation pool its :class:`router.learn.SpeedFit` (``routing.learning``);
@@ -489,9 +492,8 @@ class Runtime:
         # refusing engine keeps no conversation (router.policy._sticky)
         floor = self._derived().floor
         out = []
-        none: Mapping[str, int] = {}
-        for p in self._generating:
-            m = matches.get(p.name, none) if matches is not None else none
+        for p, served in self._generating:
+            m = matches.get(p.name) if matches is not None else None
             # The flags as the next hysteresis step would set them from the load now (read
             # only: the stored state moves in advance_bypass), so a burst between two scrape
             # rounds meets the saturation guard at once.
@@ -501,14 +503,15 @@ class Runtime:
                 # no fresh live estimate: what the fit last measured, else the calibrated prior
                 taus = {c: taus[c] or (p.fit.accept_length(c) if p.fit is not None else None)
                         or self._prior_tau(p, c) for c in CLASSES}
-                sat, low = flags["saturated"], p.bypass.low_classes(flags)
+                sat, low, greedy, sampled = flags["saturated"], p.bypass.low_classes(flags), taus["greedy"], taus["sampled"]
             else:
-                sat, low, taus = False, frozenset(), {}
+                sat, low, greedy, sampled = False, _NONE, None, None
             endpoints = tuple([e.snapshot_values(now, stale, floor, m.get(e.url, 0) if m else 0)
                                for e in p.endpoints.values()])
+            revoked = p.canary_revoked  # Pool.capabilities, with the config's part computed once
             out.append(self._snapshot_cache.get(
-                p, endpoints, sat, low, taus.get("greedy"), taus.get("sampled"), p.capabilities, p.canary_mismatch,
-                pool_adapters(p.endpoints.values()) if adapters else frozenset()))
+                p, endpoints, sat, low, greedy, sampled, served - revoked if served is not None and revoked else served,
+                p.canary_mismatch, pool_adapters(p.endpoints.values()) if adapters else _NONE))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
