@@ -424,11 +424,13 @@ class Runtime:
         max_age = self.routing.acceptance.max_age_s
         return {c: pool.estimated_accept_length(c, now, max_age) for c in CLASSES}
 
-    def _proposed(self, pool: Pool, now: float,
-                  previous: Mapping[str, bool | None] | None = None) -> dict[str, bool]:
+    def _proposed(self, pool: Pool, now: float, previous: Mapping[str, bool | None] | None = None,
+                  live: Mapping[str, float | None] | None = None) -> dict[str, bool]:
+        """The flags the pool's next hysteresis step gives now; ``live``: the pool's
+        :meth:`_accept_lengths` at ``now`` when the caller has them already."""
         return pool.bypass.proposed(
             load=pool.load(now, self.config.scrape.stale_after_s, self.routing.saturation.enter),
-            accept_length=self._accept_lengths(pool, now),
+            accept_length=self._accept_lengths(pool, now) if live is None else live,
             now=now, routing=self.routing, gamma=pool.config.gamma, c=pool.config.drafter_cost_ratio,
             previous=previous)
 
@@ -498,10 +500,10 @@ class Runtime:
             # only: the stored state moves in advance_bypass), so a burst between two scrape
             # rounds meets the saturation guard at once.
             if p.config.speculative:
-                flags = self._proposed(p, now)
-                taus = self._accept_lengths(p, now)
+                live = self._accept_lengths(p, now)  # read once: the flags' input and the taus'
+                flags = self._proposed(p, now, live=live)
                 # no fresh live estimate: what the fit last measured, else the calibrated prior
-                taus = {c: taus[c] or (p.fit.accept_length(c) if p.fit is not None else None)
+                taus = {c: live[c] or (p.fit.accept_length(c) if p.fit is not None else None)
                         or self._prior_tau(p, c) for c in CLASSES}
                 sat, low, greedy, sampled = flags["saturated"], p.bypass.low_classes(flags), taus["greedy"], taus["sampled"]
             else:
