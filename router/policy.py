@@ -86,23 +86,9 @@ from router.prefix import PickReason, PrefixRequest, pick_endpoint
 from router.reasons import Reason
 
 __all__ = [
-    "Decision",
-    "EndpointSnapshot",
-    "Outcome",
-    "PoolShape",
-    "PoolSnapshot",
-    "Reason",
-    "Rules",
-    "batch_context",
-    "decide",
-    "expected_speedup",
-    "flip_points",
-    "next_low_acceptance",
-    "next_saturated",
-    "output_budget",
-    "over_length_message",
-    "request_features",
-    "screen",
+    "Decision", "EndpointSnapshot", "Outcome", "PoolShape", "PoolSnapshot", "Reason", "Rules",
+    "batch_context", "decide", "expected_speedup", "flip_points", "next_low_acceptance", "next_saturated",
+    "output_budget", "over_length_message", "request_features", "screen",
 ]
 
 
@@ -272,18 +258,21 @@ def request_features(parsed: ParsedRequest, prompt_tokens: int, rules: Rules, *,
     ``prompt_bytes``: :attr:`RequestFeatures.prompt_tokens_estimate` and ``prompt_bytes``.
     """
     requested = parsed.max_new_tokens
+    # positional, in field order (tests/unit/test_policy.py pins it): half the cost of keywords
     return RequestFeatures(
-        prompt_tokens=prompt_tokens, max_new_tokens=output_budget(requested, prompt_tokens, rules),
-        n=parsed.n, num_prompts=prompt_count(parsed), stream=parsed.stream, param=parsed.param,
-        budget_defaulted=requested is None, prompt_tokens_lower=prompt_tokens_lower,
-        temperature_class=temperature_class(parsed.doc), needs=required_features(parsed), speculation=speculation,
-        adapters=adapters, prefers=preferred_features(parsed.doc), prompt_tokens_estimate=estimate,
-        prompt_bytes=prompt_bytes)
+        prompt_tokens, output_budget(requested, prompt_tokens, rules), parsed.n, prompt_count(parsed),
+        parsed.stream, parsed.param, requested is None, prompt_tokens_lower, temperature_class(parsed.doc),
+        required_features(parsed), speculation, adapters, preferred_features(parsed.doc), estimate, prompt_bytes)
 
 
 def _refused(features: RequestFeatures, pools: Iterable[PoolShape], cap: int) -> bool:
     seq = features.sequence_tokens
-    return features.prompt_tokens >= cap or seq > cap or not any(seq <= p.limit for p in pools)
+    if features.prompt_tokens >= cap or seq > cap:
+        return True
+    for p in pools:  # a loop, not any(): no generator on every decision's path
+        if seq <= p.limit:
+            return False
+    return True
 
 
 def over_length_message(features: RequestFeatures, rules: Rules) -> str:
@@ -523,7 +512,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
                 _load(pool.endpoints, endpoint) > _load(bypassed[0].endpoints, bypassed[1])):
             # a bypass never moves work to a busier pool without a prediction saying it pays
             pool, endpoint, reason = bypassed[0], bypassed[1], Reason.PLAIN_BUSIER
-        return Decision(pool.name, endpoint, reason, endpoint_reason=why.get(endpoint))
+        return Decision(pool.name, endpoint, reason, Outcome.ROUTED, (), why.get(endpoint))
     if fallback is not None:
         return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY, endpoint_reason=why.get(fallback[1]))
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
@@ -553,8 +542,9 @@ def _reason(pool: PoolSnapshot, candidates: Sequence[tuple[PoolSnapshot, str]], 
     pool was a candidate too, else the first speculative rejection (``plain_only``: none)."""
     if pool.speculative:
         return Reason.PREFIX_AFFINITY if pool.name in kept else Reason.SPECULATIVE
-    if any(c.speculative for c, _ in candidates):
-        return over_speculative
+    for c, _ in candidates:  # a loop, not any(): no generator on every decision's path
+        if c.speculative:
+            return over_speculative
     return spec_reason or Reason.PLAIN_ONLY
 
 

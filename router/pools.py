@@ -33,7 +33,7 @@ import itertools
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from typing import TypedDict
+from typing import NamedTuple
 
 from router.acceptance import CLASSES
 from router.auth import Auth
@@ -60,7 +60,7 @@ from router.policy import (
 )
 from router.pool import Pool
 from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
-from router.snapshot_cache import EndpointValues, SnapshotCache
+from router.snapshot_cache import SnapshotCache
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
 
@@ -69,17 +69,27 @@ log = logging.getLogger("specgate")
 
 
 
+_NONE: frozenset[str] = frozenset()
+
 #: Distinct ``(max_tokens, n)`` pairs whose flip points a runtime keeps (:meth:`Runtime.flip_points`).
 _FLIP_CACHE = 256
 
 
-class _PrefixParams(TypedDict):
-    """The prefix-cache thresholds a :class:`router.prefix.PrefixRequest` copies from config."""
+class _Derived(NamedTuple):
+    """What every decision reads of one ``routing`` value, computed once per value
+    (:meth:`Runtime._derived`; an override replaces ``routing`` whole)."""
 
-    cache_threshold: float
-    balance_abs_threshold: int
-    balance_rel_threshold: float
-    hash_load_factor: float
+    #: the ``routing`` it was computed from (None: none yet)
+    routing: RoutingConfig | None
+    #: the cross-pool affinity ceiling (requests): ``ceil(routing.prefix_cache.
+    #: sticky_load_factor * routing.saturation.enter)``; 0 with prefix routing off
+    sticky_max_load: int
+    #: the load a back-pressured endpoint counts at least (requests): the larger of
+    #: ``routing.saturation.enter`` and ``sticky_max_load``
+    floor: int
+    #: the fields of a :class:`router.prefix.PrefixRequest` after the chain's three: the
+    #: config's ``routing.prefix_cache`` thresholds, then ``sticky_max_load``
+    prefix_tail: tuple[float, int, float, float, int]
 
 
 class Runtime:
@@ -127,7 +137,7 @@ class Runtime:
         self.rules = self._rules()
         self.override_error: str | None = None
         self._tie = itertools.count()
-        self._sticky: tuple[RoutingConfig | None, int] = (None, 0)
+        self._derived_now = _Derived(None, 0, 0, (0.0, 0, 0.0, 0.0, 0))
         self._snapshot_cache = SnapshotCache()
         self._flips_rules: Rules | None = None
         self._flips: dict[tuple[int | None, int], tuple[int, ...]] = {}
@@ -176,11 +186,11 @@ class Runtime:
                     idx = PrefixIndex(max_blocks_per_endpoint=prefix_cfg.max_blocks_per_endpoint)
                 idx.max_blocks_per_endpoint = prefix_cfg.max_blocks_per_endpoint  # trimmed at the next record
                 self.prefix[pool.name] = idx
-        self._prefix_params: _PrefixParams = {
-            "cache_threshold": prefix_cfg.cache_threshold,
-            "balance_abs_threshold": prefix_cfg.balance_abs_threshold,
-            "balance_rel_threshold": prefix_cfg.balance_rel_threshold,
-            "hash_load_factor": prefix_cfg.hash_load_factor}
+        self._prefix_params = (prefix_cfg.cache_threshold, prefix_cfg.balance_abs_threshold,
+                               prefix_cfg.balance_rel_threshold, prefix_cfg.hash_load_factor)
+        #: the pools a request can be routed to (``serves`` has ``generate``), each with the
+        #: kinds its config serves (``PoolConfig.served_capabilities``; None: every kind)
+        self._generating = tuple((p, p.config.served_capabilities) for p in self.pools if "generate" in p.config.serves)
 
     def _start_learning(self, previous: Runtime | None) -> None:
         """Give every generation pool its :class:`router.learn.SpeedFit` (``routing.learning``);
@@ -227,7 +237,7 @@ class Runtime:
         cap = engine.max_total_num_tokens
         if cap is None:  # the KV capacity unknown: no context (batch_context's None)
             return load, queued > 0, None
-        # the snapshot only where its KV is read (what _endpoint_values gives for a fresh scrape)
+        # the snapshot only where its KV is read (what Endpoint.snapshot_values gives for a fresh scrape)
         snap = EndpointSnapshot(url, ep.healthy, load, 0, queued, max(0, cap - engine.kv_used), engine.kv_used)
         need = features.num_prompts * features.predicted_weight
         waits = queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
@@ -414,11 +424,13 @@ class Runtime:
         max_age = self.routing.acceptance.max_age_s
         return {c: pool.estimated_accept_length(c, now, max_age) for c in CLASSES}
 
-    def _proposed(self, pool: Pool, now: float,
-                  previous: Mapping[str, bool | None] | None = None) -> dict[str, bool]:
+    def _proposed(self, pool: Pool, now: float, previous: Mapping[str, bool | None] | None = None,
+                  live: Mapping[str, float | None] | None = None) -> dict[str, bool]:
+        """The flags the pool's next hysteresis step gives now; ``live``: the pool's
+        :meth:`_accept_lengths` at ``now`` when the caller has them already."""
         return pool.bypass.proposed(
             load=pool.load(now, self.config.scrape.stale_after_s, self.routing.saturation.enter),
-            accept_length=self._accept_lengths(pool, now),
+            accept_length=self._accept_lengths(pool, now) if live is None else live,
             now=now, routing=self.routing, gamma=pool.config.gamma, c=pool.config.drafter_cost_ratio,
             previous=previous)
 
@@ -480,30 +492,28 @@ class Runtime:
         stale = self.config.scrape.stale_after_s
         # a back-pressured endpoint counts as saturated, and as at the affinity ceiling: a
         # refusing engine keeps no conversation (router.policy._sticky)
-        floor = max(self.routing.saturation.enter, self._sticky_max_load())
+        floor = self._derived().floor
         out = []
-        none: Mapping[str, int] = {}
-        for p in self.pools:
-            if "generate" not in p.config.serves:
-                continue
-            m = matches.get(p.name, none) if matches is not None else none
+        for p, served in self._generating:
+            m = matches.get(p.name) if matches is not None else None
             # The flags as the next hysteresis step would set them from the load now (read
             # only: the stored state moves in advance_bypass), so a burst between two scrape
             # rounds meets the saturation guard at once.
             if p.config.speculative:
-                flags = self._proposed(p, now)
-                taus = self._accept_lengths(p, now)
+                live = self._accept_lengths(p, now)  # read once: the flags' input and the taus'
+                flags = self._proposed(p, now, live=live)
                 # no fresh live estimate: what the fit last measured, else the calibrated prior
-                taus = {c: taus[c] or (p.fit.accept_length(c) if p.fit is not None else None)
+                taus = {c: live[c] or (p.fit.accept_length(c) if p.fit is not None else None)
                         or self._prior_tau(p, c) for c in CLASSES}
-                sat, low = flags["saturated"], p.bypass.low_classes(flags)
+                sat, low, greedy, sampled = flags["saturated"], p.bypass.low_classes(flags), taus["greedy"], taus["sampled"]
             else:
-                sat, low, taus = False, frozenset(), {}
-            endpoints = tuple([_endpoint_values(e, now, stale, floor, m.get(e.url, 0) if m else 0)
+                sat, low, greedy, sampled = False, _NONE, None, None
+            endpoints = tuple([e.snapshot_values(now, stale, floor, m.get(e.url, 0) if m else 0)
                                for e in p.endpoints.values()])
+            revoked = p.canary_revoked  # Pool.capabilities, with the config's part computed once
             out.append(self._snapshot_cache.get(
-                p, endpoints, sat, low, taus.get("greedy"), taus.get("sampled"), p.capabilities, p.canary_mismatch,
-                pool_adapters(p.endpoints.values()) if adapters else frozenset()))
+                p, endpoints, sat, low, greedy, sampled, served - revoked if served is not None and revoked else served,
+                p.canary_mismatch, pool_adapters(p.endpoints.values()) if adapters else _NONE))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
@@ -514,36 +524,26 @@ class Runtime:
         on, the endpoint inside a pool is chosen by :func:`router.prefix.pick_endpoint`."""
         prefix = None
         if chain is not None and self.prefix:
-            prefix = PrefixRequest(chain.anchor, chain.tokens(chain.anchor_blocks, features.predicted_prompt_tokens),
-                                   chain.continued, **self._prefix_params, sticky_max_load=self._sticky_max_load())
+            prefix = PrefixRequest._make((
+                chain.anchor, chain.tokens(chain.anchor_blocks, features.predicted_prompt_tokens), chain.continued,
+                *self._derived().prefix_tail))
         if features.adapters:  # only endpoints that have the adapters (router.models)
             exclude = exclude | lacking_adapters(self._by_url.values(), features.adapters)
         return decide(features, self.snapshots(now, matches, bool(features.adapters)), self.rules, exclude=exclude,
                       tie_break=next(self._tie), prefix=prefix)
 
-    def _sticky_max_load(self) -> int:
-        """The cross-pool affinity ceiling (requests): ``ceil(routing.prefix_cache.
-        sticky_load_factor * routing.saturation.enter)``; 0 with prefix routing off. Computed
-        once per ``routing`` value (overrides replace it whole)."""
+    def _derived(self) -> _Derived:
+        """:class:`_Derived` of the current ``routing``, recomputed only when it is another
+        object than the last one's (overrides replace it whole; a reload builds a new runtime)."""
+        derived = self._derived_now
         routing = self.routing
-        if self._sticky[0] is not routing:
+        if derived.routing is not routing:
             pc = routing.prefix_cache
-            self._sticky = (routing, math.ceil(pc.sticky_load_factor * routing.saturation.enter) if pc.enabled else 0)
-        return self._sticky[1]
+            sticky = math.ceil(pc.sticky_load_factor * routing.saturation.enter) if pc.enabled else 0
+            derived = self._derived_now = _Derived(routing, sticky, max(routing.saturation.enter, sticky),
+                                                   (*self._prefix_params, sticky))
+        return derived
 
     def ready(self) -> bool:
         """True while at least one pool has a healthy endpoint."""
         return any(e.healthy for e in self._by_url.values())
-
-
-def _endpoint_values(e: Endpoint, now: float, stale_after_s: float, floor: int, cached: int) -> EndpointValues:
-    """One endpoint's :class:`router.policy.EndpointSnapshot` fields, in order (a plain tuple:
-    the snapshot cache keys on it and builds the snapshot only on a miss): its KV and queue
-    only from a fresh scrape that exports the KV capacity (``sglang:max_total_num_tokens``)."""
-    load = e.backpressure_load(now, stale_after_s, floor)
-    engine = e.engine
-    if engine is None or e.scraped_at is None or now - e.scraped_at > stale_after_s:
-        return e.url, e.healthy, load, cached, 0, None, 0
-    cap = engine.max_total_num_tokens
-    used = engine.kv_used
-    return e.url, e.healthy, load, cached, engine.num_queue_reqs, None if cap is None else max(0, cap - used), used

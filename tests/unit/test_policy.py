@@ -248,3 +248,30 @@ def test_a_repeated_first_prompt_is_not_a_conversation_to_keep():
         "spec", "http://s0", Reason.SPECULATIVE, endpoint_reason="rendezvous")
     assert affinity(1000, [cached_spec(saturated=True), cached_plain()], continued=False) == Decision(
         "plain", "http://p0", Reason.SATURATED, endpoint_reason="rendezvous")
+
+
+def test_request_features_fills_every_field_by_name():
+    # request_features builds RequestFeatures positionally (cheaper than keywords): every
+    # field must land where its name says, so each gets a value no other field has
+    from dataclasses import fields
+
+    from router.capabilities import required_features
+    from router.features import parse_chat
+    from router.policy import request_features
+
+    assert [f.name for f in fields(RequestFeatures)] == [
+        "prompt_tokens", "max_new_tokens", "n", "num_prompts", "stream", "param", "budget_defaulted",
+        "prompt_tokens_lower", "temperature_class", "needs", "speculation", "adapters", "prefers",
+        "prompt_tokens_estimate", "prompt_bytes"]
+    doc = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 3, "stream": True,
+           "temperature": 0, "seed": 7, "logprobs": True}
+    parsed = parse_chat(doc, max_n=8)
+    rules = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
+    got = request_features(parsed, 40, rules, prompt_tokens_lower=30, speculation="on",
+                           adapters=frozenset({"a"}), estimate=35, prompt_bytes=120)
+    assert got == RequestFeatures(
+        prompt_tokens=40, max_new_tokens=256, n=3, num_prompts=1, stream=True, param="messages",
+        budget_defaulted=True, prompt_tokens_lower=30, temperature_class="greedy",
+        needs=required_features(parsed), speculation="on", adapters=frozenset({"a"}),
+        prefers=frozenset({"sampling_guarantee"}), prompt_tokens_estimate=35, prompt_bytes=120)
+    assert got.needs and got.needs != got.prefers  # the three frozenset fields differ

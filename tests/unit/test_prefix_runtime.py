@@ -168,3 +168,23 @@ def test_sticky_load_factor_zero_moves_every_turn_off_a_saturated_pool(tmp_path:
     assert routed(rt, 1, 1) == ("plain", "saturated", "rendezvous")
     rt.endpoint(A).record_success(EngineLoad(0, 0, 0.0, None, None), now=0.0)
     assert routed(rt, 1, 2) == ("spec", "speculative", "prefix_match")
+
+
+def test_an_override_of_saturation_moves_the_ceiling_and_the_back_pressure_floor(tmp_path: Path) -> None:
+    # the runtime derives both from `routing` once per value: an override (a new value) and its
+    # removal must each take effect at the next decision
+    from router.config_overrides import Overrides, parse_overrides
+
+    rt = Runtime(two_pools(tmp_path), counter=None)
+    healthy(rt, A, B)
+    assert routed(rt, 1, 0) == ("spec", "speculative", "rendezvous")
+    busy = rt.endpoint(A)
+    busy.record_success(EngineLoad(10, 0, 0.0, None, None), now=0.0)   # saturated, under 16 = 2.0 * 8
+    assert routed(rt, 1, 1) == ("spec", "prefix_affinity", "prefix_match")
+    rt.set_overrides(parse_overrides({"routing": {"saturation": {"enter": 5, "exit": 2}}}))  # ceiling 10
+    assert routed(rt, 1, 2) == ("plain", "saturated", "rendezvous")
+    busy.record_success(EngineLoad(0, 0, 0.0, None, None), now=0.0)
+    busy.backpressure_until = 10.0   # a held refusal counts as the larger of enter and the ceiling
+    assert rt.snapshots(0.0)[0].endpoints[0].load == 10
+    rt.set_overrides(Overrides())
+    assert rt.snapshots(0.0)[0].endpoints[0].load == 16

@@ -62,5 +62,6 @@ def test_a_lease_a_match_a_health_change_or_the_canary_give_a_new_snapshot(tmp_p
     for _ in range(3):  # the saturation guard reads the load (4 in flight >= enter)
         rt.endpoint(A).lease("greedy")
     spec.canary_mismatch, spec.canary_revoked = False, frozenset()
+    assert rt.snapshots(1.0)[0].capabilities == frozenset({"tool_calls"}) == spec.capabilities  # served again
     rt.endpoint(A).lease("greedy")
     assert rt.snapshots(1.0)[0].saturated is True
