@@ -88,15 +88,15 @@ class ShapeRenders:
         """
         if self.disabled:
             return None
-        key = _shape(messages)
-        if key is None:
+        shape = _shape(messages)
+        if shape is None:
             return None
+        key, contents = shape
         if key not in self._pieces:
             return self._fill(key, messages)
         pieces = self._pieces[key]
         if pieces is None:
             return None
-        contents = [m["content"] for m in messages]
         text = _splice(pieces, contents)
         self._splices += 1
         if self._splices % self._every == 0:
@@ -146,9 +146,11 @@ class ShapeRenders:
         log.warning("chat template: rendering every request from now on (%s)", why)
 
 
-def _shape(messages: list[dict[str, Any]]) -> tuple[Any, ...] | None:
-    """The shape key of ``messages``, or None when they are not plain role/content strings."""
+def _shape(messages: list[dict[str, Any]]) -> tuple[tuple[Any, ...], list[str]] | None:
+    """``(shape key, contents)`` of ``messages``, or None when they are not plain role/content
+    strings."""
     key: list[Any] = []
+    contents: list[str] = []
     for m in messages:
         if len(m) != 2 and any(v is not None for k, v in m.items() if k not in _ROLE_CONTENT):
             return None
@@ -157,7 +159,8 @@ def _shape(messages: list[dict[str, Any]]) -> tuple[Any, ...] | None:
             return None
         key.append(role)
         key.append(0 if not content else 2 if content[0].isspace() or content[-1].isspace() else 1)
-    return tuple(key)
+        contents.append(content)
+    return tuple(key), contents
 
 
 def _plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -166,8 +169,8 @@ def _plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _splice(pieces: tuple[str, ...], contents: list[str]) -> str:
-    parts = [pieces[0]]
-    for content, piece in zip(contents, pieces[1:]):
-        parts.append(content)
-        parts.append(piece)
+    """``pieces[0] + contents[0] + pieces[1] + ... + pieces[-1]``."""
+    parts: list[str] = [""] * (2 * len(contents) + 1)
+    parts[0::2] = pieces
+    parts[1::2] = contents
     return "".join(parts)
