@@ -75,7 +75,7 @@ import hashlib
 import math
 import operator
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, SupportsIndex
@@ -193,7 +193,7 @@ def _stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
-def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: int | None = None,
+def prefix_chain(text: str, block_chars: int, max_blocks: int, anchor_end: int | None = None,
                  anchor_blocks: int = 4, continued: bool = False, salt: str = "") -> PrefixChain:
     """The block keys and anchor of one rendered prompt.
 
@@ -210,18 +210,21 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
             is no cache hit for another); "" (the base model) keys as before.
 
     Cost: one slice and one tuple hash per block and for the anchor's partial block; the
-    anchor's BLAKE2b only when :class:`Anchor` is read.
+    anchor's BLAKE2b only when :class:`Anchor` is read. Positional arguments on the hot path.
     """
     size = len(text)
     n = size // block_chars
     n = min(n, max_blocks)
     if not n:
         return PrefixChain((), None, 0, size, block_chars)
-    keys = []
     base = prev = hash(salt) if salt else 0
-    for start in range(0, n * block_chars, block_chars):
-        prev = hash((prev, text[start:start + block_chars]))
-        keys.append(prev)
+    if n == 1:  # a short prompt: no range, no list
+        keys: tuple[int, ...] = (hash((base, text[:block_chars])),)
+    else:
+        out = []
+        for start in range(0, n * block_chars, block_chars):
+            out.append(prev := hash((prev, text[start:start + block_chars])))
+        keys = tuple(out)
     if anchor_end is None or anchor_end <= 0:
         anchor_end = anchor_blocks * block_chars
     anchor_end = min(anchor_end, size, max_blocks * block_chars)
@@ -229,7 +232,7 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
     cut = whole * block_chars
     anchor_key = (None if anchor_end == cut else
                   ("anchor", hash((keys[whole - 1] if whole else base, text[cut:anchor_end]))))
-    return PrefixChain(tuple(keys), Anchor(text, anchor_end, salt), whole, size, block_chars, continued,
+    return PrefixChain(keys, Anchor(text, anchor_end, salt), whole, size, block_chars, continued,
                        anchor_end, anchor_key)
 
 
@@ -268,10 +271,10 @@ def _content_end(text: str, content: Any) -> int | None:
     if isinstance(content, list):
         content = " ".join(p.get("text", "") for p in content
                            if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
-    if not isinstance(content, str) or not content.strip():
+    needle = content.strip() if isinstance(content, str) else ""
+    if not needle:
         return None
-    needle = content.strip()
-    at = _find(text, needle)
+    at = text.find(needle) if len(needle) <= 64 else _find(text, needle)
     return None if at < 0 else at + len(needle)
 
 
@@ -304,12 +307,9 @@ def chain_for_request(rendered: Rendered, doc: dict[str, Any], kind: str, *, blo
     if len(texts) != 1:
         return None
     text = texts[0]
-    end, continued = None, False
-    if kind == "chat":
-        end, continued = _scan_chat(text, doc.get("messages") or ())
-    return prefix_chain(text, block_chars=block_chars, max_blocks=max_blocks, anchor_end=end,
-                        anchor_blocks=anchor_blocks, continued=continued,
-                        salt="\x1f".join(sorted(adapters)) if adapters else "")
+    end, continued = _scan_chat(text, doc.get("messages") or ()) if kind == "chat" else (None, False)
+    return prefix_chain(text, block_chars, max_blocks, end, anchor_blocks, continued,
+                        "\x1f".join(sorted(adapters)) if adapters else "")
 
 
 class PrefixIndex:
@@ -347,8 +347,7 @@ class PrefixIndex:
         out: dict[str, int] = {}
         if not keys:
             return out
-        whole = chain.anchor_blocks
-        anchor_key = chain.anchor_key
+        whole, anchor_key = chain.anchor_blocks, chain.anchor_key
         for url, held in self._lru.items():
             if keys[0] not in held:
                 continue
@@ -359,10 +358,10 @@ class PrefixIndex:
                     lo = mid
                 else:
                     hi = mid - 1
-            if lo == whole and anchor_key is not None and anchor_key in held:
-                out[url] = min(prompt_tokens, chain.anchor_chars * prompt_tokens // chain.chars)
-            else:
-                out[url] = chain.tokens(lo, prompt_tokens)
+            # chain.tokens(lo, prompt_tokens) inlined; chars >= block_chars > 0 with a key
+            est = (chain.anchor_chars if lo == whole and anchor_key is not None and anchor_key in held
+                   else lo * chain.block_chars) * prompt_tokens // chain.chars
+            out[url] = min(prompt_tokens, est)
         return out
 
     def matched_blocks(self, url: str, chain: PrefixChain) -> int:
@@ -385,9 +384,10 @@ class PrefixIndex:
         if held is None:
             held = self._lru[url] = OrderedDict()
         anchor_key = chain.anchor_key
-        keys: Iterable[int | tuple[str, int]] = (reversed(chain.keys) if anchor_key is None
-                                                 else (anchor_key, *reversed(chain.keys)))
-        for key in keys:
+        if anchor_key is not None:
+            held[anchor_key] = None  # inserted, or kept in its place
+            held.move_to_end(anchor_key)
+        for key in reversed(chain.keys):
             if key in held:
                 held.move_to_end(key)
             else:
