@@ -367,12 +367,7 @@ class PrefixIndex:
     def matched_blocks(self, url: str, chain: PrefixChain) -> int:
         """Blocks of ``chain`` held for ``url`` (a linear scan; for tests and diagnostics)."""
         held: Collection[int | tuple[str, int]] = self._lru.get(url, {})
-        n = 0
-        for key in chain.keys:
-            if key not in held:
-                break
-            n += 1
-        return n
+        return next((i for i, key in enumerate(chain.keys) if key not in held), len(chain.keys))
 
     def record(self, url: str, chain: PrefixChain) -> None:
         """``chain`` was routed to ``url``: make its keys the most recent there (deepest
@@ -510,6 +505,11 @@ def pick_endpoint(candidates: Sequence[EndpointLike], *, prompt_tokens: int, anc
         ``(url, reason)``, or None when no healthy endpoint is left. Never raises.
     """
     live = [c for c in candidates if c.healthy and c.url not in exclude]
+    if len(live) == 1:  # the steps below for one endpoint, without their loops and lists
+        c, best = live[0], max(live[0].cached_tokens, 0)
+        return c.url, (PickReason.LOAD_GUARD if 0 > balance_abs_threshold and c.load > balance_rel_threshold * c.load
+                       else PickReason.PREFIX_MATCH if best > anchor_tokens and best > cache_threshold * prompt_tokens
+                       else PickReason.LEAST_LOAD if anchor is None else PickReason.RENDEZVOUS)
     if not live:
         return None
     lo = hi = live[0].load

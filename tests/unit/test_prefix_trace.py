@@ -94,7 +94,9 @@ def trace(mod: ModuleType, seed: int, requests: int) -> list[Any]:
         anchor = chain.anchor
         pick = mod.pick_endpoint(cands, prompt_tokens=tokens, anchor=anchor,
                                  anchor_tokens=chain.tokens(chain.anchor_blocks, tokens),
-                                 cache_threshold=rng.choice([0.0, 0.3]), exclude=exclude, tie=i,
+                                 cache_threshold=rng.choice([0.0, 0.3]), balance_abs_threshold=rng.choice([-1, 0, 64]),
+                                 balance_rel_threshold=rng.choice([0.5, 1.5]), hash_load_factor=rng.choice([1.0, 1.5]),
+                                 exclude=exclude, tie=i,
                                  continued=chain.continued)
         if pick is not None:
             idx[pool].record(pick[0], chain)
@@ -116,4 +118,4 @@ def digest(mod: ModuleType, seeds: range, requests: int) -> str:
 
 
 def test_random_chats_route_as_pinned() -> None:
-    assert digest(router.prefix, range(40), 150) == "08636dbe4482167c50dd1c32cfa12e827550350579eec10d4c9d5a3fdfc100f3"
+    assert digest(router.prefix, range(40), 150) == "c0001ddfe74b2aa8726d93d6ba951f0f748075efe316a2a7e8e5406af828bfbd"
