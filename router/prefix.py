@@ -268,10 +268,10 @@ def _scan_chat(text: str, messages: Sequence[Any]) -> tuple[int | None, bool]:
 
 
 def _content_end(text: str, content: Any) -> int | None:
-    if isinstance(content, list):
-        content = " ".join(p.get("text", "") for p in content
-                           if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
-    needle = content.strip() if isinstance(content, str) else ""
+    if not isinstance(content, str):  # a str first: one isinstance for plain content
+        content = "" if not isinstance(content, list) else " ".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
+    needle = content.strip()
     if not needle:
         return None
     at = text.find(needle) if len(needle) <= 64 else _find(text, needle)
