@@ -376,7 +376,8 @@ def _note_prefix(state: AppState, runtime: Runtime, decision: Decision, chain: P
     """After a routed decision: record ``chain`` at its endpoint, observe the matched share."""
     assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
     runtime.record_prefix(decision, chain)
-    cached = (matches or {}).get(decision.pool, {}).get(decision.endpoint, 0)
+    pool = matches.get(decision.pool) if matches else None  # no throwaway {} per request
+    cached = pool.get(decision.endpoint, 0) if pool else 0
     state.metrics.prefix_match_ratio.observe(
         (decision.pool, decision.endpoint_reason or "least_load"), cached / prompt_tokens if prompt_tokens else 0.0)
 

@@ -300,7 +300,10 @@ class Runtime:
 
     def prefix_matches(self, chain: PrefixChain, prompt_tokens: int) -> dict[str, dict[str, int]]:
         """``{pool: {url: estimated cached tokens}}`` for ``chain`` (read-only)."""
-        return {name: idx.match(chain, prompt_tokens) for name, idx in self.prefix.items()}
+        out = {}  # a loop, not a comprehension: no function object per request (CPython 3.11)
+        for name, idx in self.prefix.items():
+            out[name] = idx.match(chain, prompt_tokens)
+        return out
 
     def record_prefix(self, decision: Decision, chain: PrefixChain | None) -> None:
         """Note that ``decision`` sent ``chain`` to its endpoint (after the decision)."""

@@ -75,7 +75,7 @@ import hashlib
 import math
 import operator
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, SupportsIndex
@@ -193,7 +193,7 @@ def _stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
-def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: int | None = None,
+def prefix_chain(text: str, block_chars: int, max_blocks: int, anchor_end: int | None = None,
                  anchor_blocks: int = 4, continued: bool = False, salt: str = "") -> PrefixChain:
     """The block keys and anchor of one rendered prompt.
 
@@ -210,18 +210,21 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
             is no cache hit for another); "" (the base model) keys as before.
 
     Cost: one slice and one tuple hash per block and for the anchor's partial block; the
-    anchor's BLAKE2b only when :class:`Anchor` is read.
+    anchor's BLAKE2b only when :class:`Anchor` is read. Positional arguments on the hot path.
     """
     size = len(text)
     n = size // block_chars
     n = min(n, max_blocks)
     if not n:
         return PrefixChain((), None, 0, size, block_chars)
-    keys = []
     base = prev = hash(salt) if salt else 0
-    for start in range(0, n * block_chars, block_chars):
-        prev = hash((prev, text[start:start + block_chars]))
-        keys.append(prev)
+    if n == 1:  # a short prompt: no range, no list
+        keys: tuple[int, ...] = (hash((base, text[:block_chars])),)
+    else:
+        out = []
+        for start in range(0, n * block_chars, block_chars):
+            out.append(prev := hash((prev, text[start:start + block_chars])))
+        keys = tuple(out)
     if anchor_end is None or anchor_end <= 0:
         anchor_end = anchor_blocks * block_chars
     anchor_end = min(anchor_end, size, max_blocks * block_chars)
@@ -229,7 +232,7 @@ def prefix_chain(text: str, *, block_chars: int, max_blocks: int, anchor_end: in
     cut = whole * block_chars
     anchor_key = (None if anchor_end == cut else
                   ("anchor", hash((keys[whole - 1] if whole else base, text[cut:anchor_end]))))
-    return PrefixChain(tuple(keys), Anchor(text, anchor_end, salt), whole, size, block_chars, continued,
+    return PrefixChain(keys, Anchor(text, anchor_end, salt), whole, size, block_chars, continued,
                        anchor_end, anchor_key)
 
 
@@ -265,13 +268,13 @@ def _scan_chat(text: str, messages: Sequence[Any]) -> tuple[int | None, bool]:
 
 
 def _content_end(text: str, content: Any) -> int | None:
-    if isinstance(content, list):
-        content = " ".join(p.get("text", "") for p in content
-                           if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
-    if not isinstance(content, str) or not content.strip():
-        return None
+    if not isinstance(content, str):  # a str first: one isinstance for plain content
+        content = "" if not isinstance(content, list) else " ".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
     needle = content.strip()
-    at = _find(text, needle)
+    if not needle:
+        return None
+    at = text.find(needle) if len(needle) <= 64 else _find(text, needle)
     return None if at < 0 else at + len(needle)
 
 
@@ -304,12 +307,9 @@ def chain_for_request(rendered: Rendered, doc: dict[str, Any], kind: str, *, blo
     if len(texts) != 1:
         return None
     text = texts[0]
-    end, continued = None, False
-    if kind == "chat":
-        end, continued = _scan_chat(text, doc.get("messages") or ())
-    return prefix_chain(text, block_chars=block_chars, max_blocks=max_blocks, anchor_end=end,
-                        anchor_blocks=anchor_blocks, continued=continued,
-                        salt="\x1f".join(sorted(adapters)) if adapters else "")
+    end, continued = _scan_chat(text, doc.get("messages") or ()) if kind == "chat" else (None, False)
+    return prefix_chain(text, block_chars, max_blocks, end, anchor_blocks, continued,
+                        "\x1f".join(sorted(adapters)) if adapters else "")
 
 
 class PrefixIndex:
@@ -347,8 +347,7 @@ class PrefixIndex:
         out: dict[str, int] = {}
         if not keys:
             return out
-        whole = chain.anchor_blocks
-        anchor_key = chain.anchor_key
+        whole, anchor_key = chain.anchor_blocks, chain.anchor_key
         for url, held in self._lru.items():
             if keys[0] not in held:
                 continue
@@ -359,21 +358,16 @@ class PrefixIndex:
                     lo = mid
                 else:
                     hi = mid - 1
-            if lo == whole and anchor_key is not None and anchor_key in held:
-                out[url] = min(prompt_tokens, chain.anchor_chars * prompt_tokens // chain.chars)
-            else:
-                out[url] = chain.tokens(lo, prompt_tokens)
+            # chain.tokens(lo, prompt_tokens) inlined; chars >= block_chars > 0 with a key
+            est = (chain.anchor_chars if lo == whole and anchor_key is not None and anchor_key in held
+                   else lo * chain.block_chars) * prompt_tokens // chain.chars
+            out[url] = min(prompt_tokens, est)
         return out
 
     def matched_blocks(self, url: str, chain: PrefixChain) -> int:
         """Blocks of ``chain`` held for ``url`` (a linear scan; for tests and diagnostics)."""
         held: Collection[int | tuple[str, int]] = self._lru.get(url, {})
-        n = 0
-        for key in chain.keys:
-            if key not in held:
-                break
-            n += 1
-        return n
+        return next((i for i, key in enumerate(chain.keys) if key not in held), len(chain.keys))
 
     def record(self, url: str, chain: PrefixChain) -> None:
         """``chain`` was routed to ``url``: make its keys the most recent there (deepest
@@ -385,9 +379,10 @@ class PrefixIndex:
         if held is None:
             held = self._lru[url] = OrderedDict()
         anchor_key = chain.anchor_key
-        keys: Iterable[int | tuple[str, int]] = (reversed(chain.keys) if anchor_key is None
-                                                 else (anchor_key, *reversed(chain.keys)))
-        for key in keys:
+        if anchor_key is not None:
+            held[anchor_key] = None  # inserted, or kept in its place
+            held.move_to_end(anchor_key)
+        for key in reversed(chain.keys):
             if key in held:
                 held.move_to_end(key)
             else:
@@ -510,6 +505,11 @@ def pick_endpoint(candidates: Sequence[EndpointLike], *, prompt_tokens: int, anc
         ``(url, reason)``, or None when no healthy endpoint is left. Never raises.
     """
     live = [c for c in candidates if c.healthy and c.url not in exclude]
+    if len(live) == 1:  # the steps below for one endpoint, without their loops and lists
+        c, best = live[0], max(live[0].cached_tokens, 0)
+        return c.url, (PickReason.LOAD_GUARD if 0 > balance_abs_threshold and c.load > balance_rel_threshold * c.load
+                       else PickReason.PREFIX_MATCH if best > anchor_tokens and best > cache_threshold * prompt_tokens
+                       else PickReason.LEAST_LOAD if anchor is None else PickReason.RENDEZVOUS)
     if not live:
         return None
     lo = hi = live[0].load
