@@ -74,6 +74,13 @@ class OnePool:
             assert r.json()["choices"][0]["message"]["content"] == " ".join(f"tok{i}" for i in range(8))
         return r
 
+    def settled_metric(self, name: str, expected: float, timeout_s: float = 2.0, **labels: str) -> float:
+        """A router metric once it reads ``expected``, else its value at the timeout: the router
+        records a response just after the client got its last byte."""
+        with contextlib.suppress(AssertionError):  # the caller asserts on the value it returns
+            wait_until(lambda: self.router.metric(name, **labels) == expected, timeout_s)
+        return self.router.metric(name, **labels)
+
     def settled_inflight(self, timeout_s: float = 2.0) -> int:
         with contextlib.suppress(AssertionError):  # the caller asserts on the count it returns
             wait_until(lambda: self.endpoint.inflight == 0, timeout_s)
@@ -148,7 +155,7 @@ def test_engine_closing_after_each_keepalive_response_has_no_errors(one_pool):
     log = s.log()
     assert [e["fault"] for e in log] == ["close_after_response"] * 30
     assert all(e["outcome"] == "completed" for e in log)
-    assert s.router.metric("specgate_requests_total", pool="plain", reason="plain_only", status="200") == 30
+    assert s.settled_metric("specgate_requests_total", 30, pool="plain", reason="plain_only", status="200") == 30
     assert s.endpoint.healthy and s.settled_inflight() == 0
 
 
@@ -174,8 +181,8 @@ def test_reset_on_a_reused_connection_is_resent_once_on_a_fresh_one(one_pool):
         resend = next(e for e in log if e["seq"] > reset["seq"] and e["body"]["rid"] == rid)
         assert reset["seq"] < abort["seq"] < resend["seq"]  # aborted before it is resent
         assert resend["outcome"] == "completed" and resend["reused_connection"] is False
-    assert s.router.metric("specgate_upstream_stale_connection_retries_total", pool="plain") == 10
-    assert s.router.metric("specgate_requests_total", pool="plain", reason="plain_only", status="200") == 20
+    assert s.settled_metric("specgate_upstream_stale_connection_retries_total", 10, pool="plain") == 10
+    assert s.settled_metric("specgate_requests_total", 20, pool="plain", reason="plain_only", status="200") == 20
     assert s.endpoint.healthy  # not a health signal
     assert s.settled_inflight() == 0
 
@@ -192,7 +199,7 @@ def test_second_connection_failure_is_502_upstream_connection_error(one_pool, st
     log = s.log()
     assert [(e["fault"], e["reused_connection"]) for e in log[1:]] == [("reset", True), ("reset", False)]
     assert [a["body"]["rid"] for a in s.log("/abort_request")] == [log[1]["body"]["rid"]]
-    assert s.router.metric("specgate_upstream_stale_connection_retries_total", pool="plain") == 1
-    assert s.router.metric("specgate_requests_total", pool="plain", reason="plain_only", status="502") == 1
+    assert s.settled_metric("specgate_upstream_stale_connection_retries_total", 1, pool="plain") == 1
+    assert s.settled_metric("specgate_requests_total", 1, pool="plain", reason="plain_only", status="502") == 1
     assert not s.endpoint.healthy  # a fresh connection that breaks is a health signal
     assert s.settled_inflight() == 0
