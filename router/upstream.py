@@ -158,8 +158,10 @@ def _has_content(choice: dict[str, Any]) -> bool:
         return True
     for key in ("delta", "message"):
         part = choice.get(key)
-        if isinstance(part, dict) and any(v for k, v in part.items() if k != "role"):
-            return True
+        if isinstance(part, dict):
+            for k, v in part.items():  # a plain loop: no generator per choice (once per stream)
+                if k != "role" and v:
+                    return True
     return False
 
 
