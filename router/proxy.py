@@ -472,7 +472,7 @@ class ProxyResponse(Response):
         ended = False
         observer = job.observer
         read = resp.content.readany
-        watch = IdleWatch(self._up.idle_timeout_s)
+        watch = IdleWatch(self._up.idle_timeout_s, loop)
         spec_stats = job.extra.get("spec_stats")
 
         def forward(data: bytes) -> bytes:  # the bytes to relay (b"": none), noting the end marks

@@ -261,13 +261,13 @@ class IdleWatch:
     checks it, instead of re-arming a timer per chunk as ``asyncio.timeout().reschedule``
     does (a timer-heap push and a cancelled handle per relayed event). After the
     cancellation :attr:`fired` is True; the relay calls ``task.uncancel()`` and reports the
-    idle timeout.
+    idle timeout. ``loop``: the running loop when the caller has it at hand (else looked up).
     """
 
     __slots__ = ("fired", "handle", "idle", "last", "loop", "task")
 
-    def __init__(self, idle: float) -> None:
-        self.loop = asyncio.get_running_loop()
+    def __init__(self, idle: float, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.loop = loop or asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
         self.task = task
