@@ -83,19 +83,22 @@ class ResponseObserver:
 
     def feed(self, chunk: bytes) -> None:
         """One relayed chunk of an SSE stream (any split)."""
-        data = self._pending + chunk if self._pending else chunk
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self._pending = data if len(data) <= MAX_PENDING_BYTES else b""
-            return
-        self._pending = data[end + 2:]
+        if not self._pending and chunk.endswith(b"\n\n"):  # whole events (the relay's usual chunk):
+            data, end = chunk, len(chunk) - 2  # nothing to hold back (no rfind, no slice)
+        else:
+            data = self._pending + chunk if self._pending else chunk
+            end = data.rfind(b"\n\n")
+            if end < 0:
+                self._pending = data if len(data) <= MAX_PENDING_BYTES else b""
+                return
+            self._pending = data[end + 2:]
         if self.tools:  # the whole events are data[:end], searched in place (no copy per chunk)
             self.content = self.content or _CONTENT.search(data, 0, end) is not None
             self.reasoning = self.reasoning or _REASONING.search(data, 0, end) is not None
             self.tool_calls = self.tool_calls or _TOOL_CALLS.search(data, 0, end) is not None
         if data.find(_FINISH, 0, end) >= 0 or data.find(_USAGE, 0, end) >= 0:
             for event in data[:end].split(b"\n\n"):
-                if _FINISH in event or _USAGE in event:
+                if event.find(_FINISH) >= 0 or event.find(_USAGE) >= 0:
                     self._event(event)
 
     def _event(self, event: bytes) -> None:

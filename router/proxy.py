@@ -472,7 +472,7 @@ class ProxyResponse(Response):
         ended = False
         observer = job.observer
         read = resp.content.readany
-        watch = IdleWatch(self._up.idle_timeout_s)
+        watch = IdleWatch(self._up.idle_timeout_s, loop)
         spec_stats = job.extra.get("spec_stats")
 
         def forward(data: bytes) -> bytes:  # the bytes to relay (b"": none), noting the end marks
@@ -486,10 +486,11 @@ class ProxyResponse(Response):
                     if not data:
                         return data
             if ends is not None and not ended:
-                ended = any(e in tail + data for e in ends)
+                seen = tail[-32:] + data
+                ended = any(seen.find(e) >= 0 for e in ends)
             if observer is not None:
                 observer.feed(data)
-            tail = data[-32:] if len(data) >= 32 else (tail + data)[-32:]  # no copy of a whole chunk
+            tail = data if len(data) >= 32 else (tail + data)[-32:]  # tail[-32:]: the stream's last 32 bytes
             return data
 
         try:
@@ -500,7 +501,7 @@ class ProxyResponse(Response):
                     cut = complete_events(chunk)  # whole events only (CRLF or LF line ends)
                     chunk, held = chunk[:cut], chunk[cut:]
                 if chunk:
-                    at = find_abort(chunk)
+                    at = None if chunk.find(b"abort") < 0 and chunk.find(b"\\u") < 0 else find_abort(chunk)
                     if at is not None:
                         before = chunk[:at]
                         if before:
@@ -532,7 +533,7 @@ class ProxyResponse(Response):
             watch.close()
         if held and (held := forward(held)):  # bytes after the last complete event (not SSE): as they are
             await send({"type": "http.response.body", "body": held, "more_body": True})
-        complete = ended if ends is not None else stream_done(tail)
+        complete = ended if ends is not None else stream_done(tail[-32:])
         if not complete:
             job.outcome = "upstream_truncated"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})

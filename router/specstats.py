@@ -165,13 +165,13 @@ def strip_body(body: bytes) -> tuple[bytes, float | None]:
 def strip_event(events: bytes) -> tuple[bytes, float | None]:
     """Whole SSE events (``data: <json>`` blocks ending ``\\n\\n``) without the details; an
     event whose ``sglext`` held only them and whose ``choices`` are empty is dropped."""
-    if _DETAILS not in events:
+    if events.find(_DETAILS) < 0:  # find, not ``in``: per relayed chunk (router.upstream.next_event)
         return events, None
     out: list[bytes] = []
     tau: float | None = None
     for event in events.split(b"\n\n"):
         at = event.find(b"data:")
-        if _DETAILS not in event or at < 0:
+        if at < 0 or event.find(_DETAILS) < 0:
             out.append(event)
             continue
         try:

@@ -35,6 +35,24 @@ def test_any_chunking_gives_the_same_counts() -> None:
         assert _run(reasoning_only_events(), step, tools=False) == (9, 9, 0, 0)
 
 
+def test_whole_event_chunks_and_held_back_parts_give_the_same_counts() -> None:
+    """One event per chunk (the relay's usual chunk: nothing held back) and chunks that end
+    an event while a partial one is pending read the same."""
+    for events, tools, want in ((parallel_tool_call_events(INCONSISTENT), True, (12, 12, 1, 0)),
+                                (reasoning_only_events(), True, (9, 9, 0, 1))):
+        for split in (False, True):
+            m = RouterMetrics(CollectorRegistry())
+            obs = ResponseObserver(m, tools=tools)
+            for event in events:
+                data = event.encode()
+                if split:  # the first half is pending when the second (ending the event) arrives
+                    obs.feed(data[:len(data) // 2])
+                    data = data[len(data) // 2:]
+                obs.feed(data)
+            obs.finish("spec")
+            assert _counts(m) == want
+
+
 def test_bad_usage_never_raises() -> None:
     m = RouterMetrics(CollectorRegistry())
     for usage in (b'{"completion_tokens":"x"}', b'{"completion_tokens":5,"reasoning_tokens":-1}', b"[1",
