@@ -300,26 +300,17 @@ class Endpoint:
         """The fields of its :class:`router.policy.EndpointSnapshot` in order: ``(url,
         healthy, backpressure_load, cached, queued, kv_free_tokens, kv_used_tokens)``; queue
         and KV only from a fresh scrape that exports the KV capacity
-        (``sglang:max_total_num_tokens``), else ``0, None, 0``. The same values as
+        (``sglang:max_total_num_tokens``), else ``0, None, 0``: its
         :attr:`healthy` and :meth:`backpressure_load` (``floor``, ``stale_after_s``: theirs;
-        ``cached``: tokens, passed through), computed in one call: it runs for every endpoint
-        of every decision (``tests/unit/test_endpoint_values.py`` holds them equal)."""
-        inflight = self.inflight
-        shared, shared_at = self.shared_inflight, self.shared_at
-        if shared is not None and shared_at is not None and now - shared_at <= stale_after_s:
-            inflight = max(inflight, shared + inflight - self.shared_base)
-        healthy = (self.state == "healthy" and not self.draining and (self.warm or not self.warmup_required)
-                   and self.identity_error is None)
-        engine, scraped_at, until = self.engine, self.scraped_at, self.backpressure_until
-        if engine is None or scraped_at is None or now - scraped_at > stale_after_s:
-            load = max(inflight, floor) if until is not None and now < until else inflight
-            return self.url, healthy, load, cached, 0, None, 0
-        load = max(engine.num_running_reqs + engine.num_queue_reqs - self.finished_since_scrape, inflight)
-        if until is not None and now < until:
-            load = max(load, floor)
+        ``cached``: tokens, passed through), which it calls: it runs for every endpoint of
+        every decision."""
+        load = self.backpressure_load(now, stale_after_s, floor)
+        engine = self.engine
+        if engine is None or self.scraped_at is None or now - self.scraped_at > stale_after_s:
+            return self.url, self.healthy, load, cached, 0, None, 0
         cap = engine.max_total_num_tokens
         used = engine.kv_used
-        return self.url, healthy, load, cached, engine.num_queue_reqs, None if cap is None else max(0, cap - used), used
+        return self.url, self.healthy, load, cached, engine.num_queue_reqs, None if cap is None else max(0, cap - used), used
 
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
         """The scraped ``spec_accept_length`` if fresh and positive, else None (unknown)."""
