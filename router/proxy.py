@@ -501,7 +501,7 @@ class ProxyResponse(Response):
                     cut = complete_events(chunk)  # whole events only (CRLF or LF line ends)
                     chunk, held = chunk[:cut], chunk[cut:]
                 if chunk:
-                    at = None if chunk.find(b"abort") < 0 and chunk.find(b"\\u") < 0 else find_abort(chunk)
+                    at = find_abort(chunk)
                     if at is not None:
                         before = chunk[:at]
                         if before:

@@ -210,7 +210,7 @@ def find_abort(chunk: bytes) -> int | None:
     whose JSON has a choice with ``finish_reason: "abort"`` (any JSON spacing or escaping,
     ``data:`` with or without its space), else None. The events before that offset are
     complete and may be relayed."""
-    if chunk.find(b"abort") < 0 and chunk.find(b"\\u") < 0:  # _may_abort, inline: runs per relayed chunk
+    if not _may_abort(chunk):
         return None
     pos = 0
     while True:
