@@ -252,8 +252,7 @@ def _check_tools(tools: Any) -> None:
 #: Every top-level field :func:`router.capabilities.validate` and :func:`validate_sampling`
 #: read; with ``top_logprobs`` and ``tools``, every field :func:`parse_chat` checks besides
 #: ``messages`` and :func:`_common`'s.
-_FIELDS_CHECKED = CAPABILITY_FIELDS | SAMPLING_FIELDS
-_CHAT_CHECKED = _FIELDS_CHECKED | {"top_logprobs", "tools"}
+_CHAT_CHECKED = CAPABILITY_FIELDS | SAMPLING_FIELDS | {"top_logprobs", "tools"}
 
 
 def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) -> ParsedRequest:
@@ -303,7 +302,6 @@ def parse_completions(doc: Any, *, max_n: int) -> ParsedRequest:
         raise InvalidRequest(
             "`prompt` must be a string, an array of strings, an array of token ids, "
             "or an array of token-id arrays", param="prompt")
-    if not _FIELDS_CHECKED.isdisjoint(doc):
-        validate_capability_fields(doc)
-        validate_sampling(doc)
+    validate_capability_fields(doc)  # each returns at once when the body has none of its fields
+    validate_sampling(doc)
     return ParsedRequest("completions", doc, budget, n, stream, "prompt")
