@@ -358,10 +358,10 @@ class PrefixIndex:
                     lo = mid
                 else:
                     hi = mid - 1
-            # chain.tokens(lo, prompt_tokens) inlined; chars >= block_chars > 0 with a key
-            est = (chain.anchor_chars if lo == whole and anchor_key is not None and anchor_key in held
-                   else lo * chain.block_chars) * prompt_tokens // chain.chars
-            out[url] = min(prompt_tokens, est)
+            if lo == whole and anchor_key is not None and anchor_key in held:
+                out[url] = min(prompt_tokens, chain.anchor_chars * prompt_tokens // chain.chars)
+            else:
+                out[url] = chain.tokens(lo, prompt_tokens)
         return out
 
     def matched_blocks(self, url: str, chain: PrefixChain) -> int:
@@ -505,11 +505,6 @@ def pick_endpoint(candidates: Sequence[EndpointLike], *, prompt_tokens: int, anc
         ``(url, reason)``, or None when no healthy endpoint is left. Never raises.
     """
     live = [c for c in candidates if c.healthy and c.url not in exclude]
-    if len(live) == 1:  # the steps below for one endpoint, without their loops and lists
-        c, best = live[0], max(live[0].cached_tokens, 0)
-        return c.url, (PickReason.LOAD_GUARD if 0 > balance_abs_threshold and c.load > balance_rel_threshold * c.load
-                       else PickReason.PREFIX_MATCH if best > anchor_tokens and best > cache_threshold * prompt_tokens
-                       else PickReason.LEAST_LOAD if anchor is None else PickReason.RENDEZVOUS)
     if not live:
         return None
     lo = hi = live[0].load
