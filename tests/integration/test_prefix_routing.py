@@ -94,8 +94,13 @@ def test_every_turn_of_a_conversation_stays_on_one_replica(pair: Pair, caplog: p
     # every later turn finds its whole previous turn (prompt + its 8-token answer) cached
     for i, c in cached.items():
         assert c[1:] == [p + 8 for p in prompts[i][:-1]], (i, c, prompts[i])
-    lines = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "specgate.access"]
-    reasons = [line["endpoint_reason"] for line in lines]
+
+    def access_lines() -> list[dict[str, object]]:  # a response's line follows its last byte
+        return [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "specgate.access"]
+
+    wait_until(lambda: len(access_lines()) == 24, 5, "the 24 access-log lines")
+    reasons = [line["endpoint_reason"] for line in access_lines()]
+    assert len(reasons) == 24
     assert reasons[:6] == ["rendezvous"] * 6          # new conversations
     # turn 2 matches turn 1's prompt only when a whole block lies past the first user message
     # (else the rendezvous hash sends it to the same replica); later turns always match
