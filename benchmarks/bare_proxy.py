@@ -1,8 +1,10 @@
 """The floor for router-overhead benchmarks: specgate's server and client stack, none of its work.
 
 Not a router: a pass-through proxy to one backend on exactly the stack ``specgate router``
-runs (uvicorn with uvloop and httptools, the same uvicorn and interpreter settings, one
-shared aiohttp session built like specgate's, a raw ASGI app), doing only what any proxy
+runs (uvicorn with uvloop and httptools, the same uvicorn and interpreter settings, the
+router's upstream client: ``--client httptools``, the default, is
+:class:`router.transport_h1.H1Transport`, ``--client aiohttp`` one shared aiohttp session
+built like specgate's; a raw ASGI app), doing only what any proxy
 must: read the body, send it upstream, relay the answer. It counts no tokens, makes no
 decision, keeps no metrics, holds no lease and watches no disconnect. Streams are relayed
 like specgate relays them (the client's headers wait for the engine's first chunk, then
@@ -12,7 +14,7 @@ Content-Length.
 ``benchmarks/router_overhead.py`` runs it as the ``bare`` target, so that what specgate's own
 work costs (specgate minus bare) is told apart from what the stack costs (bare minus direct).
 
-    python benchmarks/bare_proxy.py --port 8100 --upstream http://127.0.0.1:31000
+    python benchmarks/bare_proxy.py --port 8100 --upstream http://127.0.0.1:31000 [--client aiohttp]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import aiohttp
 import uvicorn
+from yarl import URL
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -32,15 +35,20 @@ from router import tune_interpreter
 
 
 class BareProxy:
-    """Raw ASGI pass-through of ``POST`` requests to ``upstream`` (one aiohttp session).
+    """Raw ASGI pass-through of ``POST`` requests to ``upstream``.
 
     Args:
         upstream: the backend's base URL, e.g. ``http://127.0.0.1:31000``.
+        client: ``httptools`` (the router's :class:`router.transport_h1.H1Transport`) or
+            ``aiohttp`` (one session).
     """
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, client: str = "httptools") -> None:
         self.upstream = upstream.rstrip("/")
+        self.client = client
         self.session: aiohttp.ClientSession | None = None
+        self.transport: Any = None
+        self.targets: dict[str, URL] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -54,30 +62,52 @@ class BareProxy:
                 break
         assert self.session is not None
         headers = {"content-type": "application/json", "accept-encoding": "identity"}
+        if self.transport is not None:
+            url = self.targets.get(scope["path"])
+            if url is None:
+                url = self.targets[scope["path"]] = URL(self.upstream + scope["path"])
+            resp = await self.transport.post(url, body, headers, connect_timeout_s=2.0, fresh=False)
+            try:
+                await self._relay(resp, send)
+            finally:
+                resp.close()
+            return
         async with self.session.post(self.upstream + scope["path"], data=body, headers=headers) as resp:
-            ctype = resp.headers.get("content-type", "application/json").encode("latin-1")
-            if not resp.headers.get("content-type", "").startswith("text/event-stream"):
-                data = await resp.read()
-                await send({"type": "http.response.start", "status": resp.status,
-                            "headers": [(b"content-type", ctype), (b"content-length", str(len(data)).encode())]})
-                await send({"type": "http.response.body", "body": data, "more_body": False})
-                return
-            chunk = await resp.content.readany()
+            await self._relay(resp, send)
+
+    async def _relay(self, resp: Any, send: Any) -> None:
+        """Send ``resp`` on: a non-streamed answer whole with a Content-Length, a stream as it
+        arrives (the headers wait for its first chunk)."""
+        ctype = resp.headers.get("content-type", "application/json").encode("latin-1")
+        if not resp.headers.get("content-type", "").startswith("text/event-stream"):
+            data = await resp.read()
             await send({"type": "http.response.start", "status": resp.status,
-                        "headers": [(b"content-type", ctype), (b"cache-control", b"no-cache")]})
-            while chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                chunk = await resp.content.readany()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                        "headers": [(b"content-type", ctype), (b"content-length", str(len(data)).encode())]})
+            await send({"type": "http.response.body", "body": data, "more_body": False})
+            return
+        chunk = await resp.content.readany()
+        await send({"type": "http.response.start", "status": resp.status,
+                    "headers": [(b"content-type", ctype), (b"cache-control", b"no-cache")]})
+        while chunk:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            chunk = await resp.content.readany()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self.session = _session()
+                if self.client == "httptools":
+                    from router import AiohttpTransport, H1Transport
+
+                    self.transport = H1Transport(AiohttpTransport(self.session), max_connections=4096,
+                                                 keepalive_timeout_s=4.0)
                 gc.freeze()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.transport is not None:
+                    self.transport.close()
                 if self.session is not None:
                     await self.session.close()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -151,6 +181,8 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--upstream", required=True, help="backend base URL")
     ap.add_argument("--server", choices=SERVERS, default="uvicorn-httptools")
+    ap.add_argument("--client", choices=("httptools", "aiohttp"), default="httptools",
+                    help="the upstream client (uvicorn servers only; aiohttp-web always uses aiohttp)")
     args = ap.parse_args()
     tune_interpreter()
     if args.server == "aiohttp-web":
@@ -170,7 +202,7 @@ def main() -> None:
         limits = ConnectionLimits(ServerConfig(), lambda limit: None, lambda reason: None)
         http = limited_protocol(lambda: limits)
     # The same server settings as router.commands._router.
-    uvicorn.run(BareProxy(args.upstream), host=args.host, port=args.port, loop="uvloop", http=http,
+    uvicorn.run(BareProxy(args.upstream, args.client), host=args.host, port=args.port, loop="uvloop", http=http,
                 log_level="warning", access_log=False, timeout_keep_alive=30, proxy_headers=False,
                 server_header=False, lifespan="on")
 

@@ -2,7 +2,7 @@
 specgate now, and SGLang's Rust router (docs/performance.md).
 
     .venv/bin/python benchmarks/router_overhead.py [--duration 6] [--runs 3] [--base REV]
-        [--targets direct,bare,base,specgate,traced,no-prefix,no-learning,no-acceptance,rust]
+        [--targets direct,bare,bare-aiohttp,base,specgate,traced,no-prefix,no-learning,no-acceptance,rust]
         [--check 0.10] [--out bench.json]
 
 ``make bench`` runs it with its defaults; ``make bench-check`` runs ``base`` against
@@ -20,7 +20,8 @@ installed by this script into ``.bench/rust-venv`` (skipped with a message when 
 installed) and run with TCP_NODELAY on its sockets through ``benchmarks/nodelay_shim.c``
 (LD_PRELOAD, compiled with gcc; ``--rust-as-shipped`` runs it without); and
 ``benchmarks/bare_proxy.py`` (``bare``: the floor, specgate's server and client stack doing
-none of specgate's work); ``traced`` (not in the default targets): specgate now with
+none of specgate's work; ``bare-aiohttp``, asked for by name: the same with aiohttp as the
+upstream client instead of :mod:`router.transport_h1`); ``traced`` (not in the default targets): specgate now with
 ``tracing.enabled`` at ``sampler_ratio: 1.0``, exporting over OTLP/HTTP to a stub receiver
 on the load core that answers 200 to every export (the SDK's batch export thread is in the
 router process, so its CPU is counted); ``no-prefix``, ``no-learning``, ``no-acceptance``
@@ -285,6 +286,11 @@ def main() -> int:
             p = spawn([sys.executable, str(ROOT / "benchmarks" / "bare_proxy.py"), "--port", str(port),
                        "--upstream", backend], router_cpu, "bare.log")
             targets["bare"], health["bare"] = (port, p.pid), f"http://127.0.0.1:{port}/health"
+        if "bare-aiohttp" in wanted:
+            port = free_port()
+            p = spawn([sys.executable, str(ROOT / "benchmarks" / "bare_proxy.py"), "--port", str(port),
+                       "--upstream", backend, "--client", "aiohttp"], router_cpu, "bare-aiohttp.log")
+            targets["bare-aiohttp"], health["bare-aiohttp"] = (port, p.pid), f"http://127.0.0.1:{port}/health"
 
         def specgate(name: str, tree: Path, config: Path = cfg) -> None:
             port = free_port()
@@ -388,10 +394,10 @@ def main() -> int:
 #: ``enabled`` is set false): what the feature costs is specgate's CPU per request minus theirs.
 FEATURE_OFF = {"no-prefix": "prefix_cache", "no-learning": "learning", "no-acceptance": "acceptance"}
 
-TARGETS = ("direct", "bare", "base", "specgate", "traced", *FEATURE_OFF, "rust")
+TARGETS = ("direct", "bare", "bare-aiohttp", "base", "specgate", "traced", *FEATURE_OFF, "rust")
 
 #: The default targets (``traced`` and the ``FEATURE_OFF`` ones are asked for by name).
-DEFAULT_TARGETS = ("direct", "bare", "base", "specgate", "rust")
+DEFAULT_TARGETS = ("direct", "bare", "bare-aiohttp", "base", "specgate", "rust")
 
 #: A stub OTLP/HTTP receiver (``python -c`` it with a port): 200 to every export, body dropped.
 OTLP_STUB = """

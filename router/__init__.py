@@ -15,7 +15,9 @@ the app                   :func:`create_app`, :class:`RouterApp`, :class:`AppSta
                           :func:`limited_protocol` and :class:`ConnectionLimits` (that protocol:
                           uvicorn's httptools one with the ``server`` section's head limits),
                           :func:`tune_interpreter` (what ``specgate router`` sets process-wide),
-                          :func:`tokenizer_executor` (the tokeniser threads)
+                          :func:`tokenizer_executor` (the tokeniser threads),
+                          :class:`H1Transport` and :class:`AiohttpTransport` (the upstream
+                          clients the proxy sends generation requests through)
 the config                :func:`load_config`, :func:`parse_config`, :func:`resolve_paths` (a raw
                           mapping's relative paths, as the loader reads them), :class:`Config`,
                           :class:`PoolConfig`, :class:`ServerConfig`, :class:`RoutingConfig`, :class:`AcceptanceConfig`,
@@ -100,6 +102,8 @@ if TYPE_CHECKING:
     from router.sampling import check_min_tokens, speculative_caveats, validate_sampling
     from router.server import serve
     from router.specstats import accept_length
+    from router.transport_aiohttp import AiohttpTransport
+    from router.transport_h1 import H1Transport
 
 #: Each public name and the module that defines it (read-only).
 _SURFACE = MappingProxyType({
@@ -129,6 +133,7 @@ _SURFACE = MappingProxyType({
     "RouterMetrics": "router.metrics", "parse_sglang_metrics": "router.engine_metrics",
     "EngineLoad": "router.engine_metrics", "accept_length": "router.specstats",
     "SpecgateError": "router.errors",
+    "H1Transport": "router.transport_h1", "AiohttpTransport": "router.transport_aiohttp",
 })
 
 __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
@@ -136,6 +141,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "DEFAULT_PRIOR",
     "AcceptanceConfig",
     "AcceptanceTracker",
+    "AiohttpTransport",
     "AppState",
     "Auth",
     "BypassState",
@@ -146,6 +152,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "EndpointSnapshot",
     "EngineLoad",
     "Fleet",
+    "H1Transport",
     "KeyLimiter",
     "KeyLimits",
     "KeyRing",

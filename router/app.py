@@ -51,6 +51,7 @@ from router.state import MemoryState, RedisState, build_shared_state
 from router.tracing_reload import shutdown_all
 from router.transport import Transport
 from router.transport_aiohttp import AiohttpTransport
+from router.transport_h1 import H1Transport
 from router.upstream import ReuseMarkingConnector
 from router.warmup import Warmer
 
@@ -73,8 +74,11 @@ class AppState:
         fresh_session: a client that never reuses a connection (``force_close``), for the one
             resend after a reused keep-alive connection broke (:mod:`router.proxy`); None when
             the session was injected (the resend then goes through ``session``).
-        transport: the proxy's upstream seam over both (:class:`router.transport.Transport`,
-            here a :class:`router.transport_aiohttp.AiohttpTransport`).
+        transport: the proxy's upstream seam (:class:`router.transport.Transport`): with
+            ``upstream.client: httptools`` a :class:`router.transport_h1.H1Transport` (aborts and
+            ``https://`` engines through the sessions), else a
+            :class:`router.transport_aiohttp.AiohttpTransport` over both sessions (the default
+            when none is given).
         executor: threads for tokenisation (off the event loop).
         metrics: the router's Prometheus series.
         shared: the shared state (:mod:`router.state`).
@@ -92,7 +96,8 @@ class AppState:
                  executor: ThreadPoolExecutor, metrics: RouterMetrics,
                  shared: MemoryState | RedisState | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 fresh_session: aiohttp.ClientSession | None = None, limiter: KeyLimiter | None = None) -> None:
+                 fresh_session: aiohttp.ClientSession | None = None, limiter: KeyLimiter | None = None,
+                 transport: Transport | None = None) -> None:
         self.fleet = fleet
         runtime = fleet.default
         #: The per-key limits (router/limits.py); local buckets unless one sharing Redis is given.
@@ -101,7 +106,7 @@ class AppState:
         self.shared = shared if shared is not None else MemoryState()
         self.config_path = config_path
         self.session = session
-        self.transport: Transport = AiohttpTransport(session, fresh_session)
+        self.transport: Transport = transport or AiohttpTransport(session, fresh_session)
         self.executor = executor
         self.metrics = metrics
         self.clock = clock
@@ -378,8 +383,14 @@ async def _build_state(cfg: Config, path: Path | None,
     metrics.shared_state_degraded_entries.inc(0)
     metrics.config_info.set(time.time())
     limiter = KeyLimiter(cfg.state, shared if isinstance(shared, RedisState) else None, metrics, clock=clock)
-    state = AppState(fleet, config_path=path, session=session, executor=executor,
-                     metrics=metrics, shared=shared, clock=clock, fresh_session=fresh_session, limiter=limiter)
+    transport: Transport = AiohttpTransport(session, fresh_session)
+    if cfg.upstream.client == "httptools":
+        key = load_engine_key(cfg.auth)
+        transport = H1Transport(transport, max_connections=cfg.upstream.max_connections,
+                                keepalive_timeout_s=cfg.upstream.keepalive_timeout_s,
+                                headers={"authorization": f"Bearer {key}"} if key else None)
+    state = AppState(fleet, config_path=path, session=session, executor=executor, metrics=metrics, shared=shared,
+                     clock=clock, fresh_session=fresh_session, limiter=limiter, transport=transport)
     state.span_exporter = span_exporter  # for tracers built on reload (router.tracing_reload)
     if cfg.tracing.enabled:
         from router.tracing import Tracing
@@ -451,6 +462,8 @@ def _configure_drain(drainer: Drainer, state: AppState) -> None:
 async def _close(state: AppState) -> None:
     """Close the upstream clients and the tokeniser threads; flush the last spans (bounded by
     the export timeout)."""
+    if isinstance(state.transport, H1Transport):
+        state.transport.close()
     await state.session.close()
     if state.fresh_session is not None:
         await state.fresh_session.close()

@@ -203,6 +203,11 @@ class UpstreamConfig(Strict):
     across endpoints (failover happens only before anything reached an engine or after an
     engine answered 5xx).
 
+    ``client`` is what sends generation requests: ``httptools`` (an HTTP/1.1 client on httptools'
+    parser, :mod:`router.transport_h1`; ``https://`` engines still go through aiohttp) or
+    ``aiohttp`` (aiohttp's ``ClientSession`` for all of them). Scrapes, aborts and the other
+    engine calls always use aiohttp.
+
     ``keepalive_timeout_s`` is how long an idle pooled connection is kept (aiohttp's
     ``TCPConnector(keepalive_timeout=...)``, 15 s when left to aiohttp); it must be below every
     pool's ``engine_keepalive_s``, else the router reuses sockets the engine is closing
@@ -212,6 +217,7 @@ class UpstreamConfig(Strict):
     ``backpressure_max_hold_s``.
     """
 
+    client: Literal["httptools", "aiohttp"] = "httptools"
     connect_timeout_s: PositiveFloat = 2.0
     first_byte_timeout_s: PositiveFloat = 60.0
     first_byte_s_per_1k_tokens: Annotated[float, Field(ge=0)] = 1.0
