@@ -336,7 +336,10 @@ class H1Transport:
         self._fallback = fallback
         self._max = max_connections
         self._keepalive_s = keepalive_timeout_s
-        self._common = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        common = dict(headers or {})
+        if any("\r" in f"{k}{v}" or "\n" in f"{k}{v}" for k, v in common.items()):
+            raise ValueError("a common header contains a line break")
+        self._common = "".join(f"{k}: {v}\r\n" for k, v in common.items())
         self._pools: dict[tuple[str, int], _Pool] = {}
         self._targets: dict[int, tuple[URL, _Pool, str, int]] = {}  # id(url) -> url, pool, head prefix, its lines
         self._open: set[_Connection] = set()
@@ -350,6 +353,15 @@ class H1Transport:
 
     async def post(self, url: URL | str, body: bytes, headers: Mapping[str, str], *,
                    connect_timeout_s: float, fresh: bool) -> Any:
+        """Send ``POST url`` (:meth:`router.transport.Transport.post`); an :class:`H1Response`
+        once its status line and headers arrived (the fallback's response for ``https://``).
+
+        Raises:
+            ConnectFailed: no connection could be made.
+            ConnectionBroken: the connection closed before the status line (``reused`` set).
+            TimeoutError: ``connect_timeout_s`` passed while connecting.
+            ValueError: a header name or value holds a CR or LF (nothing was sent).
+        """
         target = self._targets.get(id(url))
         if target is None or target[0] is not url:
             target = self._target(url)
@@ -416,7 +428,7 @@ class H1Transport:
         now = self.loop.time()
         while idle:
             conn = idle.pop()
-            if conn.closed:
+            if conn.closed or conn.transport.is_closing():
                 continue
             if now - conn.idle_since < self._keepalive_s:
                 return conn

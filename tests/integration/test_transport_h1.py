@@ -245,6 +245,8 @@ async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent():
             with pytest.raises(ValueError, match="line break"):
                 await t.post(URL(eng.base + "/v1/chat/completions"), b"{}", bad, connect_timeout_s=2.0, fresh=False)
         assert eng.connections == [] and t.open_connections == 0
+        with pytest.raises(ValueError, match="line break"):
+            H1Transport(Fallback(), max_connections=1, keepalive_timeout_s=1.0, headers={"authorization": "k\n"})
     finally:
         await close()
         eng.server.close()
