@@ -9,7 +9,8 @@ every byte on the wire is the test's own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,16 @@ async def engine(answer: Callable[[int], Any]) -> Engine:
     return eng
 
 
+@contextlib.asynccontextmanager
+async def serving(answer: Callable[[int], Any]) -> AsyncIterator[Engine]:
+    """:func:`engine`, closed at the end of the block."""
+    eng = await engine(answer)
+    try:
+        yield eng
+    finally:
+        eng.server.close()
+
+
 class Fallback:
     """A transport that records what :class:`H1Transport` hands over to it."""
 
@@ -145,8 +156,7 @@ async def test_a_refused_connection_is_connect_failed(either):
 
 
 async def test_keep_alive_reuses_one_connection_and_a_reused_one_closed_before_the_status_is_broken_and_reused(either):
-    eng = await engine(lambda n: OK if n <= 2 else CLOSE)
-    try:
+    async with serving(lambda n: OK if n <= 2 else CLOSE) as eng:
         assert await read_all(either, eng.base) == b"{}"
         assert await read_all(either, eng.base) == b"{}"
         with pytest.raises(ConnectionBroken) as broken:
@@ -154,46 +164,34 @@ async def test_keep_alive_reuses_one_connection_and_a_reused_one_closed_before_t
         assert broken.value.reused is True
         assert len(eng.connections) == 1 and len(eng.connections[0]) == 3  # the engine read all three
         assert [body for _, body in eng.connections[0]] == [b'{"x":1}'] * 3
-    finally:
-        eng.server.close()
 
 
 async def test_the_connection_is_pooled_once_the_body_arrived_before_the_response_is_closed(either):
-    eng = await engine(lambda n: OK)
-    try:
+    async with serving(lambda n: OK) as eng:
         first = await post(either, eng.base)
         assert await first.read() == b"{}"
         assert await read_all(either, eng.base) == b"{}"  # the first response is not closed yet
         first.close()
         assert [len(c) for c in eng.connections] == [2]
-    finally:
-        eng.server.close()
 
 
 async def test_a_new_or_fresh_connection_closed_before_the_status_is_broken_and_not_reused(either):
-    eng = await engine(lambda n: CLOSE)
-    try:
+    async with serving(lambda n: CLOSE) as eng:
         for fresh in (False, True):
             with pytest.raises(ConnectionBroken) as broken:
                 await post(either, eng.base, fresh=fresh)
             assert broken.value.reused is False
-    finally:
-        eng.server.close()
 
 
 async def test_a_body_cut_short_is_payload_broken(either):
-    eng = await engine(lambda n: CUT)
-    try:
+    async with serving(lambda n: CUT) as eng:
         with pytest.raises(either.errors) as raised:
             await read_all(either, eng.base)
         assert isinstance(either.map_error(raised.value), PayloadBroken)
-    finally:
-        eng.server.close()
 
 
 async def test_a_chunked_stream_is_decoded_and_read_as_it_arrives(either):
-    eng = await engine(lambda n: CHUNKED)
-    try:
+    async with serving(lambda n: CHUNKED) as eng:
         resp = await post(either, eng.base)
         assert resp.status == 200 and resp.headers.get("content-type") == "text/event-stream"
         got = b""
@@ -201,21 +199,16 @@ async def test_a_chunked_stream_is_decoded_and_read_as_it_arrives(either):
             got += chunk
         resp.close()
         assert got == b'data: {"a":1}\n\ndata: [DONE]\n\n'
-    finally:
-        eng.server.close()
 
 
 async def test_an_error_body_is_read_up_to_n_bytes(either):
     body = b'{"error": {"message": "bad"}}' + b" " * 100
     reply = b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\nRetry-After: 3\r\n\r\n%s" % (len(body), body)
-    eng = await engine(lambda n: reply)
-    try:
+    async with serving(lambda n: reply) as eng:
         resp = await post(either, eng.base)
         assert resp.status == 400 and resp.headers.get("retry-after") == "3"
         assert await resp.content.read(29) == body[:29]
         resp.close()
-    finally:
-        eng.server.close()
 
 
 # -- httptools' client only -------------------------------------------------------------------
