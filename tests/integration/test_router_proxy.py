@@ -569,3 +569,28 @@ def test_a_non_streamed_disconnect_is_seen_by_the_protocol_without_a_watcher_tas
     assert len(stack.fake_log(stack.spec)["aborts"]) == 1
     assert "ProxyResponse.__call__.<locals>.watch" not in started
     assert stack.settled_inflight() == 0
+
+
+def test_the_aiohttp_client_relays_the_same_answers_and_streams(tmp_path, tokenizer_dir):
+    from router.transport_aiohttp import AiohttpTransport
+
+    s = Stack(tmp_path, tokenizer_dir, **{"upstream.client": "aiohttp"})
+    try:
+        assert type(s.router.state.transport) is AiohttpTransport
+        r = s.client.post(CHAT, json=body(max_tokens=5))
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3 tok4"
+        with s.client.stream("POST", CHAT, json=body(max_tokens=3, stream=True)) as streamed:
+            evs = events(streamed.read())
+        assert evs[-1] == b"data: [DONE]" and len(evs) == 1 + 3 + 1 + 1  # role, 3 tokens, finish, [DONE]
+        assert s.settled_inflight() == 0
+    finally:
+        s.close()
+
+
+def test_generation_requests_go_through_the_httptools_client_by_default(stack):
+    from router.transport_h1 import H1Transport
+
+    transport = stack.router.state.transport
+    assert type(transport) is H1Transport
+    assert stack.client.post(CHAT, json=body(max_tokens=2)).status_code == 200
+    assert transport.open_connections == 1  # its own engine connection, kept alive (scrapes use aiohttp)
