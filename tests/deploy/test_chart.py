@@ -232,6 +232,7 @@ def test_default_router_config_is_exact() -> None:
                    "warmup": {"enabled": True, "successes": 3, "timeout_s": 30.0, "interval_s": 1.0,
                               "path": "/v1/chat/completions"}},
         "upstream": {
+            "client": "httptools",
             "connect_timeout_s": 2.0,
             "first_byte_timeout_s": 60.0,
             "first_byte_s_per_1k_tokens": 1.0,
