@@ -9,9 +9,11 @@ keep-alive connections per ``host:port``. It does only what a router's engine re
 - ``POST`` with a ``Content-Length`` body over plain ``http://``; the request head and body go
   out in one write. ``https://`` targets and ``/abort_request`` go through the fallback
   transport (aiohttp, :class:`router.transport_aiohttp.AiohttpTransport`).
-- A response framed by ``Content-Length``, by chunked transfer coding (llhttp decodes it) or by
-  the connection's end; interim ``1xx`` responses are skipped. Header names are lower-cased;
-  a repeated header's values are joined with ``", "`` (RFC 9110 section 5.3).
+- A response framed by ``Content-Length``, by chunked transfer coding (llhttp decodes it; its
+  trailers are dropped) or by the connection's end (also a non-chunked ``Transfer-Encoding``);
+  interim ``1xx`` responses are skipped, a ``101`` is a broken connection. Header names are
+  lower-cased; a repeated header's values are joined with ``", "`` (RFC 9110 section 5.3). A
+  response nobody asked for (a second one in the same read) closes the connection.
 - A connection goes back to the pool as soon as its response's last byte arrived (the body
   waits in the response for its reader, as with aiohttp's release at the payload's end) when
   llhttp says it may be kept (``should_keep_alive``: HTTP/1.1 without ``Connection: close``); an idle
@@ -22,15 +24,17 @@ keep-alive connections per ``host:port``. It does only what a router's engine re
   (``transport.pause_reading``), and resumes when they are taken; a whole-body read never
   pauses.
 - At most ``max_connections`` connections are open at once, across engines; a request beyond
-  that waits for one to close (an idle one is closed to make room).
+  that waits until one is parked (it takes it when it is its engine's) or closes (an idle one
+  of another engine is closed to make room).
 
 Errors are the transport's own tree (:mod:`router.transport`): no connection (refused,
 unreachable, DNS) is :class:`~router.transport.ConnectFailed`; the connect timeout is
 ``TimeoutError``; a connection that closes or sends what llhttp rejects before the status
 line is :class:`~router.transport.ConnectionBroken` (``reused``: it had served a request);
 after the status line, a body cut before its framing's end is
-:class:`~router.transport.PayloadBroken`. A read cancelled while a request is in flight closes
-the connection.
+:class:`~router.transport.PayloadBroken`. A request cancelled in flight resets its connection
+(``transport.abort``: a ``close`` would wait for an unsent body to drain into an engine that
+may not be reading, keeping the connection's slot).
 
 Why not aiohttp here (it stays for everything else): on the same pass-through
 (``benchmarks/bare_proxy.py``, c=16, one core) this client costs 13 us less CPU per
@@ -78,13 +82,12 @@ class H1Response:
         content: the body reader (the response itself: ``read``/``readany``).
     """
 
-    __slots__ = ("_chunks", "_conn", "_eof", "_error", "_paused", "_size", "_waiter", "_whole", "content",
-                 "headers", "status")
+    __slots__ = ("_chunks", "_conn", "_eof", "_error", "_paused", "_size", "_waiter", "_whole", "headers",
+                 "status")
 
     def __init__(self, conn: _Connection, status: int, headers: dict[str, str]) -> None:
         self.status = status
         self.headers = headers
-        self.content = self
         self._conn: _Connection | None = conn
         self._chunks: deque[bytes] = deque()
         self._size = 0
@@ -93,6 +96,11 @@ class H1Response:
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
         self._whole = False
+
+    @property
+    def content(self) -> H1Response:
+        """The body reader: the response itself (a property, not an attribute: no reference cycle)."""
+        return self
 
     # -- fed by the connection ------------------------------------------------------------
 
@@ -230,9 +238,9 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._broken(f"the engine's response is not valid HTTP/1.1: {exc}")
-            self.transport.close()
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # 101 raises the latter
+            self._broken(f"the engine's response is not valid HTTP/1.1: {exc!r}", stale=False)
+            self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -246,8 +254,13 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks --------------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if not self.busy:  # a second response in the same read, to no request: not ours
+            raise ConnectionError("an unsolicited response")  # httptools raises HttpParserCallbackError
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._fields.append((name, value))
+        if self.response is None:  # trailers (after the head) are not headers
+            self._fields.append((name, value))
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -259,7 +272,9 @@ class _Connection(asyncio.Protocol):
         for raw_name, raw_value in fields:
             name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        self._until_close = "content-length" not in headers and "transfer-encoding" not in headers
+        coding = headers.get("transfer-encoding")  # llhttp reads a non-chunked coding to the end
+        self._until_close = ("content-length" not in headers if coding is None
+                             else not coding.rstrip().lower().endswith("chunked"))
         response = self.response = H1Response(self, status, headers)
         waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():
@@ -273,6 +288,7 @@ class _Connection(asyncio.Protocol):
         if self._interim:
             self._interim = False
             return
+        self._fields = []
         keep = self.parser.should_keep_alive()  # valid only inside the callback (llhttp resets after it)
         self.busy = False
         response, self.response = self.response, None
@@ -302,17 +318,27 @@ class _Connection(asyncio.Protocol):
 
     def discard(self) -> None:
         """Its response was closed while it still held the connection (before the body's end,
-        or the connection may not be kept): close it."""
+        or the connection may not be kept): close it (reset it mid-request, see :meth:`abort`)."""
         self.response = None
-        if not self.closed:
-            self.busy = False
+        if self.busy:
+            self.abort()
+        elif not self.closed:
             self.transport.close()
 
-    def _broken(self, message: str) -> None:
+    def abort(self) -> None:
+        """Reset the connection mid-request (``transport.abort``: ``close`` would wait for an
+        unsent body to drain into an engine that may not read it, holding its slot)."""
+        self.busy = False
+        if not self.closed:
+            self.transport.abort()
+
+    def _broken(self, message: str, *, stale: bool = True) -> None:
+        """Fail the request in flight; ``stale``: a break before the status line on a reused
+        connection may be a stale keep-alive connection (not so for a response llhttp rejects)."""
         self.busy = False
         waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():  # before the status line
-            waiter.set_exception(ConnectionBroken(message, reused=self.served > 0))
+            waiter.set_exception(ConnectionBroken(message, reused=stale and self.served > 0))
         elif self.response is not None:
             self.response._finish(PayloadBroken(f"the response body broke: {message}"))
 
@@ -377,16 +403,15 @@ class H1Transport:
         lines += len(headers) + (3 if fresh else 2)
         if text.count("\n") != lines or text.count("\r") != lines:  # a CR or LF inside a name or value
             raise ValueError("a request header contains a line break")
+        head = text.encode("latin-1")
         conn = None if fresh else self._take(pool)
         if conn is None:
             conn = await self._connect(pool, connect_timeout_s, fresh)
-        waiter = conn.send(text.encode("latin-1"), body)
+        waiter = conn.send(head, body)
         try:
             return await waiter
         except BaseException:
-            if not conn.closed:  # cancelled mid-request: the connection is not reusable
-                conn.busy = False
-                conn.transport.close()
+            conn.abort()  # cancelled mid-request: the connection is not reusable
             raise
 
     def map_error(self, exc: Exception) -> TransportError:
@@ -442,8 +467,8 @@ class H1Transport:
         idle.append(conn)
         while idle and now - idle[0].idle_since >= self._keepalive_s:  # expired at the bottom
             self._drop(idle.popleft())
-        if self._slots:  # a request waits for room: make it
-            self._free_one()
+        if self._slots:  # a request waits for room: it takes this one, or closes an idle one itself
+            self._wake_slot()
 
     async def _connect(self, pool: _Pool, timeout_s: float, fresh: bool) -> _Connection:
         while len(self._open) + self._connecting >= self._max:
@@ -452,14 +477,23 @@ class H1Transport:
                 self._slots.append(slot)
                 try:
                     await slot
+                except BaseException:
+                    if slot.done() and not slot.cancelled():  # woken, then cancelled: pass it on
+                        self._wake_slot()
+                    raise
                 finally:
                     if slot in self._slots:
                         self._slots.remove(slot)
+                if not fresh and (idle := self._take(pool)) is not None:  # parked while it waited
+                    return idle
         self._connecting += 1
+        timeout = asyncio.timeout(timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with timeout:
                 _, conn = await self.loop.create_connection(lambda: _Connection(self, pool, fresh), pool.host, pool.port)
-        except OSError as exc:
+        except OSError as exc:  # TimeoutError is an OSError since Python 3.11: the connect timeout stays one
+            if timeout.expired():
+                raise
             raise ConnectFailed(f"cannot connect to {pool.host}:{pool.port}: {exc}") from exc
         finally:
             self._connecting -= 1

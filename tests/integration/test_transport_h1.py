@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -370,5 +371,145 @@ async def test_https_targets_and_aborts_go_to_the_fallback():
         await t.abort("http://e:1", ("r1",), 1.0)
         assert fallback.posts == ["https://engine:8443/v1/completions"]
         assert fallback.aborts == [("http://e:1", ("r1",))]
+    finally:
+        await close()
+
+
+# -- regressions found in review ----------------------------------------------------------------
+
+async def test_a_request_cancelled_with_its_body_unsent_frees_its_slot_for_other_engines():
+    gate, accepted = asyncio.Event(), asyncio.Event()
+
+    async def wedged(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:  # reads nothing
+        accepted.set()
+        await gate.wait()
+        writer.close()
+
+    stuck = await asyncio.start_server(wedged, "127.0.0.1", 0)
+    t, close = await h1(max_connections=1)
+    try:
+        async with serving(lambda n: OK) as eng:
+            url = f"http://127.0.0.1:{stuck.sockets[0].getsockname()[1]}"
+            task = asyncio.ensure_future(post(t, url, body=b"x" * (32 << 20)))  # more than the socket buffers
+            await accepted.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            async with asyncio.timeout(5):
+                assert await read_all(t, eng.base) == b"{}"  # the one slot came free at once
+    finally:
+        gate.set()
+        await close()
+        stuck.close()
+
+
+async def test_at_the_connection_limit_a_freed_connection_is_reused_not_replaced():
+    t, close = await h1(max_connections=2)
+    try:
+        async with serving(lambda n: OK) as eng:
+            async def client() -> None:
+                for _ in range(10):
+                    assert await read_all(t, eng.base) == b"{}"
+            await asyncio.gather(*(client() for _ in range(6)))
+            assert len(eng.connections) == 2 and sum(map(len, eng.connections)) == 60
+    finally:
+        await close()
+
+
+async def test_a_waiter_cancelled_as_it_is_woken_passes_the_wake_up_on():
+    hold = asyncio.Event()
+    t, close = await h1(max_connections=1)
+    try:
+        async with serving(lambda n: hold if len(eng.connections) == 1 else OK) as eng:
+            first = asyncio.ensure_future(post(t, eng.base))
+            await eng.arrived.wait()
+            w1, w2 = asyncio.ensure_future(post(t, eng.base)), asyncio.ensure_future(read_all(t, eng.base))
+            while len(t._slots) < 2:  # both wait for the one connection
+                await asyncio.sleep(0)
+            closed = t._closed
+
+            def closed_then_cancel(conn: Any) -> None:  # w1 is cancelled in the callback that wakes it
+                closed(conn)
+                w1.cancel()
+            t._closed = closed_then_cancel  # type: ignore[method-assign]
+            hold.set()
+            with pytest.raises(ConnectionBroken):
+                await first
+            await asyncio.gather(w1, return_exceptions=True)
+            t._closed = closed  # type: ignore[method-assign]
+            async with asyncio.timeout(5):
+                assert await w2 == b"{}"
+    finally:
+        hold.set()
+        await close()
+
+
+async def test_the_connect_timeout_is_a_timeout_error_not_connect_failed():
+    t, close = await h1()
+    real = t.loop
+
+    class NeverConnects:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        async def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+            await asyncio.Event().wait()
+
+    t.loop = NeverConnects()  # type: ignore[assignment]
+    try:
+        with pytest.raises(TimeoutError) as raised:
+            await t.post(URL("http://127.0.0.1:9/v1/completions"), b"{}", {}, connect_timeout_s=0.05, fresh=False)
+        assert not isinstance(raised.value, ConnectFailed)
+    finally:
+        t.loop = real
+        await close()
+
+
+async def test_trailers_do_not_become_the_next_responses_headers():
+    trailer = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: x-trailer\r\n\r\n"
+               b"2\r\nab\r\n0\r\nx-trailer: t\r\n\r\n")
+    t, close = await h1()
+    try:
+        async with serving(lambda n: trailer if n == 1 else OK) as eng:
+            assert await read_all(t, eng.base) == b"ab"
+            resp = await post(t, eng.base)
+            assert resp.headers == {"content-type": "application/json", "content-length": "2"}
+            assert await resp.read() == b"{}"
+            resp.close()
+            assert len(eng.connections) == 1
+    finally:
+        await close()
+
+
+async def test_a_second_unasked_response_in_one_read_closes_the_connection_instead_of_sharing_it():
+    t, close = await h1()
+    try:
+        async with serving(lambda n: OK + OK if n == 1 else OK) as eng:
+            assert await read_all(t, eng.base) == b"{}"
+            await eng.closed.wait()  # the client dropped the connection that sent what nobody asked for
+            results = await asyncio.gather(read_all(t, eng.base), read_all(t, eng.base))
+            assert results == [b"{}", b"{}"] and len(eng.connections) == 3
+    finally:
+        await close()
+
+
+async def test_a_non_chunked_transfer_coding_is_read_to_the_connection_end():
+    reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\nConnection: close\r\n\r\nabc"
+    t, close = await h1()
+    try:
+        async with serving(lambda n: reply) as eng:
+            assert await read_all(t, eng.base) == b"abc"
+    finally:
+        await close()
+
+
+async def test_a_switching_protocols_answer_is_a_broken_connection(caplog):
+    t, close = await h1()
+    try:
+        async with serving(lambda n: b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n") as eng:
+            with pytest.raises(ConnectionBroken) as broken:
+                await post(t, eng.base)
+            assert broken.value.reused is False
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []  # handled, not fatal
     finally:
         await close()
