@@ -385,10 +385,8 @@ async def _build_state(cfg: Config, path: Path | None,
     limiter = KeyLimiter(cfg.state, shared if isinstance(shared, RedisState) else None, metrics, clock=clock)
     transport: Transport = AiohttpTransport(session, fresh_session)
     if cfg.upstream.client == "httptools":
-        key = load_engine_key(cfg.auth)
         transport = H1Transport(transport, max_connections=cfg.upstream.max_connections,
-                                keepalive_timeout_s=cfg.upstream.keepalive_timeout_s,
-                                headers={"authorization": f"Bearer {key}"} if key else None)
+                                keepalive_timeout_s=cfg.upstream.keepalive_timeout_s, headers=_engine_headers(cfg))
     state = AppState(fleet, config_path=path, session=session, executor=executor, metrics=metrics, shared=shared,
                      clock=clock, fresh_session=fresh_session, limiter=limiter, transport=transport)
     state.span_exporter = span_exporter  # for tracers built on reload (router.tracing_reload)
@@ -462,8 +460,7 @@ def _configure_drain(drainer: Drainer, state: AppState) -> None:
 async def _close(state: AppState) -> None:
     """Close the upstream clients and the tokeniser threads; flush the last spans (bounded by
     the export timeout)."""
-    if isinstance(state.transport, H1Transport):
-        state.transport.close()
+    state.transport.close()
     await state.session.close()
     if state.fresh_session is not None:
         await state.fresh_session.close()
@@ -483,18 +480,21 @@ def _default_session(config: Config) -> aiohttp.ClientSession:
     # No cookie jar: engines set no cookies, and a real jar filters cookies on every request.
     # The engines' key (auth.engine_api_key*, SGLang --api-key) goes on every engine request:
     # generation, /abort_request and the scrapes (SGLang exempts /health and /metrics).
-    key = load_engine_key(config.auth)
-    headers = {"authorization": f"Bearer {key}"} if key else None
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-                                 timeout=aiohttp.ClientTimeout(total=None), headers=headers)
+                                 timeout=aiohttp.ClientTimeout(total=None), headers=_engine_headers(config))
+
+
+def _engine_headers(config: Config) -> dict[str, str] | None:
+    """The headers every engine request carries: ``Authorization: Bearer <key>`` with the
+    engines' key (``auth.engine_api_key*``, SGLang ``--api-key``), else None."""
+    key = load_engine_key(config.auth)
+    return {"authorization": f"Bearer {key}"} if key else None
 
 
 def _fresh_session(config: Config) -> aiohttp.ClientSession:
     """A client that opens a new connection per request and closes it after (``force_close``):
     the one resend after a stale keep-alive connection must not meet another stale one."""
-    key = load_engine_key(config.auth)
-    headers = {"authorization": f"Bearer {key}"} if key else None
     connector = aiohttp.TCPConnector(limit=config.upstream.max_connections, limit_per_host=0,
                                      enable_cleanup_closed=False, ttl_dns_cache=300, force_close=True)
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-                                 timeout=aiohttp.ClientTimeout(total=None), headers=headers)
+                                 timeout=aiohttp.ClientTimeout(total=None), headers=_engine_headers(config))

@@ -11,6 +11,7 @@ The calls:
   bytes, the headers, the connect timeout (s) and ``fresh`` (open a new connection and close
   it after: the one resend after a stale keep-alive connection). It returns once the status
   line and headers arrived, as an :class:`UpstreamResponse`.
+- :meth:`Transport.close` drops the transport's own idle connections at shutdown.
 - :meth:`Transport.abort` is SGLang's ``POST {base_url}/abort_request {"rid": rid}`` for each
   engine request id, best effort (errors are swallowed), each within ``timeout_s`` seconds.
 
@@ -139,4 +140,9 @@ class Transport(Protocol):
                     fresh: bool = False) -> None:
         """``POST {base_url}/abort_request {"rid": rid}`` for each of ``rids``; never raises
         (best effort, each within ``timeout_s`` seconds; ``fresh``: on a new connection)."""
+        ...
+
+    def close(self) -> None:
+        """At shutdown: close the idle connections the transport itself holds (none when it
+        runs over sessions the app owns and closes)."""
         ...

@@ -97,3 +97,6 @@ class AiohttpTransport:
     async def abort(self, base_url: str, rids: tuple[str, ...], timeout_s: float, *,
                     fresh: bool = False) -> None:
         await abort_request(self._fresh if fresh else self._session, base_url, rids, timeout_s)
+
+    def close(self) -> None:
+        """Nothing of its own: the app closes the sessions."""

@@ -162,8 +162,8 @@ class H1Response:
         return self._take()
 
     async def read(self, n: int = -1) -> bytes:
-        """The whole body (``n < 0``), else up to ``n`` bytes: what arrived once ``n`` bytes
-        did or the body ended.
+        """The whole body (``n < 0``), else up to ``n`` bytes (``n``: a count of bytes): what
+        arrived once ``n`` bytes did or the body ended.
 
         Raises:
             PayloadBroken: the body ended before its framing's end (whole-body reads; an
@@ -296,10 +296,9 @@ class _Connection(asyncio.Protocol):
             return
         response._finish()
         if keep and not self.fresh:  # the body is all in the response's buffer: the connection is free
-            response._conn = None
             if response._paused:
-                response._paused = False
-                self.transport.resume_reading()
+                response._resume()
+            response._conn = None
             self.served += 1
             self.owner._park(self)
 
@@ -422,7 +421,8 @@ class H1Transport:
         await self._fallback.abort(base_url, rids, timeout_s, fresh=fresh)
 
     def close(self) -> None:
-        """Close every idle connection (at shutdown; in-flight ones close with their responses)."""
+        """Close every idle connection (at shutdown; in-flight ones close with their responses;
+        the fallback's sessions are the app's to close)."""
         for pool in self._pools.values():
             while pool.idle:
                 self._drop(pool.idle.pop())

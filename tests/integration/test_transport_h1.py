@@ -348,8 +348,9 @@ async def test_a_slow_reader_pauses_the_connection_and_gets_every_byte():
         resp = await post(t, eng.base)
         conn = resp._conn
         got = b""
-        while conn.transport.is_reading():  # not read: the buffer passes the mark and reading stops
-            await asyncio.sleep(0.001)
+        async with asyncio.timeout(5):
+            while conn.transport.is_reading():  # not read: the buffer passes the mark and reading stops
+                await asyncio.sleep(0.001)
         assert resp._size > HIGH_WATER
         while chunk := await resp.content.readany():
             got += chunk

@@ -184,6 +184,9 @@ class MockTransport:
             self.log.append(self.aborts[-1])
         self.aborted.set()
 
+    def close(self) -> None:
+        """No connections to close."""
+
     def bases(self) -> list[str]:
         """The endpoint of each request, in order."""
         return [r.base for r in self.requests]
