@@ -192,6 +192,24 @@ class Cluster:
             target = self.syncs(i) + n + 2
             wait_until(lambda i=i, target=target: self.syncs(i) >= target, timeout, f"{n} syncs of replica {i}")
 
+    def wait_quiet(self, timeout: float = 10.0) -> None:
+        """Wait until no replica holds a request on either fake and every replica's view says so.
+
+        A replica counts a request out after its client has the last byte, and another replica
+        keeps the lease it last synced until its next sync: a request sent right after a
+        response can otherwise see the finished one as load (and be kept off a "busier" pool).
+        """
+        urls = {"spec": self.spec.base_url, "plain": self.plain.base_url}
+        replicas = range(len(self.routers))
+        wait_until(lambda: all(self.local(i, u) == 0 for i in replicas for u in urls.values()),
+                   timeout, "every replica to count its requests out")
+        if self.redis is not None:
+            wait_until(lambda: all(self.zcard(p, u) == 0 for p, u in urls.items()),
+                       timeout, "the leases to leave Redis")
+            self.wait_syncs(1, timeout=timeout)
+        wait_until(lambda: all(self.view(i, u) == 0 for i in replicas for u in urls.values()),
+                   timeout, "every replica's view to be empty")
+
     # -- views --------------------------------------------------------------------------
     def view(self, replica: int, url: str | None = None) -> int:
         """In-flight on an endpoint (default: spec) as replica ``replica`` would route on it."""
