@@ -88,6 +88,8 @@ class AppState:
         discovery: the Kubernetes endpoint watchers (:mod:`router.discovery`; idle when no
             pool has a ``discovery`` block).
         scrape_rounds: scrape rounds finished (each advanced the bypass hysteresis once).
+        start_config: the whole config the process started with (its sockets, clients and
+            shared state were built from it; :data:`router.reload.START_ONLY`).
         reloads_ok, reloads_failed: config reloads applied / rejected (``reloads`` is their
             sum: every change the reloader acted on). Tests wait on these counters.
     """
@@ -99,6 +101,9 @@ class AppState:
                  fresh_session: aiohttp.ClientSession | None = None, limiter: KeyLimiter | None = None,
                  transport: Transport | None = None) -> None:
         self.fleet = fleet
+        #: The config the process started with: what its sockets, clients and shared state were
+        #: built from (a reload cannot change those, router.reload.START_ONLY).
+        self.start_config: Config = fleet.config
         runtime = fleet.default
         #: The per-key limits (router/limits.py); local buckets unless one sharing Redis is given.
         self.limiter = limiter or KeyLimiter(runtime.config.state, None, metrics, clock=clock)

@@ -412,6 +412,11 @@ class RouterMetrics:
         self.config_info = Gauge(
             "specgate_config_last_reload_success_timestamp_seconds",
             "Unix time of the last successful config load.", registry=registry)
+        self.config_restart_pending = Gauge(
+            "specgate_config_restart_pending",
+            "1 while the loaded config changes a setting the router applies only at start "
+            "(server.host/port, state, upstream.client/max_connections/keepalive_timeout_s, the "
+            "engines' key source): restart the router to apply it.", registry=registry)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format, without the ``*_created`` samples."""

@@ -20,7 +20,11 @@ written from another thread. Any failure
 (an invalid file, a missing key file, a corrupt ``tokenizer.json``, a bug) keeps the last good
 config, is logged and counted in ``specgate_config_reloads_total{result="failure"}`` (and
 ``state.reloads_failed``), and the watcher goes on: the next valid change is applied.
-``server.host``/``server.port`` and ``state`` changes need a restart and are only logged;
+The settings the router reads only at start (:data:`START_ONLY`: the listening address, the
+``state`` block, the upstream client's kind, connection cap and keep-alive, the engines' key
+source) are not applied: a reload that changes one logs their names and sets
+``specgate_config_restart_pending`` to 1 until a reload brings them back to the values the
+process started with;
 API key files and variables (``auth``) are re-read; routing overrides carry over; a changed
 ``tracing`` section gets a new tracer, the old one retiring once its requests are done
 (:mod:`router.tracing_reload`).
@@ -44,9 +48,9 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from router.config import ConfigError
+from router.config import Config, ConfigError
 from router.fleet import build_fleet
 from router.runtime_inputs import load_runtime_inputs
 from router.tracing_reload import apply_tracing
@@ -54,12 +58,34 @@ from router.tracing_reload import apply_tracing
 if TYPE_CHECKING:
     from router.app import AppState
 
-__all__ = ["SETTLE_S", "Reloader"]
+__all__ = ["SETTLE_S", "START_ONLY", "Reloader", "start_only_changes"]
 
 log = logging.getLogger("specgate.reload")
 
 #: Seconds a changed file must stay unchanged (same mtime, size and inode) before it is read.
 SETTLE_S = 0.5
+
+#: Config settings (dotted paths) the router reads only at start: the server's socket, the
+#: shared state's client, the upstream clients and the headers they were built with.
+START_ONLY: tuple[str, ...] = (
+    "server.host", "server.port", "state", "upstream.client", "upstream.max_connections",
+    "upstream.keepalive_timeout_s", "auth.engine_api_key", "auth.engine_api_key_file",
+    "auth.engine_api_key_env")
+
+
+def start_only_changes(started: Config, loaded: Config) -> list[str]:
+    """The :data:`START_ONLY` settings whose value in ``loaded`` differs from ``started`` (the
+    config the process started with), in :data:`START_ONLY`'s order; names only, never values
+    (a key is a secret)."""
+    changed = []
+    for path in START_ONLY:
+        a: Any = started
+        b: Any = loaded
+        for part in path.split("."):
+            a, b = getattr(a, part), getattr(b, part)
+        if a != b:
+            changed.append(path)
+    return changed
 
 
 def _stamp(path: os.PathLike[str]) -> tuple[float, int, int] | None:
@@ -158,11 +184,11 @@ class Reloader:
             fleet = build_fleet(config, inputs.counters, state.fleet, auth=inputs.auth)
         except Exception as exc:  # noqa: BLE001  (a corrupt tokenizer raises what its library raises)
             return self._failed(exc)
-        old = state.runtime.config.server
-        if (old.host, old.port) != (config.server.host, config.server.port):
-            log.warning("server.host/port changed; restart the router to apply")
-        if state.runtime.config.state != config.state:
-            log.warning("state changed; restart the router to apply")
+        pending = start_only_changes(state.start_config, config)
+        if pending:
+            log.warning("config reload: %s differ from the config the router started with and apply "
+                        "only at start; restart the router to apply them", ", ".join(pending))
+        state.metrics.config_restart_pending.set(1 if pending else 0)
         state.fleet = fleet
         try:
             apply_tracing(state, config.tracing)

@@ -543,19 +543,28 @@ def _router_annotations(values: dict) -> dict:
 
 def test_config_change_reload_keeps_the_pod_template_stable() -> None:
     # reload: a config edit must not touch the pod template (no rollout); the watcher reloads.
-    # Only the state block, which the router applies at start alone, is checksummed.
+    # Only what the router applies at start alone is checksummed: the state block and the
+    # upstream client's settings.
     a = _router_annotations({})
     b = _router_annotations({"routing": {"long_prompt_tokens": 2048}})
-    assert a == b and set(a) == {"checksum/state"}
+    assert a == b and set(a) == {"checksum/state", "checksum/upstream"}
     cm_a = k8s.one(k8s.render(), "ConfigMap")["metadata"]["annotations"]["specgate.dev/config-sha256"]
     cm_b = k8s.one(k8s.render({"routing": {"long_prompt_tokens": 2048}}), "ConfigMap")
     assert cm_b["metadata"]["annotations"]["specgate.dev/config-sha256"] != cm_a
 
 
+def test_start_only_upstream_settings_roll_the_router_under_reload() -> None:
+    a = _router_annotations({})
+    for change in ({"client": "aiohttp"}, {"max_connections": 64}, {"keepalive_timeout_s": 3.0}):
+        b = _router_annotations({"upstream": change})
+        assert (b["checksum/state"], b["checksum/upstream"] != a["checksum/upstream"]) == (a["checksum/state"], True)
+    assert _router_annotations({"upstream": {"idle_timeout_s": 30.0}}) == a   # a reload applies it
+
+
 def test_config_change_rollout_checksums_the_config() -> None:
     a = _router_annotations({"router": {"configChange": "rollout"}})
     b = _router_annotations({"router": {"configChange": "rollout"}, "routing": {"long_prompt_tokens": 2048}})
-    assert set(a) == {"checksum/config", "checksum/state"} and len(a["checksum/config"]) == 64
+    assert set(a) == {"checksum/config", "checksum/state", "checksum/upstream"} and len(a["checksum/config"]) == 64
     assert a["checksum/config"] != b["checksum/config"]
     cm = k8s.one(k8s.render({"router": {"configChange": "rollout"}}), "ConfigMap")
     assert a["checksum/config"] == cm["metadata"]["annotations"]["specgate.dev/config-sha256"]
@@ -1021,6 +1030,7 @@ def test_prometheus_rule_alerts() -> None:
     assert sorted(alerts) == [
         "SpecgateBypassStuckOn",
         "SpecgateConfigReloadFailing",
+        "SpecgateConfigRestartPending",
         "SpecgateOverLengthRejectionsSpiking",
         "SpecgatePoolDown",
         "SpecgateRouterDown",
@@ -1043,6 +1053,9 @@ def test_prometheus_rule_alerts() -> None:
     assert alerts["SpecgateConfigReloadFailing"]["expr"] == (
         f'sum by (namespace, pod) (increase(specgate_config_reloads_total{{{sel}, result="failure"}}[15m])) > 0'
     )
+    assert alerts["SpecgateConfigRestartPending"]["expr"] == (
+        f"max by (namespace, pod) (specgate_config_restart_pending{{{sel}}}) == 1")
+    assert alerts["SpecgateConfigRestartPending"]["for"] == "15m"
     for alert in alerts.values():
         _parse_promql(alert["expr"])
         assert alert["labels"]["severity"] in {"critical", "warning"}

@@ -91,3 +91,33 @@ def test_reading_metrics_does_not_advance_the_bypass_hysteresis(tmp_path, tokeni
             lease.release()
     finally:
         router.stop()
+
+
+def test_a_reload_names_the_settings_it_cannot_apply_until_they_are_back(stack, caplog):
+    state = stack.router.state
+    transport = state.transport
+    doc = yaml.safe_load(stack.config_path.read_text())
+    started = dict(doc.get("upstream", {}))
+    caplog.set_level(logging.WARNING, logger="specgate.reload")
+    doc["upstream"] = {**started, "keepalive_timeout_s": 3.0, "max_connections": 64, "client": "aiohttp"}
+    doc.setdefault("auth", {})["engine_api_key"] = "sk-engine-rotated-4242"
+    doc["routing"]["long_prompt_tokens"] = 5
+    write_router_yaml(stack.config_path, doc)
+    stack.router.wait_reloads(1)
+    assert (state.reloads_ok, state.reloads_failed) == (1, 0)
+    assert state.runtime.routing.long_prompt_tokens == 5   # the rest of the file applies
+    assert state.transport is transport                    # the client the router started with
+    assert [r.getMessage() for r in caplog.records] == [
+        ("config reload: upstream.client, upstream.max_connections, upstream.keepalive_timeout_s, "
+         "auth.engine_api_key differ from the config the router started with and apply only at start; "
+         "restart the router to apply them")]
+    assert stack.router.metric("specgate_config_restart_pending") == 1
+    # Back to the values it started with: nothing pending.
+    doc["upstream"] = started
+    del doc["auth"]["engine_api_key"]
+    doc["routing"]["long_prompt_tokens"] = 6
+    write_router_yaml(stack.config_path, doc)
+    stack.router.wait_reloads(2)
+    assert state.reloads_ok == 2 and state.runtime.routing.long_prompt_tokens == 6
+    assert stack.router.metric("specgate_config_restart_pending") == 0
+    assert len(caplog.records) == 1
