@@ -18,8 +18,18 @@ bypassed on it never reports again. This module keeps what the gauge says true:
    tokens, add up over a batch, so ``1 / tau_obs = f_g / tau_g + f_s / tau_s`` (tokens weighted
    by class), which is linear in ``x = (1/tau_g, 1/tau_s)``; each observation takes one
    normalised-LMS step ``x += w * r * f / |f|^2`` with ``r = 1/tau_obs - f . x`` and
-   ``w = acceptance.weight``. A pure-class observation is an exponential average of that class;
-   a class seen for the first time starts at the observed value.
+   ``w = acceptance.weight``. A pure-class observation is an exponential average of that class.
+   A class seen for the first time starts at the observed value; seen beside a class already
+   known, it also takes that reading's LMS step alone (kept within ``tau >= 1``: a verify step
+   emits at least one token) and the known estimate is left as it is. The class weights are
+   request counts, not the verify steps each request had in the reading (a request carried
+   from the last window may have had a few), so the LMS step on the first mixed reading of a
+   class with no estimate put half of its residual on the known class: on the real CPU pools
+   the first sampled reading (1.0-1.3) after greedy requests pulled the greedy estimate from
+   2.2 to below break-even. Solving the reading for the new class instead
+   (``x_new = (1/tau_obs - f_known x_known) / f_new``) doubled the gauge's noise into it (a
+   sampled start of 4.1), which the next mixed step then put on greedy; the step on the new
+   class alone goes half that way (``w``).
    The next window starts with the requests still running and those that ended since the
    previous scrape: the gauge moved at some instant before that scrape, and a request that
    ended in between decoded its last steps into the next reading (a sampled request's tail
@@ -142,9 +152,23 @@ class AcceptanceTracker:
             return False
         frac = {c: self.window[c] / total for c in CLASSES}
         target = 1.0 / value
-        for c in CLASSES:
-            if frac[c] > 0 and self.inverse[c] is None:
+        new = [c for c in CLASSES if frac[c] > 0 and self.inverse[c] is None]
+        if new and len(new) < sum(f > 0 for f in frac.values()):
+            # A class seen for the first time beside a known one starts at the observed value
+            # and takes the LMS step alone (kept within tau >= 1); the known estimate is left
+            # as it is (see the module docstring).
+            for c in new:
                 self.inverse[c] = target
+            residual = target - sum(frac[c] * (self.inverse[c] or 0.0) for c in CLASSES)
+            norm = sum(f * f for f in frac.values())
+            for c in new:
+                self.inverse[c] = min(1.0, max(1e-3, target + weight * residual * frac[c] / norm))
+                self.observed_at[c] = now
+            self.window = {k: self.running[k] + ended[k] for k in CLASSES}
+            self.adapter_window = self.adapter_running + adapter_ended
+            return True
+        for c in new:
+            self.inverse[c] = target
         predicted = sum(frac[c] * (self.inverse[c] or 0.0) for c in CLASSES)
         residual = target - predicted
         norm = sum(f * f for f in frac.values())

@@ -97,14 +97,50 @@ def test_tracker_ignores_an_idle_gauge_and_splits_classes():
     assert t.scraped(3.0, 200.0, 4.0, **kw) is False         # same value, < 160 tokens since
     t.finished("greedy")
     t.started("sampled")
-    # window: 1 greedy still counted (it was running) + 1 sampled; observed tau 2.0
-    # sampled starts at 1/2; greedy x += 0.5 * r * 0.5 / 0.5 with r = 1/2 - (0.5/3 + 0.5/2)
+    # window: 1 greedy still counted (it was running) + 1 sampled; observed tau 2.0. Sampled,
+    # first seen beside a known greedy, starts at 1/2 and takes the LMS step alone:
+    # x_s = 1/2 + 0.5 * r * 0.5 / 0.5 with r = 1/2 - (0.5/3 + 0.5/2); greedy keeps 3.0 and its age
     assert t.scraped(2.0, 400.0, 5.0, **kw) is True
-    r = 0.5 - (0.5 / 3 + 0.5 / 2)
-    assert t.accept_length("greedy", 5.0, 10.0) == pytest.approx(1 / (1 / 3 + 0.5 * r))
-    assert t.accept_length("sampled", 5.0, 10.0) == pytest.approx(1 / (0.5 + 0.5 * r))
-    assert t.accept_length("greedy", 15.1, 10.0) is None     # too old: unknown
-    assert t.age_s("greedy", 7.0) == pytest.approx(2.0)
+    x_s = 0.5 + 0.5 * (0.5 - (0.5 / 3 + 0.5 / 2))
+    assert t.accept_length("greedy", 5.0, 10.0) == pytest.approx(3.0)
+    assert t.accept_length("sampled", 5.0, 10.0) == pytest.approx(1 / x_s)
+    assert t.age_s("greedy", 7.0) == pytest.approx(5.0)      # greedy's last observation: 2.0
+    assert t.age_s("sampled", 7.0) == pytest.approx(2.0)
+    # once both are known, a mixed reading moves both (one LMS step of w 0.5)
+    t.started("greedy")
+    assert t.window == {"greedy": 2, "sampled": 1}           # the ended greedy one is carried
+    assert t.scraped(2.5, 600.0, 6.0, **kw) is True
+    r = 1 / 2.5 - (2 / 3 / 3 + 1 / 3 * x_s)                   # f = (2/3, 1/3), |f|^2 = 5/9
+    assert t.accept_length("greedy", 6.0, 10.0) == pytest.approx(1 / (1 / 3 + 0.5 * r * (2 / 3) / (5 / 9)))
+    assert t.accept_length("sampled", 6.0, 10.0) == pytest.approx(1 / (x_s + 0.5 * r * (1 / 3) / (5 / 9)))
+    assert t.accept_length("greedy", 16.1, 10.0) is None     # too old: unknown
+
+
+def test_a_first_seen_class_leaves_the_known_one_alone():
+    """Sampled requests right after greedy ones (one greedy carried into the window): greedy
+    keeps 2.2 instead of being dragged to 1.7, below its break-even; sampled starts at the
+    reading (1.02) and its step would take it below tau 1, where it is held."""
+    t = AcceptanceTracker()
+    kw = {"weight": 0.5, "refresh_tokens": 160, "running_reqs": 1}
+    t.started("greedy")
+    assert t.scraped(2.2, 0.0, 0.0, **kw) is False            # the first counter: a baseline
+    assert t.scraped(2.2, 100.0, 1.0, **kw) is True
+    t.finished("greedy")
+    assert t.scraped(2.2, 300.0, 2.0, **kw) is True           # 200 tokens since: re-measured
+    t.started("sampled")
+    assert t.window == {"greedy": 1, "sampled": 1}
+    before = t.accept_length("greedy", 2.0, 10.0)
+    assert t.scraped(1.02, 400.0, 3.0, **kw) is True
+    assert t.accept_length("sampled", 3.0, 10.0) == pytest.approx(1.0)
+    assert t.accept_length("greedy", 3.0, 10.0) == pytest.approx(before) == pytest.approx(2.2)
+    assert t.age_s("greedy", 3.0) == pytest.approx(1.0)
+    # both unknown and mixed (expired): both start at the observed value, as before
+    t.finished("sampled")
+    t.started("greedy")
+    assert t.accept_length("greedy", 20.0, 10.0) is None and t.accept_length("sampled", 20.0, 10.0) is None
+    assert t.scraped(1.8, 600.0, 21.0, **kw) is True
+    assert (t.accept_length("greedy", 21.0, 10.0), t.accept_length("sampled", 21.0, 10.0)) == (
+        pytest.approx(1.8), pytest.approx(1.8))
 
 
 def test_an_expired_estimate_is_measured_afresh_not_blended():
@@ -139,10 +175,12 @@ def test_a_request_that_ended_since_the_last_scrape_counts_in_the_next_reading()
     assert t.window == {"greedy": 0, "sampled": 1}          # carried into the next window
     t.started("greedy")
     assert t.scraped(1.9, 200.0, 2.0, **kw) is True
-    # window 1/2 greedy (first seen: 1/1.9), 1/2 sampled (1/1.4): one LMS step of w 0.5
+    # window 1/2 greedy (first seen: 1/1.9 and the LMS step alone), 1/2 sampled (known: keeps
+    # 1.4): the sampled tail's share of the reading is not put on greedy
     r = 1 / 1.9 - (0.5 / 1.9 + 0.5 / 1.4)
     assert t.accept_length("greedy", 2.0, 10.0) == pytest.approx(1 / (1 / 1.9 + 0.5 * r))
-    assert t.accept_length("sampled", 2.0, 10.0) == pytest.approx(1 / (1 / 1.4 + 0.5 * r))
+    assert 1 / (1 / 1.9 + 0.5 * r) > 1.9
+    assert t.accept_length("sampled", 2.0, 10.0) == pytest.approx(1.4)
     assert t.scraped(1.9, 200.0, 3.0, **kw) is False
     assert t.window == {"greedy": 1, "sampled": 0}          # only a reading resets the window
 
