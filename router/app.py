@@ -43,6 +43,7 @@ from router.fleet import Fleet, build_fleet
 from router.learn import SpeedFit, bucket_label
 from router.limits import KeyLimiter
 from router.metrics import LearningSeries, RouterMetrics, set_or_clear
+from router.pool import Pool
 from router.pools import Runtime
 from router.reload import Reloader
 from router.runtime_inputs import RuntimeInputs, build_runtime, load_runtime_inputs
@@ -152,7 +153,11 @@ class AppState:
         (the one place it moves), forget unhealthy endpoints in the prefix indexes, then copy
         pool state into the gauges. One round counts once, whatever the number of models."""
         for runtime in [runtimes] if isinstance(runtimes, Runtime) else runtimes:
-            runtime.advance_bypass(self.clock())
+            now = self.clock()
+            runtime.advance_bypass(now)
+            for pool, on in runtime.advance_checks(now):
+                if on:
+                    self.metrics.learning.fallbacks.labels(pool).inc()
             runtime.prune_prefix()
             self.refresh_gauges(runtime)
         self.scrape_rounds += 1
@@ -191,6 +196,7 @@ class AppState:
             m.signal_age.labels(pool.name, "scrape").set(-1.0 if scrape_age is None else scrape_age)
             if pool.fit is not None:
                 _learning_gauges(m.learning, pool.name, pool.fit, now)
+                _check_gauges(m.learning, pool, now)
         m.shared_state_degraded.set(int(self.shared.degraded))
         if self.discovery is not None:
             self.discovery.refresh_gauges(runtime)
@@ -217,6 +223,19 @@ def _learning_gauges(series: LearningSeries, pool: str, fit: SpeedFit, now: floa
     series.age.labels(pool).set(-1.0 if fit.updated_at is None else now - fit.updated_at)
     for (cls, bucket), tau in fit.accept_table().items():
         series.accept_length.labels(pool, cls, bucket_label(bucket)).set(tau)
+
+
+def _check_gauges(series: LearningSeries, pool: Pool, now: float) -> None:
+    """Set one pool's prediction-check series (:mod:`router.prediction_check`) from its checks."""
+    check = pool.check
+    if check is None:
+        return
+    series.fallback.labels(pool.name).set(int(check.fallback))
+    for (kind, cls, bucket), (error, bias, n) in check.cells(now).items():
+        labels = (pool.name, kind, cls, bucket_label(bucket))
+        series.prediction_error.labels(*labels).set(-1.0 if error is None else error)
+        series.prediction_bias.labels(*labels).set(0.0 if bias is None else bias)
+        series.prediction_checks.labels(*labels).set(n)
 
 
 def tune_interpreter() -> None:

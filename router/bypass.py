@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from router.acceptance import CLASSES
 from router.config import RoutingConfig
-from router.policy import next_low_acceptance, next_saturated
+from router.hysteresis import next_low_acceptance, next_saturated
 
 __all__ = ["FLAGS", "BypassState"]
 

@@ -15,6 +15,7 @@ from router.config_base import NonNegativeInt, PositiveFloat, PositiveInt, Stric
 __all__ = [
     "AcceptanceConfig",
     "LearningConfig",
+    "PredictionCheckConfig",
     "PrefixCacheConfig",
     "RoutingConfig",
     "SaturationConfig",
@@ -116,6 +117,44 @@ class PrefixCacheConfig(Strict):
     sticky_load_factor: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 2.0
 
 
+class PredictionCheckConfig(Strict):
+    """Every prediction checked against what happened (:mod:`router.prediction_check`), and the
+    fallback while a pool's predictions are off.
+
+    A pool's *median relative error* is the median of ``|predicted - realised| / realised``
+    over its last ``window`` checked requests younger than ``max_age_s`` (the prediction
+    evaluated with the request's realised output tokens, against the time from the router
+    receiving it to its last byte). While some candidate pool's error is at least
+    ``fallback_enter`` (once it has ``min_checks`` recent checks), a decision by prediction
+    joins the shorter queue instead (the candidate endpoint with the least load, first in
+    config order on ties; reason ``shortest_queue``); the pool comes back once its error is
+    below ``fallback_exit``, or when fewer than ``min_checks`` recent checks are left.
+
+    Attributes:
+        enabled: check and fall back (False: check only, never fall back).
+        window: checks kept per pool, and per kind, class and bucket (count).
+        min_checks: recent checks a pool needs before its error can turn the fallback on.
+        max_age_s: checks older than this are not counted (s).
+        fallback_enter: median relative error at or above which the pool falls back (ratio).
+        fallback_exit: median relative error below which it comes back (ratio, < enter).
+    """
+
+    enabled: StrictBool = True
+    window: Annotated[int, Field(ge=1, le=4096)] = 64
+    min_checks: PositiveInt = 16
+    max_age_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 300.0
+    fallback_enter: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.5
+    fallback_exit: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.3
+
+    @model_validator(mode="after")
+    def _check(self) -> PredictionCheckConfig:
+        if self.fallback_exit >= self.fallback_enter:
+            raise ValueError("fallback_exit must be below fallback_enter")
+        if self.min_checks > self.window:
+            raise ValueError("min_checks must be at most window")
+        return self
+
+
 class LearningConfig(Strict):
     """The live speed models (:mod:`router.learn`): each pool's speed learned from its own
     finished requests, starting from its ``speed`` block (else a default prior).
@@ -148,6 +187,8 @@ class LearningConfig(Strict):
             dispatch state, no ``return_spec_tokens_details``). Bounds the learning's CPU at
             rates far above an LLM pool's usual ones, and keeps the fit's memory (about
             ``1 / (1 - forgetting)`` observations) at least that many seconds long there.
+        check: every prediction checked, and the fallback to the shorter queue while a
+            pool's predictions are off (:class:`PredictionCheckConfig`).
     """
 
     enabled: StrictBool = True
@@ -158,6 +199,7 @@ class LearningConfig(Strict):
     acceptance_memory_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 30.0
     change_detection: StrictBool = True
     max_observations_per_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 100.0
+    check: PredictionCheckConfig = PredictionCheckConfig()
 
 
 class RoutingConfig(Strict):

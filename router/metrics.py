@@ -141,6 +141,12 @@ class LearningSeries:
     prediction error, exponentially averaged; -1 before any), ``..._age_seconds{pool}`` (since
     the last observation; -1: never), ``specgate_accept_length_learned{pool,class,bucket}``
     (measured tau per temperature class and context bucket, ``le_<tokens>`` or ``gt_<tokens>``).
+    The checked predictions (:mod:`router.prediction_check`), per pool, ``kind`` (``completion``,
+    ``ttft``), class and bucket over the recent checks: ``specgate_prediction_error`` (median
+    relative error), ``specgate_prediction_bias`` (median signed relative error: > 0 predicted
+    too slow), ``specgate_prediction_checks`` (checks counted); ``specgate_prediction_fallback{pool}``
+    (1 while the pool's decisions join the shorter queue) and
+    ``specgate_prediction_fallbacks_total{pool}`` (times the fallback turned on).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -157,6 +163,20 @@ class LearningSeries:
             "specgate_accept_length_learned",
             "Measured accept length per temperature class and context bucket (tokens per verify step).",
             ["pool", "class", "bucket"], registry=registry)
+        cell = ["pool", "kind", "class", "bucket"]
+        self.prediction_error = Gauge("specgate_prediction_error",
+                                      "Median relative error of the pool's checked predictions (recent checks).",
+                                      cell, registry=registry)
+        self.prediction_bias = Gauge("specgate_prediction_bias",
+                                     "Median signed relative error of the checked predictions (> 0: too slow).",
+                                     cell, registry=registry)
+        self.prediction_checks = Gauge("specgate_prediction_checks",
+                                       "Recent checked predictions the error is over.", cell, registry=registry)
+        self.fallback = Gauge("specgate_prediction_fallback",
+                              "1 while the pool's predictions are off and decisions join the shorter queue.",
+                              ["pool"], registry=registry)
+        self.fallbacks = Counter("specgate_prediction_fallbacks",
+                                 "Times the pool's prediction fallback turned on.", ["pool"], registry=registry)
 
 
 def _installed_version() -> str:

@@ -531,7 +531,7 @@ def _record(state: AppState, runtime: Runtime, job: ProxyJob) -> None:
     for refused in job.rejections:
         m.engine_rejections.inc(refused)
     live = _live_runtime(state, runtime)
-    _learn(state, live, job, duration)
+    error = _learn(state, live, job, duration)
     state.limiter.finish(job.ticket, job.observer.usage if job.observer is not None else None)
     if job.span is not None:
         end_span(job.span, job.status, None if job.outcome == "ok" else job.outcome,
@@ -546,25 +546,32 @@ def _record(state: AppState, runtime: Runtime, job: ProxyJob) -> None:
             "n": job.features.n, "stream": job.features.stream, "attempts": job.attempts,
             "temperature_class": job.features.temperature_class,
             "predicted_s": {p: round(t, 4) for p, t in job.decision.predicted} or None,
+            "prediction_error": None if error is None else round(error, 4),
             "ttfb_s": None if job.ttfb_s is None else round(job.ttfb_s, 6),
             "duration_s": round(duration, 6)}).decode())
 
 
-def _learn(state: AppState, runtime: Runtime, job: ProxyJob, duration_s: float) -> None:
-    """Feed a chat or completions request answered in full, on the endpoint it was dispatched to,
-    that did not wait in the engine, to its pool's fit (:meth:`Runtime.learn`); its ``n * prompts``
-    sequences as one of the longest prompt with the mean output, in a batch that holds them all."""
+def _learn(state: AppState, runtime: Runtime, job: ProxyJob, duration_s: float) -> float | None:
+    """Check the decision's prediction for a chat or completions request answered in full on
+    the endpoint it was dispatched to (:meth:`Runtime.check_prediction`; returns the relative
+    error, None when unchecked) and, when it did not wait in the engine, feed it to its pool's
+    fit (:meth:`Runtime.learn`); its ``n * prompts`` sequences as one of the longest prompt with
+    the mean output, in a batch that holds them all."""
     usage = job.observer.usage if job.observer is not None else None
     dispatch = job.extra.get("dispatch")
     if (job.status != 200 or job.outcome != "ok" or not isinstance(usage, dict) or dispatch is None
             or job.features.adapters  # an adapter's speed and acceptance are not the base model's
             or job.decision.pool is None):
-        return
+        return None
     url, load, waits, context = dispatch
     output = usage.get("completion_tokens")
     sequences = job.features.n * job.features.num_prompts
-    if url != job.lease.endpoint.url or waits or type(output) is not int or output < sequences:
-        return
+    if url != job.lease.endpoint.url or type(output) is not int or output < sequences:
+        return None
+    error = runtime.check_prediction(job.decision, job.features, output_tokens=round(output / sequences),
+                                     duration_s=duration_s, ttfb_s=job.ttfb_s, now=state.clock())
+    if waits:
+        return error
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     features = job.features
@@ -577,3 +584,4 @@ def _learn(state: AppState, runtime: Runtime, job: ProxyJob, duration_s: float) 
                   output_tokens=round(output / sequences), dispatch_load=load, duration_s=duration_s,
                   temperature=job.features.temperature_class, now=state.clock(),
                   accept_length=job.extra.get("spec_accept_length"), context=context, sequences=sequences)
+    return error

@@ -49,7 +49,10 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
    started on a plain pool while the speculative one was saturated stays there after the
    bypass turns off (reason ``prefix_affinity``), until its endpoint reaches the ceiling or
    its cache is gone. With speed models every candidate is predicted (cached prefill
-   counted), and a saturated pool kept by affinity that wins says ``prefix_affinity``.
+   counted), and a saturated pool kept by affinity that wins says ``prefix_affinity``; while
+   some candidate pool's predictions are off (``prediction_fallback``,
+   :mod:`router.prediction_check`), the candidate endpoint with the least load wins instead
+   (config order on ties), reason ``shortest_queue``.
 4. **Fallback**: no plain pool can take it (none configured, none healthy, or none large
    enough), but a speculative pool fits and is healthy (only bypassed: long prompt, opt-out,
    saturation, acceptance) -> that pool, reason ``plain_unhealthy``. A deployment of
@@ -65,14 +68,15 @@ pool is :func:`router.prefix.pick_endpoint` on each snapshot's ``cached_tokens``
 :attr:`Decision.endpoint_reason`), and a completion-time prediction counts that estimate as
 cached prefill.
 
-Hysteresis (:func:`next_saturated`, :func:`next_low_acceptance`) is pure too: the runtime
+Hysteresis (:func:`next_saturated`, :func:`next_low_acceptance`,
+:func:`next_prediction_fallback`, in :mod:`router.hysteresis`) is pure too: the runtime
 advances it in one named step per scrape round and feeds the result back as snapshot flags.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
@@ -80,6 +84,12 @@ from router.acceptance import temperature_class
 from router.capabilities import preferred_features, required_features, unmet
 from router.checks import SPECULATIVE_CHECKS, Rejection, Strength
 from router.features import ParsedRequest, RequestFeatures, prompt_count
+from router.hysteresis import (
+    expected_speedup,
+    next_low_acceptance,
+    next_prediction_fallback,
+    next_saturated,
+)
 from router.learn import context_bucket
 from router.predict import SpeedModel, completion_s
 from router.prefix import PickReason, PrefixRequest, pick_endpoint
@@ -87,8 +97,8 @@ from router.reasons import Reason
 
 __all__ = [
     "Decision", "EndpointSnapshot", "Outcome", "PoolShape", "PoolSnapshot", "Reason", "Rules",
-    "batch_context", "decide", "expected_speedup", "flip_points", "next_low_acceptance", "next_saturated",
-    "output_budget", "over_length_message", "request_features", "screen",
+    "batch_context", "decide", "expected_speedup", "flip_points", "next_low_acceptance", "next_prediction_fallback",
+    "next_saturated", "output_budget", "over_length_message", "predict_request", "request_features", "screen",
 ]
 
 
@@ -187,6 +197,8 @@ class PoolSnapshot:
             a request's cell wins over the class's tau.
         adapters: the LoRA adapters some endpoint of the pool has; a request asking for
             another one never goes to the pool (:func:`router.checks.lora_adapter`).
+        prediction_fallback: the pool's predictions are off (:func:`next_prediction_fallback`):
+            a decision among candidates that include it joins the shorter queue.
     """
 
     name: str
@@ -203,6 +215,7 @@ class PoolSnapshot:
     canary_mismatch: bool = False
     accept_table: Mapping[tuple[str, int], float] | None = None
     adapters: frozenset[str] = frozenset()
+    prediction_fallback: bool = False
 
     def accept_length(self, temperature: str, prompt_tokens: int | None = None) -> float | None:
         """tau for a request of this temperature class (and prompt length: its measured cell)."""
@@ -226,6 +239,9 @@ class Decision:
             choice was made by predicted completion time (empty otherwise).
         endpoint_reason: why this endpoint inside the pool (:class:`router.prefix.PickReason`
             value) when prefix routing chose it; None otherwise.
+        basis: the chosen pool's snapshot when ``predicted`` is set (what the prediction read:
+            :func:`predict_request` evaluates it again with what happened); None otherwise. Not
+            compared: two decisions are equal when they route alike.
     """
 
     pool: str | None
@@ -234,6 +250,7 @@ class Decision:
     outcome: Outcome = Outcome.ROUTED
     predicted: tuple[tuple[str, float], ...] = ()
     endpoint_reason: str | None = None
+    basis: PoolSnapshot | None = field(default=None, compare=False, repr=False)
 
 
 def output_budget(requested: int | None, prompt_tokens: int, rules: Rules) -> int:
@@ -418,15 +435,26 @@ def batch_context(e: EndpointSnapshot, prompt_tokens: int, output_tokens: int) -
     return (e.kv_used_tokens + prompt_tokens + output_tokens / 2) / (running + 1)
 
 
-def _predict(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
-    """Predicted completion seconds of the request on ``endpoint`` (:func:`router.predict.completion_s`)."""
-    assert pool.speed is not None
-    e = next(e for e in pool.endpoints if e.url == endpoint)
+def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str,
+                    output_tokens: int | None = None) -> float:
+    """Predicted completion seconds of the request on ``endpoint`` of ``pool``
+    (:func:`router.predict.completion_s`), with ``output_tokens`` per sequence (default: the
+    budget ``M``; the KV reservation is the budget's either way, as the engine reserves it).
+
+    Raises:
+        ValueError: ``pool`` has no speed model, or no endpoint ``endpoint``.
+    """
+    if pool.speed is None:
+        raise ValueError(f"pool {pool.name} has no speed model")
+    e = next((e for e in pool.endpoints if e.url == endpoint), None)
+    if e is None:
+        raise ValueError(f"pool {pool.name} has no endpoint {endpoint}")
+    m = features.max_new_tokens if output_tokens is None else output_tokens
     p = features.predicted_prompt_tokens  # the expected P where only its bound is known
     need = (features.num_prompts * features.predicted_weight + pool.reserved) * (1 + e.queued)
     return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=p,
-                        context_tokens=batch_context(e, p, features.max_new_tokens),
-                        cached_tokens=e.cached_tokens, output_tokens=features.max_new_tokens,
+                        context_tokens=batch_context(e, p, m),
+                        cached_tokens=e.cached_tokens, output_tokens=m,
                         accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
                         kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
 
@@ -494,7 +522,11 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         if endpoint is not None:
             candidates.append((pool, endpoint))
     if len(candidates) > 1 and all(c.speed is not None for c, _ in candidates):
-        predicted = tuple((c.name, _predict(features, c, url)) for c, url in candidates)
+        predicted = tuple((c.name, predict_request(features, c, url)) for c, url in candidates)
+        if _distrusted(candidates):  # some pool's predictions are off: join the shorter queue
+            pool, endpoint = _shortest_queue(candidates)
+            return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
+                            endpoint_reason=why.get(endpoint), basis=pool)
         order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
         pool, endpoint = candidates[order[0]]
         reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
@@ -502,7 +534,8 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         if runner is not None:
             pool, endpoint = candidates[runner]
             reason = Reason.EXPLORE
-        return Decision(pool.name, endpoint, reason, predicted=predicted, endpoint_reason=why.get(endpoint))
+        return Decision(pool.name, endpoint, reason, predicted=predicted, endpoint_reason=why.get(endpoint),
+                        basis=pool)
     if candidates:
         affine = _affine(candidates, why, prefix)
         pool, endpoint = affine or candidates[0]
@@ -516,6 +549,27 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     if fallback is not None:
         return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY, endpoint_reason=why.get(fallback[1]))
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
+
+
+def _distrusted(candidates: Sequence[tuple[PoolSnapshot, str]]) -> bool:
+    """Whether some candidate pool's predictions are off (``prediction_fallback``)."""
+    for c, _ in candidates:  # a loop, not any(): no generator on every decision's path
+        if c.prediction_fallback:
+            return True
+    return False
+
+
+def _shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]]) -> tuple[PoolSnapshot, str]:
+    """The candidate whose chosen endpoint has the least load (requests; the first in config
+    order, speculative pools first, on ties): join the shorter queue, the rule that needs no
+    model (Winston 1977, "Optimality of the shortest line discipline", J. Appl. Prob. 14(1))."""
+    best = candidates[0]
+    low = _load(best[0].endpoints, best[1])
+    for pool, url in candidates[1:]:
+        load = _load(pool.endpoints, url)
+        if load < low:
+            best, low = (pool, url), load
+    return best
 
 
 def _runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
@@ -546,46 +600,3 @@ def _reason(pool: PoolSnapshot, candidates: Sequence[tuple[PoolSnapshot, str]], 
         if c.speculative:
             return over_speculative
     return spec_reason or Reason.PLAIN_ONLY
-
-
-def next_saturated(previous: bool, load: int, *, enter: int, exit: int) -> bool:
-    """Saturation hysteresis: on at ``load >= enter``, off at ``load < exit``, else unchanged.
-
-    Args:
-        previous: the current bypass state.
-        load: the pool's load (requests running + queued, or in flight).
-        enter: ``routing.saturation.enter``; exit: ``routing.saturation.exit`` (< enter).
-    """
-    if load >= enter:
-        return True
-    if load < exit:
-        return False
-    return previous
-
-
-def expected_speedup(accept_length: float, *, gamma: int, c: float) -> float:
-    """Expected speedup S = tau / (c * gamma + 1) from a measured mean accept length tau.
-
-    tau is SGLang's ``spec_accept_length`` (tokens emitted per verify step, bonus included);
-    gamma the draft length (tokens); c the drafter's relative cost (Leviathan et al. 2023,
-    arXiv:2211.17192, section 3.2).
-    """
-    return accept_length / (c * gamma + 1.0)
-
-
-def next_low_acceptance(previous: bool, accept_length: float | None, *, gamma: int, c: float,
-                        enter_below: float, exit_above: float) -> bool:
-    """Acceptance hysteresis on the expected speedup.
-
-    A missing, stale or zero accept length is *unknown* (the SGLang gauge refreshes every 40
-    decode steps, and a bypassed pool decodes nothing): unknown turns the bypass off so the
-    pool is measured again, never on.
-    """
-    if accept_length is None or accept_length <= 0:
-        return False
-    speedup = expected_speedup(accept_length, gamma=gamma, c=c)
-    if speedup < enter_below:
-        return True
-    if speedup >= exit_above:
-        return False
-    return previous

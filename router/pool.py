@@ -15,6 +15,7 @@ from router.config import PoolConfig
 from router.endpoint import Endpoint
 from router.learn import DEFAULT_PRIOR, ObservationBudget, SpeedFit
 from router.predict import SpeedModel
+from router.prediction_check import PredictionCheck
 
 __all__ = ["Pool"]
 
@@ -44,6 +45,14 @@ class Pool:
         self.budget: ObservationBudget | None = None
         #: what the fit starts from: the speed block, else the default prior
         self.prior = self.speed or replace(DEFAULT_PRIOR, gamma=gamma, c=c)
+        #: every prediction for this pool checked against what happened, and the fallback
+        #: state (routing.learning.check), set by the Runtime; None: not learning
+        self.check: PredictionCheck | None = None
+
+    @property
+    def prediction_fallback(self) -> bool:
+        """The pool's predictions are off: decisions among its candidates join the shorter queue."""
+        return self.check is not None and self.check.fallback
 
     @property
     def saturated(self) -> bool:

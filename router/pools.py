@@ -41,11 +41,13 @@ from router.bypass import FLAGS
 from router.config import Config, ConfigError, Overrides, RoutingConfig
 from router.endpoint import Endpoint, Lease, LeaseLedger
 from router.features import PromptCounter, RequestFeatures, TokensPerByte
+from router.hysteresis import next_prediction_fallback
 from router.learn import (
     MIN_OWN_OBSERVATIONS,
     Observation,
     ObservationBudget,
     SpeedFit,
+    context_bucket,
     share_priors,
 )
 from router.models import lacking_adapters, pool_adapters
@@ -57,8 +59,10 @@ from router.policy import (
     batch_context,
     decide,
     flip_points,
+    predict_request,
 )
 from router.pool import Pool
+from router.prediction_check import PredictionCheck
 from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
 from router.snapshot_cache import SnapshotCache
 
@@ -209,6 +213,54 @@ class Runtime:
             budget = prev.budget if prev is not None else None
             rate = learning.max_observations_per_s
             pool.budget = budget if budget is not None and budget.rate == rate else ObservationBudget(rate)
+            check, cc = (prev.check if prev is not None else None), learning.check
+            pool.check = check if check is not None and (check.window, check.max_age_s) == (cc.window, cc.max_age_s) \
+                else PredictionCheck(cc.window, cc.max_age_s)
+
+    def advance_checks(self, now: float) -> list[tuple[str, bool]]:
+        """Advance every pool's prediction-fallback hysteresis
+        (:func:`router.hysteresis.next_prediction_fallback` on its median relative error,
+        ``routing.learning.check``; the one step that changes it, once per scrape round).
+        Returns ``(pool, new state)`` of the pools whose state changed (each logged)."""
+        cc = self.routing.learning.check
+        changed = []
+        for pool in self.pools:
+            check = pool.check
+            if check is None:
+                continue
+            error, checks = check.error(now)
+            new = cc.enabled and next_prediction_fallback(check.fallback, error, checks, enter=cc.fallback_enter,
+                                                          exit=cc.fallback_exit, min_checks=cc.min_checks)
+            if new != check.fallback:
+                check.fallback, check.fallback_since = new, now
+                check.fallbacks += new
+                changed.append((pool.name, new))
+                log.warning("pool %s: predictions %s (median relative error %s over %d checks); decisions %s",
+                            pool.name, "off" if new else "back within bounds",
+                            "n/a" if error is None else f"{error:.3f}", checks,
+                            "join the shorter queue" if new else "by prediction again")
+        return changed
+
+    def check_prediction(self, decision: Decision, features: RequestFeatures, *, output_tokens: int,
+                         duration_s: float, ttfb_s: float | None, now: float) -> float | None:
+        """Check ``decision``'s prediction for the request it routed, answered in full with
+        ``output_tokens`` per sequence, ``duration_s`` from receipt to the last byte and (a
+        stream) ``ttfb_s`` to the first (:mod:`router.prediction_check`). Returns the
+        completion's relative error, or None when nothing was checked (no prediction behind
+        the decision, a pool not learning)."""
+        pool = self.pool(decision.pool)
+        basis, url = decision.basis, decision.endpoint
+        if pool is None or pool.check is None or basis is None or url is None or basis.name != pool.name:
+            return None
+        cls, bucket = features.temperature_class, context_bucket(features.predicted_prompt_tokens)
+        try:
+            err = pool.check.add("completion", cls, bucket, predict_request(features, basis, url, output_tokens),
+                                 duration_s, now)
+            if ttfb_s is not None and features.stream:
+                pool.check.add("ttft", cls, bucket, predict_request(features, basis, url, 1), ttfb_s, now)
+        except ValueError:  # the basis lacks a speed model or the endpoint (cannot happen for a predicted decision)
+            return None
+        return err
 
     def measures(self, pool_name: str | None, now: float) -> bool:
         """Whether a request dispatched now to ``pool_name`` is measured for its pool's fit
@@ -516,7 +568,8 @@ class Runtime:
             revoked = p.canary_revoked  # Pool.capabilities, with the config's part computed once
             out.append(self._snapshot_cache.get(
                 p, endpoints, sat, low, greedy, sampled, served - revoked if served is not None and revoked else served,
-                p.canary_mismatch, pool_adapters(p.endpoints.values()) if adapters else _NONE))
+                p.canary_mismatch, pool_adapters(p.endpoints.values()) if adapters else _NONE,
+                p.check is not None and p.check.fallback))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),

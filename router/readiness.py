@@ -39,7 +39,8 @@ def _pool_view(p: Pool, now: float, max_age: float) -> dict[str, Any]:
             "signal_age_s": {"scrape": _age(p.scrape_age_s(now)),
                              **{f"acceptance_{c}": _age(p.signal_age_s(c, now)) for c in CLASSES}},
             "accept_length_estimate": {c: p.estimated_accept_length(c, now, max_age) for c in CLASSES},
-            "speed_model": None if p.fit is None else p.fit.status(now)}
+            "speed_model": None if p.fit is None else p.fit.status(now),
+            "prediction": None if p.check is None else p.check.status(now)}
 
 
 def ready_view(fleet: Fleet, now: float, draining: bool) -> tuple[bool, dict[str, Any]]:

@@ -46,6 +46,8 @@ class Reason(StrEnum):
     PLAIN_FASTER = ("plain_faster", "the plain pool is predicted to finish the request first")
     PLAIN_BUSIER = ("plain_busier", "a bypass would have moved it to a more loaded pool: kept on speculation")
     EXPLORE = ("explore", "the runner-up pool takes it so that its speed stays measured")
+    SHORTEST_QUEUE = ("shortest_queue",
+                      "a pool's predictions are off (routing.learning.check): the shorter queue takes it")
     PLAIN_ONLY = ("plain_only", "no speculative pool is configured")
     PLAIN_UNHEALTHY = ("plain_unhealthy", "no plain pool can take it; a bypassed speculative pool does")
     CONTEXT_CAP = ("context_cap", "prompt + output budget above limits.max_context_tokens: HTTP 400")

@@ -42,14 +42,16 @@ class SnapshotCache:
     def get(self, pool: Pool, endpoints: tuple[EndpointValues, ...], saturated: bool,
             low_acceptance: frozenset[str], accept_length_greedy: float | None,
             accept_length_sampled: float | None, capabilities: frozenset[str] | None,
-            canary_mismatch: bool, adapters: frozenset[str] = frozenset()) -> PoolSnapshot:
+            canary_mismatch: bool, adapters: frozenset[str] = frozenset(),
+            prediction_fallback: bool = False) -> PoolSnapshot:
         """The snapshot of ``pool`` with these values (the :class:`~router.policy.PoolSnapshot`
         fields of the same names; built on a miss). A learning pool's speed model and
         acceptance table are keyed by the fit's version (they change only when it takes a
         request or a new prior)."""
         fit = pool.fit
         key = (pool, -1 if fit is None else fit.version, endpoints, saturated, low_acceptance,
-               accept_length_greedy, accept_length_sampled, capabilities, canary_mismatch, adapters)
+               accept_length_greedy, accept_length_sampled, capabilities, canary_mismatch, adapters,
+               prediction_fallback)
         snap = self._map.get(key)
         if snap is None:
             if len(self._map) >= self.MAX_ENTRIES:
@@ -60,5 +62,6 @@ class SnapshotCache:
                 low_acceptance=low_acceptance, speed=pool.speed if fit is None else fit.model,
                 accept_length_greedy=accept_length_greedy, accept_length_sampled=accept_length_sampled,
                 capabilities=capabilities, canary_mismatch=canary_mismatch, adapters=adapters,
+                prediction_fallback=prediction_fallback,
                 accept_table=fit.accept_table() if fit is not None and pool.speculative else None)
         return snap

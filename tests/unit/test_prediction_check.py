@@ -1,0 +1,196 @@
+"""Every prediction checked against what happened, and the fallback to the shorter queue
+(router.prediction_check, router.hysteresis.next_prediction_fallback, router.policy.decide,
+router.pools.Runtime.advance_checks / check_prediction)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from router.config import ConfigError, parse_config
+from router.features import PromptCounter, RequestFeatures
+from router.hysteresis import next_prediction_fallback
+from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Reason, Rules, decide, predict_request
+from router.pools import Runtime
+from router.predict import SpeedModel, completion_s
+from router.prediction_check import PredictionCheck, median
+from router.scraper import EngineLoad
+
+MODEL = SpeedModel(decode_s_per_token=0.02, batch_knee=32.0, prefill_s_per_token=1e-4)
+RULES = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
+
+
+def test_median_of_odd_even_and_empty():
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    assert median([]) is None
+
+
+def test_a_check_is_the_signed_relative_error_and_the_pool_error_its_median():
+    check = PredictionCheck(window=4, max_age_s=100.0)
+    assert check.add("completion", "greedy", 0, 2.0, 1.0, now=0.0) == 1.0     # twice too slow
+    assert check.add("completion", "greedy", 0, 0.5, 1.0, now=1.0) == -0.5    # twice too fast
+    assert check.add("completion", "sampled", 1, 1.1, 1.0, now=2.0) == pytest.approx(0.1)
+    assert check.add("completion", "greedy", 0, 1.0, 0.0, now=2.0) is None    # nothing realised: not taken
+    assert check.error(3.0) == (pytest.approx(0.5), 3)
+    assert check.checked == {"completion": 3, "ttft": 0}
+    # the window keeps the last 4 of the pool
+    for i in range(4):
+        check.add("completion", "greedy", 0, 1.0, 1.0, now=3.0 + i)
+    assert check.error(10.0) == (0.0, 4)
+    cells = check.cells(10.0)
+    assert cells[("completion", "greedy", 0)] == (0.0, 0.0, 4)       # the cell's own window of 4
+    assert cells[("completion", "sampled", 1)] == (pytest.approx(0.1), pytest.approx(0.1), 1)
+
+
+def test_old_checks_are_not_counted():
+    check = PredictionCheck(window=64, max_age_s=10.0)
+    check.add("completion", "greedy", 0, 3.0, 1.0, now=0.0)
+    check.add("completion", "greedy", 0, 1.0, 1.0, now=8.0)
+    assert check.error(9.0) == (1.0, 2)
+    assert check.error(10.5) == (0.0, 1)
+    assert check.error(30.0) == (None, 0)
+    assert check.cells(30.0) == {}
+
+
+def test_status_shows_pool_kind_and_cells():
+    check = PredictionCheck(window=8, max_age_s=60.0)
+    check.add("completion", "greedy", 1, 1.5, 1.0, now=0.0)
+    check.add("ttft", "greedy", 1, 0.1, 0.2, now=0.0)
+    status = check.status(1.0)
+    assert status["fallback"] is False and status["fallbacks"] == 0 and status["fallback_age_s"] is None
+    assert (status["median_relative_error"], status["checks"], status["checked"]) == (0.5, 1, 1)
+    assert status["completion"]["cells"] == {"greedy/le_4096": {"median_relative_error": 0.5, "bias": 0.5,
+                                                                 "checks": 1}}
+    assert status["ttft"]["bias"] == -0.5 and status["ttft"]["checked"] == 1
+
+
+@pytest.mark.parametrize(("previous", "error", "checks", "expected"), [
+    (False, 0.6, 16, True),    # off enough, enough checks
+    (False, 0.6, 15, False),   # too few checks to judge
+    (True, 0.4, 16, True),     # between the bounds: unchanged
+    (False, 0.4, 16, False),
+    (True, 0.29, 16, False),   # below exit: back
+    (True, 0.9, 3, False),     # the checks aged out: the model gets its chance again
+    (True, None, 0, False),
+    (False, 0.5, 16, True),    # at enter
+])
+def test_fallback_hysteresis(previous, error, checks, expected):
+    assert next_prediction_fallback(previous, error, checks, enter=0.5, exit=0.3, min_checks=16) is expected
+
+
+def _pools(spec_load: int, plain_load: int, *, spec_off: bool = False, plain_off: bool = False):
+    spec = PoolSnapshot("spec", True, 4096, 4, (EndpointSnapshot("http://s", True, spec_load),),
+                        speed=replace(MODEL, gamma=4, c=0.05), accept_length_greedy=3.0, accept_length_sampled=3.0,
+                        prediction_fallback=spec_off)
+    plain = PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, plain_load),),
+                         speed=MODEL, prediction_fallback=plain_off)
+    return spec, plain
+
+
+def test_a_distrusted_pool_makes_the_decision_join_the_shorter_queue():
+    f = RequestFeatures(prompt_tokens=100, max_new_tokens=100, temperature_class="greedy")
+    trusted = decide(f, _pools(3, 1), RULES)
+    assert (trusted.pool, trusted.reason) == ("spec", Reason.SPECULATIVE)  # tau 3: spec predicted first
+    assert trusted.basis == _pools(3, 1)[0]
+    for spec_off, plain_off in ((True, False), (False, True)):
+        d = decide(f, _pools(3, 1, spec_off=spec_off, plain_off=plain_off), RULES)
+        assert (d.pool, d.endpoint, d.reason) == ("plain", "http://p", Reason.SHORTEST_QUEUE)
+        assert [p for p, _ in d.predicted] == ["spec", "plain"]  # still predicted: the check goes on
+        assert d.basis is not None and d.basis.name == "plain"
+    # ties go to the first candidate in config order (the speculative pool)
+    tie = decide(f, _pools(2, 2, spec_off=True), RULES)
+    assert (tie.pool, tie.reason) == ("spec", Reason.SHORTEST_QUEUE)
+    # exploration does not apply in the fallback
+    assert decide(f, _pools(0, 5, spec_off=True), replace(RULES, explore_every=1)).reason is Reason.SHORTEST_QUEUE
+
+
+def test_the_fallback_keeps_the_hard_checks():
+    over = RequestFeatures(prompt_tokens=4000, max_new_tokens=90)  # P + M + K above the spec pool's limit
+    pools = (replace(_pools(0, 9, spec_off=True)[0], limit=2048), _pools(0, 9)[1])
+    assert decide(over, pools, RULES) == Decision("plain", "http://p", Reason.LONG_CONTEXT)
+
+
+def test_predict_request_with_the_realised_output():
+    f = RequestFeatures(prompt_tokens=500, max_new_tokens=300)
+    spec, plain = _pools(2, 0)
+    budget = predict_request(f, plain, "http://p")
+    realised = predict_request(f, plain, "http://p", 40)
+    assert budget == completion_s(MODEL, batch=1, prompt_tokens=500, cached_tokens=0, output_tokens=300,
+                                  accept_length=None, kv_need_tokens=800)
+    assert realised == completion_s(MODEL, batch=1, prompt_tokens=500, cached_tokens=0, output_tokens=40,
+                                    accept_length=None, kv_need_tokens=800)
+    with pytest.raises(ValueError, match="no endpoint"):
+        predict_request(f, plain, "http://x")
+    with pytest.raises(ValueError, match="no speed model"):
+        predict_request(f, replace(plain, speed=None), "http://p")
+
+
+def _runtime(check: dict | None = None) -> Runtime:
+    doc = {"model": {"name": "m", "tokenizer": "/tmp/t"}, "limits": {"max_context_tokens": 4096},
+           "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
+                       "learning": {"check": check or {"min_checks": 4, "window": 8}}},
+           "pools": [{"name": "spec", "speculative": True, "endpoints": ["http://s:1"]},
+                     {"name": "plain", "speculative": False, "endpoints": ["http://p:1"]}]}
+    rt = Runtime(parse_config(doc), PromptCounter.__new__(PromptCounter))
+    for ep in rt.all_endpoints():
+        ep.record_success(EngineLoad(num_running_reqs=0, max_total_num_tokens=50_000, token_usage=0.0), now=1.0)
+        ep.record_success(EngineLoad(num_running_reqs=0, max_total_num_tokens=50_000, token_usage=0.0), now=1.0)
+    return rt
+
+
+def test_the_runtime_checks_predictions_and_falls_back_and_comes_back():
+    rt = _runtime()
+    f = RequestFeatures(prompt_tokens=200, max_new_tokens=100, temperature_class="greedy")
+    d = rt.decide(f, 2.0)
+    assert d.reason in (Reason.SPECULATIVE, Reason.PLAIN_FASTER) and d.basis is not None
+    predicted = predict_request(f, d.basis, d.endpoint, 50)
+    # the engine takes 3x the prediction, again and again
+    for i in range(4):
+        err = rt.check_prediction(d, f, output_tokens=50, duration_s=3 * predicted, ttfb_s=None, now=2.0 + i)
+        assert err == pytest.approx(-2 / 3)
+    pool = rt.pool(d.pool)
+    assert pool.check.error(6.0) == (pytest.approx(2 / 3), 4)
+    assert rt.advance_checks(6.0) == [(d.pool, True)]
+    assert pool.prediction_fallback and pool.check.fallbacks == 1
+    assert rt.advance_checks(6.5) == []  # no change, nothing reported
+    assert [s.prediction_fallback for s in rt.snapshots(6.5)] == [p.name == d.pool for p in rt.pools]
+    assert rt.decide(f, 6.5).reason is Reason.SHORTEST_QUEUE
+    # the predictions come right: 5 good checks of 8 bring the median below the exit bound
+    for i in range(5):
+        rt.check_prediction(d, f, output_tokens=50, duration_s=predicted, ttfb_s=None, now=7.0 + i)
+    assert rt.advance_checks(12.0) == [(d.pool, False)]
+    assert rt.decide(f, 12.0).reason is not Reason.SHORTEST_QUEUE
+    # a reload with the same window keeps the checks
+    again = Runtime(rt.config, rt.counter, rt)
+    assert again.pool(d.pool).check is pool.check
+
+
+def test_a_stream_checks_its_first_token_too_and_an_unpredicted_decision_nothing():
+    rt = _runtime()
+    f = RequestFeatures(prompt_tokens=200, max_new_tokens=100, stream=True, temperature_class="sampled")
+    d = rt.decide(f, 2.0)
+    rt.check_prediction(d, f, output_tokens=10, duration_s=1.0, ttfb_s=0.05, now=2.0)
+    pool = rt.pool(d.pool)
+    assert pool.check.checked == {"completion": 1, "ttft": 1}
+    assert rt.check_prediction(Decision("plain", "http://p:1", Reason.CLIENT_OPT_OUT), f, output_tokens=10,
+                               duration_s=1.0, ttfb_s=None, now=3.0) is None
+
+
+def test_check_disabled_never_falls_back():
+    rt = _runtime({"enabled": False, "min_checks": 1, "window": 4})
+    f = RequestFeatures(prompt_tokens=200, max_new_tokens=100)
+    d = rt.decide(f, 2.0)
+    rt.check_prediction(d, f, output_tokens=100, duration_s=100.0, ttfb_s=None, now=2.0)
+    assert rt.advance_checks(3.0) == [] and not rt.pool(d.pool).prediction_fallback
+
+
+@pytest.mark.parametrize(("check", "match"), [
+    ({"fallback_enter": 0.3, "fallback_exit": 0.3}, "fallback_exit must be below fallback_enter"),
+    ({"window": 8, "min_checks": 9}, "min_checks must be at most window"),
+    ({"window": 0}, "window"),
+])
+def test_bad_check_settings_are_refused(check, match):
+    with pytest.raises(ConfigError, match=match):
+        _runtime(check)
