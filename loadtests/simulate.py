@@ -218,6 +218,10 @@ class PacedApp:
             doc = json.loads(body)
             prompt = simple_chat_tokens(doc.get("messages") or [], doc.get("tools"))
             stream = bool(doc.get("stream"))
+            if self.speculative and isinstance(doc, dict):
+                # the request's own accept length (spec_tokens_details) is the one it is paced
+                # by, E[tau] at its context, as the published gauge's mean is
+                body = json.dumps({**doc, "fake_accept_length": self.model.accept_length(prompt)}).encode()
         except (ValueError, TypeError, AttributeError):
             prompt, stream = 0, False
         replayed = False

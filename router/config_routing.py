@@ -123,8 +123,8 @@ class PredictionCheckConfig(Strict):
 
     A pool's *median relative error* is the median of ``|predicted - realised| / realised``
     over its last ``window`` checked requests younger than ``max_age_s`` (the prediction
-    evaluated with the request's realised output tokens, against the time from the router
-    receiving it to its last byte). While some candidate pool's error is at least
+    evaluated with the request's realised output tokens, against the time from its dispatch
+    to the engine to its last byte). While some candidate pool's error is at least
     ``fallback_enter`` (once it has ``min_checks`` recent checks), a decision by prediction
     joins the shorter queue instead (the candidate endpoint with the least load, first in
     config order on ties; reason ``shortest_queue``); the pool comes back once its error is

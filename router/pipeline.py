@@ -386,13 +386,14 @@ def _lease(state: AppState, runtime: Runtime, decision: Decision,
            features: RequestFeatures) -> tuple[Lease, tuple[Any, ...] | None]:
     """The lease on the decided endpoint (in-flight +1 until the response ends) and, when the
     request is measured for the speed model (:meth:`Runtime.measures`), the endpoint's state at
-    dispatch, ``(url, load, waits, context)`` (None: not measured)."""
+    dispatch, ``(url, load, waits, context, sent_at)`` (``sent_at``: ``time.perf_counter()``
+    now, the clock of ``ProxyJob.received_at``; None: not measured)."""
     assert decision.endpoint is not None  # routed: it is set
     lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class, bool(features.adapters))
     now = state.clock()
     if not runtime.measures(decision.pool, now):
         return lease, None
-    return lease, (decision.endpoint, *runtime.dispatch_state(decision.endpoint, now, features))
+    return lease, (decision.endpoint, *runtime.dispatch_state(decision.endpoint, now, features), time.perf_counter())
 
 
 def _job(request: Request, state: AppState, runtime: Runtime, kind: RequestKind, body: bytes,
@@ -556,20 +557,26 @@ def _learn(state: AppState, runtime: Runtime, job: ProxyJob, duration_s: float) 
     the endpoint it was dispatched to (:meth:`Runtime.check_prediction`; returns the relative
     error, None when unchecked) and, when it did not wait in the engine, feed it to its pool's
     fit (:meth:`Runtime.learn`); its ``n * prompts`` sequences as one of the longest prompt with
-    the mean output, in a batch that holds them all."""
+    the mean output, in a batch that holds them all. ``duration_s`` is from receipt to the last
+    byte; both take the part from dispatch (and the first byte's time from dispatch)."""
     usage = job.observer.usage if job.observer is not None else None
     dispatch = job.extra.get("dispatch")
     if (job.status != 200 or job.outcome != "ok" or not isinstance(usage, dict) or dispatch is None
             or job.features.adapters  # an adapter's speed and acceptance are not the base model's
             or job.decision.pool is None):
         return None
-    url, load, waits, context = dispatch
+    url, load, waits, context, sent_at = dispatch
     output = usage.get("completion_tokens")
     sequences = job.features.n * job.features.num_prompts
     if url != job.lease.endpoint.url or type(output) is not int or output < sequences:
         return None
+    # the model's time is the engine's, from dispatch: the router's own time before it (reading
+    # and counting the prompt, admission, a wait for a tokenizer thread) is not the pool's
+    before = max(0.0, sent_at - job.received_at)
+    duration_s -= before
     error = runtime.check_prediction(job.decision, job.features, output_tokens=round(output / sequences),
-                                     duration_s=duration_s, ttfb_s=job.ttfb_s, now=state.clock())
+                                     duration_s=duration_s, ttfb_s=None if job.ttfb_s is None else job.ttfb_s - before,
+                                     now=state.clock())
     if waits:
         return error
     details = usage.get("prompt_tokens_details")

@@ -52,7 +52,7 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
    counted), and a saturated pool kept by affinity that wins says ``prefix_affinity``; while
    some candidate pool's predictions are off (``prediction_fallback``,
    :mod:`router.prediction_check`), the candidate endpoint with the least load wins instead
-   (config order on ties), reason ``shortest_queue``.
+   (the predicted-faster on ties, then config order), reason ``shortest_queue``.
 4. **Fallback**: no plain pool can take it (none configured, none healthy, or none large
    enough), but a speculative pool fits and is healthy (only bypassed: long prompt, opt-out,
    saturation, acceptance) -> that pool, reason ``plain_unhealthy``. A deployment of
@@ -524,7 +524,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     if len(candidates) > 1 and all(c.speed is not None for c, _ in candidates):
         predicted = tuple((c.name, predict_request(features, c, url)) for c, url in candidates)
         if _distrusted(candidates):  # some pool's predictions are off: join the shorter queue
-            pool, endpoint = _shortest_queue(candidates)
+            pool, endpoint = _shortest_queue(candidates, predicted)
             return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
                             endpoint_reason=why.get(endpoint), basis=pool)
         order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
@@ -559,17 +559,21 @@ def _distrusted(candidates: Sequence[tuple[PoolSnapshot, str]]) -> bool:
     return False
 
 
-def _shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]]) -> tuple[PoolSnapshot, str]:
-    """The candidate whose chosen endpoint has the least load (requests; the first in config
-    order, speculative pools first, on ties): join the shorter queue, the rule that needs no
-    model (Winston 1977, "Optimality of the shortest line discipline", J. Appl. Prob. 14(1))."""
-    best = candidates[0]
-    low = _load(best[0].endpoints, best[1])
-    for pool, url in candidates[1:]:
-        load = _load(pool.endpoints, url)
-        if load < low:
-            best, low = (pool, url), load
-    return best
+def _shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]],
+                    predicted: Sequence[tuple[str, float]]) -> tuple[PoolSnapshot, str]:
+    """The candidate whose chosen endpoint has the least load (requests): join the shorter
+    queue, the rule that needs no model (W. Winston 1977, "Optimality of the shortest line
+    discipline", J. Appl. Prob. 14(1)). Among equally short queues the predicted-faster one (a
+    model too far off to weigh load against speed still ranks better than the config order,
+    which would send every request of an idle deployment to its first pool), then config order."""
+    best = 0
+    low = (_load(candidates[0][0].endpoints, candidates[0][1]), predicted[0][1])
+    for i in range(1, len(candidates)):
+        pool, url = candidates[i]
+        key = (_load(pool.endpoints, url), predicted[i][1])
+        if key < low:
+            best, low = i, key
+    return candidates[best]
 
 
 def _runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],

@@ -244,7 +244,7 @@ class Runtime:
     def check_prediction(self, decision: Decision, features: RequestFeatures, *, output_tokens: int,
                          duration_s: float, ttfb_s: float | None, now: float) -> float | None:
         """Check ``decision``'s prediction for the request it routed, answered in full with
-        ``output_tokens`` per sequence, ``duration_s`` from receipt to the last byte and (a
+        ``output_tokens`` per sequence, ``duration_s`` from dispatch to the last byte and (a
         stream) ``ttfb_s`` to the first (:mod:`router.prediction_check`). Returns the
         completion's relative error, or None when nothing was checked (no prediction behind
         the decision, a pool not learning)."""

@@ -9,9 +9,10 @@ joins the shorter queue, reason ``shortest_queue``).
 What is checked (:meth:`PredictionCheck.add`): for a request answered in full, the decision's
 prediction for the pool it went to, evaluated again with the request's *realised* output
 tokens (the decision had only the client's budget; the load, KV, cached prefix and accept
-length are those the decision saw), against the realised time from the router receiving the
-request to its last byte (``completion``); for a stream also the prediction of its first token
-(the same with one output token) against the realised time to the first byte (``ttft``). The
+length are those the decision saw), against the realised time from its dispatch to the engine to its last byte (``completion``:
+the router's own time before the dispatch, reading and counting the prompt, is not the pool's);
+for a stream also the prediction of its first token (the same with one output token) against
+the realised time from dispatch to the first byte (``ttft``). The
 relative error of one check is ``(predicted - realised) / realised``: positive when the model
 was too slow, negative when too fast; ``|error|`` is what the bounds read.
 

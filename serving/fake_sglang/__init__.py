@@ -136,7 +136,9 @@ Differences from real SGLang (deliberate or unverified):
   Logprobs, tool-call parsing, reasoning, ``continuous_usage_stats``, ``echo`` and ``sglext``
   are not modelled, except ``sglext.spec_tokens_details`` for ``return_spec_tokens_details:
   true`` on a speculative fake (the body's member; in a stream its own chunk before the usage
-  chunk), whose ``spec_accept_length`` is the configured one.
+  chunk), whose ``spec_accept_length`` is the configured one, or the request's own
+  ``fake_accept_length`` body field (a test-only hint, as ``fake_step``: the pacing wrapper
+  ``loadtests.simulate.PacedApp`` sets it to the tau it paces the request by).
 - A client disconnect stops the fake's generation at once (``FakeConfig.on_disconnect =
   "abort"``, after ``disconnect_abort_delay_s``); SGLang aborts a streamed request 2 s after the
   disconnect (``create_abort_task``) and sometimes not at all (sglang#37833): set

@@ -349,6 +349,9 @@ def _new_job(
     job.ignore_eos = bool(body.get("ignore_eos", False))
     speculative = cfg.spec_accept_length > 0 or (state.stepper is not None and state.stepper.engine.speculative)
     job.spec_details = body.get("return_spec_tokens_details") is True and speculative
+    tau = body.get("fake_accept_length")  # a pacing wrapper's per-request tau (loadtests.simulate.PacedApp)
+    if type(tau) in (int, float) and tau >= 1:
+        job.accept_length = float(tau)
     if state.stepper is not None:
         job.step_hint = parse_hint(body.get("fake_step"))
     state.num_requests_total["true" if job.stream else "false"] += 1

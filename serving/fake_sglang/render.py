@@ -319,10 +319,11 @@ def final_body(state: FakeState, job: Job, kind: str) -> tuple[int, Any]:
 
 def spec_tokens_details(state: FakeState, job: Job) -> Any:
     """SGLang's ``SpecTokensDetails`` per sample (``sglext.spec_tokens_details``, a list when
-    ``n > 1``): ``spec_accept_length`` is the engine's configured accept length, the verify
-    steps those that length takes to emit each sample's tokens; with a step engine, each
-    sample's own tokens per verify step and verify steps."""
-    tau = state.launch_config.spec_accept_length
+    ``n > 1``): ``spec_accept_length`` is the request's ``fake_accept_length`` body field when
+    set (a pacing wrapper's context-dependent tau), else the engine's configured accept length,
+    the verify steps those that length takes to emit each sample's tokens; with a step engine,
+    each sample's own tokens per verify step and verify steps."""
+    tau = job.accept_length or state.launch_config.spec_accept_length
     out = []
     for s in job.samples:
         if state.stepper is not None:  # the sequence's own numbers (its verify steps)

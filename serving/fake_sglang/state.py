@@ -70,6 +70,7 @@ class Job:
     cache_units: list[list[Any]] | None = None  # per prompt, when the prefix cache is on
     cached: list[int] = field(default_factory=list)  # cached tokens per prompt (prefix cache)
     spec_details: bool = False  # return_spec_tokens_details on a speculative engine (sglext)
+    accept_length: float | None = None  # the ``fake_accept_length`` body field: this request's own tau
     step_hint: StepHint | None = None  # the ``fake_step`` body field (step engine only)
 
 

@@ -198,3 +198,22 @@ def test_a_router_with_client_keys_is_load_tested_with_the_targets_api_key(
     assert points["without_key"]["requests"] == {"planned": 3, "sent": 3, "ok": 0}
     assert points["without_key"]["errors_by_status"] == {"401": 3}
     assert key not in json.dumps(reports["with_key"])
+
+
+def test_the_paced_spec_fake_reports_each_requests_own_accept_length(sim_pair: tuple[SimServer, SimServer]) -> None:
+    """A request's ``spec_tokens_details`` carries E[tau] at its own context (what it is paced
+    by), not the short-context figure: a long prompt's is lower (the model's alpha falls with context)."""
+    from serving.fake_sglang.tokens import simple_chat_tokens
+    from tests.support.sim import MODEL
+
+    spec, _ = sim_pair
+    got = {}
+    for words in (4, 600):
+        messages = [{"role": "user", "content": " ".join(["word"] * words)}]
+        body = {"model": "sim-model", "messages": messages, "max_tokens": 4, "return_spec_tokens_details": True}
+        r = httpx.post(spec.base_url + "/v1/chat/completions", json=body, timeout=10)
+        assert r.status_code == 200, r.text
+        got[words] = (r.json()["sglext"]["spec_tokens_details"]["spec_accept_length"],
+                      MODEL.accept_length(simple_chat_tokens(messages)))
+    assert got[4][0] == pytest.approx(got[4][1]) and got[600][0] == pytest.approx(got[600][1])
+    assert got[600][0] < got[4][0] - 0.5

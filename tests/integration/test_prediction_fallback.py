@@ -63,7 +63,7 @@ def test_a_wrong_model_falls_back_to_the_shorter_queue_and_a_right_one_takes_ove
         assert n == 4 and error > 0.8
         router.wait_scrape_rounds(1)
         assert router.pool("a").prediction_fallback
-        # the fallback: the shorter queue (idle pools tie: the first in config order)
+        # the fallback: the shorter queue (idle pools tie: the predicted-faster, a)
         assert _chat(client) == ("a", "shortest_queue")
         ready = client.get("/ready").json()["pools"]
         assert ready["a"]["prediction"]["fallback"] is True and ready["a"]["prediction"]["fallbacks"] == 1

@@ -99,9 +99,14 @@ def test_a_distrusted_pool_makes_the_decision_join_the_shorter_queue():
         assert (d.pool, d.endpoint, d.reason) == ("plain", "http://p", Reason.SHORTEST_QUEUE)
         assert [p for p, _ in d.predicted] == ["spec", "plain"]  # still predicted: the check goes on
         assert d.basis is not None and d.basis.name == "plain"
-    # ties go to the first candidate in config order (the speculative pool)
+    # among equal queues the predicted-faster one: speculation for a short greedy request,
+    # plain for a long prompt (plain's limit holds it; spec's tau is low there)
     tie = decide(f, _pools(2, 2, spec_off=True), RULES)
     assert (tie.pool, tie.reason) == ("spec", Reason.SHORTEST_QUEUE)
+    long = RequestFeatures(prompt_tokens=900, max_new_tokens=100, temperature_class="sampled")
+    slow = tuple(replace(p, accept_length_sampled=1.1) if p.speculative else p for p in _pools(2, 2, spec_off=True))
+    assert decide(long, slow, RULES).pool == "plain"
+    assert decide(long, slow, RULES).reason is Reason.SHORTEST_QUEUE
     # exploration does not apply in the fallback
     assert decide(f, _pools(0, 5, spec_off=True), replace(RULES, explore_every=1)).reason is Reason.SHORTEST_QUEUE
 
