@@ -87,7 +87,7 @@ def _wait_ready(url: str, timeout: float = 60.0) -> None:
 
 def _reasons(metrics: str) -> dict[str, float]:
     out: dict[str, float] = {}
-    for m in re.finditer(r'^specgate_requests_total\{([^}]*)\} (\S+)$', metrics, re.M):
+    for m in re.finditer(r'^specgate_requests_total\{([^}]*)\} (\S+)$', metrics, re.MULTILINE):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
         key = f"{labels['pool']}/{labels['reason']}"
         out[key] = out.get(key, 0.0) + float(m.group(2))

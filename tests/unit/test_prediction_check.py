@@ -11,7 +11,15 @@ import pytest
 from router.config import ConfigError, parse_config
 from router.features import PromptCounter, RequestFeatures
 from router.hysteresis import next_prediction_fallback
-from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Reason, Rules, decide, predict_request
+from router.policy import (
+    Decision,
+    EndpointSnapshot,
+    PoolSnapshot,
+    Reason,
+    Rules,
+    decide,
+    predict_request,
+)
 from router.pools import Runtime
 from router.predict import SpeedModel, completion_s
 from router.prediction_check import PredictionCheck, median
@@ -119,7 +127,7 @@ def test_the_fallback_keeps_the_hard_checks():
 
 def test_predict_request_with_the_realised_output():
     f = RequestFeatures(prompt_tokens=500, max_new_tokens=300)
-    spec, plain = _pools(2, 0)
+    _, plain = _pools(2, 0)
     budget = predict_request(f, plain, "http://p")
     realised = predict_request(f, plain, "http://p", 40)
     assert budget == completion_s(MODEL, batch=1, prompt_tokens=500, cached_tokens=0, output_tokens=300,
