@@ -50,8 +50,38 @@ The body and the framing around it (``specgate_request_framing_rejections_total{
   connection is closed once that response is complete.
 
 A client that closes its connection mid-body gets nothing (nobody to answer); the handler
-sees the disconnect and returns without a 500. The limits are read from the app's current
-config when a connection opens, so a reload applies to new connections.
+sees the disconnect and returns without a 500.
+
+The connection and the HTTP semantics uvicorn's protocol gets wrong for real clients:
+
+- idle connections (``server.keepalive_timeout_s``): uvicorn arms its keep-alive timer only
+  after a first response and never for a connection that sends nothing (Kludex/uvicorn#1192);
+  here it is armed when the connection opens too, so a connection idle before its first byte
+  or between requests is closed on the same timeout (then the head and body timers apply);
+- a lingering close (``server.linger_s``): every answer after which the router closes while
+  the client may still be sending (the 431s, 408s and 400s above, an early 413, 401, 404 or
+  417 to a request whose body is still arriving) is followed by a FIN, and what the client
+  still sends is read and discarded until it closes or ``linger_s`` passed. Closing at once
+  would reset the connection and the client's stack would drop the answer unread (a client
+  writing an 8 MiB header would see a broken pipe instead of the 431);
+- upgrade offers (``Connection: upgrade`` with ``Upgrade: h2c``, ``websocket``...): ignored
+  (RFC 9110 section 7.8), the request served as HTTP/1.1 with its body, whatever its framing
+  and however its bytes are split, and the connection stays in step for the next request.
+  httptools drops the body of such a request (MagicStack/httptools#124, Kludex/uvicorn#2722);
+  :meth:`_LimitedProtocol._without_upgrade` has llhttp read it by its framing. A prior-knowledge
+  HTTP/2 preface (``PRI * HTTP/2.0``) gets the JSON 400 ``invalid_http_request`` and the close;
+- HTTP/1.0 requests: a response without ``Content-Length`` (a stream) is delimited by the
+  close, never chunked (:class:`router.http_cycles.CloseDelimitedCycle`);
+- ``Expect``: ``100-continue`` is honoured only in HTTP/1.1 (RFC 9110 section 10.1.1: ignored
+  in HTTP/1.0), the interim ``100`` omitted when the body is already arriving, and a final
+  answer given before the body was asked for closes the connection
+  (:class:`router.http_cycles.ContinueCycle`); any other expectation is answered 417
+  ``expectation_failed`` in its turn and counted (``expectation``).
+
+The hop-by-hop fields of these requests (``Connection`` and the fields it names, ``Upgrade``,
+``HTTP2-Settings``, ``Expect``) never reach an engine: the proxy sends only its own headers
+(router/proxy.py). The limits are read from the app's current config when a connection
+opens, so a reload applies to new connections.
 """
 
 from __future__ import annotations
