@@ -40,7 +40,7 @@ from router.errors import error_body
 __all__ = ["CloseDelimitedCycle", "ContinueCycle", "ResponseTransport", "expectation_failed"]
 
 _EXPECTATION_FAILED = error_body(
-    "the router meets no expectation but `100-continue` (Expect header)", "invalid_request_error",
+    "the router meets no expectation but 100-continue (Expect header)", "invalid_request_error",
     None, "expectation_failed")
 
 
