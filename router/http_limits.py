@@ -97,7 +97,12 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from router.config_server import HeaderLimitsConfig, ServerConfig
 from router.disconnect import CONNECTION_KEY
 from router.errors import error_body
-from router.http_cycles import CloseDelimitedCycle, ContinueCycle, ResponseTransport, expectation_failed
+from router.http_cycles import (
+    CloseDelimitedCycle,
+    ContinueCycle,
+    ResponseTransport,
+    expectation_failed,
+)
 
 __all__ = ["ConnectionLimits", "LimitsSource", "app_limits", "bad_request_response", "limited_protocol",
            "rejection_response"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass
+from typing import Self
 
 __all__ = ["RawConn", "RawResponse"]
 
@@ -38,7 +39,7 @@ class RawConn:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
 
-    def __enter__(self) -> RawConn:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
