@@ -29,8 +29,12 @@ discovery   the ``spec`` pool discovered from EndpointSlices of a fake Kubernete
 storm       clients close 30% of requests before the headers (mid-prefill) and 30% of
             streams after 1-4 events, and every client drops its request at the end
 headers     rounds of two connections streaming 48 MiB of header bytes each in 64 KiB
-            writes, never ending the head (``server.headers`` cuts them, 431); notes: bytes
-            a flood wrote before the cut, the router's RSS growth, the 431s counted
+            writes, never ending the head (``server.headers`` answers 431 and discards the
+            rest); notes: floods whose writer read the 431, the router's RSS growth, the
+            431s counted
+clients     HTTP/1.0 (streamed and not), ``Expect: 100-continue`` (HTTP/1.1 and 1.0) and
+            ``Upgrade: h2c``-offering clients on raw sockets, three at a time beside the
+            load; notes: right answers per kind and any wrong one
 bomb        gzip bombs (48 MiB of prompt text in ~47 KiB, ``limits.max_request_bytes`` 32
             MiB) sent every 0.5 s; notes: their statuses (413), the router's RSS growth
 sentinel    ``state.topology: sentinel`` on a real primary, replica and three sentinels, a
@@ -67,12 +71,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.drill_front_door import bomb, headers
+from benchmarks.drill_front_door import bomb, clients, headers
 from benchmarks.drill_load import LoadPlan, run_load
 from benchmarks.drill_redis import TOPOLOGY_DRILLS, setup_topology
 from benchmarks.router_overhead import free_port, stop_processes, wait_http
 
-DRILLS = ("kill", "freeze", "redis", "config", "roll", "discovery", "storm", "headers", "bomb", *TOPOLOGY_DRILLS)
+DRILLS = ("kill", "freeze", "redis", "config", "roll", "discovery", "storm", "headers", "bomb", "clients",
+          *TOPOLOGY_DRILLS)
 COLUMNS = ("sent", "completed", "clean_error", "fabricated", "bad_error", "transport_before", "transport_mid",
            "hung", "client_closed", "leases_left", "orphans", "unaborted")
 #: Every engine: the tests' tiny-llama identity, a 0.1 s prefill, 25 ms per decode step.
@@ -428,6 +433,9 @@ def setup(d: Drill, plan: LoadPlan) -> tuple[Callable[[Drill, asyncio.Event], Aw
         d.after = lambda: {"header_rejections": d.router.metric("specgate_header_limit_rejections_total")
                            if d.router else 0}
         return headers, plan
+    if name == "clients":
+        d.basic()
+        return clients, plan
     if name == "bomb":
         d.basic(limits={"max_context_tokens": 4096, "default_max_tokens": 256, "max_request_bytes": 32 << 20})
         return bomb, plan

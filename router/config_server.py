@@ -113,6 +113,18 @@ class ServerConfig(Strict):
     #: connection closed. 60 s carries the 32 MiB default body cap at ~4.5 Mbit/s; time the
     #: server itself stops reading (a pipelined request waiting its turn) does not count.
     body_timeout_s: PositiveFloat = 60.0
+    #: Seconds a client connection may stay idle with no request on it: before its first
+    #: byte, and from the end of a response to the next request's first byte; then it is
+    #: closed (router/http_limits.py). Behind a load balancer that reuses connections, set it
+    #: above the balancer's own idle timeout (AWS ALB: 60 s), so the router is not the side
+    #: that closes a connection the balancer is about to reuse.
+    keepalive_timeout_s: PositiveFloat = 30.0
+    #: Seconds the router keeps reading (and discarding) what a client still sends after it
+    #: answered early and closes the connection (431, 408, 413, 417, a 400 for bad framing):
+    #: the answer is followed by a FIN, and the connection closes when the client closes or
+    #: this has passed; closing at once would reset the connection under a client still
+    #: uploading and lose the answer (nginx's ``lingering_time``).
+    linger_s: PositiveFloat = 5.0
     #: Threads that render large chat prompts and count tokens exactly, off the event loop
     #: (the Rust tokenizer releases the GIL, so they run in parallel). None: the CPUs this
     #: process may use (its affinity, capped by a cgroup CPU quota) minus one for the event

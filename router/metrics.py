@@ -307,7 +307,8 @@ class RouterMetrics:
             "Requests cut for their body's framing (router/http_limits.py): reason body_timeout "
             "(the body did not arrive within server.body_timeout_s after the head: 408) or "
             "malformed (bad chunked framing, a body shorter than its Content-Length, bytes that "
-            "are no HTTP request: 400); the connection was closed.", ["reason"])
+            "are no HTTP request: 400) or expectation (an Expect other than 100-continue: 417); "
+            "the connection was closed.", ["reason"])
         self.priority_requests = LoopCounter(
             "specgate_priority_requests",
             "Generation requests by where the engine's priority came from (router/admission.py): "

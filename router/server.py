@@ -98,10 +98,12 @@ class _DrainingServer(uvicorn.Server):
 
 
 async def _main(app: Any, sock: socket.socket, *, log_level: str) -> int:
-    # httptools with the head limits of server.headers (router.http_limits)
+    # httptools with the head limits of server.headers, the idle timeout of
+    # server.keepalive_timeout_s (it replaces uvicorn's timeout_keep_alive per connection) and
+    # the HTTP/1.0, Expect and upgrade handling of router.http_limits
     config = uvicorn.Config(app, lifespan="off", loop="none", http=limited_protocol(app_limits(app)),
                             log_level=log_level,
-                            access_log=False, timeout_keep_alive=30, timeout_graceful_shutdown=5,
+                            access_log=False, timeout_graceful_shutdown=5,
                             # no X-Forwarded-* rewriting (nothing reads the client address but
                             # /drain's loopback check) and no `server` header: both cost CPU on
                             # every request (docs/performance.md).
