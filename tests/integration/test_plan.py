@@ -110,3 +110,54 @@ def test_plan_without_an_admin_key_exits_2(plan_stack: Stack) -> None:
     assert out.returncode == 2
     assert out.stdout == ""
     assert "no admin key" in out.stderr
+
+
+def test_plan_apply_moves_one_engine_at_a_time_on_the_fake_kubernetes_api(plan_stack: Stack, tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    from loadtests.plancli import _round, _scaler
+    from loadtests.planloop import Hysteresis, PlanLoop, PlanMetrics
+    from router.cli import build_parser
+    from tests.support.fake_kube import FakeKubeAPI
+
+    kube = FakeKubeAPI().start()
+    try:
+        kube.set_replicas("pool-spec", 0)  # below the speculative floor: the first round restores it
+        kube.set_replicas("pool-plain", 3)
+        _send(plan_stack, 12)
+        args = build_parser().parse_args([
+            "plan", "--router", plan_stack.router.base_url, "--engines", "3", "--apply", "--kube-api", kube.base_url,
+            "--spec-deployment", "pool-spec", "--plain-deployment", "pool-plain", "--floor-speculative", "1",
+            "--floor-plain", "1", "--step-s", "0", "--dwell-s", "0", "--change-cost-s", "0", "--max-error", "1e9"])
+        loop = PlanLoop(3, Hysteresis(dwell_s=0, step_s=0, change_cost_s=0, floor_speculative=1, floor_plain=1))
+        metrics, scaler = PlanMetrics(), _scaler(args)
+        splits = [scaler.split()]
+        with caplog.at_level("WARNING", logger="specgate.plan"):
+            for _ in range(4):
+                _round(args, ADMIN, loop, metrics, scaler, ValueError)
+                splits.append(scaler.split())
+        assert splits[:2] == [(0, 3), (1, 2)]
+        for before, after in itertools.pairwise(splits):  # one engine at a time, the total held
+            assert abs(after[0] - before[0]) <= 1 and sum(after) == 3 and after[0] >= 1 and after[1] >= 1
+        changes = [(a, b) for a, b in itertools.pairwise(splits) if a != b]
+        # each move: the giver scaled down first, then the taker up
+        writes = kube.scale_writes
+        assert len(writes) == 2 * len(changes)
+        for (before, after), (down, up) in zip(changes, zip(writes[::2], writes[1::2], strict=True), strict=True):
+            giver = "pool-plain" if after[0] > before[0] else "pool-spec"
+            assert down == (giver, (before[1] if giver == "pool-plain" else before[0]) - 1)
+            assert up[0] != giver
+        logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plan: change")]
+        assert len(logged) == len(changes)
+        assert logged[0].startswith("plan: change 0+3 -> 1+2 (floor")
+        get = metrics.registry.get_sample_value
+        assert get("specgate_plan_changes_total", {"reason": "floor"}) == 1
+        assert get("specgate_plan_changes_total", {"reason": "gain"}) == len(changes) - 1
+        assert get("specgate_plan_last_change_timestamp_seconds") > 0
+        assert sum(get("specgate_plan_rounds_total", {"outcome": o}) for o in
+                   ("untrusted", "floor", "at_advice", "no_prediction", "below_min_gain", "below_cost", "dwell",
+                    "step_wait", "gain")) == 4
+        assert get("specgate_plan_current_engines", {"pool": "speculative"}) == splits[-1][0]
+        assert get("specgate_plan_advised_engines", {"pool": "speculative"}) + \
+            get("specgate_plan_advised_engines", {"pool": "plain"}) == 3
+    finally:
+        kube.close()
