@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loadtests.plancli import add_commands as plan_commands
+
 __all__ = ["add_commands", "parse_grid"]
 
 
@@ -343,8 +345,8 @@ def _fakes(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``loadtest``, ``calibrate``, ``calibrate-split``, ``loadtest-local`` and ``loadtest-fakes``
-    on the ``specgate`` parser."""
+    """Register ``loadtest``, ``calibrate``, ``calibrate-split``, ``loadtest-local``, ``loadtest-fakes``
+    and ``plan`` (:mod:`loadtests.plancli`) on the ``specgate`` parser."""
     p = sub.add_parser("loadtest", help="measure operating points (context x load) of one target "
                        "or compare spec/plain/router")
     tg = p.add_argument_group("targets")
@@ -478,3 +480,4 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     f.add_argument("--c", type=float, default=0.05, help="drafter cost ratio")
     f.add_argument("--prefill-s-per-token", type=float, default=0.0, help="prefill time per prompt token (s)")
     f.set_defaults(func=_fakes)
+    plan_commands(sub)

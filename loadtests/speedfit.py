@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FitError", "engine_model_from_fit", "fit_speed_model", "speed_blocks"]
+__all__ = ["FitError", "alpha_curve", "engine_model_from_fit", "fit_speed_model", "speed_blocks"]
 
 
 class FitError(ValueError):
@@ -104,7 +104,7 @@ def _prefill(points: list[dict[str, Any]]) -> float | None:
     return max(0.0, sum(x * y for x, y in rows) / den) if den > 0 else None
 
 
-def _alpha_curve(rows: list[tuple[float, float]]) -> dict[str, float]:
+def alpha_curve(rows: list[tuple[float, float]]) -> dict[str, float]:
     """``alpha = a - d * log2(L)`` over ``(L, alpha)`` rows: ``alpha_short`` at the shortest
     length (the knee), ``alpha_drop_per_doubling`` ``max(0, d)``."""
     xs = np.array([math.log2(length) for length, _ in rows])
@@ -206,7 +206,7 @@ def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> d
         by_class = {cls: [(p["L"], p["alpha"]) for p in with_tau]}
     for cls, rows in by_class.items():
         if rows:
-            spec[f"alpha_{cls}"] = _alpha_curve(rows)
+            spec[f"alpha_{cls}"] = alpha_curve(rows)
     for cls in ("greedy", "sampled"):
         if not by_class.get(cls):
             warnings.append(f"alpha_{cls} not measured (no {cls} request reported its accept length; "

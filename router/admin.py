@@ -14,6 +14,11 @@ memory backend it applies to this process), then applied here at once. When Redi
 the write the answer is 503 ``shared_state_unavailable`` and nothing changes. The YAML stays
 the base: a config reload keeps the overrides on top of the new YAML.
 
+``GET /admin/plan/window[?model=NAME]`` serves the window of recent finished requests and each
+pool's learned speed model that ``specgate plan`` sizes the pools from
+(:func:`router.planwindow.window_view`; default model: the first; an unknown one is 404
+``model_not_found``).
+
 ``GET /drain`` (loopback clients only, else 403) starts the graceful drain of
 :mod:`router.drain`: the preStop hook of the router pods.
 """
@@ -30,7 +35,8 @@ from router.body import loads_unique
 from router.config import ConfigError, Overrides, RoutingConfig, parse_overrides
 from router.drain import is_loopback
 from router.encoding import content_codings, decode_body
-from router.errors import InvalidRequest, PermissionDenied, RequestTooLarge
+from router.errors import InvalidRequest, ModelNotFound, PermissionDenied, RequestTooLarge
+from router.planwindow import window_view
 
 if TYPE_CHECKING:
     from router.app import AppState
@@ -102,8 +108,16 @@ async def _store(state: AppState, overrides: Overrides) -> None:
     log.warning("routing overrides %s", overrides.flat() or "cleared")
 
 
+def _plan_window(state: Any, model: str | None) -> dict[str, Any]:
+    runtime = state.fleet.default if model is None else state.fleet.runtimes.get(model)
+    if runtime is None:
+        raise ModelNotFound(f"no served model is called {model!r}", param="model")
+    return window_view(state.plan_window, runtime, state.clock())
+
+
 def install_admin_routes(app: FastAPI) -> None:
-    """Register ``GET/PUT/DELETE /admin/config`` and ``GET /drain`` on ``app``."""
+    """Register ``GET/PUT/DELETE /admin/config``, ``GET /admin/plan/window`` and ``GET /drain``
+    on ``app``."""
 
     @app.get("/admin/config")
     async def get_config(request: Request) -> Response:
@@ -121,6 +135,11 @@ def install_admin_routes(app: FastAPI) -> None:
         await _store(state, Overrides())
         return JSONResponse(_view(state))
 
+    @app.get("/admin/plan/window")
+    async def plan_window(request: Request) -> Response:
+        state = _authorize(request)
+        return JSONResponse(_plan_window(state, request.query_params.get("model")))
+
     @app.get("/drain")
     async def drain(request: Request) -> Response:
         """Start the graceful drain (router/drain.py; the Kubernetes preStop hook runs
@@ -132,4 +151,4 @@ def install_admin_routes(app: FastAPI) -> None:
         drainer.begin("GET /drain")
         return JSONResponse(drainer.status())
 
-    del get_config, put_config, delete_config, drain  # registered
+    del get_config, put_config, delete_config, plan_window, drain  # registered

@@ -43,6 +43,7 @@ from router.fleet import Fleet, build_fleet
 from router.learn import SpeedFit, bucket_label
 from router.limits import KeyLimiter
 from router.metrics import LearningSeries, RouterMetrics, set_or_clear
+from router.planwindow import PlanWindow
 from router.pool import Pool
 from router.pools import Runtime
 from router.reload import Reloader
@@ -93,6 +94,8 @@ class AppState:
             shared state were built from it; :data:`router.reload.START_ONLY`).
         reloads_ok, reloads_failed: config reloads applied / rejected (``reloads`` is their
             sum: every change the reloader acted on). Tests wait on these counters.
+        plan_window: the recent finished requests the pool planner reads
+            (:mod:`router.planwindow`, ``GET /admin/plan/window``).
     """
 
     def __init__(self, fleet: Fleet, *, config_path: Path | None, session: aiohttp.ClientSession,
@@ -122,6 +125,7 @@ class AppState:
         self.tracing_config: TracingConfig = runtime.config.tracing  # the section state.tracing was built from
         self.span_exporter: Any = None  # create_app's span_exporter (tests), for tracers built on reload
         self.retiring: dict[Any, asyncio.Task[None]] = {}  # tracers a reload replaced -> their retirement
+        self.plan_window = PlanWindow(fleet.config.planner)
         self.scrape_rounds = 0
         self.reloads_ok = 0
         self.reloads_failed = 0

@@ -46,7 +46,7 @@ The tree is one module's API spread over seven files; every name is importable f
 :mod:`router.config_models` (``model``/``models[]``, ``limits``),
 :mod:`router.config_pools` (``pools[]`` and ``canary``), :mod:`router.config_routing`
 (``routing``), :mod:`router.config_overrides` (the runtime overrides),
-:mod:`router.config_server` (``server``, ``state``, ``auth``), and this module (``health``,
+:mod:`router.config_server` (``server``, ``state``, ``auth``, ``tracing``, ``planner``), and this module (``health``,
 ``scrape``, ``upstream``, the whole :class:`Config` with its cross-field
 checks, and the loader).
 """
@@ -100,6 +100,7 @@ from router.config_routing import (
 from router.config_server import (
     AuthConfig,
     CircuitBreakerConfig,
+    PlannerConfig,
     ServerConfig,
     StateConfig,
     TracingConfig,
@@ -122,6 +123,7 @@ __all__ = [
     "ModelEntry",
     "MultimodalConfig",
     "Overrides",
+    "PlannerConfig",
     "PoolConfig",
     "PrefixCacheConfig",
     "RoutingConfig",
@@ -251,6 +253,7 @@ class Config(Strict):
     auth: AuthConfig = AuthConfig()
     canary: CanaryConfig = CanaryConfig()
     tracing: TracingConfig = TracingConfig()
+    planner: PlannerConfig = PlannerConfig()
 
     @model_validator(mode="before")
     @classmethod

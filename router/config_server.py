@@ -1,6 +1,7 @@
 """The sections of the config tree (:mod:`router.config`) about the router process itself:
 where it listens and how it drains (:class:`ServerConfig`), what its replicas share
-(:class:`StateConfig`, :class:`CircuitBreakerConfig`) and who may call it (:class:`AuthConfig`).
+(:class:`StateConfig`, :class:`CircuitBreakerConfig`), who may call it (:class:`AuthConfig`) and
+the window of recent requests it keeps for the pool planner (:class:`PlannerConfig`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = [
     "AuthConfig",
     "CircuitBreakerConfig",
     "HeaderLimitsConfig",
+    "PlannerConfig",
     "PriorityConfig",
     "PriorityGrant",
     "ServerConfig",
@@ -130,6 +132,25 @@ class ServerConfig(Strict):
     #: process may use (its affinity, capped by a cgroup CPU quota) minus one for the event
     #: loop, at least 2 and at most 8 (:func:`router.app.tokenizer_threads`). Read at start.
     tokenizer_threads: Annotated[int, Field(strict=True, ge=1, le=64)] | None = None
+
+
+class PlannerConfig(Strict):
+    """The live window that ``specgate plan`` sizes the pools from (:mod:`router.planwindow`,
+    served on ``GET /admin/plan/window``).
+
+    The router keeps, per process, a ring of its most recent finished generation requests
+    (arrival, prompt / cached / output tokens, budget, temperature class, ``n``, pool): at
+    most ``window_requests`` of them, none older than ``window_s`` seconds. Memory: about
+    150 bytes per request (600 KB at the default). A change applies on reload (the ring is
+    resized at the next finished request, keeping the newest entries).
+
+    Attributes:
+        window_requests: requests kept at most (the oldest dropped first).
+        window_s: age (s, from arrival) past which a request leaves the window.
+    """
+
+    window_requests: PositiveInt = 4096
+    window_s: PositiveFloat = 900.0
 
 
 class TracingConfig(Strict):

@@ -533,6 +533,7 @@ def _record(state: AppState, runtime: Runtime, job: ProxyJob) -> None:
         m.engine_rejections.inc(refused)
     live = _live_runtime(state, runtime)
     error = _learn(state, live, job, duration)
+    state.plan_window.record(job, model, live.config.planner)  # router.planwindow: the planner's window
     state.limiter.finish(job.ticket, job.observer.usage if job.observer is not None else None)
     if job.span is not None:
         end_span(job.span, job.status, None if job.outcome == "ok" else job.outcome,

@@ -1,4 +1,4 @@
-"""A fake Kubernetes API server for EndpointSlices: list + watch, on 127.0.0.1 (aiohttp).
+"""A fake Kubernetes API server for EndpointSlices (list + watch) and Deployments' scale, on 127.0.0.1 (aiohttp).
 
 Speaks what the router's reflector uses:
 
@@ -10,6 +10,11 @@ Speaks what the router's reflector uses:
   ends after ``T`` seconds. A ``R`` older than the compaction point gets one ``ERROR`` event
   with a 410 ``Status`` (``reason: Expired``), as the real API server sends, then the end.
   ``resourceVersion`` is a decimal counter shared by all objects (etcd's revision).
+
+- ``GET``/``PATCH``/``PUT /apis/apps/v1/namespaces/{ns}/deployments/{name}/scale``: an
+  ``autoscaling/v1`` ``Scale`` of a Deployment set with :meth:`set_replicas` (404 ``Status``
+  for another); a PATCH takes a merge patch ``{"spec": {"replicas": n}}`` or a JSON patch
+  replacing ``/spec/replicas``. Every write is appended to ``scale_writes`` as ``(name, replicas)``.
 
 Control (thread-safe, from the test): :meth:`apply`, :meth:`delete`, :meth:`expire` (end every
 watch and forget the history, optionally after changes no watcher sees), :meth:`drop` (abort
@@ -92,6 +97,8 @@ class FakeKubeAPI:
         self._runner: web.AppRunner | None = None
         self._lose_history = False
         self._gone = 0
+        self.deployments: dict[tuple[str, str], int] = {}  # (namespace, name) -> spec.replicas
+        self.scale_writes: list[tuple[str, int]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> FakeKubeAPI:
@@ -109,6 +116,10 @@ class FakeKubeAPI:
             self._lose_history = False
         app = web.Application()
         app.router.add_get("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", self._handle)
+        scale = "/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale"
+        app.router.add_get(scale, self._scale)
+        app.router.add_patch(scale, self._scale)
+        app.router.add_put(scale, self._scale)
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
@@ -266,7 +277,29 @@ class FakeKubeAPI:
             w.queue.put_nowait(None)
         self.watchers.clear()
 
+    def set_replicas(self, name: str, replicas: int, namespace: str = "default") -> None:
+        """Create a Deployment (for its scale subresource) or set its replicas, unlogged."""
+        self._call(self.deployments.__setitem__, (namespace, name), replicas)
+
     # -- HTTP -----------------------------------------------------------------------------
+    async def _scale(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        if (ns, name) not in self.deployments:
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                                      "message": f'deployments.apps "{name}" not found', "code": 404}, status=404)
+        if request.method != "GET":
+            body = await request.json()
+            if isinstance(body, list):  # a JSON patch
+                replicas = next(op["value"] for op in body if op.get("path") == "/spec/replicas")
+            else:
+                replicas = body["spec"]["replicas"]
+            self.deployments[(ns, name)] = int(replicas)
+            self.scale_writes.append((name, int(replicas)))
+        n = self.deployments[(ns, name)]
+        return web.json_response({"kind": "Scale", "apiVersion": "autoscaling/v1",
+                                  "metadata": {"name": name, "namespace": ns, "resourceVersion": str(self.rv)},
+                                  "spec": {"replicas": n}, "status": {"replicas": n, "selector": f"app={name}"}})
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         ns = request.match_info["ns"]
         q = request.query

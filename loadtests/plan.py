@@ -1,0 +1,331 @@
+"""``specgate plan``'s prediction: from the router's live window to advice on the split of N engines.
+
+Input: the document of the router's ``GET /admin/plan/window`` (:func:`router.planwindow.window_view`:
+the recent finished requests and, per pool, its learned speed model, fit status, prediction
+error status and live accept lengths).
+
+1. **The day** (:func:`day_from_window`): every request of the window becomes
+   ``n`` requests of :class:`loadtests.dayshapes.Request` (one per sequence: ``n`` samples of
+   one prompt decode as ``n`` sequences) at its arrival (s from the window's oldest), with
+   its prompt, cached and output tokens and its budget (``max_tokens``); temperature 0 for
+   ``greedy``, 1 for ``sampled``. A request whose response carried no usage (a stream without
+   ``include_usage``) is taken at its budget (an upper bound; counted in ``unreported``).
+2. **The engines** (:func:`engine_models`, :func:`engine_model_from_speed`): each pool's
+   :class:`router.SpeedModel` maps onto the simulator's :class:`loadtests.simulate.SimModel`
+   term for term, since the simulator's engine step is the router's per-token model
+   (:mod:`router.predict`: ``T_plain = t0 (1 + b / b_knee) + a L``, the speculative cycle
+   ``T_verify + c gamma T_plain`` emitting ``tau`` tokens): ``t0_s = decode_s_per_token``,
+   ``batch_knee``, ``attn_s_per_token = attention_s_per_token``, ``prefill_s_per_token``,
+   ``gamma`` and ``c`` of the speculative pool. The acceptance rate ``alpha`` comes from the
+   measured accept lengths by inverting ``E[tau](alpha, gamma)`` (Leviathan et al. 2023,
+   arXiv:2211.17192; :func:`loadtests.calibrate.alpha_from_accept_length`): per context bucket
+   where the fit has per-request measurements (the bucket's geometric middle as its length,
+   then ``alpha = a - d log2(L)``, :func:`loadtests.speedfit.alpha_curve`), else the class's
+   mean accept length (no fall with context). Sampled requests follow greedy's fall from their
+   own short-context alpha (:class:`loadtests.dayshapes.EngineModel`). KV capacity: the plain
+   engines' ``sglang:max_total_num_tokens``, the speculative engines' share of it
+   (``spec_kv_fraction``); running cap: the model's ``max_running_requests``. Whatever the
+   router does not know keeps the base model's value (:func:`loadtests.dayshapes.default_engine_model`).
+3. **The splits** (:func:`predict_splits`): the day replayed (:func:`loadtests.daysim.simulate_day`)
+   through the router in front of k speculative + N-k plain engines for k = 0..N
+   (:func:`loadtests.daysim.fronted`), the router being its own decision code
+   (:class:`loadtests.dayrouter.PolicyRouter`: ``router.policy.decide`` with speed models
+   learned live from the request stream, starting from the router's models).
+4. **The advice** (:func:`advise`): the split with the best ``--metric``
+   (:func:`loadtests.split.best_prediction`: lowest ``mean_s`` / ``p90_s``, highest
+   ``goodput_rps``; ties to fewer speculative engines), and whether the model is trusted: a
+   pool whose prediction error's median exceeds ``max_error`` (or whose checker fell back to the
+   plain rule), no pool with :data:`MIN_OBSERVATIONS` learned requests, or a speculative pool
+   whose acceptance was never measured makes the advice untrusted, which says why and is not
+   acted on.
+
+Errors: :class:`PlanError` (an empty window, a document without pools, bad arguments).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from loadtests.calibrate import alpha_from_accept_length
+from loadtests.dayreport import summarize
+from loadtests.dayrouter import PolicyRouter, settings_for
+from loadtests.dayshapes import EngineModel, Request, default_engine_model
+from loadtests.daysim import fronted, simulate_day
+from loadtests.speedfit import alpha_curve
+from loadtests.split import METRICS, best_prediction
+from router import SpeedModel
+
+__all__ = ["MIN_OBSERVATIONS", "PlanError", "PlanModels", "advise", "bucket_tokens", "day_from_window",
+           "engine_model_from_speed", "engine_models", "predict_splits", "trust"]
+
+#: Learned requests a pool's fit needs before the plan trusts it (``router.learn.MIN_OWN_OBSERVATIONS``).
+MIN_OBSERVATIONS = 10
+
+#: Temperature of each class in the replayed day.
+_TEMPERATURE = {"greedy": 0.0, "sampled": 1.0}
+
+
+class PlanError(ValueError):
+    """The window or the arguments do not allow a plan."""
+
+
+def day_from_window(doc: Mapping[str, Any]) -> tuple[list[Request], int]:
+    """The window's requests as a day (module docstring, step 1), sorted by arrival; and how
+    many requests had no reported output (taken at their budget).
+
+    Raises:
+        PlanError: no request in the window, or a row without its keys.
+    """
+    rows = doc.get("requests") or []
+    if not rows:
+        raise PlanError("the router's window holds no finished request yet")
+    out: list[tuple[float, int, int, int, int, float]] = []
+    unreported = 0
+    try:
+        for r in rows:
+            output = r["output_tokens"]
+            if output is None:
+                unreported += 1
+                output = r["max_tokens"]
+            output = max(1, int(output))
+            prompt = max(1, int(r["prompt_tokens"]))
+            cached = min(prompt, max(0, int(r.get("cached_tokens") or 0)))
+            budget = max(int(r["max_tokens"]), output)
+            temp = _TEMPERATURE.get(str(r.get("temperature_class")), 0.0)
+            out += [(float(r["arrival_s"]), prompt, cached, output, budget, temp)] * max(1, int(r.get("n") or 1))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanError(f"a window row lacks a usable field: {exc!r}") from None
+    out.sort(key=lambda x: x[0])
+    return [Request(i, t, p, c, o, b, temp, "window") for i, (t, p, c, o, b, temp) in enumerate(out)], unreported
+
+
+def bucket_tokens(label: str) -> float:
+    """A context bucket's representative length (tokens) from its label
+    (:func:`router.learn.bucket_label`): ``le_E`` the geometric middle of ``[E / 4, E]``
+    (the buckets' edges are powers of 4 apart), ``gt_E`` twice ``E``.
+
+    Raises:
+        PlanError: an unknown label.
+    """
+    kind, _, edge = label.partition("_")
+    try:
+        e = float(edge)
+    except ValueError:
+        raise PlanError(f"unknown context bucket {label!r}") from None
+    if kind == "le":
+        return math.sqrt(e / 4 * e)
+    if kind == "gt":
+        return 2 * e
+    raise PlanError(f"unknown context bucket {label!r}")
+
+
+def _alpha(table: Mapping[str, float], cls: str, tau: float | None, gamma: int) -> dict[str, float] | None:
+    """The class's alpha curve from the per-bucket table, else its mean tau (flat), else None."""
+    rows = [(bucket_tokens(key.partition("/")[2]), alpha_from_accept_length(float(v), gamma))
+            for key, v in table.items() if key.partition("/")[0] == cls and v]
+    if rows:
+        return alpha_curve(rows)
+    if tau:
+        return {"alpha_short": alpha_from_accept_length(float(tau), gamma), "alpha_drop_per_doubling": 0.0}
+    return None
+
+
+def engine_model_from_speed(speed: SpeedModel, *, gamma: int, c: float,
+                            accept_length: Mapping[str, float | None] | None = None,
+                            accept_table: Mapping[str, float] | None = None, kv_tokens: int | None = None,
+                            spec_kv_fraction: float | None = None, base: EngineModel | None = None) -> EngineModel:
+    """The simulator's engine model of one pool's router speed model (module docstring, step 2).
+
+    Args:
+        speed: the pool's :class:`router.SpeedModel` (``decode_s_per_token`` ... ``max_running_requests``).
+        gamma, c: the speculative pool's draft length and drafter cost (the simulator keeps one
+            pair for both pools; a plain engine ignores them).
+        accept_length: ``{class: tau}`` measured on the speculative pool (None: unknown).
+        accept_table: ``{"<class>/<bucket label>": tau}`` (the fit's status, ``accept_length``).
+        kv_tokens: a plain engine's KV capacity (tokens); spec_kv_fraction: a speculative
+            engine's share of it (in (0, 1]).
+        base: the values the router does not know (default :func:`default_engine_model`).
+    """
+    base = base or default_engine_model()
+    sim = replace(base.speed, t0_s=speed.decode_s_per_token, batch_knee=speed.batch_knee,
+                  attn_s_per_token=speed.attention_s_per_token, prefill_s_per_token=speed.prefill_s_per_token,
+                  gamma=max(1, gamma), c=max(0.0, c))
+    taus = accept_length or {}
+    greedy = _alpha(accept_table or {}, "greedy", taus.get("greedy"), sim.gamma)
+    sampled = _alpha(accept_table or {}, "sampled", taus.get("sampled"), sim.gamma)
+    if greedy is None and sampled is not None:  # only sampled traffic measured: its curve for both
+        greedy = sampled
+    if greedy is not None:
+        sim = replace(sim, **greedy)
+    alpha_sampled = sampled["alpha_short"] if sampled is not None else min(base.alpha_sampled_short, sim.alpha_short)
+    kw: dict[str, Any] = {}
+    if kv_tokens:
+        kw["kv_tokens"] = int(kv_tokens)
+    if spec_kv_fraction is not None:
+        kw["spec_kv_fraction"] = min(1.0, max(1e-3, spec_kv_fraction))
+    if speed.max_running_requests:
+        kw["max_running"] = speed.max_running_requests
+    return replace(base, speed=sim, alpha_sampled_short=min(alpha_sampled, sim.alpha_short), **kw)
+
+
+@dataclass(frozen=True)
+class PlanModels:
+    """The engine models of a plan.
+
+    Attributes:
+        spec, plain: the speculative and plain engines' models.
+        sources: per role, the pool it came from and its speed model's source
+            (``learned``, ``config``, ``default`` when no pool of that role had a model).
+    """
+
+    spec: EngineModel
+    plain: EngineModel
+    sources: dict[str, str]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the parameters the plan simulated with."""
+        def one(m: EngineModel) -> dict[str, Any]:
+            s = m.speed
+            return {"t0_s": s.t0_s, "batch_knee": s.batch_knee, "attn_s_per_token": s.attn_s_per_token,
+                    "prefill_s_per_token": s.prefill_s_per_token, "gamma": s.gamma, "c": s.c,
+                    "alpha_short": round(s.alpha_short, 4), "alpha_knee_tokens": s.alpha_knee_tokens,
+                    "alpha_drop_per_doubling": round(s.alpha_drop_per_doubling, 4),
+                    "alpha_sampled_short": round(m.alpha_sampled_short, 4), "kv_tokens": m.kv_tokens,
+                    "spec_kv_fraction": m.spec_kv_fraction, "max_running": m.max_running}
+        return {"speculative": one(self.spec), "plain": one(self.plain), "sources": dict(self.sources)}
+
+
+def _pick(pools: Sequence[Mapping[str, Any]], speculative: bool) -> Mapping[str, Any] | None:
+    """The pool of a role whose model has the most learned observations (first on a tie)."""
+    mine = [p for p in pools if bool(p.get("speculative")) is speculative]
+    return max(mine, key=lambda p: ((p.get("fit") or {}).get("observations") or 0, p.get("speed") is not None),
+               default=None)
+
+
+def _speed(pool: Mapping[str, Any] | None) -> SpeedModel | None:
+    doc = (pool or {}).get("speed")
+    return None if not doc else SpeedModel(**doc)
+
+
+def engine_models(doc: Mapping[str, Any], base: EngineModel | None = None) -> PlanModels:
+    """The speculative and plain engine models of the window document's pools (step 2): a role
+    without a model borrows the other role's timings, and the base model's when neither has one."""
+    base = base or default_engine_model()
+    pools = doc.get("pools") or []
+    spec_pool, plain_pool = _pick(pools, True), _pick(pools, False)
+    spec_speed, plain_speed = _speed(spec_pool), _speed(plain_pool)
+    b = base.speed
+    fallback = SpeedModel(decode_s_per_token=b.t0_s, batch_knee=b.batch_knee, attention_s_per_token=b.attn_s_per_token,
+                          prefill_s_per_token=b.prefill_s_per_token, max_running_requests=base.max_running,
+                          gamma=b.gamma, c=b.c)
+    sources = {"speculative": "default", "plain": "default"}
+    for role, pool, speed in (("speculative", spec_pool, spec_speed), ("plain", plain_pool, plain_speed)):
+        if speed is not None and pool is not None:
+            sources[role] = f"{pool['name']}:{pool.get('speed_source') or 'config'}"
+    gamma_src = spec_speed if spec_speed is not None and spec_speed.gamma > 0 else fallback
+    spec_speed = spec_speed or plain_speed or fallback
+    plain_speed = plain_speed or spec_speed
+    spec_kv = (spec_pool or {}).get("kv_tokens")
+    plain_kv = (plain_pool or {}).get("kv_tokens")
+    kv = plain_kv or (spec_kv / base.spec_kv_fraction if spec_kv else None)
+    fraction = spec_kv / plain_kv if spec_kv and plain_kv else None
+    table = ((spec_pool or {}).get("fit") or {}).get("accept_length") or {}
+    common = {"gamma": gamma_src.gamma, "c": gamma_src.c, "accept_length": (spec_pool or {}).get("accept_length"),
+              "accept_table": table, "kv_tokens": kv, "spec_kv_fraction": fraction, "base": base}
+    return PlanModels(engine_model_from_speed(spec_speed, **common), engine_model_from_speed(plain_speed, **common),
+                      sources)
+
+
+def trust(doc: Mapping[str, Any], max_error: float) -> list[str]:
+    """Why the models are not trusted (empty: trusted); ``max_error`` is the largest median
+    relative prediction error accepted (module docstring, step 4)."""
+    why = []
+    pools = doc.get("pools") or []
+    if not any(p.get("speed") for p in pools):
+        why.append("no pool has a speed model (turn routing.learning on, or give the pools speed blocks)")
+    learned = [p for p in pools if ((p.get("fit") or {}).get("observations") or 0) >= MIN_OBSERVATIONS]
+    if any(p.get("fit") for p in pools) and not learned:
+        why.append(f"no pool's fit has learned {MIN_OBSERVATIONS} requests yet")
+    for p in pools:
+        check = p.get("check") or {}
+        err = check.get("median_relative_error")
+        if check.get("fallback"):
+            why.append(f"pool {p['name']}: the router fell back from its speed model (prediction error)")
+        elif err is not None and err > max_error:
+            why.append(f"pool {p['name']}: median prediction error {err:.2f} > {max_error:.2f}")
+        elif not check and ((p.get("fit") or {}).get("error") or 0) > max_error and p in learned:
+            why.append(f"pool {p['name']}: prediction error {(p['fit'] or {})['error']:.2f} > {max_error:.2f}")
+    spec = [p for p in pools if p.get("speculative")]
+    if spec and not any(v for p in spec for v in (p.get("accept_length") or {}).values()) \
+            and not any((p.get("fit") or {}).get("accept_length") for p in spec):
+        why.append("the speculative pool's acceptance was never measured")
+    return why
+
+
+def predict_splits(requests: Sequence[Request], engines: int, models: PlanModels, *, seed: int = 0,
+                   long_prompt_tokens: int = 32768) -> list[dict[str, Any]]:
+    """``[{"k", **summary}]`` for k = 0..engines: the day through the router in front of k
+    speculative + engines - k plain engines (step 3).
+
+    Raises:
+        PlanError: engines < 1 or no request.
+    """
+    if engines < 1:
+        raise PlanError(f"need at least one engine, got {engines}")
+    if not requests:
+        raise PlanError("the day has no request")
+    settings = replace(settings_for(models.plain, long_prompt_tokens=long_prompt_tokens), predict=True, learn=True)
+    day_s = max(r.arrival_s for r in requests) or 1.0
+    pool_models = {"spec": models.spec, "plain": models.plain}
+    out = []
+    for k in range(engines + 1):
+        res = simulate_day(requests, fronted(k, engines, lambda: PolicyRouter(settings)), models.plain, seed=seed,
+                           pool_models=pool_models)
+        out.append({"k": k, **summarize(res, day_s=day_s, long_prompt_tokens=long_prompt_tokens)})
+    return out
+
+
+def current_split(doc: Mapping[str, Any]) -> dict[str, int]:
+    """The engines the router sees now, by role: ``{"speculative": a, "plain": b}``."""
+    pools = doc.get("pools") or []
+    return {"speculative": sum(int(p.get("endpoints") or 0) for p in pools if p.get("speculative")),
+            "plain": sum(int(p.get("endpoints") or 0) for p in pools if not p.get("speculative"))}
+
+
+def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_error: float = 0.25,
+           seed: int = 0, base: EngineModel | None = None) -> dict[str, Any]:
+    """The advice document ``specgate plan --json`` prints (steps 1-4).
+
+    Shape: ``{"advised": {"speculative": k, "plain": N - k}, "splits": [{"speculative",
+    "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}, ...] (k = 0..N),
+    "window": {"requests", "seconds", "sequences", "unreported"}, "metric", "current":
+    {"speculative", "plain"} (the router's endpoints now), "trusted": bool, "untrusted_because":
+    [str], "model": :meth:`PlanModels.as_dict`}``; a prediction without a completed request is
+    null.
+
+    Raises:
+        PlanError: empty window, unknown metric, engines < 1.
+    """
+    if metric not in METRICS or metric == "long_mean_s":
+        raise PlanError(f"unknown metric {metric!r}; one of mean_s, p90_s, goodput_rps")
+    requests, unreported = day_from_window(doc)
+    models = engine_models(doc, base)
+    preds = predict_splits(requests, engines, models, seed=seed)
+    best = best_prediction(preds, metric)
+    why = trust(doc, max_error)
+    win = doc.get("window") or {}
+    return {
+        "advised": {"speculative": best["k"], "plain": engines - best["k"]},
+        "splits": [{"speculative": p["k"], "plain": engines - p["k"], "predicted_mean_s": p["mean_s"],
+                    "predicted_p90_s": p["p90_s"], "predicted_goodput_rps": p["goodput_rps"]} for p in preds],
+        "window": {"requests": int(win.get("requests", len(doc.get("requests") or []))),
+                   "seconds": float(win.get("seconds") or 0.0), "sequences": len(requests), "unreported": unreported},
+        "metric": metric,
+        "current": current_split(doc),
+        "trusted": not why,
+        "untrusted_because": why,
+        "model": models.as_dict(),
+    }

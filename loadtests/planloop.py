@@ -1,0 +1,236 @@
+"""``specgate plan``'s loop: when an advice is worth a change of split, and the planner's metrics.
+
+Every ``interval`` seconds the planner takes a fresh advice (:func:`loadtests.plan.advise`) and
+:meth:`PlanLoop.decide` turns it into at most one engine moved (HPA's scale-down stabilization
+and KEDA's cooldown are the same idea: act on a sustained signal, step by step). In order:
+
+1. an untrusted advice (the router's prediction error is high, nothing learned yet) holds
+   (``untrusted``);
+2. the target is the best split within the floors (``floor_speculative <= k <= N -
+   floor_plain``); a current split below a floor moves toward it at once (``floor``);
+3. at the target: hold (``at_advice``); a target without a prediction: hold (``no_prediction``);
+4. the predicted relative gain ``g`` of the target over the current split on the metric
+   (``(cur - target) / cur`` for the seconds, ``(target - cur) / cur`` for goodput) must reach
+   ``min_gain`` (hysteresis against noise in the prediction; ``below_min_gain``);
+5. the cost of a change (Dynamo's planner weighs its adjustment interval the same way):
+   moving ``m`` engines takes each out of service for ``change_cost_s`` (drained, restarted
+   in the other mode, warmed), ``m * change_cost_s`` engine-seconds; keeping the gain for the
+   dwell time is worth ``N * g * dwell_s`` engine-seconds (a relative gain ``g`` on N engines
+   is as good as ``g * N`` more of them). Below the cost: hold (``below_cost``);
+6. a change in the other direction than the last one waits ``dwell_s`` after it (``dwell``);
+   any change waits ``step_s`` after the last one (``step_wait``: the moved engine's pod
+   restarts and warms before the next moves);
+7. else one engine moves toward the target (``gain``).
+
+Metrics (``prometheus_client``, one registry per :class:`PlanMetrics`, served by the planner
+process on ``--metrics-port``): ``specgate_plan_advised_engines{pool}`` (``speculative`` /
+``plain``: the last advice), ``specgate_plan_current_engines{pool}``,
+``specgate_plan_trusted`` (1/0), ``specgate_plan_window_requests``,
+``specgate_plan_rounds_total{outcome}`` (the reasons above), ``specgate_plan_changes_total{reason}``,
+``specgate_plan_last_change_timestamp_seconds`` (Unix time) and
+``specgate_plan_last_change_reason{reason}`` (1 for the last change's reason, 0 for the others),
+``specgate_plan_errors_total{stage}`` (``fetch``, ``predict``, ``apply``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+__all__ = ["OUTCOMES", "Hysteresis", "PlanLoop", "PlanMetrics", "Step"]
+
+#: Every round outcome (:meth:`PlanLoop.decide`'s reasons): the bounded label set.
+OUTCOMES = ("untrusted", "floor", "at_advice", "no_prediction", "below_min_gain", "below_cost", "dwell",
+            "step_wait", "gain")
+
+#: The outcomes that change the split.
+CHANGES = ("floor", "gain")
+
+_POOLS = ("speculative", "plain")
+
+
+@dataclass(frozen=True)
+class Hysteresis:
+    """The loop's settings (seconds, engines, a ratio; module docstring).
+
+    Attributes:
+        dwell_s: time after a change before one in the other direction; also the horizon
+            over which a gain is weighed against the change's cost.
+        step_s: time after any change before the next engine moves.
+        change_cost_s: seconds one engine is out of service to change its mode.
+        min_gain: the smallest predicted relative gain acted on.
+        floor_speculative, floor_plain: engines a pool keeps at least.
+    """
+
+    dwell_s: float = 1800.0
+    step_s: float = 120.0
+    change_cost_s: float = 300.0
+    min_gain: float = 0.05
+    floor_speculative: int = 0
+    floor_plain: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.dwell_s, self.step_s, self.change_cost_s, self.min_gain) < 0:
+            raise ValueError("dwell_s, step_s, change_cost_s and min_gain must be >= 0")
+        if min(self.floor_speculative, self.floor_plain) < 0:
+            raise ValueError("the floors must be >= 0")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One round's outcome.
+
+    Attributes:
+        outcome: one of :data:`OUTCOMES`.
+        current: speculative engines before the round; target: the best split within the
+            floors (None when untrusted); moved_to: speculative engines after the round
+            (``current`` when held).
+        gain: the predicted relative gain of ``target`` over ``current`` (None: not computed).
+    """
+
+    outcome: str
+    current: int
+    target: int | None
+    moved_to: int
+    gain: float | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether one engine moves."""
+        return self.moved_to != self.current
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"outcome": self.outcome, "current": self.current, "target": self.target, "moved_to": self.moved_to,
+                "gain": None if self.gain is None else (round(self.gain, 4) if math.isfinite(self.gain) else "inf")}
+
+
+def _value(advice: Mapping[str, Any], k: int) -> float | None:
+    key = "predicted_" + advice["metric"]
+    row = next((s for s in advice["splits"] if s["speculative"] == k), None)
+    return None if row is None else row.get(key)
+
+
+def _gain(metric: str, current: float | None, target: float | None) -> float | None:
+    if target is None:
+        return None
+    if current is None:  # nothing completes at the current split
+        return math.inf
+    if metric == "goodput_rps":
+        return (target - current) / current if current > 0 else (math.inf if target > 0 else 0.0)
+    return (current - target) / current if current > 0 else 0.0
+
+
+class PlanLoop:
+    """The hysteresis state of the planner's loop (module docstring).
+
+    Args:
+        engines: N.
+        hysteresis: the settings.
+    """
+
+    def __init__(self, engines: int, hysteresis: Hysteresis) -> None:
+        if hysteresis.floor_speculative + hysteresis.floor_plain > engines:
+            raise ValueError(f"the floors ({hysteresis.floor_speculative} + {hysteresis.floor_plain}) exceed "
+                             f"the {engines} engines")
+        self.engines = engines
+        self.h = hysteresis
+        self.last_change_at: float | None = None
+        self.last_direction = 0
+
+    def target(self, advice: Mapping[str, Any]) -> int:
+        """The best split within the floors (ties to fewer speculative engines)."""
+        lo, hi = self.h.floor_speculative, self.engines - self.h.floor_plain
+        higher = advice["metric"] == "goodput_rps"
+
+        def key(k: int) -> tuple[float, int]:
+            v = _value(advice, k)
+            if v is None:
+                return (math.inf, k)
+            return (-v if higher else v, k)
+
+        return min(range(lo, hi + 1), key=key)
+
+    def decide(self, advice: Mapping[str, Any], current: int, now: float) -> Step:
+        """The round's step for ``advice`` at ``current`` speculative engines (``now``:
+        monotonic s); reads the state, does not change it (:meth:`commit` does)."""
+        h = self.h
+        if current < h.floor_speculative or self.engines - current < h.floor_plain:
+            return Step("floor", current, None, current + (1 if current < h.floor_speculative else -1))
+        if not advice["trusted"]:
+            return Step("untrusted", current, None, current)
+        target = self.target(advice)
+        if target == current:
+            return Step("at_advice", current, target, current)
+        gain = _gain(advice["metric"], _value(advice, current), _value(advice, target))
+        if gain is None:
+            return Step("no_prediction", current, target, current)
+        if gain < h.min_gain:
+            return Step("below_min_gain", current, target, current, gain)
+        if self.engines * gain * h.dwell_s < abs(target - current) * h.change_cost_s:
+            return Step("below_cost", current, target, current, gain)
+        direction = 1 if target > current else -1
+        if self.last_change_at is not None:
+            since = now - self.last_change_at
+            if direction != self.last_direction and since < h.dwell_s:
+                return Step("dwell", current, target, current, gain)
+            if since < h.step_s:
+                return Step("step_wait", current, target, current, gain)
+        return Step("gain", current, target, current + direction, gain)
+
+    def commit(self, step: Step, now: float) -> None:
+        """Record that ``step``'s change was applied at ``now`` (monotonic s)."""
+        if step.changed:
+            self.last_change_at = now
+            self.last_direction = 1 if step.moved_to > step.current else -1
+
+
+class PlanMetrics:
+    """The planner's series (module docstring), in their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.advised = Gauge("specgate_plan_advised_engines", "Engines the last advice gives each pool.", ["pool"],
+                             registry=r)
+        self.current = Gauge("specgate_plan_current_engines", "Engines each pool has now.", ["pool"], registry=r)
+        self.trusted = Gauge("specgate_plan_trusted", "1 when the last advice's models were trusted.", registry=r)
+        self.window = Gauge("specgate_plan_window_requests", "Requests in the router's window at the last round.",
+                            registry=r)
+        self.rounds = Counter("specgate_plan_rounds", "Planner rounds by outcome.", ["outcome"], registry=r)
+        self.changes = Counter("specgate_plan_changes", "Engines moved between the pools, by reason.", ["reason"],
+                               registry=r)
+        self.last_change = Gauge("specgate_plan_last_change_timestamp_seconds",
+                                 "Unix time of the last change of split (0: none yet).", registry=r)
+        self.last_reason = Gauge("specgate_plan_last_change_reason",
+                                 "1 for the last change's reason, 0 for the others.", ["reason"], registry=r)
+        self.errors = Counter("specgate_plan_errors", "Failed planner stages.", ["stage"], registry=r)
+        for outcome in OUTCOMES:
+            self.rounds.labels(outcome)
+        for reason in CHANGES:
+            self.changes.labels(reason)
+            self.last_reason.labels(reason).set(0)
+        for stage in ("fetch", "predict", "apply"):
+            self.errors.labels(stage)
+
+    def advice(self, advice: Mapping[str, Any]) -> None:
+        """Show an advice."""
+        for pool in _POOLS:
+            self.advised.labels(pool).set(advice["advised"][pool])
+        self.trusted.set(int(bool(advice["trusted"])))
+        self.window.set(advice["window"]["requests"])
+
+    def step(self, step: Step, engines: int, unix_now: float) -> None:
+        """Show a round's step (after it was applied, when it changed the split)."""
+        self.rounds.labels(step.outcome).inc()
+        self.current.labels("speculative").set(step.moved_to)
+        self.current.labels("plain").set(engines - step.moved_to)
+        if step.changed:
+            self.changes.labels(step.outcome).inc()
+            self.last_change.set(unix_now)
+            for reason in CHANGES:
+                self.last_reason.labels(reason).set(int(reason == step.outcome))

@@ -1,0 +1,234 @@
+"""The planner's pure parts: the window as a day, the speed model as an engine model, the advice's shape,
+the loop's hysteresis (loadtests/plan.py, loadtests/planloop.py)."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+
+from drafters.spec_math import expected_tokens
+from loadtests.dayshapes import default_engine_model
+from loadtests.plan import (
+    PlanError,
+    advise,
+    bucket_tokens,
+    day_from_window,
+    engine_model_from_speed,
+    engine_models,
+    trust,
+)
+from loadtests.planloop import Hysteresis, PlanLoop, PlanMetrics
+from router import SpeedModel
+
+
+def _row(t: float, **kw: Any) -> dict[str, Any]:
+    return {"arrival_s": t, "prompt_tokens": 100, "cached_tokens": 20, "output_tokens": 30, "max_tokens": 64,
+            "temperature_class": "greedy", "n": 1, "pool": "spec", "duration_s": 0.5, **kw}
+
+
+def test_day_from_window_expands_n_and_takes_the_budget_when_output_is_unknown() -> None:
+    doc = {"requests": [_row(2.0, n=2, temperature_class="sampled"), _row(0.0, output_tokens=None),
+                        _row(1.0, cached_tokens=500, output_tokens=100)]}
+    day, unreported = day_from_window(doc)
+    assert unreported == 1
+    assert [(r.rid, r.arrival_s, r.prompt_tokens, r.cached_tokens, r.output_tokens, r.max_new_tokens, r.temperature)
+            for r in day] == [(0, 0.0, 100, 20, 64, 64, 0.0), (1, 1.0, 100, 100, 100, 100, 0.0),
+                              (2, 2.0, 100, 20, 30, 64, 1.0), (3, 2.0, 100, 20, 30, 64, 1.0)]
+
+
+def test_day_from_an_empty_or_broken_window_is_refused() -> None:
+    with pytest.raises(PlanError, match="no finished request"):
+        day_from_window({"requests": []})
+    with pytest.raises(PlanError, match="lacks a usable field"):
+        day_from_window({"requests": [{"arrival_s": 0.0}]})
+
+
+@pytest.mark.parametrize(("label", "tokens"), [("le_1024", 512.0), ("le_4096", 2048.0), ("gt_65536", 131072.0)])
+def test_bucket_tokens(label: str, tokens: float) -> None:
+    assert bucket_tokens(label) == tokens
+
+
+def test_bucket_tokens_refuses_an_unknown_label() -> None:
+    with pytest.raises(PlanError):
+        bucket_tokens("mid_12")
+
+
+SPEED = SpeedModel(decode_s_per_token=0.01, batch_knee=24.0, attention_s_per_token=3e-7, prefill_s_per_token=1e-4,
+                   max_running_requests=48, gamma=4, c=0.1)
+
+
+def test_speed_model_maps_term_for_term() -> None:
+    m = engine_model_from_speed(SPEED, gamma=4, c=0.1, accept_length={"greedy": 3.0, "sampled": 2.0},
+                                kv_tokens=100_000, spec_kv_fraction=0.6)
+    s = m.speed
+    assert (s.t0_s, s.batch_knee, s.attn_s_per_token, s.prefill_s_per_token, s.gamma, s.c) == (
+        0.01, 24.0, 3e-7, 1e-4, 4, 0.1)
+    assert (m.kv_tokens, m.spec_kv_fraction, m.max_running) == (100_000, 0.6, 48)
+    # alpha inverts the measured accept length; no per-bucket data: no fall with context
+    assert expected_tokens(s.alpha_short, 4) == pytest.approx(3.0)
+    assert expected_tokens(m.alpha_sampled_short, 4) == pytest.approx(2.0)
+    assert s.alpha_drop_per_doubling == 0.0
+    # the simulator's decode step is the router's per-token model
+    assert s.plain_token_s(8, 1000) == pytest.approx(0.01 * (1 + 8 / 24) + 3e-7 * 1000)
+
+
+def test_speed_model_takes_the_fall_of_acceptance_from_the_buckets() -> None:
+    m = engine_model_from_speed(SPEED, gamma=4, c=0.1,
+                                accept_table={"greedy/le_1024": 3.4, "greedy/le_16384": 2.6, "sampled/le_1024": 1.9})
+    s = m.speed
+    assert s.alpha_knee_tokens == 512.0
+    assert expected_tokens(s.alpha_short, 4) == pytest.approx(3.4)
+    assert s.alpha_drop_per_doubling > 0
+    assert expected_tokens(s.alpha(8192.0), 4) == pytest.approx(2.6)
+    assert expected_tokens(m.alpha_sampled_short, 4) == pytest.approx(1.9)
+
+
+def test_without_a_measured_acceptance_the_base_model_stays() -> None:
+    base = default_engine_model()
+    m = engine_model_from_speed(SPEED, gamma=4, c=0.1)
+    assert (m.speed.alpha_short, m.alpha_sampled_short, m.kv_tokens) == (
+        base.speed.alpha_short, base.alpha_sampled_short, base.kv_tokens)
+
+
+def _pool(name: str, spec: bool, **kw: Any) -> dict[str, Any]:
+    speed = {"decode_s_per_token": 0.02, "batch_knee": 32.0, "attention_s_per_token": 2e-7,
+             "prefill_s_per_token": 2e-4, "max_running_requests": None, "gamma": 4 if spec else 0,
+             "c": 0.05 if spec else 0.0}
+    return {"name": name, "speculative": spec, "endpoints": 1, "healthy": 1, "kv_tokens": 400_000 if spec else 500_000,
+            "speed": speed, "speed_source": "learned", "fit": {"observations": 50, "error": 0.1, "accept_length": {}},
+            "check": None, "accept_length": {"greedy": 3.0, "sampled": 1.8} if spec else {}, **kw}
+
+
+def _doc(requests: int = 40, **pools: Any) -> dict[str, Any]:
+    rng = random.Random(7)
+    t, rows = 0.0, []
+    for _ in range(requests):
+        t += rng.expovariate(1.0)
+        rows.append(_row(round(t, 3), prompt_tokens=rng.randint(200, 2000), output_tokens=rng.randint(20, 200),
+                         max_tokens=256, temperature_class=rng.choice(["greedy", "sampled"])))
+    return {"model": "m", "window": {"requests": requests, "seconds": t}, "requests": rows,
+            "pools": [pools.get("spec", _pool("spec", True)), pools.get("plain", _pool("plain", False))]}
+
+
+def test_engine_models_take_each_pools_kv_and_the_speculative_gamma() -> None:
+    m = engine_models(_doc())
+    assert m.spec.kv_tokens == m.plain.kv_tokens == 500_000
+    assert m.spec.spec_kv_fraction == m.plain.spec_kv_fraction == 0.8
+    assert (m.spec.speed.gamma, m.plain.speed.gamma) == (4, 4)
+    assert m.sources == {"speculative": "spec:learned", "plain": "plain:learned"}
+
+
+def test_advice_shape() -> None:
+    advice = advise(_doc(), 3)
+    assert set(advice) == {"advised", "splits", "window", "metric", "current", "trusted", "untrusted_because",
+                           "model"}
+    assert [(s["speculative"], s["plain"]) for s in advice["splits"]] == [(0, 3), (1, 2), (2, 1), (3, 0)]
+    assert all(set(s) == {"speculative", "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}
+               for s in advice["splits"])
+    best = min(advice["splits"], key=lambda s: (s["predicted_mean_s"], s["speculative"]))
+    assert advice["advised"] == {"speculative": best["speculative"], "plain": 3 - best["speculative"]}
+    assert advice["window"] == {"requests": 40, "seconds": pytest.approx(_doc()["window"]["seconds"]),
+                                "sequences": 40, "unreported": 0}
+    assert (advice["metric"], advice["current"], advice["trusted"]) == ("mean_s", {"speculative": 1, "plain": 1}, True)
+
+
+def test_advice_by_goodput_takes_the_highest() -> None:
+    advice = advise(_doc(), 2, metric="goodput_rps")
+    best = max(advice["splits"], key=lambda s: (s["predicted_goodput_rps"], -s["speculative"]))
+    assert advice["advised"]["speculative"] == best["speculative"]
+    with pytest.raises(PlanError, match="unknown metric"):
+        advise(_doc(), 2, metric="long_mean_s")
+
+
+def test_a_high_prediction_error_makes_the_advice_untrusted() -> None:
+    check = {"median_relative_error": 0.4, "checked": 200, "fallback": False}
+    assert trust(_doc(spec=_pool("spec", True, check=check)), 0.25) == [
+        "pool spec: median prediction error 0.40 > 0.25"]
+    fell_back = {"median_relative_error": 0.1, "checked": 200, "fallback": True}
+    assert trust(_doc(plain=_pool("plain", False, check=fell_back)), 0.25) == [
+        "pool plain: the router fell back from its speed model (prediction error)"]
+    young = _pool("spec", True, fit={"observations": 3, "error": 0.1, "accept_length": {}})
+    young_plain = _pool("plain", False, fit={"observations": 2, "error": 0.1})
+    assert trust(_doc(spec=young, plain=young_plain), 0.25) == ["no pool's fit has learned 10 requests yet"]
+    unmeasured = _pool("spec", True, accept_length={"greedy": None, "sampled": None})
+    assert trust(_doc(spec=unmeasured), 0.25) == ["the speculative pool's acceptance was never measured"]
+    assert trust(_doc(), 0.25) == []
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def _advice(means: list[float | None], *, trusted: bool = True, metric: str = "mean_s") -> dict[str, Any]:
+    n = len(means) - 1
+    return {"metric": metric, "trusted": trusted, "advised": {"speculative": 0, "plain": n},
+            "window": {"requests": 10}, "splits": [{"speculative": k, "plain": n - k, f"predicted_{metric}": v}
+                                                   for k, v in enumerate(means)]}
+
+
+H = Hysteresis(dwell_s=100.0, step_s=10.0, change_cost_s=20.0, min_gain=0.05)
+
+
+@pytest.mark.parametrize(("means", "current", "outcome", "moved_to"), [
+    ([2.0, 1.5, 1.0, 1.2], 1, "gain", 2),            # one engine toward k = 2
+    ([2.0, 1.5, 1.0, 1.2], 3, "gain", 2),
+    ([2.0, 1.5, 1.0, 1.2], 2, "at_advice", 2),
+    ([1.0, 0.99, 1.0, 1.0], 0, "below_min_gain", 0),  # 1% < 5%
+    ([None, 1.0, 0.9, 1.0], 0, "gain", 1),           # nothing completes at k = 0
+    ([1.0, 1.0, 1.0, None], 0, "at_advice", 0),
+])
+def test_loop_decides(means: list[float | None], current: int, outcome: str, moved_to: int) -> None:
+    step = PlanLoop(3, H).decide(_advice(means), current, 0.0)
+    assert (step.outcome, step.moved_to) == (outcome, moved_to)
+
+
+def test_the_cost_of_a_change_outweighs_a_small_gain() -> None:
+    # gain 10% on 3 engines over a 100 s dwell = 30 engine-s; moving 2 engines costs 2 x 20 = 40
+    step = PlanLoop(3, H).decide(_advice([1.1, 1.05, 0.99]), 0, 0.0)
+    assert step.outcome == "below_cost"
+    assert step.gain == pytest.approx(0.1)
+
+
+def test_untrusted_advice_is_not_acted_on() -> None:
+    step = PlanLoop(3, H).decide(_advice([2.0, 1.5, 1.0, 1.2], trusted=False), 0, 0.0)
+    assert (step.outcome, step.target, step.changed) == ("untrusted", None, False)
+
+
+def test_floors_bound_the_target_and_restore_a_pool_below_them() -> None:
+    loop = PlanLoop(3, Hysteresis(dwell_s=100.0, step_s=10.0, change_cost_s=20.0, floor_speculative=1, floor_plain=1))
+    assert loop.target(_advice([3.0, 2.0, 1.5, 1.0])) == 2
+    step = loop.decide(_advice([3.0, 2.0, 1.5, 1.0]), 0, 0.0)
+    assert (step.outcome, step.moved_to) == ("floor", 1)
+    with pytest.raises(ValueError, match="exceed"):
+        PlanLoop(1, Hysteresis(floor_speculative=1, floor_plain=1))
+
+
+def test_step_wait_and_dwell_after_a_change() -> None:
+    loop = PlanLoop(3, H)
+    first = loop.decide(_advice([2.0, 1.5, 1.0, 1.2]), 1, 0.0)
+    loop.commit(first, 0.0)
+    assert loop.decide(_advice([2.0, 1.5, 1.0, 0.5]), 2, 5.0).outcome == "step_wait"
+    assert loop.decide(_advice([2.0, 1.5, 1.0, 0.5]), 2, 10.0).outcome == "gain"      # same direction
+    assert loop.decide(_advice([0.5, 1.0, 2.0, 2.0]), 2, 50.0).outcome == "dwell"     # reversal within dwell
+    assert loop.decide(_advice([0.5, 1.0, 2.0, 2.0]), 2, 100.0).moved_to == 1
+
+
+def test_metrics_show_the_advice_and_the_last_change() -> None:
+    metrics, loop = PlanMetrics(), PlanLoop(3, H)
+    advice = {**_advice([2.0, 1.5, 1.0, 1.2]), "advised": {"speculative": 2, "plain": 1}}
+    metrics.advice(advice)
+    step = loop.decide(advice, 1, 0.0)
+    metrics.step(step, 3, 1_700_000_000.0)
+    get = metrics.registry.get_sample_value
+    assert get("specgate_plan_advised_engines", {"pool": "speculative"}) == 2
+    assert get("specgate_plan_advised_engines", {"pool": "plain"}) == 1
+    assert get("specgate_plan_current_engines", {"pool": "speculative"}) == 2
+    assert get("specgate_plan_changes_total", {"reason": "gain"}) == 1
+    assert get("specgate_plan_rounds_total", {"outcome": "gain"}) == 1
+    assert get("specgate_plan_last_change_timestamp_seconds") == 1_700_000_000.0
+    assert get("specgate_plan_last_change_reason", {"reason": "gain"}) == 1
+    assert get("specgate_plan_last_change_reason", {"reason": "floor"}) == 0
+    assert get("specgate_plan_trusted") == 1
+    assert math.isfinite(get("specgate_plan_window_requests"))
