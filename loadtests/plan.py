@@ -295,7 +295,7 @@ def current_split(doc: Mapping[str, Any]) -> dict[str, int]:
             "plain": sum(int(p.get("endpoints") or 0) for p in pools if not p.get("speculative"))}
 
 
-def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_error: float = 0.25,
+def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_error: float = 0.3,
            seed: int = 0, base: EngineModel | None = None) -> dict[str, Any]:
     """The advice document ``specgate plan --json`` prints (steps 1-4).
 

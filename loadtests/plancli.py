@@ -213,8 +213,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--model", help="the served model to plan for (default: the router's first)")
     p.add_argument("--metric", choices=("mean_s", "p90_s", "goodput_rps"), default="mean_s",
                    help="what the advice optimises (default mean_s)")
-    p.add_argument("--max-error", type=float, default=0.25,
-                   help="the largest median relative prediction error of a pool the advice trusts (default 0.25)")
+    p.add_argument("--max-error", type=float, default=0.3,
+                   help="the largest median relative prediction error of a pool the advice trusts (default 0.3: "
+                        "the router's routing.learning.check.fallback_exit)")
     p.add_argument("--once", action="store_true", help="one advice, then exit")
     p.add_argument("--json", action="store_true", help="print JSON (one object; one line per round in the loop)")
     p.add_argument("--seed", type=int, default=0, help="the simulator's seed")
