@@ -11,13 +11,21 @@
   (:meth:`PolicyRouter.on_scrape`, ``Runtime.advance_bypass``) the trackers take the new
   scrape and the flags advance (``proposed`` then ``commit``); the pool's load is the
   least-loaded endpoint's ``max(running + queued, in-flight)``;
-- per request (``Runtime.snapshots`` + ``Runtime.decide``) the snapshots carry the proposed
-  flags (read only), the live per-class accept lengths (else the calibrated priors) and, in
-  ``predict`` mode, every pool's ``router.predict.SpeedModel``, so the policy chooses by
-  predicted completion time; without speed models it applies the thresholds (guard mode).
+- per request (``Runtime.snapshots`` + ``Runtime.decide``) the snapshots are built by the
+  router's own builder (``router.pool_snapshot``, ``router.endpoint_values`` of each view as an
+  ``EngineLoad`` scrape, the taus by ``router.accept_lengths``: live, else the fit's, else the
+  calibrated prior); they carry the proposed flags (read only) and, in ``predict`` or ``learn``
+  mode, every pool's ``router.predict.SpeedModel``, so the policy chooses by predicted
+  completion time; without speed models it applies the thresholds (guard mode);
+- per pool, in ``learn`` mode, a ``router.PredictionCheck``: each finished request's decision is
+  checked against its time, and every scrape round advances the fallback
+  (``Runtime.check_prediction``, ``Runtime.advance_checks``), which the snapshots carry as
+  ``prediction_fallback``.
 
-Only :func:`decide_main` (and :meth:`PolicyRouter.snapshots` if the snapshot types grow)
-depend on the policy's signature; another policy is one such function, passed as
+Not modelled (the views carry none of it): back-pressure, the canary, capabilities, LoRA
+adapters, prefix routing and stale scrapes. A new engine signal reaches the simulator through
+``_scrape`` (the view's fields as an ``EngineLoad``); only :func:`decide_main` depends on the
+policy's signature; another policy is one such function, passed as
 ``PolicyRouter(settings, decide=...)``.
 """
 
@@ -29,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from drafters.spec_math import expected_tokens
-from loadtests.dayapi import Choice, PoolView, RequestView
+from loadtests.dayapi import Choice, EndpointView, PoolView, RequestView
 from loadtests.dayshapes import EngineModel
 from loadtests.daysim import RequestRecord
 from router import (
@@ -39,17 +47,24 @@ from router import (
     AcceptanceTracker,
     BypassState,
     Decision,
-    EndpointSnapshot,
+    EngineLoad,
     Observation,
     PoolSnapshot,
+    PredictionCheck,
     RequestFeatures,
     RoutingConfig,
     Rules,
     SaturationConfig,
     SpeedFit,
     SpeedModel,
+    accept_lengths,
     batch_context,
+    context_bucket,
     decide,
+    endpoint_values,
+    next_prediction_fallback,
+    pool_snapshot,
+    predict_request,
     share_priors,
 )
 
@@ -156,6 +171,14 @@ def _class(request: RequestView) -> str:
     return "greedy" if request.temperature == 0 else "sampled"
 
 
+def _scrape(e: EndpointView, kv_capacity: int | None) -> EngineLoad:
+    """The view's last scrape as the router holds it (``sglang:max_total_num_tokens`` is the
+    engine model's KV capacity, tokens; None: unknown)."""
+    return EngineLoad(num_running_reqs=e.running, num_queue_reqs=e.queued, token_usage=e.token_usage,
+                      spec_accept_length=e.accept_length, generation_tokens_total=e.generation_tokens_total,
+                      max_total_num_tokens=kv_capacity)
+
+
 class PolicyRouter:
     """The router's real policy as a day-simulator router (module docstring).
 
@@ -172,7 +195,9 @@ class PolicyRouter:
         self.bypass: dict[str, BypassState] = {}
         self._tie = itertools.count()
         self._speed: dict[bool, SpeedModel] = {}
-        self._priors: dict[str, float] = {}
+        #: the calibrated tau per temperature class (``predict`` mode: the engine model's, at its
+        #: ``alpha_knee_tokens``), what a speculative pool's ``speed`` block would say; empty otherwise
+        self.priors: dict[str, float] = {}
         m = settings.speed
         if settings.predict:
             if m is None:
@@ -184,7 +209,7 @@ class PolicyRouter:
                     prefill_s_per_token=s.prefill_s_per_token, max_running_requests=m.max_running,
                     gamma=settings.gamma if spec else 0, c=settings.drafter_cost_ratio if spec else 0.0)
             short = s.alpha_knee_tokens
-            self._priors = {c: expected_tokens(m.alpha(short, c == "sampled"), s.gamma) for c in CLASSES}
+            self.priors = {c: expected_tokens(m.alpha(short, c == "sampled"), s.gamma) for c in CLASSES}
         self.fits: dict[bool, SpeedFit] = {}
         if settings.learn:
             for spec in (True, False):
@@ -196,9 +221,12 @@ class PolicyRouter:
                                     attention_s_per_token=exact.attention_s_per_token * k,
                                     prefill_s_per_token=exact.prefill_s_per_token * k)
                 self.fits[spec] = SpeedFit(prior, prior_weight=settings.prior_weight, forgetting=settings.forgetting)
-            self._speed, self._priors = {}, {}
-        # (url, t) -> (load, queued, batch context) at dispatch
-        self._dispatched: dict[tuple[str, float], tuple[int, int, float | None]] = {}
+            self._speed, self.priors = {}, {}
+        #: per pool, in ``learn`` mode, its predictions checked against what happened and the
+        #: fallback state (``Runtime``'s ``Pool.check``, ``routing.learning.check``)
+        self.checks: dict[str, PredictionCheck] = {}
+        # (url, t) -> (load, queued, batch context, decision, features) at dispatch
+        self._dispatched: dict[tuple[str, float], tuple[int, int, float | None, Decision, RequestFeatures]] = {}
         self._last: tuple[PoolSnapshot, ...] = ()
 
     def _tracker(self, url: str) -> AcceptanceTracker:
@@ -207,11 +235,11 @@ class PolicyRouter:
             t = self.trackers[url] = AcceptanceTracker()
         return t
 
-    def _proposed(self, p: PoolView, now: float) -> dict[str, bool]:
+    def _proposed(self, p: PoolView, now: float, live: dict[str, float | None] | None = None) -> dict[str, bool]:
         healthy = [e for e in p.endpoints if e.healthy]
         load = min(e.load for e in healthy) if healthy else sum(e.load for e in p.endpoints)
         return self.bypass.setdefault(p.name, BypassState()).proposed(
-            load=load, accept_length=self._taus(p, now), now=now, routing=self.routing_config,
+            load=load, accept_length=self._taus(p, now) if live is None else live, now=now, routing=self.routing_config,
             gamma=self.settings.gamma, c=self.settings.drafter_cost_ratio)
 
     def _taus(self, p: PoolView, now: float) -> dict[str, float | None]:
@@ -234,18 +262,35 @@ class PolicyRouter:
                 self._tracker(e.url).scraped(e.accept_length, e.generation_tokens_total, now,
                                              weight=self.settings.weight, refresh_tokens=refresh, running_reqs=e.running)
             self.bypass.setdefault(p.name, BypassState()).commit(self._proposed(p, now), now)
+        cc = self.routing_config.learning.check
+        for check in self.checks.values():  # Runtime.advance_checks
+            error, checks = check.error(now)
+            new = cc.enabled and next_prediction_fallback(check.fallback, error, checks, enter=cc.fallback_enter,
+                                                          exit=cc.fallback_exit, min_checks=cc.min_checks)
+            if new != check.fallback:
+                check.fallback, check.fallback_since = new, now
+                check.fallbacks += new
 
     def on_done(self, now: float, request: RequestView, url: str, record: RequestRecord | None = None,
                 pools: tuple[PoolView, ...] = ()) -> None:
-        """A request ended: its lease is released; in ``learn`` mode its pool's fit takes it
+        """A request ended: its lease is released; in ``learn`` mode its pool's check takes the
+        decision's prediction (``Runtime.check_prediction``) and its fit the request
         (``Runtime.learn``: dispatch -> end time, output and cached tokens, the endpoint's
         mean load; not when the engine queued requests at dispatch)."""
         cls = _class(request)
         self._tracker(url).finished(cls)
         if record is None:
             return
-        load, queued, ctx = self._dispatched.pop((url, record.arrival_s), (0, 1, None))
-        if not self.fits or queued or record.pool is None:
+        dispatched = self._dispatched.pop((url, record.arrival_s), None)
+        if dispatched is None or not self.fits or record.pool is None:
+            return
+        load, queued, ctx, decision, features = dispatched
+        check = self.checks.get(record.pool)
+        if check is not None and decision.basis is not None and record.status == "ok":
+            check.add("completion", cls, context_bucket(features.predicted_prompt_tokens),
+                      predict_request(features, decision.basis, url, record.output_tokens),
+                      now - record.arrival_s, now)
+        if queued:
             return
         spec = record.speculative
         end_load = next((e.load for p in pools for e in p.endpoints if e.url == url), load)
@@ -258,31 +303,28 @@ class PolicyRouter:
         share_priors(list(self.fits.values()))
 
     def snapshots(self, pools: tuple[PoolView, ...], now: float) -> tuple[PoolSnapshot, ...]:
-        """The policy's snapshots of the simulator's views (``Runtime.snapshots``)."""
+        """The policy's snapshots of the simulator's views, built as ``Runtime.snapshots`` builds
+        them: through ``router.pool_snapshot`` and ``router.endpoint_values`` (each view's
+        scrape as an ``EngineLoad``, always fresh), the taus by ``router.accept_lengths``."""
         out = []
         s = self.settings
         for p in pools:
-            sat, low, taus = False, frozenset[str](), {}
+            sat, low, greedy, sampled = False, frozenset[str](), None, None
+            fit = self.fits.get(p.speculative)
             if p.speculative:
-                flags = self._proposed(p, now)
-                taus = self._taus(p, now)
-                if self._priors:
-                    taus = {c: taus[c] or self._priors[c] for c in CLASSES}
-                if self.fits:  # no fresh live estimate: the tau the fit last observed
-                    taus = {c: taus[c] or self.fits[True].accept_length(c) for c in CLASSES}
+                live = self._taus(p, now)
+                flags = self._proposed(p, now, live)
+                greedy, sampled = accept_lengths(live, fit, self.priors)
                 sat, low = flags["saturated"], self.bypass[p.name].low_classes(flags)
             cap = s.speed.kv_capacity(p.speculative) if s.speed is not None else None
-            speed = self.fits[p.speculative].model if self.fits else self._speed.get(p.speculative)
-            out.append(PoolSnapshot(
+            check = self.checks.get(p.name)
+            out.append(pool_snapshot(
                 name=p.name, speculative=p.speculative, limit=s.pool_limit_tokens,
                 reserved=s.reserved_tokens if p.speculative else 0,
-                endpoints=tuple(EndpointSnapshot(e.url, e.healthy, e.load, 0, e.queued,
-                                                 None if cap is None else max(0, round(cap * (1 - e.token_usage))),
-                                                 0 if cap is None else round(cap * e.token_usage))
-                                for e in p.endpoints),
-                saturated=sat, low_acceptance=low, speed=speed,
-                accept_table=self.fits[True].accept_table() if self.fits and p.speculative else None,
-                accept_length_greedy=taus.get("greedy"), accept_length_sampled=taus.get("sampled")))
+                endpoints=[endpoint_values(e.url, e.healthy, e.load, 0, _scrape(e, cap)) for e in p.endpoints],
+                speed=self._speed.get(p.speculative), fit=fit, saturated=sat, low_acceptance=low,
+                accept_length_greedy=greedy, accept_length_sampled=sampled,
+                prediction_fallback=check is not None and check.fallback))
         return tuple(out)
 
     def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice:
@@ -298,5 +340,8 @@ class PolicyRouter:
             need = request.prompt_tokens + request.n * request.max_new_tokens
             waits = snap.queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
             self._dispatched[(d.endpoint, now)] = (snap.load, int(waits), batch_context(
-                snap, request.prompt_tokens, request.max_new_tokens))
+                snap, request.prompt_tokens, request.max_new_tokens), d, features)
+            if self.fits and d.pool is not None and d.pool not in self.checks:
+                cc = self.routing_config.learning.check
+                self.checks[d.pool] = PredictionCheck(cc.window, cc.max_age_s)
         return Choice(d.pool, d.endpoint, str(d.reason))

@@ -43,6 +43,7 @@ from yarl import URL
 from router.acceptance import AcceptanceTracker
 from router.engine_metrics import EngineLoad
 from router.identity import EngineModels
+from router.snapshots import EndpointValues, endpoint_values
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger"]
 
@@ -295,22 +296,16 @@ class Endpoint:
         load = self.load(now, stale_after_s)
         return max(load, floor) if self.backpressured(now) else load
 
-    def snapshot_values(self, now: float, stale_after_s: float, floor: int, cached: int
-                        ) -> tuple[str, bool, int, int, int, int | None, int]:
-        """The fields of its :class:`router.policy.EndpointSnapshot` in order: ``(url,
-        healthy, backpressure_load, cached, queued, kv_free_tokens, kv_used_tokens)``; queue
-        and KV only from a fresh scrape that exports the KV capacity
-        (``sglang:max_total_num_tokens``), else ``0, None, 0``: its
-        :attr:`healthy` and :meth:`backpressure_load` (``floor``, ``stale_after_s``: theirs;
-        ``cached``: tokens, passed through), which it calls: it runs for every endpoint of
-        every decision."""
-        load = self.backpressure_load(now, stale_after_s, floor)
+    def snapshot_values(self, now: float, stale_after_s: float, floor: int, cached: int) -> EndpointValues:
+        """Its :class:`router.snapshots.EndpointValues` now (:func:`router.snapshots.endpoint_values`
+        of its :attr:`healthy`, its :meth:`backpressure_load` with ``floor`` and ``stale_after_s``,
+        ``cached`` tokens, and its last scrape while fresh); it runs for every endpoint of every
+        decision."""
         engine = self.engine
-        if engine is None or self.scraped_at is None or now - self.scraped_at > stale_after_s:
-            return self.url, self.healthy, load, cached, 0, None, 0
-        cap = engine.max_total_num_tokens
-        used = engine.kv_used
-        return self.url, self.healthy, load, cached, engine.num_queue_reqs, None if cap is None else max(0, cap - used), used
+        scraped_at = self.scraped_at
+        fresh = engine is not None and scraped_at is not None and now - scraped_at <= stale_after_s
+        return endpoint_values(self.url, self.healthy, self.backpressure_load(now, stale_after_s, floor), cached,
+                               engine if fresh else None)
 
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
         """The scraped ``spec_accept_length`` if fresh and positive, else None (unknown)."""

@@ -43,6 +43,11 @@ class Pool:
         self.fit: SpeedFit | None = None
         #: which finished requests the fit takes (routing.learning.max_observations_per_s)
         self.budget: ObservationBudget | None = None
+        #: the calibrated tau per temperature class (the speed block's; None: not set), the
+        #: last resort of :func:`router.snapshots.accept_lengths`
+        self.prior_accept_lengths: dict[str, float | None] = {
+            "greedy": None if speed is None else speed.accept_length_greedy,
+            "sampled": None if speed is None else speed.accept_length_sampled}
         #: what the fit starts from: the speed block, else the default prior
         self.prior = self.speed or replace(DEFAULT_PRIOR, gamma=gamma, c=c)
         #: every prediction for this pool checked against what happened, and the fallback

@@ -53,7 +53,6 @@ from router.learn import (
 from router.models import lacking_adapters, pool_adapters
 from router.policy import (
     Decision,
-    EndpointSnapshot,
     PoolSnapshot,
     Rules,
     batch_context,
@@ -65,6 +64,7 @@ from router.pool import Pool
 from router.prediction_check import PredictionCheck
 from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
 from router.snapshot_cache import SnapshotCache
+from router.snapshots import accept_lengths, endpoint_snapshot
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
 
@@ -278,22 +278,14 @@ class Runtime:
         ep = self._by_url.get(url)
         if ep is None:
             return 0, False, None
-        stale = self.config.scrape.stale_after_s
-        load = ep.backpressure_load(now, stale, 0)
-        engine = ep.engine
-        if engine is None or ep.scraped_at is None or now - ep.scraped_at > stale:
-            return load, False, None  # no fresh scrape: nothing queued or known of the KV
-        queued = engine.num_queue_reqs
-        if features is None:
-            return load, queued > 0, None
-        cap = engine.max_total_num_tokens
-        if cap is None:  # the KV capacity unknown: no context (batch_context's None)
-            return load, queued > 0, None
-        # the snapshot only where its KV is read (what Endpoint.snapshot_values gives for a fresh scrape)
-        snap = EndpointSnapshot(url, ep.healthy, load, 0, queued, max(0, cap - engine.kv_used), engine.kv_used)
+        # its snapshot's values: the queue and KV from a fresh scrape only
+        values = ep.snapshot_values(now, self.config.scrape.stale_after_s, 0, 0)
+        waits = values.queued > 0
+        if features is None or values.kv_free_tokens is None:  # the KV unknown: no context (batch_context's None)
+            return values.load, waits, None
         need = features.num_prompts * features.predicted_weight
-        waits = queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
-        return load, waits, batch_context(snap, features.predicted_prompt_tokens, features.max_new_tokens)
+        return (values.load, waits or need > values.kv_free_tokens,
+                batch_context(endpoint_snapshot(values), features.predicted_prompt_tokens, features.max_new_tokens))
 
     def learn(self, pool_name: str, url: str, *, prompt_tokens: int, cached_tokens: int, output_tokens: int,
               dispatch_load: int, duration_s: float, temperature: str, now: float,
@@ -312,7 +304,7 @@ class Runtime:
         tau = None
         if pool.speculative:
             tau = (accept_length or self._accept_lengths(pool, now).get(temperature)
-                   or self._prior_tau(pool, temperature))
+                   or pool.prior_accept_lengths.get(temperature))
         pool.fit.observe(Observation(prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
                                      output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5 * sequences),
                                      duration_s=duration_s, accept_length=tau, context=context), now, temperature,
@@ -342,13 +334,6 @@ class Runtime:
     def pool(self, name: str | None) -> Pool | None:
         """The pool named ``name`` (None: no such pool)."""
         return self._pool_by_name.get(name) if name is not None else None
-
-    @staticmethod
-    def _prior_tau(pool: Pool, temperature: str) -> float | None:
-        speed = pool.config.speed
-        if speed is None:
-            return None
-        return speed.accept_length_greedy if temperature == "greedy" else speed.accept_length_sampled
 
     def prefix_matches(self, chain: PrefixChain, prompt_tokens: int) -> dict[str, dict[str, int]]:
         """``{pool: {url: estimated cached tokens}}`` for ``chain`` (read-only)."""
@@ -557,10 +542,8 @@ class Runtime:
             if p.config.speculative:
                 live = self._accept_lengths(p, now)  # read once: the flags' input and the taus'
                 flags = self._proposed(p, now, live=live)
-                # no fresh live estimate: what the fit last measured, else the calibrated prior
-                taus = {c: live[c] or (p.fit.accept_length(c) if p.fit is not None else None)
-                        or self._prior_tau(p, c) for c in CLASSES}
-                sat, low, greedy, sampled = flags["saturated"], p.bypass.low_classes(flags), taus["greedy"], taus["sampled"]
+                sat, low = flags["saturated"], p.bypass.low_classes(flags)
+                greedy, sampled = accept_lengths(live, p.fit, p.prior_accept_lengths)
             else:
                 sat, low, greedy, sampled = False, _NONE, None, None
             endpoints = tuple([e.snapshot_values(now, stale, floor, m.get(e.url, 0) if m else 0)

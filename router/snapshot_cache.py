@@ -5,16 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from router.policy import EndpointSnapshot, PoolSnapshot
+from router.policy import PoolSnapshot
+from router.snapshots import EndpointValues, pool_snapshot
 
 if TYPE_CHECKING:
     from router.pool import Pool
 
-__all__ = ["EndpointValues", "SnapshotCache"]
-
-#: An :class:`~router.policy.EndpointSnapshot`'s fields in order (url, healthy, load,
-#: cached_tokens, queued, kv_free_tokens, kv_used_tokens).
-EndpointValues = tuple[str, bool, int, int, int, "int | None", int]
+__all__ = ["SnapshotCache"]
 
 
 class SnapshotCache:
@@ -22,13 +19,13 @@ class SnapshotCache:
     decision whose pool reads as a recent one did reuses that object instead of building it
     (a frozen dataclass of 12 fields costs about as much as the rest of the snapshot).
 
-    :meth:`get` takes every field that can change (hashable values: the endpoints as plain
-    tuples of their fields, frozensets, numbers, None) and keys on all of them plus the pool
+    :meth:`get` takes every field that can change (hashable values: the endpoints as
+    :class:`router.snapshots.EndpointValues` tuples, frozensets, numbers, None) and keys on all of them plus the pool
     object, whose config-derived fields (name, speculative, limit, reserved, speed model) are
     fixed for its life; so a hit equals what a fresh build would give. The endpoints are keyed
     as tuples, not as snapshot objects, so a lookup hashes and compares them in C (a frozen
-    dataclass's ``__hash__`` and ``__eq__`` are Python functions) and the endpoint snapshots are
-    built only on a miss. Loads take few distinct values, so most decisions hit; the map is
+    dataclass's ``__hash__`` and ``__eq__`` are Python functions) and the snapshot is built only
+    on a miss, by :func:`router.snapshots.pool_snapshot`. Loads take few distinct values, so most decisions hit; the map is
     cleared when it holds :attr:`MAX_ENTRIES`.
     """
 
@@ -56,12 +53,10 @@ class SnapshotCache:
         if snap is None:
             if len(self._map) >= self.MAX_ENTRIES:
                 self._map.clear()
-            snap = self._map[key] = PoolSnapshot(
+            snap = self._map[key] = pool_snapshot(
                 name=pool.name, speculative=pool.config.speculative, limit=pool.limit, reserved=pool.reserved,
-                endpoints=tuple([EndpointSnapshot(*e) for e in endpoints]), saturated=saturated,
-                low_acceptance=low_acceptance, speed=pool.speed if fit is None else fit.model,
+                endpoints=endpoints, speed=pool.speed, fit=fit, saturated=saturated, low_acceptance=low_acceptance,
                 accept_length_greedy=accept_length_greedy, accept_length_sampled=accept_length_sampled,
                 capabilities=capabilities, canary_mismatch=canary_mismatch, adapters=adapters,
-                prediction_fallback=prediction_fallback,
-                accept_table=fit.accept_table() if fit is not None and pool.speculative else None)
+                prediction_fallback=prediction_fallback)
         return snap
