@@ -22,24 +22,25 @@ num_draft_tokens)``), ``limit`` a pool's own context limit. All in tokens.
    engine pushed past its validated context can crash). Then, when no pool serves every kind
    the request needs (:mod:`router.capabilities`; a plain pool serves all), REFUSED with the
    first pool's missing kind as the reason.
-2. **Speculative eligibility**, per speculative pool in config order: first the gate
-   (``_gate``): a pool the lossless canary ejected -> ``canary_mismatch``; a kind it does not
-   serve -> that kind (one of :data:`router.reasons.CAPABILITY_KINDS`); a LoRA adapter no
-   endpoint of it has -> ``lora_adapter`` (plain pools without it are skipped too); the
-   client's ``off`` hint -> ``client_opt_out`` (a bypass: the pool stays a fallback). Then
-   ``P + n * M + K <= limit`` (the ``n`` weighting keeps large-``n`` requests off the
-   drafter pool: every sample drafts) and
-   ``P <= routing.long_prompt_tokens``; otherwise ``long_context`` (the first test is a hard
-   limit; the threshold is a bypass: the pool stays a fallback). Then: no healthy endpoint ->
-   ``spec_unhealthy``; saturation bypass on ->
-   ``saturated``; acceptance bypass on -> ``low_acceptance``; else the pool is chosen with
-   reason ``speculative``. The client's ``on`` hint skips the long-prompt threshold and the
-   acceptance bypass only. **Affinity** (with a :class:`router.prefix.PrefixRequest` of a
+2. **Speculative eligibility**, per speculative pool in config order: the checks of
+   :data:`router.checks.SPECULATIVE_CHECKS`, in that order (the first rejection names the
+   reason, the strongest says what becomes of the pool): a pool the lossless canary ejected ->
+   ``canary_mismatch``; a kind it does not serve -> that kind (one of
+   :data:`router.reasons.CAPABILITY_KINDS`); a LoRA adapter no endpoint of it has ->
+   ``lora_adapter`` (plain pools without it are skipped too); ``P + n * M + K > limit`` (the
+   ``n`` weighting keeps large-``n`` requests off the drafter pool: every sample drafts) or
+   ``P > routing.long_prompt_tokens`` -> ``long_context`` (the first a hard limit; the
+   threshold a bypass: the pool stays a fallback); no healthy endpoint -> ``spec_unhealthy``;
+   the client's ``off`` hint -> ``client_opt_out`` (a bypass); saturation bypass on ->
+   ``saturated``; acceptance bypass on -> ``low_acceptance``; ``seed`` or ``logit_bias`` ->
+   ``sampling_guarantee``; else the pool is chosen with reason ``speculative``. The client's
+   ``on`` hint skips the long-prompt threshold, the acceptance bypass and the sampling
+   guarantee only. **Affinity** (with a :class:`router.prefix.PrefixRequest` of a
    continued conversation, ``prefix.continued``): a pool bypassed as ``saturated`` and nothing
    else stays a candidate when its chosen endpoint is a ``prefix_match`` (the conversation is
    cached there) whose load is below
    ``prefix.sticky_max_load`` (requests); new conversations (no match) are the ones shed.
-   Every other rejection (gate, opt-out, ``long_context``, ``low_acceptance``, unhealthy)
+   Every other rejection (canary, capability, adapter, opt-out, ``long_context``, ``low_acceptance``, unhealthy)
    stays hard: a conversation grown past ``routing.long_prompt_tokens`` moves to plain.
 3. **Plain pools** in config order: the first with a healthy endpoint whose limit holds
    ``P + M`` (each of the ``n`` sequences is checked alone by the engine). The reason is the
@@ -186,8 +187,9 @@ class PoolSnapshot:
         saturated: the saturation bypass is on (hysteresis state).
         low_acceptance: the temperature classes whose acceptance bypass is on.
         speed: the pool's speed model (None: no prediction for this pool).
-        accept_length_greedy: tau for greedy requests (live estimate, else the calibrated
-            prior, else None), tokens per verify step.
+        accept_length_greedy: tau for greedy requests (the live estimate, else the fit's, else
+            the calibrated prior, else None: :func:`router.snapshots.accept_lengths`), tokens
+            per verify step.
         accept_length_sampled: the same for sampled requests.
         capabilities: the kinds of :data:`router.capabilities.KINDS` the pool serves; None
             serves every kind (a plain pool).
