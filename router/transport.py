@@ -1,8 +1,11 @@
 """The proxy's upstream seam: what :class:`router.proxy.ProxyResponse` needs from an HTTP client.
 
 One small typed :class:`Transport` (the way httpx's one-method transport classes make
-``httpx.MockTransport`` the natural unit-test seam): the production implementation is
-:class:`router.transport_aiohttp.AiohttpTransport`; tests drive the real proxy through
+``httpx.MockTransport`` the natural unit-test seam). Two implementations:
+:class:`router.transport_h1.H1Transport` (HTTP/1.1 on httptools' parser, the default,
+``upstream.client: httptools``), which hands ``https://`` targets and the aborts to
+:class:`router.transport_aiohttp.AiohttpTransport` (aiohttp; the whole client with
+``upstream.client: aiohttp``); tests drive the real proxy through
 ``tests.support.transport.MockTransport`` without sockets.
 
 The calls:

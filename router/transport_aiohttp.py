@@ -1,4 +1,7 @@
-"""The production :class:`router.transport.Transport`: aiohttp, with aiohttp's errors mapped.
+"""The aiohttp :class:`router.transport.Transport`, with aiohttp's errors mapped: the
+generation client with ``upstream.client: aiohttp``, and, under the default
+:class:`router.transport_h1.H1Transport` (``upstream.client: httptools``), its fallback for
+``https://`` engines and the aborts.
 
 :class:`AiohttpTransport` holds the app's two upstream clients (``router.app``): the pooled
 session, whose :class:`router.upstream.ReuseMarkingConnector` tells whether a request went out
