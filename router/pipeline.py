@@ -368,16 +368,19 @@ def _routed(state: AppState, runtime: Runtime, decision: Decision, chain: Prefix
     if decision.predicted:
         state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
     if chain is not None:
-        _note_prefix(state, runtime, decision, chain, matches, features.predicted_prompt_tokens)
+        _note_prefix(state, runtime, decision, chain, matches, features)
 
 
 def _note_prefix(state: AppState, runtime: Runtime, decision: Decision, chain: PrefixChain,
-                 matches: Matches | None, prompt_tokens: int) -> None:
-    """After a routed decision: record ``chain`` at its endpoint, observe the matched share."""
+                 matches: Matches | None, features: RequestFeatures) -> None:
+    """After a routed decision (the first one or a failover's): record ``chain`` at its
+    endpoint, observe the matched share of the predicted prompt tokens (what the matches were
+    computed for, :attr:`RequestFeatures.predicted_prompt_tokens`)."""
     assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
     runtime.record_prefix(decision, chain)
     pool = matches.get(decision.pool) if matches else None  # no throwaway {} per request
     cached = pool.get(decision.endpoint, 0) if pool else 0
+    prompt_tokens = features.predicted_prompt_tokens
     state.metrics.prefix_match_ratio.observe(
         (decision.pool, decision.endpoint_reason or "least_load"), cached / prompt_tokens if prompt_tokens else 0.0)
 
@@ -507,7 +510,7 @@ def _redecider(state: AppState, runtime: Runtime, features: RequestFeatures, cha
             return Redecision(d)
         assert d.endpoint is not None  # routed: it is set
         if chain is not None:
-            _note_prefix(state, rt, d, chain, matches, features.prompt_tokens)
+            _note_prefix(state, rt, d, chain, matches, features)
         return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class, bool(features.adapters)))
 
     return redecide

@@ -1,14 +1,21 @@
-"""Prefix routing through the Runtime: reloads that change endpoints, endpoints that go unhealthy."""
+"""Prefix routing through the Runtime: reloads that change endpoints, endpoints that go unhealthy,
+the matched share a failover observes."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from router.config import parse_config
-from router.policy import RequestFeatures
+from router.metrics import RouterMetrics
+from router.pipeline import _redecider
+from router.policy import Decision, RequestFeatures
 from router.pools import Runtime
 from router.prefix import PickReason, prefix_chain, rendezvous_score
+from router.reasons import Reason
 from router.scraper import EngineLoad
 
 A, B, C = "http://10.0.0.1:30000", "http://10.0.0.2:30000", "http://10.0.0.3:30000"
@@ -188,3 +195,30 @@ def test_an_override_of_saturation_moves_the_ceiling_and_the_back_pressure_floor
     assert rt.snapshots(0.0)[0].endpoints[0].load == 10
     rt.set_overrides(Overrides())
     assert rt.snapshots(0.0)[0].endpoints[0].load == 16
+
+
+def test_a_failover_observes_the_matched_share_of_the_predicted_prompt(tmp_path: Path) -> None:
+    """The first decision and a failover's observe ``specgate_prefix_match_ratio`` over the same
+    denominator, the predicted prompt tokens the matches were computed for (not the byte bound)."""
+    rt = Runtime(config(tmp_path, [A, B]), counter=None)
+    healthy(rt, A, B)
+    text, _ = turn(0, 2)
+    chain = prefix_chain(text, block_chars=8, max_blocks=512, anchor_end=text.index("</user>"), continued=True)
+    predicted = len(text) // 4
+    for url in (A, B):  # the conversation is cached on both replicas
+        rt.record_prefix(Decision("plain", url, Reason.PLAIN_ONLY), chain)
+    features = RequestFeatures(prompt_tokens=4 * predicted, prompt_tokens_lower=predicted // 2,
+                               prompt_tokens_estimate=predicted, max_new_tokens=16)
+    matches = rt.prefix_matches(chain, predicted)
+    first = rt.decide(features, 0.0, chain=chain, matches=matches)
+    assert first.endpoint is not None and first.endpoint_reason == PickReason.PREFIX_MATCH
+    metrics = RouterMetrics(CollectorRegistry())
+    state = SimpleNamespace(fleet=SimpleNamespace(runtimes={}), clock=lambda: 0.0, metrics=metrics)
+    other = B if first.endpoint == A else A
+    failover = _redecider(state, rt, features, chain, matches)(frozenset({first.endpoint}))  # type: ignore[arg-type]
+    assert failover.decision.endpoint == other and failover.lease is not None
+    failover.lease.release()
+    cached = matches["plain"][other]
+    assert 0 < cached <= predicted
+    (_, total), = metrics.prefix_match_ratio.series.values()
+    assert total == [cached / predicted]
