@@ -7,7 +7,7 @@
 What it measures, per temperature (``--temperature`` repeats; 0 = greedy, the default):
 
 * **offline**: SGLang's EAGLE-3 chain decoding (topk 1, ``gamma`` steps, ``gamma + 1`` draft
-  tokens) simulated in PyTorch, every draft verified by :mod:`drafters.verifier`
+  tokens) simulated in PyTorch, every draft verified by :mod:`serving.verifier`
   (:mod:`drafters.eagle3.evaluate`: how, and which cycles count). ``--no-offline`` skips it.
 * **online**, with ``--url`` (a running SGLang speculative pool) or ``--launch`` (starts one
   from ``--target``/``--draft`` through :mod:`serving.local` with ``--speculative-algorithm

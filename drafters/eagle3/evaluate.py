@@ -6,7 +6,7 @@
 What it simulates: SGLang's EAGLE-3 decoding with ``--speculative-eagle-topk 1
 --speculative-num-steps gamma --speculative-num-draft-tokens gamma+1``, in PyTorch. Every
 accept/reject decision is made by the lossless verifier,
-:func:`drafters.verifier.speculative_sample_chain` (Leviathan et al. 2023, arXiv:2211.17192).
+:func:`serving.verifier.speculative_sample_chain` (Leviathan et al. 2023, arXiv:2211.17192).
 With topk 1 the drafter proposes its argmax token at each step and SGLang verifies it as a
 deterministic proposal (q = one-hot: accepted with probability p(x), the correction drawn from
 p without x), so q is one-hot here too. Per prompt, two exact paths:
@@ -69,7 +69,7 @@ from typing import Any
 import torch
 
 from drafters.acceptance import AcceptanceStats, acceptance_from_counts
-from drafters.verifier import sample_from_weights, sampling_probs, speculative_sample_chain
+from serving.verifier import sample_from_weights, sampling_probs, speculative_sample_chain
 
 __all__ = [
     "PROMPT_SOURCE",

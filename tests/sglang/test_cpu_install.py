@@ -104,7 +104,7 @@ def test_pth_exposes_stand_in_only_in_cpu_mode_and_hooks_apply():
         "greedy_verify_at_t1": False,
         "sampling_op": "sgl_kernel.ops_spec",
         # a greedy + sampled batch verifies with top-k renormalisation (None crashed the engine)
-        "renorm_ops": ["drafters.verifier", "drafters.verifier"],
+        "renorm_ops": ["serving.verifier", "serving.verifier"],
     }
     stock = _probe(SGLANG_USE_CPU_ENGINE="1", SPECGATE_CPU_SAMPLED_VERIFY="0")
     assert stock["greedy_verify_at_t1"] is True and stock["sampling_op"] is None

@@ -326,8 +326,8 @@ def test_verify_tree_greedy_golden(sk):
     assert num.tolist() == [3, 2]
 
 
-def test_verify_tree_greedy_agrees_with_drafters_verifier(sk):
-    from drafters.verifier import verify_tree_greedy
+def test_verify_tree_greedy_agrees_with_the_verifier(sk):
+    from serving.verifier import verify_tree_greedy
 
     gen = torch.Generator().manual_seed(5)
     topk, steps, n, bs = 2, 3, 6, 3
@@ -365,7 +365,7 @@ def test_reconstruct_indices_from_tree_mask(sk):
     assert r_sib.tolist() == [[-1, 2, -1, -1]]
 
 
-def test_sampled_verification_op_forwards_to_drafters_verifier(sk):
+def test_sampled_verification_op_forwards_to_the_verifier(sk):
     candidates, r_index, r_next, r_sib, _ = _golden_tree()
     vocab = 20
     probs = torch.zeros(2, 6, vocab)

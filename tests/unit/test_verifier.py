@@ -1,4 +1,4 @@
-"""Lossless speculative verification (drafters.verifier): chain, greedy, tree (SGLang contract).
+"""Lossless speculative verification (serving.verifier): chain, greedy, tree (SGLang contract).
 
 Covers the usual five validation scenarios of a speculative sampler at least as strictly:
 losslessness by total variation AND a chi-square goodness-of-fit test, forced rejection and
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from drafters import spec_math as sm
-from drafters.verifier import (
+from serving.verifier import (
     sample_from_weights,
     sampling_probs,
     speculative_sample_chain,

@@ -21,12 +21,12 @@ registers two post-import adjustments of SGLang 0.5.23 modules; nothing else is 
    (``kernels/ops/speculative/verify_sampling.py`` sets it to None off CUDA/MUSA). Stock
    behaviour therefore emits the target's argmax for a temperature-1 request on a
    speculative CPU server, which is not the target distribution. When
-   ``drafters.verifier`` is importable, this hook drops the ``is_cpu`` term and points
+   ``serving.verifier`` is importable, this hook drops the ``is_cpu`` term and points
    ``eagle_utils.tree_speculative_sampling_target_only`` at
    ``sgl_kernel.tree_speculative_sampling_target_only`` (which calls
-   ``drafters.verifier.tree_speculative_sampling``), and, where SGLang has no CPU kernel for
+   ``serving.verifier.tree_speculative_sampling``), and, where SGLang has no CPU kernel for
    them (``kernels/ops/sampling/renorm.py`` leaves them None), ``eagle_utils.top_k_renorm_prob``
-   / ``top_p_renorm_prob`` at ``drafters.verifier.top_k_renorm_probs`` / ``top_p_renorm_probs``:
+   / ``top_p_renorm_prob`` at ``serving.verifier.top_k_renorm_probs`` / ``top_p_renorm_probs``:
    a batch mixing greedy requests (top_k 1) and sampled ones verifies on the sampled path with
    top-k renormalisation, and the stock None crashed the scheduler (``TypeError: 'NoneType'
    object is not callable`` in ``eagle_sample``). Set ``SPECGATE_CPU_SAMPLED_VERIFY=0`` to keep
@@ -99,11 +99,11 @@ def _force_cpu_kernel_path(common: ModuleType) -> None:
 def _enable_sampled_verify(eagle_utils: ModuleType) -> None:
     if os.environ.get("SPECGATE_CPU_SAMPLED_VERIFY", "1") == "0":
         return
-    if importlib.util.find_spec("drafters") is None or importlib.util.find_spec(
-        "drafters.verifier"
+    if importlib.util.find_spec("serving") is None or importlib.util.find_spec(
+        "serving.verifier"
     ) is None:
         logger.warning(
-            "drafters.verifier is not importable: speculative verification stays greedy on CPU "
+            "serving.verifier is not importable: speculative verification stays greedy on CPU "
             "even for temperature > 0 (SGLang's stock CPU behaviour)"
         )
         return
@@ -136,7 +136,7 @@ def _enable_sampled_verify(eagle_utils: ModuleType) -> None:
     # A batch that mixes greedy requests (SGLang's top_k 1) with sampled ones verifies on the
     # sampled path with need_top_k_sampling set, and calls these; off CUDA/HIP they are None
     # (kernels/ops/sampling/renorm.py), which crashed the scheduler.
-    from drafters.verifier import top_k_renorm_probs, top_p_renorm_probs
+    from serving.verifier import top_k_renorm_probs, top_p_renorm_probs
 
     if getattr(eagle_utils, "top_k_renorm_prob", None) is None:
         eagle_utils.top_k_renorm_prob = top_k_renorm_probs

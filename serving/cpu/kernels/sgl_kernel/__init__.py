@@ -21,7 +21,7 @@ Contents (each module's docstring gives every op's shapes, semantics and SGLang 
 - ``ops_spec``: ``build_tree_kernel_efficient_cpu``, ``verify_tree_greedy_cpu``,
   ``reconstruct_indices_from_tree_mask``, ``build_draft_decode_metadata_cpu``,
   ``fill_accept_out_cache_loc_cpu``, ``fill_bonus_tokens_cpu``,
-  ``tree_speculative_sampling_target_only`` (delegates to ``drafters.verifier``).
+  ``tree_speculative_sampling_target_only`` (delegates to ``serving.verifier``).
 
 All are registered as ``torch.ops.sgl_kernel.<name>`` and exported here under the same
 name. Names SGLang uses only on CPU paths this stand-in does not serve (MoE, quantized GEMMs,

@@ -16,7 +16,7 @@ new token); the tree is stored as first-child / next-sibling links:
 | ``build_draft_decode_metadata_cpu`` | ``srt/layers/attention/intel_amx_backend.py: IntelAMXMultiStepDraftBackend`` and the test's reference |
 | ``fill_accept_out_cache_loc_cpu`` | ``kernels/ops/speculative/eagle.py: fill_accept_out_cache_loc`` |
 | ``fill_bonus_tokens_cpu`` | ``eagle.py: fill_bonus_tokens`` |
-| ``tree_speculative_sampling_target_only`` | ``sgl-kernel/csrc/speculative/speculative_sampling.cuh`` (CUDA); computed by ``drafters.verifier.tree_speculative_sampling`` |
+| ``tree_speculative_sampling_target_only`` | ``sgl-kernel/csrc/speculative/speculative_sampling.cuh`` (CUDA); computed by ``serving.verifier.tree_speculative_sampling`` |
 
 Greedy verification (temperature 0) walks the tree from the root: at each level it accepts
 the first child whose token equals the target's argmax at the last accepted node, and stops
@@ -328,13 +328,13 @@ def tree_speculative_sampling_target_only(
     final draw), ``target_probs [bs, n, V]`` and ``draft_probs [bs, n, V]`` (zeros for
     target-only drafters such as EAGLE's tree and NGRAM; mutated), ``threshold_single`` /
     ``threshold_acc`` (1.0 = exact, lossless rejection sampling). The computation is
-    ``drafters.verifier.tree_speculative_sampling``, the project's single implementation of
+    ``serving.verifier.tree_speculative_sampling``, the project's single implementation of
     SGLang's ``tree_speculative_sampling_target_only``; this op only forwards to it, converting
     dtypes to that function's contract (int32 outputs, int64 tree tensors, float32
     probabilities) and copying outputs back when the caller's dtypes differ.
-    Raises ImportError when ``drafters.verifier`` is not importable.
+    Raises ImportError when ``serving.verifier`` is not importable.
     """
-    from drafters.verifier import tree_speculative_sampling
+    from serving.verifier import tree_speculative_sampling
 
     outs = [
         t if t.dtype == torch.int32 else t.to(torch.int32)
