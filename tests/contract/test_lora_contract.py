@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract.conftest import Backend
+from tests.support.backend import Backend
 
 NOT_ENABLED = "LoRA adapter '{}' was requested, but LoRA is not enabled."
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.contract.conftest import Backend
+from tests.support.backend import Backend
 from tests.support.sse import split_sse, sse_events, words
 
 GAUGES = (

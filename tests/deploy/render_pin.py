@@ -3,7 +3,7 @@
     .venv/bin/python -m tests.deploy.render_pin          # rewrite tests/deploy/render_pin.json
     .venv/bin/python -m tests.deploy.render_pin --check  # exit 1 when a render moved
 
-``tests/deploy/test_chart_models.py`` asserts that each value set of ``test_chart.VALUE_SETS``
+``tests/deploy/test_chart_models.py`` asserts that each value set of ``value_sets.VALUE_SETS``
 named in ``SETS`` (one model: top-level ``model``, ``limits``, ``routing``, ``pools``) still
 renders exactly the bytes pinned here, template by template, so a change made for ``models:``
 cannot move an existing release by a byte. Rewrite the file only for a change meant to alter those renders,
@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from . import k8s
+from .value_sets import VALUE_SETS
 
 PIN = Path(__file__).with_name("render_pin.json")
-#: The one-model value sets of test_chart.VALUE_SETS whose renders are pinned.
+#: The one-model value sets of value_sets.VALUE_SETS whose renders are pinned.
 SETS = ("cpu-dev", "default", "every-router-key", "gpu-eagle3-redis", "lws", "static-endpoints")
 
 
@@ -38,8 +39,6 @@ def digests(values: Mapping[str, Any]) -> dict[str, str]:
 
 def current() -> dict[str, dict[str, str]]:
     """{value set name: digests} of every pinned value set (SETS)."""
-    from .test_chart import VALUE_SETS
-
     return {name: digests(VALUE_SETS[name]) for name in SETS}
 
 

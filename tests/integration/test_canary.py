@@ -8,8 +8,8 @@ import pytest
 
 from router.canary import answer_key, probes
 from router.config import parse_config
-from tests.integration.test_capabilities import TOOLS, reconfigure
 from tests.support import wait_until
+from tests.support.bodies import TOOLS
 from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"
@@ -123,7 +123,7 @@ def test_answer_key_compares_tool_calls_and_finish():
 def test_a_tool_probe_mismatch_revokes_only_tool_calls(tmp_path, tokenizer_dir):
     s = Stack(tmp_path, tokenizer_dir, canary={**CANARY, "on_mismatch": "eject"})
     try:
-        reconfigure(s, lambda doc: doc["pools"][0].update(capabilities=["tool_calls"]))
+        s.reconfigure(lambda doc: doc["pools"][0].update(capabilities=["tool_calls"]))
         s.spec.state.config = dataclasses.replace(s.spec.state.config, perturb_output=True,
                                                   perturb_only_field="tools")
         wait_for(lambda: s.router.metric("specgate_canary_mismatch", pool="spec") == 1, "a tool-probe mismatch")

@@ -6,33 +6,18 @@ import hashlib
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import yaml
 
-from tests.support import wait_until
+from tests.support.bodies import TOOLS
 from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},
           "required": ["name", "population"]}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
-         {"type": "function", "function": {"name": "get_time", "parameters": {
-             "type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}]
 
 
 def body(content="Give the largest city of France as JSON.", **kw):
     return {"model": "tiny-llama", "max_tokens": 8, "temperature": 0,
             "messages": [{"role": "user", "content": content}], **kw}
-
-
-def reconfigure(stack: Stack, edit) -> None:
-    """Rewrite the router's YAML with ``edit(doc)`` and wait until the reload applied it."""
-    doc = yaml.safe_load(stack.config_path.read_text())
-    edit(doc)
-    old = stack.router.state.runtime
-    stack.config_path.write_text(yaml.safe_dump(doc))
-    wait_until(lambda: stack.router.state.runtime is not old and all(
-        ep.healthy for ep in stack.router.state.runtime.all_endpoints()), 10, "the reload to apply")
 
 
 CONSTRAINED = {
@@ -105,7 +90,7 @@ def test_malformed_constraints_are_400_before_any_engine(stack, extra, param):
 
 
 def test_validated_capability_lets_the_spec_pool_serve_it(stack):
-    reconfigure(stack, lambda doc: doc["pools"][0].update(capabilities=["constrained_decoding"]))
+    stack.reconfigure(lambda doc: doc["pools"][0].update(capabilities=["constrained_decoding"]))
     r = stack.client.post(CHAT, json=body(**CONSTRAINED["json_object"]))
     assert (r.status_code, r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == (
         200, "spec", "speculative")
@@ -115,7 +100,7 @@ def test_validated_capability_lets_the_spec_pool_serve_it(stack):
 
 
 def test_no_pool_serving_the_feature_is_a_400(stack):
-    reconfigure(stack, lambda doc: doc["pools"].pop(1))
+    stack.reconfigure(lambda doc: doc["pools"].pop(1))
     r = stack.client.post(CHAT, json=body(regex="(yes|no)"))
     assert r.status_code == 400, r.text
     err = r.json()["error"]
@@ -177,7 +162,7 @@ def test_non_text_parts_on_a_text_only_model_are_400_before_any_engine(stack):
 
 
 def test_multimodal_parts_count_with_their_bound_against_the_cap(stack):
-    reconfigure(stack, lambda doc: doc["model"].update(multimodal={"image_tokens": 1500}))
+    stack.reconfigure(lambda doc: doc["model"].update(multimodal={"image_tokens": 1500}))
 
     def ask(images: int):
         return stack.client.post(CHAT, json={"model": "tiny-llama", "max_tokens": 4, "messages": [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.unit.test_config import with_
+from tests.support.config_docs import with_
 
 REPO = Path(__file__).resolve().parents[2]
 

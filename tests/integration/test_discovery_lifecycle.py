@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from tests.k8s.conftest import CHAT, SELECTOR, Cluster, base_config, wait_until
+from tests.support import wait_until
+from tests.support.k8s_cluster import CHAT, SELECTOR, Cluster, base_config
 
 TERMINATING = {"serving": True, "terminating": True}
 
@@ -71,7 +72,7 @@ def test_rolling_update_terminating_then_not_ready_then_empty(cluster: Cluster) 
 
     # step 1: busy is terminating (still serving): no new request within one watch event
     cluster.api.apply(cluster.slice("spec-a", {busy: TERMINATING, other: True}))
-    wait_until(lambda: busy_ep.draining, timeout_s=1.0, what="terminating pod drains within 1 s")
+    wait_until(lambda: busy_ep.draining, timeout=1.0, what="terminating pod drains within 1 s")
     before = cluster.generations(busy)
     for _ in range(5):
         resp = r.client.post(CHAT, json=chat())
@@ -85,7 +86,7 @@ def test_rolling_update_terminating_then_not_ready_then_empty(cluster: Cluster) 
 
     # step 2: the other pod is neither ready nor serving: the pool is empty, traffic falls back
     cluster.api.apply(cluster.slice("spec-a", {busy: TERMINATING, other: False}))
-    wait_until(lambda: not r.urls(), timeout_s=1.0, what="pool empty")
+    wait_until(lambda: not r.urls(), timeout=1.0, what="pool empty")
     resp = r.client.post(CHAT, json=chat())
     assert (resp.status_code, resp.headers["x-specgate-pool"], resp.headers["x-specgate-reason"]) == (
         200, "plain", "spec_unhealthy")
@@ -151,7 +152,7 @@ def test_periodic_resync_bounds_a_lost_event(cluster: Cluster) -> None:
     r = cluster.start_router()
     wait_until(lambda: r.healthy() == {cluster.url(1), cluster.url(2)}, what="two healthy pods")
     cluster.api.apply_unseen(cluster.slice("spec-a", {1: True}))  # the watch stays open, silent
-    wait_until(lambda: set(r.pool("spec").endpoints) == {cluster.url(1)}, timeout_s=3.0,
+    wait_until(lambda: set(r.pool("spec").endpoints) == {cluster.url(1)}, timeout=3.0,
                what="pod 2 dropped within one resync")
     assert r.metric("specgate_discovery_watch_restarts_total", pool="spec", reason="resync") >= 1
     assert r.metric("specgate_discovery_watch_restarts_total", pool="spec", reason="error") == 0
@@ -189,6 +190,6 @@ def test_selector_change_removes_the_pod(cluster: Cluster) -> None:
     relabelled = cluster.slice("spec-a", {1: True}, **{"app.kubernetes.io/component": "pool-x"})
     assert relabelled["metadata"]["labels"] != SELECTOR
     cluster.api.apply(relabelled)  # the slice no longer matches: a watch sees no DELETED
-    wait_until(lambda: not r.pool("spec").endpoints, timeout_s=3.0, what="pod 1 gone")
+    wait_until(lambda: not r.pool("spec").endpoints, timeout=3.0, what="pod 1 gone")
     resp = r.client.post(CHAT, json=chat())
     assert resp.headers["x-specgate-pool"] == "plain"

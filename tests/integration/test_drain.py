@@ -20,8 +20,7 @@ import pytest
 
 from router.drain import SHUTDOWN_EVENT
 from serving.fake_sglang import FakeConfig, FakeServer
-from tests.integration.conftest import write_config
-from tests.support import free_port, wait_until
+from tests.support import free_port, router_config, wait_until, write_router_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_S = 0.05  # the fakes' decode step: 20 tokens per second
@@ -37,7 +36,8 @@ class RouterProcess:
         self.plain = FakeServer(fake).start()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cfg = write_config(tmp / "router.yaml", tokenizer, self.spec.base_url, self.plain.base_url)
+        cfg = write_router_yaml(tmp / "router.yaml",
+                                router_config(tokenizer, self.spec.base_url, self.plain.base_url))
         text = cfg.read_text().replace("log_requests: false", f"log_requests: false\n  port: {self.port}\n"
                                        f"  drain_listen_s: {listen_s}\n  drain_timeout_s: {timeout_s}")
         cfg.write_text(text)
@@ -221,7 +221,8 @@ def test_a_second_sigterm_cuts_at_once(router_factory) -> None:
 def test_drain_endpoint_is_for_loopback_clients_only(tmp_path: Path, tokenizer_dir: Path) -> None:
     from router.app import create_app
 
-    cfg = write_config(tmp_path / "router.yaml", tokenizer_dir, "http://127.0.0.1:9", "http://127.0.0.1:10")
+    cfg = write_router_yaml(tmp_path / "router.yaml",
+                            router_config(tokenizer_dir, "http://127.0.0.1:9", "http://127.0.0.1:10"))
     app = create_app(cfg, scrape=False, watch=False)
 
     def client(ip: str) -> httpx.AsyncClient:

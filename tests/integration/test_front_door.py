@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_router_proxy import assert_e400
+from tests.support.errors import assert_e400
 from tests.support.stack import Stack
 from tests.support.wait import wait_until
 

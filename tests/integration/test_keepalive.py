@@ -26,8 +26,7 @@ import pytest
 
 from router.config import ConfigError, load_config
 from serving.fake_sglang import FakeConfig, FakeServer
-from tests.integration.conftest import RouterServer, write_config
-from tests.support import wait_until
+from tests.support import RouterServer, router_config, wait_until, write_router_yaml
 
 CHAT = "/v1/chat/completions"
 CONNECTION_FAILED = (b'{"error":{"message":"upstream connection failed","type":"server_error",'
@@ -51,7 +50,8 @@ class OnePool:
         if engine_keepalive_s != 5.0:
             pool["engine_keepalive_s"] = engine_keepalive_s
         cfg = {"pools": [pool], "scrape.interval_s": 30.0, "scrape.stale_after_s": 60.0, **overrides}
-        path = write_config(tmp / "router.yaml", tokenizer, self.fake.base_url, self.fake.base_url, **cfg)
+        path = write_router_yaml(tmp / "router.yaml",
+                                 router_config(tokenizer, self.fake.base_url, self.fake.base_url, **cfg))
         self.router = RouterServer(path).start()
         self.endpoint = self.router.state.runtime.endpoint(self.fake.base_url)
         wait_until(lambda: self.endpoint.healthy, 15, "the fake endpoint to become healthy")
@@ -97,13 +97,13 @@ def one_pool(tmp_path, tokenizer_dir):
 
 
 def test_keepalive_not_below_the_engines_is_refused_at_load(tmp_path, tokenizer_dir):
-    path = write_config(tmp_path / "r.yaml", tokenizer_dir, "http://127.0.0.1:1", "http://127.0.0.1:2",
-                        **{"upstream.keepalive_timeout_s": 5.0})
+    path = write_router_yaml(tmp_path / "r.yaml", router_config(tokenizer_dir, "http://127.0.0.1:1", "http://127.0.0.1:2",
+                                                                **{"upstream.keepalive_timeout_s": 5.0}))
     with pytest.raises(ConfigError, match=r"upstream.keepalive_timeout_s \(5.0\) must be below "
                                           r"pools\[spec\].engine_keepalive_s \(5.0\)"):
         load_config(path)
-    cfg = load_config(write_config(tmp_path / "ok.yaml", tokenizer_dir, "http://127.0.0.1:1",
-                                   "http://127.0.0.1:2"))
+    cfg = load_config(write_router_yaml(tmp_path / "ok.yaml",
+                                        router_config(tokenizer_dir, "http://127.0.0.1:1", "http://127.0.0.1:2")))
     assert cfg.upstream.keepalive_timeout_s == 4.0  # below SGLang's uvicorn default of 5 s
     assert [p.engine_keepalive_s for p in cfg.pools] == [5.0, 5.0]
 

@@ -15,8 +15,7 @@ import yaml
 
 from router.config import ConfigError, parse_config
 from serving.fake_sglang import FakeConfig, FakeServer
-from tests.integration.conftest import RouterServer, write_config
-from tests.support import wait_until
+from tests.support import RouterServer, router_config, wait_until, write_router_yaml
 
 EMBED = "/v1/embeddings"
 
@@ -31,7 +30,8 @@ class EmbedStack:
         self.plain = FakeServer(FakeConfig(model_name="tiny-llama", context_length=4096,
                                            tokenizer_path=str(tokenizer))).start()
         self.embed = FakeServer(FakeConfig(model_name="embed-model", is_embedding=True)).start()
-        path = write_config(tmp / "router.yaml", tokenizer, self.spec.base_url, self.plain.base_url)
+        path = write_router_yaml(tmp / "router.yaml",
+                                 router_config(tokenizer, self.spec.base_url, self.plain.base_url))
         doc = yaml.safe_load(path.read_text())
         doc["pools"][1]["serves"] = ["generate", "score"]
         doc["pools"].append({"name": "embed", "speculative": False, "endpoints": [self.embed.base_url],

@@ -12,8 +12,7 @@ import pytest
 import yaml
 
 from serving.fake_sglang import FakeConfig, FakeServer
-from tests.integration.conftest import RouterServer
-from tests.support import wait_until
+from tests.support import RouterServer, wait_until
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima"]
 

@@ -12,6 +12,7 @@ import pytest
 
 from router.proxy import UPSTREAM_FAILED_EVENT
 from tests.support import wait_until
+from tests.support.errors import assert_e400
 from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"
@@ -24,15 +25,6 @@ def body(content="hi", **kw):
 def events(raw: bytes) -> list[bytes]:
     assert raw.endswith(b"\n\n"), raw[-80:]
     return raw[:-2].split(b"\n\n")
-
-
-def assert_e400(r: httpx.Response, status: int, code: str | None, param: str | None, type_="invalid_request_error"):
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"] == "application/json"
-    err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"}
-    assert (err["type"], err["code"], err["param"]) == (type_, code, param)
-    return err
 
 
 def test_short_request_goes_speculative_with_headers(stack):

@@ -8,8 +8,10 @@ missing these tests fail, never skip. Each test gets its own server (``--save ''
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from serving.fake_sglang import FakeConfig, FakeServer
 from tests.support import RouterServer, free_port, router_config, wait_until, write_router_yaml
 from tests.support.stack import spec_fake_config
 
-__all__ = ["CHAT", "COMPLETIONS", "PREFIX", "Cluster", "RedisServer", "inflight_key", "state_section"]
+__all__ = ["CHAT", "COMPLETIONS", "PREFIX", "Cluster", "RedisCluster3", "RedisServer", "inflight_key", "state_section"]
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -235,3 +237,94 @@ class Cluster:
         r = self.clients[replica].get("/ready")
         assert r.status_code == 200, r.text
         return r.json()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is valid and free too."""
+    while True:
+        port = free_port()
+        if port + 10000 <= 65535 and _port_free(port + 10000):
+            return port
+        port = random.Random(port).randrange(20000, 55000)
+        if _port_free(port) and _port_free(port + 10000):
+            return port
+
+
+class RedisCluster3:
+    """Three ``redis-server --cluster-enabled yes`` masters on 127.0.0.1, slots split by
+    ``redis-cli --cluster create`` (no replicas)."""
+
+    def __init__(self, tmp: Path) -> None:
+        if shutil.which("redis-cli") is None:
+            pytest.fail("redis-cli not found: run `bash scripts/ensure-redis.sh`")
+        self.nodes: list[RedisServer] = []
+        self.procs = []
+        self.ports = [_cluster_port() for _ in range(3)]
+        for port in self.ports:
+            work = tmp / f"node-{port}"
+            work.mkdir()
+            self.procs.append(subprocess.Popen(
+                [shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file", str(work / "nodes.conf"),
+                 "--dir", str(work), "--protected-mode", "no", "--loglevel", "warning"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for port in self.ports:
+            wait_until(lambda port=port: self._pings(port), 10, f"cluster node {port}")
+        subprocess.run(["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        for port in self.ports:
+            wait_until(lambda port=port: b"cluster_state:ok" in self.node(port).execute_command("CLUSTER", "INFO"),
+                       20, f"cluster_state ok on {port}")
+        self.slot = int(self.node(self.ports[0]).execute_command("CLUSTER", "KEYSLOT", "{" + PREFIX + "}"))
+
+    def node(self, port: int) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+
+    def _pings(self, port: int) -> bool:
+        try:
+            return bool(self.node(port).ping())
+        except redis.RedisError:
+            return False
+
+    def owner(self) -> int:
+        """The port of the node that owns the deployment's slot."""
+        for lo, hi, master, *_ in self.node(self.ports[0]).execute_command("CLUSTER", "SLOTS"):
+            if lo <= self.slot <= hi:
+                return int(master[1])
+        raise AssertionError("slot not covered")
+
+    def node_id(self, port: int) -> str:
+        return self.node(port).execute_command("CLUSTER", "MYID").decode()
+
+    def move_slot(self, dst: int) -> None:
+        """Reshard the deployment's slot to node ``dst`` (IMPORTING/MIGRATING, MIGRATE, NODE)."""
+        src = self.owner()
+        s, d = self.node(src), self.node(dst)
+        src_id, dst_id = self.node_id(src), self.node_id(dst)
+        d.execute_command("CLUSTER", "SETSLOT", self.slot, "IMPORTING", src_id)
+        s.execute_command("CLUSTER", "SETSLOT", self.slot, "MIGRATING", dst_id)
+        while keys := s.execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, 100):
+            s.execute_command("MIGRATE", "127.0.0.1", dst, "", 0, 5000, "KEYS", *keys)
+        for port in self.ports:
+            self.node(port).execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", dst_id)
+
+    def other(self) -> int:
+        return next(p for p in self.ports if p != self.owner())
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -1,5 +1,5 @@
-"""Fixtures: a real ``redis-server`` per test and two router replicas sharing it
-(:mod:`tests.redis.cluster`)."""
+"""Fixtures: a real ``redis-server`` per test (``redis_server``; three clustered masters:
+``redis_cluster``) and two router replicas sharing it (:mod:`tests.redis.cluster`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from tests.redis.cluster import (
     COMPLETIONS,
     PREFIX,
     Cluster,
+    RedisCluster3,
     RedisServer,
     inflight_key,
     state_section,
@@ -23,8 +24,8 @@ from tests.support import wait_until
 
 # These names stay importable from here for one release (new code: tests.redis.cluster and
 # tests.support.wait_until).
-__all__ = ["CHAT", "COMPLETIONS", "PREFIX", "Cluster", "RedisServer", "cluster", "inflight_key", "redis_server",
-           "state_section", "wait_for"]
+__all__ = ["CHAT", "COMPLETIONS", "PREFIX", "Cluster", "RedisServer", "cluster", "inflight_key", "redis_cluster",
+           "redis_server", "state_section", "wait_for"]
 
 
 def wait_for(cond: Any, timeout: float = 5.0, every: float = 0.02) -> bool:
@@ -50,3 +51,13 @@ def cluster(tmp_path: Path, tokenizer_dir: Path, redis_server: RedisServer) -> I
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path: Path) -> Iterator[RedisCluster3]:
+    """Three clustered ``redis-server`` masters (:class:`tests.redis.cluster.RedisCluster3`)."""
+    rc = RedisCluster3(tmp_path)
+    try:
+        yield rc
+    finally:
+        rc.close()

@@ -16,7 +16,6 @@ from router.config_limits import KeyLimits
 from router.limit_rules import LocalBuckets, headers, plan_for
 from router.limits_redis import SharedBuckets, bucket_keys
 from tests.redis.cluster import CHAT, PREFIX, Cluster, RedisServer
-from tests.redis.test_topology import redis_cluster  # noqa: F401 (the fixture)
 from tests.support import wait_until
 
 A, B = "key-a", "key-b"
@@ -140,7 +139,7 @@ def test_redis_blackholed_each_replica_enforces_its_share(limited: Cluster):
         limited.redis.resume()
 
 
-def test_limits_hold_on_a_redis_cluster(tmp_path: Path, tokenizer_dir: Path, redis_cluster: Any):  # noqa: F811
+def test_limits_hold_on_a_redis_cluster(tmp_path: Path, tokenizer_dir: Path, redis_cluster: Any):
     """Each key's entries share one hash tag: the scripts run on a three-node Redis Cluster,
     whichever node owns the key's slot, and both replicas share the limit (no fallback)."""
     from tests.redis.cluster import state_section

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from router.canary import answer_key
-from tests.integration.conftest import RouterServer
+from tests.support import RouterServer
 
 pytestmark = pytest.mark.sglang
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.support.config import router_config, write_router_yaml
@@ -44,6 +46,16 @@ class Stack:
         wait_until(lambda: all(ep.healthy for ep in self.router.state.fleet.endpoints()), 15,
                    "the fake endpoints to become healthy")
         self.client = self.router.client
+
+    def reconfigure(self, edit: Callable[[dict[str, Any]], object]) -> None:
+        """Rewrite the router's YAML with ``edit(doc)`` (in place) and wait until the reload
+        applied it and every endpoint of the new runtime is healthy."""
+        doc = yaml.safe_load(self.config_path.read_text())
+        edit(doc)
+        old = self.router.state.runtime
+        self.config_path.write_text(yaml.safe_dump(doc))
+        wait_until(lambda: self.router.state.runtime is not old and all(
+            ep.healthy for ep in self.router.state.runtime.all_endpoints()), 10, "the reload to apply")
 
     def close(self) -> None:
         self.router.stop()

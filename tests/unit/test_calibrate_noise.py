@@ -14,7 +14,7 @@ import yaml
 from loadtests.calibrate import calibrate, calibrate_report
 from loadtests.evidence import check_axis, suggested_repetitions
 from router.cli import main as specgate
-from tests.unit.test_calibrate import fixed_report
+from tests.support.calibrate import fixed_report
 
 #: The shape of the local CPU stack's report: the short bucket's load axis is not monotone
 #: (0.95x at 4, 1.17x at 12) and its load-1 cell is noisy.

@@ -13,7 +13,7 @@ import yaml
 
 from router.cli import build_parser, main
 from router.commands import mask_url
-from tests.unit.test_config import with_
+from tests.support.config_docs import with_
 
 
 def write(path: Path, doc: dict) -> Path:

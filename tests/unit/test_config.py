@@ -9,36 +9,7 @@ import yaml
 
 from router.cli import main
 from router.config import ConfigError, load_config, parse_config
-
-BASE = {
-    "model": {"name": "tiny-llama", "tokenizer": "/tmp/tok"},
-    "limits": {"max_context_tokens": 4096, "default_max_tokens": 256, "max_request_bytes": 33554432},
-    "pools": [
-        {"name": "spec", "speculative": True, "endpoints": ["http://127.0.0.1:30001"],
-         "max_context_tokens": 2048, "draft_reserved_tokens": 4},
-        {"name": "plain", "speculative": False, "endpoints": ["http://127.0.0.1:30002"]},
-    ],
-    "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6}},
-    "scrape": {"interval_s": 0.25, "timeout_s": 1.0, "stale_after_s": 2.0},
-}
-
-
-def with_(path: str, value):
-    import copy
-
-    doc = copy.deepcopy(BASE)
-    node = doc
-    keys = path.split(".")
-    for k in keys[:-1]:
-        node = node[int(k)] if k.isdigit() else node[k]
-    last = keys[-1]
-    if value is KeyError:
-        del node[last]
-    elif last.isdigit():
-        node[int(last)] = value
-    else:
-        node[last] = value
-    return doc
+from tests.support.config_docs import BASE, with_
 
 
 def test_issue_example_is_valid():

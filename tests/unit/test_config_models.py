@@ -10,21 +10,7 @@ import yaml
 
 from router.cli import main
 from router.config import ConfigError, parse_config
-from tests.unit.test_config import BASE
-
-
-def two_models() -> dict:
-    """Model ``a`` (the BASE pools) and model ``b`` (one plain pool, its own limits and routing)."""
-    doc = {k: copy.deepcopy(v) for k, v in BASE.items() if k not in ("model", "limits", "pools", "routing")}
-    a = {**copy.deepcopy(BASE["model"]), "name": "a", "aliases": ["a-latest"],
-         "limits": copy.deepcopy(BASE["limits"]), "pools": copy.deepcopy(BASE["pools"]),
-         "routing": copy.deepcopy(BASE["routing"])}
-    b = {"name": "b", "tokenizer": "/tmp/tok-b", "aliases": ["b:8b"],
-         "limits": {"max_context_tokens": 8192, "default_max_tokens": 64, "max_request_bytes": 2_000_000},
-         "pools": [{"name": "b-plain", "speculative": False, "endpoints": ["http://127.0.0.1:30003"]}],
-         "routing": {"long_prompt_tokens": 512, "saturation": {"enter": 4, "exit": 2}}}
-    doc["models"] = [a, b]
-    return doc
+from tests.support.config_docs import BASE, two_models
 
 
 def test_one_model_form_is_a_list_of_one():

@@ -10,7 +10,7 @@ from router.config import Overrides, parse_config
 from router.errors import InvalidRequest, ModelNotFound
 from router.fleet import Fleet, build_fleet
 from router.fleet_models import fleet_card, fleet_cards, model_runtime, resolve_fleet
-from tests.unit.test_config_models import two_models
+from tests.support.config_docs import two_models
 
 
 def counters(cfg) -> dict:
@@ -48,7 +48,7 @@ def test_one_runtime_per_model_each_serving_one_model():
 
 
 def test_one_model_config_is_a_fleet_of_one():
-    from tests.unit.test_config import BASE
+    from tests.support.config_docs import BASE
 
     cfg = parse_config(BASE)
     fleet = build_fleet(cfg, {"tiny-llama": None})

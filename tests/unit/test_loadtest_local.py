@@ -17,7 +17,7 @@ from router.cli import build_parser
 from router.cli import main as specgate
 from router.config import load_config
 from serving.launch import engine_argv
-from tests.unit.test_calibrate import fixed_report
+from tests.support.calibrate import fixed_report
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "demo.yaml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from router.config import parse_config
 from router.reload import START_ONLY, start_only_changes
-from tests.unit.test_config import BASE, with_
+from tests.support.config_docs import BASE, with_
 
 
 def test_nothing_pending_for_the_same_file_or_for_settings_a_reload_applies():

@@ -30,7 +30,7 @@ from router.errors import AuthenticationError, PermissionDenied
 from router.metrics import RouterMetrics
 from router.pools import Runtime
 from router.state import CircuitBreaker, MemoryState, RedisState, build_shared_state, redis_keys
-from tests.unit.test_config import BASE, with_
+from tests.support.config_docs import BASE, with_
 
 # -- circuit breaker ----------------------------------------------------------------------
 
