@@ -199,6 +199,9 @@ class PoolSnapshot:
             another one never goes to the pool (:func:`router.checks.lora_adapter`).
         prediction_fallback: the pool's predictions are off (:func:`next_prediction_fallback`):
             a decision among candidates that include it joins the shorter queue.
+        measured: the ``(temperature class, context bucket)`` cells whose predictions for the
+            pool have been checked enough (:meth:`router.prediction_check.PredictionCheck.measured_cells`);
+            None: not tracked (every cell counts as measured).
     """
 
     name: str
@@ -216,6 +219,7 @@ class PoolSnapshot:
     accept_table: Mapping[tuple[str, int], float] | None = None
     adapters: frozenset[str] = frozenset()
     prediction_fallback: bool = False
+    measured: frozenset[tuple[str, int]] | None = None
 
     def accept_length(self, temperature: str, prompt_tokens: int | None = None) -> float | None:
         """tau for a request of this temperature class (and prompt length: its measured cell)."""
@@ -530,7 +534,8 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
         pool, endpoint = candidates[order[0]]
         reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
-        runner = _runner_up(candidates, order, predicted, tie_break, rules)
+        runner = _runner_up(candidates, order, predicted, tie_break, rules,
+                            (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
         if runner is not None:
             pool, endpoint = candidates[runner]
             reason = Reason.EXPLORE
@@ -577,17 +582,24 @@ def _shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]],
 
 
 def _runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
-               predicted: Sequence[tuple[str, float]], tie_break: int, rules: Rules) -> int | None:
+               predicted: Sequence[tuple[str, float]], tie_break: int, rules: Rules,
+               cell: tuple[str, int]) -> int | None:
     """The candidate that explores this request (``rules.explore_every``), or None: on every
     ``explore_every``-th request, the fastest candidate of another pool than the predicted
-    best, when its prediction is at most ``explore_ratio`` times the best's."""
+    best, when its prediction is at most ``explore_ratio`` times the best's, or when its
+    predictions for the request's ``(temperature class, context bucket)`` ``cell`` have not
+    been checked enough (``PoolSnapshot.measured``): a pool believed slow for a kind of
+    request is measured on it again instead of being avoided for good (the share stays at
+    most ``1 / explore_every``)."""
     every = rules.explore_every
     if every <= 0 or tie_break % every != every - 1:
         return None
     best = order[0]
     for i in order[1:]:
-        if candidates[i][0].name != candidates[best][0].name:
-            if predicted[i][1] <= rules.explore_ratio * predicted[best][1]:
+        pool = candidates[i][0]
+        if pool.name != candidates[best][0].name:
+            if predicted[i][1] <= rules.explore_ratio * predicted[best][1] or (
+                    pool.measured is not None and cell not in pool.measured):
                 return i
             return None
     return None

@@ -221,13 +221,16 @@ class Runtime:
         """Advance every pool's prediction-fallback hysteresis
         (:func:`router.hysteresis.next_prediction_fallback` on its median relative error,
         ``routing.learning.check``; the one step that changes it, once per scrape round).
-        Returns ``(pool, new state)`` of the pools whose state changed (each logged)."""
+        Also refreshes each check's :attr:`~router.prediction_check.PredictionCheck.measured`
+        cells (what exploration reads). Returns ``(pool, new state)`` of the pools whose state
+        changed (each logged)."""
         cc = self.routing.learning.check
         changed = []
         for pool in self.pools:
             check = pool.check
             if check is None:
                 continue
+            check.measured = check.measured_cells(now)
             error, checks = check.error(now)
             new = cc.enabled and next_prediction_fallback(check.fallback, error, checks, enter=cc.fallback_enter,
                                                           exit=cc.fallback_exit, min_checks=cc.min_checks)
@@ -569,7 +572,7 @@ class Runtime:
             out.append(self._snapshot_cache.get(
                 p, endpoints, sat, low, greedy, sampled, served - revoked if served is not None and revoked else served,
                 p.canary_mismatch, pool_adapters(p.endpoints.values()) if adapters else _NONE,
-                p.check is not None and p.check.fallback))
+                p.check is not None and p.check.fallback, None if p.check is None else p.check.measured))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),

@@ -43,7 +43,8 @@ class SnapshotCache:
             low_acceptance: frozenset[str], accept_length_greedy: float | None,
             accept_length_sampled: float | None, capabilities: frozenset[str] | None,
             canary_mismatch: bool, adapters: frozenset[str] = frozenset(),
-            prediction_fallback: bool = False) -> PoolSnapshot:
+            prediction_fallback: bool = False,
+            measured: frozenset[tuple[str, int]] | None = None) -> PoolSnapshot:
         """The snapshot of ``pool`` with these values (the :class:`~router.policy.PoolSnapshot`
         fields of the same names; built on a miss). A learning pool's speed model and
         acceptance table are keyed by the fit's version (they change only when it takes a
@@ -51,7 +52,7 @@ class SnapshotCache:
         fit = pool.fit
         key = (pool, -1 if fit is None else fit.version, endpoints, saturated, low_acceptance,
                accept_length_greedy, accept_length_sampled, capabilities, canary_mismatch, adapters,
-               prediction_fallback)
+               prediction_fallback, measured)
         snap = self._map.get(key)
         if snap is None:
             if len(self._map) >= self.MAX_ENTRIES:
@@ -62,6 +63,6 @@ class SnapshotCache:
                 low_acceptance=low_acceptance, speed=pool.speed if fit is None else fit.model,
                 accept_length_greedy=accept_length_greedy, accept_length_sampled=accept_length_sampled,
                 capabilities=capabilities, canary_mismatch=canary_mismatch, adapters=adapters,
-                prediction_fallback=prediction_fallback,
+                prediction_fallback=prediction_fallback, measured=measured,
                 accept_table=fit.accept_table() if fit is not None and pool.speculative else None)
         return snap
