@@ -27,7 +27,11 @@ Discovery (:mod:`router.discovery`): ``state`` of ``specgate_discovered_endpoint
 ``stop`` with only reasoning (no content, no tool call); with
 ``specgate_completion_tokens_total``, ``specgate_reasoning_tokens_total`` (clamped to the
 completion tokens) and ``specgate_usage_inconsistent_total`` (:mod:`router.observe`). Discovered endpoint URLs
-(pod IPs) appear only in ``specgate_scrape_failures_total``.
+(pod IPs) appear only in ``specgate_scrape_failures_total``. Engines changing behind their
+address (router/identity.py, router/engine_limits.py): ``trigger`` of
+``specgate_engine_rechecks_total`` is ``served_model``, ``context_length``, ``kv_tokens``,
+``restart`` or ``reconnect``; ``direction`` of ``specgate_pool_context_limit_changes_total`` is
+``down`` or ``up``.
 API keys never appear in any series.
 """
 
