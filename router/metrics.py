@@ -27,7 +27,11 @@ Discovery (:mod:`router.discovery`): ``state`` of ``specgate_discovered_endpoint
 ``stop`` with only reasoning (no content, no tool call); with
 ``specgate_completion_tokens_total``, ``specgate_reasoning_tokens_total`` (clamped to the
 completion tokens) and ``specgate_usage_inconsistent_total`` (:mod:`router.observe`). Discovered endpoint URLs
-(pod IPs) appear only in ``specgate_scrape_failures_total``.
+(pod IPs) appear only in ``specgate_scrape_failures_total``. Engines changing behind their
+address (router/identity.py, router/engine_limits.py): ``trigger`` of
+``specgate_engine_rechecks_total`` is ``served_model``, ``context_length``, ``kv_tokens``,
+``restart`` or ``reconnect``; ``direction`` of ``specgate_pool_context_limit_changes_total`` is
+``down`` or ``up``.
 API keys never appear in any series.
 """
 
@@ -244,6 +248,7 @@ class RouterMetrics:
         self._pool_series(registry)
         self._shared_state_series(registry)
         self._control_series(registry)
+        self._engine_series(registry)
 
     def _request_series(self) -> None:
         """Per-request series: decision, latency, prompt size, upstream failures (loop-only)."""
@@ -410,7 +415,8 @@ class RouterMetrics:
         self.endpoints = Gauge(
             "specgate_endpoints",
             "Endpoints per pool by state: healthy, unknown (not yet probed), unhealthy, draining, "
-            "warming (green scrapes, waiting for warm-up probes).",
+            "warming (green scrapes, waiting for warm-up probes), identity_mismatch (answers, "
+            "but serves another model: no request).",
             ["pool", "state"], registry=registry)
         self.discovery_lists = Counter(
             "specgate_discovery_lists",
@@ -438,6 +444,24 @@ class RouterMetrics:
             "1 while the loaded config changes a setting the router applies only at start "
             "(server.host/port, state, upstream.client/max_connections/keepalive_timeout_s, the "
             "engines' key source): restart the router to apply it.", registry=registry)
+
+    def _engine_series(self, registry: CollectorRegistry) -> None:
+        """What the engines are (router/identity.py, router/engine_limits.py): limits, re-checks."""
+        self.context_limit = Gauge(
+            "specgate_pool_context_limit_tokens",
+            "The pool's context limit now (tokens): its configured limit, or lower while its "
+            "engines report a smaller context length or KV pool (router/engine_limits.py).",
+            ["pool"], registry=registry)
+        self.context_limit_changes = Counter(
+            "specgate_pool_context_limit_changes",
+            "Times the pool's context limit followed its engines, by direction (down, up).",
+            ["pool", "direction"], registry=registry)
+        self.engine_rechecks = Counter(
+            "specgate_engine_rechecks",
+            "Identity re-reads (/v1/models, /server_info) of an engine seen changing, by trigger: "
+            "served_model, context_length, kv_tokens (its /metrics changed), restart (a counter "
+            "went back, or a new startup_time), reconnect (a failed scrape or a broken connection).",
+            ["pool", "trigger"], registry=registry)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format, without the ``*_created`` samples."""

@@ -15,7 +15,8 @@ step              what it does (the status it may answer)
                   model (:class:`router.fleet.Fleet`, :mod:`router.fleet_models`), which
                   every later step uses: that model's body cap (413), ``kind.check_served``
                   with several models (404), ``kind.parse`` (400) and
-                  :func:`router.models.resolve_request` (404 ``model_not_found``)
+                  :func:`router.models.resolve_request` (404 ``model_not_found``; an
+                  unknown adapter after one more read of the engines' lists)
 ``_controls``     the engine priority (:func:`router.admission.resolve_priority`, 400) and the
                   speculation hint (:func:`router.capabilities.speculation_hint`)
 ``size_prompt``   the prompt's tokens, exact or bounded, and the rendered prompt
@@ -72,7 +73,7 @@ from router.intake import (
     read_body,
 )
 from router.learn import observed_prompt_tokens
-from router.models import resolve_request
+from router.models import UnknownAdapter, resolve_request
 from router.policy import Outcome, Reason, over_length_message, request_features
 from router.prefix import chain_for_request
 from router.proxy import ProxyJob, ProxyResponse, Redecision
@@ -150,7 +151,12 @@ async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
     fleet = state.fleet  # this request's models, even if a reload swaps the fleet
     admitted = _admit(request, state, fleet, kind)
     body = await read_body(request, fleet.config.max_request_bytes, admitted.headers)  # 413
-    runtime, doc, parsed, resolved = _model(request, fleet, kind, body, admitted)
+    try:
+        runtime, doc, parsed, resolved = _model(request, fleet, kind, body, admitted)
+    except UnknownAdapter as exc:  # loaded since the last read? look once more (router/engine_reads.py)
+        if exc.model not in fleet.runtimes or not await state.model_refresh.refresh(fleet.runtimes[exc.model]):
+            raise
+        runtime, doc, parsed, resolved = _model(request, fleet, kind, body, admitted)
     priority, hint = _controls(state, runtime, doc, admitted)
     prompt_tokens, lower, rendered = await size_prompt(runtime, parsed, len(body), state.executor)
     features = _features(state, runtime, doc, parsed, prompt_tokens, lower, rendered, resolved, hint, admitted)

@@ -2,8 +2,10 @@
 
 200 while some model has a healthy endpoint and the drain has not started (:mod:`router.drain`),
 else 503. The body: ``ready``, ``draining``, ``pools`` (every pool of every model: healthy and
-total endpoints, warming and wrong-model endpoints, LoRA adapters, bypass flags, signal ages,
-acceptance estimates, speed model), ``models`` (each model's ``ready`` and pool names: a model
+total endpoints, warming and wrong-model endpoints, ``unhealthy`` (each unroutable endpoint's
+reason and detail: ``identity_mismatch`` for one serving another model, ``state`` otherwise),
+the context limit now and as configured, the engines' reported limits, LoRA adapters, bypass
+flags, signal ages, acceptance estimates, speed model), ``models`` (each model's ``ready`` and pool names: a model
 without a healthy endpoint answers its own requests 503 ``no_healthy_upstream`` while the
 others are served, :meth:`router.fleet.Fleet.ready`) and ``shared_state``. A degraded shared
 state is shown, not fatal.
@@ -17,6 +19,7 @@ from router.acceptance import CLASSES
 from router.models import pool_adapters
 
 if TYPE_CHECKING:
+    from router.endpoint import Endpoint
     from router.fleet import Fleet
     from router.pool import Pool
 
@@ -27,11 +30,23 @@ def _age(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def _why(e: Endpoint) -> dict[str, str]:
+    """Why ``e`` gets no request: ``identity_mismatch`` (serves another model), else its state."""
+    if e.identity_error is not None:
+        return {"reason": "identity_mismatch", "detail": e.identity_error}
+    return {"reason": "draining" if e.draining else e.state, "detail": ""}
+
+
 def _pool_view(p: Pool, now: float, max_age: float) -> dict[str, Any]:
     return {"healthy_endpoints": sum(e.healthy for e in p.endpoints.values()),
             "endpoints": len(p.endpoints),
             "warming": {e.url: e.warm_detail for e in p.endpoints.values() if e.warming},
             "wrong_model": {e.url: e.identity_error for e in p.endpoints.values() if e.identity_error},
+            "unhealthy": {e.url: _why(e) for e in p.endpoints.values() if not e.healthy and not e.warming},
+            "max_context_tokens": p.limit,
+            "configured_max_context_tokens": p.configured_limit,
+            "engine_context_tokens": {e.url: e.engine_context for e in p.endpoints.values()
+                                      if e.engine_context is not None},
             "lora_adapters": sorted(pool_adapters(p.endpoints.values())),
             "saturated": p.saturated,
             "low_acceptance": p.low_acceptance,

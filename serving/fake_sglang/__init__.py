@@ -22,7 +22,9 @@ Endpoints (SGLang's): ``POST /v1/chat/completions``, ``POST /v1/completions``, `
 ``GET /metrics``, ``GET /v1/loads``, ``POST /abort_request``, ``GET|POST /flush_cache``.
 Control API (the fake's own, never logged as traffic): ``POST /_fake/script``,
 ``GET /_fake/requests``, ``POST /_fake/reset``, ``POST /_fake/health``, ``POST /_fake/metrics``,
-``GET /_fake/state``; see ``Behaviour`` and ``FakeState`` for their bodies.
+``GET /_fake/state``, ``POST /_fake/relaunch`` (other launch flags on the same address, as a
+restarted engine or told at run time: ``FakeServer.relaunch``); see ``Behaviour`` and
+``FakeState`` for their bodies.
 
 Generation (deterministic): choice ``j`` of a request emits token ``i`` as the text ``tok{i}``
 (with a leading space for ``i > 0``), so the output text is ``"tok0 tok1 ... tok{C-1}"`` and its
