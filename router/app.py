@@ -209,7 +209,7 @@ class AppState:
             m.signal_age.labels(pool.name, "scrape").set(-1.0 if scrape_age is None else scrape_age)
             if pool.fit is not None:
                 _learning_gauges(m.learning, pool.name, pool.fit, now)
-                _check_gauges(m.learning, pool, now)
+                _check_gauges(m.learning, pool, now, runtime.routing.acceptance.max_age_s)
         m.shared_state_degraded.set(int(self.shared.degraded))
         if self.discovery is not None:
             self.discovery.refresh_gauges(runtime)
@@ -238,12 +238,17 @@ def _learning_gauges(series: LearningSeries, pool: str, fit: SpeedFit, now: floa
         series.accept_length.labels(pool, cls, bucket_label(bucket)).set(tau)
 
 
-def _check_gauges(series: LearningSeries, pool: Pool, now: float) -> None:
+def _check_gauges(series: LearningSeries, pool: Pool, now: float, max_age: float) -> None:
     """Set one pool's prediction-check series (:mod:`router.prediction_check`) from its checks."""
     check = pool.check
     if check is None:
         return
     series.fallback.labels(pool.name).set(int(check.fallback))
+    if pool.speculative and pool.fit is not None:
+        for cls in CLASSES:  # the learned accept length against the live gauge (/ready's accept_length_check)
+            learned, gauge = pool.fit.accept_length(cls), pool.estimated_accept_length(cls, now, max_age)
+            set_or_clear(series.accept_length_error, (pool.name, cls),
+                         None if learned is None or not gauge else (learned - gauge) / gauge)
     for (kind, cls, bucket), (error, bias, n) in check.cells(now).items():
         labels = (pool.name, kind, cls, bucket_label(bucket))
         series.prediction_error.labels(*labels).set(-1.0 if error is None else error)

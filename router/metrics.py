@@ -150,7 +150,9 @@ class LearningSeries:
     relative error), ``specgate_prediction_bias`` (median signed relative error: > 0 predicted
     too slow), ``specgate_prediction_checks`` (checks counted); ``specgate_prediction_fallback{pool}``
     (1 while the pool's decisions join the shorter queue) and
-    ``specgate_prediction_fallbacks_total{pool}`` (times the fallback turned on).
+    ``specgate_prediction_fallbacks_total{pool}`` (times the fallback turned on);
+    ``specgate_accept_length_check_error{pool,class}``: the learned accept length against the
+    engines' live gauge, ``(learned - gauge) / gauge`` (absent while either is unknown).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -179,6 +181,10 @@ class LearningSeries:
         self.fallback = Gauge("specgate_prediction_fallback",
                               "1 while the pool's predictions are off and decisions join the shorter queue.",
                               ["pool"], registry=registry)
+        self.accept_length_error = Gauge(
+            "specgate_accept_length_check_error",
+            "(learned - live gauge) / live gauge of a speculative pool's accept length per class (absent: unknown).",
+            ["pool", "class"], registry=registry)
         self.fallbacks = Counter("specgate_prediction_fallbacks",
                                  "Times the pool's prediction fallback turned on.", ["pool"], registry=registry)
 

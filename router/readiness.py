@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from router.acceptance import CLASSES
+from router.learn import bucket_label
 from router.models import pool_adapters
 
 if TYPE_CHECKING:
@@ -55,7 +56,28 @@ def _pool_view(p: Pool, now: float, max_age: float) -> dict[str, Any]:
                              **{f"acceptance_{c}": _age(p.signal_age_s(c, now)) for c in CLASSES}},
             "accept_length_estimate": {c: p.estimated_accept_length(c, now, max_age) for c in CLASSES},
             "speed_model": None if p.fit is None else p.fit.status(now),
-            "prediction": None if p.check is None else p.check.status(now)}
+            "prediction": None if p.check is None else p.check.status(now),
+            "accept_length_check": _accept_check(p, now, max_age)}
+
+
+def _accept_check(p: Pool, now: float, max_age: float) -> dict[str, Any] | None:
+    """A speculative pool's learned accept lengths against its engines' live gauge, per class:
+    ``learned`` (the fit's decayed mean of the requests' own tau, :meth:`router.learn.SpeedFit.accept_length`),
+    ``cells`` (its per-bucket table), ``gauge`` (the live estimate from ``sglang:spec_accept_length``,
+    :mod:`router.acceptance`) and ``relative_error`` ``(learned - gauge) / gauge``; None for a
+    pool that is not learning or not speculative. The gauge is the engine's batch mean, so a
+    class whose requests the gauge's window mixed with the other's reads apart by that much."""
+    if p.fit is None or not p.speculative:
+        return None
+    table = p.fit.accept_table()
+    out: dict[str, Any] = {}
+    for cls in CLASSES:
+        learned, gauge = p.fit.accept_length(cls), p.estimated_accept_length(cls, now, max_age)
+        out[cls] = {"learned": None if learned is None else round(learned, 3),
+                    "cells": {bucket_label(b): round(t, 3) for (c, b), t in sorted(table.items()) if c == cls},
+                    "gauge": None if gauge is None else round(gauge, 3),
+                    "relative_error": None if learned is None or not gauge else round((learned - gauge) / gauge, 4)}
+    return out
 
 
 def ready_view(fleet: Fleet, now: float, draining: bool) -> tuple[bool, dict[str, Any]]:
