@@ -17,16 +17,17 @@ For one engine family (:mod:`loadtests.dayfamilies`) and day shape (:mod:`loadte
 fitted to the family, for two engines), the same seeded requests go, one deployment after
 the other, through
 
-- ``all-plain``: two plain fakes, client round robin (request ``i`` to engine ``i mod 2``);
-- ``all-spec``: two speculative fakes, client round robin;
+- ``all-plain``: ``--engines`` N plain fakes (default 2), client round robin (request ``i`` to
+  engine ``i mod N``);
+- ``all-spec``: N speculative fakes, client round robin;
 - ``learned``: ``specgate router`` as a process (``python -m router.cli router --config``),
-  one speculative pool of one fake + one plain pool of one fake, no ``speed`` blocks,
+  a speculative pool of k fakes + a plain pool of N - k, no ``speed`` blocks,
   ``routing.learning`` at its defaults (on), thresholds as ``benchmarks/outofbox.py`` gives the
   simulated router (``long_prompt_tokens`` the family's 32K-equivalent, ``saturation`` from the
   engine's crossover batch, :func:`loadtests.dayrouter.settings_for`), everything else default
-  (scrape every 0.25 s, acceptance ``max_age_s`` 10 s, warm-up probes on).
-
-- the simplest rules at the same split (1 speculative + 1 plain fake, the client choosing:
+  (scrape every 0.25 s, acceptance ``max_age_s`` 10 s, warm-up probes on);
+- the simplest rules at the same split (``--spec-engines`` k speculative + N - k plain fakes,
+  default k = N // 2; with the defaults 1 + 1; the client choosing:
   :data:`RULES`): ``coin``, ``jsq`` (join the shorter queue by the client's own in-flight
   count), ``length`` (the long-prompt rule); and ``learned-nocheck``, the learned router with its
   prediction fallback off (``routing.learning.check.enabled: false``). Each prints its mean as
@@ -89,7 +90,7 @@ from serving.fake_sglang import FakeServer
 MODEL = "day-model"
 TOKENIZER = ROOT / "examples" / "fake-tokenizer"
 DEPLOYMENTS = ("all-plain", "all-spec", "learned")
-#: The simplest rules at the learned router's split (1 speculative + 1 plain engine), applied by
+#: The simplest rules at the learned router's split (k speculative + N - k plain engines), applied by
 #: the client itself: ``coin`` (seeded 50% to the speculative engine), ``jsq`` (join the shorter
 #: queue: the engine with fewer of the client's own requests in flight, the speculative one on
 #: ties), ``length`` (prompts above ``routing.long_prompt_tokens`` to plain, the rest to spec).
@@ -125,7 +126,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def router_yaml(settings: PolicySettings, spec_url: str, plain_url: str, port: int,
+def router_yaml(settings: PolicySettings, spec_urls: list[str], plain_urls: list[str], port: int,
                 check: bool = True) -> dict[str, Any]:
     """The router config of the ``learned`` deployment (module docstring); ``check`` False: the
     prediction fallback off (``learned-nocheck``)."""
@@ -133,9 +134,9 @@ def router_yaml(settings: PolicySettings, spec_url: str, plain_url: str, port: i
         "model": {"name": MODEL, "tokenizer": str(TOKENIZER)},
         "limits": {"max_context_tokens": settings.max_context_tokens, "max_request_bytes": 8 << 20},
         "pools": [
-            {"name": "spec", "speculative": True, "endpoints": [spec_url],
+            {"name": "spec", "speculative": True, "endpoints": spec_urls,
              "draft_reserved_tokens": settings.reserved_tokens, "drafter_cost_ratio": settings.drafter_cost_ratio},
-            {"name": "plain", "speculative": False, "endpoints": [plain_url]},
+            {"name": "plain", "speculative": False, "endpoints": plain_urls},
         ],
         "routing": {"long_prompt_tokens": settings.long_prompt_tokens,
                     "saturation": {"enter": settings.saturation_enter, "exit": settings.saturation_exit},
@@ -147,16 +148,26 @@ def router_yaml(settings: PolicySettings, spec_url: str, plain_url: str, port: i
 Chooser = Callable[[Request, list[int]], int]
 
 
-def rule_chooser(rule: str, settings: PolicySettings, seed: int) -> Chooser:
-    """The client-side rule of :data:`RULES`: ``(request, in flight per target) -> target index``
-    (targets: 0 the speculative engine, 1 the plain one)."""
+def rule_chooser(rule: str, settings: PolicySettings, seed: int, k: int, n: int) -> Chooser:
+    """The client-side rule of :data:`RULES` at ``k`` speculative + ``n - k`` plain engines:
+    ``(request, in flight per target) -> target index`` (targets ``0 .. k-1`` speculative, the
+    rest plain). ``coin``: a speculative engine with probability ``k / n`` (seeded), the least
+    busy of the chosen kind; ``jsq``: the least busy engine, the first (speculative) on ties;
+    ``length``: the least busy plain engine for a prompt above ``routing.long_prompt_tokens``,
+    else the least busy speculative one."""
+    spec, plain = list(range(k)), list(range(k, n))
+
+    def least(idx: list[int], inflight: list[int]) -> int:
+        return min(idx, key=lambda i: (inflight[i], i))
+
     if rule == "coin":
         rng = random.Random(seed)
-        return lambda req, inflight: 0 if rng.random() < 0.5 else 1
+        return lambda req, inflight: least(spec if rng.random() < k / n else plain, inflight)
     if rule == "jsq":
-        return lambda req, inflight: 0 if inflight[0] <= inflight[1] else 1
+        return lambda req, inflight: least(spec + plain, inflight)
     if rule == "length":
-        return lambda req, inflight: 1 if req.prompt_tokens > settings.long_prompt_tokens else 0
+        return lambda req, inflight: least(plain if req.prompt_tokens > settings.long_prompt_tokens else spec,
+                                           inflight)
     raise ValueError(f"unknown rule {rule!r}")
 
 
@@ -169,7 +180,7 @@ async def _send(client: httpx.AsyncClient, url: str, req: Request, t0: float, ou
         slot = choose(req, inflight)
         inflight[slot] += 1
         url = targets[slot] + "/v1/chat/completions"
-        out.pool = ("spec", "plain")[slot]
+        out.pool = f"engine{slot}"
     try:
         r = await client.post(url, json=chat_body(req, MODEL))
         out.status = r.status_code
@@ -218,14 +229,14 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0
 
 
 def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list[Request], seed: int,
-             workdir: Path) -> dict[str, Any]:
+             workdir: Path, n: int = 2, k: int = 1) -> dict[str, Any]:
     """One deployment over HTTP; its results, the engines' step counts and (learned) the router's view."""
     routed_here = name.startswith("learned")
-    if routed_here or name in RULES:
-        layout = [(True, _seed(seed, 0, 0)), (False, _seed(seed, 1, 0))]
+    if routed_here or name in RULES:  # k speculative + n - k plain engines
+        layout = [(True, _seed(seed, 0, i)) for i in range(k)] + [(False, _seed(seed, 1, i)) for i in range(n - k)]
     else:
         spec = name == "all-spec"
-        layout = [(spec, _seed(seed, 0, 0)), (spec, _seed(seed, 0, 1))]
+        layout = [(spec, _seed(seed, 0, i)) for i in range(n)]
     engines = [DayStepEngine(model, spec, s) for spec, s in layout]
     fakes = [FakeServer(fake_config(model, spec, model_name=MODEL), step_engine=e, keep_alive_s=120.0)
              for (spec, _), e in zip(layout, engines, strict=True)]
@@ -238,7 +249,8 @@ def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list
         if routed_here:
             port = _free_port()
             cfg = workdir / f"{name}.yaml"
-            cfg.write_text(yaml.safe_dump(router_yaml(settings, fakes[0].base_url, fakes[1].base_url, port,
+            cfg.write_text(yaml.safe_dump(router_yaml(settings, [f.base_url for f in fakes[:k]],
+                                                      [f.base_url for f in fakes[k:]], port,
                                                       check=name != "learned-nocheck")))
             log = (workdir / f"{name}-router.log").open("wb")
             procs.append(subprocess.Popen([sys.executable, "-m", "router.cli", "router", "--config", str(cfg)],
@@ -248,7 +260,7 @@ def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list
             _wait_ready(targets[0], procs[0])
         load0 = os.getloadavg()[0]
         t = time.monotonic()
-        results = asyncio.run(_day(targets, reqs, rule_chooser(name, settings, seed) if name in RULES else None))
+        results = asyncio.run(_day(targets, reqs, rule_chooser(name, settings, seed, k, n) if name in RULES else None))
         wall = time.monotonic() - t
         if routed_here:
             extra["ready"] = httpx.get(targets[0] + "/ready", timeout=10).json()
@@ -283,13 +295,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default="mixed")
     ap.add_argument("--duration-s", type=float, default=180.0, help="the shortened day's length (s, default 180)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--engines", type=int, default=2, help="N engines in every deployment (default 2)")
+    ap.add_argument("--spec-engines", type=int, default=None,
+                    help="k speculative engines of the routed split and the rules (default N // 2)")
     ap.add_argument("--deployments", default=",".join(DEPLOYMENTS))
     ap.add_argument("--out", default="runs/outofbox_http.json")
     ap.add_argument("--workdir", default="runs/outofbox_http")
     args = ap.parse_args(argv)
     family = get_family(args.family)
     model = family.model
-    full = family.shape(args.shape, 2)
+    n, k = args.engines, args.spec_engines if args.spec_engines is not None else args.engines // 2
+    if not 0 < k < n:
+        ap.error("--spec-engines must be between 1 and --engines - 1")
+    full = family.shape(args.shape, n)
     shape = full.shortened(min(1.0, args.duration_s / full.duration_s))
     reqs = shape.requests(args.seed)
     settings = settings_for(model, long_prompt_tokens=family.scaled_tokens(32768),
@@ -300,14 +318,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.family} / {args.shape} shortened to {shape.duration_s:.0f} s: {len(reqs)} requests, seed {args.seed}; "
           f"routing.long_prompt_tokens {settings.long_prompt_tokens}, saturation {settings.saturation_enter}/"
           f"{settings.saturation_exit}")
-    sim = {"all-plain": simulate_day(reqs, all_plain(2), model, seed=args.seed),
-           "all-spec": simulate_day(reqs, all_spec(2), model, seed=args.seed),
-           "learned": simulate_day(reqs, routed(1, 2, lambda: PolicyRouter(learned), label="learned"), model,
+    sim = {"all-plain": simulate_day(reqs, all_plain(n), model, seed=args.seed),
+           "all-spec": simulate_day(reqs, all_spec(n), model, seed=args.seed),
+           "learned": simulate_day(reqs, routed(k, n, lambda: PolicyRouter(learned), label="learned"), model,
                                    seed=args.seed)}
     rows: dict[str, Any] = {}
     for name in args.deployments.split(","):
         print(f"  running {name} over HTTP ...", flush=True)
-        run = run_http(name, model, settings, reqs, args.seed, workdir)
+        run = run_http(name, model, settings, reqs, args.seed, workdir, n, k)
         res: list[Result] = run.pop("results")
         ok = [r for r in res if r.status == 200 and r.error is None and r.e2e_s is not None]
         wrong = [r for r in ok if r.completion_tokens != reqs[r.rid].output_tokens]
@@ -361,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("learned", "learned-nocheck"):
             if name in rows and rows[name]["mean_s"] is not None:
                 rows[name]["vs_best_rule"] = rows[name]["mean_s"] / rows[best_rule]["mean_s"]
-                print(f"{name} / the best simple rule at 1 + 1 ({best_rule}): mean "
+                print(f"{name} / the best simple rule at {k} + {n - k} ({best_rule}): mean "
                       f"{rows[name]['vs_best_rule']:.3f}x")
         for name in rules:
             print(f"{name}: pools {rows[name]['pools']}")
@@ -381,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"family": args.family, "shape": args.shape, "duration_s": shape.duration_s,
+                               "engines": n, "spec_engines": k,
                                "seed": args.seed, "requests": len(reqs), "settings": learned.as_dict(),
                                "http": rows, "sim": sim_rows}, indent=1, default=str) + "\n")
     print(f"wrote {out}")
