@@ -364,7 +364,8 @@ def _config_defaults() -> dict:
     out["canary"] = CanaryConfig().model_dump(mode="json")
     out["auth"] = {"speculation_defaults": AuthConfig().speculation_defaults,
                    "priority": AuthConfig().priority.model_dump(mode="json"),
-                   "rate_limits": AuthConfig().rate_limits.model_dump(mode="json")}
+                   "rate_limits": AuthConfig().rate_limits.model_dump(mode="json"),
+                   "engine_fields": AuthConfig().engine_fields.model_dump(mode="json")}
     return out
 
 

@@ -7,7 +7,15 @@ import pytest
 
 from router.errors import InvalidRequest
 from router.features import PromptCounter, parse_chat, parse_completions
-from router.policy import EndpointSnapshot, Outcome, PoolSnapshot, Reason, Rules, decide, over_length_message
+from router.policy import (
+    EndpointSnapshot,
+    Outcome,
+    PoolSnapshot,
+    Reason,
+    Rules,
+    decide,
+    over_length_message,
+)
 from router.policy import request_features as make
 
 MSG = [{"role": "user", "content": "hi"}]
