@@ -9,9 +9,11 @@
   when a connection breaks.
 - :func:`classify_event`: what one SSE event says before any content was relayed (the proxy
   holds the status line until the first content event; sgl-project/sglang#28175).
-- :func:`find_abort`, :func:`body_abort`, :func:`stream_done`, :func:`sse_data`: the engine's
-  stream and body read by the SSE and JSON grammars, not by one serializer's bytes (any JSON
-  spacing, ``data:`` with or without its space).
+- :func:`find_abort`, :func:`body_abort`, :func:`stream_done`, :func:`sse_data`,
+  :func:`event_json`, :func:`may_report`: the engine's stream and body read by the SSE and
+  JSON grammars, not by one serializer's bytes (any JSON spacing, key order or escaping,
+  ``data:`` with or without its space, LF/CRLF/CR line ends, comments); the one reader of
+  usage, finish reasons and errors (:mod:`router.observe` reads usage with it).
 - :func:`retry_after_seconds`: an engine's ``Retry-After`` (delta-seconds) as an int.
 - :class:`IdleWatch`: the between-chunks idle timer of a relayed stream.
 - :class:`Deadline`: the first-byte / whole-body deadline of one attempt (``asyncio.timeout_at``
@@ -51,7 +53,9 @@ __all__ = [
     "body_abort",
     "classify_event",
     "complete_events",
+    "event_json",
     "find_abort",
+    "may_report",
     "next_event",
     "retry_after_seconds",
     "sse_data",
@@ -152,6 +156,27 @@ def _json_object(data: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def event_json(event: bytes) -> dict[str, Any] | None:
+    """The JSON object one SSE event (without its blank line) carries in its data, else None
+    (a comment, another field only, ``[DONE]``, anything not a JSON object)."""
+    data = sse_data(event)
+    return None if data is None else _json_object(data)
+
+
+#: A key whose value the router reads from a stream (a ``usage`` object, a ``finish_reason``
+#: string, an ``error``), followed by its value's first byte, with any JSON whitespace between.
+_REPORT = re.compile(rb'"(?:usage|finish_reason|error)"[ \t\r\n]*:[ \t\r\n]*[{"\[0-9tf]')
+
+
+def may_report(data: bytes, end: int) -> bool:
+    """False only when ``data[:end]`` cannot hold a non-null ``usage``, ``finish_reason`` or
+    ``error`` member in any JSON spelling (``"usage": {`` as well as ``"usage":{``; a key
+    written with a ``\\u`` escape is let through): one search per relayed chunk, so only chunks
+    that may carry one are parsed. SGLang writes ``"finish_reason":null`` and ``"usage":null``
+    in every chunk, which do not pass."""
+    return _REPORT.search(data, 0, end) is not None or data.find(b"\\u", 0, end) >= 0
+
+
 def _has_content(choice: dict[str, Any]) -> bool:
     """Whether one choice (a stream chunk's or a whole response's) carries generated output."""
     if choice.get("text"):
@@ -167,12 +192,16 @@ def _has_content(choice: dict[str, Any]) -> bool:
 
 def classify_event(event: bytes) -> str:
     """What one SSE event (without its blank line) says before any content was relayed:
-    ``"content"`` (commit the response: content, a non-abort finish, ``[DONE]``, or anything
-    not a JSON object), ``"error"`` (an error event: an object with ``error`` and no
+    ``"content"`` (commit the response: content, a non-abort finish, ``[DONE]``, or data that
+    is not a JSON object), ``"error"`` (an error event: an object with ``error`` and no
     ``choices``), ``"abort"`` (``finish_reason: "abort"``) or ``"skip"`` (no content yet: the
-    role chunk, a usage chunk). Read by the SSE and JSON grammars, any spacing."""
+    role chunk, a usage chunk, an event without data such as a ``: keep-alive`` comment or
+    ``event:``/``id:``/``retry:`` fields alone, which the SSE grammar dispatches as nothing).
+    Read by the SSE and JSON grammars, any spacing."""
     data = sse_data(event)
-    doc = None if data is None else _json_object(data)
+    if data is None:  # a comment (": keep-alive") or event:/id:/retry: only: no content yet
+        return "skip"
+    doc = _json_object(data)
     if doc is None:
         return "content"
     choices = doc.get("choices")
