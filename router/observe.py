@@ -69,11 +69,11 @@ class ResponseObserver:
     __slots__ = (
         "_pending",
         "content",
+        "error",
         "finish_reasons",
         "metrics",
         "reasoning",
         "tool_calls",
-        "error",
         "tools",
         "usage",
     )

@@ -62,7 +62,7 @@ def test_cumulative_per_chunk_usage_counts_the_last_value_in_any_spelling(spell,
 
 
 def test_a_stream_cut_short_counts_what_it_saw():
-    obs, counted = observe("".join(spaced(chunk(i)) for i in range(1, 4)), 1 << 20)
+    _, counted = observe("".join(spaced(chunk(i)) for i in range(1, 4)), 1 << 20)
     assert counted == 3
 
 
