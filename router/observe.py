@@ -28,9 +28,10 @@ JSON spacing, key order, escapes. Usage is the last ``usage`` object seen, so cu
 per-chunk usage (``stream_options.continuous_usage_stats``, sgl-project/sglang#12241) counts
 once, not summed, and a stream cut short counts what was generated until then.
 
-Cost: per streamed chunk one search (:func:`router.upstream.may_report`: a ``usage`` object,
-a ``finish_reason`` string or an ``error`` value may follow a key); only events that pass it
-are parsed (``orjson``), every event only for a request with ``tools``. A partial event at a
+Cost: per streamed chunk two or three byte searches
+(:func:`router.upstream.may_carry_usage`: a non-null ``usage`` may follow its key); only events
+that pass are parsed (``orjson``), and every event only for a request with ``tools`` (its
+endings and output kinds feed the suspect-truncation count). A partial event at a
 chunk's end is kept (at most :data:`MAX_PENDING_BYTES`) until its end arrives.
 """
 
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from router.upstream import complete_events, event_json, may_report, next_event
+from router.upstream import complete_events, event_json, may_carry_usage, next_event
 
 if TYPE_CHECKING:
     from router.metrics import RouterMetrics
@@ -99,7 +100,7 @@ class ResponseObserver:
             self._pending = rest if len(rest) <= MAX_PENDING_BYTES else b""
             if not end:
                 return
-        if not self.tools and not may_report(data, end):
+        if not self.tools and not may_carry_usage(data, end):  # endings matter only with tools
             return
         pos = 0
         while (found := next_event(data, pos)) is not None and found[1] <= end:

@@ -10,7 +10,7 @@
 - :func:`classify_event`: what one SSE event says before any content was relayed (the proxy
   holds the status line until the first content event; sgl-project/sglang#28175).
 - :func:`find_abort`, :func:`body_abort`, :func:`stream_done`, :func:`sse_data`,
-  :func:`event_json`, :func:`may_report`: the engine's stream and body read by the SSE and
+  :func:`event_json`, :func:`may_carry_usage`: the engine's stream and body read by the SSE and
   JSON grammars, not by one serializer's bytes (any JSON spacing, key order or escaping,
   ``data:`` with or without its space, LF/CRLF/CR line ends, comments); the one reader of
   usage, finish reasons and errors (:mod:`router.observe` reads usage with it).
@@ -55,7 +55,7 @@ __all__ = [
     "complete_events",
     "event_json",
     "find_abort",
-    "may_report",
+    "may_carry_usage",
     "next_event",
     "retry_after_seconds",
     "sse_data",
@@ -163,18 +163,17 @@ def event_json(event: bytes) -> dict[str, Any] | None:
     return None if data is None else _json_object(data)
 
 
-#: A key whose value the router reads from a stream (a ``usage`` object, a ``finish_reason``
-#: string, an ``error``), followed by its value's first byte, with any JSON whitespace between.
-_REPORT = re.compile(rb'"(?:usage|finish_reason|error)"[ \t\r\n]*:[ \t\r\n]*[{"\[0-9tf]')
-
-
-def may_report(data: bytes, end: int) -> bool:
-    """False only when ``data[:end]`` cannot hold a non-null ``usage``, ``finish_reason`` or
-    ``error`` member in any JSON spelling (``"usage": {`` as well as ``"usage":{``; a key
-    written with a ``\\u`` escape is let through): one search per relayed chunk, so only chunks
-    that may carry one are parsed. SGLang writes ``"finish_reason":null`` and ``"usage":null``
-    in every chunk, which do not pass."""
-    return _REPORT.search(data, 0, end) is not None or data.find(b"\\u", 0, end) >= 0
+def may_carry_usage(data: bytes, end: int) -> bool:
+    """False only when ``data[:end]`` cannot hold a non-null ``usage`` member in any JSON
+    spelling (``"usage": {`` as well as ``"usage":{``; a key written with a ``\\u`` escape is
+    let through), so only chunks that may carry one are parsed. SGLang writes ``"usage":null``
+    in every chunk: that one does not pass. Two or three byte searches per relayed chunk."""
+    at = data.find(b'usage"', 0, end)
+    while at >= 0:
+        if not data.startswith(b":null", at + 6):
+            return True
+        at = data.find(b'usage"', at + 6, end)
+    return data.find(b"\\u", 0, end) >= 0
 
 
 def _has_content(choice: dict[str, Any]) -> bool:

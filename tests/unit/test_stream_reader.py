@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from router.metrics import RouterMetrics
 from router.observe import ResponseObserver
-from router.upstream import classify_event, event_json, may_report
+from router.upstream import classify_event, event_json, may_carry_usage
 
 
 def chunk(i: int, usage: bool = True, finish: str | None = None) -> dict:
@@ -67,17 +67,31 @@ def test_a_stream_cut_short_counts_what_it_saw():
 
 
 def test_an_error_event_is_read():
-    obs, _ = observe('data: {"error": {"message": "boom", "code": 500}}\n\n', 5)
+    obs = ResponseObserver(RouterMetrics(CollectorRegistry()), tools=True)
+    obs.feed(b': x\r\n\r\ndata:{"error" : {"message": "boom", "code": 500}}\r\n\r\n')
     assert obs.error == {"message": "boom", "code": 500}
 
 
-def test_chunks_without_a_value_are_not_parsed():
+def test_chunks_without_usage_are_not_parsed():
     sglang = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],"usage":null}\n\n'
-    assert not may_report(sglang, len(sglang))
+    assert not may_carry_usage(sglang, len(sglang))
+    assert not may_carry_usage(sglang * 3, len(sglang) * 3)
     for text in (compact(chunk(1)), spaced(chunk(1)), reordered(chunk(1)), escaped(chunk(1)),
-                 spaced(chunk(1, usage=False, finish="length")), 'data: {"error" : "x"}\n\n'):
+                 compact(chunk(1, usage=False)) + compact(chunk(2))):
         data = text.encode()
-        assert may_report(data, len(data)), text
+        assert may_carry_usage(data, len(data)), text
+
+
+def test_endings_are_read_for_a_tools_request_in_any_spelling():
+    m = RouterMetrics(CollectorRegistry())
+    obs = ResponseObserver(m, tools=True)
+    reasoning = {"choices": [{"index": 0, "delta": {"reasoning_content": "hmm"}, "finish_reason": None}]}
+    end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+           "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+    obs.feed((spaced(reasoning) + reordered(end)).encode())
+    obs.finish("spec")
+    assert (obs.reasoning, obs.content, obs.finish_reasons) == (True, False, ["stop"])
+    assert m.suspect_truncations.values[("spec",)] == 1
 
 
 @pytest.mark.parametrize(("event", "kind"), [
