@@ -51,7 +51,9 @@ that owns the rest of the request's life. Its contract:
 - **After the first byte**: bytes are relayed as they arrive (``readany``, no re-encoding, no
   compression), whole SSE events at a time (an incomplete trailing event waits for its end);
   never retried; an upstream failure or idle timeout sends one ``data: {"error": ...}`` event
-  and closes; a stream that ends without ``data: [DONE]`` gets the same error event, and
+  and closes (engine silence: ``upstream.idle_timeout_s``, the client's own reads do not count;
+  meanwhile a ``: keep-alive`` comment every ``upstream.stream_keepalive_s``, ``Heartbeat``);
+  a stream that ends without ``data: [DONE]`` gets the same error event, and
   ``[DONE]`` is never invented. An engine-initiated abort after content (a chunk with a
   choice ending ``finish_reason: "abort"``, not an OpenAI value, vllm-project/vllm#57082) is
   not relayed: the content before it is, then one ``data: {"error":{"message":"generation
@@ -111,9 +113,10 @@ from router.transport import (
     TransportError,
     UpstreamResponse,
 )
-from router.upstream import Backpressure as _Backpressure
 from router.upstream import (
+    KEEPALIVE_EVENT,
     Deadline,
+    Heartbeat,
     IdleWatch,
     body_abort,
     classify_event,
@@ -124,10 +127,11 @@ from router.upstream import (
     sse_data,
     stream_done,
 )
+from router.upstream import Backpressure as _Backpressure
 from router.upstream import Failover as _Failover
 from router.upstream import Stale as _Stale
 
-__all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
+__all__ = ["ENGINE_ABORT_EVENT", "KEEPALIVE_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
            "Redecision"]
 
 #: The one terminal SSE event sent when the engine fails mid-stream.
@@ -473,6 +477,7 @@ class ProxyResponse(Response):
         observer = job.observer
         read = resp.content.readany
         watch = IdleWatch(self._up.idle_timeout_s, loop)
+        beat = Heartbeat(self._up.stream_keepalive_s, watch) if self._up.stream_keepalive_s else None
         spec_stats = job.extra.get("spec_stats")
 
         def forward(data: bytes) -> bytes:  # the bytes to relay (b"": none), noting the end marks
@@ -512,7 +517,10 @@ class ProxyResponse(Response):
                         return
                     if chunk := forward(chunk):
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                chunk = await read()
+                chunk = await read() if beat is None else await beat.read(read, send)
+                if chunk is KEEPALIVE_EVENT:  # the heartbeat wrote it: read on (engine silence goes on)
+                    chunk = b""
+                    continue
                 if not chunk:
                     break
                 watch.last = loop.time()
@@ -531,6 +539,8 @@ class ProxyResponse(Response):
             return
         finally:
             watch.close()
+            if beat is not None:
+                beat.close()
         if held and (held := forward(held)):  # bytes after the last complete event (not SSE): as they are
             await send({"type": "http.response.body", "body": held, "more_body": True})
         complete = ended if ends is not None else stream_done(tail[-32:])

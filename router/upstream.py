@@ -15,7 +15,8 @@
   ``data:`` with or without its space, LF/CRLF/CR line ends, comments); the one reader of
   usage, finish reasons and errors (:mod:`router.observe` reads usage with it).
 - :func:`retry_after_seconds`: an engine's ``Retry-After`` (delta-seconds) as an int.
-- :class:`IdleWatch`: the between-chunks idle timer of a relayed stream.
+- :class:`IdleWatch`: the between-chunks idle timer of a relayed stream; :class:`Heartbeat`:
+  the keep-alive comments written to the client while the engine is silent.
 - :class:`Deadline`: the first-byte / whole-body deadline of one attempt (``asyncio.timeout_at``
   without its two coroutines per use).
 - :func:`abort_request`: SGLang's ``POST /abort_request`` for a list of engine request ids.
@@ -28,6 +29,7 @@ import contextlib
 import contextvars
 import re
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Self
 
 import aiohttp
@@ -42,10 +44,12 @@ if TYPE_CHECKING:
     from aiohttp.tracing import Trace
 
 __all__ = [
+    "KEEPALIVE_EVENT",
     "Backpressure",
     "ConnTrace",
     "Deadline",
     "Failover",
+    "Heartbeat",
     "IdleWatch",
     "ReuseMarkingConnector",
     "Stale",
@@ -311,6 +315,72 @@ class IdleWatch:
             self.task.cancel()
         else:
             self.handle = self.loop.call_at(due, self._check)
+
+    def close(self) -> None:
+        self.handle.cancel()
+
+
+#: Written to the client while the engine is silent mid-stream (``upstream.stream_keepalive_s``):
+#: an SSE comment, which SSE clients skip (WHATWG HTML, "Server-sent events").
+KEEPALIVE_EVENT = b": keep-alive\n\n"
+
+
+class Heartbeat:
+    """Marks a relayed stream's silence: ``due`` once the relay has waited ``interval``
+    seconds on the engine since the client last got a byte (an engine chunk,
+    ``watch.last``, or the previous heartbeat, :meth:`beat`), and then cancels the relay's
+    task so that it writes an SSE comment (``: keep-alive``) and reads on. It cancels only
+    while the relay is waiting on the engine (:attr:`reading`), never during a write to the
+    client (a client that reads slowly is not silence), and never after the idle watch fired.
+    One timer per silent period, as :class:`IdleWatch`; the relay's task uncancels itself.
+
+    Keep-alive comments every 15 s are what the WHATWG HTML SSE section suggests against
+    proxies that close idle connections (nginx's ``proxy_read_timeout`` and cloud load
+    balancers default to 60 s).
+    """
+
+    __slots__ = ("due", "handle", "interval", "reading", "sent", "watch")
+
+    def __init__(self, interval: float, watch: IdleWatch) -> None:
+        self.watch = watch
+        self.interval = interval
+        self.due = self.reading = False
+        self.sent = watch.last
+        self.handle = watch.loop.call_at(self.sent + interval, self._check)
+
+    def _check(self) -> None:
+        watch = self.watch
+        now = watch.loop.time()
+        at = max(watch.last, self.sent) + self.interval
+        if now < at:
+            self.handle = watch.loop.call_at(at, self._check)
+        elif not self.reading or watch.fired:
+            self.handle = watch.loop.call_at(now + self.interval, self._check)
+        else:
+            self.due = True
+            watch.task.cancel()
+
+    async def read(self, read: Callable[[], Awaitable[bytes]], send: Callable[[Any], Awaitable[None]]) -> bytes:
+        """``await read()`` (the engine's next bytes), or :data:`KEEPALIVE_EVENT` itself (the
+        same object: test it with ``is``) after writing it with ``send`` (the client's ASGI send) because the engine
+        stayed silent for :attr:`interval`: this heartbeat's cancellation is withdrawn, any
+        other (the idle watch's, a client disconnect) propagates. Call it only once the
+        response's status line went out."""
+        self.reading = True
+        try:
+            return await read()
+        except asyncio.CancelledError:
+            if not self.due:
+                raise
+            self.due = False
+            if self.watch.task.uncancel() > 0 or self.watch.fired:  # another cancellation is pending
+                raise
+        finally:
+            self.reading = False
+        await send({"type": "http.response.body", "body": KEEPALIVE_EVENT, "more_body": True})
+        self.sent = self.watch.loop.time()
+        self.handle = self.watch.loop.call_at(self.sent + self.interval, self._check)
+        return KEEPALIVE_EVENT
 
     def close(self) -> None:
         self.handle.cancel()
