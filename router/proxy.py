@@ -105,7 +105,7 @@ from router.errors import (
 )
 from router.proxy_job import ProxyJob, Redecide, Redecision
 from router.spans import end_span
-from router.specstats import strip_body, strip_event
+from router.specstats import strip_body
 from router.transport import (
     ConnectFailed,
     ConnectionBroken,
@@ -113,9 +113,10 @@ from router.transport import (
     TransportError,
     UpstreamResponse,
 )
+from router.upstream import Backpressure as _Backpressure
 from router.upstream import (
-    KEEPALIVE_EVENT,
     Deadline,
+    Forwarder,
     Heartbeat,
     IdleWatch,
     body_abort,
@@ -125,13 +126,11 @@ from router.upstream import (
     next_event,
     retry_after_seconds,
     sse_data,
-    stream_done,
 )
-from router.upstream import Backpressure as _Backpressure
 from router.upstream import Failover as _Failover
 from router.upstream import Stale as _Stale
 
-__all__ = ["ENGINE_ABORT_EVENT", "KEEPALIVE_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
+__all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
            "Redecision"]
 
 #: The one terminal SSE event sent when the engine fails mid-stream.
@@ -469,35 +468,12 @@ class ProxyResponse(Response):
         """Relay whole SSE events as they arrive, starting with ``first`` (module docstring)."""
         job = self.job
         loop = asyncio.get_running_loop()
-        tail = b""
         held = b""  # an incomplete trailing event
         chunk = first
-        ends = job.end_events
-        ended = False
-        observer = job.observer
+        forward = Forwarder(job.end_events, job.observer, job.extra)
         read = resp.content.readany
         watch = IdleWatch(self._up.idle_timeout_s, loop)
-        beat = Heartbeat(self._up.stream_keepalive_s, watch) if self._up.stream_keepalive_s else None
-        spec_stats = job.extra.get("spec_stats")
-
-        def forward(data: bytes) -> bytes:  # the bytes to relay (b"": none), noting the end marks
-            nonlocal ended, tail  # (a plain function: no coroutine per relayed chunk)
-            if spec_stats is not None:
-                stripped, tau = strip_event(data)
-                if tau is not None:
-                    job.extra["spec_accept_length"] = tau
-                if spec_stats == "strip":
-                    data = stripped
-                    if not data:
-                        return data
-            if ends is not None and not ended:
-                seen = tail[-32:] + data
-                ended = any(seen.find(e) >= 0 for e in ends)
-            if observer is not None:
-                observer.feed(data)
-            tail = data if len(data) >= 32 else (tail + data)[-32:]  # tail[-32:]: the stream's last 32 bytes
-            return data
-
+        beat = Heartbeat(self._up.stream_keepalive_s, watch)
         try:
             while True:
                 if held:
@@ -517,10 +493,15 @@ class ProxyResponse(Response):
                         return
                     if chunk := forward(chunk):
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                chunk = await read() if beat is None else await beat.read(read, send)
-                if chunk is KEEPALIVE_EVENT:  # the heartbeat wrote it: read on (engine silence goes on)
-                    chunk = b""
+                beat.reading = True
+                try:
+                    chunk = await read()
+                except asyncio.CancelledError:
+                    if not await beat.keep_alive(send):  # not the heartbeat's: the idle timeout, a disconnect
+                        raise
+                    chunk = b""  # a comment went out; the engine's silence goes on
                     continue
+                beat.reading = False
                 if not chunk:
                     break
                 watch.last = loop.time()
@@ -538,13 +519,10 @@ class ProxyResponse(Response):
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
             return
         finally:
-            watch.close()
-            if beat is not None:
-                beat.close()
+            beat.close()  # and the idle watch
         if held and (held := forward(held)):  # bytes after the last complete event (not SSE): as they are
             await send({"type": "http.response.body", "body": held, "more_body": True})
-        complete = ended if ends is not None else stream_done(tail[-32:])
-        if not complete:
+        if not forward.complete():
             job.outcome = "upstream_truncated"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
             return

@@ -16,7 +16,8 @@
   usage, finish reasons and errors (:mod:`router.observe` reads usage with it).
 - :func:`retry_after_seconds`: an engine's ``Retry-After`` (delta-seconds) as an int.
 - :class:`IdleWatch`: the between-chunks idle timer of a relayed stream; :class:`Heartbeat`:
-  the keep-alive comments written to the client while the engine is silent.
+  the keep-alive comments written to the client while the engine is silent;
+  :class:`Forwarder`: what the relay notes of each forwarded chunk.
 - :class:`Deadline`: the first-byte / whole-body deadline of one attempt (``asyncio.timeout_at``
   without its two coroutines per use).
 - :func:`abort_request`: SGLang's ``POST /abort_request`` for a list of engine request ids.
@@ -36,6 +37,7 @@ import aiohttp
 import orjson
 
 from router.errors import SpecgateError
+from router.specstats import strip_event
 
 if TYPE_CHECKING:
     from aiohttp.client_proto import ResponseHandler
@@ -49,6 +51,7 @@ __all__ = [
     "ConnTrace",
     "Deadline",
     "Failover",
+    "Forwarder",
     "Heartbeat",
     "IdleWatch",
     "ReuseMarkingConnector",
@@ -327,16 +330,17 @@ KEEPALIVE_EVENT = b": keep-alive\n\n"
 
 class Heartbeat:
     """Marks a relayed stream's silence: ``due`` once the relay has waited ``interval``
-    seconds on the engine since the client last got a byte (an engine chunk,
-    ``watch.last``, or the previous heartbeat, :meth:`beat`), and then cancels the relay's
-    task so that it writes an SSE comment (``: keep-alive``) and reads on. It cancels only
-    while the relay is waiting on the engine (:attr:`reading`), never during a write to the
-    client (a client that reads slowly is not silence), and never after the idle watch fired.
-    One timer per silent period, as :class:`IdleWatch`; the relay's task uncancels itself.
+    seconds on the engine since the client last got a byte (an engine chunk, ``watch.last``,
+    or the previous comment), and then cancels the relay's task, whose handler calls
+    :meth:`keep_alive` to write an SSE comment (:data:`KEEPALIVE_EVENT`) and reads on. It
+    cancels only while the relay waits on the engine (:attr:`reading`, set around the read),
+    never during a write to the client (a client that reads slowly is not silence), and never
+    after the idle watch fired, which still counts the engine's silence alone. One timer per
+    silent period, as :class:`IdleWatch`; nothing per relayed chunk but the ``reading`` flag.
+    ``interval`` 0: never due (no timer).
 
-    Keep-alive comments every 15 s are what the WHATWG HTML SSE section suggests against
-    proxies that close idle connections (nginx's ``proxy_read_timeout`` and cloud load
-    balancers default to 60 s).
+    A comment every 15 s is what the WHATWG HTML SSE section suggests against proxies that
+    close idle connections (nginx's ``proxy_read_timeout`` and cloud load balancers: 60 s).
     """
 
     __slots__ = ("due", "handle", "interval", "reading", "sent", "watch")
@@ -346,7 +350,7 @@ class Heartbeat:
         self.interval = interval
         self.due = self.reading = False
         self.sent = watch.last
-        self.handle = watch.loop.call_at(self.sent + interval, self._check)
+        self.handle = watch.loop.call_at(self.sent + interval, self._check) if interval > 0 else None
 
     def _check(self) -> None:
         watch = self.watch
@@ -360,30 +364,72 @@ class Heartbeat:
             self.due = True
             watch.task.cancel()
 
-    async def read(self, read: Callable[[], Awaitable[bytes]], send: Callable[[Any], Awaitable[None]]) -> bytes:
-        """``await read()`` (the engine's next bytes), or :data:`KEEPALIVE_EVENT` itself (the
-        same object: test it with ``is``) after writing it with ``send`` (the client's ASGI send) because the engine
-        stayed silent for :attr:`interval`: this heartbeat's cancellation is withdrawn, any
-        other (the idle watch's, a client disconnect) propagates. Call it only once the
-        response's status line went out."""
-        self.reading = True
-        try:
-            return await read()
-        except asyncio.CancelledError:
-            if not self.due:
-                raise
-            self.due = False
-            if self.watch.task.uncancel() > 0 or self.watch.fired:  # another cancellation is pending
-                raise
-        finally:
-            self.reading = False
+    async def keep_alive(self, send: Callable[[Any], Awaitable[None]]) -> bool:
+        """In the relay's ``except CancelledError`` around its read: False when the
+        cancellation is not this heartbeat's alone (re-raise it: the idle timeout, a client
+        disconnect); else withdraw it, write the comment with ``send`` (the client's ASGI
+        send), re-arm and return True. Only ever after the status line went out."""
+        self.reading = False
+        if not self.due:
+            return False
+        self.due = False
+        if self.watch.task.uncancel() > 0 or self.watch.fired:  # another cancellation is pending
+            return False
         await send({"type": "http.response.body", "body": KEEPALIVE_EVENT, "more_body": True})
         self.sent = self.watch.loop.time()
         self.handle = self.watch.loop.call_at(self.sent + self.interval, self._check)
-        return KEEPALIVE_EVENT
+        return True
 
     def close(self) -> None:
-        self.handle.cancel()
+        """Stop this timer and the idle watch's."""
+        if self.handle is not None:
+            self.handle.cancel()
+        self.watch.close()
+
+
+class Forwarder:
+    """What the relay notes of each chunk it forwards (:meth:`__call__`, a plain call: no
+    coroutine per relayed chunk): the speculative statistics read and, when the router asked
+    for them, cut out (:mod:`router.specstats`), the response observer fed, and the stream's
+    last 32 bytes kept for its end (``[DONE]``, or one of ``ends``).
+
+    Args:
+        ends: the kind's end events (None: ``data: [DONE]``).
+        observer: the response's :class:`router.observe.ResponseObserver`, or None.
+        extra: the job's ``extra`` (``spec_stats``: ``strip``/``read``/None; the accept
+            length is written back as ``spec_accept_length``).
+    """
+
+    __slots__ = ("ended", "ends", "extra", "observer", "spec_stats", "tail")
+
+    def __init__(self, ends: tuple[bytes, ...] | None, observer: Any, extra: dict[str, Any]) -> None:
+        self.ends, self.observer, self.extra = ends, observer, extra
+        self.spec_stats = extra.get("spec_stats")
+        self.ended = False
+        self.tail = b""
+
+    def __call__(self, data: bytes) -> bytes:
+        """The bytes to relay of ``data`` (b"": none)."""
+        if self.spec_stats is not None:
+            stripped, tau = strip_event(data)
+            if tau is not None:
+                self.extra["spec_accept_length"] = tau
+            if self.spec_stats == "strip":
+                data = stripped
+                if not data:
+                    return data
+        tail = self.tail
+        if self.ends is not None and not self.ended:
+            seen = tail[-32:] + data
+            self.ended = any(seen.find(e) >= 0 for e in self.ends)
+        if self.observer is not None:
+            self.observer.feed(data)
+        self.tail = data if len(data) >= 32 else (tail + data)[-32:]  # the stream's last 32 bytes
+        return data
+
+    def complete(self) -> bool:
+        """Whether the stream forwarded so far ended as a complete one."""
+        return self.ended if self.ends is not None else stream_done(self.tail[-32:])
 
 
 class Deadline:
