@@ -243,6 +243,7 @@ class RouterMetrics:
         self._request_series()
         self._response_series()
         self._rate_limit_series(registry)
+        self._engine_field_series(registry)
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
                                           self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
                                           self.upstream_stale_retries, self.engine_rejections,
@@ -326,6 +327,16 @@ class RouterMetrics:
             "client (a trusted key's own value), clamped (moved into its key's range), default "
             "(a configured default), ignored (an untrusted client's value dropped), none.",
             ["source"])
+
+    def _engine_field_series(self, registry: CollectorRegistry) -> None:
+        """Engine-internal request fields met (router/engine_fields.py; loop-only)."""
+        self.engine_fields = LoopCounter(
+            "specgate_engine_fields",
+            "Engine-internal fields in client requests (router/engine_fields.py), by field "
+            "(router.config_server.ENGINE_FIELDS) and action: stripped (a placement directive "
+            "dropped), refused (the request answered 400 unsupported_parameter), forwarded (a "
+            "caller allowed by auth.engine_fields).", ["field", "action"])
+        registry.register(_LoopCollector([self.engine_fields]))
 
     def _rate_limit_series(self, registry: CollectorRegistry) -> None:
         """Per-key limits (router/limits.py): refusals by limit, checks by mode and result (loop-only)."""

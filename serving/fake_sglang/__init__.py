@@ -51,7 +51,9 @@ Prompt tokens ``P``:
   ``apply_chat_template(messages, tokenize=False, add_generation_prompt=True, tools=tools)`` and
   encodes it with ``add_special_tokens=False`` (SGLang's render-then-encode path); completions
   encode the prompt with the tokenizer's defaults (BOS included), token-id prompts count
-  ``len(ids)``. A tokenizer without a chat template falls back to the simple chat count below.
+  ``len(ids)``; a chat with ``input_ids`` counts ``len(input_ids)`` and renders no template
+  (SGLang 0.5.23's ``serving_chat``: the engine runs exactly those ids), with or without a
+  tokenizer. A tokenizer without a chat template falls back to the simple chat count below.
 - Without a tokenizer (the default, documented simple count): a text costs one token per
   whitespace-separated word (``len(text.split())``). A chat costs, per message, 1 (role marker)
   + the words of its content (a list of parts: the text parts joined by spaces; ``null``: 0)

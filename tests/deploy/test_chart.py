@@ -241,6 +241,7 @@ def test_default_router_config_is_exact() -> None:
             "first_byte_timeout_s": 60.0,
             "first_byte_s_per_1k_tokens": 1.0,
             "idle_timeout_s": 120.0,
+            "stream_keepalive_s": 15.0,
             "nonstream_timeout_s": 600.0,
             "max_connections": 4096,
             "max_attempts": 3,
@@ -369,7 +370,8 @@ def _config_defaults() -> dict:
     out["canary"] = CanaryConfig().model_dump(mode="json")
     out["auth"] = {"speculation_defaults": AuthConfig().speculation_defaults,
                    "priority": AuthConfig().priority.model_dump(mode="json"),
-                   "rate_limits": AuthConfig().rate_limits.model_dump(mode="json")}
+                   "rate_limits": AuthConfig().rate_limits.model_dump(mode="json"),
+                   "engine_fields": AuthConfig().engine_fields.model_dump(mode="json")}
     return out
 
 

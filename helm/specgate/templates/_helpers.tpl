@@ -234,6 +234,11 @@ One model: top-level model, limits, routing and pools, as values give them. Seve
 {{- $_ := set $auth "rate_limits" . }}
 {{- end }}
 {{- end }}
+{{- with .Values.auth.engine_fields }}
+{{- if or .allow .keys }}
+{{- $_ := set $auth "engine_fields" . }}
+{{- end }}
+{{- end }}
 {{- if $auth }}
 {{- $_ := set $cfg "auth" $auth }}
 {{- end }}
