@@ -80,6 +80,8 @@ class PolicySettings:
         explore_every, explore_ratio, forgetting, prior_weight: ``routing.learning``.
         prior_scale: the learned mode's prior is the true model with every time scaled by this
             (with ``predict``; 1: exact), to test how the fit recovers from a wrong prior.
+        marginal_cost: ``router.policy.Rules.marginal_cost`` (the experiment of ranking by the
+            request's completion plus its cost to the requests already there).
     """
 
     long_prompt_tokens: int
@@ -105,6 +107,7 @@ class PolicySettings:
     forgetting: float = 0.995
     prior_weight: float = 0.05
     prior_scale: float = 1.0
+    marginal_cost: bool = False
 
     def as_dict(self) -> dict[str, object]:
         """The config values, JSON-ready (the speed model left out)."""
@@ -145,7 +148,8 @@ def decide_main(features: RequestFeatures, pools: tuple[PoolSnapshot, ...], sett
     """``router.policy.decide`` with main's signature (``Rules`` from the settings)."""
     rules = Rules(max_context_tokens=settings.max_context_tokens, default_max_tokens=features.max_new_tokens,
                   long_prompt_tokens=settings.long_prompt_tokens, seed=settings.seed,
-                  explore_every=settings.explore_every if settings.learn else 0, explore_ratio=settings.explore_ratio)
+                  explore_every=settings.explore_every if settings.learn else 0, explore_ratio=settings.explore_ratio,
+                  marginal_cost=settings.marginal_cost)
     return decide(features, pools, rules, tie_break=tie_break)
 
 

@@ -91,7 +91,7 @@ from router.hysteresis import (
     next_saturated,
 )
 from router.learn import context_bucket
-from router.predict import SpeedModel, completion_s
+from router.predict import SpeedModel, completion_s, externality_s
 from router.prefix import PickReason, PrefixRequest, pick_endpoint
 from router.reasons import Reason
 
@@ -124,6 +124,10 @@ class Rules:
             runner-up pool takes the request when predicted at most ``explore_ratio`` times
             slower (reason ``explore``); 0: never (``routing.learning``).
         explore_ratio: the runner-up's largest accepted slowdown.
+        marginal_cost: a decision by prediction ranks the candidates by the request's predicted
+            completion plus what it costs the requests already on the endpoint
+            (:func:`router.predict.externality_s`) instead of its completion alone (an
+            experiment: off in the router's config).
     """
 
     max_context_tokens: int
@@ -132,6 +136,7 @@ class Rules:
     seed: int = 0
     explore_every: int = 0
     explore_ratio: float = 1.5
+    marginal_cost: bool = False
 
 
 class PoolShape(Protocol):
@@ -463,6 +468,18 @@ def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str
                         kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
 
 
+def _externality(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
+    """:func:`router.predict.externality_s` of the request on ``endpoint`` of ``pool``."""
+    assert pool.speed is not None
+    e = next(e for e in pool.endpoints if e.url == endpoint)
+    p = features.predicted_prompt_tokens
+    ctx = batch_context(e, p, features.max_new_tokens)
+    return externality_s(pool.speed, batch=e.load + features.n, sequences=features.n,
+                         output_tokens=features.max_new_tokens,
+                         accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
+                         context_tokens=p + features.max_new_tokens / 2 if ctx is None else ctx)
+
+
 def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rules, *,
            exclude: frozenset[str] = frozenset(), tie_break: int = 0,
            prefix: PrefixRequest | None = None) -> Decision:
@@ -531,7 +548,11 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
             pool, endpoint = _shortest_queue(candidates, predicted)
             return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
                             endpoint_reason=why.get(endpoint), basis=pool)
-        order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
+        if rules.marginal_cost:
+            cost = [t + _externality(features, c, url) for (c, url), (_, t) in zip(candidates, predicted, strict=True)]
+            order = sorted(range(len(candidates)), key=lambda i: cost[i])
+        else:
+            order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
         pool, endpoint = candidates[order[0]]
         reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
         runner = _runner_up(candidates, order, predicted, tie_break, rules,

@@ -236,3 +236,24 @@ def test_the_runtime_marks_cells_measured_at_the_scrape_round():
     rt.advance_checks(5.5)
     assert pool.check.measured == frozenset({("greedy", 0)})
     assert next(s for s in rt.snapshots(5.5) if s.name == d.pool).measured == frozenset({("greedy", 0)})
+
+
+def test_externality_is_what_the_others_lose_while_the_request_shares_their_batch():
+    from router.predict import externality_s, token_s
+
+    m = replace(MODEL, batch_knee=8.0)
+    slower = token_s(m, batch=4, context=600, accept_length=None) - token_s(m, batch=3, context=600, accept_length=None)
+    assert externality_s(m, batch=4, sequences=1, output_tokens=100, accept_length=None,
+                         context_tokens=600) == pytest.approx(3 * 50 * slower)
+    assert externality_s(m, batch=1, sequences=1, output_tokens=100, accept_length=None, context_tokens=600) == 0.0
+    capped = replace(m, max_running_requests=3)  # the request waits: the running ones are not slowed
+    assert externality_s(capped, batch=4, sequences=1, output_tokens=100, accept_length=None,
+                         context_tokens=600) == 0.0
+    # on a busy plain endpoint the request's own time is shorter, but with its cost to the others
+    # the decision ranks the idle speculative endpoint first
+    f = RequestFeatures(prompt_tokens=100, max_new_tokens=200, temperature_class="sampled")
+    spec = PoolSnapshot("spec", True, 4096, 4, (EndpointSnapshot("http://s", True, 0),),
+                        speed=replace(m, gamma=4, c=0.05), accept_length_sampled=1.3)
+    plain = PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, 2),), speed=m)
+    assert decide(f, (spec, plain), RULES).pool == "plain"
+    assert decide(f, (spec, plain), replace(RULES, marginal_cost=True)).pool == "spec"
