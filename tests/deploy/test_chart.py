@@ -79,6 +79,9 @@ VALUE_SETS = {
     "lws": k8s.values_file("lws-values.yaml"),
     "static-endpoints": k8s.values_file("static-endpoints-values.yaml"),
     "two-models": k8s.values_file("two-models-values.yaml"),
+    # the pool planner's Deployment (tests/deploy/test_chart_planner.py has the details)
+    "planner": {"planner": {"enabled": True}, "router": {"replicas": 1, "autoscaling": {"enabled": False}},
+                "auth": {"adminApiKeys": {"devKeys": ["adm-1"]}}},
 }
 
 
@@ -118,6 +121,7 @@ def test_rendered_objects_validate_against_kubernetes_schemas(name: str) -> None
         "lws": ["LeaderWorkerSet/sg-specgate-pool-spec"],
         "static-endpoints": [],
         "two-models": [],
+        "planner": [],
     }[name]
     assert k8s.validate_k8s(objects) == expected_crds
 
@@ -258,6 +262,7 @@ def test_default_router_config_is_exact() -> None:
         "tracing": {"enabled": False, "endpoint": "http://otel-collector:4318/v1/traces", "sampler_ratio": 1.0,
                     "service_name": "specgate-router", "resource_attributes": {}, "forward_baggage": False,
                     "export_timeout_s": 10.0},
+        "planner": {"window_requests": 4096, "window_s": 900},
         "canary": {
             "enabled": False, "interval_s": 300.0, "check_s": 1.0, "max_tokens": 32, "timeout_s": 60.0,
             "prompts": ["Count from one to twenty in words, separated by commas.",
@@ -363,7 +368,8 @@ def _config_defaults() -> dict:
     from router.config import AuthConfig, CanaryConfig, Config, RoutingConfig
 
     fields = Config.model_fields
-    out = {name: fields[name].default.model_dump(mode="json") for name in ("scrape", "health", "upstream", "server")}
+    out = {name: fields[name].default.model_dump(mode="json")
+           for name in ("scrape", "health", "upstream", "server", "planner")}
     routing = RoutingConfig.model_fields
     out["routing"] = {k: routing[k].default.model_dump(mode="json") if hasattr(routing[k].default, "model_dump")
                       else routing[k].default for k in ("acceptance", "min_flip_interval_s", "seed", "prefix_cache")}
