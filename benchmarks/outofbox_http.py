@@ -2,7 +2,7 @@
 
     /work/main/.venv/bin/python benchmarks/outofbox_http.py [--family kv_limited] [--shape mixed]
         [--duration-s 180] [--seed 0] [--deployments all-plain,all-spec,learned]
-        [--out runs/outofbox_http.json] [--workdir runs/outofbox_http]
+        [--out runs/outofbox_http.json] [--workdir runs/outofbox_http] [--engine-model day|sglang]
 
 The simulator's claim (:mod:`benchmarks.outofbox`, docs/performance.md "Out of the box: learned
 speed models") checked with the router's real path: HTTP parsing, prompt counting, the
@@ -11,7 +11,11 @@ scraper reading each engine's ``/metrics`` (KV capacity, usage, accept-length ga
 are fake SGLang servers (:mod:`serving.fake_sglang`, contract-tested against SGLang 0.5.23)
 whose generation is driven by the day simulator's engine (:class:`loadtests.dayhttp.DayStepEngine`:
 continuous batching, admission by KV reservation against ``max_total_num_tokens``, acceptance
-draws; a step of ``dt`` simulated seconds sleeps ``dt`` real seconds).
+draws; a step of ``dt`` simulated seconds sleeps ``dt`` real seconds). ``--engine-model sglang``
+drives them by the second engine model instead, SGLang 0.5.23's scheduler
+(:class:`loadtests.sglang_sched.SglangStepEngine`, the family of ``--family``'s name in
+:mod:`loadtests.sglang_families`); the router's thresholds and the simulator's rows stay the
+day model's (the router is not told which engine it runs on).
 
 For one engine family (:mod:`loadtests.dayfamilies`) and day shape (:mod:`loadtests.dayshapes`,
 fitted to the family, for two engines), the same seeded requests go, one deployment after
@@ -76,6 +80,8 @@ from loadtests.dayhttp import DayStepEngine, chat_body, fake_config
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
 from loadtests.dayshapes import EngineModel, Request
 from loadtests.daysim import DayResult, all_plain, all_spec, routed, simulate_day
+from loadtests.sglang_families import SglangFamily, get_sglang_family
+from loadtests.sglang_sched import SglangStepEngine, sglang_fake_config
 from serving.fake_sglang import FakeServer
 
 MODEL = "day-model"
@@ -171,16 +177,24 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0
 
 
 def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list[Request], seed: int,
-             workdir: Path) -> dict[str, Any]:
-    """One deployment over HTTP; its results, the engines' step counts and (learned) the router's view."""
+             workdir: Path, engine_family: SglangFamily | None = None) -> dict[str, Any]:
+    """One deployment over HTTP; its results, the engines' step counts and (learned) the router's view.
+
+    ``engine_family``: run the fakes on the SGLang-scheduler engine model of this family
+    (:mod:`loadtests.sglang_sched`) instead of the day simulator's engine.
+    """
     if name == "learned":
         layout = [(True, _seed(seed, 0, 0)), (False, _seed(seed, 1, 0))]
     else:
         spec = name == "all-spec"
         layout = [(spec, _seed(seed, 0, 0)), (spec, _seed(seed, 0, 1))]
-    engines = [DayStepEngine(model, spec, s) for spec, s in layout]
-    fakes = [FakeServer(fake_config(model, spec, model_name=MODEL), step_engine=e, keep_alive_s=120.0)
-             for (spec, _), e in zip(layout, engines, strict=True)]
+    if engine_family is None:
+        engines: list[Any] = [DayStepEngine(model, spec, s) for spec, s in layout]
+        configs = [fake_config(model, spec, model_name=MODEL) for spec, _ in layout]
+    else:
+        engines = [SglangStepEngine(engine_family, spec, s) for spec, s in layout]
+        configs = [sglang_fake_config(engine_family, spec, model_name=MODEL) for spec, _ in layout]
+    fakes = [FakeServer(c, step_engine=e, keep_alive_s=120.0) for c, e in zip(configs, engines, strict=True)]
     procs: list[subprocess.Popen[bytes]] = []
     extra: dict[str, Any] = {}
     try:
@@ -236,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deployments", default=",".join(DEPLOYMENTS))
     ap.add_argument("--out", default="runs/outofbox_http.json")
     ap.add_argument("--workdir", default="runs/outofbox_http")
+    ap.add_argument("--engine-model", choices=("day", "sglang"), default="day",
+                    help="the fakes' engine model: the day simulator's (default) or SGLang's scheduler "
+                         "(loadtests/sglang_sched.py, the family of the same name)")
     args = ap.parse_args(argv)
+    engine_family = get_sglang_family(args.family) if args.engine_model == "sglang" else None
     family = get_family(args.family)
     model = family.model
     full = family.shape(args.shape, 2)
@@ -257,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, Any] = {}
     for name in args.deployments.split(","):
         print(f"  running {name} over HTTP ...", flush=True)
-        run = run_http(name, model, settings, reqs, args.seed, workdir)
+        run = run_http(name, model, settings, reqs, args.seed, workdir, engine_family)
         res: list[Result] = run.pop("results")
         ok = [r for r in res if r.status == 200 and r.error is None and r.e2e_s is not None]
         wrong = [r for r in ok if r.completion_tokens != reqs[r.rid].output_tokens]
