@@ -2,7 +2,8 @@
 
     /work/main/.venv/bin/python benchmarks/outofbox_http.py [--family kv_limited] [--shape mixed]
         [--duration-s 180] [--seed 0] [--deployments all-plain,all-spec,learned,coin,jsq,length,learned-nocheck]
-        [--out runs/outofbox_http.json] [--workdir runs/outofbox_http]
+        [--engines 2] [--spec-engines 1] [--out runs/outofbox_http.json] [--workdir runs/outofbox_http]
+        [--engine-model day|sglang]
 
 The simulator's claim (:mod:`benchmarks.outofbox`, docs/performance.md "Out of the box: learned
 speed models") checked with the router's real path: HTTP parsing, prompt counting, the
@@ -11,7 +12,11 @@ scraper reading each engine's ``/metrics`` (KV capacity, usage, accept-length ga
 are fake SGLang servers (:mod:`serving.fake_sglang`, contract-tested against SGLang 0.5.23)
 whose generation is driven by the day simulator's engine (:class:`loadtests.dayhttp.DayStepEngine`:
 continuous batching, admission by KV reservation against ``max_total_num_tokens``, acceptance
-draws; a step of ``dt`` simulated seconds sleeps ``dt`` real seconds).
+draws; a step of ``dt`` simulated seconds sleeps ``dt`` real seconds). ``--engine-model sglang``
+drives them by the second engine model instead, SGLang 0.5.23's scheduler
+(:class:`loadtests.sglang_sched.SglangStepEngine`, the family of ``--family``'s name in
+:mod:`loadtests.sglang_families`); the router's thresholds and the simulator's rows stay the
+day model's (the router is not told which engine it runs on).
 
 For one engine family (:mod:`loadtests.dayfamilies`) and day shape (:mod:`loadtests.dayshapes`,
 fitted to the family, for two engines), the same seeded requests go, one deployment after
@@ -85,6 +90,8 @@ from loadtests.dayhttp import DayStepEngine, chat_body, fake_config
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
 from loadtests.dayshapes import EngineModel, Request
 from loadtests.daysim import DayResult, all_plain, all_spec, routed, simulate_day
+from loadtests.sglang_families import SglangFamily, get_sglang_family
+from loadtests.sglang_sched import SglangStepEngine, sglang_fake_config
 from serving.fake_sglang import FakeServer
 
 MODEL = "day-model"
@@ -229,17 +236,25 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0
 
 
 def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list[Request], seed: int,
-             workdir: Path, n: int = 2, k: int = 1) -> dict[str, Any]:
-    """One deployment over HTTP; its results, the engines' step counts and (learned) the router's view."""
+             workdir: Path, n: int = 2, k: int = 1, engine_family: SglangFamily | None = None) -> dict[str, Any]:
+    """One deployment over HTTP; its results, the engines' step counts and (learned) the router's view.
+
+    ``engine_family``: run the fakes on the SGLang-scheduler engine model of this family
+    (:mod:`loadtests.sglang_sched`) instead of the day simulator's engine.
+    """
     routed_here = name.startswith("learned")
     if routed_here or name in RULES:  # k speculative + n - k plain engines
         layout = [(True, _seed(seed, 0, i)) for i in range(k)] + [(False, _seed(seed, 1, i)) for i in range(n - k)]
     else:
         spec = name == "all-spec"
         layout = [(spec, _seed(seed, 0, i)) for i in range(n)]
-    engines = [DayStepEngine(model, spec, s) for spec, s in layout]
-    fakes = [FakeServer(fake_config(model, spec, model_name=MODEL), step_engine=e, keep_alive_s=120.0)
-             for (spec, _), e in zip(layout, engines, strict=True)]
+    if engine_family is None:
+        engines: list[Any] = [DayStepEngine(model, spec, s) for spec, s in layout]
+        configs = [fake_config(model, spec, model_name=MODEL) for spec, _ in layout]
+    else:
+        engines = [SglangStepEngine(engine_family, spec, s) for spec, s in layout]
+        configs = [sglang_fake_config(engine_family, spec, model_name=MODEL) for spec, _ in layout]
+    fakes = [FakeServer(c, step_engine=e, keep_alive_s=120.0) for c, e in zip(configs, engines, strict=True)]
     procs: list[subprocess.Popen[bytes]] = []
     extra: dict[str, Any] = {}
     try:
@@ -301,7 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deployments", default=",".join(DEPLOYMENTS))
     ap.add_argument("--out", default="runs/outofbox_http.json")
     ap.add_argument("--workdir", default="runs/outofbox_http")
+    ap.add_argument("--engine-model", choices=("day", "sglang"), default="day",
+                    help="the fakes' engine model: the day simulator's (default) or SGLang's scheduler "
+                         "(loadtests/sglang_sched.py, the family of the same name)")
     args = ap.parse_args(argv)
+    engine_family = get_sglang_family(args.family) if args.engine_model == "sglang" else None
     family = get_family(args.family)
     model = family.model
     n, k = args.engines, args.spec_engines if args.spec_engines is not None else args.engines // 2
@@ -325,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, Any] = {}
     for name in args.deployments.split(","):
         print(f"  running {name} over HTTP ...", flush=True)
-        run = run_http(name, model, settings, reqs, args.seed, workdir, n, k)
+        run = run_http(name, model, settings, reqs, args.seed, workdir, n, k, engine_family)
         res: list[Result] = run.pop("results")
         ok = [r for r in res if r.status == 200 and r.error is None and r.e2e_s is not None]
         wrong = [r for r in ok if r.completion_tokens != reqs[r.rid].output_tokens]
