@@ -37,6 +37,14 @@ clients     HTTP/1.0 (streamed and not), ``Expect: 100-continue`` (HTTP/1.1 and 
             load; notes: right answers per kind and any wrong one
 bomb        gzip bombs (48 MiB of prompt text in ~47 KiB, ``limits.max_request_bytes`` 32
             MiB) sent every 0.5 s; notes: their statuses (413), the router's RSS growth
+smaller     one ``spec`` engine SIGKILLed while it streams and started again on the same port
+            with ``--context-length 1024`` (the pool's cap: 2048); once the router reads it, 6
+            chats of about 1,500 prompt tokens; notes: their statuses and pools (the other
+            ``spec`` engine still holds them), the 400s the smaller engine answered (0: the
+            router routes where they fit), the engines' limits as ``/ready`` shows them
+reuse       one ``spec`` engine SIGKILLed while it streams and its port taken by a server of
+            another model; notes: the chats that reached it (0), the endpoint's ``/ready``
+            reason
 sentinel    ``state.topology: sentinel`` on a real primary, replica and three sentinels, a
             failover at 30% of the load (:mod:`benchmarks.drill_redis`)
 reshard     ``state.topology: cluster`` on three real cluster masters, the deployment's slot
@@ -63,6 +71,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -76,7 +85,8 @@ from benchmarks.drill_load import LoadPlan, run_load
 from benchmarks.drill_redis import TOPOLOGY_DRILLS, setup_topology
 from benchmarks.router_overhead import free_port, stop_processes, wait_http
 
-DRILLS = ("kill", "freeze", "redis", "config", "roll", "discovery", "storm", "headers", "bomb", "clients",
+DRILLS = ("kill", "freeze", "redis", "config", "roll", "discovery", "storm", "headers", "bomb", "clients", "smaller",
+          "reuse",
           *TOPOLOGY_DRILLS)
 COLUMNS = ("sent", "completed", "clean_error", "fabricated", "bad_error", "transport_before", "transport_mid",
            "hung", "client_closed", "leases_left", "orphans", "unaborted")
@@ -376,6 +386,56 @@ async def storm(d: Drill, stop: asyncio.Event) -> None:
     return None
 
 
+def _ready_pool(d: Drill, pool: str) -> dict[str, Any]:
+    assert d.router is not None
+    try:
+        return dict(json.loads(_get(d.router.url + "/ready"))["pools"][pool])
+    except OSError:  # 503 while nothing is ready
+        return {}
+
+
+def _post_chat(url: str, words: int) -> tuple[int, str]:
+    body = json.dumps({"model": "tiny-llama", "max_tokens": 16,
+                       "messages": [{"role": "user", "content": " ".join(["the"] * words)}]}).encode()
+    req = urllib.request.Request(url + "/v1/chat/completions", body, {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.headers.get("x-specgate-pool", "")
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+async def _replace_engine(d: Drill, **flags: Any) -> Engine:
+    """SIGKILL the first ``spec`` engine mid-stream; start another process on its port with ``flags``."""
+    a = d.engines[0]
+    await asyncio.sleep(d.args.duration * 0.25)
+    await d.busy(a)
+    a.signal(signal.SIGKILL)
+    a.config = {**a.config, **flags}
+    await asyncio.to_thread(a.start)
+    return a
+
+
+async def smaller(d: Drill, stop: asyncio.Event) -> None:
+    a = await _replace_engine(d, context_length=1024)
+    await _until(lambda: _ready_pool(d, "spec").get("engine_context_tokens", {}).get(a.url) == 1024, 10)
+    assert d.router is not None
+    answers = [await asyncio.to_thread(_post_chat, d.router.url, 1500) for _ in range(6)]
+    log = json.loads(_get(a.url + "/_fake/requests"))["requests"]
+    d.notes.update(long_chats=[f"{status} {pool}" for status, pool in answers],
+                   engine_400s=sum(1 for r in log if r["status"] == 400),
+                   engine_context=_ready_pool(d, "spec").get("engine_context_tokens"))
+
+
+async def reuse(d: Drill, stop: asyncio.Event) -> None:
+    a = await _replace_engine(d, model_name="other-model")
+    await _until(lambda: a.url in _ready_pool(d, "spec").get("unhealthy", {}), 10)
+    await asyncio.sleep(max(0.0, d.args.duration * 0.5))
+    log = json.loads(_get(a.url + "/_fake/requests"))["requests"]
+    d.notes.update(reached_other=sum(1 for r in log if r["path"] == "/v1/chat/completions"),
+                   ready=_ready_pool(d, "spec").get("unhealthy", {}).get(a.url))
+
+
 # -- the drills' stacks ------------------------------------------------------------------------
 
 def setup(d: Drill, plan: LoadPlan) -> tuple[Callable[[Drill, asyncio.Event], Awaitable[None]], LoadPlan]:
@@ -439,6 +499,9 @@ def setup(d: Drill, plan: LoadPlan) -> tuple[Callable[[Drill, asyncio.Event], Aw
     if name == "bomb":
         d.basic(limits={"max_context_tokens": 4096, "default_max_tokens": 256, "max_request_bytes": 32 << 20})
         return bomb, plan
+    if name in ("smaller", "reuse"):  # length alone decides between the pools
+        d.basic(**{"routing.long_prompt_tokens": 4096})
+        return {"smaller": smaller, "reuse": reuse}[name], plan
     d.basic()
     return {"kill": kill, "freeze": freeze}[name], plan
 

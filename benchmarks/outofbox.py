@@ -15,6 +15,9 @@ engines alone) the router (``router.policy.decide`` through
 - ``guards``: no speed models, learning off (the thresholds alone, ``plain_busier`` included);
 - ``learned``: what a new deployment runs: no ``speed`` blocks, ``routing.learning`` on (the fit
   starts from ``router.learn.DEFAULT_PRIOR`` and learns from the router's own finished requests);
+- ``learned+marginal``: ``learned`` ranking the candidates by the request's completion plus what
+  it costs the requests already on the endpoint (``router.policy.Rules.marginal_cost``, an
+  experiment);
 - ``exact``: the engines' true speed model as ``speed`` blocks, no learning;
 - ``prior x1`` / ``prior x0.5`` / ``prior x2``: learning from the true model as the prior, exact
   or with every time scaled by 0.5 / 2 (a calibration wrong by 2x either way).
@@ -111,6 +114,7 @@ def _modes(settings: PolicySettings) -> dict[str, PolicySettings]:
     return {
         "guards": replace(settings, predict=False, learn=False),
         "learned": replace(settings, predict=False, learn=True),
+        "learned+marginal": replace(settings, predict=False, learn=True, marginal_cost=True),
         "exact": replace(settings, predict=True, learn=False),
         "prior x1": replace(settings, predict=True, learn=True, prior_scale=1.0),
         "prior x0.5": replace(settings, predict=True, learn=True, prior_scale=0.5),
@@ -165,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default="2", help="engine counts N, comma-separated (default 2)")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="day shapes (default all)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--modes", default=None,
+                    help="router modes to run, comma-separated (default all: guards, learned, learned+marginal, exact, "
+                         "prior x1, prior x0.5, prior x2)")
     ap.add_argument("--bound", action="store_true", help="add the fixed-share splits and the best split reference")
     ap.add_argument("--window-s", type=float, default=30.0, help="windows after a shift (s, default 30)")
     ap.add_argument("--advised", action="store_true",
@@ -191,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   ("all-adaptive", all_adaptive(n, amb))]
             for k in range(1, n):
                 for label, mode in _modes(settings).items():
+                    if args.modes and label not in args.modes.split(","):
+                        continue
                     deps.append((f"{label} {k}s+{n - k}p", routed(k, n, lambda m=mode: PolicyRouter(m), label=label)))
                 if args.bound:
                     deps += [(f"share {q:.1f} {k}s+{n - k}p", routed(k, n, lambda q=q: FixedShare(q, args.seed),

@@ -1,8 +1,9 @@
 """Does the router pay out of the box over real HTTP? The real router process before step-model fakes.
 
     /work/main/.venv/bin/python benchmarks/outofbox_http.py [--family kv_limited] [--shape mixed]
-        [--duration-s 180] [--seed 0] [--deployments all-plain,all-spec,learned]
-        [--out runs/outofbox_http.json] [--workdir runs/outofbox_http]
+        [--duration-s 180] [--seed 0] [--deployments all-plain,all-spec,learned,coin,jsq,length,learned-nocheck]
+        [--engines 2] [--spec-engines 1] [--out runs/outofbox_http.json] [--workdir runs/outofbox_http]
+        [--engine-model day|sglang]
 
 The simulator's claim (:mod:`benchmarks.outofbox`, docs/performance.md "Out of the box: learned
 speed models") checked with the router's real path: HTTP parsing, prompt counting, the
@@ -11,20 +12,31 @@ scraper reading each engine's ``/metrics`` (KV capacity, usage, accept-length ga
 are fake SGLang servers (:mod:`serving.fake_sglang`, contract-tested against SGLang 0.5.23)
 whose generation is driven by the day simulator's engine (:class:`loadtests.dayhttp.DayStepEngine`:
 continuous batching, admission by KV reservation against ``max_total_num_tokens``, acceptance
-draws; a step of ``dt`` simulated seconds sleeps ``dt`` real seconds).
+draws; a step of ``dt`` simulated seconds sleeps ``dt`` real seconds). ``--engine-model sglang``
+drives them by the second engine model instead, SGLang 0.5.23's scheduler
+(:class:`loadtests.sglang_sched.SglangStepEngine`, the family of ``--family``'s name in
+:mod:`loadtests.sglang_families`); the router's thresholds and the simulator's rows stay the
+day model's (the router is not told which engine it runs on).
 
 For one engine family (:mod:`loadtests.dayfamilies`) and day shape (:mod:`loadtests.dayshapes`,
 fitted to the family, for two engines), the same seeded requests go, one deployment after
 the other, through
 
-- ``all-plain``: two plain fakes, client round robin (request ``i`` to engine ``i mod 2``);
-- ``all-spec``: two speculative fakes, client round robin;
+- ``all-plain``: ``--engines`` N plain fakes (default 2), client round robin (request ``i`` to
+  engine ``i mod N``);
+- ``all-spec``: N speculative fakes, client round robin;
 - ``learned``: ``specgate router`` as a process (``python -m router.cli router --config``),
-  one speculative pool of one fake + one plain pool of one fake, no ``speed`` blocks,
+  a speculative pool of k fakes + a plain pool of N - k, no ``speed`` blocks,
   ``routing.learning`` at its defaults (on), thresholds as ``benchmarks/outofbox.py`` gives the
   simulated router (``long_prompt_tokens`` the family's 32K-equivalent, ``saturation`` from the
   engine's crossover batch, :func:`loadtests.dayrouter.settings_for`), everything else default
-  (scrape every 0.25 s, acceptance ``max_age_s`` 10 s, warm-up probes on).
+  (scrape every 0.25 s, acceptance ``max_age_s`` 10 s, warm-up probes on);
+- the simplest rules at the same split (``--spec-engines`` k speculative + N - k plain fakes,
+  default k = N // 2; with the defaults 1 + 1; the client choosing:
+  :data:`RULES`): ``coin``, ``jsq`` (join the shorter queue by the client's own in-flight
+  count), ``length`` (the long-prompt rule); and ``learned-nocheck``, the learned router with its
+  prediction fallback off (``routing.learning.check.enabled: false``). Each prints its mean as
+  a ratio of the better static deployment's, and the learned rows also over the best rule's.
 
 Requests are sent open loop at their arrival times (one ``httpx.AsyncClient``, not streamed);
 a request's latency is from its scheduled arrival to the end of its response body.
@@ -54,12 +66,14 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -76,11 +90,21 @@ from loadtests.dayhttp import DayStepEngine, chat_body, fake_config
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
 from loadtests.dayshapes import EngineModel, Request
 from loadtests.daysim import DayResult, all_plain, all_spec, routed, simulate_day
+from loadtests.sglang_families import SglangFamily, get_sglang_family
+from loadtests.sglang_sched import SglangStepEngine, sglang_fake_config
 from serving.fake_sglang import FakeServer
 
 MODEL = "day-model"
 TOKENIZER = ROOT / "examples" / "fake-tokenizer"
 DEPLOYMENTS = ("all-plain", "all-spec", "learned")
+#: The simplest rules at the learned router's split (k speculative + N - k plain engines), applied by
+#: the client itself: ``coin`` (seeded 50% to the speculative engine), ``jsq`` (join the shorter
+#: queue: the engine with fewer of the client's own requests in flight, the speculative one on
+#: ties), ``length`` (prompts above ``routing.long_prompt_tokens`` to plain, the rest to spec).
+RULES = ("coin", "jsq", "length")
+#: ``learned-nocheck``: the learned router with ``routing.learning.check.enabled: false`` (the
+#: prediction never falls back: the router before its predictions were checked).
+VARIANTS = ("learned-nocheck",)
 
 
 @dataclass
@@ -109,29 +133,66 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def router_yaml(settings: PolicySettings, spec_url: str, plain_url: str, port: int) -> dict[str, Any]:
-    """The router config of the ``learned`` deployment (module docstring)."""
+def router_yaml(settings: PolicySettings, spec_urls: list[str], plain_urls: list[str], port: int,
+                check: bool = True) -> dict[str, Any]:
+    """The router config of the ``learned`` deployment (module docstring); ``check`` False: the
+    prediction fallback off (``learned-nocheck``)."""
     return {
         "model": {"name": MODEL, "tokenizer": str(TOKENIZER)},
         "limits": {"max_context_tokens": settings.max_context_tokens, "max_request_bytes": 8 << 20},
         "pools": [
-            {"name": "spec", "speculative": True, "endpoints": [spec_url],
+            {"name": "spec", "speculative": True, "endpoints": spec_urls,
              "draft_reserved_tokens": settings.reserved_tokens, "drafter_cost_ratio": settings.drafter_cost_ratio},
-            {"name": "plain", "speculative": False, "endpoints": [plain_url]},
+            {"name": "plain", "speculative": False, "endpoints": plain_urls},
         ],
         "routing": {"long_prompt_tokens": settings.long_prompt_tokens,
-                    "saturation": {"enter": settings.saturation_enter, "exit": settings.saturation_exit}},
+                    "saturation": {"enter": settings.saturation_enter, "exit": settings.saturation_exit},
+                    **({} if check else {"learning": {"check": {"enabled": False}}})},
         "server": {"host": "127.0.0.1", "port": port, "log_requests": True},
     }
 
 
-async def _send(client: httpx.AsyncClient, url: str, req: Request, t0: float, out: Result) -> None:
+Chooser = Callable[[Request, list[int]], int]
+
+
+def rule_chooser(rule: str, settings: PolicySettings, seed: int, k: int, n: int) -> Chooser:
+    """The client-side rule of :data:`RULES` at ``k`` speculative + ``n - k`` plain engines:
+    ``(request, in flight per target) -> target index`` (targets ``0 .. k-1`` speculative, the
+    rest plain). ``coin``: a speculative engine with probability ``k / n`` (seeded), the least
+    busy of the chosen kind; ``jsq``: the least busy engine, the first (speculative) on ties;
+    ``length``: the least busy plain engine for a prompt above ``routing.long_prompt_tokens``,
+    else the least busy speculative one."""
+    spec, plain = list(range(k)), list(range(k, n))
+
+    def least(idx: list[int], inflight: list[int]) -> int:
+        return min(idx, key=lambda i: (inflight[i], i))
+
+    if rule == "coin":
+        rng = random.Random(seed)
+        return lambda req, inflight: least(spec if rng.random() < k / n else plain, inflight)
+    if rule == "jsq":
+        return lambda req, inflight: least(spec + plain, inflight)
+    if rule == "length":
+        return lambda req, inflight: least(plain if req.prompt_tokens > settings.long_prompt_tokens else spec,
+                                           inflight)
+    raise ValueError(f"unknown rule {rule!r}")
+
+
+async def _send(client: httpx.AsyncClient, url: str, req: Request, t0: float, out: Result,
+                chooser: tuple[Chooser, list[str], list[int]] | None = None) -> None:
     await asyncio.sleep(max(0.0, t0 + req.arrival_s - time.monotonic()))
+    slot = None
+    if chooser is not None:  # a client-side rule picks the engine at the request's arrival
+        choose, targets, inflight = chooser
+        slot = choose(req, inflight)
+        inflight[slot] += 1
+        url = targets[slot] + "/v1/chat/completions"
+        out.pool = f"engine{slot}"
     try:
         r = await client.post(url, json=chat_body(req, MODEL))
         out.status = r.status_code
         out.reason = r.headers.get("x-specgate-reason")
-        out.pool = r.headers.get("x-specgate-pool")
+        out.pool = r.headers.get("x-specgate-pool") or out.pool
         doc = r.json()
         if r.status_code == 200:
             usage = doc.get("usage") or {}
@@ -144,14 +205,18 @@ async def _send(client: httpx.AsyncClient, url: str, req: Request, t0: float, ou
     except (httpx.HTTPError, ValueError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
     out.e2e_s = time.monotonic() - (t0 + req.arrival_s)
+    if slot is not None and chooser is not None:
+        chooser[2][slot] -= 1
 
 
-async def _day(targets: list[str], reqs: list[Request]) -> list[Result]:
+async def _day(targets: list[str], reqs: list[Request], choose: Chooser | None = None) -> list[Result]:
     results = [Result(r.rid) for r in reqs]
     limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024)
+    chooser = None if choose is None else (choose, targets, [0] * len(targets))
     async with httpx.AsyncClient(timeout=httpx.Timeout(900.0), limits=limits) as client:
         t0 = time.monotonic() + 0.5
-        await asyncio.gather(*(_send(client, targets[i % len(targets)] + "/v1/chat/completions", r, t0, results[i])
+        await asyncio.gather(*(_send(client, targets[i % len(targets)] + "/v1/chat/completions", r, t0, results[i],
+                                     chooser)
                                for i, r in enumerate(reqs)))
     return results
 
@@ -171,26 +236,37 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0
 
 
 def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list[Request], seed: int,
-             workdir: Path) -> dict[str, Any]:
-    """One deployment over HTTP; its results, the engines' step counts and (learned) the router's view."""
-    if name == "learned":
-        layout = [(True, _seed(seed, 0, 0)), (False, _seed(seed, 1, 0))]
+             workdir: Path, n: int = 2, k: int = 1, engine_family: SglangFamily | None = None) -> dict[str, Any]:
+    """One deployment over HTTP; its results, the engines' step counts and (learned) the router's view.
+
+    ``engine_family``: run the fakes on the SGLang-scheduler engine model of this family
+    (:mod:`loadtests.sglang_sched`) instead of the day simulator's engine.
+    """
+    routed_here = name.startswith("learned")
+    if routed_here or name in RULES:  # k speculative + n - k plain engines
+        layout = [(True, _seed(seed, 0, i)) for i in range(k)] + [(False, _seed(seed, 1, i)) for i in range(n - k)]
     else:
         spec = name == "all-spec"
-        layout = [(spec, _seed(seed, 0, 0)), (spec, _seed(seed, 0, 1))]
-    engines = [DayStepEngine(model, spec, s) for spec, s in layout]
-    fakes = [FakeServer(fake_config(model, spec, model_name=MODEL), step_engine=e, keep_alive_s=120.0)
-             for (spec, _), e in zip(layout, engines, strict=True)]
+        layout = [(spec, _seed(seed, 0, i)) for i in range(n)]
+    if engine_family is None:
+        engines: list[Any] = [DayStepEngine(model, spec, s) for spec, s in layout]
+        configs = [fake_config(model, spec, model_name=MODEL) for spec, _ in layout]
+    else:
+        engines = [SglangStepEngine(engine_family, spec, s) for spec, s in layout]
+        configs = [sglang_fake_config(engine_family, spec, model_name=MODEL) for spec, _ in layout]
+    fakes = [FakeServer(c, step_engine=e, keep_alive_s=120.0) for c, e in zip(configs, engines, strict=True)]
     procs: list[subprocess.Popen[bytes]] = []
     extra: dict[str, Any] = {}
     try:
         for f in fakes:
             f.start()
         targets = [f.base_url for f in fakes]
-        if name == "learned":
+        if routed_here:
             port = _free_port()
             cfg = workdir / f"{name}.yaml"
-            cfg.write_text(yaml.safe_dump(router_yaml(settings, fakes[0].base_url, fakes[1].base_url, port)))
+            cfg.write_text(yaml.safe_dump(router_yaml(settings, [f.base_url for f in fakes[:k]],
+                                                      [f.base_url for f in fakes[k:]], port,
+                                                      check=name != "learned-nocheck")))
             log = (workdir / f"{name}-router.log").open("wb")
             procs.append(subprocess.Popen([sys.executable, "-m", "router.cli", "router", "--config", str(cfg)],
                                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -199,12 +275,13 @@ def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list
             _wait_ready(targets[0], procs[0])
         load0 = os.getloadavg()[0]
         t = time.monotonic()
-        results = asyncio.run(_day(targets, reqs))
+        results = asyncio.run(_day(targets, reqs, rule_chooser(name, settings, seed, k, n) if name in RULES else None))
         wall = time.monotonic() - t
-        if name == "learned":
+        if routed_here:
             extra["ready"] = httpx.get(targets[0] + "/ready", timeout=10).json()
             extra["router_metrics"] = [ln for ln in httpx.get(targets[0] + "/metrics", timeout=10).text.splitlines()
-                                       if ln.startswith(("specgate_learn", "specgate_decisions", "specgate_bypass"))]
+                                       if ln.startswith(("specgate_learn", "specgate_decisions", "specgate_bypass",
+                                                         "specgate_prediction"))]
         extra.update(wall_s=wall, load_avg_start=load0, load_avg_end=os.getloadavg()[0],
                      engine_steps=[e.engine.steps for e in engines], engine_busy_s=[e.engine.busy_s for e in engines])
     finally:
@@ -233,13 +310,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default="mixed")
     ap.add_argument("--duration-s", type=float, default=180.0, help="the shortened day's length (s, default 180)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--engines", type=int, default=2, help="N engines in every deployment (default 2)")
+    ap.add_argument("--spec-engines", type=int, default=None,
+                    help="k speculative engines of the routed split and the rules (default N // 2)")
     ap.add_argument("--deployments", default=",".join(DEPLOYMENTS))
     ap.add_argument("--out", default="runs/outofbox_http.json")
     ap.add_argument("--workdir", default="runs/outofbox_http")
+    ap.add_argument("--engine-model", choices=("day", "sglang"), default="day",
+                    help="the fakes' engine model: the day simulator's (default) or SGLang's scheduler "
+                         "(loadtests/sglang_sched.py, the family of the same name)")
     args = ap.parse_args(argv)
+    engine_family = get_sglang_family(args.family) if args.engine_model == "sglang" else None
     family = get_family(args.family)
     model = family.model
-    full = family.shape(args.shape, 2)
+    n, k = args.engines, args.spec_engines if args.spec_engines is not None else args.engines // 2
+    if not 0 < k < n:
+        ap.error("--spec-engines must be between 1 and --engines - 1")
+    full = family.shape(args.shape, n)
     shape = full.shortened(min(1.0, args.duration_s / full.duration_s))
     reqs = shape.requests(args.seed)
     settings = settings_for(model, long_prompt_tokens=family.scaled_tokens(32768),
@@ -250,14 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.family} / {args.shape} shortened to {shape.duration_s:.0f} s: {len(reqs)} requests, seed {args.seed}; "
           f"routing.long_prompt_tokens {settings.long_prompt_tokens}, saturation {settings.saturation_enter}/"
           f"{settings.saturation_exit}")
-    sim = {"all-plain": simulate_day(reqs, all_plain(2), model, seed=args.seed),
-           "all-spec": simulate_day(reqs, all_spec(2), model, seed=args.seed),
-           "learned": simulate_day(reqs, routed(1, 2, lambda: PolicyRouter(learned), label="learned"), model,
+    sim = {"all-plain": simulate_day(reqs, all_plain(n), model, seed=args.seed),
+           "all-spec": simulate_day(reqs, all_spec(n), model, seed=args.seed),
+           "learned": simulate_day(reqs, routed(k, n, lambda: PolicyRouter(learned), label="learned"), model,
                                    seed=args.seed)}
     rows: dict[str, Any] = {}
     for name in args.deployments.split(","):
         print(f"  running {name} over HTTP ...", flush=True)
-        run = run_http(name, model, settings, reqs, args.seed, workdir)
+        run = run_http(name, model, settings, reqs, args.seed, workdir, n, k, engine_family)
         res: list[Result] = run.pop("results")
         ok = [r for r in res if r.status == 200 and r.error is None and r.e2e_s is not None]
         wrong = [r for r in ok if r.completion_tokens != reqs[r.rid].output_tokens]
@@ -272,7 +359,17 @@ def main(argv: list[str] | None = None) -> int:
     best_sim = min(("all-plain", "all-spec"), key=lambda n: sim_rows[n]["mean_s"] or float("inf"))
     print(f"\n{'deployment':<10} {'HTTP: n':>7} {'err':>4} {'mean s':>7} {'p90 s':>7} {'ratio':>11} | "
           f"{'sim: mean s':>11} {'p90 s':>7} {'ratio':>11}")
-    for name in DEPLOYMENTS:
+    for name in [*DEPLOYMENTS, *(n for n in rows if n not in DEPLOYMENTS)]:
+        if name not in sim_rows:  # a client-side rule or a router variant: HTTP only
+            h = rows[name]
+            hm, hp = h["mean_s"] or float("nan"), h["p90_s"] or float("nan")
+            ratio = "-"
+            if best_http is not None:
+                b = rows[best_http]
+                ratio = f"{hm / b['mean_s']:.2f}/{hp / b['p90_s']:.2f}"
+                h.update(ratio_mean=hm / b["mean_s"], ratio_p90=hp / b["p90_s"], better_static=best_http)
+            print(f"{name:<10} {h['requests']:>7} {h['errors']:>4} {hm:7.2f} {hp:7.2f} {ratio:>11} | {'-':>11}")
+            continue
         s = sim_rows[name]
         sm, sp = s["mean_s"] or float("nan"), s["p90_s"] or float("nan")
         bs = sim_rows[best_sim]
@@ -295,18 +392,33 @@ def main(argv: list[str] | None = None) -> int:
     for name, h in rows.items():
         print(f"{name}: wall {h['wall_s']:.0f} s, load average {h['load_avg_start']:.1f} -> {h['load_avg_end']:.1f}, "
               f"engine steps {h['engine_steps']}, wrong usage {h['wrong_usage']}, errors {h['first_errors'][:2]}")
-    if "learned" in rows:
-        h = rows["learned"]
-        print("learned, HTTP decisions:", dict(sorted(h["reasons"].items(), key=lambda kv: -kv[1])),
+    rules = [n for n in RULES if n in rows and rows[n]["mean_s"] is not None]
+    if rules:
+        best_rule = min(rules, key=lambda n: rows[n]["mean_s"])
+        for name in ("learned", "learned-nocheck"):
+            if name in rows and rows[name]["mean_s"] is not None:
+                rows[name]["vs_best_rule"] = rows[name]["mean_s"] / rows[best_rule]["mean_s"]
+                print(f"{name} / the best simple rule at {k} + {n - k} ({best_rule}): mean "
+                      f"{rows[name]['vs_best_rule']:.3f}x")
+        for name in rules:
+            print(f"{name}: pools {rows[name]['pools']}")
+    for name in [n for n in ("learned", "learned-nocheck") if n in rows]:
+        h = rows[name]
+        print(f"{name}, HTTP decisions:", dict(sorted(h["reasons"].items(), key=lambda kv: -kv[1])),
               "pools:", h["pools"])
         print("learned, simulated decisions:", dict(sorted(sim_rows["learned"]["reasons"].items(),
                                                          key=lambda kv: -kv[1])))
         for pname, p in h.get("ready", {}).get("pools", {}).items():
+            pred = p.get("prediction") or {}
             print(f"  /ready {pname}: speed_model {json.dumps(p.get('speed_model'))}, accept_length_estimate "
-                  f"{json.dumps(p.get('accept_length_estimate'))}")
+                  f"{json.dumps(p.get('accept_length_estimate'))}; prediction: median relative error "
+                  f"{pred.get('median_relative_error')} over {pred.get('checks')} (bias "
+                  f"{(pred.get('completion') or {}).get('bias')}), fallback {pred.get('fallback')} "
+                  f"(turned on {pred.get('fallbacks')}x)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"family": args.family, "shape": args.shape, "duration_s": shape.duration_s,
+                               "engines": n, "spec_engines": k,
                                "seed": args.seed, "requests": len(reqs), "settings": learned.as_dict(),
                                "http": rows, "sim": sim_rows}, indent=1, default=str) + "\n")
     print(f"wrote {out}")

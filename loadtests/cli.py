@@ -208,21 +208,38 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _calibrate_split(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from loadtests.dayreport import read_request_log
+    from loadtests.dayreport import Objective, read_request_log, summarize
     from loadtests.dayrouter import settings_for
     from loadtests.dayshapes import default_engine_model
+    from loadtests.daysim import simulate_day
     from loadtests.report import ReportError, load_report
     from loadtests.speedfit import FitError, engine_model_from_fit, fit_speed_model
-    from loadtests.split import SplitError, advise_split, requests_from_log
+    from loadtests.split import SplitError, advise_split, requests_from_log, specgate_at
+    from loadtests.splitlog import (
+        is_load_test_log,
+        load_test_day,
+        measured_summary,
+        target_deployments,
+    )
 
     try:
         rows = read_request_log(args.day)
         model = default_engine_model()
-        fit = None
+        fit = report = None
         if args.report:
-            fit = fit_speed_model(load_report(Path(args.report)))
+            report = load_report(Path(args.report))
+            fit = fit_speed_model(report)
             model = engine_model_from_fit(fit, model)
-        reqs = requests_from_log(rows, temperature=args.temperature, cached_fraction=args.cached_fraction)
+        objective = Objective(ttft_slo_s=args.ttft_slo_s, tpot_slo_s=args.tpot_slo_s)
+        day = None
+        if is_load_test_log(rows):
+            day = load_test_day(rows, args.target, temperature=args.temperature,
+                                cached_fraction=args.cached_fraction)
+            reqs = day.requests
+        elif args.target:
+            raise SplitError("--target picks a target of a load test's log; this log names none")
+        else:
+            reqs = requests_from_log(rows, temperature=args.temperature, cached_fraction=args.cached_fraction)
         settings = settings_for(model)
         over = {k: v for k, v in (("long_prompt_tokens", args.long_prompt_tokens),
                                   ("saturation_enter", args.saturation_enter),
@@ -231,14 +248,44 @@ def _calibrate_split(args: argparse.Namespace) -> int:
         if settings.saturation_exit >= settings.saturation_enter:
             raise SplitError("--saturation-exit must be < --saturation-enter")
         advice = advise_split(reqs, args.engines, model, settings=settings, metric=args.metric, seed=args.seed,
-                              predict=not args.no_predict)
+                              predict=not args.no_predict, objective=objective)
+        checks = []
+        if day is not None:
+            print(day.describe(), file=sys.stderr)
+            deps = target_deployments(report, lambda k, n: specgate_at(k, n, settings)) if report else {}
+            if day.target in deps and deps[day.target][1] == args.engines:
+                advice.measured[deps[day.target][0]] = measured_summary(day, objective=objective)
+            # every target's own requests through its own engines: the simulator against the load test
+            for name, (label, n, dep) in deps.items():
+                own = day if name == day.target else load_test_day(
+                    rows, name, temperature=args.temperature, cached_fraction=args.cached_fraction)
+                pred = summarize(simulate_day(own.requests, dep, model, seed=args.seed),
+                                 day_s=max(r.arrival_s for r in own.requests) or 1.0,
+                                 long_prompt_tokens=settings.long_prompt_tokens, objective=objective)
+                checks.append({"target": name, "deployment": label, "engines": n,
+                               "measured": measured_summary(own, objective=objective),
+                               "predicted": {k: pred[k] for k in ("requests", "mean_s", "p90_s", "goodput_rps")}})
+            if not deps:
+                print("no --report: the targets' engines are unknown, so nothing measured is set beside a "
+                      "prediction", file=sys.stderr)
     except (OSError, ValueError, ReportError, FitError, SplitError) as exc:
         print(f"specgate calibrate-split: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(advice.text())
+    if checks:
+        sys.stdout.write("check: each target's own measured requests replayed through its own engines\n")
+        for c in checks:
+            m, p = c["measured"], c["predicted"]
+            sys.stdout.write(f"  {c['target']:<8} {c['deployment']:<16} {m['requests']:>5} requests  mean "
+                             f"{m['mean_s']:.3f} s measured, {p['mean_s']:.3f} s predicted "
+                             f"({p['mean_s'] / m['mean_s'] - 1:+.0%}); p90 {m['p90_s']:.3f} / {p['p90_s']:.3f} s; "
+                             f"goodput {m['goodput_rps']:.2f} / {p['goodput_rps']:.2f} /s\n")
     sys.stdout.flush()
     if args.out:
         doc = advice.as_dict()
+        doc["checks"] = checks
+        doc["day"] = None if day is None else {"target": day.target, "requests": len(day.requests),
+                                                "runs": day.runs, "span_s": day.span_s, "left_out": day.left_out}
         doc["speed_model"] = fit
         Path(args.out).write_text(json.dumps(doc, indent=1, default=str) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
@@ -423,6 +470,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                     "simulator's built-in model)")
     cs.add_argument("--metric", default="mean_s", choices=["mean_s", "p90_s", "long_mean_s", "goodput_rps"],
                     help="what the advice optimises (default mean_s)")
+    cs.add_argument("--target", help="the target of a load test's log replayed as the day (default: router "
+                    "when the log has it, else its only target); its measured runs are laid end to end")
+    cs.add_argument("--ttft-slo-s", type=float, default=5.0, help="goodput's time-to-first-token bound "
+                    "(seconds, default 5)")
+    cs.add_argument("--tpot-slo-s", type=float, default=0.035, help="goodput's time-per-output-token bound "
+                    "(seconds, default 0.035)")
     cs.add_argument("--temperature", type=float, help="temperature of every request (load-test logs have "
                     "none; default: the log's, else 0)")
     cs.add_argument("--cached-fraction", type=float, default=0.0, help="share of each prompt assumed in "

@@ -19,8 +19,8 @@
   completion time; without speed models it applies the thresholds (guard mode);
 - per pool, in ``learn`` mode, a ``router.PredictionCheck``: each finished request's decision is
   checked against its time, and every scrape round advances the fallback
-  (``Runtime.check_prediction``, ``Runtime.advance_checks``), which the snapshots carry as
-  ``prediction_fallback``.
+  (``Runtime.check_prediction``, ``Runtime.advance_checks``: the fallback and the measured
+  cells), which the snapshots carry as ``prediction_fallback`` and ``measured``.
 
 Not modelled (the views carry none of it): back-pressure, the canary, capabilities, LoRA
 adapters, prefix routing and stale scrapes. A new engine signal reaches the simulator through
@@ -95,6 +95,8 @@ class PolicySettings:
         explore_every, explore_ratio, forgetting, prior_weight: ``routing.learning``.
         prior_scale: the learned mode's prior is the true model with every time scaled by this
             (with ``predict``; 1: exact), to test how the fit recovers from a wrong prior.
+        marginal_cost: ``router.policy.Rules.marginal_cost`` (the experiment of ranking by the
+            request's completion plus its cost to the requests already there).
     """
 
     long_prompt_tokens: int
@@ -120,6 +122,7 @@ class PolicySettings:
     forgetting: float = 0.995
     prior_weight: float = 0.05
     prior_scale: float = 1.0
+    marginal_cost: bool = False
 
     def as_dict(self) -> dict[str, object]:
         """The config values, JSON-ready (the speed model left out)."""
@@ -160,7 +163,8 @@ def decide_main(features: RequestFeatures, pools: tuple[PoolSnapshot, ...], sett
     """``router.policy.decide`` with main's signature (``Rules`` from the settings)."""
     rules = Rules(max_context_tokens=settings.max_context_tokens, default_max_tokens=features.max_new_tokens,
                   long_prompt_tokens=settings.long_prompt_tokens, seed=settings.seed,
-                  explore_every=settings.explore_every if settings.learn else 0, explore_ratio=settings.explore_ratio)
+                  explore_every=settings.explore_every if settings.learn else 0, explore_ratio=settings.explore_ratio,
+                  marginal_cost=settings.marginal_cost)
     return decide(features, pools, rules, tie_break=tie_break)
 
 
@@ -229,6 +233,14 @@ class PolicyRouter:
         self._dispatched: dict[tuple[str, float], tuple[int, int, float | None, Decision, RequestFeatures]] = {}
         self._last: tuple[PoolSnapshot, ...] = ()
 
+    def _check(self, pool: str) -> PredictionCheck | None:
+        """The pool's prediction check (made on first sight, in ``learn`` mode only)."""
+        check = self.checks.get(pool)
+        if check is None and self.fits:
+            cc = self.routing_config.learning.check
+            check = self.checks[pool] = PredictionCheck(cc.window, cc.max_age_s)
+        return check
+
     def _tracker(self, url: str) -> AcceptanceTracker:
         t = self.trackers.get(url)
         if t is None:
@@ -262,8 +274,11 @@ class PolicyRouter:
                 self._tracker(e.url).scraped(e.accept_length, e.generation_tokens_total, now,
                                              weight=self.settings.weight, refresh_tokens=refresh, running_reqs=e.running)
             self.bypass.setdefault(p.name, BypassState()).commit(self._proposed(p, now), now)
+        for p in pools:
+            self._check(p.name)
         cc = self.routing_config.learning.check
         for check in self.checks.values():  # Runtime.advance_checks
+            check.measured = check.measured_cells(now)
             error, checks = check.error(now)
             new = cc.enabled and next_prediction_fallback(check.fallback, error, checks, enter=cc.fallback_enter,
                                                           exit=cc.fallback_exit, min_checks=cc.min_checks)
@@ -324,7 +339,8 @@ class PolicyRouter:
                 endpoints=[endpoint_values(e.url, e.healthy, e.load, 0, _scrape(e, cap)) for e in p.endpoints],
                 speed=self._speed.get(p.speculative), fit=fit, saturated=sat, low_acceptance=low,
                 accept_length_greedy=greedy, accept_length_sampled=sampled,
-                prediction_fallback=check is not None and check.fallback))
+                prediction_fallback=check is not None and check.fallback,
+                measured=None if check is None else check.measured))
         return tuple(out)
 
     def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice:
@@ -341,7 +357,6 @@ class PolicyRouter:
             waits = snap.queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
             self._dispatched[(d.endpoint, now)] = (snap.load, int(waits), batch_context(
                 snap, request.prompt_tokens, request.max_new_tokens), d, features)
-            if self.fits and d.pool is not None and d.pool not in self.checks:
-                cc = self.routing_config.learning.check
-                self.checks[d.pool] = PredictionCheck(cc.window, cc.max_age_s)
+            if d.pool is not None:
+                self._check(d.pool)
         return Choice(d.pool, d.endpoint, str(d.reason))

@@ -424,7 +424,8 @@ def _views(pools: Sequence[tuple[str, bool, list[Engine]]],
 def simulate_day(requests: Sequence[Request], deployment: Deployment, model: EngineModel, *, seed: int = 0,
                  scrape_interval_s: float = 0.25, timeline_every_s: float = 1.0,
                  pool_models: Mapping[str, EngineModel] | None = None,
-                 pool_seeds: Mapping[str, int] | None = None) -> DayResult:
+                 pool_seeds: Mapping[str, int] | None = None,
+                 make_engine: Callable[[str, str, bool, EngineModel, random.Random], Engine] | None = None) -> DayResult:
     """Run one day through one deployment (module docstring); deterministic for ``seed``.
 
     Args:
@@ -440,6 +441,11 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
         pool_seeds: the index that seeds a pool's engines' draws, by pool name (default: the
             pool's position in ``deployment.pools``), so a pool can draw as it did in another
             deployment.
+        make_engine: builds each engine from ``(url, pool, speculative, model, rng)`` instead of
+            :class:`Engine` (another engine model with its interface: the attributes the
+            simulator reads are listed on :class:`Engine`; e.g.
+            :func:`loadtests.sglang_day.sglang_engines`); the deployment's
+            ``adaptive_max_batch`` is then not applied.
 
     Raises:
         ValueError: the router chose a pool/endpoint that does not exist.
@@ -450,7 +456,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
         pm = (pool_models or {}).get(name, model)
         pi = (pool_seeds or {}).get(name, pi)
         engines = [Engine(f"http://{name}-{i}", name, spec, pm, random.Random(seed * 1_000_003 + pi * 997 + i),
-                          adaptive_max_batch=deployment.adaptive_max_batch)
+                          adaptive_max_batch=deployment.adaptive_max_batch) if make_engine is None else
+                   make_engine(f"http://{name}-{i}", name, spec, pm, random.Random(seed * 1_000_003 + pi * 997 + i))
                    for i in range(n)]
         pools.append((name, spec, engines))
         by_url.update({e.url: e for e in engines})

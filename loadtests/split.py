@@ -5,9 +5,10 @@ Input: a day of requests (arrival times, prompt and output lengths, temperatures
 - the day simulator's request log (:func:`loadtests.dayreport.write_request_log`: ``rid``,
   ``arrival_s``, ``prompt_tokens``, ``output_tokens``, ``temperature``, ``cached_tokens``,
   ``max_new_tokens``, ``kind``; replaying it reproduces the simulated day exactly), or
-- a load test's ``requests.jsonl`` (:class:`loadtests.client.RequestResult` rows: ``t_start``,
-  ``prompt_tokens``, ``output_tokens``, ``max_tokens``; measured-phase rows only), with the
-  temperature the load test used.
+- a load test's ``requests.jsonl``: one target's measured runs laid end to end
+  (:func:`loadtests.splitlog.load_test_day`, which also gives what was measured for the same
+  requests); :func:`requests_from_log` takes rows without a ``target`` (``t_start``,
+  ``prompt_tokens``, ``output_tokens``, ``max_tokens``; measured-phase rows only) as one run.
 
 The day is replayed, request for request, through every deployment of N engines at equal
 hardware: ``all-plain`` (k = 0, client round robin), ``routed ks+(N-k)p`` and ``predict
@@ -29,7 +30,7 @@ Errors: :class:`SplitError` (an empty or unusable day, bad arguments).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from loadtests.dayreport import Objective, summarize
@@ -177,16 +178,33 @@ class SplitAdvice:
     best: str
     predictions: list[dict[str, Any]]
     params: dict[str, Any] = field(default_factory=dict)
+    #: what the replayed requests measured, by the deployment (a row's name) they ran on:
+    #: ``{"requests", "mean_s", "p90_s", "goodput_rps"}`` (:func:`loadtests.splitlog.measured_summary`).
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def text(self) -> str:
-        """A human-readable table and the advice."""
-        lines = [f"{'split':<18} {'mean s':>8} {'p90 s':>8} {'long s':>8} {'goodput/s':>10}  reasons"]
+        """A human-readable table and the advice; a row the replayed requests were measured on
+        is followed by a ``measured`` row (same columns, the same requests)."""
+        def f(v: Any, w: int = 8) -> str:
+            return f"{v:>{w}.3f}" if isinstance(v, float) else f"{'-':>{w}}"
+
+        slo = self.params.get("objective") or {}
+        lines = []
+        if slo:
+            lines.append(f"goodput/s: requests per second of the day (first to last arrival, "
+                         f"{self.params.get('day_s', 0.0):.1f} s) finishing with TTFT <= {slo['ttft_slo_s']:g} s "
+                         f"and TPOT <= {slo['tpot_slo_s']:g} s")
+        lines.append(f"{'split':<22} {'mean s':>8} {'p90 s':>8} {'long s':>8} {'goodput/s':>10}  reasons")
         for p in self.predictions:
-            def f(v: Any, w: int = 8) -> str:
-                return f"{v:>{w}.2f}" if isinstance(v, float) else f"{'-':>{w}}"
             reasons = ", ".join(f"{k} {v}" for k, v in p["reasons"].items())
-            lines.append(f"{p['deployment']:<18} {f(p['mean_s'])} {f(p['p90_s'])} {f(p['long_mean_s'])} "
+            lines.append(f"{p['deployment']:<22} {f(p['mean_s'])} {f(p['p90_s'])} {f(p['long_mean_s'])} "
                          f"{f(p['goodput_rps'], 10)}  {reasons}")
+            m = self.measured.get(p["deployment"])
+            if m:
+                err = (p["mean_s"] / m["mean_s"] - 1) if p["mean_s"] and m["mean_s"] else None
+                note = f"  predicted mean {err:+.0%} of it" if err is not None else ""
+                lines.append(f"{'  measured':<22} {f(m['mean_s'])} {f(m['p90_s'])} {f(None)} "
+                             f"{f(m['goodput_rps'], 10)}  the same {m['requests']} requests{note}")
         lines.append(f"advice: {self.best_k} speculative + {self.engines - self.best_k} plain engines "
                      f"({self.best}; best {self.metric})")
         return "\n".join(lines) + "\n"
@@ -194,7 +212,7 @@ class SplitAdvice:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {"engines": self.engines, "metric": self.metric, "best_k": self.best_k, "best": self.best,
-                "predictions": self.predictions, "params": self.params}
+                "predictions": self.predictions, "params": self.params, "measured": self.measured}
 
 
 def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, *,
@@ -230,4 +248,5 @@ def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, 
         preds.append({"k": k, **summarize(res, day_s=day_s, long_prompt_tokens=cut, objective=objective)})
     best = best_prediction(preds, metric)
     return SplitAdvice(engines, metric, best["k"], best["deployment"], preds,
-                       {"policy": settings.as_dict(), "seed": seed, "requests": len(requests)})
+                       {"policy": settings.as_dict(), "seed": seed, "requests": len(requests), "day_s": day_s,
+                        "objective": asdict(objective or Objective())})

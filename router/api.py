@@ -34,6 +34,7 @@ from router.errors import (
     SpecgateError,
 )
 from router.model_routes import install_model_routes
+from router.models import UnknownAdapter
 from router.passthrough import install_passthrough_routes
 from router.pipeline import generate
 from router.readiness import ready_view
@@ -59,6 +60,7 @@ def _state(request: Request) -> AppState:
 
 _REJECT_REASON = {
     ModelNotFound: "model_not_found",
+    UnknownAdapter: "model_not_found",
     ContextLengthExceeded: Reason.CONTEXT_CAP.value,
     NoHealthyUpstream: Reason.NO_HEALTHY_UPSTREAM.value,
     RequestTooLarge: "request_too_large",

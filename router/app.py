@@ -39,6 +39,7 @@ from router.config import Config, load_config
 from router.config_server import TracingConfig
 from router.discovery import Discovery, DiscoverySettings
 from router.drain import CUT_KEY, Drainer
+from router.engine_reads import ModelRefresh
 from router.fleet import Fleet, build_fleet
 from router.learn import SpeedFit, bucket_label
 from router.limits import KeyLimiter
@@ -90,6 +91,8 @@ class AppState:
         discovery: the Kubernetes endpoint watchers (:mod:`router.discovery`; idle when no
             pool has a ``discovery`` block).
         scrape_rounds: scrape rounds finished (each advanced the bypass hysteresis once).
+        model_refresh: re-reads the engines' ``/v1/models`` before a request naming an unknown
+            LoRA adapter is answered 404 (:class:`router.engine_reads.ModelRefresh`).
         start_config: the whole config the process started with (its sockets, clients and
             shared state were built from it; :data:`router.reload.START_ONLY`).
         reloads_ok, reloads_failed: config reloads applied / rejected (``reloads`` is their
@@ -127,6 +130,8 @@ class AppState:
         self.retiring: dict[Any, asyncio.Task[None]] = {}  # tracers a reload replaced -> their retirement
         self.plan_window = PlanWindow(fleet.config.planner)
         self.scrape_rounds = 0
+        #: re-reads the engines' model lists before an unknown adapter is answered 404
+        self.model_refresh = ModelRefresh(session, clock)
         self.reloads_ok = 0
         self.reloads_failed = 0
         self._ids = itertools.count(1)
@@ -157,6 +162,9 @@ class AppState:
         (the one place it moves), forget unhealthy endpoints in the prefix indexes, then copy
         pool state into the gauges. One round counts once, whatever the number of models."""
         for runtime in [runtimes] if isinstance(runtimes, Runtime) else runtimes:
+            for change in runtime.follow_engine_limits():  # router/engine_limits.py
+                self.metrics.context_limit_changes.labels(
+                    change.pool, "down" if change.after < change.before else "up").inc()
             now = self.clock()
             runtime.advance_bypass(now)
             for pool, on in runtime.advance_checks(now):
@@ -184,6 +192,7 @@ class AppState:
             m.shared_inflight.labels(pool.name).set(pool.shared_inflight(now, stale))
             m.pool_load.labels(pool.name).set(pool.load(now, stale))
             m.healthy_endpoints.labels(pool.name).set(sum(e.healthy for e in pool.endpoints.values()))
+            m.context_limit.labels(pool.name).set(pool.limit)
             if pool.name in runtime.prefix:
                 m.prefix_index_blocks.labels(pool.name).set(runtime.prefix[pool.name].entries())
             if pool.config.speculative:
@@ -200,7 +209,7 @@ class AppState:
             m.signal_age.labels(pool.name, "scrape").set(-1.0 if scrape_age is None else scrape_age)
             if pool.fit is not None:
                 _learning_gauges(m.learning, pool.name, pool.fit, now)
-                _check_gauges(m.learning, pool, now)
+                _check_gauges(m.learning, pool, now, runtime.routing.acceptance.max_age_s)
         m.shared_state_degraded.set(int(self.shared.degraded))
         if self.discovery is not None:
             self.discovery.refresh_gauges(runtime)
@@ -229,12 +238,17 @@ def _learning_gauges(series: LearningSeries, pool: str, fit: SpeedFit, now: floa
         series.accept_length.labels(pool, cls, bucket_label(bucket)).set(tau)
 
 
-def _check_gauges(series: LearningSeries, pool: Pool, now: float) -> None:
+def _check_gauges(series: LearningSeries, pool: Pool, now: float, max_age: float) -> None:
     """Set one pool's prediction-check series (:mod:`router.prediction_check`) from its checks."""
     check = pool.check
     if check is None:
         return
     series.fallback.labels(pool.name).set(int(check.fallback))
+    if pool.speculative and pool.fit is not None:
+        for cls in CLASSES:  # the learned accept length against the live gauge (/ready's accept_length_check)
+            learned, gauge = pool.fit.accept_length(cls), pool.estimated_accept_length(cls, now, max_age)
+            set_or_clear(series.accept_length_error, (pool.name, cls),
+                         None if learned is None or not gauge else (learned - gauge) / gauge)
     for (kind, cls, bucket), (error, bias, n) in check.cells(now).items():
         labels = (pool.name, kind, cls, bucket_label(bucket))
         series.prediction_error.labels(*labels).set(-1.0 if error is None else error)
@@ -442,7 +456,8 @@ class _BackgroundTasks:
         await state.shared.start(lambda: state.fleet)
         state.limiter.start()
         scraper = Scraper(session, lambda: state.fleet, state.on_scrape_round, clock,
-                          on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc())
+                          on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc(),
+                          on_recheck=lambda ep, why: metrics.engine_rechecks.labels(ep.pool, why).inc())
         reloader = Reloader(state) if self._watch else None
         state.discovery = discovery = Discovery(lambda: state.fleet, metrics, self._settings)
         discovery.start()

@@ -83,7 +83,8 @@ class Auth:
 
     def __init__(self, client: KeyRing | None, admin: KeyRing | None,
                  speculation: Mapping[str, str] | None = None,
-                 priority: PriorityConfig | None = None) -> None:
+                 priority: PriorityConfig | None = None,
+                 engine_fields: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self.client = client
         self.admin = admin
         self._speculation = {bytes.fromhex(k): v for k, v in (speculation or {}).items()}
@@ -91,6 +92,7 @@ class Auth:
         self._grants = {bytes.fromhex(k): v for k, v in priority.keys.items()}
         #: The ``priority`` sent for requests whose key has no grant (None: none).
         self.priority_default = priority.default
+        self._engine_fields = {bytes.fromhex(k): frozenset(v) for k, v in (engine_fields or {}).items()}
 
     def priority_grant(self, authorization: str | None) -> PriorityGrant | None:
         """The request's key's grant to set ``priority`` (``auth.priority.keys``), or None
@@ -99,6 +101,14 @@ class Auth:
             return None
         token = bearer_token(authorization)
         return None if token is None else self._grants.get(_digest(token))
+
+    def engine_fields(self, authorization: str | None) -> frozenset[str]:
+        """The engine-internal fields the request's key may send (``auth.engine_fields.keys``;
+        router/engine_fields.py); empty for every other key. Call after :meth:`check_client`."""
+        if not self._engine_fields:
+            return frozenset()
+        token = bearer_token(authorization)
+        return frozenset() if token is None else self._engine_fields.get(_digest(token), frozenset())
 
     def speculation_default(self, authorization: str | None) -> str | None:
         """The speculation hint configured for the request's key
@@ -197,7 +207,7 @@ def load_auth(config: AuthConfig, environ: Mapping[str, str] | None = None) -> A
     if client is not None and admin is not None and set(client) & set(admin):
         raise ConfigError("auth: an admin key is also a client key")
     return Auth(None if client is None else KeyRing(client), None if admin is None else KeyRing(admin),
-                config.speculation_defaults, config.priority)
+                config.speculation_defaults, config.priority, config.engine_fields.keys)
 
 
 def load_engine_key(config: AuthConfig, environ: Mapping[str, str] | None = None) -> str | None:

@@ -231,6 +231,11 @@ class UpstreamConfig(Strict):
     keepalive_timeout_s: PositiveFloat = 4.0
     backpressure_hold_s: PositiveFloat = 2.0
     backpressure_max_hold_s: PositiveFloat = 30.0
+    #: Seconds of engine silence in a relayed stream, after the status line, before the router
+    #: writes an SSE comment (``: keep-alive``) to the client, and again every as many seconds
+    #: while the silence lasts (below the 60 s idle timeout of nginx and cloud load balancers);
+    #: 0: never. ``idle_timeout_s`` still ends a stream the engine leaves silent that long.
+    stream_keepalive_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 15.0
 
 
 class Config(Strict):

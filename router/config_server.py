@@ -14,10 +14,12 @@ from router.config_base import EnvName, PositiveFloat, PositiveInt, Strict
 from router.config_limits import RateLimitConfig
 
 __all__ = [
+    "ENGINE_FIELDS",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
     "AuthConfig",
     "CircuitBreakerConfig",
+    "EngineFieldsConfig",
     "HeaderLimitsConfig",
     "PlannerConfig",
     "PriorityConfig",
@@ -74,6 +76,49 @@ class PriorityConfig(Strict):
     default: PriorityValue | None = None
     keys: dict[Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]{64}$")],
                PriorityGrant] = {}  # noqa: RUF012 (a pydantic field)
+
+
+#: Request fields of SGLang 0.5.23's chat, completions and responses requests that steer the
+#: engine itself rather than the generation a client asked for (``protocol.py``:
+#: ``PDRoutingFields``, ``data_parallel_rank``, ``custom_logit_processor``/``custom_params``,
+#: ``return_hidden_states``, ``return_routed_experts``), by what the router does with a client's
+#: value (router/engine_fields.py): ``strip`` (placement directives the router owns: dropped,
+#: the answer is the same wherever it runs; SGLang's own gateway overwrites the bootstrap room
+#: too, sgl-project/sglang#40125) or ``refuse`` (400 ``unsupported_parameter``: dropping them
+#: would change the answer silently). One table: the config's names, the metric's ``field``
+#: label and the operator guide's list come from it.
+ENGINE_FIELDS: dict[str, Literal["strip", "refuse"]] = {
+    "bootstrap_host": "strip",
+    "bootstrap_port": "strip",
+    "bootstrap_room": "strip",
+    "routed_dp_rank": "strip",
+    "data_parallel_rank": "strip",
+    "disagg_prefill_dp_rank": "strip",
+    "custom_logit_processor": "refuse",
+    "custom_params": "refuse",
+    "return_hidden_states": "refuse",
+    "return_routed_experts": "refuse",
+}
+
+EngineField = Literal[
+    "bootstrap_host", "bootstrap_port", "bootstrap_room", "routed_dp_rank", "data_parallel_rank",
+    "disagg_prefill_dp_rank", "custom_logit_processor", "custom_params", "return_hidden_states",
+    "return_routed_experts"]
+
+
+class EngineFieldsConfig(Strict):
+    """Which callers may send the engine-internal fields of :data:`ENGINE_FIELDS` through to the
+    engine (router/engine_fields.py); nobody by default.
+
+    Attributes:
+        allow: fields every caller may send (for a router that only trusted callers reach).
+        keys: per client key (its SHA-256 digest in lowercase hex, as in
+            ``auth.priority.keys``), the fields its requests may send, on top of ``allow``.
+    """
+
+    allow: tuple[EngineField, ...] = ()
+    keys: dict[Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]{64}$")],
+               tuple[EngineField, ...]] = {}  # noqa: RUF012 (a pydantic field)
 
 
 class HeaderLimitsConfig(Strict):
@@ -270,6 +315,8 @@ class AuthConfig(Strict):
             (:class:`PriorityConfig`); a key without a grant never sets it.
         rate_limits: per-key request, token and concurrency limits
             (:class:`router.config_limits.RateLimitConfig`, applied by router/limits.py).
+        engine_fields: which callers may send engine-internal fields
+            (:class:`EngineFieldsConfig`, :data:`ENGINE_FIELDS`).
     """
 
     api_keys: tuple[SecretStr, ...] = ()
@@ -289,6 +336,8 @@ class AuthConfig(Strict):
     #: Who may set the engine's ``priority`` (:class:`PriorityConfig`).
     priority: PriorityConfig = PriorityConfig()
     rate_limits: RateLimitConfig = RateLimitConfig()
+    #: Who may send engine-internal fields (:class:`EngineFieldsConfig`; nobody by default).
+    engine_fields: EngineFieldsConfig = EngineFieldsConfig()
 
     @model_validator(mode="after")
     def _check(self) -> AuthConfig:

@@ -290,17 +290,19 @@ class _PoolWatch:
 
 
 #: The states of ``specgate_endpoints{pool,state}``.
-ENDPOINT_STATES = ("healthy", "unknown", "unhealthy", "draining", "warming")
+ENDPOINT_STATES = ("healthy", "unknown", "unhealthy", "draining", "warming", "identity_mismatch")
 
 
 def endpoint_states(endpoints: Iterable[Any]) -> dict[str, int]:
     """Count endpoints (:class:`router.endpoint.Endpoint`) by state: ``draining`` first (a
     draining endpoint gets no new request whatever its health), else its health state
     (``unknown``: not probed successfully yet, so not routable; ``warming``: healthy by its
-    scrapes, waiting for its warm-up probes, router/warmup.py)."""
+    scrapes, waiting for its warm-up probes, router/warmup.py; ``identity_mismatch``: it
+    answers, but serves another model, router/identity.py)."""
     out = dict.fromkeys(ENDPOINT_STATES, 0)
     for e in endpoints:
-        state = "draining" if e.draining else "warming" if e.warming else e.state
+        state = ("draining" if e.draining else "identity_mismatch" if e.identity_error is not None
+                 else "warming" if e.warming else e.state)
         out[state if state in out else "unhealthy"] += 1
     return out
 

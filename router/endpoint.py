@@ -26,9 +26,13 @@ Back-pressure (sgl-project/sglang#28175): an engine that refused a request for c
 (:meth:`Endpoint.record_backpressure`), without any effect on its health.
 
 Identity and adapters (:mod:`router.identity`): :meth:`Endpoint.record_models` stores what the
-engine's ``/v1/models`` lists; an endpoint serving another model than its pool's is not
-routable (:attr:`Endpoint.identity_error`), and :attr:`Endpoint.adapters` are the LoRA
-adapters it has (listed by the engine or declared by its pool).
+engine's ``/v1/models`` lists, :meth:`Endpoint.record_server_info` its ``/server_info``, and
+every scrape the ``model_name`` label of its ``/metrics``; an endpoint serving another model
+than its pool's is not routable (:attr:`Endpoint.identity_error`, reason
+``identity_mismatch``), and :attr:`Endpoint.adapters` are the LoRA adapters it has (listed by
+the engine or declared by its pool). :attr:`Endpoint.recheck` says why the next scrape must
+read the identity again (a failed scrape, a broken connection). :attr:`Endpoint.engine_context`
+is the engine's reported limit (:mod:`router.engine_limits`).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from yarl import URL
 
 from router.acceptance import AcceptanceTracker
 from router.engine_metrics import EngineLoad
-from router.identity import EngineModels
+from router.identity import EngineModels, ServerInfo
 from router.snapshots import EndpointValues, endpoint_values
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger"]
@@ -134,6 +138,12 @@ class Endpoint:
         adapters: the adapters it has: learned and declared.
         models_at: monotonic time (s) of the last successful ``/v1/models`` read (None: due).
         identity_error: why the endpoint is not routed to (it serves another model), or None.
+        labelled_models: the ``model_name`` labels of the last scrape (empty: not exported).
+        context_length: the engine's context length (tokens) as last reported (``/metrics``
+            ``context_len``, ``/v1/models`` ``max_model_len``, ``/server_info``), None: never.
+        kv_tokens: its KV pool (``max_total_num_tokens``, tokens), None: never reported.
+        startup: the last ``/server_info`` ``startup_time`` read (a restart changes it).
+        recheck: why the next successful scrape must read the identity again, or None.
     """
 
     url: str
@@ -169,6 +179,11 @@ class Endpoint:
     adapters: frozenset[str] = frozenset()
     models_at: float | None = None
     identity_error: str | None = None
+    labelled_models: frozenset[str] = frozenset()
+    context_length: int | None = None
+    kv_tokens: int | None = None
+    startup: object = None
+    recheck: str | None = None
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
     _targets: dict[str, URL] = field(default_factory=dict, repr=False)
 
@@ -215,6 +230,16 @@ class Endpoint:
         self.declared_adapters = names
         self.adapters = frozenset(self.learned_adapters) | names
 
+    @property
+    def engine_context(self) -> int | None:
+        """The engine's limit (tokens): the smaller of its context length and its KV pool as
+        last reported (SGLang's scheduler refuses an input that does not fit either), None
+        when it reported neither (:mod:`router.engine_limits`)."""
+        c, kv = self.context_length, self.kv_tokens
+        if c is None:
+            return kv
+        return c if kv is None or c <= kv else kv
+
     def record_models(self, models: EngineModels, expected: str | None, now: float) -> None:
         """Store one read of the engine's ``/v1/models``; ``expected`` is the model the
         endpoint must serve (None: not checked). A mismatch makes it unroutable, logged once."""
@@ -222,12 +247,49 @@ class Endpoint:
         self.learned_adapters = dict(models.adapters)
         self.adapters = frozenset(models.adapters) | self.declared_adapters
         self.models_at = now
+        if models.max_model_len is not None:
+            self.context_length = models.max_model_len
+        self._judge(expected)
+
+    def record_server_info(self, info: ServerInfo, expected: str | None) -> bool:
+        """Store one read of the engine's ``/server_info``; True when its ``startup_time``
+        differs from the last one read (the engine restarted since)."""
+        restarted = self.startup is not None and info.startup_time is not None and info.startup_time != self.startup
+        if info.startup_time is not None:
+            self.startup = info.startup_time
+        if info.context_length is not None:
+            self.context_length = info.context_length
+        if info.max_total_num_tokens is not None:
+            self.kv_tokens = info.max_total_num_tokens
+        if info.served_model_name is not None and self.served_models is None:
+            self.served_models = frozenset((info.served_model_name,))  # no /v1/models read yet
+            self._judge(expected)
+        return restarted
+
+    def record_labels(self, engine: EngineLoad, expected: str | None) -> None:
+        """Take what one scrape says the engine is: its context length and KV pool (when
+        exported) and its ``model_name`` labels, judged against ``expected``."""
+        if engine.context_len is not None:
+            self.context_length = engine.context_len
+        if engine.max_total_num_tokens is not None:
+            self.kv_tokens = engine.max_total_num_tokens
+        if engine.model_names != self.labelled_models:
+            self.labelled_models = engine.model_names
+            self._judge(expected)
+
+    def _judge(self, expected: str | None) -> None:
+        """Set :attr:`identity_error` from the last ``/v1/models`` list and ``/metrics`` labels
+        (either one lacking ``expected`` is a mismatch); log a change once."""
         error = None
-        if expected is not None and expected not in models.served:
-            error = f"serves {', '.join(sorted(models.served)) or 'no model'}, not {expected}"
+        if expected is not None:
+            for source, names in (("serves", self.served_models), ("is labelled", self.labelled_models or None)):
+                if names is not None and expected not in names:
+                    error = f"{source} {', '.join(sorted(names)) or 'no model'}, not {expected}"
+                    break
         if error != self.identity_error:
             if error is not None:
-                log.warning("endpoint %s of pool %s is not routed to: it %s", self.url, self.pool, error)
+                log.warning("endpoint %s of pool %s is unhealthy (identity_mismatch): it %s; it gets no "
+                            "request until it serves %s again", self.url, self.pool, error, expected)
             else:
                 log.info("endpoint %s of pool %s serves %s", self.url, self.pool, expected)
         self.identity_error = error
@@ -330,6 +392,7 @@ class Endpoint:
         """A failed scrape; ``slow`` for a timeout (busy), else dead (refused, reset, 5xx);
         ``reason`` (e.g. the error) goes into the log line of a health change."""
         self.scrape_failures += 1
+        self.recheck = "reconnect"  # whatever answers next may be another engine
         self.consecutive_successes = 0
         self.consecutive_failures += 1
         if self.consecutive_failures < self.failure_threshold:
@@ -342,6 +405,7 @@ class Endpoint:
     def mark_down(self) -> None:
         """Passive health: the proxy could not connect or the connection broke; eject now."""
         self._set_state("unhealthy", "a proxied request could not connect or its connection broke")
+        self.recheck = "reconnect"
         self.consecutive_successes = 0
         self.consecutive_failures = max(self.consecutive_failures, self.failure_threshold)
 

@@ -3,7 +3,11 @@
 :func:`parse_sglang_metrics` is pure (text in, :class:`EngineLoad` out). It reads SGLang's
 gauges (``python/sglang/srt/metrics/collector.py``, 0.5.23): ``num_running_reqs``,
 ``num_queue_reqs``, ``token_usage``, ``spec_accept_length``, ``spec_accept_rate``, under the
-``sglang:`` prefix or the ``sglang_`` spelling some versions emit. Data-parallel ranks emit one
+``sglang:`` prefix or the ``sglang_`` spelling some versions emit. It also reads what the
+engine *is* (set once at its start, ``emit_constants``): ``context_len`` (its context length),
+``max_total_num_tokens`` (its KV pool), the ``model_name`` label of those series (its
+``--served-model-name``), and the tokenizer counter ``num_requests_total``; a counter that
+goes back, or a constant that changes, tells :mod:`router.identity` the engine restarted. Data-parallel ranks emit one
 series each: running and queued requests are summed, token usage is the maximum, accept
 length and rate are averaged over the series that report a positive value (the spec gauges
 read 0 until 40 decode steps have run, ``decode_log_interval``; 0 means unknown).
@@ -27,7 +31,12 @@ _WANTED = {
     "spec_accept_length": "mean",
     "spec_accept_rate": "mean",
     "generation_tokens_total": "sum",
+    "num_requests_total": "sum",
+    "context_len": "min",
 }
+
+#: the series whose ``model_name`` label names the served model (the engine's constants)
+_NAMED = frozenset(("max_total_num_tokens", "context_len"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,12 @@ class EngineLoad:
             counter, summed over its label sets and ranks), None when not exported. It tells a
             fresh ``spec_accept_length`` from the last value of an idle engine, which SGLang
             keeps while nothing decodes.
+        num_requests_total: requests the engine has received since it started (summed), None
+            when not exported (SGLang exports it after the first request).
+        context_len: the engine's context length (``sglang:context_len``, the smallest over
+            ranks; tokens), None when not exported.
+        model_names: the ``model_name`` labels of ``max_total_num_tokens`` and ``context_len``
+            (the engine's served model name; empty when not exported).
     """
 
     num_running_reqs: int = 0
@@ -58,6 +73,9 @@ class EngineLoad:
     generation_tokens_total: float | None = None
     max_total_num_tokens: int | None = None
     kv_used_tokens: int | None = None
+    num_requests_total: float | None = None
+    context_len: int | None = None
+    model_names: frozenset[str] = frozenset()
 
     @property
     def kv_used(self) -> int:
@@ -80,6 +98,7 @@ def parse_sglang_metrics(text: str) -> EngineLoad:
     read 0 (running/queued/usage) or None (accept length/rate).
     """
     values: dict[str, list[float]] = {}
+    names: set[str] = set()
     for line in text.splitlines():
         if not line.startswith("sglang"):
             continue
@@ -99,6 +118,8 @@ def parse_sglang_metrics(text: str) -> EngineLoad:
             close = rest.rfind("}")
             if close < 0:
                 continue
+            if key in _NAMED:
+                _model_name(rest[:close], names)
             rest = rest[close + 1:]
         parts = rest.split()
         if not parts:
@@ -134,7 +155,22 @@ def parse_sglang_metrics(text: str) -> EngineLoad:
         generation_tokens_total=agg("generation_tokens_total"),
         max_total_num_tokens=_int(agg("max_total_num_tokens")),
         kv_used_tokens=_int(agg("kv_used_tokens")),
+        num_requests_total=agg("num_requests_total"),
+        context_len=_int(agg("context_len")),
+        model_names=frozenset(names),
     )
+
+
+def _model_name(labels: str, into: set[str]) -> None:
+    """Add the ``model_name`` label value of a series' ``{...}`` text to ``into`` (Prometheus
+    text escapes ``\\``, ``\"`` and ``\n`` in label values; a name with them is left out)."""
+    start = labels.find('model_name="')
+    if start < 0:
+        return
+    start += len('model_name="')
+    end = labels.find('"', start)
+    if end > start and "\\" not in labels[start:end]:
+        into.add(labels[start:end])
 
 
 def _int(value: float | None) -> int | None:

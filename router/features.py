@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from router.errors import InvalidRequest
 from router.parsing import (
+    CHAT_IDS_FIELD,
     MAX_TOP_LOGPROBS,
     ParsedRequest,
     check_envelope,
@@ -282,6 +283,10 @@ class PromptCounter:
         self.path = str(tokenizer_path)
         self._tok = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
         self.max_token_bytes = max(len(t.encode("utf-8")) for t in self._tok.get_vocab()) or 1
+        #: Token ids a prompt may hold: ``[0, vocab_size)``, the tokenizer's ids with its added
+        #: tokens (``len(tokenizer)``). A model's embedding table may be padded beyond it, but
+        #: no text encodes to such an id, and one past the table would fail inside the engine.
+        self.vocab_size = len(self._tok)
         self._added = self._tok.num_special_tokens_to_add(pair=False)
         self._special = dict(self._tok.special_tokens_map)
         self._compiled: dict[bool, tuple[jinja2.Template, dict[str, Any]] | None] = {}
@@ -296,10 +301,13 @@ class PromptCounter:
 
         Raises:
             InvalidRequest: when the chat template rejects the conversation (e.g. a Jinja
-                ``raise_exception``), as SGLang does with HTTP 400.
+                ``raise_exception``), as SGLang does with HTTP 400; a token id outside the
+                vocabulary (a chat's ``input_ids``, a completions token-id prompt).
         """
         doc = parsed.doc
         if parsed.kind == "chat":
+            if parsed.param == CHAT_IDS_FIELD:  # the engine runs these ids, not the template
+                return Rendered(ids_len=self._check_vocab(doc[CHAT_IDS_FIELD], CHAT_IDS_FIELD))
             kwargs = doc.get("chat_template_kwargs")
             if splice and kwargs is None and not doc.get("tools"):
                 text = self.shapes.text(doc["messages"])
@@ -315,8 +323,20 @@ class PromptCounter:
         if kind == "texts":
             return Rendered(texts=tuple(prompt), special=True)
         if kind == "ids":
-            return Rendered(ids_len=len(prompt))
-        return Rendered(ids_len=max(len(p) for p in prompt))
+            return Rendered(ids_len=self._check_vocab(prompt, "prompt"))
+        return Rendered(ids_len=max(self._check_vocab(p, "prompt") for p in prompt))
+
+    def _check_vocab(self, ids: list[int], param: str) -> int:
+        """``len(ids)`` of a validated token-id list (:func:`router.parsing.token_ids`).
+
+        Raises:
+            InvalidRequest: an id at or above :attr:`vocab_size` (``param`` names the field).
+        """
+        top = max(ids)
+        if top >= self.vocab_size:
+            raise InvalidRequest(f"`{param}` holds token id {top}, outside this model's vocabulary "
+                                 f"[0, {self.vocab_size})", param=param)
+        return len(ids)
 
     def render_chat(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                     template_kwargs: dict[str, Any] | None = None) -> str:

@@ -24,6 +24,30 @@ its scrapes alone (no adapter is known on it then).
 declares (``pools[].lora_adapters`` and the names in ``engine.lora_paths``): a declared adapter
 routes even before the first read. An adapter request goes only to endpoints that have it
 (:mod:`router.models`, :func:`router.checks.lora_adapter`).
+
+**Continuously** (field reports: an engine restarted behind the same address with a smaller
+``--context-length``, odysseus-dev/odysseus#678; a pod IP reused by another model's server,
+vllm-project/production-stack#656). Every scrape of ``/metrics`` already carries what the engine
+is: ``sglang:context_len``, ``sglang:max_total_num_tokens`` and their ``model_name`` label
+(:mod:`router.engine_metrics`). :func:`recheck_reason` compares two consecutive scrapes and
+names what changed; the scraper then reads ``/v1/models`` and ``/server_info`` again in the
+same round (:mod:`router.engine_reads`), so a change is noticed within one
+``scrape.interval_s``. The other triggers: a failed scrape or a connection the proxy saw break
+(the next good scrape re-reads: a restart in between is not missed), a counter that went back
+(``num_requests_total``, ``generation_tokens_total``: the process restarted), and a
+``/server_info`` ``startup_time`` other than the last one read.
+
+**Limits.** What the engine reports bounds what the router sends it
+(:mod:`router.engine_limits`): its context (``max_model_len`` of ``/v1/models``,
+``context_len`` of ``/metrics``, ``context_length`` of ``/server_info``) and its KV pool
+(``max_total_num_tokens``: SGLang's scheduler refuses an input that does not fit
+``min(context_length, max_total_num_tokens)``, ``Scheduler.init_req_max_new_tokens``).
+
+SGLang 0.5.23's ``/server_info`` (``srt/entrypoints/http_server.py``, ``server_info``; the
+deprecated ``/get_server_info`` answers the same) is the resolved server arguments
+(``served_model_name``, ``context_length``, ...) plus the scheduler's ``max_total_num_tokens``
+and ``max_req_input_len``, and ``startup_time`` (the start's phase durations, a different
+value at every start). :func:`parse_server_info` reads those.
 """
 
 from __future__ import annotations
@@ -36,8 +60,9 @@ import orjson
 
 if TYPE_CHECKING:
     from router.config import Config, PoolConfig
+    from router.engine_metrics import EngineLoad
 
-__all__ = ["EngineModels", "expected_name", "parse_model_list"]
+__all__ = ["EngineModels", "ServerInfo", "expected_name", "parse_model_list", "parse_server_info", "recheck_reason"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +72,13 @@ class EngineModels:
     Attributes:
         served: the ids of the cards without a ``parent`` (the served model names).
         adapters: ``{adapter name: its root (path) or the name}`` of the cards with a ``parent``.
+        max_model_len: the smallest positive integer ``max_model_len`` of the served cards
+            (the engine's context length, tokens), None when none gives one.
     """
 
     served: frozenset[str]
     adapters: Mapping[str, str]
+    max_model_len: int | None = None
 
 
 def parse_model_list(body: bytes) -> EngineModels | None:
@@ -65,6 +93,7 @@ def parse_model_list(body: bytes) -> EngineModels | None:
         return None
     served: set[str] = set()
     adapters: dict[str, str] = {}
+    lengths: list[int] = []
     for card in data:
         if not isinstance(card, dict) or not isinstance(card.get("id"), str):
             return None
@@ -73,7 +102,79 @@ def parse_model_list(body: bytes) -> EngineModels | None:
             adapters[card["id"]] = root if isinstance(root, str) else card["id"]
         else:
             served.add(card["id"])
-    return EngineModels(frozenset(served), adapters)
+            length = _positive_int(card.get("max_model_len"))
+            if length is not None:
+                lengths.append(length)
+    return EngineModels(frozenset(served), adapters, min(lengths) if lengths else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """The fields of an engine's ``/server_info`` the router reads (None: absent or not a
+    positive integer / a string).
+
+    Attributes:
+        served_model_name: ``--served-model-name`` (else the model path, as SGLang resolves it).
+        context_length: the context length (tokens; None when the server resolved none).
+        max_total_num_tokens: the KV pool's size (tokens).
+        max_req_input_len: the longest input the scheduler takes (tokens).
+        startup_time: the start's fingerprint (SGLang: the phase durations of that start),
+            compared by value only.
+    """
+
+    served_model_name: str | None
+    context_length: int | None
+    max_total_num_tokens: int | None
+    max_req_input_len: int | None
+    startup_time: Any = None
+
+
+def parse_server_info(body: bytes) -> ServerInfo | None:
+    """The :class:`ServerInfo` of a ``/server_info`` answer, or None when it is not a JSON object."""
+    try:
+        doc: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    name = doc.get("served_model_name")
+    startup = doc.get("startup_time")
+    return ServerInfo(name if isinstance(name, str) and name else None, _positive_int(doc.get("context_length")),
+                      _positive_int(doc.get("max_total_num_tokens")), _positive_int(doc.get("max_req_input_len")),
+                      orjson.dumps(startup, option=orjson.OPT_SORT_KEYS) if startup is not None else None)
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def recheck_reason(before: EngineLoad | None, after: EngineLoad) -> str | None:
+    """What changed between two consecutive ``/metrics`` scrapes of one address that says the
+    engine may be another one now (its identity must be read again), or None.
+
+    ``served_model``: the ``model_name`` labels differ; ``context_length``: ``context_len``
+    differs; ``kv_tokens``: ``max_total_num_tokens`` differs; ``restart``: a counter
+    (``num_requests_total``, ``generation_tokens_total``) went back or disappeared (a counter
+    only grows while a process lives: the Prometheus counter-reset rule). A figure absent from
+    either scrape is not compared.
+    """
+    if before is None:
+        return None
+    if before.model_names and after.model_names and before.model_names != after.model_names:
+        return "served_model"
+    if _changed(before.context_len, after.context_len):
+        return "context_length"
+    if _changed(before.max_total_num_tokens, after.max_total_num_tokens):
+        return "kv_tokens"
+    for old, new in ((before.num_requests_total, after.num_requests_total),
+                     (before.generation_tokens_total, after.generation_tokens_total)):
+        if old is not None and old > 0 and (new is None or new < old):
+            return "restart"
+    return None
+
+
+def _changed(old: int | None, new: int | None) -> bool:
+    return old is not None and new is not None and old != new
 
 
 def expected_name(config: Config, pool: PoolConfig) -> str | None:

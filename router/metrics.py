@@ -27,7 +27,11 @@ Discovery (:mod:`router.discovery`): ``state`` of ``specgate_discovered_endpoint
 ``stop`` with only reasoning (no content, no tool call); with
 ``specgate_completion_tokens_total``, ``specgate_reasoning_tokens_total`` (clamped to the
 completion tokens) and ``specgate_usage_inconsistent_total`` (:mod:`router.observe`). Discovered endpoint URLs
-(pod IPs) appear only in ``specgate_scrape_failures_total``.
+(pod IPs) appear only in ``specgate_scrape_failures_total``. Engines changing behind their
+address (router/identity.py, router/engine_limits.py): ``trigger`` of
+``specgate_engine_rechecks_total`` is ``served_model``, ``context_length``, ``kv_tokens``,
+``restart`` or ``reconnect``; ``direction`` of ``specgate_pool_context_limit_changes_total`` is
+``down`` or ``up``.
 API keys never appear in any series.
 """
 
@@ -146,7 +150,9 @@ class LearningSeries:
     relative error), ``specgate_prediction_bias`` (median signed relative error: > 0 predicted
     too slow), ``specgate_prediction_checks`` (checks counted); ``specgate_prediction_fallback{pool}``
     (1 while the pool's decisions join the shorter queue) and
-    ``specgate_prediction_fallbacks_total{pool}`` (times the fallback turned on).
+    ``specgate_prediction_fallbacks_total{pool}`` (times the fallback turned on);
+    ``specgate_accept_length_check_error{pool,class}``: the learned accept length against the
+    engines' live gauge, ``(learned - gauge) / gauge`` (absent while either is unknown).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -175,6 +181,10 @@ class LearningSeries:
         self.fallback = Gauge("specgate_prediction_fallback",
                               "1 while the pool's predictions are off and decisions join the shorter queue.",
                               ["pool"], registry=registry)
+        self.accept_length_error = Gauge(
+            "specgate_accept_length_check_error",
+            "(learned - live gauge) / live gauge of a speculative pool's accept length per class (absent: unknown).",
+            ["pool", "class"], registry=registry)
         self.fallbacks = Counter("specgate_prediction_fallbacks",
                                  "Times the pool's prediction fallback turned on.", ["pool"], registry=registry)
 
@@ -233,6 +243,7 @@ class RouterMetrics:
         self._request_series()
         self._response_series()
         self._rate_limit_series(registry)
+        self._engine_field_series(registry)
         registry.register(_LoopCollector([self.requests, self.request_duration, self.time_to_first_byte,
                                           self.prompt_tokens, self.upstream_failures, self.upstream_aborts,
                                           self.upstream_stale_retries, self.engine_rejections,
@@ -244,6 +255,7 @@ class RouterMetrics:
         self._pool_series(registry)
         self._shared_state_series(registry)
         self._control_series(registry)
+        self._engine_series(registry)
 
     def _request_series(self) -> None:
         """Per-request series: decision, latency, prompt size, upstream failures (loop-only)."""
@@ -315,6 +327,16 @@ class RouterMetrics:
             "client (a trusted key's own value), clamped (moved into its key's range), default "
             "(a configured default), ignored (an untrusted client's value dropped), none.",
             ["source"])
+
+    def _engine_field_series(self, registry: CollectorRegistry) -> None:
+        """Engine-internal request fields met (router/engine_fields.py; loop-only)."""
+        self.engine_fields = LoopCounter(
+            "specgate_engine_fields",
+            "Engine-internal fields in client requests (router/engine_fields.py), by field "
+            "(router.config_server.ENGINE_FIELDS) and action: stripped (a placement directive "
+            "dropped), refused (the request answered 400 unsupported_parameter), forwarded (a "
+            "caller allowed by auth.engine_fields).", ["field", "action"])
+        registry.register(_LoopCollector([self.engine_fields]))
 
     def _rate_limit_series(self, registry: CollectorRegistry) -> None:
         """Per-key limits (router/limits.py): refusals by limit, checks by mode and result (loop-only)."""
@@ -410,7 +432,8 @@ class RouterMetrics:
         self.endpoints = Gauge(
             "specgate_endpoints",
             "Endpoints per pool by state: healthy, unknown (not yet probed), unhealthy, draining, "
-            "warming (green scrapes, waiting for warm-up probes).",
+            "warming (green scrapes, waiting for warm-up probes), identity_mismatch (answers, "
+            "but serves another model: no request).",
             ["pool", "state"], registry=registry)
         self.discovery_lists = Counter(
             "specgate_discovery_lists",
@@ -438,6 +461,24 @@ class RouterMetrics:
             "1 while the loaded config changes a setting the router applies only at start "
             "(server.host/port, state, upstream.client/max_connections/keepalive_timeout_s, the "
             "engines' key source): restart the router to apply it.", registry=registry)
+
+    def _engine_series(self, registry: CollectorRegistry) -> None:
+        """What the engines are (router/identity.py, router/engine_limits.py): limits, re-checks."""
+        self.context_limit = Gauge(
+            "specgate_pool_context_limit_tokens",
+            "The pool's context limit now (tokens): its configured limit, or lower while its "
+            "engines report a smaller context length or KV pool (router/engine_limits.py).",
+            ["pool"], registry=registry)
+        self.context_limit_changes = Counter(
+            "specgate_pool_context_limit_changes",
+            "Times the pool's context limit followed its engines, by direction (down, up).",
+            ["pool", "direction"], registry=registry)
+        self.engine_rechecks = Counter(
+            "specgate_engine_rechecks",
+            "Identity re-reads (/v1/models, /server_info) of an engine seen changing, by trigger: "
+            "served_model, context_length, kv_tokens (its /metrics changed), restart (a counter "
+            "went back, or a new startup_time), reconnect (a failed scrape or a broken connection).",
+            ["pool", "trigger"], registry=registry)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format, without the ``*_created`` samples."""

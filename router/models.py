@@ -22,9 +22,11 @@ the adapter of ``model`` wins over ``lora_path``); another type is 400 ``param: 
 
 An adapter is *known* when an endpoint's engine lists it in ``/v1/models`` or a pool declares
 it (:mod:`router.identity`). An unknown adapter is HTTP 404 ``model_not_found`` (``param``
-``model`` or ``lora_path``) once every generation endpoint's list has been read; before that
-it goes to the decision, where no pool has it (503 ``no_healthy_upstream``). Where a known
-adapter may go is the decision's (:func:`router.checks.lora_adapter`).
+``model`` or ``lora_path``; :class:`UnknownAdapter`) once every generation endpoint's list has
+been read, and read once more for this request (an adapter loaded at run time:
+:class:`router.engine_reads.ModelRefresh`); before that it goes to the decision, where no pool
+has it (503 ``no_healthy_upstream``). Where a known adapter may go is the decision's
+(:func:`router.checks.lora_adapter`).
 
 The routes ``GET /v1/models`` and ``GET /v1/models/{model}`` (the OpenAI SDKs'
 ``models.list``/``models.retrieve``, installed by :mod:`router.model_routes`) answer with SGLang 0.5.23's ``ModelCard`` shape
@@ -49,11 +51,20 @@ if TYPE_CHECKING:
     from router.endpoint import Endpoint
     from router.pools import Runtime
 
-__all__ = ["Catalog", "Resolved", "catalog", "lacking_adapters", "model_cards", "pool_adapters", "resolve",
-           "resolve_passthrough", "resolve_request", "split_adapter"]
+__all__ = ["Catalog", "Resolved", "UnknownAdapter", "catalog", "lacking_adapters", "model_cards", "pool_adapters",
+           "resolve", "resolve_passthrough", "resolve_request", "split_adapter"]
 
 #: ``Resolved.adapters`` of a base-model request.
 NO_ADAPTERS: frozenset[str] = frozenset()
+
+
+class UnknownAdapter(ModelNotFound):
+    """A LoRA adapter no engine of model :attr:`model` lists (404 ``model_not_found``); the
+    request path reads the engines' lists once more before answering it."""
+
+    def __init__(self, message: str, *, model: str, param: str) -> None:
+        super().__init__(message, param=param)
+        self.model = model
 
 
 @dataclass(slots=True)
@@ -143,8 +154,8 @@ def resolve(doc: Mapping[str, Any], cat: Catalog, default: str) -> Resolved:
         name, adapter = cat.names[split[0]], split[1]
         forward = None if split[0] == name and model == f"{name}:{adapter}" else f"{name}:{adapter}"
         if adapter not in cat.adapters and cat.complete:
-            raise ModelNotFound(f"The model `{model}` does not exist: no engine of `{name}` has the "
-                                f"LoRA adapter `{adapter}`.", param="model")
+            raise UnknownAdapter(f"The model `{model}` does not exist: no engine of `{name}` has the "
+                                 f"LoRA adapter `{adapter}`.", model=name, param="model")
     if adapter is not None:
         return Resolved(name, frozenset((adapter,)), forward)
     if "lora_path" not in doc:
@@ -152,8 +163,8 @@ def resolve(doc: Mapping[str, Any], cat: Catalog, default: str) -> Resolved:
     adapters = _lora_path(doc["lora_path"])
     unknown = sorted(a for a in adapters if a not in cat.adapters)
     if unknown and cat.complete:
-        raise ModelNotFound(f"The LoRA adapter `{unknown[0]}` is not loaded on any engine of `{name}`.",
-                            param="lora_path")
+        raise UnknownAdapter(f"The LoRA adapter `{unknown[0]}` is not loaded on any engine of `{name}`.",
+                             model=name, param="lora_path")
     return Resolved(name, adapters, forward)
 
 

@@ -21,17 +21,27 @@ response ends, :meth:`ResponseObserver.finish` counts per pool:
   at a draft position between reasoning and the tool call (vllm-project/vllm#41493), so
   operators can compare its share per pool.
 
-Cost: per streamed chunk a few byte searches; only events that carry a ``finish_reason`` or a
-``usage`` object are parsed (``orjson``). A partial event at a chunk's end is kept (at most
-:data:`MAX_PENDING_BYTES`) until its end arrives.
+The stream is read by the SSE and JSON grammars (:mod:`router.upstream`: events end with a
+blank line of LF, CRLF or CR line ends; ``data:`` with or without its space, over one or more
+lines; comments and other fields carry nothing), so any valid spelling of an event counts:
+JSON spacing, key order, escapes. Usage is the last ``usage`` object seen, so cumulative
+per-chunk usage (``stream_options.continuous_usage_stats``, sgl-project/sglang#12241) counts
+once, not summed, and a stream cut short counts what was generated until then.
+
+Cost: per streamed chunk two or three byte searches
+(:func:`router.upstream.may_carry_usage`: a non-null ``usage`` may follow its key); only events
+that pass are parsed (``orjson``), and every event only for a request with ``tools`` (its
+endings and output kinds feed the suspect-truncation count). A partial event at a
+chunk's end is kept (at most :data:`MAX_PENDING_BYTES`) until its end arrives.
 """
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from router.upstream import complete_events, event_json, may_carry_usage, next_event
 
 if TYPE_CHECKING:
     from router.metrics import RouterMetrics
@@ -41,11 +51,6 @@ __all__ = ["MAX_PENDING_BYTES", "ResponseObserver", "wants_tools"]
 #: Longest partial SSE event kept between two chunks (bytes); a longer one is dropped unread.
 MAX_PENDING_BYTES = 1 << 20
 
-_CONTENT = re.compile(rb'"content":"[^"]')            # non-empty content (not reasoning_content)
-_REASONING = re.compile(rb'"reasoning_content":"[^"]')
-_TOOL_CALLS = re.compile(rb'"tool_calls":\[\s*\{')
-_FINISH = b'"finish_reason":"'
-_USAGE = b'"usage":{'
 
 
 def wants_tools(doc: dict[str, Any]) -> bool:
@@ -65,6 +70,7 @@ class ResponseObserver:
     __slots__ = (
         "_pending",
         "content",
+        "error",
         "finish_reasons",
         "metrics",
         "reasoning",
@@ -79,40 +85,39 @@ class ResponseObserver:
         self.content = self.reasoning = self.tool_calls = False
         self.finish_reasons: list[str] = []
         self.usage: Any = None
+        #: The last error object an event carried (``{"error": ...}`` without choices), or None.
+        self.error: Any = None
         self._pending = b""
 
     def feed(self, chunk: bytes) -> None:
         """One relayed chunk of an SSE stream (any split)."""
         if not self._pending and chunk.endswith(b"\n\n"):  # whole events (the relay's usual chunk):
-            data, end = chunk, len(chunk) - 2  # nothing to hold back (no rfind, no slice)
+            data, end = chunk, len(chunk)  # nothing to hold back (no search, no slice)
         else:
             data = self._pending + chunk if self._pending else chunk
-            end = data.rfind(b"\n\n")
-            if end < 0:
-                self._pending = data if len(data) <= MAX_PENDING_BYTES else b""
+            end = complete_events(data)
+            rest = data[end:]
+            self._pending = rest if len(rest) <= MAX_PENDING_BYTES else b""
+            if not end:
                 return
-            self._pending = data[end + 2:]
-        if self.tools:  # the whole events are data[:end], searched in place (no copy per chunk)
-            self.content = self.content or _CONTENT.search(data, 0, end) is not None
-            self.reasoning = self.reasoning or _REASONING.search(data, 0, end) is not None
-            self.tool_calls = self.tool_calls or _TOOL_CALLS.search(data, 0, end) is not None
-        if data.find(_FINISH, 0, end) >= 0 or data.find(_USAGE, 0, end) >= 0:
-            for event in data[:end].split(b"\n\n"):
-                if event.find(_FINISH) >= 0 or event.find(_USAGE) >= 0:
-                    self._event(event)
+        if not self.tools and not may_carry_usage(data, end):  # endings matter only with tools
+            return
+        pos = 0
+        while (found := next_event(data, pos)) is not None and found[1] <= end:
+            doc = event_json(data[pos:found[0]])
+            pos = found[1]
+            if doc is not None:
+                self._event(doc)
 
-    def _event(self, event: bytes) -> None:
-        start = event.find(b"data: ")
-        if start < 0:
-            return
-        try:
-            doc = orjson.loads(event[start + 6:])
-        except orjson.JSONDecodeError:
-            return
-        if isinstance(doc, dict):
-            self._choices(doc.get("choices"), "delta")
-            if isinstance(doc.get("usage"), dict):
-                self.usage = doc["usage"]
+    def _event(self, doc: dict[str, Any]) -> None:
+        """One event's JSON object: its choices' endings (and, with tools, output kinds), its
+        usage (the last one counts) and an error."""
+        self._choices(doc.get("choices"), "delta")
+        usage = doc.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        if doc.get("error") is not None and not isinstance(doc.get("choices"), list):
+            self.error = doc["error"]
 
     def _choices(self, choices: Any, key: str) -> None:
         if not isinstance(choices, list):
@@ -124,7 +129,7 @@ class ResponseObserver:
             if isinstance(reason, str):
                 self.finish_reasons.append(reason)
             part = choice.get(key)
-            if key == "message" and isinstance(part, dict):
+            if self.tools and isinstance(part, dict):  # a delta or a whole message
                 self.content = self.content or bool(part.get("content"))
                 self.reasoning = self.reasoning or bool(part.get("reasoning_content"))
                 self.tool_calls = self.tool_calls or bool(part.get("tool_calls"))

@@ -7,7 +7,9 @@ Integers are strict: ``true``, ``"100"`` and ``1.5`` are rejected for ``max_toke
 follow SGLang 0.5.23's ``protocol.py``: text parts are joined into the prompt, non-text parts
 are refused by a text-only model (the default, HTTP 400 ``param: messages``) and bounded per
 part for a model declared multimodal (``model.multimodal``), and ``thinking``/``reasoning``
-parts count zero. The next step, counting the prompt, is :mod:`router.features`.
+parts count zero. A chat's ``input_ids`` replace the rendered conversation (the engine runs the
+ids): they are validated as token ids and counted instead of ``messages``. The next step,
+counting the prompt, is :mod:`router.features`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from router.sampling import VALIDATED_FIELDS as SAMPLING_FIELDS
 from router.sampling import validate_sampling
 
 __all__ = [
+    "CHAT_IDS_FIELD",
     "DROPPED_PARTS",
     "MAX_TOP_LOGPROBS",
     "MEDIA_PARTS",
@@ -34,6 +37,7 @@ __all__ = [
     "parse_chat",
     "parse_completions",
     "prompt_kind",
+    "token_ids",
 ]
 
 Kind = Literal["chat", "completions"]
@@ -55,7 +59,8 @@ class ParsedRequest:
         max_new_tokens: the client's per-sequence budget (tokens) after precedence, or None.
         n: choices per prompt.
         stream: whether the client asked for SSE.
-        param: the field over-length errors name (``messages`` or ``prompt``).
+        param: the field over-length errors name (``messages``, ``prompt``, or ``input_ids``
+            for a chat that carries its prompt as token ids).
         media_tokens: upper bound of the prompt's non-text tokens (the model's per-part
             bounds summed over image/audio/video parts; 0 for text).
     """
@@ -249,14 +254,46 @@ def _check_tools(tools: Any) -> None:
             raise InvalidRequest("each tool needs function.name", param="tools")
 
 
+#: The chat field that carries the prompt as token ids (SGLang 0.5.23's
+#: ``ChatCompletionRequest.input_ids``, sgl-project/sglang#23751): when it is given, the engine
+#: runs exactly those ids and no chat template (``serving_chat``: ``messages`` then only give
+#: stop tokens and tool constraints), so the router counts the ids, as for a completions
+#: token-id prompt.
+CHAT_IDS_FIELD = "input_ids"
+
 #: Every top-level field :func:`router.capabilities.validate` and :func:`validate_sampling`
-#: read; with ``top_logprobs`` and ``tools``, every field :func:`parse_chat` checks besides
-#: ``messages`` and :func:`_common`'s.
-_CHAT_CHECKED = CAPABILITY_FIELDS | SAMPLING_FIELDS | {"top_logprobs", "tools"}
+#: read; with ``top_logprobs``, ``tools`` and ``input_ids``, every field :func:`parse_chat`
+#: checks besides ``messages`` and :func:`_common`'s.
+_CHAT_CHECKED = CAPABILITY_FIELDS | SAMPLING_FIELDS | {"top_logprobs", "tools", CHAT_IDS_FIELD}
+
+
+def token_ids(value: Any) -> bool:
+    """Whether ``value`` is a non-empty list of token ids (JSON integers >= 0; not ``true``,
+    not ``1.0``). The vocabulary bound is the tokenizer's
+    (:meth:`router.features.PromptCounter.render`)."""
+    return isinstance(value, list) and bool(value) and all(type(t) is int and t >= 0 for t in value)
+
+
+def _check_chat_ids(doc: dict[str, Any]) -> bool:
+    """True when the chat carries ``input_ids`` (not null): a non-empty list of token ids.
+
+    Raises:
+        InvalidRequest: ``param: "input_ids"`` for an empty list, a non-list, or an entry that
+            is not an integer >= 0.
+    """
+    ids = doc.get(CHAT_IDS_FIELD)
+    if ids is None:
+        return False
+    if not token_ids(ids):
+        raise InvalidRequest("`input_ids` must be a non-empty array of token ids (integers >= 0)",
+                             param=CHAT_IDS_FIELD)
+    return True
 
 
 def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) -> ParsedRequest:
-    """Validate a ``/v1/chat/completions`` document.
+    """Validate a ``/v1/chat/completions`` document. With ``input_ids`` (:data:`CHAT_IDS_FIELD`)
+    the prompt is those token ids: ``param`` is ``input_ids`` and no media part counts (SGLang
+    passes no image data with them); ``messages`` are still validated (the engine reads them).
 
     Args:
         media: tokens per non-text part by modality (``model.multimodal``); None: the model
@@ -273,6 +310,8 @@ def parse_chat(doc: Any, *, max_n: int, media: Mapping[str, int] | None = None) 
     _check_tools(doc.get("tools"))
     validate_capability_fields(doc)
     validate_sampling(doc)
+    if _check_chat_ids(doc):  # the engine runs the ids, not the rendered messages (nor their media)
+        return ParsedRequest("chat", doc, budget, n, stream, CHAT_IDS_FIELD, 0)
     return ParsedRequest("chat", doc, budget, n, stream, "messages", media_tokens)
 
 
@@ -286,7 +325,7 @@ def prompt_kind(prompt: Any) -> str:
             return "texts"
         if all(type(t) is int and t >= 0 for t in prompt):
             return "ids"
-        if all(isinstance(p, list) and p and all(type(t) is int and t >= 0 for t in p) for p in prompt):
+        if all(token_ids(p) for p in prompt):
             return "id_lists"
     return ""
 

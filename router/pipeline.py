@@ -15,9 +15,12 @@ step              what it does (the status it may answer)
                   model (:class:`router.fleet.Fleet`, :mod:`router.fleet_models`), which
                   every later step uses: that model's body cap (413), ``kind.check_served``
                   with several models (404), ``kind.parse`` (400) and
-                  :func:`router.models.resolve_request` (404 ``model_not_found``)
+                  :func:`router.models.resolve_request` (404 ``model_not_found``; an
+                  unknown adapter after one more read of the engines' lists)
 ``_controls``     the engine priority (:func:`router.admission.resolve_priority`, 400) and the
                   speculation hint (:func:`router.capabilities.speculation_hint`)
+``_engine_fields`` engine-internal fields (:mod:`router.engine_fields`): placement directives
+                  stripped, execution controls refused (400 ``unsupported_parameter``)
 ``size_prompt``   the prompt's tokens, exact or bounded, and the rendered prompt
 ``_features``     :func:`router.policy.request_features` in one call (with the hint and the
                   adapters), :func:`router.sampling.check_min_tokens` (400)
@@ -60,6 +63,7 @@ from router.admission import PRIORITY_FIELD, PRIORITY_HEADER, engine_priority, r
 from router.body import add_fields
 from router.capabilities import HINT_FIELD, HINT_HEADER, speculation_hint, trigger_param
 from router.context import RequestContext, attach
+from router.engine_fields import FIELD_NAMES, apply
 from router.errors import ContextLengthExceeded, InvalidRequest, NoHealthyUpstream
 from router.features import needs_exact
 from router.fleet_models import check_model_body, model_runtime
@@ -72,7 +76,7 @@ from router.intake import (
     read_body,
 )
 from router.learn import observed_prompt_tokens
-from router.models import resolve_request
+from router.models import UnknownAdapter, resolve_request
 from router.policy import Outcome, Reason, over_length_message, request_features
 from router.prefix import chain_for_request
 from router.proxy import ProxyJob, ProxyResponse, Redecision
@@ -150,8 +154,14 @@ async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
     fleet = state.fleet  # this request's models, even if a reload swaps the fleet
     admitted = _admit(request, state, fleet, kind)
     body = await read_body(request, fleet.config.max_request_bytes, admitted.headers)  # 413
-    runtime, doc, parsed, resolved = _model(request, fleet, kind, body, admitted)
+    try:
+        runtime, doc, parsed, resolved = _model(request, fleet, kind, body, admitted)
+    except UnknownAdapter as exc:  # loaded since the last read? look once more (router/engine_reads.py)
+        if exc.model not in fleet.runtimes or not await state.model_refresh.refresh(fleet.runtimes[exc.model]):
+            raise
+        runtime, doc, parsed, resolved = _model(request, fleet, kind, body, admitted)
     priority, hint = _controls(state, runtime, doc, admitted)
+    body, doc = _engine_fields(state, runtime, body, doc, admitted)
     prompt_tokens, lower, rendered = await size_prompt(runtime, parsed, len(body), state.executor)
     features = _features(state, runtime, doc, parsed, prompt_tokens, lower, rendered, resolved, hint, admitted)
     ticket = await _limit(state, runtime, features, admitted) if runtime.config.auth.rate_limits.enabled else None
@@ -236,6 +246,18 @@ def _controls(state: AppState, runtime: Runtime, doc: dict[str, Any],
     state.metrics.priority_requests.inc((priority.source,))
     key_default = auth.speculation_default(authorization) if auth else None
     return priority, speculation_hint(doc, None if hint is None else hint.decode("latin-1"), key_default)
+
+
+def _engine_fields(state: AppState, runtime: Runtime, body: bytes, doc: dict[str, Any],
+                   admitted: Admission) -> tuple[bytes, dict[str, Any]]:
+    """The body and document without a client's engine-internal placement fields, or a 400
+    ``unsupported_parameter`` for an execution control (:func:`router.engine_fields.apply`; a
+    caller in ``auth.engine_fields`` sends its own through)."""
+    if FIELD_NAMES.isdisjoint(doc):  # the usual request: one pass over its top-level keys
+        return body, doc
+    auth, allow = runtime.auth, runtime.config.auth.engine_fields.allow
+    keyed = auth.engine_fields(admitted.authorization) if auth is not None else frozenset()
+    return apply(body, doc, keyed.union(allow), state.metrics.engine_fields.inc)
 
 
 def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], parsed: ParsedRequest,

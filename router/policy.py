@@ -92,7 +92,7 @@ from router.hysteresis import (
     next_saturated,
 )
 from router.learn import context_bucket
-from router.predict import SpeedModel, completion_s
+from router.predict import SpeedModel, completion_s, externality_s
 from router.prefix import PickReason, PrefixRequest, pick_endpoint
 from router.reasons import Reason
 
@@ -125,6 +125,10 @@ class Rules:
             runner-up pool takes the request when predicted at most ``explore_ratio`` times
             slower (reason ``explore``); 0: never (``routing.learning``).
         explore_ratio: the runner-up's largest accepted slowdown.
+        marginal_cost: a decision by prediction ranks the candidates by the request's predicted
+            completion plus what it costs the requests already on the endpoint
+            (:func:`router.predict.externality_s`) instead of its completion alone (an
+            experiment: off in the router's config).
     """
 
     max_context_tokens: int
@@ -133,6 +137,7 @@ class Rules:
     seed: int = 0
     explore_every: int = 0
     explore_ratio: float = 1.5
+    marginal_cost: bool = False
 
 
 class PoolShape(Protocol):
@@ -201,6 +206,9 @@ class PoolSnapshot:
             another one never goes to the pool (:func:`router.checks.lora_adapter`).
         prediction_fallback: the pool's predictions are off (:func:`next_prediction_fallback`):
             a decision among candidates that include it joins the shorter queue.
+        measured: the ``(temperature class, context bucket)`` cells whose predictions for the
+            pool have been checked enough (:meth:`router.prediction_check.PredictionCheck.measured_cells`);
+            None: not tracked (every cell counts as measured).
     """
 
     name: str
@@ -218,6 +226,7 @@ class PoolSnapshot:
     accept_table: Mapping[tuple[str, int], float] | None = None
     adapters: frozenset[str] = frozenset()
     prediction_fallback: bool = False
+    measured: frozenset[tuple[str, int]] | None = None
 
     def accept_length(self, temperature: str, prompt_tokens: int | None = None) -> float | None:
         """tau for a request of this temperature class (and prompt length: its measured cell)."""
@@ -461,6 +470,18 @@ def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str
                         kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
 
 
+def _externality(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
+    """:func:`router.predict.externality_s` of the request on ``endpoint`` of ``pool``."""
+    assert pool.speed is not None
+    e = next(e for e in pool.endpoints if e.url == endpoint)
+    p = features.predicted_prompt_tokens
+    ctx = batch_context(e, p, features.max_new_tokens)
+    return externality_s(pool.speed, batch=e.load + features.n, sequences=features.n,
+                         output_tokens=features.max_new_tokens,
+                         accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
+                         context_tokens=p + features.max_new_tokens / 2 if ctx is None else ctx)
+
+
 def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rules, *,
            exclude: frozenset[str] = frozenset(), tie_break: int = 0,
            prefix: PrefixRequest | None = None) -> Decision:
@@ -529,10 +550,15 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
             pool, endpoint = _shortest_queue(candidates, predicted)
             return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
                             endpoint_reason=why.get(endpoint), basis=pool)
-        order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
+        if rules.marginal_cost:
+            cost = [t + _externality(features, c, url) for (c, url), (_, t) in zip(candidates, predicted, strict=True)]
+            order = sorted(range(len(candidates)), key=lambda i: cost[i])
+        else:
+            order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
         pool, endpoint = candidates[order[0]]
         reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
-        runner = _runner_up(candidates, order, predicted, tie_break, rules)
+        runner = _runner_up(candidates, order, predicted, tie_break, rules,
+                            (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
         if runner is not None:
             pool, endpoint = candidates[runner]
             reason = Reason.EXPLORE
@@ -579,17 +605,24 @@ def _shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]],
 
 
 def _runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
-               predicted: Sequence[tuple[str, float]], tie_break: int, rules: Rules) -> int | None:
+               predicted: Sequence[tuple[str, float]], tie_break: int, rules: Rules,
+               cell: tuple[str, int]) -> int | None:
     """The candidate that explores this request (``rules.explore_every``), or None: on every
     ``explore_every``-th request, the fastest candidate of another pool than the predicted
-    best, when its prediction is at most ``explore_ratio`` times the best's."""
+    best, when its prediction is at most ``explore_ratio`` times the best's, or when its
+    predictions for the request's ``(temperature class, context bucket)`` ``cell`` have not
+    been checked enough (``PoolSnapshot.measured``): a pool believed slow for a kind of
+    request is measured on it again instead of being avoided for good (the share stays at
+    most ``1 / explore_every``)."""
     every = rules.explore_every
     if every <= 0 or tie_break % every != every - 1:
         return None
     best = order[0]
     for i in order[1:]:
-        if candidates[i][0].name != candidates[best][0].name:
-            if predicted[i][1] <= rules.explore_ratio * predicted[best][1]:
+        pool = candidates[i][0]
+        if pool.name != candidates[best][0].name:
+            if predicted[i][1] <= rules.explore_ratio * predicted[best][1] or (
+                    pool.measured is not None and cell not in pool.measured):
                 return i
             return None
     return None

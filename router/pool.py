@@ -26,7 +26,8 @@ class Pool:
     def __init__(self, config: PoolConfig, limit: int, endpoints: Iterable[Endpoint]) -> None:
         self.config = config
         self.name = config.name
-        self.limit = limit
+        self.limit = limit  # followed down to its engines' context (router/engine_limits.py)
+        self.configured_limit = limit  # the config's validated cap (tokens)
         self.reserved = config.reserved_tokens if config.speculative else 0
         self.endpoints: dict[str, Endpoint] = {}
         self.replace_endpoints(endpoints)

@@ -40,6 +40,7 @@ from router.auth import Auth
 from router.bypass import FLAGS
 from router.config import Config, ConfigError, Overrides, RoutingConfig
 from router.endpoint import Endpoint, Lease, LeaseLedger
+from router.engine_limits import LimitChange, SmallEndpoint, follow, too_small
 from router.features import PromptCounter, RequestFeatures, TokensPerByte
 from router.hysteresis import next_prediction_fallback
 from router.learn import (
@@ -143,6 +144,8 @@ class Runtime:
         self._tie = itertools.count()
         self._derived_now = _Derived(None, 0, 0, (0.0, 0, 0.0, 0.0, 0))
         self._snapshot_cache = SnapshotCache()
+        #: endpoints below their pool's context limit (router/engine_limits.py)
+        self._small: tuple[SmallEndpoint, ...] = ()
         self._flips_rules: Rules | None = None
         self._flips: dict[tuple[int | None, int], tuple[int, ...]] = {}
         old: dict[tuple[str, str], Endpoint] = {}
@@ -221,13 +224,16 @@ class Runtime:
         """Advance every pool's prediction-fallback hysteresis
         (:func:`router.hysteresis.next_prediction_fallback` on its median relative error,
         ``routing.learning.check``; the one step that changes it, once per scrape round).
-        Returns ``(pool, new state)`` of the pools whose state changed (each logged)."""
+        Also refreshes each check's :attr:`~router.prediction_check.PredictionCheck.measured`
+        cells (what exploration reads). Returns ``(pool, new state)`` of the pools whose state
+        changed (each logged)."""
         cc = self.routing.learning.check
         changed = []
         for pool in self.pools:
             check = pool.check
             if check is None:
                 continue
+            check.measured = check.measured_cells(now)
             error, checks = check.error(now)
             new = cc.enabled and next_prediction_fallback(check.fallback, error, checks, enter=cc.fallback_enter,
                                                           exit=cc.fallback_exit, min_checks=cc.min_checks)
@@ -552,7 +558,7 @@ class Runtime:
             out.append(self._snapshot_cache.get(
                 p, endpoints, sat, low, greedy, sampled, served - revoked if served is not None and revoked else served,
                 p.canary_mismatch, pool_adapters(p.endpoints.values()) if adapters else _NONE,
-                p.check is not None and p.check.fallback))
+                p.check is not None and p.check.fallback, None if p.check is None else p.check.measured))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
@@ -568,8 +574,19 @@ class Runtime:
                 *self._derived().prefix_tail))
         if features.adapters:  # only endpoints that have the adapters (router.models)
             exclude = exclude | lacking_adapters(self._by_url.values(), features.adapters)
+        if self._small:  # only endpoints whose engine holds the request (router.engine_limits)
+            exclude = exclude | too_small(self._small, features)
         return decide(features, self.snapshots(now, matches, bool(features.adapters)), self.rules, exclude=exclude,
                       tie_break=next(self._tie), prefix=prefix)
+
+    def follow_engine_limits(self) -> list[LimitChange]:
+        """Set the pools' limits from what their engines report (:func:`router.engine_limits.
+        follow`; after each scrape round, on the event loop); a move drops the cached
+        snapshots and flip points, which hold the old limits. Returns the moves."""
+        changes, self._small = follow(p for p, _ in self._generating)
+        if changes:
+            self._snapshot_cache, self._flips_rules = SnapshotCache(), None
+        return changes
 
     def _derived(self) -> _Derived:
         """:class:`_Derived` of the current ``routing``, recomputed only when it is another

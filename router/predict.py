@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SpeedModel", "completion_s", "token_s"]
+__all__ = ["SpeedModel", "completion_s", "externality_s", "token_s"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +119,30 @@ def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_to
     if kv_free_tokens is not None and kv_need_tokens > kv_free_tokens:
         total += (kv_need_tokens - kv_free_tokens) / max(kv_used_tokens, 1) * service
     return total
+
+
+def externality_s(model: SpeedModel, *, batch: int, sequences: int, output_tokens: int,
+                  accept_length: float | None, context_tokens: float) -> float:
+    """Seconds the request adds to the requests already decoding on the endpoint: each of the
+    ``batch - sequences`` others decodes its steps ``token_s(batch) - token_s(batch - sequences)``
+    slower while the request's ``sequences`` share the batch, for about ``output_tokens / 2`` of
+    their tokens (they are halfway through on average). The marginal cost of joining a queue
+    (the social cost the selfish completion time leaves out: a shared server's delay externality,
+    Naor 1969, "The regulation of queue size by levying tolls", Econometrica 37(1)); 0 once the
+    running cap ``R`` is reached (the request waits instead of slowing the others).
+
+    Args:
+        batch: sequences on the endpoint once the request joins (its load + ``sequences``).
+        sequences: the request's sequences (``n``).
+        output_tokens: the request's output budget per sequence (tokens).
+        accept_length: tau of the request's class on a speculative pool (None: plain).
+        context_tokens: the batch's mean context (tokens).
+    """
+    others = batch - sequences
+    cap = model.max_running_requests
+    if others <= 0 or (cap is not None and batch > cap):
+        return 0.0
+    slower = (token_s(model, batch=batch, context=context_tokens, accept_length=accept_length)
+              - token_s(model, batch=others, context=context_tokens, accept_length=accept_length))
+    return others * (output_tokens / 2) * max(0.0, slower)
+

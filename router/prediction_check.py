@@ -32,10 +32,15 @@ from collections.abc import Iterable
 
 from router.learn import bucket_label
 
-__all__ = ["KINDS", "PredictionCheck", "median"]
+__all__ = ["KINDS", "MIN_CELL_CHECKS", "PredictionCheck", "median"]
 
 #: The checked kinds: the whole request, and a stream's first token.
 KINDS = ("completion", "ttft")
+
+#: Recent completion checks a ``(class, bucket)`` cell needs to count as measured
+#: (:meth:`PredictionCheck.measured_cells`): exploration sends a request to a runner-up pool
+#: whose cell for it is not, however slow that pool is predicted there.
+MIN_CELL_CHECKS = 4
 
 
 def median(values: Iterable[float]) -> float | None:
@@ -61,9 +66,11 @@ class PredictionCheck:
         fallback_since: monotonic time (s) the fallback last turned on or off (None: never).
         checked: checks taken per kind since start.
         fallbacks: times the fallback turned on.
+        measured: :meth:`measured_cells` as of the runtime's last scrape round.
     """
 
-    __slots__ = ("_cells", "_pool", "checked", "fallback", "fallback_since", "fallbacks", "max_age_s", "window")
+    __slots__ = ("_cells", "_pool", "checked", "fallback", "fallback_since", "fallbacks", "max_age_s", "measured",
+                 "window")
 
     def __init__(self, window: int = 64, max_age_s: float = 300.0) -> None:
         if window < 1:
@@ -78,6 +85,7 @@ class PredictionCheck:
         self.fallback = False
         self.fallback_since: float | None = None
         self.fallbacks = 0
+        self.measured: frozenset[tuple[str, int]] = frozenset()  # as of the last scrape round (the runtime sets it)
 
     def add(self, kind: str, temperature: str, bucket: int, predicted_s: float, realised_s: float,
             now: float) -> float | None:
@@ -122,6 +130,16 @@ class PredictionCheck:
             if recent:
                 out[key] = (median(abs(e) for e in recent), median(recent), len(recent))
         return out
+
+    def measured_cells(self, now: float) -> frozenset[tuple[str, int]]:
+        """The ``(temperature class, context bucket)`` cells with at least
+        :data:`MIN_CELL_CHECKS` recent completion checks."""
+        horizon = now - self.max_age_s
+        out = []
+        for (kind, cls, bucket), ring in self._cells.items():
+            if kind == "completion" and sum(1 for at, _ in ring if at >= horizon) >= MIN_CELL_CHECKS:
+                out.append((cls, bucket))
+        return frozenset(out)
 
     def status(self, now: float) -> dict[str, object]:
         """What ``/ready`` shows: the fallback state, the completion checks' median relative

@@ -51,7 +51,9 @@ that owns the rest of the request's life. Its contract:
 - **After the first byte**: bytes are relayed as they arrive (``readany``, no re-encoding, no
   compression), whole SSE events at a time (an incomplete trailing event waits for its end);
   never retried; an upstream failure or idle timeout sends one ``data: {"error": ...}`` event
-  and closes; a stream that ends without ``data: [DONE]`` gets the same error event, and
+  and closes (engine silence: ``upstream.idle_timeout_s``, the client's own reads do not count;
+  meanwhile a ``: keep-alive`` comment every ``upstream.stream_keepalive_s``, ``Heartbeat``);
+  a stream that ends without ``data: [DONE]`` gets the same error event, and
   ``[DONE]`` is never invented. An engine-initiated abort after content (a chunk with a
   choice ending ``finish_reason: "abort"``, not an OpenAI value, vllm-project/vllm#57082) is
   not relayed: the content before it is, then one ``data: {"error":{"message":"generation
@@ -103,7 +105,7 @@ from router.errors import (
 )
 from router.proxy_job import ProxyJob, Redecide, Redecision
 from router.spans import end_span
-from router.specstats import strip_body, strip_event
+from router.specstats import strip_body
 from router.transport import (
     ConnectFailed,
     ConnectionBroken,
@@ -114,6 +116,8 @@ from router.transport import (
 from router.upstream import Backpressure as _Backpressure
 from router.upstream import (
     Deadline,
+    Forwarder,
+    Heartbeat,
     IdleWatch,
     body_abort,
     classify_event,
@@ -122,7 +126,6 @@ from router.upstream import (
     next_event,
     retry_after_seconds,
     sse_data,
-    stream_done,
 )
 from router.upstream import Failover as _Failover
 from router.upstream import Stale as _Stale
@@ -465,34 +468,12 @@ class ProxyResponse(Response):
         """Relay whole SSE events as they arrive, starting with ``first`` (module docstring)."""
         job = self.job
         loop = asyncio.get_running_loop()
-        tail = b""
         held = b""  # an incomplete trailing event
         chunk = first
-        ends = job.end_events
-        ended = False
-        observer = job.observer
+        forward = Forwarder(job.end_events, job.observer, job.extra)
         read = resp.content.readany
         watch = IdleWatch(self._up.idle_timeout_s, loop)
-        spec_stats = job.extra.get("spec_stats")
-
-        def forward(data: bytes) -> bytes:  # the bytes to relay (b"": none), noting the end marks
-            nonlocal ended, tail  # (a plain function: no coroutine per relayed chunk)
-            if spec_stats is not None:
-                stripped, tau = strip_event(data)
-                if tau is not None:
-                    job.extra["spec_accept_length"] = tau
-                if spec_stats == "strip":
-                    data = stripped
-                    if not data:
-                        return data
-            if ends is not None and not ended:
-                seen = tail[-32:] + data
-                ended = any(seen.find(e) >= 0 for e in ends)
-            if observer is not None:
-                observer.feed(data)
-            tail = data if len(data) >= 32 else (tail + data)[-32:]  # tail[-32:]: the stream's last 32 bytes
-            return data
-
+        beat = Heartbeat(self._up.stream_keepalive_s, watch)
         try:
             while True:
                 if held:
@@ -512,7 +493,15 @@ class ProxyResponse(Response):
                         return
                     if chunk := forward(chunk):
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                chunk = await read()
+                beat.reading = True
+                try:
+                    chunk = await read()
+                except asyncio.CancelledError:
+                    if not await beat.keep_alive(send):  # not the heartbeat's: the idle timeout, a disconnect
+                        raise
+                    chunk = b""  # a comment went out; the engine's silence goes on
+                    continue
+                beat.reading = False
                 if not chunk:
                     break
                 watch.last = loop.time()
@@ -530,11 +519,10 @@ class ProxyResponse(Response):
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
             return
         finally:
-            watch.close()
+            beat.close()  # and the idle watch
         if held and (held := forward(held)):  # bytes after the last complete event (not SSE): as they are
             await send({"type": "http.response.body", "body": held, "more_body": True})
-        complete = ended if ends is not None else stream_done(tail[-32:])
-        if not complete:
+        if not forward.complete():
             job.outcome = "upstream_truncated"
             await send({"type": "http.response.body", "body": UPSTREAM_FAILED_EVENT, "more_body": False})
             return

@@ -53,7 +53,8 @@ __all__ = ["RESPONSES_END_EVENTS", "check_served", "parse_responses", "responses
 
 #: SSE events that end a complete ``/v1/responses`` stream (SGLang 0.5.23 serving_responses).
 RESPONSES_END_EVENTS = (b"event: response.completed", b"event: response.incomplete",
-                        b"event: response.failed")
+                        b"event: response.failed",  # and without the optional space (SSE grammar)
+                        b"event:response.completed", b"event:response.incomplete", b"event:response.failed")
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})

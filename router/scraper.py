@@ -10,10 +10,15 @@ router's in-flight count stands in). A refused connection is a *dead* failure; a
 *slow* one, which never ejects the last healthy endpoint of a pool (sgl-project/sglang#22511: SGLang's
 ``/health`` stalls during long chunked prefills).
 
-Before a scrape can admit an endpoint (it is not healthy yet), and every
-``scrape.models_interval_s`` while it is, the round also reads the engine's ``/v1/models``
-(:mod:`router.identity`): the model it serves and its LoRA adapters. A failed read changes
-nothing (the last known identity stays).
+Before a scrape can admit an endpoint (it is not healthy yet), every
+``scrape.models_interval_s`` while it is, and in the same round as soon as the engine may be
+another one (:func:`router.identity.recheck_reason`: its ``/metrics`` name another model, another
+context length or KV pool, a counter went back; or the last scrape failed, or the proxy saw its
+connection break: :attr:`Endpoint.recheck`), the round also reads the engine's ``/v1/models``
+and ``/server_info`` (:mod:`router.engine_reads`): the model it serves, its LoRA adapters, its
+context length and KV pool. A failed read changes nothing (the last known identity stays), but
+the ``model_name`` label of every scrape is judged too. After the round the pools' limits
+follow the engines (:meth:`router.pools.Runtime.follow_engine_limits`, from ``on_round``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from router.engine_metrics import EngineLoad, parse_sglang_metrics
-from router.identity import expected_name, parse_model_list
+from router.engine_reads import expected_of, read_identity
+from router.identity import recheck_reason
 from router.tasks import LoopTask
 
 if TYPE_CHECKING:
@@ -49,15 +55,20 @@ class Scraper(LoopTask):
         on_round: called after each round with every model's runtime (metrics, bypass update).
         clock: monotonic clock (seconds).
         on_failure: called with the endpoint after each failed scrape (metrics).
+        on_recheck: called with the endpoint and the trigger (``served_model``,
+            ``context_length``, ``kv_tokens``, ``restart``, ``reconnect``) when a change made
+            the round read its identity again (metrics).
     """
 
     _name = "specgate-scraper"
 
     def __init__(self, session: aiohttp.ClientSession, get_fleet: Callable[[], Fleet],
                  on_round: Callable[[list[Runtime]], None], clock: Callable[[], float] = time.monotonic,
-                 on_failure: Callable[[Endpoint], None] = lambda endpoint: None) -> None:
+                 on_failure: Callable[[Endpoint], None] = lambda endpoint: None,
+                 on_recheck: Callable[[Endpoint, str], None] = lambda endpoint, why: None) -> None:
         self._session = session
         self._on_failure = on_failure
+        self._on_recheck = on_recheck
         self._get_fleet = get_fleet
         self._on_round = on_round
         self._clock = clock
@@ -101,26 +112,16 @@ class Scraper(LoopTask):
             endpoint.record_failure(slow=False, now=self._clock(), reason=str(exc) or type(exc).__name__)
             self._on_failure(endpoint)
             return
-        if endpoint.state != "healthy" or endpoint.models_at is None or (
+        engine = parse_sglang_metrics(text)
+        expected = expected_of(cfg, endpoint)
+        why = endpoint.recheck or recheck_reason(endpoint.engine, engine)
+        if why is not None and endpoint.engine is not None:
+            self._on_recheck(endpoint, why)
+        if why is not None or endpoint.state != "healthy" or endpoint.models_at is None or (
                 self._clock() - endpoint.models_at >= cfg.scrape.models_interval_s):
-            await self._read_models(endpoint, cfg, timeout)
-        endpoint.record_success(parse_sglang_metrics(text), now=self._clock())
-
-    async def _read_models(self, endpoint: Endpoint, cfg: Config, timeout: aiohttp.ClientTimeout) -> None:
-        """Read the engine's ``/v1/models`` into the endpoint (:meth:`Endpoint.record_models`);
-        any failure leaves it as it was."""
-        try:
-            async with self._session.get(endpoint.url + "/v1/models", timeout=timeout,
-                                         headers={"accept-encoding": "identity"}) as resp:
-                body = await resp.read() if resp.status == 200 else None
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            return
-        models = parse_model_list(body) if body is not None else None
-        if models is None:
-            return
-        try:
-            expected = expected_name(cfg, cfg.pool(endpoint.pool))
-        except KeyError:  # the pool left the config in a reload
-            return
-        endpoint.record_models(models, expected, self._clock())
-
+            read, restarted = await read_identity(self._session, endpoint, expected, timeout, self._clock)
+            if restarted:
+                self._on_recheck(endpoint, "restart")
+            endpoint.recheck = None if read else why  # an unread change is read again next round
+        endpoint.record_success(engine, now=self._clock())
+        endpoint.record_labels(engine, expected)

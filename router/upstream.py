@@ -9,11 +9,15 @@
   when a connection breaks.
 - :func:`classify_event`: what one SSE event says before any content was relayed (the proxy
   holds the status line until the first content event; sgl-project/sglang#28175).
-- :func:`find_abort`, :func:`body_abort`, :func:`stream_done`, :func:`sse_data`: the engine's
-  stream and body read by the SSE and JSON grammars, not by one serializer's bytes (any JSON
-  spacing, ``data:`` with or without its space).
+- :func:`find_abort`, :func:`body_abort`, :func:`stream_done`, :func:`sse_data`,
+  :func:`event_json`, :func:`may_carry_usage`: the engine's stream and body read by the SSE and
+  JSON grammars, not by one serializer's bytes (any JSON spacing, key order or escaping,
+  ``data:`` with or without its space, LF/CRLF/CR line ends, comments); the one reader of
+  usage, finish reasons and errors (:mod:`router.observe` reads usage with it).
 - :func:`retry_after_seconds`: an engine's ``Retry-After`` (delta-seconds) as an int.
-- :class:`IdleWatch`: the between-chunks idle timer of a relayed stream.
+- :class:`IdleWatch`: the between-chunks idle timer of a relayed stream; :class:`Heartbeat`:
+  the keep-alive comments written to the client while the engine is silent;
+  :class:`Forwarder`: what the relay notes of each forwarded chunk.
 - :class:`Deadline`: the first-byte / whole-body deadline of one attempt (``asyncio.timeout_at``
   without its two coroutines per use).
 - :func:`abort_request`: SGLang's ``POST /abort_request`` for a list of engine request ids.
@@ -26,12 +30,14 @@ import contextlib
 import contextvars
 import re
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Self
 
 import aiohttp
 import orjson
 
 from router.errors import SpecgateError
+from router.specstats import strip_event
 
 if TYPE_CHECKING:
     from aiohttp.client_proto import ResponseHandler
@@ -40,10 +46,13 @@ if TYPE_CHECKING:
     from aiohttp.tracing import Trace
 
 __all__ = [
+    "KEEPALIVE_EVENT",
     "Backpressure",
     "ConnTrace",
     "Deadline",
     "Failover",
+    "Forwarder",
+    "Heartbeat",
     "IdleWatch",
     "ReuseMarkingConnector",
     "Stale",
@@ -51,7 +60,9 @@ __all__ = [
     "body_abort",
     "classify_event",
     "complete_events",
+    "event_json",
     "find_abort",
+    "may_carry_usage",
     "next_event",
     "retry_after_seconds",
     "sse_data",
@@ -152,6 +163,26 @@ def _json_object(data: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def event_json(event: bytes) -> dict[str, Any] | None:
+    """The JSON object one SSE event (without its blank line) carries in its data, else None
+    (a comment, another field only, ``[DONE]``, anything not a JSON object)."""
+    data = sse_data(event)
+    return None if data is None else _json_object(data)
+
+
+def may_carry_usage(data: bytes, end: int) -> bool:
+    """False only when ``data[:end]`` cannot hold a non-null ``usage`` member in any JSON
+    spelling (``"usage": {`` as well as ``"usage":{``; a key written with a ``\\u`` escape is
+    let through), so only chunks that may carry one are parsed. SGLang writes ``"usage":null``
+    in every chunk: that one does not pass. Two or three byte searches per relayed chunk."""
+    at = data.find(b'usage"', 0, end)
+    while at >= 0:
+        if not data.startswith(b":null", at + 6):
+            return True
+        at = data.find(b'usage"', at + 6, end)
+    return data.find(b"\\u", 0, end) >= 0
+
+
 def _has_content(choice: dict[str, Any]) -> bool:
     """Whether one choice (a stream chunk's or a whole response's) carries generated output."""
     if choice.get("text"):
@@ -167,12 +198,16 @@ def _has_content(choice: dict[str, Any]) -> bool:
 
 def classify_event(event: bytes) -> str:
     """What one SSE event (without its blank line) says before any content was relayed:
-    ``"content"`` (commit the response: content, a non-abort finish, ``[DONE]``, or anything
-    not a JSON object), ``"error"`` (an error event: an object with ``error`` and no
+    ``"content"`` (commit the response: content, a non-abort finish, ``[DONE]``, or data that
+    is not a JSON object), ``"error"`` (an error event: an object with ``error`` and no
     ``choices``), ``"abort"`` (``finish_reason: "abort"``) or ``"skip"`` (no content yet: the
-    role chunk, a usage chunk). Read by the SSE and JSON grammars, any spacing."""
+    role chunk, a usage chunk, an event without data such as a ``: keep-alive`` comment or
+    ``event:``/``id:``/``retry:`` fields alone, which the SSE grammar dispatches as nothing).
+    Read by the SSE and JSON grammars, any spacing."""
     data = sse_data(event)
-    doc = None if data is None else _json_object(data)
+    if data is None:  # a comment (": keep-alive") or event:/id:/retry: only: no content yet
+        return "skip"
+    doc = _json_object(data)
     if doc is None:
         return "content"
     choices = doc.get("choices")
@@ -286,6 +321,115 @@ class IdleWatch:
 
     def close(self) -> None:
         self.handle.cancel()
+
+
+#: Written to the client while the engine is silent mid-stream (``upstream.stream_keepalive_s``):
+#: an SSE comment, which SSE clients skip (WHATWG HTML, "Server-sent events").
+KEEPALIVE_EVENT = b": keep-alive\n\n"
+
+
+class Heartbeat:
+    """Marks a relayed stream's silence: ``due`` once the relay has waited ``interval``
+    seconds on the engine since the client last got a byte (an engine chunk, ``watch.last``,
+    or the previous comment), and then cancels the relay's task, whose handler calls
+    :meth:`keep_alive` to write an SSE comment (:data:`KEEPALIVE_EVENT`) and reads on. It
+    cancels only while the relay waits on the engine (:attr:`reading`, set around the read),
+    never during a write to the client (a client that reads slowly is not silence), and never
+    after the idle watch fired, which still counts the engine's silence alone. One timer per
+    silent period, as :class:`IdleWatch`; nothing per relayed chunk but the ``reading`` flag.
+    ``interval`` 0: never due (no timer).
+
+    A comment every 15 s is what the WHATWG HTML SSE section suggests against proxies that
+    close idle connections (nginx's ``proxy_read_timeout`` and cloud load balancers: 60 s).
+    """
+
+    __slots__ = ("due", "handle", "interval", "reading", "sent", "watch")
+
+    def __init__(self, interval: float, watch: IdleWatch) -> None:
+        self.watch = watch
+        self.interval = interval
+        self.due = self.reading = False
+        self.sent = watch.last
+        self.handle = watch.loop.call_at(self.sent + interval, self._check) if interval > 0 else None
+
+    def _check(self) -> None:
+        watch = self.watch
+        now = watch.loop.time()
+        at = max(watch.last, self.sent) + self.interval
+        if now < at:
+            self.handle = watch.loop.call_at(at, self._check)
+        elif not self.reading or watch.fired:
+            self.handle = watch.loop.call_at(now + self.interval, self._check)
+        else:
+            self.due = True
+            watch.task.cancel()
+
+    async def keep_alive(self, send: Callable[[Any], Awaitable[None]]) -> bool:
+        """In the relay's ``except CancelledError`` around its read: False when the
+        cancellation is not this heartbeat's alone (re-raise it: the idle timeout, a client
+        disconnect); else withdraw it, write the comment with ``send`` (the client's ASGI
+        send), re-arm and return True. Only ever after the status line went out."""
+        self.reading = False
+        if not self.due:
+            return False
+        self.due = False
+        if self.watch.task.uncancel() > 0 or self.watch.fired:  # another cancellation is pending
+            return False
+        await send({"type": "http.response.body", "body": KEEPALIVE_EVENT, "more_body": True})
+        self.sent = self.watch.loop.time()
+        self.handle = self.watch.loop.call_at(self.sent + self.interval, self._check)
+        return True
+
+    def close(self) -> None:
+        """Stop this timer and the idle watch's."""
+        if self.handle is not None:
+            self.handle.cancel()
+        self.watch.close()
+
+
+class Forwarder:
+    """What the relay notes of each chunk it forwards (:meth:`__call__`, a plain call: no
+    coroutine per relayed chunk): the speculative statistics read and, when the router asked
+    for them, cut out (:mod:`router.specstats`), the response observer fed, and the stream's
+    last 32 bytes kept for its end (``[DONE]``, or one of ``ends``).
+
+    Args:
+        ends: the kind's end events (None: ``data: [DONE]``).
+        observer: the response's :class:`router.observe.ResponseObserver`, or None.
+        extra: the job's ``extra`` (``spec_stats``: ``strip``/``read``/None; the accept
+            length is written back as ``spec_accept_length``).
+    """
+
+    __slots__ = ("ended", "ends", "extra", "observer", "spec_stats", "tail")
+
+    def __init__(self, ends: tuple[bytes, ...] | None, observer: Any, extra: dict[str, Any]) -> None:
+        self.ends, self.observer, self.extra = ends, observer, extra
+        self.spec_stats = extra.get("spec_stats")
+        self.ended = False
+        self.tail = b""
+
+    def __call__(self, data: bytes) -> bytes:
+        """The bytes to relay of ``data`` (b"": none)."""
+        if self.spec_stats is not None:
+            stripped, tau = strip_event(data)
+            if tau is not None:
+                self.extra["spec_accept_length"] = tau
+            if self.spec_stats == "strip":
+                data = stripped
+                if not data:
+                    return data
+        tail = self.tail
+        if self.ends is not None and not self.ended:
+            seen = tail[-32:] + data
+            self.ended = any(seen.find(e) >= 0 for e in self.ends)
+        if self.observer is not None:
+            self.observer.feed(data)
+        self.tail = data if len(data) >= 32 else (tail + data)[-32:]  # the stream's last 32 bytes
+        return data
+
+    def complete(self) -> bool:
+        """Whether the stream forwarded so far ended as a complete one."""
+        return self.ended if self.ends is not None else stream_done(self.tail[-32:])
 
 
 class Deadline:

@@ -22,7 +22,9 @@ Endpoints (SGLang's): ``POST /v1/chat/completions``, ``POST /v1/completions``, `
 ``GET /metrics``, ``GET /v1/loads``, ``POST /abort_request``, ``GET|POST /flush_cache``.
 Control API (the fake's own, never logged as traffic): ``POST /_fake/script``,
 ``GET /_fake/requests``, ``POST /_fake/reset``, ``POST /_fake/health``, ``POST /_fake/metrics``,
-``GET /_fake/state``; see ``Behaviour`` and ``FakeState`` for their bodies.
+``GET /_fake/state``, ``POST /_fake/relaunch`` (other launch flags on the same address, as a
+restarted engine or told at run time: ``FakeServer.relaunch``); see ``Behaviour`` and
+``FakeState`` for their bodies.
 
 Generation (deterministic): choice ``j`` of a request emits token ``i`` as the text ``tok{i}``
 (with a leading space for ``i > 0``), so the output text is ``"tok0 tok1 ... tok{C-1}"`` and its
@@ -49,7 +51,9 @@ Prompt tokens ``P``:
   ``apply_chat_template(messages, tokenize=False, add_generation_prompt=True, tools=tools)`` and
   encodes it with ``add_special_tokens=False`` (SGLang's render-then-encode path); completions
   encode the prompt with the tokenizer's defaults (BOS included), token-id prompts count
-  ``len(ids)``. A tokenizer without a chat template falls back to the simple chat count below.
+  ``len(ids)``; a chat with ``input_ids`` counts ``len(input_ids)`` and renders no template
+  (SGLang 0.5.23's ``serving_chat``: the engine runs exactly those ids), with or without a
+  tokenizer. A tokenizer without a chat template falls back to the simple chat count below.
 - Without a tokenizer (the default, documented simple count): a text costs one token per
   whitespace-separated word (``len(text.split())``). A chat costs, per message, 1 (role marker)
   + the words of its content (a list of parts: the text parts joined by spaces; ``null``: 0)

@@ -2,8 +2,10 @@
 
 Bodies: ``/_fake/script`` takes ``Behaviour`` objects (one, a list, or
 ``{"behaviours": [...]}``); ``/_fake/health`` ``{"status": int|null, "delay_s": float|null}``;
-``/_fake/metrics`` the override keys listed in ``c_metrics`` (null removes one). A malformed
-body answers 400 ``{"error": message}``. These requests are never logged as traffic.
+``/_fake/metrics`` the override keys listed in ``c_metrics`` (null removes one);
+``/_fake/relaunch`` ``{"flags": {<FakeConfig field>: value, ...}, "restart": bool}``
+(``FakeState.relaunch``: the same address relaunched with other flags, or told them at run
+time). A malformed body answers 400 ``{"error": message}``. These requests are never logged as traffic.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from starlette.responses import Response
 
 from serving.fake_sglang.behaviour import Behaviour
 from serving.fake_sglang.errors import json_response
+from serving.fake_sglang.faults import CYCLE_KEY
 from serving.fake_sglang.metrics import GAUGES
 from serving.fake_sglang.state import FakeState
 
-__all__ = ["c_health", "c_metrics", "c_requests", "c_reset", "c_script", "c_state"]
+__all__ = ["c_health", "c_metrics", "c_relaunch", "c_requests", "c_reset", "c_script", "c_state"]
 
 
 async def c_script(state: FakeState, request: Request) -> Response:
@@ -100,6 +103,25 @@ async def c_metrics(state: FakeState, request: Request) -> Response:
         else:
             state.metrics_override[k] = v
     return json_response({"metrics": state.metrics_override})
+
+
+async def c_relaunch(state: FakeState, request: Request) -> Response:
+    """POST ``/_fake/relaunch``: new launch flags, with or without a restart; 200 ``{"config":
+    {...}}`` (the new flags)."""
+    try:
+        data = orjson.loads(await request.body() or b"{}")
+        if not isinstance(data, dict) or set(data) - {"flags", "restart"} or not isinstance(
+                data.get("flags", {}), dict) or not isinstance(data.get("restart", True), bool):
+            raise TypeError('expected {"flags": {...}, "restart": bool}')
+        flags = dict(data.get("flags", {}))
+        if isinstance(flags.get("lora_paths"), list):
+            flags["lora_paths"] = tuple(flags["lora_paths"])
+        cycle = request.scope.get(CYCLE_KEY)
+        new = state.relaunch(flags, restart=data.get("restart", True),
+                             keep=getattr(cycle, "transport", None))
+    except (ValueError, TypeError, orjson.JSONDecodeError) as e:
+        return json_response({"error": str(e)}, 400)
+    return json_response({"config": asdict(new)})
 
 
 async def c_state(state: FakeState, request: Request) -> Response:

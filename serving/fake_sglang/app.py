@@ -169,6 +169,7 @@ _CONTROL = (
     ("/_fake/health", admin.c_health, ("POST",)),
     ("/_fake/metrics", admin.c_metrics, ("POST",)),
     ("/_fake/state", admin.c_state, ("GET",)),
+    ("/_fake/relaunch", admin.c_relaunch, ("POST",)),
 )
 
 

@@ -197,7 +197,15 @@ async def parse_chat(
             f"This model supports at most {cfg.context_length} completion tokens."
         )
     tools = body.get("tools")
-    if state.counter.tokenizer is not None:
+    ids = body.get("input_ids")
+    if ids is not None:  # SGLang 0.5.23 runs these ids and skips the chat template (serving_chat)
+        if not isinstance(ids, list) or not all(type(t) is int for t in ids):
+            raise ClientError(
+                "1 validation error: input_ids: Input should be a valid list of integers",
+                "Bad Request",
+            )
+        p = len(ids)
+    elif state.counter.tokenizer is not None:
         p = await asyncio.to_thread(state.counter.chat, messages, tools)
     else:
         p = state.counter.chat(messages, tools)
@@ -207,7 +215,7 @@ async def parse_chat(
         state, entry, "/v1/chat/completions", body, rids, [p] * len(rids), n, limit, behaviour
     )
     if state.prefix_cache is not None:
-        job.cache_units = [state.counter.chat_units(messages, tools)]
+        job.cache_units = [list(ids) if ids is not None else state.counter.chat_units(messages, tools)]
     return job, [p]
 
 

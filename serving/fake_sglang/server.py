@@ -137,6 +137,13 @@ class FakeServer:
         parsed = [b if isinstance(b, Behaviour) else Behaviour.from_dict(b) for b in behaviours]
         return int(self.call(lambda st: st.script(parsed)))
 
+    def relaunch(self, *, restart: bool = True, **flags: Any) -> FakeConfig:
+        """``FakeState.relaunch`` on the server loop: the same address with other launch flags
+        (``restart``: as a new process, every connection reset); returns the new config."""
+        new: FakeConfig = self.call(lambda st: st.relaunch(flags, restart=restart))
+        self.config = new
+        return new
+
     def requests(self, path: str | None = None) -> dict[str, Any]:
         """The access log (see ``FakeState.requests``)."""
         return dict(self.call(lambda st: st.requests(path)))

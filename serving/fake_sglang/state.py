@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import struct
 import time
 import weakref
 from collections import deque
@@ -136,6 +138,41 @@ class FakeState:
         self.num_requests_total = {"false": 0, "true": 0}
         self.num_aborted_requests_total = 0
         self.flushes = 0
+
+    #: FakeConfig fields read only when the app is built (a relaunch cannot change them)
+    BUILT_FROM = frozenset(("tokenizer_path", "max_log_entries", "prefix_cache_tokens"))
+
+    def relaunch(self, changes: dict[str, Any], *, restart: bool, keep: Any = None) -> FakeConfig:
+        """Change the server's launch flags (``FakeConfig`` fields) and return the new config.
+
+        ``restart=False`` changes them in place, like an engine told at run time (e.g. an
+        adapter loaded through ``/load_lora_adapter``: ``lora_paths``). ``restart=True`` is a
+        new process on the same address, as seen from outside: every open connection but
+        ``keep`` (a uvicorn transport) is reset, the counters, log, script queue and overrides
+        start empty (:meth:`reset`) and ``/server_info``'s ``startup_time`` is new.
+
+        Raises:
+            ValueError: an unknown field, one in :attr:`BUILT_FROM`, or an invalid value.
+        """
+        fixed = set(changes) & self.BUILT_FROM
+        if fixed:
+            raise ValueError(f"fields fixed when the app is built: {sorted(fixed)}")
+        try:
+            new = replace(self.launch_config, **changes)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+        self.launch_config = self.config = new
+        if restart:
+            for transport in list(self.connections):
+                if transport is not keep:
+                    sock = transport.get_extra_info("socket")
+                    if sock is not None:
+                        with contextlib.suppress(OSError):
+                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    transport.abort()
+            self.reset()
+            self.started = time.time()
+        return new
 
     def requests(self, path: str | None = None) -> dict[str, Any]:
         """The access log: ``{"requests": [...], "aborts": [...], "disconnects": [...]}``."""

@@ -94,7 +94,7 @@ class StepGauges:
 
 class StepEngine(Protocol):
     """What the fake needs from a step engine (``loadtests.dayhttp.DayStepEngine`` wraps the day
-    simulator's engine)."""
+    simulator's engine, ``loadtests.sglang_sched.SglangStepEngine`` SGLang's scheduler)."""
 
     speculative: bool
 

@@ -174,6 +174,21 @@ def test_chat_non_streaming_shape_and_usage(backend: Backend) -> None:
     }
 
 
+def test_chat_input_ids_replace_the_rendered_messages(backend: Backend) -> None:
+    """SGLang 0.5.23's chat ``input_ids`` (sgl-project/sglang#23751): the engine runs exactly
+    those ids, so ``usage.prompt_tokens`` is their count, whatever ``messages`` say; and its own
+    length check counts the ids."""
+    ids = [10 + i % 50 for i in range(40)]
+    with backend.client() as c:
+        r = c.post("/v1/chat/completions", json=_chat(backend, messages=_msgs("hi"), max_tokens=4, input_ids=ids))
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == 40
+        over = [10] * backend.context_length
+        r = c.post("/v1/chat/completions", json=_chat(backend, messages=_msgs("hi"), max_tokens=4, input_ids=over))
+    assert r.status_code == 400
+    assert "longer than the model's context length" in r.json()["message"]
+
+
 def test_chat_rid_becomes_response_id(backend: Backend) -> None:
     rid = f"contract-{uuid.uuid4().hex}"
     with backend.client() as c:

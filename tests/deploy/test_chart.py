@@ -47,6 +47,7 @@ def test_rendered_objects_validate_against_kubernetes_schemas(name: str) -> None
         "lws": ["LeaderWorkerSet/sg-specgate-pool-spec"],
         "static-endpoints": [],
         "two-models": [],
+        "planner": [],
     }[name]
     assert k8s.validate_k8s(objects) == expected_crds
 
@@ -170,6 +171,7 @@ def test_default_router_config_is_exact() -> None:
             "first_byte_timeout_s": 60.0,
             "first_byte_s_per_1k_tokens": 1.0,
             "idle_timeout_s": 120.0,
+            "stream_keepalive_s": 15.0,
             "nonstream_timeout_s": 600.0,
             "max_connections": 4096,
             "max_attempts": 3,
@@ -186,6 +188,7 @@ def test_default_router_config_is_exact() -> None:
         "tracing": {"enabled": False, "endpoint": "http://otel-collector:4318/v1/traces", "sampler_ratio": 1.0,
                     "service_name": "specgate-router", "resource_attributes": {}, "forward_baggage": False,
                     "export_timeout_s": 10.0},
+        "planner": {"window_requests": 4096, "window_s": 900},
         "canary": {
             "enabled": False, "interval_s": 300.0, "check_s": 1.0, "max_tokens": 32, "timeout_s": 60.0,
             "prompts": ["Count from one to twenty in words, separated by commas.",
@@ -291,14 +294,16 @@ def _config_defaults() -> dict:
     from router.config import AuthConfig, CanaryConfig, Config, RoutingConfig
 
     fields = Config.model_fields
-    out = {name: fields[name].default.model_dump(mode="json") for name in ("scrape", "health", "upstream", "server")}
+    out = {name: fields[name].default.model_dump(mode="json")
+           for name in ("scrape", "health", "upstream", "server", "planner")}
     routing = RoutingConfig.model_fields
     out["routing"] = {k: routing[k].default.model_dump(mode="json") if hasattr(routing[k].default, "model_dump")
                       else routing[k].default for k in ("acceptance", "min_flip_interval_s", "seed", "prefix_cache")}
     out["canary"] = CanaryConfig().model_dump(mode="json")
     out["auth"] = {"speculation_defaults": AuthConfig().speculation_defaults,
                    "priority": AuthConfig().priority.model_dump(mode="json"),
-                   "rate_limits": AuthConfig().rate_limits.model_dump(mode="json")}
+                   "rate_limits": AuthConfig().rate_limits.model_dump(mode="json"),
+                   "engine_fields": AuthConfig().engine_fields.model_dump(mode="json")}
     return out
 
 

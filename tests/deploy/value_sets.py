@@ -79,4 +79,7 @@ VALUE_SETS = {
     "lws": k8s.values_file("lws-values.yaml"),
     "static-endpoints": k8s.values_file("static-endpoints-values.yaml"),
     "two-models": k8s.values_file("two-models-values.yaml"),
+    # the pool planner's Deployment (tests/deploy/test_chart_planner.py has the details)
+    "planner": {"planner": {"enabled": True}, "router": {"replicas": 1, "autoscaling": {"enabled": False}},
+                "auth": {"adminApiKeys": {"devKeys": ["adm-1"]}}},
 }

@@ -80,3 +80,28 @@ def test_day_benchmark_quick_run_of_a_shift_day(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, str(root / "benchmarks" / "day.py"), "--families", "nope", "--out",
                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "unknown engine family 'nope'" in bad.stderr
+
+
+def test_calibrate_split_replays_one_target_of_a_load_test(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def row(target: str, phase: str, rep: int, i: int) -> dict:
+        return {"target": target, "bucket": "64-128", "load": 1.0, "phase": phase, "rep": rep, "index": i,
+                "t_start": 0.1 * i, "e2e_s": 0.08, "ttft_s": 0.01, "tpot_s": 0.005, "prompt_tokens": 100,
+                "output_tokens": 16, "max_tokens": 16, "error": None, "temperature": 0.0}
+
+    rows = [row(t, phase, rep, i) for rep in range(2) for t in ("spec", "plain", "router")
+            for phase in ("warmup", "measure") for i in range(4)]
+    log = tmp_path / "requests.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert specgate(["calibrate-split", "--day", str(log), "--engines", "2", "--no-predict"]) == 0
+    out, err = capsys.readouterr()
+    # two runs of 4 requests, each 0.38 s long (0.3 + 0.08), laid end to end
+    assert ("day: target 'router' of the load test: 8 measured requests of 2 runs, laid end to end at the times "
+            "its loop sent them (0.8 s); left out: 8 warmup, 32 other targets") in err
+    assert "no --report: the targets' engines are unknown" in err
+    assert out.startswith("goodput/s: requests per second of the day (first to last arrival, 0.7 s) finishing "
+                          "with TTFT <= 5 s and TPOT <= 0.035 s\n")
+    assert specgate(["calibrate-split", "--day", str(log), "--target", "spec", "--no-predict",
+                     "--tpot-slo-s", "0.01"]) == 0
+    assert "TPOT <= 0.01 s" in capsys.readouterr().out
+    assert specgate(["calibrate-split", "--day", str(log), "--target", "nope"]) == 2
+    assert "target 'nope' is not in the load test (targets: spec, plain, router)" in capsys.readouterr().err

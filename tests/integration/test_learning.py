@@ -74,6 +74,11 @@ def test_finished_requests_feed_the_fits(stack):
     assert ready["spec"]["speed_model"]["accept_length"] == {"greedy/le_1024": 2.5}
     assert ready["plain"]["speed_model"]["observations"] == 1
     assert ready["plain"]["speed_model"]["error"] is not None
+    check = ready["spec"]["accept_length_check"]["greedy"]
+    assert (check["learned"], check["cells"]) == (2.5, {"le_1024": 2.5})
+    assert check["relative_error"] == (None if check["gauge"] is None else round((2.5 - check["gauge"]) / check["gauge"], 4))
+    assert ready["spec"]["accept_length_check"]["sampled"]["learned"] is None
+    assert ready["plain"]["accept_length_check"] is None
     text = stack.client.get("/metrics").text  # the learning series are set when /metrics is read
     assert 'specgate_speed_model_observations{pool="spec"} 3.0' in text.splitlines()
     assert 'specgate_accept_length_learned{bucket="le_1024",class="greedy",pool="spec"} 2.5' in text.splitlines()

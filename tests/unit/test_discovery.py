@@ -178,7 +178,9 @@ def test_endpoint_states_count_draining_first(tmp_path: Path) -> None:
     lease = a.lease()
     rt.set_discovered("spec", [B, C])
     assert endpoint_states(rt.pools[0].endpoints.values()) == {
-        "healthy": 0, "unknown": 1, "unhealthy": 1, "draining": 1, "warming": 0}
+        "healthy": 0, "unknown": 1, "unhealthy": 1, "draining": 1, "warming": 0,
+        "identity_mismatch": 0}
     lease.release()
     assert endpoint_states(rt.pools[0].endpoints.values()) == {
-        "healthy": 0, "unknown": 1, "unhealthy": 1, "draining": 0, "warming": 0}
+        "healthy": 0, "unknown": 1, "unhealthy": 1, "draining": 0, "warming": 0,
+        "identity_mismatch": 0}

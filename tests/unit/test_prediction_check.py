@@ -207,3 +207,53 @@ def test_check_disabled_never_falls_back():
 def test_bad_check_settings_are_refused(check, match):
     with pytest.raises(ConfigError, match=match):
         _runtime(check)
+
+
+def test_exploration_measures_a_runner_up_whose_cell_is_unmeasured_however_slow_it_looks():
+    rules = replace(RULES, explore_every=4, explore_ratio=1.5)
+    f = RequestFeatures(prompt_tokens=100, max_new_tokens=100, temperature_class="greedy")
+    spec, plain = _pools(0, 0)
+    plain = replace(plain, speed=replace(MODEL, decode_s_per_token=0.2))  # predicted 10x+ slower: never explored
+    assert decide(f, (spec, replace(plain, measured=frozenset({("greedy", 0)}))), rules, tie_break=3).pool == "spec"
+    assert decide(f, (spec, plain), rules, tie_break=3).pool == "spec"  # untracked (None): as before
+    # its (greedy, le_1024) cell has not been checked enough: the 4th decision explores it
+    unmeasured = replace(plain, measured=frozenset({("sampled", 0), ("greedy", 1)}))
+    got = [decide(f, (spec, unmeasured), rules, tie_break=i) for i in range(8)]
+    assert [(d.pool, d.reason) for d in got] == ([("spec", Reason.SPECULATIVE)] * 3 + [("plain", Reason.EXPLORE)]) * 2
+
+
+def test_the_runtime_marks_cells_measured_at_the_scrape_round():
+    rt = _runtime()
+    f = RequestFeatures(prompt_tokens=200, max_new_tokens=100, temperature_class="greedy")
+    d = rt.decide(f, 2.0)
+    for i in range(3):
+        rt.check_prediction(d, f, output_tokens=100, duration_s=1.0, ttfb_s=None, now=2.0 + i)
+    rt.advance_checks(5.0)
+    pool = rt.pool(d.pool)
+    assert pool.check.measured == frozenset()
+    rt.check_prediction(d, f, output_tokens=100, duration_s=1.0, ttfb_s=None, now=5.0)
+    assert pool.check.measured == frozenset()  # read at the scrape round only
+    rt.advance_checks(5.5)
+    assert pool.check.measured == frozenset({("greedy", 0)})
+    assert next(s for s in rt.snapshots(5.5) if s.name == d.pool).measured == frozenset({("greedy", 0)})
+
+
+def test_externality_is_what_the_others_lose_while_the_request_shares_their_batch():
+    from router.predict import externality_s, token_s
+
+    m = replace(MODEL, batch_knee=8.0)
+    slower = token_s(m, batch=4, context=600, accept_length=None) - token_s(m, batch=3, context=600, accept_length=None)
+    assert externality_s(m, batch=4, sequences=1, output_tokens=100, accept_length=None,
+                         context_tokens=600) == pytest.approx(3 * 50 * slower)
+    assert externality_s(m, batch=1, sequences=1, output_tokens=100, accept_length=None, context_tokens=600) == 0.0
+    capped = replace(m, max_running_requests=3)  # the request waits: the running ones are not slowed
+    assert externality_s(capped, batch=4, sequences=1, output_tokens=100, accept_length=None,
+                         context_tokens=600) == 0.0
+    # on a busy plain endpoint the request's own time is shorter, but with its cost to the others
+    # the decision ranks the idle speculative endpoint first
+    f = RequestFeatures(prompt_tokens=100, max_new_tokens=200, temperature_class="sampled")
+    spec = PoolSnapshot("spec", True, 4096, 4, (EndpointSnapshot("http://s", True, 0),),
+                        speed=replace(m, gamma=4, c=0.05), accept_length_sampled=1.3)
+    plain = PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, 2),), speed=m)
+    assert decide(f, (spec, plain), RULES).pool == "plain"
+    assert decide(f, (spec, plain), replace(RULES, marginal_cost=True)).pool == "spec"

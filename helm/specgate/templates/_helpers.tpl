@@ -206,6 +206,7 @@ One model: top-level model, limits, routing and pools, as values give them. Seve
   "server" $server
   "canary" .Values.canary
   "tracing" .Values.tracing
+  "planner" (pick .Values.planner "window_requests" "window_s")
   "state" (include "specgate.stateConfig" . | fromYaml) }}
 {{- if (index $ms.models 0).multi }}
 {{- $_ := set $cfg "models" $entries }}
@@ -232,6 +233,11 @@ One model: top-level model, limits, routing and pools, as values give them. Seve
 {{- with .Values.auth.rate_limits }}
 {{- if or .keys (not (kindIs "invalid" .default)) }}
 {{- $_ := set $auth "rate_limits" . }}
+{{- end }}
+{{- end }}
+{{- with .Values.auth.engine_fields }}
+{{- if or .allow .keys }}
+{{- $_ := set $auth "engine_fields" . }}
 {{- end }}
 {{- end }}
 {{- if $auth }}
@@ -541,3 +547,107 @@ router.shutdownMarginSeconds, rounded up to whole seconds (router/drain.py).
 {{- ceil (addf $listen $timeout $abort (float64 .Values.router.shutdownMarginSeconds)) | int64 -}}
 {{- end }}
 
+
+{{/*
+What `specgate plan` sizes (planner.enabled), as YAML: model (the model's name), speculativePool
+and plainPool (pool names), speculativeDeployment and plainDeployment (their Deployments), engines
+(N) and the floors. The model is planner.model, else the release's one model; each pool is the one
+named, else the model's only candidate of its kind: a pool the chart runs as a Deployment
+(k8s.enabled, not multiNode: the planner scales Deployments) that serves generate. N is the two
+pools' k8s.replicas together (planner.engines, when set, must equal it). Refused: more than one
+router pod (each router process keeps its own window, so through the Service the planner would
+see one replica's share of the traffic), no admin key to read the window with, floors above N.
+*/}}
+{{- define "specgate.plannerTargets" -}}
+{{- $root := . -}}
+{{- $p := .Values.planner -}}
+{{- $max := include "specgate.routerMaxReplicas" . | int64 -}}
+{{- if gt $max 1 }}
+{{- fail (printf "planner.enabled needs exactly one router pod (router.replicas: 1, router.autoscaling.enabled: false), not %d: each router process keeps its own window of requests, so through the Service the planner would read one replica's share of the traffic and size the pools for it" $max) }}
+{{- end }}
+{{- if not (include "specgate.authSources" . | fromYaml).sources }}
+{{- fail "planner.enabled needs an admin key to read the router's window (GET /admin/plan/window): set auth.adminApiKeys.existingSecret (or devKeys)" }}
+{{- end }}
+{{- $admin := false }}
+{{- range (include "specgate.authSources" . | fromYaml).sources }}{{ if eq .name "admin-api-keys" }}{{ $admin = true }}{{ end }}{{ end }}
+{{- if not $admin }}
+{{- fail "planner.enabled needs an admin key to read the router's window (GET /admin/plan/window): set auth.adminApiKeys.existingSecret (or devKeys)" }}
+{{- end }}
+{{- $ms := dict -}}
+{{- $_ := include "specgate.models" (dict "root" . "out" $ms) -}}
+{{- $m := dict -}}
+{{- if $p.model }}
+{{- range $ms.models }}{{ if eq .model.name $p.model }}{{ $m = . }}{{ end }}{{ end }}
+{{- if not $m }}
+{{- fail (printf "planner.model %q is not a model of this release" $p.model) }}
+{{- end }}
+{{- else if gt (len $ms.models) 1 }}
+{{- fail "planner.model: name the model whose pools the planner sizes (this release serves several)" }}
+{{- else }}
+{{- $m = index $ms.models 0 }}
+{{- end }}
+{{- $found := dict "spec" (list) "plain" (list) "replicas" (dict) }}
+{{- range $pool := $m.pools }}
+{{- $k8s := include "specgate.poolK8s" (dict "root" $root "pool" $pool) | fromYaml }}
+{{- if and $k8s.enabled (not $k8s.multiNode.enabled) (has "generate" (default (list "generate") $pool.serves)) }}
+{{- $kind := ternary "spec" "plain" (eq $pool.speculative true) }}
+{{- $_ := set $found $kind (append (get $found $kind) $pool.name) }}
+{{- $_ := set $found.replicas $pool.name (int64 $k8s.replicas) }}
+{{- end }}
+{{- end }}
+{{- $chosen := dict }}
+{{- range $kind := list (dict "key" "spec" "value" "speculativePool" "what" "speculative") (dict "key" "plain" "value" "plainPool" "what" "plain") }}
+{{- $names := get $found $kind.key }}
+{{- $want := index $p $kind.value }}
+{{- if $want }}
+{{- if not (has $want $names) }}
+{{- fail (printf "planner.%s %q is not a %s pool of model %q that the chart runs as a Deployment serving generate (candidates: %s)" $kind.value $want $kind.what $m.model.name (join ", " $names)) }}
+{{- end }}
+{{- else if ne (len $names) 1 }}
+{{- fail (printf "planner.%s: model %q has %d %s pools that the chart runs as a Deployment serving generate (%s); name the one the planner sizes" $kind.value $m.model.name (len $names) $kind.what (join ", " $names)) }}
+{{- else }}
+{{- $want = index $names 0 }}
+{{- end }}
+{{- $_ := set $chosen $kind.key $want }}
+{{- end }}
+{{- $engines := add (get $found.replicas $chosen.spec) (get $found.replicas $chosen.plain) | int64 }}
+{{- if and (not (kindIs "invalid" $p.engines)) (ne (int64 $p.engines) $engines) }}
+{{- fail (printf "planner.engines (%d) differs from the replicas of pools %q and %q together (%d): the planner holds the two at N engines; set their k8s.replicas to the first split of N" (int64 $p.engines) $chosen.spec $chosen.plain $engines) }}
+{{- end }}
+{{- if gt (add (int64 $p.floors.speculative) (int64 $p.floors.plain)) $engines }}
+{{- fail (printf "planner.floors (%d speculative + %d plain) exceed the %d engines of the two pools" (int64 $p.floors.speculative) (int64 $p.floors.plain) $engines) }}
+{{- end }}
+model: {{ $m.model.name | quote }}
+speculativePool: {{ $chosen.spec | quote }}
+plainPool: {{ $chosen.plain | quote }}
+speculativeDeployment: {{ include "specgate.poolFullname" (dict "root" $root "pool" (dict "name" $chosen.spec)) | quote }}
+plainDeployment: {{ include "specgate.poolFullname" (dict "root" $root "pool" (dict "name" $chosen.plain)) | quote }}
+engines: {{ $engines }}
+{{- end }}
+
+{{/*
+A chart-run pool Deployment's replicas: its k8s.replicas; but for one of the two pools the planner
+moves (planner.enabled and apply), the live replicas when both Deployments exist and hold N
+together, so a `helm upgrade` keeps the split the planner set. Helm's lookup reads them; under
+`helm template` it finds nothing and the values' replicas are rendered. Pass (dict "root" $ "pool"
+$pool "k8s" $k8s).
+*/}}
+{{- define "specgate.poolReplicas" -}}
+{{- $replicas := int64 .k8s.replicas -}}
+{{- $p := .root.Values.planner -}}
+{{- if and $p.enabled $p.apply -}}
+{{- $t := include "specgate.plannerTargets" .root | fromYaml -}}
+{{- if has .pool.name (list $t.speculativePool $t.plainPool) -}}
+{{- $ns := .root.Release.Namespace -}}
+{{- $spec := lookup "apps/v1" "Deployment" $ns $t.speculativeDeployment -}}
+{{- $plain := lookup "apps/v1" "Deployment" $ns $t.plainDeployment -}}
+{{- if and $spec $plain -}}
+{{- $live := dict "spec" (int64 (default 0 $spec.spec.replicas)) "plain" (int64 (default 0 $plain.spec.replicas)) -}}
+{{- if eq (add $live.spec $live.plain | int64) (int64 $t.engines) -}}
+{{- $replicas = ternary $live.spec $live.plain (eq .pool.name $t.speculativePool) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $replicas -}}
+{{- end }}

@@ -1,0 +1,90 @@
+"""SSE keep-alive comments toward the client while the engine is silent mid-stream, over real
+HTTP on 127.0.0.1: the only addition to the stream, never before the status line, and the
+router's idle timeout still counts the engine's silence."""
+
+from __future__ import annotations
+
+import json
+import time
+from itertools import pairwise
+
+import pytest
+
+from router.proxy import UPSTREAM_TIMEOUT_EVENT
+from tests.support.stack import Stack
+
+CHAT = "/v1/chat/completions"
+KEEPALIVE = b": keep-alive\n\n"
+DONE = "data: [DONE]\n\n"
+
+
+def content(i: int) -> str:
+    doc = {"id": "x", "object": "chat.completion.chunk",
+           "choices": [{"index": 0, "delta": {"content": f" tok{i}"}, "finish_reason": "length" if i == 5 else None}]}
+    return "data: " + json.dumps(doc, separators=(",", ":")) + "\n\n"
+
+
+def timed(stack: Stack) -> tuple[int, bytes, list[float]]:
+    """The status, the body and the gaps (s) between the byte reads the client made."""
+    body = {"model": "tiny-llama", "stream": True, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    with stack.client.stream("POST", CHAT, json=body) as r:
+        parts, times = [], [time.monotonic()]
+        for part in r.iter_raw():
+            parts.append(part)
+            times.append(time.monotonic())
+    return r.status_code, b"".join(parts), [b - a for a, b in pairwise(times[1:])]
+
+
+@pytest.fixture
+def beating(tmp_path, tokenizer_dir):
+    s = Stack(tmp_path, tokenizer_dir, upstream={"first_byte_timeout_s": 5.0, "idle_timeout_s": 5.0,
+                                                 "nonstream_timeout_s": 10.0, "stream_keepalive_s": 0.25})
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_comments_fill_the_engine_silence_and_are_the_only_addition(beating):
+    events = [content(i) for i in range(6)]
+    beating.script(beating.spec, {"sse_events": [*events, DONE], "chunk_delay_s": 1.0})  # 1 s between events
+    status, raw, gaps = timed(beating)
+    assert status == 200
+    assert not raw.startswith(b":")  # the status and the first content came first
+    assert raw.replace(KEEPALIVE, b"") == "".join([*events, DONE]).encode()  # in order, nothing else added
+    assert raw.count(KEEPALIVE) >= 6  # about 3 per silent second
+    assert max(gaps) < 0.9  # never a second without a byte (the engine's own gaps are 1 s)
+
+
+def test_no_comment_before_the_status_line(beating):
+    beating.script(beating.spec, {"sse_events": [content(0), DONE], "delay_s": 1.0})  # a long prefill
+    status, raw, _ = timed(beating)
+    assert status == 200
+    assert raw == (content(0) + DONE).encode()
+
+
+def test_the_idle_timeout_still_counts_engine_silence(tmp_path, tokenizer_dir):
+    s = Stack(tmp_path, tokenizer_dir, upstream={"first_byte_timeout_s": 5.0, "idle_timeout_s": 1.0,
+                                                 "nonstream_timeout_s": 10.0, "stream_keepalive_s": 0.2})
+    try:
+        s.script(s.spec, {"sse_events": [content(0), content(1), DONE], "chunk_delay_s": 3.0})
+        started = time.monotonic()
+        status, raw, _ = timed(s)
+        took = time.monotonic() - started
+        assert status == 200
+        assert raw.startswith(content(0).encode()) and raw.endswith(UPSTREAM_TIMEOUT_EVENT)
+        assert raw.count(KEEPALIVE) >= 3
+        assert took < 2.9  # cut at the 1 s idle timeout after the first content, not the engine's 3 s
+    finally:
+        s.close()
+
+
+def test_off_when_zero(tmp_path, tokenizer_dir):
+    s = Stack(tmp_path, tokenizer_dir, upstream={"first_byte_timeout_s": 5.0, "idle_timeout_s": 5.0,
+                                                 "nonstream_timeout_s": 10.0, "stream_keepalive_s": 0})
+    try:
+        s.script(s.spec, {"sse_events": [content(0), content(1), DONE], "chunk_delay_s": 0.6})
+        status, raw, _ = timed(s)
+        assert (status, raw) == (200, (content(0) + content(1) + DONE).encode())
+    finally:
+        s.close()

@@ -1,0 +1,105 @@
+"""A load test's request log as calibrate-split's day (one target, its measured runs laid end to
+end), the measured numbers set beside the predictions, and the goodput's stated objective."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtests.dayreport import Objective
+from loadtests.split import SplitAdvice, SplitError
+from loadtests.splitlog import load_test_day, log_targets, measured_summary, target_deployments
+
+
+def _row(target: str, bucket: str, load: float, rep: int, t: float, e2e: float, *, phase: str = "measure",
+         prompt: int = 100, out: int = 16, ttft: float = 0.01, tpot: float = 0.005, error: str | None = None) -> dict:
+    return {"target": target, "bucket": bucket, "load": load, "phase": phase, "rep": rep, "t_start": t,
+            "e2e_s": e2e, "prompt_tokens": prompt, "output_tokens": out, "max_tokens": 32, "ttft_s": ttft,
+            "tpot_s": tpot, "error": error, "temperature": 0.0}
+
+
+#: Two targets, each with a warm-up and two measured runs whose clocks start at 0 (as the runner's).
+ROWS = [
+    _row("spec", "64-128", 1, 0, 0.0, 9.0, phase="warmup"),
+    _row("spec", "64-128", 1, 0, 0.0, 0.5),
+    _row("router", "64-128", 1, 0, 0.0, 9.0, phase="warmup"),
+    _row("router", "64-128", 1, 0, 0.0, 0.5, prompt=90, tpot=0.05),
+    _row("router", "64-128", 1, 0, 0.1, 0.6, prompt=91),
+    _row("spec", "64-128", 2, 0, 0.0, 0.4),
+    _row("router", "64-128", 2, 0, 0.0, 0.3, prompt=92, ttft=6.0),
+    _row("router", "64-128", 2, 0, 0.2, 0.2, prompt=93),
+    _row("router", "64-128", 2, 0, 0.25, None, prompt=94, error="timeout"),  # type: ignore[arg-type]
+]
+
+
+def test_one_targets_measured_runs_are_laid_end_to_end() -> None:
+    day = load_test_day(ROWS)  # router by default
+    assert day.target == "router" and log_targets(ROWS) == ["spec", "router"]
+    # run 1 ends at max(0.0 + 0.5, 0.1 + 0.6) = 0.7 s; run 2 starts there
+    assert [(r.rid, round(r.arrival_s, 9), r.prompt_tokens, r.output_tokens, r.max_new_tokens, r.temperature)
+            for r in day.requests] == [(0, 0.0, 90, 16, 32, 0.0), (1, 0.1, 91, 16, 32, 0.0),
+                                       (2, 0.7, 92, 16, 32, 0.0), (3, 0.9, 93, 16, 32, 0.0)]
+    assert [m.e2e_s for m in day.measured] == [0.5, 0.6, 0.3, 0.2]
+    assert (day.runs, round(day.span_s, 9)) == (2, 1.1)
+    assert day.left_out == {"warmup": 1, "failed": 1, "other targets": 3}
+    assert day.describe() == ("day: target 'router' of the load test: 4 measured requests of 2 runs, laid end to "
+                              "end at the times its loop sent them (1.1 s); left out: 1 warmup, 1 failed, "
+                              "3 other targets")
+
+
+def test_another_target_and_the_overrides() -> None:
+    day = load_test_day(ROWS, "spec", temperature=1.0, cached_fraction=0.5)
+    assert [(r.arrival_s, r.cached_tokens, r.temperature) for r in day.requests] == [(0.0, 50, 1.0), (0.5, 50, 1.0)]
+
+
+def test_a_target_must_be_named_or_known() -> None:
+    with pytest.raises(SplitError, match="targets spec, plain: choose the one to replay with --target"):
+        load_test_day([_row("spec", "b", 1, 0, 0.0, 0.1), _row("plain", "b", 1, 0, 0.0, 0.1)])
+    with pytest.raises(SplitError, match="target 'plain' is not in the load test"):
+        load_test_day(ROWS, "plain")
+    with pytest.raises(SplitError, match="target 'spec' has no measured request"):
+        load_test_day([_row("spec", "b", 1, 0, 0.0, 0.1, phase="warmup")])
+
+
+def test_measured_numbers_use_the_stated_objective() -> None:
+    day = load_test_day(ROWS)
+    m = measured_summary(day)
+    # request 0 misses TPOT (0.05 > 0.035), request 2 TTFT (6 > 5): 2 good over 0.9 s of arrivals
+    assert m == {"requests": 4, "mean_s": pytest.approx(0.4), "p90_s": 0.6, "goodput_rps": pytest.approx(2 / 0.9)}
+    loose = measured_summary(day, objective=Objective(ttft_slo_s=10.0, tpot_slo_s=0.1))
+    assert loose["goodput_rps"] == pytest.approx(4 / 0.9)
+
+
+def test_each_target_maps_onto_the_deployment_of_its_engines() -> None:
+    report = {"targets": [
+        {"name": "spec", "role": "spec", "metrics_urls": ["http://a/metrics"]},
+        {"name": "plain", "role": "plain", "metrics_urls": ["http://b/metrics", "http://c/metrics"]},
+        {"name": "router", "role": "router", "metrics_urls": ["http://a/metrics", "http://b/metrics",
+                                                              "http://c/metrics"]},
+        {"name": "other", "role": "router", "metrics_urls": ["http://z/metrics"]},
+    ]}  # fmt: skip
+    made = []
+    deps = target_deployments(report, lambda k, n: made.append((k, n)) or f"router {k}/{n}")  # type: ignore[func-returns-value]
+    assert {name: (label, n) for name, (label, n, _) in deps.items()} == {
+        "spec": ("all-spec", 1), "plain": ("all-plain", 2), "router": ("learned 1s+2p", 3)}
+    assert deps["spec"][2].pools == (("spec", True, 1),) and deps["plain"][2].pools == (("plain", False, 2),)
+    assert made == [(1, 3)] and deps["router"][2] == "router 1/3"
+
+
+def test_the_table_states_the_objective_and_sets_the_measured_row_beside_its_prediction() -> None:
+    def row(k: int, name: str, mean: float) -> dict:
+        return {"k": k, "deployment": name, "mean_s": mean, "p90_s": 2 * mean, "long_mean_s": None,
+                "goodput_rps": 3.0, "reasons": {"round_robin": 4}}
+
+    adv = SplitAdvice(2, "mean_s", 0, "all-plain", [row(0, "all-plain", 0.1), row(1, "learned 1s+1p", 0.2)],
+                      {"day_s": 0.9, "objective": {"ttft_slo_s": 5.0, "tpot_slo_s": 0.035}},
+                      measured={"learned 1s+1p": {"requests": 4, "mean_s": 0.25, "p90_s": 0.5, "goodput_rps": 2.5}})
+    assert adv.text().splitlines() == [
+        ("goodput/s: requests per second of the day (first to last arrival, 0.9 s) finishing with TTFT <= 5 s "
+         "and TPOT <= 0.035 s"),
+        "split                    mean s    p90 s   long s  goodput/s  reasons",
+        "all-plain                 0.100    0.200        -      3.000  round_robin 4",
+        "learned 1s+1p             0.200    0.400        -      3.000  round_robin 4",
+        "  measured                0.250    0.500        -      2.500  the same 4 requests  predicted mean -20% of it",
+        "advice: 0 speculative + 2 plain engines (all-plain; best mean_s)",
+    ]
+    assert adv.as_dict()["measured"] == adv.measured
