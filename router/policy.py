@@ -611,9 +611,10 @@ def _runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[i
     ``explore_every``-th request, the fastest candidate of another pool than the predicted
     best, when its prediction is at most ``explore_ratio`` times the best's, or when its
     predictions for the request's ``(temperature class, context bucket)`` ``cell`` have not
-    been checked enough (``PoolSnapshot.measured``): a pool believed slow for a kind of
-    request is measured on it again instead of being avoided for good (the share stays at
-    most ``1 / explore_every``)."""
+    been checked enough (``PoolSnapshot.measured``) and its endpoint is idle: a pool believed
+    slow for a kind of request is measured on it again instead of being avoided for good, at
+    the cost of that one request only (an idle endpoint has no batch to slow; the share stays
+    at most ``1 / explore_every``)."""
     every = rules.explore_every
     if every <= 0 or tie_break % every != every - 1:
         return None
@@ -622,7 +623,8 @@ def _runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[i
         pool = candidates[i][0]
         if pool.name != candidates[best][0].name:
             if predicted[i][1] <= rules.explore_ratio * predicted[best][1] or (
-                    pool.measured is not None and cell not in pool.measured):
+                    pool.measured is not None and cell not in pool.measured
+                    and _load(pool.endpoints, candidates[i][1]) == 0):
                 return i
             return None
     return None

@@ -220,6 +220,9 @@ def test_exploration_measures_a_runner_up_whose_cell_is_unmeasured_however_slow_
     unmeasured = replace(plain, measured=frozenset({("sampled", 0), ("greedy", 1)}))
     got = [decide(f, (spec, unmeasured), rules, tie_break=i) for i in range(8)]
     assert [(d.pool, d.reason) for d in got] == ([("spec", Reason.SPECULATIVE)] * 3 + [("plain", Reason.EXPLORE)]) * 2
+    # ... only while its endpoint is idle: a busy one would slow its batch for a measurement
+    busy = replace(unmeasured, endpoints=(EndpointSnapshot("http://p", True, 1),))
+    assert decide(f, (spec, busy), rules, tie_break=3).reason is Reason.SPECULATIVE
 
 
 def test_the_runtime_marks_cells_measured_at_the_scrape_round():
