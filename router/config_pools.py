@@ -179,6 +179,10 @@ class PoolConfig(Strict):
             ``--schedule-low-priority-values-first``, vLLM's convention; ai-dynamo/dynamo#6348).
             The router resolves a request's priority in the larger-first convention
             (router/admission.py) and sends its negation to a ``smaller_first`` pool.
+        follow_engine_context: the pool's limits follow the context length and KV pool its
+            engines report (``router/engine_limits.py``: an engine restarted smaller is noticed
+            at the next scrape); false: the configured limit alone, for engines whose reported
+            lengths are not in the router's tokens (the load-test fakes count words).
         lora_adapters: names of LoRA adapters the pool's engines have (``<model>:<name>`` or
             ``lora_path: <name>`` picks one), declared for engines the router does not launch;
             the router also learns them from each engine's ``/v1/models`` (router/identity.py).
@@ -198,6 +202,7 @@ class PoolConfig(Strict):
     serves: tuple[EndpointKind, ...] = ("generate",)
     capabilities: tuple[StrictStr, ...] | None = None
     priority_order: Literal["larger_first", "smaller_first"] = "larger_first"
+    follow_engine_context: StrictBool = True
     lora_adapters: tuple[NonEmptyStr, ...] = ()
 
     @model_validator(mode="after")

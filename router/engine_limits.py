@@ -28,7 +28,8 @@ pool; None when it reported neither).
   fits no engine any more goes to a pool where it fits, or gets the router's clean 400
   ``context_length_exceeded`` when none does; never the engine's 400.
 
-:func:`follow` runs after every scrape round (on the event loop) and returns the pools whose
+A pool with ``follow_engine_context: false`` keeps its configured limit whatever its engines
+report (engines whose lengths are not in the router's tokens). :func:`follow` runs after every scrape round (on the event loop) and returns the pools whose
 limit moved, which the app logs and counts (``specgate_pool_context_limit_changes_total``).
 """
 
@@ -88,7 +89,10 @@ def follow(pools: Iterable[Pool]) -> tuple[list[LimitChange], tuple[SmallEndpoin
     for pool in pools:
         configured = pool.configured_limit
         eps = list(pool.endpoints.values())
-        limit = pool_limit(configured, eps)
+        if not pool.config.follow_engine_context:  # pools[].follow_engine_context: false
+            limit, eps = configured, []
+        else:
+            limit = pool_limit(configured, eps)
         if limit != pool.limit:
             changes.append(LimitChange(pool.name, pool.limit, limit, configured))
             (log.warning if limit < pool.limit else log.info)(

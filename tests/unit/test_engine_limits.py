@@ -89,3 +89,17 @@ def test_a_wrong_model_or_draining_endpoint_does_not_hold_the_limit_up(tmp_path)
     rt.endpoint(A2).identity_error = None
     rt.endpoint(A2).draining = True
     assert rt.follow_engine_limits() == [] and rt.pools[0].limit == 1024
+
+
+def test_a_pool_that_does_not_follow_its_engines_keeps_its_configured_limit(tmp_path):
+    doc = {"model": {"name": "m", "tokenizer": str(tmp_path)}, "limits": {"max_context_tokens": 16384},
+           "pools": [{"name": "spec", "speculative": True, "endpoints": [A1], "draft_reserved_tokens": 4,
+                      "follow_engine_context": False},
+                     {"name": "plain", "speculative": False, "endpoints": [B], "follow_engine_context": False}],
+           "routing": {"long_prompt_tokens": 4096, "saturation": {"enter": 4, "exit": 2}}}
+    rt = Runtime(parse_config(doc), counter=None)
+    for ep in rt.all_endpoints():
+        ep.record_success(EngineLoad(), now=0.0)
+        ep.context_length = 8192  # the load-test fakes report their context in words, not the router's tokens
+    assert rt.follow_engine_limits() == [] and [p.limit for p in rt.pools] == [16384, 16384]
+    assert rt.decide(chat(9000), 1.0).outcome is Outcome.ROUTED

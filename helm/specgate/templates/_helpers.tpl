@@ -129,7 +129,7 @@ One model: top-level model, limits, routing and pools, as values give them. Seve
 {{- fail (printf "pool %q: speculative is false but engine.speculative_algorithm is %q" $pool.name $algo) }}
 {{- end }}
 {{- $p := dict "name" $pool.name "speculative" $pool.speculative }}
-{{- range $key := list "max_context_tokens" "draft_reserved_tokens" "drafter_cost_ratio" "speed" "serves" "capabilities" "priority_order" "lora_adapters" }}
+{{- range $key := list "max_context_tokens" "draft_reserved_tokens" "drafter_cost_ratio" "speed" "serves" "capabilities" "priority_order" "lora_adapters" "follow_engine_context" }}
 {{- if hasKey $pool $key }}
 {{- if not (kindIs "invalid" (index $pool $key)) }}
 {{- $_ := set $p $key (index $pool $key) }}
