@@ -545,25 +545,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         if endpoint is not None:
             candidates.append((pool, endpoint))
     if len(candidates) > 1 and all(c.speed is not None for c, _ in candidates):
-        predicted = tuple((c.name, predict_request(features, c, url)) for c, url in candidates)
-        if _distrusted(candidates):  # some pool's predictions are off: join the shorter queue
-            pool, endpoint = _shortest_queue(candidates, predicted)
-            return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
-                            endpoint_reason=why.get(endpoint), basis=pool)
-        if rules.marginal_cost:
-            cost = [t + _externality(features, c, url) for (c, url), (_, t) in zip(candidates, predicted, strict=True)]
-            order = sorted(range(len(candidates)), key=lambda i: cost[i])
-        else:
-            order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
-        pool, endpoint = candidates[order[0]]
-        reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
-        runner = _runner_up(candidates, order, predicted, tie_break, rules,
-                            (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
-        if runner is not None:
-            pool, endpoint = candidates[runner]
-            reason = Reason.EXPLORE
-        return Decision(pool.name, endpoint, reason, predicted=predicted, endpoint_reason=why.get(endpoint),
-                        basis=pool)
+        return _by_prediction(features, candidates, rules, tie_break, why, kept, spec_reason)
     if candidates:
         affine = _affine(candidates, why, prefix)
         pool, endpoint = affine or candidates[0]
@@ -577,6 +559,34 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     if fallback is not None:
         return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY, endpoint_reason=why.get(fallback[1]))
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
+
+
+def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapshot, str]], rules: Rules,
+                   tie_break: int, why: Mapping[str, str], kept: set[str], spec_reason: Reason | None) -> Decision:
+    """The decision among ``candidates`` (two or more, every one with a speed model) by
+    predicted completion time (module docstring, step 3): the shorter queue while a pool's
+    predictions are off, else the predicted-fastest (with ``rules.marginal_cost``: completion
+    plus its cost to the others), or the explored runner-up. ``kept``, ``spec_reason``: as
+    :func:`_reason` reads them."""
+    predicted = tuple((c.name, predict_request(features, c, url)) for c, url in candidates)
+    if _distrusted(candidates):  # some pool's predictions are off: join the shorter queue
+        pool, endpoint = _shortest_queue(candidates, predicted)
+        return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
+                        endpoint_reason=why.get(endpoint), basis=pool)
+    if rules.marginal_cost:
+        cost = [t + _externality(features, c, url) for (c, url), (_, t) in zip(candidates, predicted, strict=True)]
+        order = sorted(range(len(candidates)), key=lambda i: cost[i])
+    else:
+        order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
+    pool, endpoint = candidates[order[0]]
+    reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
+    runner = _runner_up(candidates, order, predicted, tie_break, rules,
+                        (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
+    if runner is not None:
+        pool, endpoint = candidates[runner]
+        reason = Reason.EXPLORE
+    return Decision(pool.name, endpoint, reason, predicted=predicted, endpoint_reason=why.get(endpoint),
+                    basis=pool)
 
 
 def _distrusted(candidates: Sequence[tuple[PoolSnapshot, str]]) -> bool:
