@@ -120,10 +120,12 @@ async def play_one(session: aiohttp.ClientSession, url: str | Callable[[], str],
             if r.status != 200:
                 raise RuntimeError(f"{target}: HTTP {r.status}: {doc}")
             pool = r.headers.get("x-specgate-pool")
+            request_id = r.headers.get("x-request-id")
         usage = doc["usage"]
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
         records.append({"conversation": ci, "turn": t, "prompt_tokens": usage["prompt_tokens"],
-                        "cached_tokens": cached, "pool": pool, "sent": sent, "t": time.perf_counter() - t0})
+                        "cached_tokens": cached, "pool": pool, "request_id": request_id, "sent": sent,
+                        "t": time.perf_counter() - t0})
         messages.append({"role": "assistant", "content": doc["choices"][0]["message"]["content"] or ""})
 
 
@@ -136,7 +138,8 @@ async def play(urls: list[str], convs: list[list[tuple[str, int]]], concurrency:
     :func:`play_one`.
 
     Returns one record per turn: conversation, turn, prompt_tokens, cached_tokens, pool (the
-    ``x-specgate-pool`` header, None without specgate), sent and t (s since the start, when
+    ``x-specgate-pool`` header, None without specgate), request_id (``x-request-id``: the
+    router's access log line), sent and t (s since the start, when
     the turn was sent and answered).
     """
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -295,6 +298,11 @@ def main() -> int:
                          "specgate-2-replicas,specgate-2-replicas-static")
     ap.add_argument("--hash-load-factor", type=float, default=None,
                     help="routing.prefix_cache.hash_load_factor for specgate (default: the config default)")
+    ap.add_argument("--pool-affinity-ratio", type=float, default=None,
+                    help="routing.prefix_cache.pool_affinity_ratio for specgate (default: the config default; "
+                         "1: the predicted-fastest pool always)")
+    ap.add_argument("--explore-every", type=int, default=None,
+                    help="routing.learning.explore_every for specgate (default: the config default; 0: never)")
     ap.add_argument("--tokenizer", default=None, help="default: --model")
     ap.add_argument("--log-requests", action="store_true",
                     help="specgate's access log on (server.log_requests), in each router's log in the work folder")
@@ -367,8 +375,11 @@ def main() -> int:
             "routing": {"long_prompt_tokens": 16384 if mixed else 1024,
                         "saturation": {"enter": 100000, "exit": 99999},
                         "prefix_cache": {"enabled": enabled, **({"hash_load_factor": args.hash_load_factor}
-                                                                if args.hash_load_factor else {})},
-                        "learning": {"enabled": learning}},
+                                                                if args.hash_load_factor else {}),
+                                         **({"pool_affinity_ratio": args.pool_affinity_ratio}
+                                            if args.pool_affinity_ratio else {})},
+                        "learning": {"enabled": learning, **({"explore_every": args.explore_every}
+                                                             if args.explore_every is not None else {})}},
             "scrape": scrape,
             "server": {"log_requests": args.log_requests}}))
         spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port", str(port)],

@@ -103,6 +103,13 @@ class PrefixCacheConfig(Strict):
             been chosen (ratio over ``enter``, >= 0; 0: no affinity across pools, the
             saturation bypass moves every turn).
             Measured in ``benchmarks/multiturn_mixed.py`` (docs/performance.md).
+        pool_affinity_ratio: conversation affinity across pools when the pool is chosen by
+            predicted completion time (``routing.learning``): among the pools predicted within
+            this factor of the fastest, a request goes to the one its anchor ranks first by
+            rendezvous hashing (:func:`router.policy.decide`; reason ``prefix_affinity`` when it
+            is not the fastest), so router replicas that learn apart still keep a conversation's
+            turns in one pool (ratio >= 1; 1: always the fastest). Measured in
+            ``benchmarks/multiturn.py --topology spec2-plain1`` (docs/performance.md).
     """
 
     enabled: StrictBool = True
@@ -115,6 +122,7 @@ class PrefixCacheConfig(Strict):
     balance_rel_threshold: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
     hash_load_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
     sticky_load_factor: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 2.0
+    pool_affinity_ratio: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.25
 
 
 class PredictionCheckConfig(Strict):

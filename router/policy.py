@@ -75,6 +75,8 @@ advances it in one named step per scrape round and feeds the result back as snap
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -92,7 +94,7 @@ from router.hysteresis import (
 )
 from router.learn import context_bucket
 from router.predict import SpeedModel, completion_s
-from router.prefix import PickReason, PrefixRequest, pick_endpoint
+from router.prefix import PickReason, PrefixRequest, pick_endpoint, rendezvous_score
 from router.reasons import Reason
 
 __all__ = [
@@ -120,9 +122,10 @@ class Rules:
             engine's default, counted as its worst case ``S - P``.
         long_prompt_tokens: prompts above this skip speculation (tokens).
         seed: ``routing.seed``, offset of the endpoint tie-break.
-        explore_every: every this many decisions by prediction (``tie_break`` modulo it), the
-            runner-up pool takes the request when predicted at most ``explore_ratio`` times
-            slower (reason ``explore``); 0: never (``routing.learning``).
+        explore_every: every this many decisions by prediction (``tie_break`` modulo it; a
+            request with an anchor: its conversation, by the anchor's hash), the runner-up pool
+            takes the request when predicted at most ``explore_ratio`` times slower (reason
+            ``explore``); 0: never (``routing.learning``).
         explore_ratio: the runner-up's largest accepted slowdown.
     """
 
@@ -440,10 +443,11 @@ def batch_context(e: EndpointSnapshot, prompt_tokens: int, output_tokens: int) -
 
 
 def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str,
-                    output_tokens: int | None = None) -> float:
+                    output_tokens: int | None = None, cached_tokens: int | None = None) -> float:
     """Predicted completion seconds of the request on ``endpoint`` of ``pool``
     (:func:`router.predict.completion_s`), with ``output_tokens`` per sequence (default: the
-    budget ``M``; the KV reservation is the budget's either way, as the engine reserves it).
+    budget ``M``; the KV reservation is the budget's either way, as the engine reserves it)
+    and ``cached_tokens`` of its prompt cached there (default: the endpoint's estimate).
 
     Raises:
         ValueError: ``pool`` has no speed model, or no endpoint ``endpoint``.
@@ -458,7 +462,7 @@ def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str
     need = (features.num_prompts * features.predicted_weight + pool.reserved) * (1 + e.queued)
     return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=p,
                         context_tokens=batch_context(e, p, m),
-                        cached_tokens=e.cached_tokens, output_tokens=m,
+                        cached_tokens=e.cached_tokens if cached_tokens is None else cached_tokens, output_tokens=m,
                         accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
                         kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
 
@@ -532,9 +536,14 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
             return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
                             endpoint_reason=why.get(endpoint), basis=pool)
         order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
-        pool, endpoint = candidates[order[0]]
-        reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
-        runner = _runner_up(candidates, order, predicted, tie_break, rules,
+        chosen = _pool_affinity(features, candidates, order, predicted, prefix)
+        pool, endpoint = candidates[chosen]
+        if chosen == order[0]:
+            reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
+        else:  # the conversation's own pool among the near-best: the same on every replica
+            order = [chosen, *(i for i in order if i != chosen)]
+            reason = Reason.PREFIX_AFFINITY
+        runner = _runner_up(candidates, order, predicted, _explore_key(tie_break, prefix, rules), rules,
                             (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
         if runner is not None:
             pool, endpoint = candidates[runner]
@@ -554,6 +563,73 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     if fallback is not None:
         return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY, endpoint_reason=why.get(fallback[1]))
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
+
+
+def _pool_affinity(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapshot, str]],
+                   order: Sequence[int], predicted: Sequence[tuple[str, float]],
+                   prefix: PrefixRequest | None) -> int:
+    """The index of the candidate a decision by prediction routes to (``order``: indices into
+    ``candidates`` and ``predicted``, fastest first): the candidate whose pool name has the
+    highest :func:`router.prefix.rendezvous_score` for the request's anchor among the *close*
+    ones; ``order[0]`` without an anchor, with a ratio of 1 or less, or when no other is close.
+    A candidate is close when predicted within ``prefix.pool_affinity_ratio`` times the best
+    *cold* prediction (each candidate predicted with nothing cached, s), or when its pool's
+    predictions for the request's ``(temperature class, context bucket)`` have not been checked
+    enough (``PoolSnapshot.measured``: its prediction is still the prior's, no measurement).
+
+    Every turn of a conversation has the same anchor and the score depends on nothing else, so
+    router replicas that share no state, each with its own fitted models, load view and prefix
+    index, send a conversation's turns to the same pool (and, by the same anchor, to the same
+    endpoint in it) while their predictions for the pools stay that close. The bound is the
+    cold one because a replica's local prefix match (the turns it routed itself) makes its
+    pool look faster there only, by the whole conversation's prefill: against the best
+    prediction with that match counted, the pool the other replicas sent the turns to would
+    look slower than it is. A candidate is compared with its cached prefill counted, so the
+    predicted best is always close (it is at most the best cold prediction). An unmeasured
+    pool counts as close because each replica measures the pools it routes to: at the start
+    one replica's untried pool looks several times slower (the default prior) than the same
+    pool on another replica that has fitted it. Rendezvous (highest-random-weight) hashing:
+    Thaler & Ravishankar 1998."""
+    best = order[0]
+    ratio = prefix.pool_affinity_ratio if prefix is not None else 1.0
+    if ratio <= 1.0 or prefix is None or prefix.anchor is None or len(order) < 2:
+        return best
+    cold = math.inf  # the least prediction with nothing cached (s)
+    for i in order:
+        pool, url = candidates[i]
+        if not _cached(pool.endpoints, url):
+            cold = min(cold, predicted[i][1])  # the later ones predict at least this, cold or not
+            break
+        cold = min(cold, predict_request(features, pool, url, cached_tokens=0))
+    bound = ratio * cold
+    cell = (features.temperature_class, context_bucket(features.predicted_prompt_tokens))
+    anchor: int | None = None
+    chosen, top = best, -1
+    for i in order:
+        pool = candidates[i][0]
+        if predicted[i][1] > bound and (pool.measured is None or cell in pool.measured):
+            continue
+        if anchor is None:
+            if i == best:  # the best alone is close so far: no hash unless another one is
+                continue
+            anchor = operator.index(prefix.anchor)
+            chosen, top = best, rendezvous_score(candidates[best][0].name, anchor)
+        score = rendezvous_score(pool.name, anchor)
+        if score > top:
+            chosen, top = i, score
+    return chosen
+
+
+def _explore_key(tie_break: int, prefix: PrefixRequest | None, rules: Rules) -> int:
+    """What picks the decisions that explore (``key % rules.explore_every == explore_every -
+    1``): for a continued conversation (``prefix.continued``) its anchor's hash, so the
+    conversation is explored whole, every later turn on every replica, instead of one turn in
+    ``explore_every`` moving off the pool that caches it (and back: its prefill twice); else
+    ``tie_break`` (a one-off prompt, or a completions prompt whose anchor, its first blocks,
+    many requests may share)."""
+    if prefix is None or not prefix.continued or prefix.anchor is None or rules.explore_every <= 0:
+        return tie_break
+    return operator.index(prefix.anchor)
 
 
 def _distrusted(candidates: Sequence[tuple[PoolSnapshot, str]]) -> bool:
