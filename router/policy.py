@@ -67,6 +67,12 @@ pool is :func:`router.prefix.pick_endpoint` on each snapshot's ``cached_tokens``
 (``prefix_match`` / ``rendezvous`` / ``least_load`` / ``load_guard``, in
 :attr:`Decision.endpoint_reason`), and a completion-time prediction counts that estimate as
 cached prefill.
+Across pools, a decision by prediction for a request with an anchor sends it to the pool the
+anchor ranks first (rendezvous) among those predicted within ``prefix.pool_affinity_ratio``
+of the fastest with nothing cached, or not yet measured for its kind (:func:`_pool_affinity`,
+reason ``prefix_affinity`` when that is not the fastest), and explores a continued
+conversation whole, by its anchor (:func:`_explore_key`): router replicas that share no state
+keep a conversation's turns in one pool.
 
 Hysteresis (:func:`next_saturated`, :func:`next_low_acceptance`,
 :func:`next_prediction_fallback`, in :mod:`router.hysteresis`) is pure too: the runtime
