@@ -69,10 +69,10 @@ pool is :func:`router.prefix.pick_endpoint` on each snapshot's ``cached_tokens``
 cached prefill.
 Across pools, a decision by prediction for a request with an anchor sends it to the pool the
 anchor ranks first (rendezvous) among those predicted within ``prefix.pool_affinity_ratio``
-of the fastest with nothing cached, or not yet measured for its kind (:func:`_pool_affinity`,
-reason ``prefix_affinity`` when that is not the fastest), and explores a continued
-conversation whole, by its anchor (:func:`_explore_key`): router replicas that share no state
-keep a conversation's turns in one pool.
+of the fastest with nothing cached, or not yet measured for its kind
+(:func:`router.affinity.affine_pool`, reason ``prefix_affinity`` when that is not the fastest),
+and explores a continued conversation whole, by its anchor (:func:`router.affinity.explore_key`):
+router replicas that share no state keep a conversation's turns in one pool.
 
 Hysteresis (:func:`next_saturated`, :func:`next_low_acceptance`,
 :func:`next_prediction_fallback`, in :mod:`router.hysteresis`) is pure too: the runtime
@@ -81,14 +81,13 @@ advances it in one named step per scrape round and feeds the result back as snap
 
 from __future__ import annotations
 
-import math
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
 from router.acceptance import temperature_class
+from router.affinity import affine_pool, explore_key
 from router.capabilities import preferred_features, required_features, unmet
 from router.checks import SPECULATIVE_CHECKS, Rejection, Strength
 from router.features import ParsedRequest, RequestFeatures, prompt_count
@@ -100,7 +99,7 @@ from router.hysteresis import (
 )
 from router.learn import context_bucket
 from router.predict import SpeedModel, completion_s
-from router.prefix import PickReason, PrefixRequest, pick_endpoint, rendezvous_score
+from router.prefix import PickReason, PrefixRequest, pick_endpoint
 from router.reasons import Reason
 
 __all__ = [
@@ -542,14 +541,14 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
             return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
                             endpoint_reason=why.get(endpoint), basis=pool)
         order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
-        chosen = _pool_affinity(features, candidates, order, predicted, prefix)
+        chosen = affine_pool(features, candidates, order, predicted, prefix, predict_request)
         pool, endpoint = candidates[chosen]
         if chosen == order[0]:
             reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
         else:  # the conversation's own pool among the near-best: the same on every replica
             order = [chosen, *(i for i in order if i != chosen)]
             reason = Reason.PREFIX_AFFINITY
-        runner = _runner_up(candidates, order, predicted, _explore_key(tie_break, prefix, rules), rules,
+        runner = _runner_up(candidates, order, predicted, explore_key(tie_break, prefix, rules.explore_every), rules,
                             (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
         if runner is not None:
             pool, endpoint = candidates[runner]
@@ -569,73 +568,6 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     if fallback is not None:
         return Decision(fallback[0], fallback[1], Reason.PLAIN_UNHEALTHY, endpoint_reason=why.get(fallback[1]))
     return Decision(None, None, Reason.NO_HEALTHY_UPSTREAM, Outcome.UNAVAILABLE)
-
-
-def _pool_affinity(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapshot, str]],
-                   order: Sequence[int], predicted: Sequence[tuple[str, float]],
-                   prefix: PrefixRequest | None) -> int:
-    """The index of the candidate a decision by prediction routes to (``order``: indices into
-    ``candidates`` and ``predicted``, fastest first): the candidate whose pool name has the
-    highest :func:`router.prefix.rendezvous_score` for the request's anchor among the *close*
-    ones; ``order[0]`` without an anchor, with a ratio of 1 or less, or when no other is close.
-    A candidate is close when predicted within ``prefix.pool_affinity_ratio`` times the best
-    *cold* prediction (each candidate predicted with nothing cached, s), or when its pool's
-    predictions for the request's ``(temperature class, context bucket)`` have not been checked
-    enough (``PoolSnapshot.measured``: its prediction is still the prior's, no measurement).
-
-    Every turn of a conversation has the same anchor and the score depends on nothing else, so
-    router replicas that share no state, each with its own fitted models, load view and prefix
-    index, send a conversation's turns to the same pool (and, by the same anchor, to the same
-    endpoint in it) while their predictions for the pools stay that close. The bound is the
-    cold one because a replica's local prefix match (the turns it routed itself) makes its
-    pool look faster there only, by the whole conversation's prefill: against the best
-    prediction with that match counted, the pool the other replicas sent the turns to would
-    look slower than it is. A candidate is compared with its cached prefill counted, so the
-    predicted best is always close (it is at most the best cold prediction). An unmeasured
-    pool counts as close because each replica measures the pools it routes to: at the start
-    one replica's untried pool looks several times slower (the default prior) than the same
-    pool on another replica that has fitted it. Rendezvous (highest-random-weight) hashing:
-    Thaler & Ravishankar 1998."""
-    best = order[0]
-    ratio = prefix.pool_affinity_ratio if prefix is not None else 1.0
-    if ratio <= 1.0 or prefix is None or prefix.anchor is None or len(order) < 2:
-        return best
-    cold = math.inf  # the least prediction with nothing cached (s)
-    for i in order:
-        pool, url = candidates[i]
-        if not _cached(pool.endpoints, url):
-            cold = min(cold, predicted[i][1])  # the later ones predict at least this, cold or not
-            break
-        cold = min(cold, predict_request(features, pool, url, cached_tokens=0))
-    bound = ratio * cold
-    cell = (features.temperature_class, context_bucket(features.predicted_prompt_tokens))
-    anchor: int | None = None
-    chosen, top = best, -1
-    for i in order:
-        pool = candidates[i][0]
-        if predicted[i][1] > bound and (pool.measured is None or cell in pool.measured):
-            continue
-        if anchor is None:
-            if i == best:  # the best alone is close so far: no hash unless another one is
-                continue
-            anchor = operator.index(prefix.anchor)
-            chosen, top = best, rendezvous_score(candidates[best][0].name, anchor)
-        score = rendezvous_score(pool.name, anchor)
-        if score > top:
-            chosen, top = i, score
-    return chosen
-
-
-def _explore_key(tie_break: int, prefix: PrefixRequest | None, rules: Rules) -> int:
-    """What picks the decisions that explore (``key % rules.explore_every == explore_every -
-    1``): for a continued conversation (``prefix.continued``) its anchor's hash, so the
-    conversation is explored whole, every later turn on every replica, instead of one turn in
-    ``explore_every`` moving off the pool that caches it (and back: its prefill twice); else
-    ``tie_break`` (a one-off prompt, or a completions prompt whose anchor, its first blocks,
-    many requests may share)."""
-    if prefix is None or not prefix.continued or prefix.anchor is None or rules.explore_every <= 0:
-        return tie_break
-    return operator.index(prefix.anchor)
 
 
 def _distrusted(candidates: Sequence[tuple[PoolSnapshot, str]]) -> bool:
