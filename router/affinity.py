@@ -11,7 +11,8 @@ whole conversation again. Two pure rules, called by :func:`router.policy.decide`
   request's anchor ranks first by rendezvous hashing (the anchor is the same for every turn of
   a conversation and in every replica, :class:`router.prefix.Anchor`); close is within
   ``routing.prefix_cache.pool_affinity_ratio`` of the fastest prediction *with nothing
-  cached*, or not yet measured for the request's kind.
+  cached*, or not yet measured for the request's kind, for a continued conversation; within
+  the narrower ``new_affinity_ratio`` for any other request.
 - :func:`explore_key`: exploration (``routing.learning.explore_every``) picks a continued
   conversation by its anchor, so it explores the conversation whole instead of one turn.
 
@@ -56,11 +57,14 @@ def affine_pool(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapsh
     Returns:
         The candidate whose pool name has the highest :func:`router.prefix.rendezvous_score`
         for the anchor among the *close* ones; ``order[0]`` without an anchor, with a ratio of
-        1 or less, or when no other candidate is close. A candidate is close when predicted
-        within ``prefix.pool_affinity_ratio`` times the least *cold* prediction (a candidate
-        predicted with nothing cached), or when its pool's predictions for the request's
+        1 or less, or when no other candidate is close. For a continued conversation
+        (``prefix.continued``) a candidate is close when predicted within
+        ``prefix.pool_affinity_ratio`` times the least *cold* prediction (a candidate predicted
+        with nothing cached), or when its pool's predictions for the request's
         ``(temperature class, context bucket)`` have not been checked enough
-        (``PoolSnapshot.measured``: its prediction is still the prior's, not a measurement).
+        (``PoolSnapshot.measured``: its prediction is still the prior's, not a measurement);
+        for any other request (a first turn, a one-off prompt) when predicted within
+        ``prefix.new_affinity_ratio`` (at most ``pool_affinity_ratio``) times it.
 
     Why cold: a replica's local prefix match makes the pool it sent the earlier turns to look
     faster there only, by the conversation's whole prefill; against the best prediction with
@@ -69,11 +73,16 @@ def affine_pool(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapsh
     always close (it is at most the least cold prediction). Why unmeasured counts as close:
     each replica measures only the pools it routes to, so at the start one replica's untried
     pool looks several times slower (the default prior) than the same pool on a replica that
-    has fitted it.
+    has fitted it. Why narrower for a request that continues nothing: it may be a one-off
+    prompt, for which a pool chosen by its anchor is only a slower one, and a hash ignores the
+    load the prediction balances (``benchmarks/outofbox_http.py``: the mean latency of a day
+    of one-off chats rose 7% at 1.25, none measurable at 1.1); a first turn sent elsewhere
+    costs one move of its own prefill at the second turn.
     """
     best = order[0]
     ratio = prefix.pool_affinity_ratio if prefix is not None else 1.0
-    if ratio <= 1.0 or prefix is None or prefix.anchor is None or len(order) < 2:
+    if ratio <= 1.0 or prefix is None or prefix.anchor is None or len(order) < 2 or (
+            not prefix.continued and prefix.new_affinity_ratio <= 1.0):
         return best
     cold = math.inf  # the least prediction with nothing cached (s)
     for i in order:
@@ -82,13 +91,14 @@ def affine_pool(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapsh
             cold = min(cold, predicted[i][1])  # the later ones predict at least this, cold or not
             break
         cold = min(cold, predict(features, pool, url, None, 0))
-    bound = ratio * cold
+    bound = (ratio if prefix.continued else min(ratio, prefix.new_affinity_ratio)) * cold
     cell = (features.temperature_class, context_bucket(features.predicted_prompt_tokens))
     anchor: int | None = None
     chosen, top = best, -1
     for i in order:
         pool = candidates[i][0]
-        if predicted[i][1] > bound and (pool.measured is None or cell in pool.measured):
+        if predicted[i][1] > bound and (
+                not prefix.continued or pool.measured is None or cell in pool.measured):
             continue
         if anchor is None:
             if i == best:  # the fastest alone is close so far: no hash unless another one is

@@ -69,7 +69,8 @@ pool is :func:`router.prefix.pick_endpoint` on each snapshot's ``cached_tokens``
 cached prefill.
 Across pools, a decision by prediction for a request with an anchor sends it to the pool the
 anchor ranks first (rendezvous) among those predicted within ``prefix.pool_affinity_ratio``
-of the fastest with nothing cached, or not yet measured for its kind
+(``new_affinity_ratio`` when it continues no conversation) of the fastest with nothing
+cached, or, continued, not yet measured for its kind
 (:func:`router.affinity.affine_pool`, reason ``prefix_affinity`` when that is not the fastest),
 and explores a continued conversation whole, by its anchor (:func:`router.affinity.explore_key`):
 router replicas that share no state keep a conversation's turns in one pool.

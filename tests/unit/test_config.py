@@ -60,6 +60,8 @@ def test_issue_example_is_valid():
     ("routing.long_prompt_tokens", KeyError, "routing.long_prompt_tokens"),
     ("routing.typo", 1, "routing.typo"),
     ("routing.prefix_cache", {"pool_affinity_ratio": 0.99}, "routing.prefix_cache.pool_affinity_ratio"),
+    ("routing.prefix_cache", {"pool_affinity_ratio": 1.2, "new_affinity_ratio": 1.25},
+     "new_affinity_ratio must be at most pool_affinity_ratio"),
     ("extra", {}, "extra"),
     ("pools.1.endpoints", ["http://127.0.0.1:30001"], "more than one pool"),
     ("pools.1.endpoints", ["not a url"], "pools.1.endpoints.0"),

@@ -16,6 +16,7 @@ S = 4096     # limits.max_context_tokens
 P = 1000     # prompt tokens
 M = 100      # output budget
 RATIO = 1.25  # the default pool_affinity_ratio
+NEW_RATIO = 1.1  # the default new_affinity_ratio
 
 #: anchors (stable hashes) whose rendezvous ranks each pool first; parity matters to
 #: exploration by anchor (explore_every 2 explores the odd ones)
@@ -51,10 +52,10 @@ def pools(spec_decode=0.001, plain_decode=0.0012, spec_cached=0, plain_cached=0,
 
 
 def route(pool_list, anchor=PLAIN_FIRST, ratio=RATIO, continued=True, explore_every=0, tie_break=0,
-          prefix=True) -> Decision:
+          prefix=True, new_ratio=NEW_RATIO) -> Decision:
     rules = Rules(max_context_tokens=S, default_max_tokens=256, long_prompt_tokens=S, explore_every=explore_every)
     req = PrefixRequest(anchor=anchor, anchor_tokens=50, continued=continued,
-                        pool_affinity_ratio=ratio) if prefix else None
+                        pool_affinity_ratio=ratio, new_affinity_ratio=new_ratio) if prefix else None
     return decide(RequestFeatures(prompt_tokens=P, max_new_tokens=M), pool_list, rules, prefix=req,
                   tie_break=tie_break)
 
@@ -77,7 +78,13 @@ CASES = [
     ("ratio 1: the fastest always", pools(), {"ratio": 1.0}, ("spec", Reason.SPECULATIVE)),
     ("no prefix request: the fastest", pools(), {"prefix": False}, ("spec", Reason.SPECULATIVE)),
     ("no anchor: the fastest", pools(), {"anchor": None}, ("spec", Reason.SPECULATIVE)),
-    ("a new conversation too", pools(), {"continued": False}, ("plain", Reason.PREFIX_AFFINITY)),
+    # a request that continues nothing: within new_affinity_ratio (1.1) only, unmeasured or not
+    ("new: within 1.1", pools(plain_decode=0.0011), {"continued": False}, ("plain", Reason.PREFIX_AFFINITY)),
+    ("new: 1.1x past it", pools(), {"continued": False}, ("spec", Reason.SPECULATIVE)),
+    ("new: its ratio 1 turns it off", pools(plain_decode=0.0011), {"continued": False, "new_ratio": 1.0},
+     ("spec", Reason.SPECULATIVE)),
+    ("new: unmeasured is no exception", pools(plain_decode=0.005, plain_measured=frozenset()), {"continued": False},
+     ("spec", Reason.SPECULATIVE)),
     # spec's cache of 800 tokens: 0.12 s; plain's 0.22 s is 1.83x that but 1.1x spec's cold
     # 0.2 s: the replica that routed the earlier turns to spec agrees with one that did not
     ("a local cache does not widen the gap", pools(spec_cached=800), {}, ("plain", Reason.PREFIX_AFFINITY)),
