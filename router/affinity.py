@@ -7,7 +7,7 @@ routed, sees its own load view, and counts as cached only what its own prefix in
 replicas, each replica's fastest pool can differ, and a turn that changes pool prefills the
 whole conversation again. Two pure rules, called by :func:`router.policy.decide`:
 
-- :func:`affine_pool`: among the pools predicted *close* to the fastest, the one the
+- :func:`affine_order`: among the pools predicted *close* to the fastest, the one the
   request's anchor ranks first by rendezvous hashing (the anchor is the same for every turn of
   a conversation and in every replica, :class:`router.prefix.Anchor`); close is within
   ``routing.prefix_cache.pool_affinity_ratio`` of the fastest prediction *with nothing
@@ -34,16 +34,18 @@ if TYPE_CHECKING:
     from router.features import RequestFeatures
     from router.policy import PoolSnapshot
 
-__all__ = ["affine_pool", "explore_key"]
+__all__ = ["affine_order", "explore_key"]
 
 #: ``predict(features, pool, endpoint, output_tokens, cached_tokens)`` -> seconds
 #: (:func:`router.policy.predict_request`)
 Predict = Callable[["RequestFeatures", "PoolSnapshot", str, "int | None", "int | None"], float]
 
 
-def affine_pool(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
-                predicted: Sequence[tuple[str, float]], prefix: PrefixRequest | None, predict: Predict) -> int:
-    """The index of the candidate a decision by prediction routes to.
+def affine_order(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
+                 predicted: Sequence[tuple[str, float]], prefix: PrefixRequest | None, predict: Predict) -> Sequence[int]:
+    """``order`` with the candidate a decision by prediction routes to first (the others after
+    it, fastest first: the runner-up that exploration reads); ``order`` itself when that is the
+    fastest.
 
     Args:
         features: the request.
@@ -54,17 +56,16 @@ def affine_pool(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapsh
         predict: :func:`router.policy.predict_request` (called with ``cached_tokens=0`` for a
             candidate whose endpoint caches part of the prompt).
 
-    Returns:
-        The candidate whose pool name has the highest :func:`router.prefix.rendezvous_score`
-        for the anchor among the *close* ones; ``order[0]`` without an anchor, with a ratio of
-        1 or less, or when no other candidate is close. For a continued conversation
-        (``prefix.continued``) a candidate is close when predicted within
-        ``prefix.pool_affinity_ratio`` times the least *cold* prediction (a candidate predicted
-        with nothing cached), or when its pool's predictions for the request's
-        ``(temperature class, context bucket)`` have not been checked enough
-        (``PoolSnapshot.measured``: its prediction is still the prior's, not a measurement);
-        for any other request (a first turn, a one-off prompt) when predicted within
-        ``prefix.new_affinity_ratio`` (at most ``pool_affinity_ratio``) times it.
+    The routed candidate is the one whose pool name has the highest
+    :func:`router.prefix.rendezvous_score` for the anchor among the *close* ones; the fastest
+    without an anchor, with a ratio of 1 or less, or when no other candidate is close. For a
+    continued conversation (``prefix.continued``) a candidate is close when predicted within
+    ``prefix.pool_affinity_ratio`` times the least *cold* prediction (a candidate predicted
+    with nothing cached), or when its pool's predictions for the request's ``(temperature
+    class, context bucket)`` have not been checked enough (``PoolSnapshot.measured``: its
+    prediction is still the prior's, not a measurement); for any other request (a first turn,
+    a one-off prompt) when predicted within ``prefix.new_affinity_ratio`` (at most
+    ``pool_affinity_ratio``) times it.
 
     Why cold: a replica's local prefix match makes the pool it sent the earlier turns to look
     faster there only, by the conversation's whole prefill; against the best prediction with
@@ -79,6 +80,12 @@ def affine_pool(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapsh
     of one-off chats rose 7% at 1.25, none measurable at 1.1); a first turn sent elsewhere
     costs one move of its own prefill at the second turn.
     """
+    chosen = _affine(features, candidates, order, predicted, prefix, predict)
+    return order if chosen == order[0] else [chosen, *(i for i in order if i != chosen)]
+
+
+def _affine(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
+            predicted: Sequence[tuple[str, float]], prefix: PrefixRequest | None, predict: Predict) -> int:
     best = order[0]
     ratio = prefix.pool_affinity_ratio if prefix is not None else 1.0
     if ratio <= 1.0 or prefix is None or prefix.anchor is None or len(order) < 2 or (

@@ -71,7 +71,7 @@ Across pools, a decision by prediction for a request with an anchor sends it to 
 anchor ranks first (rendezvous) among those predicted within ``prefix.pool_affinity_ratio``
 (``new_affinity_ratio`` when it continues no conversation) of the fastest with nothing
 cached, or, continued, not yet measured for its kind
-(:func:`router.affinity.affine_pool`, reason ``prefix_affinity`` when that is not the fastest),
+(:func:`router.affinity.affine_order`, reason ``prefix_affinity`` when that is not the fastest),
 and explores a continued conversation whole, by its anchor (:func:`router.affinity.explore_key`):
 router replicas that share no state keep a conversation's turns in one pool.
 
@@ -88,7 +88,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from router.acceptance import temperature_class
-from router.affinity import affine_pool, explore_key
+from router.affinity import affine_order, explore_key
 from router.capabilities import preferred_features, required_features, unmet
 from router.checks import SPECULATIVE_CHECKS, Rejection, Strength
 from router.features import ParsedRequest, RequestFeatures, prompt_count
@@ -542,13 +542,10 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
             return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
                             endpoint_reason=why.get(endpoint), basis=pool)
         order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
-        chosen = affine_pool(features, candidates, order, predicted, prefix, predict_request)
-        pool, endpoint = candidates[chosen]
-        if chosen == order[0]:
-            reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
-        else:  # the conversation's own pool among the near-best: the same on every replica
-            order = [chosen, *(i for i in order if i != chosen)]
-            reason = Reason.PREFIX_AFFINITY
+        fastest, order = order[0], affine_order(features, candidates, order, predicted, prefix, predict_request)
+        pool, endpoint = candidates[order[0]]  # the conversation's pool among the near-fastest
+        reason = (_reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER) if order[0] == fastest
+                  else Reason.PREFIX_AFFINITY)
         runner = _runner_up(candidates, order, predicted, explore_key(tie_break, prefix, rules.explore_every), rules,
                             (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
         if runner is not None:

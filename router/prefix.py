@@ -426,7 +426,7 @@ class PrefixRequest(NamedTuple):
         pool_affinity_ratio: a decision by prediction sends a continued conversation to the
             pool the anchor ranks first among those predicted within this factor of the best
             (``routing.prefix_cache.pool_affinity_ratio``, ratio; 1: the best always;
-            :func:`router.affinity.affine_pool`).
+            :func:`router.affinity.affine_order`).
         new_affinity_ratio: the same for a request that continues no conversation
             (``routing.prefix_cache.new_affinity_ratio``, ratio).
     """
