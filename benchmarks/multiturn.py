@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/multiturn.py [--conversations 24] [--turns 8] [--concurrency 8]
         [--seed 0] [--seeds 1] [--cache-tokens 65536] [--out bench-multiturn.json]
+    .venv/bin/python benchmarks/multiturn.py --topology spec2-plain1 [--accept-length 3] ...
     .venv/bin/python benchmarks/multiturn.py --engines sglang [--model models/tiny-llama] ...
     .venv/bin/python benchmarks/multiturn.py --upstream http://HOST:PORT http://HOST:PORT ...
 
@@ -23,9 +24,17 @@ servers already running with those flags. Targets:
 - ``specgate``: specgate with prefix-cache routing (``router/prefix.py``);
 - ``specgate-2-replicas``: two specgate processes with the same config, turns sent to them
   round robin (each sees half the traffic, no shared state);
+- ``specgate-static`` and ``specgate-2-replicas-static``: the same two with
+  ``routing.learning.enabled: false`` (the pool chosen by the thresholds, not predictions);
 - ``rust-cache_aware`` and ``rust-round_robin``: SGLang's Rust router ``sglang-router==0.3.2``
   (installed from PyPI into ``.bench/rust-venv`` as ``benchmarks/router_overhead.py`` does; it
   needs nothing from the network once installed) with its default thresholds.
+
+``--topology spec2-plain1`` (fakes only): three fake replicas in two pools instead, ``spec``
+(two ``--speculative`` fakes, accept length ``--accept-length``) and ``plain`` (one), behind
+specgate (the Rust router targets are skipped there: they know no pools); the pool a turn
+went to is the ``x-specgate-pool`` header (``pool changes`` counts the turns whose pool
+differs from the previous turn's).
 
 Workload (seeded): ``--conversations`` conversations of ``--turns`` turns, ``--concurrency``
 clients each playing whole conversations one after the other, pausing ``--think-s`` at most
@@ -111,10 +120,12 @@ async def play_one(session: aiohttp.ClientSession, url: str | Callable[[], str],
             if r.status != 200:
                 raise RuntimeError(f"{target}: HTTP {r.status}: {doc}")
             pool = r.headers.get("x-specgate-pool")
+            request_id = r.headers.get("x-request-id")
         usage = doc["usage"]
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
         records.append({"conversation": ci, "turn": t, "prompt_tokens": usage["prompt_tokens"],
-                        "cached_tokens": cached, "pool": pool, "sent": sent, "t": time.perf_counter() - t0})
+                        "cached_tokens": cached, "pool": pool, "request_id": request_id, "sent": sent,
+                        "t": time.perf_counter() - t0})
         messages.append({"role": "assistant", "content": doc["choices"][0]["message"]["content"] or ""})
 
 
@@ -127,7 +138,8 @@ async def play(urls: list[str], convs: list[list[tuple[str, int]]], concurrency:
     :func:`play_one`.
 
     Returns one record per turn: conversation, turn, prompt_tokens, cached_tokens, pool (the
-    ``x-specgate-pool`` header, None without specgate), sent and t (s since the start, when
+    ``x-specgate-pool`` header, None without specgate), request_id (``x-request-id``: the
+    router's access log line), sent and t (s since the start, when
     the turn was sent and answered).
     """
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -152,6 +164,13 @@ async def play(urls: list[str], convs: list[list[tuple[str, int]]], concurrency:
 def prefill_work(records: list[dict[str, Any]]) -> int:
     """Tokens prefilled over the turns after the first (prompt - cached)."""
     return sum(r["prompt_tokens"] - r["cached_tokens"] for r in records if r["turn"] > 0)
+
+
+def pool_changes(records: list[dict[str, Any]]) -> int:
+    """Turns whose ``pool`` (the ``x-specgate-pool`` header) differs from the previous turn's
+    of the same conversation (count; 0 without specgate)."""
+    last = {(r["conversation"], r["turn"]): r["pool"] for r in records}
+    return sum(1 for (c, t), pool in last.items() if t > 0 and last.get((c, t - 1)) != pool)
 
 
 def _post(url: str, timeout_s: float = 10.0) -> int:
@@ -255,6 +274,11 @@ def main() -> int:
     ap.add_argument("--upstream", nargs="+", default=None, metavar="URL",
                     help="already-running SGLang replicas (served model `bench`, --enable-cache-report, "
                          "--enable-metrics); implies --engines sglang")
+    ap.add_argument("--topology", choices=("one-pool", "spec2-plain1"), default="one-pool",
+                    help="one-pool: the two replicas in one plain pool; spec2-plain1: two speculative fakes "
+                         "and one plain fake in two pools (fakes only)")
+    ap.add_argument("--accept-length", type=float, default=3.0,
+                    help="the speculative fakes' accept length (tokens; --topology spec2-plain1)")
     ap.add_argument("--model", default=str(ROOT / "models" / "tiny-llama"), help="model of --engines sglang")
     ap.add_argument("--max-total-tokens", type=int, default=16384, help="KV pool per SGLang replica (tokens)")
     ap.add_argument("--conversations", type=int, default=None, help="default 24 (fake), 8 (sglang)")
@@ -268,11 +292,20 @@ def main() -> int:
     ap.add_argument("--cache-tokens", type=int, default=65536, help="prefix cache per fake replica (tokens)")
     ap.add_argument("--decode-step-s", type=float, default=0.002)
     ap.add_argument("--prefill-s-per-token", type=float, default=2e-5)
-    ap.add_argument("--targets", default="perfect,specgate-least-load,specgate,specgate-2-replicas,"
-                                         "rust-cache_aware,rust-round_robin")
+    ap.add_argument("--targets", default=None,
+                    help="default: perfect,specgate-least-load,specgate,specgate-2-replicas,rust-cache_aware,"
+                         "rust-round_robin; with --topology spec2-plain1: perfect,specgate,specgate-static,"
+                         "specgate-2-replicas,specgate-2-replicas-static")
     ap.add_argument("--hash-load-factor", type=float, default=None,
                     help="routing.prefix_cache.hash_load_factor for specgate (default: the config default)")
+    ap.add_argument("--pool-affinity-ratio", type=float, default=None,
+                    help="routing.prefix_cache.pool_affinity_ratio for specgate (default: the config default; "
+                         "1: the predicted-fastest pool always)")
+    ap.add_argument("--explore-every", type=int, default=None,
+                    help="routing.learning.explore_every for specgate (default: the config default; 0: never)")
     ap.add_argument("--tokenizer", default=None, help="default: --model")
+    ap.add_argument("--log-requests", action="store_true",
+                    help="specgate's access log on (server.log_requests), in each router's log in the work folder")
     ap.add_argument("--out", default="bench-multiturn.json")
     args = ap.parse_args()
     real = args.engines == "sglang" or args.upstream is not None
@@ -281,10 +314,18 @@ def main() -> int:
     for key, value in zip(("conversations", "turns", "concurrency", "answer_tokens", "think_s"), dflt, strict=True):
         if getattr(args, key) is None:
             setattr(args, key, value)
+    mixed = args.topology == "spec2-plain1"
+    if mixed and real:
+        raise SystemExit("--topology spec2-plain1 runs on fakes only")
+    if args.targets is None:
+        args.targets = ("perfect,specgate,specgate-static,specgate-2-replicas,specgate-2-replicas-static" if mixed
+                        else "perfect,specgate-least-load,specgate,specgate-2-replicas,rust-cache_aware,"
+                             "rust-round_robin")
     answer = tuple(int(x) for x in args.answer_tokens.split(","))
     assert len(answer) == 2
     targets = args.targets.split(",")
     work = Path(tempfile.mkdtemp(prefix="specgate-multiturn-"))
+    print(f"logs in {work}", flush=True)
     tokenizer = Path(args.tokenizer or args.model)
     if not (tokenizer / "tokenizer.json").exists():
         if real:
@@ -309,28 +350,38 @@ def main() -> int:
         procs.append(p)
         return p
 
-    def fake(cache_tokens: int, name: str) -> str:
+    def fake(cache_tokens: int, name: str, speculative: bool = False) -> str:
         port = free_port()
         spawn([sys.executable, "-m", "serving.fake_sglang", "--port", str(port), "--model-name", "bench",
                "--context-length", "65536", "--max-total-tokens", str(1 << 22),
                "--prefix-cache-tokens", str(cache_tokens), "--decode-step-s", str(args.decode_step_s),
-               "--prefill-s-per-token", str(args.prefill_s_per_token)], f"{name}.log")
+               "--prefill-s-per-token", str(args.prefill_s_per_token),
+               *(["--speculative", "--spec-accept-length", str(args.accept_length)] if speculative else [])],
+              f"{name}.log")
         url = f"http://127.0.0.1:{port}"
         wait_http(url + "/health")
         return url
 
-    def specgate(fakes: list[str], enabled: bool, name: str) -> str:
+    def specgate(fakes: list[str], enabled: bool, name: str, learning: bool = True) -> str:
         port = free_port()
         cfg = work / f"{name}.yaml"
+        pools = ([{"name": "spec", "speculative": True, "endpoints": fakes[:2], "draft_reserved_tokens": 4},
+                  {"name": "plain", "speculative": False, "endpoints": fakes[2:]}] if mixed else
+                 [{"name": "plain", "speculative": False, "endpoints": fakes}])
         cfg.write_text(json.dumps({
             "model": {"name": "bench", "tokenizer": str(tokenizer)},
             "limits": {"max_context_tokens": context, "default_max_tokens": 64},
-            "pools": [{"name": "plain", "speculative": False, "endpoints": fakes}],
-            "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 100000, "exit": 99999},
+            "pools": pools,
+            "routing": {"long_prompt_tokens": 16384 if mixed else 1024,
+                        "saturation": {"enter": 100000, "exit": 99999},
                         "prefix_cache": {"enabled": enabled, **({"hash_load_factor": args.hash_load_factor}
-                                                                if args.hash_load_factor else {})}},
+                                                                if args.hash_load_factor else {}),
+                                         **({"pool_affinity_ratio": args.pool_affinity_ratio}
+                                            if args.pool_affinity_ratio else {})},
+                        "learning": {"enabled": learning, **({"explore_every": args.explore_every}
+                                                             if args.explore_every is not None else {})}},
             "scrape": scrape,
-            "server": {"log_requests": False}}))
+            "server": {"log_requests": args.log_requests}}))
         spawn([sys.executable, "-m", "router.cli", "router", "--config", str(cfg), "--port", str(port)],
               f"{name}.log")
         url = f"http://127.0.0.1:{port}"
@@ -356,6 +407,9 @@ def main() -> int:
             replicas = [s.base_url for s in servers]
             print(f"SGLang replicas {replicas} ready after {time.perf_counter() - t_start:.0f} s "
                   f"(logs in {work})", flush=True)
+        elif mixed:  # spec, spec, plain: the first two make the speculative pool
+            replicas = [fake(args.cache_tokens, "spec-a", True), fake(args.cache_tokens, "spec-b", True),
+                        fake(args.cache_tokens, "plain-a")]
         else:
             replicas = [fake(args.cache_tokens, "fake-a"), fake(args.cache_tokens, "fake-b")]
         engines = Engines(args.engines, replicas)
@@ -367,11 +421,16 @@ def main() -> int:
             fronts["specgate-least-load"] = [specgate(replicas, False, "specgate-least-load")]
         if "specgate" in targets:
             fronts["specgate"] = [specgate(replicas, True, "specgate")]
+        if "specgate-static" in targets:
+            fronts["specgate-static"] = [specgate(replicas, True, "specgate-static", learning=False)]
         if "specgate-2-replicas" in targets:
             fronts["specgate-2-replicas"] = [specgate(replicas, True, "specgate-r1"),
                                              specgate(replicas, True, "specgate-r2")]
+        if "specgate-2-replicas-static" in targets:
+            fronts["specgate-2-replicas-static"] = [specgate(replicas, True, "specgate-static-r1", learning=False),
+                                                    specgate(replicas, True, "specgate-static-r2", learning=False)]
         for policy in ("cache_aware", "round_robin"):
-            if f"rust-{policy}" in targets:
+            if f"rust-{policy}" in targets and not mixed:
                 fronts[f"rust-{policy}"] = [rust(replicas, policy)]
         time.sleep(1.0)  # a few scrape rounds: every specgate endpoint healthy
         results: dict[str, list[dict[str, Any]]] = {}
@@ -386,12 +445,13 @@ def main() -> int:
                 wall = time.perf_counter() - t0
                 per = [engines.requests(b) for b in backends]
                 res = {"seed": seed, "prefill_tokens": prefill_work(records), "requests_per_replica": per,
-                       "wall_s": wall, "turns": len(records),
+                       "wall_s": wall, "turns": len(records), "pool_changes": pool_changes(records),
                        "prompt_tokens": sum(r["prompt_tokens"] for r in records if r["turn"] > 0),
                        "records": records}
                 results.setdefault(name, []).append(res)
-                print(f"seed {seed} {name:22} prefill {res['prefill_tokens']:7d} tokens "
-                      f"(of {res['prompt_tokens']})  requests {per}  {wall:.1f} s", flush=True)
+                print(f"seed {seed} {name:26} prefill {res['prefill_tokens']:7d} tokens "
+                      f"(of {res['prompt_tokens']})  requests {per}  pool changes {res['pool_changes']}  "
+                      f"{wall:.1f} s", flush=True)
         summary = summarise(results)
         print_table(summary)
         Path(args.out).write_text(json.dumps({"args": vars(args), "results": results, "summary": summary}, indent=2))
@@ -412,18 +472,20 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
         rows.append({"target": name, "prefill_vs_perfect": statistics.median(ratios) if ratios else None,
                      "prefill_vs_perfect_max": max(ratios) if ratios else None,
                      "requests_max_over_min": statistics.median(balance), "requests_per_replica":
-                     runs[0]["requests_per_replica"], "wall_s": statistics.median(r["wall_s"] for r in runs)})
+                     runs[0]["requests_per_replica"], "wall_s": statistics.median(r["wall_s"] for r in runs),
+                     "pool_changes": sum(r.get("pool_changes", 0) for r in runs),
+                     "transitions": sum(r["turns"] - len({x["conversation"] for x in r["records"]}) for r in runs)})
     return rows
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"\n{'target':22} {'prefill/perfect':>15} {'worst seed':>10} {'req max/min':>11} {'requests (seed 0)':>18} "
-          f"{'wall s':>7}")
+    print(f"\n{'target':26} {'prefill/perfect':>15} {'worst seed':>10} {'req max/min':>11} {'requests (seed 0)':>18} "
+          f"{'wall s':>7} {'pool changes':>14}")
     for r in rows:
         ratio = "-" if r["prefill_vs_perfect"] is None else f"{r['prefill_vs_perfect']:.2f}x"
         worst = "-" if r["prefill_vs_perfect_max"] is None else f"{r['prefill_vs_perfect_max']:.2f}x"
-        print(f"{r['target']:22} {ratio:>15} {worst:>10} {r['requests_max_over_min']:11.2f} "
-              f"{r['requests_per_replica']!s:>18} {r['wall_s']:7.1f}")
+        print(f"{r['target']:26} {ratio:>15} {worst:>10} {r['requests_max_over_min']:11.2f} "
+              f"{r['requests_per_replica']!s:>18} {r['wall_s']:7.1f} {r['pool_changes']:>6} / {r['transitions']:<6}")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,13 @@ pool is :func:`router.prefix.pick_endpoint` on each snapshot's ``cached_tokens``
 (``prefix_match`` / ``rendezvous`` / ``least_load`` / ``load_guard``, in
 :attr:`Decision.endpoint_reason`), and a completion-time prediction counts that estimate as
 cached prefill.
+Across pools, a decision by prediction for a request with an anchor sends it to the pool the
+anchor ranks first (rendezvous) among those predicted within ``prefix.pool_affinity_ratio``
+(``new_affinity_ratio`` when it continues no conversation) of the fastest with nothing
+cached, or, continued, not yet measured for its kind
+(:func:`router.affinity.affine_order`, reason ``prefix_affinity`` when that is not the fastest),
+and explores a continued conversation whole, by its anchor (:func:`router.affinity.explore_key`):
+router replicas that share no state keep a conversation's turns in one pool.
 
 Hysteresis (:func:`next_saturated`, :func:`next_low_acceptance`,
 :func:`next_prediction_fallback`, in :mod:`router.hysteresis`) is pure too: the runtime
@@ -82,6 +89,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from router.acceptance import temperature_class
+from router.affinity import affine_order, explore_key
 from router.capabilities import preferred_features, required_features, unmet
 from router.checks import SPECULATIVE_CHECKS, Rejection, Strength
 from router.features import ParsedRequest, RequestFeatures, prompt_count
@@ -121,9 +129,10 @@ class Rules:
             engine's default, counted as its worst case ``S - P``.
         long_prompt_tokens: prompts above this skip speculation (tokens).
         seed: ``routing.seed``, offset of the endpoint tie-break.
-        explore_every: every this many decisions by prediction (``tie_break`` modulo it), the
-            runner-up pool takes the request when predicted at most ``explore_ratio`` times
-            slower (reason ``explore``); 0: never (``routing.learning``).
+        explore_every: every this many decisions by prediction (``tie_break`` modulo it; a
+            request with an anchor: its conversation, by the anchor's hash), the runner-up pool
+            takes the request when predicted at most ``explore_ratio`` times slower (reason
+            ``explore``); 0: never (``routing.learning``).
         explore_ratio: the runner-up's largest accepted slowdown.
         marginal_cost: a decision by prediction ranks the candidates by the request's predicted
             completion plus what it costs the requests already on the endpoint
@@ -447,10 +456,11 @@ def batch_context(e: EndpointSnapshot, prompt_tokens: int, output_tokens: int) -
 
 
 def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str,
-                    output_tokens: int | None = None) -> float:
+                    output_tokens: int | None = None, cached_tokens: int | None = None) -> float:
     """Predicted completion seconds of the request on ``endpoint`` of ``pool``
     (:func:`router.predict.completion_s`), with ``output_tokens`` per sequence (default: the
-    budget ``M``; the KV reservation is the budget's either way, as the engine reserves it).
+    budget ``M``; the KV reservation is the budget's either way, as the engine reserves it)
+    and ``cached_tokens`` of its prompt cached there (default: the endpoint's estimate).
 
     Raises:
         ValueError: ``pool`` has no speed model, or no endpoint ``endpoint``.
@@ -465,7 +475,7 @@ def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str
     need = (features.num_prompts * features.predicted_weight + pool.reserved) * (1 + e.queued)
     return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=p,
                         context_tokens=batch_context(e, p, m),
-                        cached_tokens=e.cached_tokens, output_tokens=m,
+                        cached_tokens=e.cached_tokens if cached_tokens is None else cached_tokens, output_tokens=m,
                         accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
                         kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
 
@@ -545,7 +555,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
         if endpoint is not None:
             candidates.append((pool, endpoint))
     if len(candidates) > 1 and all(c.speed is not None for c, _ in candidates):
-        return _by_prediction(features, candidates, rules, tie_break, why, kept, spec_reason)
+        return _by_prediction(features, candidates, rules, tie_break, why, kept, spec_reason, prefix)
     if candidates:
         affine = _affine(candidates, why, prefix)
         pool, endpoint = affine or candidates[0]
@@ -562,12 +572,14 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
 
 
 def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSnapshot, str]], rules: Rules,
-                   tie_break: int, why: Mapping[str, str], kept: set[str], spec_reason: Reason | None) -> Decision:
+                   tie_break: int, why: Mapping[str, str], kept: set[str], spec_reason: Reason | None,
+                   prefix: PrefixRequest | None) -> Decision:
     """The decision among ``candidates`` (two or more, every one with a speed model) by
     predicted completion time (module docstring, step 3): the shorter queue while a pool's
     predictions are off, else the predicted-fastest (with ``rules.marginal_cost``: completion
-    plus its cost to the others), or the explored runner-up. ``kept``, ``spec_reason``: as
-    :func:`_reason` reads them."""
+    plus its cost to the others) or, among the near-fastest, the conversation's own pool
+    (:func:`router.affinity.affine_order`), or the explored runner-up. ``kept``,
+    ``spec_reason``: as :func:`_reason` reads them."""
     predicted = tuple((c.name, predict_request(features, c, url)) for c, url in candidates)
     if _distrusted(candidates):  # some pool's predictions are off: join the shorter queue
         pool, endpoint = _shortest_queue(candidates, predicted)
@@ -578,9 +590,11 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
         order = sorted(range(len(candidates)), key=lambda i: cost[i])
     else:
         order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
-    pool, endpoint = candidates[order[0]]
-    reason = _reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER)
-    runner = _runner_up(candidates, order, predicted, tie_break, rules,
+    fastest, order = order[0], affine_order(features, candidates, order, predicted, prefix, predict_request)
+    pool, endpoint = candidates[order[0]]  # the conversation's pool among the near-fastest
+    reason = (_reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER) if order[0] == fastest
+              else Reason.PREFIX_AFFINITY)
+    runner = _runner_up(candidates, order, predicted, explore_key(tie_break, prefix, rules.explore_every), rules,
                         (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
     if runner is not None:
         pool, endpoint = candidates[runner]

@@ -93,8 +93,9 @@ class _Derived(NamedTuple):
     #: ``routing.saturation.enter`` and ``sticky_max_load``
     floor: int
     #: the fields of a :class:`router.prefix.PrefixRequest` after the chain's three: the
-    #: config's ``routing.prefix_cache`` thresholds, then ``sticky_max_load``
-    prefix_tail: tuple[float, int, float, float, int]
+    #: config's ``routing.prefix_cache`` thresholds, then ``sticky_max_load``,
+    #: ``pool_affinity_ratio`` and ``new_affinity_ratio``
+    prefix_tail: tuple[float, int, float, float, int, float, float]
 
 
 class Runtime:
@@ -142,7 +143,7 @@ class Runtime:
         self.rules = self._rules()
         self.override_error: str | None = None
         self._tie = itertools.count()
-        self._derived_now = _Derived(None, 0, 0, (0.0, 0, 0.0, 0.0, 0))
+        self._derived_now = _Derived(None, 0, 0, (0.0, 0, 0.0, 0.0, 0, 1.0, 1.0))
         self._snapshot_cache = SnapshotCache()
         #: endpoints below their pool's context limit (router/engine_limits.py)
         self._small: tuple[SmallEndpoint, ...] = ()
@@ -597,7 +598,8 @@ class Runtime:
             pc = routing.prefix_cache
             sticky = math.ceil(pc.sticky_load_factor * routing.saturation.enter) if pc.enabled else 0
             derived = self._derived_now = _Derived(routing, sticky, max(routing.saturation.enter, sticky),
-                                                   (*self._prefix_params, sticky))
+                                                   (*self._prefix_params, sticky, pc.pool_affinity_ratio,
+                                                    pc.new_affinity_ratio))
         return derived
 
     def ready(self) -> bool:

@@ -423,6 +423,12 @@ class PrefixRequest(NamedTuple):
         sticky_max_load: a ``prefix_match`` endpoint keeps its conversation across pools
             while its load is below this (requests; ``ceil(routing.prefix_cache.
             sticky_load_factor * routing.saturation.enter)``; 0: no affinity across pools).
+        pool_affinity_ratio: a decision by prediction sends a continued conversation to the
+            pool the anchor ranks first among those predicted within this factor of the best
+            (``routing.prefix_cache.pool_affinity_ratio``, ratio; 1: the best always;
+            :func:`router.affinity.affine_order`).
+        new_affinity_ratio: the same for a request that continues no conversation
+            (``routing.prefix_cache.new_affinity_ratio``, ratio).
     """
 
     anchor: SupportsIndex | None
@@ -433,6 +439,8 @@ class PrefixRequest(NamedTuple):
     balance_rel_threshold: float = 1.5
     hash_load_factor: float = 1.5
     sticky_max_load: int = 0
+    pool_affinity_ratio: float = 1.0
+    new_affinity_ratio: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
