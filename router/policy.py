@@ -100,7 +100,15 @@ from router.hysteresis import (
     next_saturated,
 )
 from router.learn import context_bucket
-from router.predict import SpeedModel, completion_s, externality_s
+from router.predict import SpeedModel
+from router.predicted import (
+    batch_context,
+    distrusted,
+    externality_cost,
+    predict_request,
+    runner_up,
+    shortest_queue,
+)
 from router.prefix import PickReason, PrefixRequest, pick_endpoint
 from router.reasons import Reason
 
@@ -445,53 +453,6 @@ def _affine(candidates: Sequence[tuple[PoolSnapshot, str]], why: dict[str, str],
     return best
 
 
-def batch_context(e: EndpointSnapshot, prompt_tokens: int, output_tokens: int) -> float | None:
-    """The mean context (tokens) of ``e``'s batch once a request of ``prompt_tokens`` joins it,
-    halfway through its ``output_tokens``: the engine's used KV plus the request's, over its
-    running requests plus one; None when the engine's KV is unknown."""
-    if e.kv_free_tokens is None:
-        return None
-    running = max(0, e.load - e.queued)
-    return (e.kv_used_tokens + prompt_tokens + output_tokens / 2) / (running + 1)
-
-
-def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str,
-                    output_tokens: int | None = None, cached_tokens: int | None = None) -> float:
-    """Predicted completion seconds of the request on ``endpoint`` of ``pool``
-    (:func:`router.predict.completion_s`), with ``output_tokens`` per sequence (default: the
-    budget ``M``; the KV reservation is the budget's either way, as the engine reserves it)
-    and ``cached_tokens`` of its prompt cached there (default: the endpoint's estimate).
-
-    Raises:
-        ValueError: ``pool`` has no speed model, or no endpoint ``endpoint``.
-    """
-    if pool.speed is None:
-        raise ValueError(f"pool {pool.name} has no speed model")
-    e = next((e for e in pool.endpoints if e.url == endpoint), None)
-    if e is None:
-        raise ValueError(f"pool {pool.name} has no endpoint {endpoint}")
-    m = features.max_new_tokens if output_tokens is None else output_tokens
-    p = features.predicted_prompt_tokens  # the expected P where only its bound is known
-    need = (features.num_prompts * features.predicted_weight + pool.reserved) * (1 + e.queued)
-    return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=p,
-                        context_tokens=batch_context(e, p, m),
-                        cached_tokens=e.cached_tokens if cached_tokens is None else cached_tokens, output_tokens=m,
-                        accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
-                        kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
-
-
-def _externality(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
-    """:func:`router.predict.externality_s` of the request on ``endpoint`` of ``pool``."""
-    assert pool.speed is not None
-    e = next(e for e in pool.endpoints if e.url == endpoint)
-    p = features.predicted_prompt_tokens
-    ctx = batch_context(e, p, features.max_new_tokens)
-    return externality_s(pool.speed, batch=e.load + features.n, sequences=features.n,
-                         output_tokens=features.max_new_tokens,
-                         accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
-                         context_tokens=p + features.max_new_tokens / 2 if ctx is None else ctx)
-
-
 def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rules, *,
            exclude: frozenset[str] = frozenset(), tie_break: int = 0,
            prefix: PrefixRequest | None = None) -> Decision:
@@ -581,12 +542,12 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
     (:func:`router.affinity.affine_order`), or the explored runner-up. ``kept``,
     ``spec_reason``: as :func:`_reason` reads them."""
     predicted = tuple((c.name, predict_request(features, c, url)) for c, url in candidates)
-    if _distrusted(candidates):  # some pool's predictions are off: join the shorter queue
-        pool, endpoint = _shortest_queue(candidates, predicted)
+    if distrusted(candidates):  # some pool's predictions are off: join the shorter queue
+        pool, endpoint = shortest_queue(candidates, predicted)
         return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
                         endpoint_reason=why.get(endpoint), basis=pool)
     if rules.marginal_cost:
-        cost = [t + _externality(features, c, url) for (c, url), (_, t) in zip(candidates, predicted, strict=True)]
+        cost = [t + externality_cost(features, c, url) for (c, url), (_, t) in zip(candidates, predicted, strict=True)]
         order = sorted(range(len(candidates)), key=lambda i: cost[i])
     else:
         order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
@@ -594,64 +555,13 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
     pool, endpoint = candidates[order[0]]  # the conversation's pool among the near-fastest
     reason = (_reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER) if order[0] == fastest
               else Reason.PREFIX_AFFINITY)
-    runner = _runner_up(candidates, order, predicted, explore_key(tie_break, prefix, rules.explore_every), rules,
+    runner = runner_up(candidates, order, predicted, explore_key(tie_break, prefix, rules.explore_every), rules,
                         (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
     if runner is not None:
         pool, endpoint = candidates[runner]
         reason = Reason.EXPLORE
     return Decision(pool.name, endpoint, reason, predicted=predicted, endpoint_reason=why.get(endpoint),
                     basis=pool)
-
-
-def _distrusted(candidates: Sequence[tuple[PoolSnapshot, str]]) -> bool:
-    """Whether some candidate pool's predictions are off (``prediction_fallback``)."""
-    for c, _ in candidates:  # a loop, not any(): no generator on every decision's path
-        if c.prediction_fallback:
-            return True
-    return False
-
-
-def _shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]],
-                    predicted: Sequence[tuple[str, float]]) -> tuple[PoolSnapshot, str]:
-    """The candidate whose chosen endpoint has the least load (requests): join the shorter
-    queue, the rule that needs no model (W. Winston 1977, "Optimality of the shortest line
-    discipline", J. Appl. Prob. 14(1)). Among equally short queues the predicted-faster one (a
-    model too far off to weigh load against speed still ranks better than the config order,
-    which would send every request of an idle deployment to its first pool), then config order."""
-    best = 0
-    low = (_load(candidates[0][0].endpoints, candidates[0][1]), predicted[0][1])
-    for i in range(1, len(candidates)):
-        pool, url = candidates[i]
-        key = (_load(pool.endpoints, url), predicted[i][1])
-        if key < low:
-            best, low = i, key
-    return candidates[best]
-
-
-def _runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
-               predicted: Sequence[tuple[str, float]], tie_break: int, rules: Rules,
-               cell: tuple[str, int]) -> int | None:
-    """The candidate that explores this request (``rules.explore_every``), or None: on every
-    ``explore_every``-th request, the fastest candidate of another pool than the predicted
-    best, when its prediction is at most ``explore_ratio`` times the best's, or when its
-    predictions for the request's ``(temperature class, context bucket)`` ``cell`` have not
-    been checked enough (``PoolSnapshot.measured``) and its endpoint is idle: a pool believed
-    slow for a kind of request is measured on it again instead of being avoided for good, at
-    the cost of that one request only (an idle endpoint has no batch to slow; the share stays
-    at most ``1 / explore_every``)."""
-    every = rules.explore_every
-    if every <= 0 or tie_break % every != every - 1:
-        return None
-    best = order[0]
-    for i in order[1:]:
-        pool = candidates[i][0]
-        if pool.name != candidates[best][0].name:
-            if predicted[i][1] <= rules.explore_ratio * predicted[best][1] or (
-                    pool.measured is not None and cell not in pool.measured
-                    and _load(pool.endpoints, candidates[i][1]) == 0):
-                return i
-            return None
-    return None
 
 
 def _reason(pool: PoolSnapshot, candidates: Sequence[tuple[PoolSnapshot, str]], kept: set[str],
