@@ -58,11 +58,11 @@ from router import (
     SpeedFit,
     SpeedModel,
     accept_lengths,
+    advance_prediction_check,
     batch_context,
     context_bucket,
     decide,
     endpoint_values,
-    next_prediction_fallback,
     pool_snapshot,
     predict_request,
     share_priors,
@@ -278,13 +278,7 @@ class PolicyRouter:
             self._check(p.name)
         cc = self.routing_config.learning.check
         for check in self.checks.values():  # Runtime.advance_checks
-            check.measured = check.measured_cells(now)
-            error, checks = check.error(now)
-            new = cc.enabled and next_prediction_fallback(check.fallback, error, checks, enter=cc.fallback_enter,
-                                                          exit=cc.fallback_exit, min_checks=cc.min_checks)
-            if new != check.fallback:
-                check.fallback, check.fallback_since = new, now
-                check.fallbacks += new
+            advance_prediction_check(check, cc, now)
 
     def on_done(self, now: float, request: RequestView, url: str, record: RequestRecord | None = None,
                 pools: tuple[PoolView, ...] = ()) -> None:

@@ -37,8 +37,9 @@ the pure decision         :func:`decide`, :class:`Decision`, :class:`Outcome`, :
                           :class:`SpeedFit`, :class:`Observation`, :data:`DEFAULT_PRIOR`,
                           :func:`share_priors`, :func:`context_bucket`,
                           :func:`predict_request` (a decision's prediction, evaluated again),
-                          :class:`PredictionCheck` and :func:`next_prediction_fallback` (the
-                          predictions checked, and the fallback's hysteresis step)
+                          :class:`PredictionCheck`, :func:`next_prediction_fallback` and
+                          :func:`advance_prediction_check` (the predictions checked, and the
+                          fallback's hysteresis step)
 snapshots (the one door   :func:`pool_snapshot`, :func:`endpoint_values`, :func:`accept_lengths`
 from engine signals)      (``router.snapshots``: what ``Runtime.snapshots`` and the day
                           simulator build the policy's inputs with)
@@ -133,7 +134,8 @@ _SURFACE = MappingProxyType({
     "SpeedModel": "router.predict", "completion_s": "router.predict", "SpeedFit": "router.learn", "Observation": "router.learn",
     "DEFAULT_PRIOR": "router.learn", "share_priors": "router.learn", "context_bucket": "router.learn",
     "predict_request": "router.policy", "PredictionCheck": "router.prediction_check",
-    "next_prediction_fallback": "router.hysteresis", "pool_snapshot": "router.snapshots",
+    "next_prediction_fallback": "router.hysteresis", "advance_prediction_check": "router.hysteresis",
+    "pool_snapshot": "router.snapshots",
     "endpoint_values": "router.snapshots", "accept_lengths": "router.snapshots", "parse_chat": "router.parsing",
     "parse_completions": "router.parsing", "PromptCounter": "router.features",
     "resolve_priority": "router.admission", "validate_sampling": "router.sampling",
@@ -189,6 +191,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "StateConfig",
     "accept_length",
     "accept_lengths",
+    "advance_prediction_check",
     "batch_context",
     "build_fleet",
     "build_runtime",

@@ -8,7 +8,14 @@ and acceptance steps feed :class:`router.bypass.BypassState`, the prediction fal
 
 from __future__ import annotations
 
-__all__ = ["expected_speedup", "next_low_acceptance", "next_prediction_fallback", "next_saturated"]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from router.config_routing import PredictionCheckConfig
+    from router.prediction_check import PredictionCheck
+
+__all__ = ["advance_prediction_check", "expected_speedup", "next_low_acceptance", "next_prediction_fallback",
+           "next_saturated"]
 
 
 def next_saturated(previous: bool, load: int, *, enter: int, exit: int) -> bool:
@@ -77,3 +84,25 @@ def next_prediction_fallback(previous: bool, error: float | None, checks: int, *
     if error < exit:
         return False
     return previous
+
+
+def advance_prediction_check(check: PredictionCheck, cfg: PredictionCheckConfig,
+                             now: float) -> tuple[bool, float | None, int]:
+    """One scrape round's step of a pool's checks (the router's ``Runtime.advance_checks`` and
+    the day simulator's alike): refresh its measured cells, then move its fallback state by
+    :func:`next_prediction_fallback` (``cfg``: ``routing.learning.check``; disabled: off).
+
+    Returns:
+        ``(changed, median relative error, recent checks)``; on a change ``fallback_since`` is
+        ``now`` and a turn-on counts in ``fallbacks``.
+    """
+    check.measured = check.measured_cells(now)
+    error, checks = check.error(now)
+    new = cfg.enabled and next_prediction_fallback(check.fallback, error, checks, enter=cfg.fallback_enter,
+                                                   exit=cfg.fallback_exit, min_checks=cfg.min_checks)
+    if new == check.fallback:
+        return False, error, checks
+    check.fallback, check.fallback_since = new, now
+    check.fallbacks += new
+    return True, error, checks
+

@@ -42,7 +42,7 @@ from router.config import Config, ConfigError, Overrides, RoutingConfig
 from router.endpoint import Endpoint, Lease, LeaseLedger
 from router.engine_limits import LimitChange, SmallEndpoint, follow, too_small
 from router.features import PromptCounter, RequestFeatures, TokensPerByte
-from router.hysteresis import next_prediction_fallback
+from router.hysteresis import advance_prediction_check
 from router.learn import (
     MIN_OWN_OBSERVATIONS,
     Observation,
@@ -234,13 +234,9 @@ class Runtime:
             check = pool.check
             if check is None:
                 continue
-            check.measured = check.measured_cells(now)
-            error, checks = check.error(now)
-            new = cc.enabled and next_prediction_fallback(check.fallback, error, checks, enter=cc.fallback_enter,
-                                                          exit=cc.fallback_exit, min_checks=cc.min_checks)
-            if new != check.fallback:
-                check.fallback, check.fallback_since = new, now
-                check.fallbacks += new
+            moved, error, checks = advance_prediction_check(check, cc, now)
+            if moved:
+                new = check.fallback
                 changed.append((pool.name, new))
                 log.warning("pool %s: predictions %s (median relative error %s over %d checks); decisions %s",
                             pool.name, "off" if new else "back within bounds",
