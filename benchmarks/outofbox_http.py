@@ -359,33 +359,27 @@ def main(argv: list[str] | None = None) -> int:
     best_sim = min(("all-plain", "all-spec"), key=lambda n: sim_rows[n]["mean_s"] or float("inf"))
     print(f"\n{'deployment':<10} {'HTTP: n':>7} {'err':>4} {'mean s':>7} {'p90 s':>7} {'ratio':>11} | "
           f"{'sim: mean s':>11} {'p90 s':>7} {'ratio':>11}")
+    def http_cells(name: str) -> str:
+        """The HTTP columns of ``name``'s row, its ratios to the better static deployment noted in it."""
+        h = rows[name]
+        hm, hp = h["mean_s"] or float("nan"), h["p90_s"] or float("nan")
+        ratio = "-"
+        if best_http is not None:
+            b = rows[best_http]
+            ratio = f"{hm / b['mean_s']:.2f}/{hp / b['p90_s']:.2f}"
+            h.update(ratio_mean=hm / b["mean_s"], ratio_p90=hp / b["p90_s"], better_static=best_http)
+        return f"{h['requests']:>7} {h['errors']:>4} {hm:7.2f} {hp:7.2f} {ratio:>11}"
+
     for name in [*DEPLOYMENTS, *(n for n in rows if n not in DEPLOYMENTS)]:
         if name not in sim_rows:  # a client-side rule or a router variant: HTTP only
-            h = rows[name]
-            hm, hp = h["mean_s"] or float("nan"), h["p90_s"] or float("nan")
-            ratio = "-"
-            if best_http is not None:
-                b = rows[best_http]
-                ratio = f"{hm / b['mean_s']:.2f}/{hp / b['p90_s']:.2f}"
-                h.update(ratio_mean=hm / b["mean_s"], ratio_p90=hp / b["p90_s"], better_static=best_http)
-            print(f"{name:<10} {h['requests']:>7} {h['errors']:>4} {hm:7.2f} {hp:7.2f} {ratio:>11} | {'-':>11}")
+            print(f"{name:<10} {http_cells(name)} | {'-':>11}")
             continue
         s = sim_rows[name]
         sm, sp = s["mean_s"] or float("nan"), s["p90_s"] or float("nan")
         bs = sim_rows[best_sim]
         sim_ratio = f"{sm / bs['mean_s']:.2f}/{sp / bs['p90_s']:.2f}"
-        if name in rows:
-            h = rows[name]
-            hm, hp = h["mean_s"] or float("nan"), h["p90_s"] or float("nan")
-            ratio = "-"
-            if best_http is not None:
-                b = rows[best_http]
-                ratio = f"{hm / b['mean_s']:.2f}/{hp / b['p90_s']:.2f}"
-                h.update(ratio_mean=hm / b["mean_s"], ratio_p90=hp / b["p90_s"], better_static=best_http)
-            print(f"{name:<10} {h['requests']:>7} {h['errors']:>4} {hm:7.2f} {hp:7.2f} {ratio:>11} | "
-                  f"{sm:11.2f} {sp:7.2f} {sim_ratio:>11}")
-        else:
-            print(f"{name:<10} {'-':>7} {'-':>4} {'-':>7} {'-':>7} {'-':>11} | {sm:11.2f} {sp:7.2f} {sim_ratio:>11}")
+        http = http_cells(name) if name in rows else f"{'-':>7} {'-':>4} {'-':>7} {'-':>7} {'-':>11}"
+        print(f"{name:<10} {http} | {sm:11.2f} {sp:7.2f} {sim_ratio:>11}")
         s.update(ratio_mean=sm / sim_rows[best_sim]["mean_s"], ratio_p90=sp / sim_rows[best_sim]["p90_s"],
                  better_static=best_sim)
     print(f"(ratio: mean/p90 over the better static deployment: HTTP {best_http}, simulator {best_sim})")
