@@ -66,6 +66,7 @@ def test_time_limit_too_short_starts_nothing(tmp_path: Path) -> None:
     assert not (out / "stack" / "pool-spec.log").exists()
 
 
+@pytest.mark.sglang  # `specgate config check` loads the demo's model tokenizer: models/tiny-llama (make models)
 def test_calibrate_report_merges_into_the_demo_config(tmp_path: Path) -> None:
     report = fixed_report({"100-300": {1: 1.5, 4: 0.8}, "1000-1400": {1: 0.9, 4: 0.7}})
     path = tmp_path / "report.json"
