@@ -3,7 +3,7 @@
 :class:`PlanWindow` is a bounded ring (``planner.window_requests`` entries, none older than
 ``planner.window_s`` seconds from arrival) of :class:`WindowEntry`: one per generation request
 answered in full (HTTP 200, the stream complete), appended when its response ends
-(:func:`router.pipeline._record`, one call). Appending is O(1) (a ``collections.deque`` with a
+(:func:`router.record.record`, one call). Appending is O(1) (a ``collections.deque`` with a
 ``maxlen``; entries past their age leave from the left as new ones come), so the request
 path's cost stays flat; nothing is computed until the window is read.
 
