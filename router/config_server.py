@@ -186,7 +186,7 @@ class PlannerConfig(Strict):
     The router keeps, per process, a ring of its most recent finished generation requests
     (arrival, prompt / cached / output tokens, budget, temperature class, ``n``, pool): at
     most ``window_requests`` of them, none older than ``window_s`` seconds. Memory: about
-    150 bytes per request (600 KB at the default). A change applies on reload (the ring is
+    500 bytes per request, its features kept until the window is read (2 MB at the default). A change applies on reload (the ring is
     resized at the next finished request, keeping the newest entries).
 
     Attributes:

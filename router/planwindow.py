@@ -1,11 +1,13 @@
 """The live window of recent finished requests that ``specgate plan`` sizes the pools from.
 
 :class:`PlanWindow` is a bounded ring (``planner.window_requests`` entries, none older than
-``planner.window_s`` seconds from arrival) of :class:`WindowEntry`: one per generation request
-answered in full (HTTP 200, the stream complete), appended when its response ends
-(:func:`router.record.record`, one call). Appending is O(1) (a ``collections.deque`` with a
-``maxlen``; entries past their age leave from the left as new ones come), so the request
-path's cost stays flat; nothing is computed until the window is read.
+``planner.window_s`` seconds from arrival) of the generation requests answered in full (HTTP 200, the stream complete), appended when
+their responses end (:func:`router.record.record`, one call) as they came: arrival, the
+request's features, the three numbers of the response's ``usage`` the window reads, pool,
+model, duration. Appending is O(1) (a
+``collections.deque`` with a ``maxlen``; entries past their age leave from the left as new
+ones come), so the request path's cost stays flat; nothing is computed until the window is
+read, as :class:`WindowEntry` rows (:meth:`PlanWindow.entries`).
 
 :func:`window_view` is what ``GET /admin/plan/window`` (:mod:`router.admin`, admin key) serves
 for one model: the window's entries, arrival times relative to its oldest entry, and per pool
@@ -32,6 +34,7 @@ from router.learn import observed_prompt_tokens
 
 if TYPE_CHECKING:
     from router.config import PlannerConfig
+    from router.features import RequestFeatures
     from router.pool import Pool
     from router.pools import Runtime
     from router.proxy_job import ProxyJob
@@ -39,9 +42,8 @@ if TYPE_CHECKING:
 __all__ = ["PlanWindow", "WindowEntry", "pool_view", "window_view"]
 
 class WindowEntry(NamedTuple):
-    """One finished request (seconds on the window's clock, tokens); a named tuple: built once
-    per request on the request path, where a frozen dataclass's ``__init__`` costs about four
-    times as much.
+    """One finished request (seconds on the window's clock, tokens), built when the window is
+    read (:meth:`PlanWindow.entries`).
 
     Attributes:
         arrival: when the router received it (``time.perf_counter()``, s).
@@ -71,6 +73,29 @@ class WindowEntry(NamedTuple):
     duration_s: float
 
 
+#: What :meth:`PlanWindow.record` keeps as the completion tokens of a response without usage.
+_NO_USAGE = object()
+
+
+def _entry(arrival: float, f: RequestFeatures, prompt_tokens: object, cached_tokens: object,
+           completion_tokens: object, pool: str, model: str, duration_s: float) -> WindowEntry:
+    """The :class:`WindowEntry` of a request as :meth:`PlanWindow.record` kept it (the
+    response's ``usage.prompt_tokens``, ``usage.prompt_tokens_details.cached_tokens`` and
+    ``usage.completion_tokens`` as the engine wrote them, ``_NO_USAGE``: no usage object): P the
+    engine's count when the router's was a bound (:func:`router.learn.observed_prompt_tokens`),
+    the cached tokens per prompt and the output tokens per sequence."""
+    sequences = f.n * f.num_prompts
+    prompt, cached, output = f.prompt_tokens, 0, None
+    if completion_tokens is not _NO_USAGE:
+        prompt = observed_prompt_tokens(prompt, f.prompt_exact, f.num_prompts, prompt_tokens)
+        got = cached_tokens
+        cached = got // f.num_prompts if type(got) is int and got > 0 else 0
+        done = completion_tokens
+        output = round(done / sequences) if type(done) is int and done >= 0 else None
+    return WindowEntry(arrival, prompt, min(cached, prompt), output, f.max_new_tokens, f.temperature_class,
+                       sequences, pool, model, duration_s)
+
+
 class PlanWindow:
     """The ring of recent finished requests (module docstring).
 
@@ -94,40 +119,39 @@ class PlanWindow:
     def record(self, job: ProxyJob, model: str, config: PlannerConfig) -> None:
         """Append the request of ``job`` when it was answered in full by a pool (else nothing);
         ``config``: the live ``planner`` section (a reload that changed the sizes resizes the
-        ring here, keeping the newest entries)."""
+        ring here, keeping the newest entries). Kept as it came (its arrival, features, usage,
+        pool, model and duration): the :class:`WindowEntry` is built when the window is read."""
         pool = job.decision.pool
         if job.status != 200 or job.outcome != "ok" or pool is None:
             return
-        if config.window_requests != self._entries.maxlen:
-            self._entries = deque(self._entries, maxlen=config.window_requests)
+        entries = self._entries
+        if config.window_requests != entries.maxlen:
+            entries = self._entries = deque(entries, maxlen=config.window_requests)
         self._max_age_s = config.window_s
-        f = job.features
+        now, arrival = self._clock(), job.received_at
         usage = job.observer.usage if job.observer is not None else None
-        sequences = f.n * f.num_prompts
-        prompt, cached, output = f.prompt_tokens, 0, None
-        if isinstance(usage, dict):
-            prompt = observed_prompt_tokens(prompt, f.prompt_exact, f.num_prompts, usage.get("prompt_tokens"))
+        if type(usage) is dict:  # its numbers as the engine wrote them (checked when read)
             details = usage.get("prompt_tokens_details")
-            got = details.get("cached_tokens") if isinstance(details, dict) else None
-            cached = got // f.num_prompts if type(got) is int and got > 0 else 0
-            done = usage.get("completion_tokens")
-            output = round(done / sequences) if type(done) is int and done >= 0 else None
-        now = self._clock()
-        self._entries.append(WindowEntry(job.received_at, prompt, min(cached, prompt), output, f.max_new_tokens,
-                                         f.temperature_class, sequences, pool, model, now - job.received_at))
+            entries.append((arrival, job.features, usage.get("prompt_tokens"),
+                            details.get("cached_tokens") if type(details) is dict else None,
+                            usage.get("completion_tokens"), pool, model, now - arrival))
+        else:
+            entries.append((arrival, job.features, None, None, _NO_USAGE, pool, model, now - arrival))
         self.recorded += 1
-        self._expire(now)
+        cut = now - self._max_age_s
+        while entries and entries[0][0] < cut:
+            entries.popleft()
 
     def _expire(self, now: float) -> None:
         cut = now - self._max_age_s
         entries = self._entries
-        while entries and entries[0].arrival < cut:
+        while entries and entries[0][0] < cut:
             entries.popleft()
 
     def entries(self, model: str | None = None) -> list[WindowEntry]:
         """The entries within the window now (oldest first), of ``model`` when given."""
         self._expire(self._clock())
-        return [e for e in self._entries if model is None or e.model == model]
+        return [_entry(*e) for e in self._entries if model is None or e[6] == model]
 
     def view(self, model: str | None = None) -> dict[str, Any]:
         """``{"requests": [...], "window": {...}}`` of :func:`window_view` (no pools)."""
