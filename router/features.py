@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from router.errors import InvalidRequest
 from router.parsing import (
@@ -65,6 +65,7 @@ __all__ = [  # the parser's names are re-exported (router.parsing defines them)
     "TokensPerByte",
     "check_envelope",
     "check_top_logprobs",
+    "fast_frozen_init",
     "needs_exact",
     "parse_chat",
     "parse_completions",
@@ -76,6 +77,42 @@ def _tokens_phrase(prompt_tokens: int, lower: int | None, extra: int = 0) -> str
     return str(prompt_tokens + extra) if lower is None else f"at least {lower + extra}"
 
 
+_T = TypeVar("_T")
+
+
+def fast_frozen_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass built once or more per request an ``__init__`` that
+    sets each field through its slot's descriptor (``member_descriptor.__set__``) instead of
+    ``object.__setattr__(self, name, value)``: the same parameters and defaults, the same
+    object (still frozen: assigning a field raises ``FrozenInstanceError``), in about half the
+    time (CPython 3.11 builds a frozen dataclass about five times slower than a plain one).
+    Apply it above ``@dataclass(frozen=True, slots=True)``.
+
+    Raises:
+        TypeError: ``cls`` has a field outside ``__init__``, keyword-only or with a default
+            factory, or a ``__post_init__`` (none of these is handled).
+    """
+    params, body, scope = [], [], {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if not f.init or f.kw_only or f.default_factory is not MISSING or hasattr(cls, "__post_init__"):
+            raise TypeError(f"fast_frozen_init: {cls.__name__}.{f.name} is not a plain positional field")
+        scope[f"_set_{f.name}"] = cls.__dict__[f.name].__set__  # the slot's descriptor
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            scope[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        body.append(f"    _set_{f.name}(self, {f.name})\n")
+    # names only from the fields (identifiers), as dataclasses builds its own __init__
+    exec(f"def __init__(self, {', '.join(params)}):\n{''.join(body)}", scope)  # noqa: S102
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__annotations__ = {**{f.name: f.type for f in fields(cls)}, "return": None}  # type: ignore[arg-type]
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class RequestFeatures:
     """What the routing decision sees of a request.
@@ -432,6 +469,7 @@ class PromptCounter:
         return len(self._tok.encode(text, add_special_tokens=False))
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """A rendered prompt: the text(s) the engine encodes, or the length of token-id prompts.

@@ -109,7 +109,9 @@ class PlanWindow:
 
     def __init__(self, config: PlannerConfig, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
-        self._entries: deque[WindowEntry] = deque(maxlen=config.window_requests)
+        #: ``(arrival, features, usage prompt, usage cached, usage completion, pool, model,
+        #: duration)`` per request, the arguments of :func:`_entry`
+        self._entries: deque[tuple[Any, ...]] = deque(maxlen=config.window_requests)
         self._max_age_s = config.window_s
         self.recorded = 0  # entries appended since the start (the ring holds the newest)
 

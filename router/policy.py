@@ -92,7 +92,7 @@ from router.acceptance import temperature_class
 from router.affinity import affine_order, explore_key
 from router.capabilities import preferred_features, required_features, unmet
 from router.checks import SPECULATIVE_CHECKS, Rejection, Strength
-from router.features import ParsedRequest, RequestFeatures, prompt_count
+from router.features import ParsedRequest, RequestFeatures, fast_frozen_init, prompt_count
 from router.hysteresis import (
     expected_speedup,
     next_low_acceptance,
@@ -254,6 +254,7 @@ class PoolSnapshot:
         return self.accept_length_greedy if temperature == "greedy" else self.accept_length_sampled
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     """Where a request goes, and why.
