@@ -182,8 +182,8 @@ def add_fields(body: bytes, doc: dict[str, Any], fields: dict[str, Any]) -> byte
     end = len(body)
     while end and body[end - 1] in b" \t\r\n":  # JSON's whitespace
         end -= 1
-    if end < 2 or body[end - 1] != 0x7D or any(k in doc for k in fields):  # 0x7D: "}"
+    if end < 2 or body[end - 1] != 0x7D or not doc.keys().isdisjoint(fields):  # 0x7D: "}"
         return orjson.dumps({**doc, **fields})
-    extra = b",".join(orjson.dumps(k) + b":" + orjson.dumps(v) for k, v in fields.items())
+    extra = orjson.dumps(fields)[1:-1]  # '"k":v,...' (orjson writes no whitespace): one call for all
     # One copy of the body (a memoryview slice is not a copy; `body[:end - 1] + ...` was two).
     return b"".join((memoryview(body)[:end - 1], b"," if doc else b"", extra, b"}"))

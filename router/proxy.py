@@ -191,12 +191,13 @@ class ProxyResponse(Response):
         self._spawn = spawn
         self._retry_after = retry_after_s
         self._clock = clock
+        self._task: asyncio.Task[Any] | None = None  # the handler's task, while it runs
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         job = self.job
         scope["specgate.proxy"] = self  # router.drain.PROXY_KEY: the drain's deadline cuts it
-        task = asyncio.current_task()
+        task = self._task = asyncio.current_task()
         assert task is not None
         gone = running = False
 
@@ -219,6 +220,7 @@ class ProxyResponse(Response):
                 job.status = 499
         finally:
             running = False
+            self._task = None
             watch.close()
             if job.observer is not None and job.status == 200:
                 job.observer.finish(job.decision.pool or "none")
@@ -301,7 +303,7 @@ class ProxyResponse(Response):
         transport = self._transport
         try:
             try:
-                with Deadline(first_deadline):  # asyncio.timeout_at with one timer (router.upstream)
+                with Deadline(first_deadline, self._task):  # asyncio.timeout_at with one timer (router.upstream)
                     resp = await transport.post(
                         endpoint.target(job.path), job.pool_bodies.get(endpoint.pool, job.body) if
                         job.pool_bodies else job.body, headers, connect_timeout_s=up.connect_timeout_s,
@@ -534,7 +536,7 @@ class ProxyResponse(Response):
             (b"content-type", ctype.encode("latin-1")),
             (b"x-request-id", job.request_id.encode()),
             (b"x-specgate-pool", (job.decision.pool or "none").encode()),
-            (b"x-specgate-reason", job.decision.reason.value.encode()),
+            (b"x-specgate-reason", job.decision.reason._value_.encode()),  # _value_: no enum property call
         ]
         if job.default_budget is not None:
             headers.append((b"x-specgate-max-tokens", job.default_budget.encode()))

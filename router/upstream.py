@@ -441,17 +441,19 @@ class Deadline:
     On exit the timer stops; when it fired, the cancellation it asked for is withdrawn
     (``task.uncancel()``) and a ``CancelledError`` becomes ``TimeoutError`` unless another
     cancellation of the task is pending (a client disconnect at the same time stays a
-    cancellation), exactly ``asyncio.Timeout.__aexit__``'s rule.
+    cancellation), exactly ``asyncio.Timeout.__aexit__``'s rule. ``task``: the current task
+    when the caller holds it (``asyncio.current_task`` is a Python function in 3.11).
     """
 
     __slots__ = ("cancelling", "fired", "handle", "task", "when")
 
-    def __init__(self, when: float) -> None:
+    def __init__(self, when: float, task: asyncio.Task[Any] | None = None) -> None:
         self.when = when
         self.fired = False
+        self.task = task  # the current task when the caller knows it (None: looked up on entry)
 
     def __enter__(self) -> Self:
-        task = asyncio.current_task()
+        task = self.task or asyncio.current_task()
         if task is None:
             raise RuntimeError("Deadline should be used inside a task")
         self.task = task
