@@ -436,7 +436,11 @@ class PromptCounter:
     @staticmethod
     def text_bytes(rendered: Rendered) -> int:
         """UTF-8 bytes of the longest rendered text (0 for token-id prompts)."""
-        return max((len(t) if t.isascii() else len(t.encode("utf-8")) for t in rendered.texts), default=0)
+        texts = rendered.texts
+        if len(texts) == 1:  # a chat's one prompt: no generator
+            t = texts[0]
+            return len(t) if t.isascii() else len(t.encode("utf-8"))
+        return max((len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts), default=0)
 
     def text_bytes_of_bound(self, hi: int, rendered: Rendered) -> int:
         """The text bytes :meth:`bounds` turned into ``hi`` (its inverse: no second pass over

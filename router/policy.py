@@ -478,7 +478,7 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     tie = rules.seed + tie_break
     why: dict[str, str] = {}  # endpoint -> PickReason value, when prefix routing chose it
     p = features.predicted_prompt_tokens  # prefix thresholds: the expected P of a bounded one
-    predicting = all(pool.speed is not None for pool in pools)
+    predicting: bool | None = None  # every pool has a speed model (read by the speculative pools' checks)
     spec_reason: Reason | None = None
     fallback: tuple[str, str] | None = None
     candidates: list[tuple[PoolSnapshot, str]] = []  # pools that may take it, in config order
@@ -487,6 +487,8 @@ def decide(features: RequestFeatures, pools: Sequence[PoolSnapshot], rules: Rule
     for pool in pools:
         if not pool.speculative:
             continue
+        if predicting is None:
+            predicting = all(p.speed is not None for p in pools)
         pool = _without(pool, exclude)
         rejections = screen(features, pool, rules, predicting=predicting)
         if rejections and max(r.strength for r in rejections) is Strength.HARD:

@@ -67,6 +67,8 @@ from router.prefix import PrefixChain, PrefixIndex, PrefixRequest
 from router.snapshot_cache import SnapshotCache
 from router.snapshots import accept_lengths, endpoint_snapshot
 
+_new_tuple = tuple.__new__
+
 __all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
 
 log = logging.getLogger("specgate")
@@ -566,7 +568,7 @@ class Runtime:
         on, the endpoint inside a pool is chosen by :func:`router.prefix.pick_endpoint`."""
         prefix = None
         if chain is not None and self.prefix:
-            prefix = PrefixRequest._make((
+            prefix = _new_tuple(PrefixRequest, (  # PrefixRequest._make without its Python call
                 chain.anchor, chain.tokens(chain.anchor_blocks, features.predicted_prompt_tokens), chain.continued,
                 *self._derived().prefix_tail))
         if features.adapters:  # only endpoints that have the adapters (router.models)

@@ -445,15 +445,15 @@ class Deadline:
     when the caller holds it (``asyncio.current_task`` is a Python function in 3.11).
     """
 
-    __slots__ = ("cancelling", "fired", "handle", "task", "when")
+    __slots__ = ("_given", "cancelling", "fired", "handle", "task", "when")
 
     def __init__(self, when: float, task: asyncio.Task[Any] | None = None) -> None:
         self.when = when
         self.fired = False
-        self.task = task  # the current task when the caller knows it (None: looked up on entry)
+        self._given = task  # the current task when the caller knows it (None: looked up on entry)
 
     def __enter__(self) -> Self:
-        task = self.task or asyncio.current_task()
+        task = self._given or asyncio.current_task()
         if task is None:
             raise RuntimeError("Deadline should be used inside a task")
         self.task = task
