@@ -94,3 +94,14 @@ def test_the_timer_is_gone_after_the_block() -> None:
         await asyncio.sleep(0.03)  # not cancelled by it
 
     asyncio.run(main())
+
+
+def test_the_task_given_by_the_caller_is_the_one_cancelled() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        with pytest.raises(TimeoutError), Deadline(loop.time() + 0.01, task) as d:
+            await asyncio.sleep(5)
+        assert d.task is task and d.fired and task is not None and task.cancelling() == 0
+
+    asyncio.run(main())
