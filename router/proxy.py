@@ -116,6 +116,7 @@ from router.transport import (
 from router.upstream import Backpressure as _Backpressure
 from router.upstream import (
     Deadline,
+    DeadlineTimers,
     Forwarder,
     Heartbeat,
     IdleWatch,
@@ -176,12 +177,15 @@ class ProxyResponse(Response):
         clock: monotonic clock (s) for back-pressure records.
         tracing: a :class:`router.tracing.Tracing`: a client span per attempt, whose context
             is sent upstream (None: the job's ``trace`` headers as they are).
+        timers: the loop's :class:`router.upstream.DeadlineTimers`, which time the attempts'
+            deadlines (None: a loop timer per attempt).
     """
 
     def __init__(self, job: ProxyJob, *, transport: Transport, upstream: UpstreamConfig,
                  redecide: Redecide, on_done: Callable[[ProxyJob], None],
                  spawn: Callable[[Any], None], retry_after_s: int = 5,
-                 clock: Callable[[], float] = time.monotonic, tracing: Any = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, tracing: Any = None,
+                 timers: DeadlineTimers | None = None) -> None:
         self.job = job
         self._tracing = tracing
         self._transport = transport
@@ -192,6 +196,7 @@ class ProxyResponse(Response):
         self._retry_after = retry_after_s
         self._clock = clock
         self._task: asyncio.Task[Any] | None = None  # the handler's task, while it runs
+        self._timers = timers
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -303,7 +308,7 @@ class ProxyResponse(Response):
         transport = self._transport
         try:
             try:
-                with Deadline(first_deadline, self._task):  # asyncio.timeout_at with one timer (router.upstream)
+                with Deadline(first_deadline, self._task, self._timers):  # asyncio.timeout_at with one timer (router.upstream)
                     resp = await transport.post(
                         endpoint.target(job.path), job.pool_bodies.get(endpoint.pool, job.body) if
                         job.pool_bodies else job.body, headers, connect_timeout_s=up.connect_timeout_s,

@@ -19,7 +19,8 @@
   the keep-alive comments written to the client while the engine is silent;
   :class:`Forwarder`: what the relay notes of each forwarded chunk.
 - :class:`Deadline`: the first-byte / whole-body deadline of one attempt (``asyncio.timeout_at``
-  without its two coroutines per use).
+  without its two coroutines per use); :class:`DeadlineTimers`: every deadline of the loop on
+  one loop timer.
 - :func:`abort_request`: SGLang's ``POST /abort_request`` for a list of engine request ids.
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import heapq
 import re
 import weakref
 from collections.abc import Awaitable, Callable
@@ -50,6 +52,7 @@ __all__ = [
     "Backpressure",
     "ConnTrace",
     "Deadline",
+    "DeadlineTimers",
     "Failover",
     "Forwarder",
     "Heartbeat",
@@ -442,15 +445,20 @@ class Deadline:
     (``task.uncancel()``) and a ``CancelledError`` becomes ``TimeoutError`` unless another
     cancellation of the task is pending (a client disconnect at the same time stays a
     cancellation), exactly ``asyncio.Timeout.__aexit__``'s rule. ``task``: the current task
-    when the caller holds it (``asyncio.current_task`` is a Python function in 3.11).
+    when the caller holds it (``asyncio.current_task`` is a Python function in 3.11);
+    ``timers``: a :class:`DeadlineTimers` that fires it from its one loop timer (None: a loop
+    timer of its own, ``loop.call_at``).
     """
 
-    __slots__ = ("_given", "cancelling", "fired", "handle", "task", "when")
+    __slots__ = ("_given", "_timers", "cancelling", "fired", "handle", "queued", "task", "when")
 
-    def __init__(self, when: float, task: asyncio.Task[Any] | None = None) -> None:
+    def __init__(self, when: float, task: asyncio.Task[Any] | None = None,
+                 timers: DeadlineTimers | None = None) -> None:
         self.when = when
         self.fired = False
+        self.queued = False  # waiting in self._timers
         self._given = task  # the current task when the caller knows it (None: looked up on entry)
+        self._timers = timers
 
     def __enter__(self) -> Self:
         task = self._given or asyncio.current_task()
@@ -458,7 +466,11 @@ class Deadline:
             raise RuntimeError("Deadline should be used inside a task")
         self.task = task
         self.cancelling = task.cancelling()
-        self.handle = asyncio.get_running_loop().call_at(self.when, self._fire)
+        timers = self._timers
+        if timers is None or not timers.add(self):
+            self.handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_at(self.when, self._fire)
+        else:
+            self.handle = None
         return self
 
     def _fire(self) -> None:
@@ -466,9 +478,85 @@ class Deadline:
         self.task.cancel()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        self.handle.cancel()
+        if self.handle is not None:
+            self.handle.cancel()
+        elif self.queued:
+            self._timers.remove(self)  # type: ignore[union-attr]  # queued: it was added to them
         if self.fired and self.task.uncancel() <= self.cancelling and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
+
+
+class DeadlineTimers:
+    """The :class:`Deadline` s of one event loop on one loop timer, armed at the earliest
+    (``loop.call_at`` builds and closes a libuv timer handle per call under uvloop: about as
+    much CPU as the rest of an attempt's bookkeeping). A deadline waits in a heap; leaving it
+    marks it done and drops it only when it is on top, or in a rebuild once done ones are
+    more than half the heap (so a long request does not hold the finished ones behind it);
+    the timer, armed again only for an earlier deadline, fires each due deadline within a
+    millisecond of its time (``SLACK_S``) and re-arms for the next. Event loop only; the first
+    loop that adds one owns it (a deadline on another loop gets its own timer).
+    """
+
+    SLACK_S = 0.001
+
+    __slots__ = ("_at", "_handle", "_heap", "_live", "_loop", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Deadline]] = []
+        self._live = 0  # queued deadlines (the heap also holds done ones)
+        self._seq = 0  # ties in time keep their order (deadlines do not compare)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._at = float("inf")  # when the armed timer fires
+
+    def __len__(self) -> int:
+        return self._live
+
+    def add(self, d: Deadline) -> bool:
+        """Queue ``d`` (False: not this loop's; the caller arms its own timer)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None and not self._loop.is_closed():
+                return False
+            self._loop, self._heap, self._live, self._handle, self._at = loop, [], 0, None, float("inf")
+        self._seq += 1
+        heapq.heappush(self._heap, (d.when, self._seq, d))
+        d.queued = True
+        self._live += 1
+        if d.when < self._at:
+            self._arm(loop, d.when)
+        return True
+
+    def remove(self, d: Deadline) -> None:
+        """``d`` left its block before it fired (its timer is not re-armed: firing early, it
+        finds nothing due and arms for the next)."""
+        d.queued = False
+        self._live -= 1
+        heap = self._heap
+        while heap and not heap[0][2].queued:
+            heapq.heappop(heap)
+        if len(heap) > 2 * self._live + 64:
+            heap[:] = [e for e in heap if e[2].queued]
+            heapq.heapify(heap)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle, self._at = loop.call_at(when, self._fire), when
+
+    def _fire(self) -> None:
+        self._handle, self._at = None, float("inf")
+        loop, heap = self._loop, self._heap
+        assert loop is not None  # armed on it
+        due = loop.time() + self.SLACK_S
+        while heap and (heap[0][0] <= due or not heap[0][2].queued):
+            d = heapq.heappop(heap)[2]
+            if d.queued:
+                d.queued = False
+                self._live -= 1
+                d._fire()
+        if heap:
+            self._arm(loop, heap[0][0])
 
 
 async def abort_request(session: aiohttp.ClientSession, base_url: str, rids: tuple[str, ...],

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from router.upstream import Deadline
+from router.upstream import Deadline, DeadlineTimers
 
 
 async def _guarded(when: float, body: Any) -> Any:
@@ -105,3 +105,66 @@ def test_the_task_given_by_the_caller_is_the_one_cancelled() -> None:
         assert d.task is task and d.fired and task is not None and task.cancelling() == 0
 
     asyncio.run(main())
+
+
+def test_shared_timers_fire_each_due_deadline_once_in_time_order() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timers = DeadlineTimers()
+        order: list[int] = []
+
+        async def guarded(i: int, after: float, sleep: float) -> str:
+            try:
+                with Deadline(loop.time() + after, None, timers):
+                    await asyncio.sleep(sleep)
+            except TimeoutError:
+                order.append(i)
+                return "timeout"
+            return "ok"
+
+        results = await asyncio.gather(guarded(0, 0.06, 5), guarded(1, 0.02, 5), guarded(2, 5, 0.01),
+                                       guarded(3, 0.04, 5), guarded(4, 5, 0.03))
+        assert results == ["timeout", "timeout", "ok", "timeout", "ok"]
+        assert order == [1, 3, 0] and len(timers) == 0
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+
+    asyncio.run(main())
+
+
+def test_shared_timers_drop_finished_deadlines_behind_a_long_one() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timers = DeadlineTimers()
+        with Deadline(loop.time() + 60, None, timers):  # a long request holds the top of the heap
+            for _ in range(1000):
+                with Deadline(loop.time() + 120, None, timers):
+                    pass
+            assert len(timers) == 1 and len(timers._heap) <= 2 * 1 + 65
+        assert len(timers) == 0 and not timers._heap
+
+    asyncio.run(main())
+
+
+def test_shared_timers_of_another_loop_give_the_deadline_its_own_timer() -> None:
+    timers = DeadlineTimers()
+
+    async def hold() -> None:
+        with Deadline(asyncio.get_running_loop().time() + 60, None, timers):
+            await asyncio.sleep(0)
+            await other()
+
+    async def other() -> None:  # a second loop while the first one still owns the timers
+        def run() -> str:
+            async def inner() -> str:
+                try:
+                    with Deadline(asyncio.get_running_loop().time() + 0.01, None, timers) as d:
+                        await asyncio.sleep(5)
+                except TimeoutError:
+                    return "timeout" if d.handle is not None else "shared"
+                return "ok"
+            return asyncio.run(inner())
+
+        assert await asyncio.get_running_loop().run_in_executor(None, run) == "timeout"
+
+    asyncio.run(hold())
