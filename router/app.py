@@ -55,7 +55,7 @@ from router.tracing_reload import shutdown_all
 from router.transport import Transport
 from router.transport_aiohttp import AiohttpTransport
 from router.transport_h1 import H1Transport
-from router.upstream import DeadlineTimers, ReuseMarkingConnector
+from router.upstream import LoopTimers, ReuseMarkingConnector
 from router.warmup import Warmer
 
 __all__ = ["AppState", "RouterApp", "RuntimeInputs", "build_runtime", "create_app", "load_runtime_inputs",
@@ -99,8 +99,8 @@ class AppState:
             sum: every change the reloader acted on). Tests wait on these counters.
         plan_window: the recent finished requests the pool planner reads
             (:mod:`router.planwindow`, ``GET /admin/plan/window``).
-        deadline_timers: the proxied attempts' deadlines on one loop timer
-            (:class:`router.upstream.DeadlineTimers`).
+        loop_timers: the proxy's per-request timers (deadlines, a stream's idle watch and
+            heartbeat) on one loop timer (:class:`router.upstream.LoopTimers`).
     """
 
     def __init__(self, fleet: Fleet, *, config_path: Path | None, session: aiohttp.ClientSession,
@@ -131,7 +131,7 @@ class AppState:
         self.span_exporter: Any = None  # create_app's span_exporter (tests), for tracers built on reload
         self.retiring: dict[Any, asyncio.Task[None]] = {}  # tracers a reload replaced -> their retirement
         self.plan_window = PlanWindow(fleet.config.planner)
-        self.deadline_timers = DeadlineTimers()  # every proxied attempt's deadline on one loop timer
+        self.loop_timers = LoopTimers()  # the proxy's per-request timers on one loop timer
         self.scrape_rounds = 0
         #: re-reads the engines' model lists before an unknown adapter is answered 404
         self.model_refresh = ModelRefresh(session, clock)

@@ -116,10 +116,10 @@ from router.transport import (
 from router.upstream import Backpressure as _Backpressure
 from router.upstream import (
     Deadline,
-    DeadlineTimers,
     Forwarder,
     Heartbeat,
     IdleWatch,
+    LoopTimers,
     body_abort,
     classify_event,
     complete_events,
@@ -177,15 +177,15 @@ class ProxyResponse(Response):
         clock: monotonic clock (s) for back-pressure records.
         tracing: a :class:`router.tracing.Tracing`: a client span per attempt, whose context
             is sent upstream (None: the job's ``trace`` headers as they are).
-        timers: the loop's :class:`router.upstream.DeadlineTimers`, which time the attempts'
-            deadlines (None: a loop timer per attempt).
+        timers: the loop's :class:`router.upstream.LoopTimers`, which time the attempts'
+            deadlines and a stream's idle watch and heartbeat (None: a loop timer each).
     """
 
     def __init__(self, job: ProxyJob, *, transport: Transport, upstream: UpstreamConfig,
                  redecide: Redecide, on_done: Callable[[ProxyJob], None],
                  spawn: Callable[[Any], None], retry_after_s: int = 5,
                  clock: Callable[[], float] = time.monotonic, tracing: Any = None,
-                 timers: DeadlineTimers | None = None) -> None:
+                 timers: LoopTimers | None = None) -> None:
         self.job = job
         self._tracing = tracing
         self._transport = transport
@@ -479,7 +479,7 @@ class ProxyResponse(Response):
         chunk = first
         forward = Forwarder(job.end_events, job.observer, job.extra)
         read = resp.content.readany
-        watch = IdleWatch(self._up.idle_timeout_s, loop)
+        watch = IdleWatch(self._up.idle_timeout_s, loop, self._timers, self._task)
         beat = Heartbeat(self._up.stream_keepalive_s, watch)
         try:
             while True:

@@ -19,7 +19,7 @@
   the keep-alive comments written to the client while the engine is silent;
   :class:`Forwarder`: what the relay notes of each forwarded chunk.
 - :class:`Deadline`: the first-byte / whole-body deadline of one attempt (``asyncio.timeout_at``
-  without its two coroutines per use); :class:`DeadlineTimers`: every deadline of the loop on
+  without its two coroutines per use); :class:`LoopTimers`: the proxy's per-request timers on
   one loop timer.
 - :func:`abort_request`: SGLang's ``POST /abort_request`` for a list of engine request ids.
 """
@@ -52,12 +52,13 @@ __all__ = [
     "Backpressure",
     "ConnTrace",
     "Deadline",
-    "DeadlineTimers",
     "Failover",
     "Forwarder",
     "Heartbeat",
     "IdleWatch",
+    "LoopTimers",
     "ReuseMarkingConnector",
+    "SharedTimer",
     "Stale",
     "abort_request",
     "body_abort",
@@ -299,20 +300,25 @@ class IdleWatch:
     checks it, instead of re-arming a timer per chunk as ``asyncio.timeout().reschedule``
     does (a timer-heap push and a cancelled handle per relayed event). After the
     cancellation :attr:`fired` is True; the relay calls ``task.uncancel()`` and reports the
-    idle timeout. ``loop``: the running loop when the caller has it at hand (else looked up).
+    idle timeout. ``loop``, ``task``: the running loop and the current task when the caller
+    has them at hand (else looked up); ``timers``: :class:`LoopTimers` (None: ``loop.call_at``).
     """
 
-    __slots__ = ("fired", "handle", "idle", "last", "loop", "task")
+    __slots__ = ("call_at", "fired", "handle", "idle", "last", "loop", "task")
 
-    def __init__(self, idle: float, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(self, idle: float, loop: asyncio.AbstractEventLoop | None = None,
+                 timers: LoopTimers | None = None, task: asyncio.Task[Any] | None = None) -> None:
         self.loop = loop or asyncio.get_running_loop()
-        task = asyncio.current_task()
+        task = task or asyncio.current_task()
         assert task is not None
         self.task = task
+        #: ``loop.call_at``, or the shared ``timers``' (:class:`LoopTimers`); the heartbeat's too
+        self.call_at: Callable[[float, Callable[[], object]], Any] = (
+            self.loop.call_at if timers is None else timers.call_at)
         self.idle = idle
         self.fired = False
         self.last = self.loop.time()
-        self.handle = self.loop.call_at(self.last + idle, self._check)
+        self.handle = self.call_at(self.last + idle, self._check)
 
     def _check(self) -> None:
         due = self.last + self.idle
@@ -320,7 +326,7 @@ class IdleWatch:
             self.fired = True
             self.task.cancel()
         else:
-            self.handle = self.loop.call_at(due, self._check)
+            self.handle = self.call_at(due, self._check)
 
     def close(self) -> None:
         self.handle.cancel()
@@ -353,16 +359,16 @@ class Heartbeat:
         self.interval = interval
         self.due = self.reading = False
         self.sent = watch.last
-        self.handle = watch.loop.call_at(self.sent + interval, self._check) if interval > 0 else None
+        self.handle = watch.call_at(self.sent + interval, self._check) if interval > 0 else None
 
     def _check(self) -> None:
         watch = self.watch
         now = watch.loop.time()
         at = max(watch.last, self.sent) + self.interval
         if now < at:
-            self.handle = watch.loop.call_at(at, self._check)
+            self.handle = watch.call_at(at, self._check)
         elif not self.reading or watch.fired:
-            self.handle = watch.loop.call_at(now + self.interval, self._check)
+            self.handle = watch.call_at(now + self.interval, self._check)
         else:
             self.due = True
             watch.task.cancel()
@@ -380,7 +386,7 @@ class Heartbeat:
             return False
         await send({"type": "http.response.body", "body": KEEPALIVE_EVENT, "more_body": True})
         self.sent = self.watch.loop.time()
-        self.handle = self.watch.loop.call_at(self.sent + self.interval, self._check)
+        self.handle = self.watch.call_at(self.sent + self.interval, self._check)
         return True
 
     def close(self) -> None:
@@ -446,17 +452,15 @@ class Deadline:
     cancellation of the task is pending (a client disconnect at the same time stays a
     cancellation), exactly ``asyncio.Timeout.__aexit__``'s rule. ``task``: the current task
     when the caller holds it (``asyncio.current_task`` is a Python function in 3.11);
-    ``timers``: a :class:`DeadlineTimers` that fires it from its one loop timer (None: a loop
-    timer of its own, ``loop.call_at``).
+    ``timers``: the :class:`LoopTimers` that time it (None: ``loop.call_at``).
     """
 
-    __slots__ = ("_given", "_timers", "cancelling", "fired", "handle", "queued", "task", "when")
+    __slots__ = ("_given", "_timers", "cancelling", "fired", "handle", "task", "when")
 
     def __init__(self, when: float, task: asyncio.Task[Any] | None = None,
-                 timers: DeadlineTimers | None = None) -> None:
+                 timers: LoopTimers | None = None) -> None:
         self.when = when
         self.fired = False
-        self.queued = False  # waiting in self._timers
         self._given = task  # the current task when the caller knows it (None: looked up on entry)
         self._timers = timers
 
@@ -467,10 +471,8 @@ class Deadline:
         self.task = task
         self.cancelling = task.cancelling()
         timers = self._timers
-        if timers is None or not timers.add(self):
-            self.handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_at(self.when, self._fire)
-        else:
-            self.handle = None
+        self.handle = (asyncio.get_running_loop().call_at(self.when, self._fire) if timers is None
+                       else timers.call_at(self.when, self._fire))
         return self
 
     def _fire(self) -> None:
@@ -478,59 +480,69 @@ class Deadline:
         self.task.cancel()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if self.handle is not None:
-            self.handle.cancel()
-        elif self.queued:
-            self._timers.remove(self)  # type: ignore[union-attr]  # queued: it was added to them
+        self.handle.cancel()
         if self.fired and self.task.uncancel() <= self.cancelling and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
 
 
-class DeadlineTimers:
-    """The :class:`Deadline` s of one event loop on one loop timer, armed at the earliest
-    (``loop.call_at`` builds and closes a libuv timer handle per call under uvloop: about as
-    much CPU as the rest of an attempt's bookkeeping). A deadline waits in a heap; leaving it
-    marks it done and drops it only when it is on top, or in a rebuild once done ones are
-    more than half the heap (so a long request does not hold the finished ones behind it);
-    the timer, armed again only for an earlier deadline, fires each due deadline within a
-    millisecond of its time (``SLACK_S``) and re-arms for the next. Event loop only; the first
-    loop that adds one owns it (a deadline on another loop gets its own timer).
-    """
+class SharedTimer:
+    """A callback :meth:`LoopTimers.call_at` queued; :meth:`cancel` as a ``TimerHandle``'s."""
 
-    SLACK_S = 0.001
+    __slots__ = ("callback", "queued", "timers", "when")
+
+    def __init__(self, timers: LoopTimers, when: float, callback: Callable[[], object]) -> None:
+        self.timers, self.when, self.callback = timers, when, callback
+        self.queued = True
+
+    def cancel(self) -> None:
+        """Drop it (idempotent; nothing after it ran)."""
+        if self.queued:
+            self.timers._drop(self)
+
+
+class LoopTimers:
+    """``loop.call_at`` for the proxy's per-request timers (an attempt's :class:`Deadline`, a
+    stream's :class:`IdleWatch` and :class:`Heartbeat`) on one loop timer, armed at the
+    earliest: under uvloop each ``call_at`` builds a libuv timer handle and its ``cancel``
+    closes it, about as much CPU as the rest of an attempt's bookkeeping. A callback waits in a
+    heap; a cancelled one is dropped when it reaches the top, or in a rebuild once cancelled
+    ones are more than half the heap (a long request does not hold the finished ones behind
+    it). The loop timer, armed again only for an earlier time, runs the callbacks due when it
+    fires in time order and arms for the next; a callback that raises goes to the loop's
+    exception handler, as a ``TimerHandle``'s does. Event loop only; the first loop that uses
+    it owns it (another loop's ``call_at`` is that loop's own).
+    """
 
     __slots__ = ("_at", "_handle", "_heap", "_live", "_loop", "_seq")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Deadline]] = []
-        self._live = 0  # queued deadlines (the heap also holds done ones)
-        self._seq = 0  # ties in time keep their order (deadlines do not compare)
+        self._heap: list[tuple[float, int, SharedTimer]] = []
+        self._live = 0  # queued callbacks (the heap also holds cancelled ones)
+        self._seq = 0  # ties in time keep their order
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
-        self._at = float("inf")  # when the armed timer fires
+        self._at = float("inf")  # when the armed loop timer fires
 
     def __len__(self) -> int:
         return self._live
 
-    def add(self, d: Deadline) -> bool:
-        """Queue ``d`` (False: not this loop's; the caller arms its own timer)."""
+    def call_at(self, when: float, callback: Callable[[], object]) -> SharedTimer | asyncio.TimerHandle:
+        """Run ``callback()`` at loop time ``when`` (s); ``.cancel()`` on the result drops it."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             if self._loop is not None and not self._loop.is_closed():
-                return False
+                return loop.call_at(when, callback)
             self._loop, self._heap, self._live, self._handle, self._at = loop, [], 0, None, float("inf")
+        timer = SharedTimer(self, when, callback)
         self._seq += 1
-        heapq.heappush(self._heap, (d.when, self._seq, d))
-        d.queued = True
+        heapq.heappush(self._heap, (when, self._seq, timer))
         self._live += 1
-        if d.when < self._at:
-            self._arm(loop, d.when)
-        return True
+        if when < self._at:
+            self._arm(loop, when)
+        return timer
 
-    def remove(self, d: Deadline) -> None:
-        """``d`` left its block before it fired (its timer is not re-armed: firing early, it
-        finds nothing due and arms for the next)."""
-        d.queued = False
+    def _drop(self, timer: SharedTimer) -> None:
+        timer.queued = False
         self._live -= 1
         heap = self._heap
         while heap and not heap[0][2].queued:
@@ -548,14 +560,18 @@ class DeadlineTimers:
         self._handle, self._at = None, float("inf")
         loop, heap = self._loop, self._heap
         assert loop is not None  # armed on it
-        due = loop.time() + self.SLACK_S
+        due = loop.time()
         while heap and (heap[0][0] <= due or not heap[0][2].queued):
-            d = heapq.heappop(heap)[2]
-            if d.queued:
-                d.queued = False
+            timer = heapq.heappop(heap)[2]
+            if timer.queued:
+                timer.queued = False
                 self._live -= 1
-                d._fire()
-        if heap:
+                try:
+                    timer.callback()
+                except Exception as exc:  # noqa: BLE001  as the loop does for a TimerHandle's callback
+                    loop.call_exception_handler({"message": "Exception in a LoopTimers callback",
+                                                 "exception": exc})
+        if heap and heap[0][0] < self._at:  # a callback may have armed it already
             self._arm(loop, heap[0][0])
 
 

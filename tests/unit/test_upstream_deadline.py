@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from router.upstream import Deadline, DeadlineTimers
+from router.upstream import Deadline, IdleWatch, LoopTimers
 
 
 async def _guarded(when: float, body: Any) -> Any:
@@ -110,7 +110,7 @@ def test_the_task_given_by_the_caller_is_the_one_cancelled() -> None:
 def test_shared_timers_fire_each_due_deadline_once_in_time_order() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        timers = DeadlineTimers()
+        timers = LoopTimers()
         order: list[int] = []
 
         async def guarded(i: int, after: float, sleep: float) -> str:
@@ -135,7 +135,7 @@ def test_shared_timers_fire_each_due_deadline_once_in_time_order() -> None:
 def test_shared_timers_drop_finished_deadlines_behind_a_long_one() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        timers = DeadlineTimers()
+        timers = LoopTimers()
         with Deadline(loop.time() + 60, None, timers):  # a long request holds the top of the heap
             for _ in range(1000):
                 with Deadline(loop.time() + 120, None, timers):
@@ -147,7 +147,7 @@ def test_shared_timers_drop_finished_deadlines_behind_a_long_one() -> None:
 
 
 def test_shared_timers_of_another_loop_give_the_deadline_its_own_timer() -> None:
-    timers = DeadlineTimers()
+    timers = LoopTimers()
 
     async def hold() -> None:
         with Deadline(asyncio.get_running_loop().time() + 60, None, timers):
@@ -161,10 +161,35 @@ def test_shared_timers_of_another_loop_give_the_deadline_its_own_timer() -> None
                     with Deadline(asyncio.get_running_loop().time() + 0.01, None, timers) as d:
                         await asyncio.sleep(5)
                 except TimeoutError:
-                    return "timeout" if d.handle is not None else "shared"
+                    return "timeout" if isinstance(d.handle, asyncio.TimerHandle) else "shared"
                 return "ok"
             return asyncio.run(inner())
 
         assert await asyncio.get_running_loop().run_in_executor(None, run) == "timeout"
 
     asyncio.run(hold())
+
+
+def test_loop_timers_run_an_idle_watch_and_report_a_raising_callback() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timers = LoopTimers()
+        errors: list[BaseException] = []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx["exception"]))
+
+        def boom() -> None:
+            raise ValueError("boom")
+
+        ran: list[str] = []
+        timers.call_at(loop.time() + 0.01, boom)
+        timers.call_at(loop.time() + 0.01, lambda: ran.append("after"))
+        cancelled = timers.call_at(loop.time() + 0.01, lambda: ran.append("cancelled"))
+        cancelled.cancel()
+        watch = IdleWatch(0.03, loop, timers)
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.sleep(5)  # the idle watch cancels this task
+        assert watch.fired and watch.task.uncancel() == 0
+        watch.close()
+        assert ran == ["after"] and [str(e) for e in errors] == ["boom"] and len(timers) == 0
+
+    asyncio.run(main())
