@@ -15,12 +15,6 @@ and expectation: the parts of uvicorn's httptools request/response cycle that
   it); a final answer written before the body was asked for (401, 404, 413) closes the
   connection, so a client that waits for ``100`` need not send the body (section 10.1.1: the
   server indicates whether it will read the body or close).
-- :class:`HeldHeadCycle`, for any other HTTP/1.1 request: the head of a response with
-  ``Content-Length`` is held until the body's first message and written with it, one
-  ``transport.write`` (one ``send`` and one TCP segment, instead of two: the sockets have
-  ``TCP_NODELAY``); a streamed (chunked) head and a ``HEAD`` request's are written at once.
-  A handler that fails between the two messages leaves the client a closed connection
-  without a head (uvicorn closes it either way).
 - :func:`expectation_failed`: the ASGI app answering an ``Expect`` the router cannot meet
   (any member other than ``100-continue``) with 417 and the OpenAI error envelope (section
   10.1.1), before any body is read.
@@ -43,7 +37,7 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from router.errors import error_body
 
-__all__ = ["CloseDelimitedCycle", "ContinueCycle", "HeldHeadCycle", "ResponseTransport", "expectation_failed"]
+__all__ = ["CloseDelimitedCycle", "ContinueCycle", "ResponseTransport", "expectation_failed"]
 
 _EXPECTATION_FAILED = error_body(
     "the router meets no expectation but 100-continue (Expect header)", "invalid_request_error",
@@ -69,52 +63,6 @@ class ResponseTransport:
         self.write = transport.write
         self.is_closing = transport.is_closing
         self.close = close
-
-
-class _HeadWrite:
-    """What a response's head is written to while :class:`HeldHeadCycle` holds it."""
-
-    __slots__ = ("data",)
-
-    def __init__(self) -> None:
-        self.data = b""
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-
-class HeldHeadCycle(RequestResponseCycle):
-    """A cycle for an HTTP/1.1 request without an expectation (module docstring): the head of
-    a response with ``Content-Length`` goes out with the body's first message."""
-
-    _held: bytes | None = None  # the head not written yet (set per instance)
-
-    async def send(self, message: Any) -> None:
-        held = self._held
-        if held is not None:  # the message after the head
-            self._held = None
-            if self.disconnected:  # uvicorn writes nothing more
-                pass
-            elif message["type"] == "http.response.body":
-                self.expected_content_length += len(held)  # uvicorn counts the head as body bytes
-                message = {**message, "body": held + message.get("body", b"")}
-            else:
-                self.transport.write(held)  # uvicorn's own checks and errors follow
-            await super().send(message)
-            return
-        if self.response_started or message["type"] != "http.response.start" or self.scope["method"] == "HEAD":
-            await super().send(message)
-            return
-        transport, head = self.transport, _HeadWrite()
-        self.transport = head  # type: ignore[assignment]  # uvicorn writes the head to it
-        try:
-            await super().send(message)
-        finally:
-            self.transport = transport
-        if self.chunked_encoding is False and not self.disconnected:  # Content-Length: with the body
-            self._held = head.data
-        elif head.data:
-            transport.write(head.data)
 
 
 class CloseDelimitedCycle(RequestResponseCycle):

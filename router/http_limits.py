@@ -100,7 +100,6 @@ from router.errors import error_body
 from router.http_cycles import (
     CloseDelimitedCycle,
     ContinueCycle,
-    HeldHeadCycle,
     ResponseTransport,
     expectation_failed,
 )
@@ -452,8 +451,6 @@ class _LimitedProtocol(HttpToolsProtocol):
             cycle.__class__ = CloseDelimitedCycle  # no chunked framing for HTTP/1.0 (router.http_cycles)
         elif cycle.waiting_for_100_continue:
             cycle.__class__ = ContinueCycle
-        else:
-            cycle.__class__ = HeldHeadCycle  # a head with Content-Length goes out with the body
 
     def _expectation_failed(self) -> None:
         """Answer the request with 417 (:func:`router.http_cycles.expectation_failed`) in its
