@@ -131,7 +131,7 @@ class AppState:
         self.plan_window = PlanWindow(fleet.config.planner)
         self.scrape_rounds = 0
         #: re-reads the engines' model lists before an unknown adapter is answered 404
-        self.model_refresh = ModelRefresh(session, clock)
+        self.model_refresh = ModelRefresh(self.transport, clock)
         self.reloads_ok = 0
         self.reloads_failed = 0
         self._ids = itertools.count(1)
@@ -452,17 +452,17 @@ class _BackgroundTasks:
         self._started: list[Scraper | Warmer | Canary | Reloader | Discovery] = []
 
     async def start(self) -> None:
-        state, metrics, session, clock = self._state, self._state.metrics, self._state.session, self._state.clock
+        state, metrics, transport, clock = self._state, self._state.metrics, self._state.transport, self._state.clock
         await state.shared.start(lambda: state.fleet)
         state.limiter.start()
-        scraper = Scraper(session, lambda: state.fleet, state.on_scrape_round, clock,
+        scraper = Scraper(transport, lambda: state.fleet, state.on_scrape_round, clock,
                           on_failure=lambda ep: metrics.scrape_failures.labels(ep.pool, ep.url).inc(),
                           on_recheck=lambda ep, why: metrics.engine_rechecks.labels(ep.pool, why).inc())
         reloader = Reloader(state) if self._watch else None
         state.discovery = discovery = Discovery(lambda: state.fleet, metrics, self._settings)
         discovery.start()
-        canary = Canary(session, lambda: state.fleet, metrics, clock)
-        warmer = Warmer(session, lambda: state.fleet, metrics, clock)
+        canary = Canary(transport, lambda: state.fleet, metrics, clock)
+        warmer = Warmer(transport, lambda: state.fleet, metrics, clock)
         if self._scrape:
             await scraper.run_once()
             scraper.start()

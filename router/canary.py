@@ -37,16 +37,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 
 from router.tasks import LoopTask
+from router.transport import TransportError
 
 if TYPE_CHECKING:
     from router.config import Config
     from router.fleet import Fleet
     from router.metrics import RouterMetrics
     from router.pools import Runtime
+    from router.transport import Transport
 
 __all__ = ["CANARY_HEADER", "Canary", "Probe", "answer_key", "probes"]
 
@@ -106,7 +107,7 @@ class Canary(LoopTask):
     """The canary loop (one asyncio task), built in the app's lifespan.
 
     Args:
-        session: the shared upstream client.
+        transport: the app's :class:`router.transport.Transport`.
         get_fleet: returns the current :class:`router.fleet.Fleet` (read at every check); each
             model's speculative pools are compared with that model's plain pool, on its name.
         metrics: :class:`router.metrics.RouterMetrics` (``canary_rounds``, ``canary_mismatch``).
@@ -115,9 +116,9 @@ class Canary(LoopTask):
 
     _name = "specgate-canary"  # the loop idles while ``canary.enabled`` is false
 
-    def __init__(self, session: aiohttp.ClientSession, get_fleet: Callable[[], Fleet], metrics: RouterMetrics,
+    def __init__(self, transport: Transport, get_fleet: Callable[[], Fleet], metrics: RouterMetrics,
                  clock: Callable[[], float]) -> None:
-        self._session = session
+        self._transport = transport
         self._fleet = get_fleet
         self._metrics = metrics
         self._clock = clock
@@ -190,7 +191,7 @@ class Canary(LoopTask):
             try:
                 spec, plain = await asyncio.gather(self._ask(spec_url, body, cfg), self._ask(plain_url, body, cfg))
                 spec_key, plain_key = answer_key(spec), answer_key(plain)
-            except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            except (TimeoutError, TransportError, ValueError) as exc:
                 log.warning("canary: probe %s on pool %s failed: %r", probe.name, pool, exc)
                 return None
             if spec_key != plain_key:
@@ -203,12 +204,10 @@ class Canary(LoopTask):
         return differs
 
     async def _ask(self, base_url: str, body: dict[str, Any], cfg: Any) -> Any:
-        timeout = aiohttp.ClientTimeout(total=cfg.canary.timeout_s, connect=cfg.upstream.connect_timeout_s)
-        async with self._session.post(f"{base_url}/v1/chat/completions", data=orjson.dumps(body),
-                                      headers={"content-type": "application/json", CANARY_HEADER: "1",
-                                               "accept-encoding": "identity"},
-                                      timeout=timeout) as resp:
-            raw = await resp.read()
-            if resp.status != 200:
-                raise ValueError(f"HTTP {resp.status}: {raw[:200]!r}")
-            return orjson.loads(raw)
+        got = await self._transport.fetch(
+            "POST", f"{base_url}/v1/chat/completions", body=orjson.dumps(body),
+            headers={"content-type": "application/json", CANARY_HEADER: "1", "accept-encoding": "identity"},
+            timeout_s=cfg.canary.timeout_s, connect_timeout_s=cfg.upstream.connect_timeout_s)
+        if got.status != 200:
+            raise ValueError(f"HTTP {got.status}: {got.body[:200]!r}")
+        return orjson.loads(got.body)

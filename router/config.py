@@ -208,7 +208,8 @@ class UpstreamConfig(Strict):
     ``client`` is what sends generation requests: ``httptools`` (an HTTP/1.1 client on httptools'
     parser, :mod:`router.transport_h1`; ``https://`` engines still go through aiohttp) or
     ``aiohttp`` (aiohttp's ``ClientSession`` for all of them). Scrapes, aborts and the other
-    engine calls always use aiohttp.
+    engine calls (:meth:`router.transport.Transport.fetch`) always use aiohttp, through the
+    same transport seam.
 
     ``keepalive_timeout_s`` is how long an idle pooled connection is kept (aiohttp's
     ``TCPConnector(keepalive_timeout=...)``, 15 s when left to aiohttp); it must be below every

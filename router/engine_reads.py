@@ -29,14 +29,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import aiohttp
-
 from router.identity import expected_name, parse_model_list, parse_server_info
+from router.transport import TransportError
 
 if TYPE_CHECKING:
     from router.config import Config
     from router.endpoint import Endpoint
     from router.pools import Runtime
+    from router.transport import Transport
 
 __all__ = ["MIN_REFRESH_S", "ModelRefresh", "expected_of", "read_identity"]
 
@@ -57,30 +57,31 @@ def expected_of(cfg: Config, endpoint: Endpoint) -> str | None:
         return None
 
 
-async def _get(session: aiohttp.ClientSession, url: str, timeout: aiohttp.ClientTimeout) -> tuple[int, bytes] | None:
+async def _get(transport: Transport, url: str, timeout_s: float) -> tuple[int, bytes] | None:
     try:
-        async with session.get(url, timeout=timeout, headers=_IDENTITY) as resp:
-            return resp.status, (await resp.read() if resp.status == 200 else b"")
-    except (TimeoutError, aiohttp.ClientError, OSError):
+        got = await transport.fetch("GET", url, headers=_IDENTITY, timeout_s=timeout_s)
+    except (TimeoutError, TransportError):
         return None
+    return got.status, (got.body if got.status == 200 else b"")
 
 
-async def _server_info(session: aiohttp.ClientSession, base: str, timeout: aiohttp.ClientTimeout) -> bytes | None:
-    got = await _get(session, base + "/server_info", timeout)
+async def _server_info(transport: Transport, base: str, timeout_s: float) -> bytes | None:
+    got = await _get(transport, base + "/server_info", timeout_s)
     if got is not None and got[0] == 404:
-        got = await _get(session, base + "/get_server_info", timeout)
+        got = await _get(transport, base + "/get_server_info", timeout_s)
     return got[1] if got is not None and got[0] == 200 else None
 
 
-async def read_identity(session: aiohttp.ClientSession, endpoint: Endpoint, expected: str | None,
-                        timeout: aiohttp.ClientTimeout, clock: Callable[[], float] = time.monotonic,
+async def read_identity(transport: Transport, endpoint: Endpoint, expected: str | None,
+                        timeout_s: float, clock: Callable[[], float] = time.monotonic,
                         server_info: bool = True) -> tuple[bool, bool]:
     """Read ``endpoint``'s ``/v1/models`` (and ``/server_info`` with ``server_info``, at the same
-    time) and store them, judged against ``expected``. Returns ``(models read, restarted)``:
-    whether the model list was read, and whether ``/server_info`` showed a new ``startup_time``."""
-    models_read = _get(session, endpoint.url + "/v1/models", timeout)
+    time; each within ``timeout_s`` seconds, through ``transport``) and store them, judged against
+    ``expected``. Returns ``(models read, restarted)``: whether the model list was read, and
+    whether ``/server_info`` showed a new ``startup_time``. Never raises for an engine's failure."""
+    models_read = _get(transport, endpoint.url + "/v1/models", timeout_s)
     if server_info:
-        got, info_body = await asyncio.gather(models_read, _server_info(session, endpoint.url, timeout))
+        got, info_body = await asyncio.gather(models_read, _server_info(transport, endpoint.url, timeout_s))
     else:
         got, info_body = await models_read, None
     models = parse_model_list(got[1]) if got is not None and got[0] == 200 else None
@@ -97,12 +98,12 @@ class ModelRefresh:
     :data:`MIN_REFRESH_S`).
 
     Args:
-        session: the shared aiohttp session.
+        transport: the app's :class:`router.transport.Transport`.
         clock: monotonic clock (s).
     """
 
-    def __init__(self, session: aiohttp.ClientSession, clock: Callable[[], float] = time.monotonic) -> None:
-        self._session = session
+    def __init__(self, transport: Transport, clock: Callable[[], float] = time.monotonic) -> None:
+        self._transport = transport
         self._clock = clock
         self._running: dict[str, asyncio.Task[None]] = {}
         self._started: dict[str, float] = {}
@@ -126,11 +127,10 @@ class ModelRefresh:
 
     async def _read(self, runtime: Runtime) -> None:
         cfg = runtime.config
-        timeout = aiohttp.ClientTimeout(total=cfg.scrape.timeout_s)
         eps = [e for p in runtime.pools if "generate" in p.config.serves for e in p.endpoints.values()
                if e.state != "unhealthy"]
         try:
-            await asyncio.gather(*(read_identity(self._session, e, expected_of(cfg, e), timeout, self._clock,
+            await asyncio.gather(*(read_identity(self._transport, e, expected_of(cfg, e), cfg.scrape.timeout_s, self._clock,
                                                  server_info=False) for e in eps))
         except Exception:  # a bug here must not fail the request: it gets its 404
             log.exception("refreshing the model lists of %s failed", runtime.model_name)

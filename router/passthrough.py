@@ -74,7 +74,6 @@ import time
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
-import aiohttp
 import orjson
 from fastapi import FastAPI, Request
 from starlette.requests import ClientDisconnect
@@ -95,6 +94,7 @@ from router.intake import client_request_id, parse_json, read_body
 from router.models import resolve_passthrough
 from router.spans import end_span
 from router.trace import trace_headers
+from router.transport import ConnectFailed, ConnectionBroken, Transport, TransportError
 
 __all__ = ["PASSTHROUGH_ROUTES", "UnsupportedEndpoint", "check_body", "install_passthrough_routes",
            "serving_pools"]
@@ -152,15 +152,26 @@ def _candidates(pools: list[Any], excluded: set[str], tie: int) -> Iterator[Any]
     return iter(sorted(rotated, key=lambda e: e.inflight))  # stable: ties keep the rotation
 
 
-async def _call(session: aiohttp.ClientSession, endpoint: Any, path: str, body: bytes,
+async def _call(transport: Transport, endpoint: Any, path: str, body: bytes,
                 request_id: str, upstream: Any, trace: dict[str, str]) -> tuple[int, str, bytes]:
-    timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=upstream.connect_timeout_s)
+    """``POST`` the body to the endpoint (:meth:`router.transport.Transport.fetch`, within
+    ``upstream.nonstream_timeout_s``): ``(status, content type, body)``. A reused connection that
+    broke before the status line is a stale keep-alive connection: sent once more on the same
+    engine (nothing reached it). Raises what ``fetch`` raises."""
     headers = {"content-type": "application/json", "x-request-id": request_id,
                "accept-encoding": "identity", **trace}
-    async with asyncio.timeout(upstream.nonstream_timeout_s):
-        async with session.post(endpoint.target(path), data=body, headers=headers, timeout=timeout) as resp:
-            data = await resp.read()
-            return resp.status, resp.headers.get("content-type", "application/json"), data
+    url = str(endpoint.target(path))
+    try:
+        got = await transport.fetch("POST", url, body=body, headers=headers,
+                                    timeout_s=upstream.nonstream_timeout_s,
+                                    connect_timeout_s=upstream.connect_timeout_s)
+    except ConnectionBroken as exc:
+        if not exc.reused:
+            raise
+        got = await transport.fetch("POST", url, body=body, headers=headers,
+                                    timeout_s=upstream.nonstream_timeout_s,
+                                    connect_timeout_s=upstream.connect_timeout_s)
+    return got.status, got.headers.get("content-type", "application/json"), got.body
 
 
 def _attempt_span(tracing: Any, parent: Any, endpoint: Any, path: str, attempt: int,
@@ -187,7 +198,7 @@ async def _until_disconnect(receive: Any) -> None:
 async def _call_unless_gone(request: Request, call: Coroutine[Any, Any, tuple[int, str, bytes]]
                             ) -> tuple[int, str, bytes]:
     """Await the upstream ``call`` (a coroutine) unless the client disconnects first: then
-    cancel it (aiohttp closes the upstream connection) and raise :class:`_ClientGone`. The body
+    cancel it (the transport closes the upstream connection) and raise :class:`_ClientGone`. The body
     was read whole before, so the next ASGI message is the disconnect."""
     upstream = asyncio.create_task(call)
     watch = asyncio.ensure_future(_until_disconnect(request.receive))
@@ -268,19 +279,19 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
         failure: str | None = None
         try:
             status, ctype, data = await _call_unless_gone(
-                request, _call(state.session, endpoint, path, body, request_id, cfg.upstream, headers))
+                request, _call(state.transport, endpoint, path, body, request_id, cfg.upstream, headers))
         except _ClientGone:
             failure = "client_disconnect"  # answered below, once the attempt's span has ended
         except TimeoutError:
             failure = "upstream_timeout"
             raise UpstreamTimeout("the engine did not answer within upstream.nonstream_timeout_s") from None
-        except aiohttp.ClientConnectorError:
+        except ConnectFailed:
             failure = "unreachable"
             endpoint.mark_down()
             excluded.add(endpoint.url)
             error = UpstreamError("upstream worker unreachable")
             continue
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+        except TransportError:
             failure = "upstream_failed"
             endpoint.mark_down()
             excluded.add(endpoint.url)

@@ -28,18 +28,18 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import aiohttp
-
 from router.engine_metrics import EngineLoad, parse_sglang_metrics
 from router.engine_reads import expected_of, read_identity
 from router.identity import recheck_reason
 from router.tasks import LoopTask
+from router.transport import TransportError
 
 if TYPE_CHECKING:
     from router.config import Config
     from router.endpoint import Endpoint
     from router.fleet import Fleet
     from router.pools import Runtime
+    from router.transport import Transport
 
 __all__ = ["EngineLoad", "Scraper", "parse_sglang_metrics"]  # the first and last from router.engine_metrics
 
@@ -48,7 +48,8 @@ class Scraper(LoopTask):
     """The background scrape loop (one asyncio task).
 
     Args:
-        session: the shared aiohttp session (all outbound HTTP goes through it).
+        transport: the app's :class:`router.transport.Transport` (every engine call goes
+            through it: :meth:`~router.transport.Transport.fetch`).
         get_fleet: returns the current :class:`router.fleet.Fleet` (re-read every round, so
             reloads apply); every model's endpoints are scraped in one concurrent round, each
             checked against its own model's name (:mod:`router.identity`).
@@ -62,11 +63,11 @@ class Scraper(LoopTask):
 
     _name = "specgate-scraper"
 
-    def __init__(self, session: aiohttp.ClientSession, get_fleet: Callable[[], Fleet],
+    def __init__(self, transport: Transport, get_fleet: Callable[[], Fleet],
                  on_round: Callable[[list[Runtime]], None], clock: Callable[[], float] = time.monotonic,
                  on_failure: Callable[[Endpoint], None] = lambda endpoint: None,
                  on_recheck: Callable[[Endpoint, str], None] = lambda endpoint, why: None) -> None:
-        self._session = session
+        self._transport = transport
         self._on_failure = on_failure
         self._on_recheck = on_recheck
         self._get_fleet = get_fleet
@@ -94,24 +95,25 @@ class Scraper(LoopTask):
             await asyncio.sleep(max(0.0, interval - (self._clock() - started)))
 
     async def _scrape(self, endpoint: Endpoint, cfg: Config) -> None:
-        timeout = aiohttp.ClientTimeout(total=cfg.scrape.timeout_s)
+        timeout_s = cfg.scrape.timeout_s
         try:
-            # identity: the shared session does not decompress (the proxy relays bytes), and
+            # identity: the transport does not decompress (the proxy relays bytes), and
             # prometheus_client gzips /metrics for clients that accept it.
-            async with self._session.get(endpoint.url + "/metrics", timeout=timeout,
-                                         headers={"accept-encoding": "identity"}) as resp:
-                if resp.status != 200:
-                    raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
-                text = (await resp.read()).decode("utf-8", "replace")
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            endpoint.record_failure(slow=True, now=self._clock(),
-                                    reason=f"no answer within {cfg.scrape.timeout_s} s")
+            got = await self._transport.fetch("GET", endpoint.url + "/metrics", timeout_s=timeout_s,
+                                              headers={"accept-encoding": "identity"})
+        except TimeoutError:
+            endpoint.record_failure(slow=True, now=self._clock(), reason=f"no answer within {timeout_s} s")
             self._on_failure(endpoint)
             return
-        except (aiohttp.ClientError, OSError) as exc:
+        except TransportError as exc:
             endpoint.record_failure(slow=False, now=self._clock(), reason=str(exc) or type(exc).__name__)
             self._on_failure(endpoint)
             return
+        if got.status != 200:
+            endpoint.record_failure(slow=False, now=self._clock(), reason=f"/metrics answered HTTP {got.status}")
+            self._on_failure(endpoint)
+            return
+        text = got.body.decode("utf-8", "replace")
         engine = parse_sglang_metrics(text)
         expected = expected_of(cfg, endpoint)
         why = endpoint.recheck or recheck_reason(endpoint.engine, engine)
@@ -119,7 +121,7 @@ class Scraper(LoopTask):
             self._on_recheck(endpoint, why)
         if why is not None or endpoint.state != "healthy" or endpoint.models_at is None or (
                 self._clock() - endpoint.models_at >= cfg.scrape.models_interval_s):
-            read, restarted = await read_identity(self._session, endpoint, expected, timeout, self._clock)
+            read, restarted = await read_identity(self._transport, endpoint, expected, timeout_s, self._clock)
             if restarted:
                 self._on_recheck(endpoint, "restart")
             endpoint.recheck = None if read else why  # an unread change is read again next round

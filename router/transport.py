@@ -14,6 +14,10 @@ The calls:
   bytes, the headers, the connect timeout (s) and ``fresh`` (open a new connection and close
   it after: the one resend after a stale keep-alive connection). It returns once the status
   line and headers arrived, as an :class:`UpstreamResponse`.
+- :meth:`Transport.fetch` is every other engine call, small and read whole: the scrapes of
+  ``/metrics``, ``/v1/models`` and ``/server_info``, the warm-up probes, the canary's probes and
+  the pass-through routes (embeddings, rerank, ...). It returns a :class:`Fetched` (status,
+  headers with lower-case names, body bytes) within ``timeout_s`` seconds for the whole call.
 - :meth:`Transport.close` drops the transport's own idle connections at shutdown.
 - :meth:`Transport.abort` is SGLang's ``POST {base_url}/abort_request {"rid": rid}`` for each
   engine request id, best effort (errors are swallowed), each within ``timeout_s`` seconds.
@@ -43,11 +47,12 @@ proxy's ``except`` (evaluated only when something was raised: nothing on the hot
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from yarl import URL
 
-__all__ = ["BodyReader", "ConnectFailed", "ConnectionBroken", "PayloadBroken", "Transport",
+__all__ = ["BodyReader", "ConnectFailed", "ConnectionBroken", "Fetched", "PayloadBroken", "Transport",
            "TransportError", "UpstreamResponse"]
 
 
@@ -115,8 +120,23 @@ class UpstreamResponse(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """A small engine call's whole answer (:meth:`Transport.fetch`).
+
+    Attributes:
+        status: the HTTP status.
+        headers: the response headers, names lower-case.
+        body: the whole body (its content coding left as the engine sent it).
+    """
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
 class Transport(Protocol):
-    """What the proxy sends engine requests through (module docstring)."""
+    """What the router sends engine requests through (module docstring)."""
 
     @property
     def errors(self) -> tuple[type[Exception], ...]:
@@ -143,6 +163,28 @@ class Transport(Protocol):
                     fresh: bool = False) -> None:
         """``POST {base_url}/abort_request {"rid": rid}`` for each of ``rids``; never raises
         (best effort, each within ``timeout_s`` seconds; ``fresh``: on a new connection)."""
+        ...
+
+    async def fetch(self, method: str, url: str, *, body: bytes | None = None,
+                    headers: Mapping[str, str] | None = None, timeout_s: float | None,
+                    connect_timeout_s: float | None = None) -> Fetched:
+        """Send one small engine call and read its whole answer.
+
+        Args:
+            method: ``GET`` or ``POST``.
+            url: the absolute URL.
+            body: the request body (None: none).
+            headers: the request's headers.
+            timeout_s: seconds for the whole call (None: no limit).
+            connect_timeout_s: seconds to connect (None: within ``timeout_s``).
+
+        Raises:
+            ConnectFailed: no connection.
+            ConnectionBroken: the connection broke (``reused`` set when it came from the pool
+                and broke before the status line).
+            PayloadBroken: the body's framing broke.
+            TimeoutError: ``timeout_s`` or ``connect_timeout_s`` passed.
+        """
         ...
 
     def close(self) -> None:

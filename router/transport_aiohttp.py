@@ -33,6 +33,7 @@ from yarl import URL
 from router.transport import (
     ConnectFailed,
     ConnectionBroken,
+    Fetched,
     PayloadBroken,
     TransportError,
     UpstreamResponse,
@@ -96,6 +97,32 @@ class AiohttpTransport:
         if isinstance(exc, aiohttp.ClientConnectorError):
             return ConnectFailed(str(exc))
         return ConnectionBroken(str(exc))
+
+    async def fetch(self, method: str, url: str, *, body: bytes | None = None,
+                    headers: Mapping[str, str] | None = None, timeout_s: float | None,
+                    connect_timeout_s: float | None = None) -> Fetched:
+        """:meth:`router.transport.Transport.fetch` on the pooled session (errors mapped as in
+        the module docstring; aiohttp's own timeouts are ``TimeoutError`` already)."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
+        mark, token = (None, None) if self._marks is None else (ConnTrace(), None)
+        if mark is not None:
+            token = self._marks.set(mark)  # type: ignore[union-attr]  # not None here
+        try:
+            async with self._session.request(method, url, data=body, headers=headers, timeout=timeout) as resp:
+                data = await resp.read()
+                return Fetched(resp.status, {k.lower(): v for k, v in resp.headers.items()}, data)
+        except TimeoutError:
+            raise
+        except aiohttp.ClientConnectorError as exc:  # before ClientOSError: it is one
+            raise ConnectFailed(str(exc)) from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise PayloadBroken(str(exc)) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ConnectionBroken(str(exc) or type(exc).__name__,
+                                   reused=mark is not None and mark.reused) from exc
+        finally:
+            if token is not None:
+                self._marks.reset(token)  # type: ignore[union-attr]  # set above with it
 
     async def abort(self, base_url: str, rids: tuple[str, ...], timeout_s: float, *,
                     fresh: bool = False) -> None:

@@ -57,6 +57,7 @@ from yarl import URL
 from router.transport import (
     ConnectFailed,
     ConnectionBroken,
+    Fetched,
     PayloadBroken,
     Transport,
     TransportError,
@@ -415,6 +416,14 @@ class H1Transport:
 
     def map_error(self, exc: Exception) -> TransportError:
         return exc if isinstance(exc, TransportError) else ConnectionBroken(str(exc))
+
+    async def fetch(self, method: str, url: str, *, body: bytes | None = None,
+                    headers: Mapping[str, str] | None = None, timeout_s: float | None,
+                    connect_timeout_s: float | None = None) -> Fetched:
+        """:meth:`router.transport.Transport.fetch` through the fallback: the small calls
+        (scrapes, probes, pass-through) are not on the generation path this client is for."""
+        return await self._fallback.fetch(method, url, body=body, headers=headers, timeout_s=timeout_s,
+                                          connect_timeout_s=connect_timeout_s)
 
     async def abort(self, base_url: str, rids: tuple[str, ...], timeout_s: float, *,
                     fresh: bool = False) -> None:

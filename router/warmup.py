@@ -32,16 +32,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 
 from router.tasks import LoopTask
+from router.transport import TransportError
 
 if TYPE_CHECKING:
     from router.config import Config
     from router.endpoint import Endpoint
     from router.fleet import Fleet
     from router.metrics import RouterMetrics
+    from router.transport import Transport
 
 __all__ = ["PROBE_HEADER", "Warmer", "probe_body"]
 
@@ -74,7 +75,8 @@ class Warmer(LoopTask):
     """The warm-up probe loop (module docstring).
 
     Args:
-        session: the shared upstream client (it carries the engines' key).
+        transport: the app's :class:`router.transport.Transport` (its client carries the
+            engines' key).
         get_fleet: the current :class:`router.fleet.Fleet` (re-read every round, so reloads
             apply); an endpoint's probe asks for its own model's name.
         metrics: the router's series (``warmup_probes``).
@@ -83,9 +85,9 @@ class Warmer(LoopTask):
 
     _name = "specgate-warmup"
 
-    def __init__(self, session: aiohttp.ClientSession, get_fleet: Callable[[], Fleet],
+    def __init__(self, transport: Transport, get_fleet: Callable[[], Fleet],
                  metrics: RouterMetrics, clock: Callable[[], float] = time.monotonic) -> None:
-        self._session = session
+        self._transport = transport
         self._get_fleet = get_fleet
         self._metrics = metrics
         self._clock = clock
@@ -136,15 +138,15 @@ class Warmer(LoopTask):
         """One probe: ``(ok, result label, detail)``."""
         headers = {"content-type": "application/json", PROBE_HEADER: "warmup", "accept-encoding": "identity"}
         try:
-            async with self._session.post(ep.url + path, data=body, headers=headers,
-                                          timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                data = await resp.read()
-                if resp.status != 200:
-                    return False, "http_error", f"HTTP {resp.status}"
-        except (TimeoutError, aiohttp.ServerTimeoutError):
+            got = await self._transport.fetch("POST", ep.url + path, body=body, headers=headers,
+                                              timeout_s=timeout_s)
+        except TimeoutError:
             return False, "timeout", f"no answer within {timeout_s} s"
-        except (aiohttp.ClientError, OSError) as exc:
+        except TransportError as exc:
             return False, "connect_error", str(exc) or type(exc).__name__
+        if got.status != 200:
+            return False, "http_error", f"HTTP {got.status}"
+        data = got.body
         if not _valid(data):
             return False, "invalid", "the answer has no choices"
         return True, "ok", "ok"

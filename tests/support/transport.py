@@ -20,7 +20,7 @@ from typing import Any
 
 from yarl import URL
 
-from router.transport import TransportError
+from router.transport import Fetched, TransportError
 
 __all__ = ["HANG", "MockAbort", "MockRequest", "MockTransport", "Scripted", "sse"]
 
@@ -183,6 +183,17 @@ class MockTransport:
             self.aborts.append(MockAbort(base_url, rid, fresh))
             self.log.append(self.aborts[-1])
         self.aborted.set()
+
+    async def fetch(self, method: str, url: str, *, body: bytes | None = None,
+                    headers: Mapping[str, str] | None = None, timeout_s: float | None,
+                    connect_timeout_s: float | None = None) -> Fetched:
+        """A small call (:meth:`router.transport.Transport.fetch`): recorded and answered by
+        the handler like :meth:`post`, its scripted body read whole within ``timeout_s``."""
+        resp = await self.post(url, body or b"", dict(headers or {}), connect_timeout_s=connect_timeout_s or 0.0,
+                               fresh=False)
+        async with asyncio.timeout(timeout_s):
+            data = await resp.read()
+        return Fetched(resp.status, dict(resp.headers), data)
 
     def close(self) -> None:
         """No connections to close."""
