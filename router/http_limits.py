@@ -191,7 +191,8 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._limits, self._count, self._count_framing = limits.server.headers, limits.count_head, limits.count_framing
         self._body_timeout_s = limits.server.body_timeout_s
         self._linger_s = limits.server.linger_s
-        self.timeout_keep_alive = limits.server.keepalive_timeout_s  # uvicorn's idle timer, per connection
+        # uvicorn's idle timer, per connection (typed int there; it is handed to call_later as seconds)
+        self.timeout_keep_alive = limits.server.keepalive_timeout_s  # type: ignore[assignment]
         self._in_head = True  # reading a request's head (until its headers are complete)
         self._in_body = False  # between a request's complete head and its complete body
         self._head_bytes = 0

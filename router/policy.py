@@ -546,6 +546,7 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
         pool, endpoint = shortest_queue(candidates, predicted)
         return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
                         endpoint_reason=why.get(endpoint), basis=pool)
+    order: Sequence[int]
     if rules.marginal_cost:
         cost = [t + externality_cost(features, c, url) for (c, url), (_, t) in zip(candidates, predicted, strict=True)]
         order = sorted(range(len(candidates)), key=lambda i: cost[i])

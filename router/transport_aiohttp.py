@@ -104,9 +104,9 @@ class AiohttpTransport:
         """:meth:`router.transport.Transport.fetch` on the pooled session (errors mapped as in
         the module docstring; aiohttp's own timeouts are ``TimeoutError`` already)."""
         timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
-        mark, token = (None, None) if self._marks is None else (ConnTrace(), None)
-        if mark is not None:
-            token = self._marks.set(mark)  # type: ignore[union-attr]  # not None here
+        marks = self._marks
+        mark = None if marks is None else ConnTrace()
+        token = None if marks is None or mark is None else marks.set(mark)
         try:
             async with self._session.request(method, url, data=body, headers=headers, timeout=timeout) as resp:
                 data = await resp.read()
@@ -121,8 +121,8 @@ class AiohttpTransport:
             raise ConnectionBroken(str(exc) or type(exc).__name__,
                                    reused=mark is not None and mark.reused) from exc
         finally:
-            if token is not None:
-                self._marks.reset(token)  # type: ignore[union-attr]  # set above with it
+            if marks is not None and token is not None:
+                marks.reset(token)
 
     async def abort(self, base_url: str, rids: tuple[str, ...], timeout_s: float, *,
                     fresh: bool = False) -> None:
