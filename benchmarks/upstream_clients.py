@@ -13,7 +13,7 @@ upstream request (the same headers, a small chat body) to ``benchmarks/fast_back
 - per cell: requests/s and the client process's CPU per request (us; ``time.process_time``,
   so a client's own worker threads count too), medians of ``--runs``.
 
-Clients: ``h1`` (:class:`router.transport_h1.H1Transport`, the router's client for generation
+Clients: ``h1`` (:class:`router.upstream.transport_h1.H1Transport`, the router's client for generation
 requests: HTTP/1.1 on httptools' parser), ``aiohttp`` (with the router's settings: no cookie
 jar, unlimited pool), ``aiohttp-tuned`` (aiohttp with automatic headers, decompression and the
 per-request timeout object off, a 256 KiB read buffer, ``ClientSession._request`` called
@@ -205,7 +205,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.child:
         sys.path.insert(0, str(EXTRA))
-        sys.path.insert(0, str(ROOT))  # router.transport_h1 for the h1 client
+        sys.path.insert(0, str(ROOT))  # router.upstream.transport_h1 for the h1 client
         name, port, mode, c = args.child
         print(json.dumps(measure(name, int(port), mode, int(c), args.requests)))
         return 0

@@ -4,7 +4,7 @@ What it does, in order, bounded by ``time_limit_s`` seconds of wall time in all:
 
 1. Copies the operator config with every endpoint moved to a free port of 127.0.0.1 and
    relative paths made absolute (:func:`serving.demo._prepare_config`, the demo's own step),
-   and validates it (:func:`router.config.load_config`).
+   and validates it (:func:`router.config.tree.load_config`).
 2. Starts, all at once, the speculative and the plain pool's **real SGLang servers** with the
    arguments and environment ``specgate serve`` execs (:func:`serving.launch.engine_argv`,
    :func:`serving.launch.engine_env`; CPU engines include SGLang's ``--sleep-on-idle``, see
@@ -24,7 +24,7 @@ What it does, in order, bounded by ``time_limit_s`` seconds of wall time in all:
    (:func:`loadtests.calibrate.calibrate_report`): ``calibration.yaml`` (the patch),
    ``calibration.json`` (evidence), ``merged-config.yaml`` (the operator config with the
    patch applied, paths absolute), and loads the merged file with
-   :func:`router.config.load_config`, the code behind ``specgate config check``.
+   :func:`router.config.tree.load_config`, the code behind ``specgate config check``.
 6. Writes ``run.json``: the settings, wall time per phase (seconds), the machine's 1-minute
    load average (before anything starts: the co-tenants; then every ``load_sample_s`` s),
    problems and the patch.
@@ -184,7 +184,7 @@ class LocalStack:
 
     :meth:`start` launches everything (or raises :class:`LocalRunError` after stopping what
     it started); :meth:`stop` is idempotent. Attributes: ``config_path``/``doc``/``config``
-    (the rewritten config: file, mapping, validated :class:`router.config.Config`),
+    (the rewritten config: file, mapping, validated :class:`router.config.tree.Config`),
     ``spec_pool``/``plain_pool`` (pool names), ``urls`` (name -> base URL, ``router``
     included), ``processes``, and after :meth:`start` ``phases_s`` (seconds).
 

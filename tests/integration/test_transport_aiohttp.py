@@ -1,5 +1,5 @@
-""":class:`router.transport_aiohttp.AiohttpTransport` (its ``post`` and ``fetch``) maps aiohttp's failures to the transport's
-own tree (:mod:`router.transport`), over real sockets on 127.0.0.1: a raw asyncio server that
+""":class:`router.upstream.transport_aiohttp.AiohttpTransport` (its ``post`` and ``fetch``) maps aiohttp's failures to the transport's
+own tree (:mod:`router.upstream.transport`), over real sockets on 127.0.0.1: a raw asyncio server that
 answers each request on a connection as scripted (the proxy's behaviour on these failures is
 tests/unit/test_proxy_transport.py, without sockets).
 """
@@ -12,10 +12,16 @@ from collections.abc import Callable
 import aiohttp
 import pytest
 
-from router.transport import ConnectFailed, ConnectionBroken, Fetched, PayloadBroken, TransportError
-from router.transport_aiohttp import AiohttpTransport
-from router.transport_h1 import H1Transport
-from router.upstream import ReuseMarkingConnector
+from router.upstream.relay import ReuseMarkingConnector
+from router.upstream.transport import (
+    ConnectFailed,
+    ConnectionBroken,
+    Fetched,
+    PayloadBroken,
+    TransportError,
+)
+from router.upstream.transport_aiohttp import AiohttpTransport
+from router.upstream.transport_h1 import H1Transport
 from tests.support import free_port
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"

@@ -15,7 +15,7 @@ from loadtests.simulate import SimModel, simulate_report
 from loadtests.workload import WorkloadError, parse_buckets
 from router.cli import build_parser
 from router.cli import main as specgate
-from router.config import load_config
+from router.config.tree import load_config
 from serving.launch import engine_argv
 from tests.support.calibrate import fixed_report
 

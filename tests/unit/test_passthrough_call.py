@@ -1,4 +1,4 @@
-"""The pass-through's engine call (:func:`router.passthrough._call`) goes through the transport
+"""The pass-through's engine call (:func:`router.front.passthrough._call`) goes through the transport
 seam: a stale keep-alive connection (reused, broken before the status line) is sent once more on
 the same engine; any other failure is the caller's to fail over."""
 
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from yarl import URL
 
-from router.passthrough import _call
-from router.transport import ConnectFailed, ConnectionBroken
+from router.front.passthrough import _call
+from router.upstream.transport import ConnectFailed, ConnectionBroken
 from tests.support.transport import MockRequest, MockTransport, Scripted
 
 UPSTREAM = SimpleNamespace(nonstream_timeout_s=5.0, connect_timeout_s=1.0)
