@@ -3,9 +3,9 @@
 from ``runtime_inputs`` and swaps one reference (the ``tracing`` section through
 ``tracing_reload``); ``server`` runs the app under uvicorn with the router's protocol, signals
 and drain; ``commands`` holds ``specgate router``, ``specgate config check`` and ``specgate
-drain``. Only ``router/cli.py`` is above it; no package imports it at run time
-(``router.front``'s handlers name :class:`AppState` in annotations, under ``if
-TYPE_CHECKING:``).
+drain``. Only ``router/cli.py`` is above it; no package imports it, even for an
+annotation (``router.front``'s handlers name the protocol
+:class:`router.front.appstate.FrontState`, which :class:`AppState` satisfies).
 
 May import the layers below it (``pyproject.toml``'s ``[tool.importlinter]``): ``front``,
 ``loops``, ``upstream``, ``state``, ``access``, ``shared``, ``decision``, ``request``, ``ops``,

@@ -41,6 +41,7 @@ from router.config.tree import Config, load_config
 from router.decision.acceptance import CLASSES
 from router.decision.learn import SpeedFit, bucket_label
 from router.front.api import GENERATE_ROUTES, install_routes, serve_generate
+from router.front.appstate import FrontState
 from router.front.drain import CUT_KEY, Drainer
 from router.front.planwindow import PlanWindow
 from router.loops.canary import Canary
@@ -384,7 +385,8 @@ def create_app(config: str | Path | Config, *, session_factory: Callable[[Config
         path = None if isinstance(config, Config) else Path(config)
         cfg = config if isinstance(config, Config) else load_config(path)  # type: ignore[arg-type]
         state = await _build_state(cfg, path, session_factory, clock, scrape=scrape, span_exporter=span_exporter)
-        app.state.specgate = state
+        front: FrontState = state  # what the routes read it as (mypy checks AppState satisfies it)
+        app.state.specgate = front
         tasks = _BackgroundTasks(state, scrape=scrape, watch=path is not None and watch,
                                  discovery=discovery or DiscoverySettings())
         await tasks.start()

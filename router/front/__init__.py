@@ -5,7 +5,7 @@ routes' entry, the probes and the error handlers; ``passthrough``: the non-gener
 ``record`` and the planner's window ``planwindow``), reading a request (``intake``, ``body``,
 ``encoding``; ``context``: what the error path knows of it), the wire (``http_limits``: a
 request head's limits as bytes arrive; ``http_cycles``) and the process drain (``drain``).
-Neither it nor ``router.loops`` imports the other.
+It reads the app's state through the protocol ``appstate.FrontState``. Neither it nor ``router.loops`` imports the other.
 
 May import the layers below it (``pyproject.toml``'s ``[tool.importlinter]``): ``upstream``,
 ``state``, ``access``, ``shared``, ``decision``, ``request``, ``ops``, ``config``, ``errors``,

@@ -39,7 +39,7 @@ from router.front.encoding import content_codings, decode_body
 from router.front.planwindow import window_view
 
 if TYPE_CHECKING:
-    from router.app.asgi import AppState
+    from router.front.appstate import FrontState as AppState
 
 __all__ = ["install_admin_routes"]
 

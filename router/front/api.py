@@ -45,7 +45,7 @@ from router.state.models import UnknownAdapter
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from router.app.asgi import AppState
+    from router.front.appstate import FrontState as AppState
     from router.front.request_kinds import RequestKind
 
 __all__ = ["GENERATE_ROUTES", "install_routes", "serve_generate"]

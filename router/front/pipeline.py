@@ -97,9 +97,9 @@ if TYPE_CHECKING:
 
     from router.access.admission import PriorityOutcome
     from router.access.limit_rules import Ticket
-    from router.app.asgi import AppState
     from router.decision.policy import Decision
     from router.decision.prefix import PrefixChain
+    from router.front.appstate import FrontState as AppState
     from router.front.request_kinds import RequestKind
     from router.request.features import ParsedRequest, PromptCounter, Rendered, RequestFeatures
     from router.state.endpoint import Lease

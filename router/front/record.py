@@ -17,7 +17,7 @@ from router.decision.learn import observed_prompt_tokens
 from router.ops.spans import end_span
 
 if TYPE_CHECKING:
-    from router.app.asgi import AppState
+    from router.front.appstate import FrontState as AppState
     from router.state.runtime import Runtime
     from router.upstream.proxy import ProxyJob
 
