@@ -12,7 +12,7 @@ pool and a plain one, both real SGLang 0.5.23 CPU servers) and the router, used 
 2. :func:`loadtests.local.run_local` (``specgate loadtest-local``): the comparison grid against
    the spec pool, the plain pool and the router, the report, the calibration; its ``run.json``
    carries the router's ``/ready`` view after the grid (``router_view``: per pool the learned
-   speed model and the checked predictions, :mod:`router.prediction_check`);
+   speed model and the checked predictions, :mod:`router.decision.prediction_check`);
 3. while the stack is still up: ``specgate plan --router URL --engines N --once --json`` (its
    standard output, exit status and standard error kept);
 4. after the stop: ``specgate calibrate-split --day OUT/requests.jsonl --report OUT/report.json

@@ -168,7 +168,7 @@ def _pool_names(doc: Mapping[str, Any]) -> tuple[str, str]:
 
 def router_view(ready: Mapping[str, Any]) -> dict[str, Any]:
     """Per pool, what a load test keeps of the router's ``GET /ready`` body (``ready``): the
-    learned ``speed_model`` and the ``prediction`` check (:mod:`router.prediction_check`:
+    learned ``speed_model`` and the ``prediction`` check (:mod:`router.decision.prediction_check`:
     ``median_relative_error`` of the completion time over ``checks`` recent requests, its
     ``bias``, per ``class/bucket`` cells); both None for a pool that is not learning
     (``routing.learning.enabled: false``)."""

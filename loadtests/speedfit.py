@@ -20,7 +20,7 @@ Fits, in order (least squares, ``numpy.linalg.lstsq``):
    against 0.009 s and 0.051 s at 100-300), the long, loaded points set the joint fit's batch
    slope and pull its intercept ``t0`` to zero or below: a ``batch_knee = t0 / slope`` of a
    tenth of a sequence, or no fit. ``t0`` is the time of a batch of one at short context
-   (:class:`router.predict.SpeedModel`), so it is fitted there; a point the fitted model
+   (:class:`router.decision.predict.SpeedModel`), so it is fitted there; a point the fitted model
    misses by more than :data:`MISFIT_RATIO` either way is named in a warning;
 2. prefill, per pool: ``ttft - tpot = prefill * L`` (through the origin) at the lowest load;
 3. acceptance, per temperature class: ``alpha`` per point from the class's mean per-request

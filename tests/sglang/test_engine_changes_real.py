@@ -1,7 +1,7 @@
 """The router in front of the real SGLang 0.5.23 CPU server, where the engine is part of the case:
 per-chunk usage (``stream_options.continuous_usage_stats``) counted once, as JSON, and an engine
 restarted with a smaller ``--context-length`` behind the same address followed down within a
-scrape round (router/engine_limits.py) instead of forwarding what it must refuse.
+scrape round (router/state/engine_limits.py) instead of forwarding what it must refuse.
 
 One engine process at a time on one port: started with ``--context-length 2048``, stopped, and
 started again on the same port with 1024. Each start takes 25-120 s on 2 cores."""
