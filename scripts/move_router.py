@@ -206,7 +206,7 @@ PACKAGE_LAYERS: dict[str, tuple[str, tuple[str, ...]]] = {
 PURE = ("router.decision", "router.request", "router.config", "router.errors", "router.reasons",
         "router.access.admission", "router.access.engine_fields", "router.access.limit_rules",
         "router.front.body", "router.front.readiness", "router.front.responses",
-        "router.state.engine_metrics", "router.state.fleet_models", "router.state.identity",
+        "router.state.engine_metrics", "router.state.models", "router.state.identity",
         "router.state.models", "router.state.snapshots")
 IO_MODULES = ("router.app", "router.front.api", "router.front.pipeline", "router.loops",
               "router.upstream", "router.shared", "router.state.runtime", "router.state.endpoint",

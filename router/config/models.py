@@ -124,7 +124,7 @@ class LimitsConfig(Strict):
             generates until end of sequence or its context); the decision then counts the
             request at its worst case, ``S - prompt`` output tokens.
         max_request_bytes: request-body cap (bytes), on the bytes read and on the decoded
-            bytes of a compressed body (router.front.encoding); larger bodies get HTTP 413.
+            bytes of a compressed body (router.front.intake); larger bodies get HTTP 413.
         max_n: the largest accepted ``n`` (choices per request).
     """
 

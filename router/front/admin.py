@@ -35,7 +35,7 @@ from router.config.tree import ConfigError, Overrides, RoutingConfig, parse_over
 from router.errors import InvalidRequest, ModelNotFound, PermissionDenied, RequestTooLarge
 from router.front.body import loads_unique
 from router.front.drain import is_loopback
-from router.front.encoding import content_codings, decode_body
+from router.front.intake import content_codings, decode_body
 from router.front.planwindow import window_view
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _authorize(request: Request) -> Any:
 
 
 async def _read_overrides(request: Request) -> Overrides:
-    codings = content_codings(request.headers.getlist("content-encoding"))  # router.front.encoding: 415
+    codings = content_codings(request.headers.getlist("content-encoding"))  # router.front.intake: 415
     body = await request.body()
     if len(body) > _MAX_BODY:
         raise RequestTooLarge(f"request body exceeds the {_MAX_BODY}-byte limit")

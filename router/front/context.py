@@ -40,7 +40,7 @@ class RequestContext:
         span: the request's server span while the handler owns it (:mod:`router.ops.tracing`;
             None with tracing off); the error path ends it.
         model: the configured name of the request's model once resolved
-            (:func:`router.state.fleet_models.resolve_fleet`), None before: the ``model`` label of
+            (:func:`router.state.models.resolve_fleet`), None before: the ``model`` label of
             a refusal's ``specgate_requests_total`` and its access log line (``none``).
     """
 

@@ -1,6 +1,6 @@
 """The model routes: ``GET /v1/models`` and ``GET /v1/models/{model}`` (the OpenAI SDKs'
 ``models.list``/``models.retrieve``), answered over every model of the fleet from
-:func:`router.state.fleet_models.fleet_cards` and :func:`router.state.fleet_models.fleet_card` (SGLang
+:func:`router.state.models.fleet_cards` and :func:`router.state.models.fleet_card` (SGLang
 0.5.23's ``ModelCard`` shape; an unknown id is 404 ``model_not_found``, ``param: "model"``).
 Behind client keys when ``auth`` is configured.
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
-from router.state.fleet_models import fleet_card, fleet_cards
+from router.state.models import fleet_card, fleet_cards
 
 if TYPE_CHECKING:
     from router.state.fleet import Fleet

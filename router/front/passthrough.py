@@ -29,7 +29,7 @@ What the router does with a pass-through request:
   ``dimensions``...) are forwarded untouched (vllm-project/aibrix#2663: a gateway's own
   hard-coded limit rejected what the engine would have truncated).
 - **Model** (:func:`router.state.models.resolve_passthrough`; with several models,
-  :func:`router.state.fleet_models.passthrough_target` first keeps the pools of the generation model
+  :func:`router.state.models.passthrough_target` first keeps the pools of the generation model
   a request names, else every model's pools serving the kind): a request naming a served
   *generation* model (``model.name``/``aliases``) on a kind served only by pools without
   ``generate`` gets 400 ``param: "model"``, ``code: "model_not_supported"``; an alias on a pool
@@ -92,8 +92,7 @@ from router.front.context import attach_context, end_disconnected
 from router.front.intake import client_request_id, parse_json, read_body
 from router.ops.spans import end_span
 from router.ops.trace import trace_headers
-from router.state.fleet_models import passthrough_target
-from router.state.models import resolve_passthrough
+from router.state.models import passthrough_target, resolve_passthrough
 from router.upstream.transport import ConnectFailed, ConnectionBroken, Transport, TransportError
 
 __all__ = ["PASSTHROUGH_ROUTES", "UnsupportedEndpoint", "check_body", "install_passthrough_routes",
@@ -233,7 +232,7 @@ def _start_trace(request: Request, state: Any, context: Any, request_id: str,
 async def _forward_body(request: Request, fleet: Any, pools: list[Any], kind: str) -> tuple[bytes, list[Any]]:
     """The body to forward and the pools it may go to: read (the largest
     ``limits.max_request_bytes``, its encoding undone), JSON, checked for ``kind``
-    (:func:`check_body`), its ``model`` resolved (:func:`router.state.fleet_models.passthrough_target`,
+    (:func:`check_body`), its ``model`` resolved (:func:`router.state.models.passthrough_target`,
     :func:`router.state.models.resolve_passthrough`: an alias of a generation model is rewritten to
     the name the engine knows). Raises what those raise (400, 404, 413, 415)."""
     body = await read_body(request, fleet.config.max_request_bytes)

@@ -12,7 +12,7 @@ step              what it does (the status it may answer)
 ``read_body``     the body, up to the largest ``limits.max_request_bytes`` of the models
                   (413; :mod:`router.front.intake`: its ``model`` is not known while it is read)
 ``_model``        its JSON (415 / 400), then the :class:`~router.state.runtime.Runtime` of its
-                  model (:class:`router.state.fleet.Fleet`, :mod:`router.state.fleet_models`), which
+                  model (:class:`router.state.fleet.Fleet`, :mod:`router.state.models`), which
                   every later step uses: that model's body cap (413), ``kind.check_served``
                   with several models (404), ``kind.parse`` (400) and
                   :func:`router.state.models.resolve_request` (404 ``model_not_found``; an
@@ -84,8 +84,7 @@ from router.request.capabilities import HINT_FIELD, HINT_HEADER, speculation_hin
 from router.request.features import needs_exact
 from router.request.sampling import check_min_tokens, speculative_caveats
 from router.request.template_shapes import SLACK_TOKENS
-from router.state.fleet_models import check_model_body, model_runtime
-from router.state.models import UnknownAdapter, resolve_request
+from router.state.models import UnknownAdapter, check_model_body, model_runtime, resolve_request
 from router.upstream.proxy import ProxyJob, ProxyResponse, Redecision
 from router.upstream.specstats import FIELD as SPEC_STATS_FIELD
 
@@ -214,7 +213,7 @@ def _admit(request: Request, state: AppState, fleet: Fleet, kind: RequestKind) -
 def _model(request: Request, fleet: Fleet, kind: RequestKind, body: bytes,
            admitted: Admission) -> tuple[Runtime, Any, ParsedRequest, Resolved]:
     """The body's JSON (415 / 400, :func:`router.front.intake.parse_json`) and the runtime of its
-    model (:func:`router.state.fleet_models.model_runtime`), which the steps after this one use
+    model (:func:`router.state.models.model_runtime`), which the steps after this one use
     alone; then, with that model's rules: its body cap (413), whether it serves the route
     (404), the kind's parser (400) and the name resolved (404 ``model_not_found`` before any
     work for an unknown name). Returns ``(runtime, doc, parsed, resolved)``."""

@@ -46,7 +46,7 @@ class Fleet:
         config: the whole validated YAML (every model; the global sections).
         runtimes: model name -> its :class:`Runtime` (built from ``config.for_model(name)``).
         names: every configured name and alias -> its model's name (unique across models,
-            checked at load), for :func:`router.state.fleet_models.resolve_fleet`.
+            checked at load), for :func:`router.state.models.resolve_fleet`.
         default: the first model's runtime: the model of a request without ``model``, and
             where the global sections (server, upstream, scrape, health, auth, state, tracing)
             are read, identical in every runtime.

@@ -1,4 +1,4 @@
-"""Compressed request bodies (router.front.encoding): each coding decoded, the cap on decoded bytes."""
+"""Compressed request bodies (router.front.intake): each coding decoded, the cap on decoded bytes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import zstandard
 
 from router.errors import InvalidRequest, RequestTooLarge, UnsupportedContentEncoding
-from router.front.encoding import ACCEPT_ENCODING, content_codings, decode_body
+from router.front.intake import ACCEPT_ENCODING, content_codings, decode_body
 
 BODY = b'{"model":"MODEL","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
 
