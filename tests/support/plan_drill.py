@@ -14,8 +14,9 @@ The day (:func:`run_drill`): ``clients`` threads send requests through the route
 the hinted tokens, a stream ending in ``[DONE]``). It starts at 1 speculative + 2 plain engines.
 
 1. **chat**: short prompts (about 50 tokens), 48 output tokens, mostly greedy (one in six
-   sampled). The planner's window fills with them; ``rounds`` rounds of ``specgate plan --apply``
-   (:func:`loadtests.plancli._round`) run, each after another half window of requests.
+   sampled). Once one and a half windows of them finished (the window holds only them),
+   ``rounds`` rounds of ``specgate plan --apply`` (:func:`loadtests.plancli._round`) run, each
+   after another half window of requests.
 2. **documents**: long prompts (about 2,300 tokens, above the speculative pool's 2,048-token
    context, so the router's own rule sends them to the plain pool), 12 output tokens, half
    sampled. Once the window holds only them, ``rounds`` more rounds.
@@ -56,9 +57,10 @@ __all__ = ["ADMIN", "ENGINES", "MODEL", "DrillResult", "run_drill"]
 ADMIN = "adm-drill-1"
 ENGINES = 3
 CHAT = "/v1/chat/completions"
-#: 4 ms per step at batch 1, twice that at batch 2 (knee 2), gamma 3, KV 8,000 tokens (6,000 speculative).
-MODEL = EngineModel(speed=SimModel(t0_s=0.004, batch_knee=2.0, attn_s_per_token=1e-8, prefill_s_per_token=2e-6,
-                                   alpha_short=0.8, alpha_knee_tokens=4096.0, alpha_drop_per_doubling=0.05,
+#: 4 ms per step at batch 1, twice that at batch 4 (the knee), EAGLE-3 with gamma 3 accepting 0.9 per
+#: draft token on short greedy contexts, KV 8,000 tokens (6,000 speculative).
+MODEL = EngineModel(speed=SimModel(t0_s=0.004, batch_knee=4.0, attn_s_per_token=1e-8, prefill_s_per_token=2e-6,
+                                   alpha_short=0.9, alpha_knee_tokens=4096.0, alpha_drop_per_doubling=0.05,
                                    gamma=3, c=0.05),
                     kv_tokens=8000, max_running=16, gauge_interval_steps=4)
 _LABELS = {"spec": {"app.kubernetes.io/instance": "sg", "app.kubernetes.io/component": "pool-spec"},
@@ -74,7 +76,8 @@ class DrillResult:
         sent: requests sent, by ``(phase, "stream"|"json", "greedy"|"sampled")``; failures: one
             line per request that was not a whole 200 answer.
         splits: ``(speculative, plain)`` Deployment replicas before the first round and after
-            each; changes: the log lines ``plan: change ...``.
+            each; changes: the log lines ``plan: change ...``; rounds: each round's step
+            (``Step.as_dict()``) with the predicted mean (s) of every split (by speculative engines).
         scale_writes, events, killed, drains: the API's writes, the controller's transitions,
             the pods stopped at their grace period, and each stopped pod's requests in flight
             when it turned terminating; metrics: the planner's registry.
@@ -86,6 +89,7 @@ class DrillResult:
     failures: list[str] = field(default_factory=list)
     splits: list[tuple[int, int]] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
     scale_writes: list[tuple[str, int]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     killed: list[tuple[str, int]] = field(default_factory=list)
@@ -179,6 +183,21 @@ def _check(client: httpx.Client, body: dict[str, Any], out: int, stream: bool) -
         return f"{type(exc).__name__}: {exc}"
 
 
+def _recording_loop(base: type) -> type:
+    class Recording(base):  # type: ignore[misc,valid-type]
+        """The planner's loop, keeping each round's step and predicted means."""
+
+        rounds: list[dict[str, Any]]
+
+        def decide(self, advice: Any, current: int, now: float) -> Any:
+            step = super().decide(advice, current, now)
+            self.rounds.append({**step.as_dict(), "predicted_mean_s": {
+                s["speculative"]: s["predicted_mean_s"] for s in advice["splits"]}})
+            return step
+
+    return Recording
+
+
 class _LogLines(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -200,13 +219,15 @@ def _pod_factory(tokenizer: Path, speculative: bool) -> Any:
     return make
 
 
-def run_drill(tmp: Path, tokenizer: Path, *, rounds: int = 3, window: int = 24, clients: int = 4, seed: int = 38,
+def run_drill(tmp: Path, tokenizer: Path, *, rounds: int = 3, window: int = 24, clients: int = 3, seed: int = 38,
               startup_s: float = 0.3, grace_s: float = 10.0) -> DrillResult:
     """Run the day (module docstring) and return what it saw."""
     from loadtests.plan import PlanError
     from loadtests.plancli import _round, _scaler
     from loadtests.planloop import Hysteresis, PlanLoop, PlanMetrics
     from router.cli import build_parser
+
+    _RecordingLoop = _recording_loop(PlanLoop)
 
     result = DrillResult()
     port = free_port()
@@ -248,16 +269,16 @@ def run_drill(tmp: Path, tokenizer: Path, *, rounds: int = 3, window: int = 24, 
             "--spec-deployment", _DEPLOYMENTS["spec"], "--plain-deployment", _DEPLOYMENTS["plain"],
             "--floor-speculative", "1", "--floor-plain", "1", "--step-s", "0", "--dwell-s", "0",
             "--change-cost-s", "0", "--min-gain", "0.05", "--max-error", "1.0", "--seed", str(seed)])
-        loop = PlanLoop(ENGINES, Hysteresis(dwell_s=0, step_s=0, change_cost_s=0, min_gain=0.05,
+        loop = _RecordingLoop(ENGINES, Hysteresis(dwell_s=0, step_s=0, change_cost_s=0, min_gain=0.05,
                                             floor_speculative=1, floor_plain=1))
         metrics, scaler = PlanMetrics(), _scaler(args)
-        result.metrics = metrics
+        result.metrics, loop.rounds = metrics, result.rounds
         result.splits.append(scaler.split())
         traffic = _Traffic(r.base_url, clients, seed, result)
         traffic.start()
         for phase in ("chat", "documents"):
             traffic.switch(phase)
-            done = window
+            done = window + window // 2  # the window full of the phase's requests, the fits settled
             traffic.wait_done(phase, done)
             for _ in range(rounds):
                 before = len(handler.lines)
