@@ -6,13 +6,15 @@ EndpointSlices, a controller that follows the Deployments' replicas as Kubernete
 pod terminating first and serving its in-flight requests, the taker's new pod ready after a
 startup delay), step-driven fake engines whose speeds the router learns. The split moves because
 the traffic changes, not because an input of the planner is forced: short, mostly greedy chat
-makes two speculative engines predict about 15% faster than one (the planner's own prediction
+makes two speculative engines predict faster than one (the planner's own prediction
 from the router's window), then long documents (above the speculative pool's context, so the
 router sends them to the plain pool) make two plain engines predict far faster. The planner's
 documented settings that differ from production: ``--step-s 0 --dwell-s 0 --change-cost-s 0``
 (the drill waits for each converted pod to be ready and routed before the next round instead of
-a wall-clock step), ``--max-error 1.0`` (a fit learned from two phases of a few dozen requests is
-not held to the 0.3 default), floors of 1 engine per pool.
+a wall-clock step), ``--min-gain 0.03`` (the chat phase's first advice predicted 8-30% in the
+runs here), ``--max-error 1.0`` (a fit learned from two phases of a few dozen requests is not
+held to the 0.3 default), floors of 1 engine per pool. Every pod holds a long stream when a round
+runs, so each converted pod is serving when it turns terminating.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def test_the_planner_converts_engines_one_at_a_time_under_traffic_without_losing
 
     # every request whole: both phases, streamed and not, greedy and sampled
     assert res.failures == []
-    assert {(phase, mode, temp) for phase, mode, temp in res.sent} == set(
+    assert {kind for kind in res.sent if kind[0] != "held"} == set(
         itertools.product(("chat", "documents"), ("stream", "json"), ("greedy", "sampled")))
-    assert sum(res.sent.values()) >= 2 * (36 + rounds * 12)
+    assert sum(n for kind, n in res.sent.items() if kind[0] != "held") >= 2 * (36 + rounds * 12)
+    assert sum(n for kind, n in res.sent.items() if kind[0] == "held") >= ENGINES
 
     # the chat phase moves one engine to the speculative pool, the documents phase moves it back
     changed = [(a, b) for a, b in itertools.pairwise(res.splits) if a != b]
@@ -54,12 +57,13 @@ def test_the_planner_converts_engines_one_at_a_time_under_traffic_without_losing
     assert res.scale_writes == [(PLAIN, 1), (SPEC, 2), (SPEC, 1), (PLAIN, 2)]
 
     # the pods: each conversion terminated the giver's pod before the taker's pod was created, the
-    # terminating pod stopped only when idle (none cut at the grace period), and never more than
+    # terminating pod served its requests and stopped only when idle (none cut at the grace period), never more than
     # N engines ready (N - 1 while one converts)
     moves = [e for e in res.events[6:]]  # after the three first pods (created, ready)
     assert [(pool, what) for pool, _, what in moves if what in ("terminating", "created")] == [
         ("plain", "terminating"), ("spec", "created"), ("spec", "terminating"), ("plain", "created")]
     assert res.killed == []
+    assert all(n >= 1 for _, n in res.drains), res.drains  # each stopped pod was serving when it left
     ready = 0
     for _, _, what in res.events:
         ready += {"ready": 1, "terminating": -1}.get(what, 0)

@@ -21,9 +21,12 @@ the hinted tokens, a stream ending in ``[DONE]``). It starts at 1 speculative + 
    context, so the router's own rule sends them to the plain pool), 12 output tokens, half
    sampled. Once the window holds only them, ``rounds`` more rounds.
 
-A round that changed the split is followed by waiting until the controller has settled and the
-router routes to exactly the new pods: the drill's stand-in for ``--step-s`` (the next engine
-moves only after the last one restarted and warmed).
+Before each round every ready pod is given one long stream (``hold_tokens`` output tokens, a
+few seconds, pinned to its pool by ``x-specgate-speculation``; :func:`_hold_every_pod`), so the
+pod a conversion takes away is always serving when it turns terminating: its requests must
+finish whole while the router drains it. A round that changed the split is followed by waiting
+until the controller has settled and the router routes to exactly the new pods: the drill's
+stand-in for ``--step-s`` (the next engine moves only after the last one restarted and warmed).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import logging
 import random
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ import httpx
 
 from loadtests.dayhttp import DayStepEngine, fake_config
 from loadtests.dayshapes import EngineModel
+from loadtests.planloop import Hysteresis, PlanLoop, PlanMetrics, Step
 from loadtests.simulate import SimModel
 from router.loops.discovery import DiscoverySettings
 from serving.fake_sglang import FakeServer
@@ -73,8 +78,9 @@ class DrillResult:
     """What the drill saw.
 
     Attributes:
-        sent: requests sent, by ``(phase, "stream"|"json", "greedy"|"sampled")``; failures: one
-            line per request that was not a whole 200 answer.
+        sent: requests sent, by ``(phase, "stream"|"json", "greedy"|"sampled")``, the long
+            streams as ``("held", pool, "greedy")``; failures: one line per request that was
+            not a whole 200 answer.
         splits: ``(speculative, plain)`` Deployment replicas before the first round and after
             each; changes: the log lines ``plan: change ...``; rounds: each round's step
             (``Step.as_dict()``) with the predicted mean (s) of every split (by speculative engines).
@@ -124,6 +130,25 @@ class _Traffic:
         with self._cond:
             if not self._cond.wait_for(lambda: self.done[phase] >= n, timeout):
                 raise AssertionError(f"{n} {phase} requests not done within {timeout} s ({self.done[phase]})")
+
+    def hold(self, pool: str, out: int) -> None:
+        """One more long stream (``out`` tokens) pinned to ``pool`` (``x-specgate-speculation``:
+        ``on`` for the speculative pool, ``off`` for the plain one), checked like the others."""
+        body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hold " * 8}],
+                "max_tokens": out + 16, "temperature": 0.0, "fake_step": {"output_tokens": out}}
+
+        def go() -> None:
+            with httpx.Client(base_url=self.base_url, timeout=60,
+                              headers={"x-specgate-speculation": "on" if pool == "spec" else "off"}) as client:
+                error = _check(client, body, out, True)
+            with self._cond:
+                self.result.sent[("held", pool, "greedy")] += 1
+                if error is not None:
+                    self.result.failures.append(f"held on {pool}: {error}")
+
+        t = threading.Thread(target=go, daemon=True)
+        self._threads.append(t)
+        t.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -183,19 +208,16 @@ def _check(client: httpx.Client, body: dict[str, Any], out: int, stream: bool) -
         return f"{type(exc).__name__}: {exc}"
 
 
-def _recording_loop(base: type) -> type:
-    class Recording(base):  # type: ignore[misc,valid-type]
-        """The planner's loop, keeping each round's step and predicted means."""
+class _RecordingLoop(PlanLoop):
+    """The planner's loop, keeping each round's step and predicted means in ``rounds``."""
 
-        rounds: list[dict[str, Any]]
+    rounds: list[dict[str, Any]]
 
-        def decide(self, advice: Any, current: int, now: float) -> Any:
-            step = super().decide(advice, current, now)
-            self.rounds.append({**step.as_dict(), "predicted_mean_s": {
-                s["speculative"]: s["predicted_mean_s"] for s in advice["splits"]}})
-            return step
-
-    return Recording
+    def decide(self, advice: Mapping[str, Any], current: int, now: float) -> Step:
+        step = super().decide(advice, current, now)
+        self.rounds.append({**step.as_dict(), "predicted_mean_s": {
+            s["speculative"]: s["predicted_mean_s"] for s in advice["splits"]}})
+        return step
 
 
 class _LogLines(logging.Handler):
@@ -219,15 +241,33 @@ def _pod_factory(tokenizer: Path, speculative: bool) -> Any:
     return make
 
 
+def _hold_every_pod(traffic: _Traffic, ctl: Controller, out: int) -> None:
+    """Until every ready pod runs one of the long streams of ``out`` tokens (pinned to its pool;
+    the router's least-loaded choice puts each on a pod without one)."""
+    for _ in range(4 * ENGINES):
+        idle = [pod for name in ("spec", "plain") for pod in ctl.live(name) if _held(pod.server, out) == 0]
+        if not idle:
+            return
+        pool = idle[0].spec.pool
+        want = sum(_held(p.server, out) for p in ctl.live(pool)) + 1
+        traffic.hold(pool, out)
+        wait_until(lambda: sum(_held(p.server, out) for p in ctl.live(pool)) >= want, 10,  # noqa: B023
+                   "a held stream to start")
+    raise AssertionError("could not put a long request on every pod")
+
+
+def _held(server: FakeServer, out: int) -> int:
+    """The pod's running requests asked for ``out`` tokens (the held streams)."""
+    return int(server.call(lambda st: sum(1 for j in st.jobs.values()
+                                          if j.step_hint is not None and j.step_hint.output_tokens == out)))
+
+
 def run_drill(tmp: Path, tokenizer: Path, *, rounds: int = 3, window: int = 24, clients: int = 3, seed: int = 38,
-              startup_s: float = 0.3, grace_s: float = 10.0) -> DrillResult:
+              startup_s: float = 0.3, grace_s: float = 10.0, hold_tokens: int = 900) -> DrillResult:
     """Run the day (module docstring) and return what it saw."""
     from loadtests.plan import PlanError
     from loadtests.plancli import _round, _scaler
-    from loadtests.planloop import Hysteresis, PlanLoop, PlanMetrics
     from router.cli import build_parser
-
-    _RecordingLoop = _recording_loop(PlanLoop)
 
     result = DrillResult()
     port = free_port()
@@ -268,8 +308,8 @@ def run_drill(tmp: Path, tokenizer: Path, *, rounds: int = 3, window: int = 24, 
             "plan", "--router", r.base_url, "--engines", str(ENGINES), "--apply", "--kube-api", api.base_url,
             "--spec-deployment", _DEPLOYMENTS["spec"], "--plain-deployment", _DEPLOYMENTS["plain"],
             "--floor-speculative", "1", "--floor-plain", "1", "--step-s", "0", "--dwell-s", "0",
-            "--change-cost-s", "0", "--min-gain", "0.05", "--max-error", "1.0", "--seed", str(seed)])
-        loop = _RecordingLoop(ENGINES, Hysteresis(dwell_s=0, step_s=0, change_cost_s=0, min_gain=0.05,
+            "--change-cost-s", "0", "--min-gain", "0.03", "--max-error", "1.0", "--seed", str(seed)])
+        loop = _RecordingLoop(ENGINES, Hysteresis(dwell_s=0, step_s=0, change_cost_s=0, min_gain=0.03,
                                             floor_speculative=1, floor_plain=1))
         metrics, scaler = PlanMetrics(), _scaler(args)
         result.metrics, loop.rounds = metrics, result.rounds
@@ -281,6 +321,7 @@ def run_drill(tmp: Path, tokenizer: Path, *, rounds: int = 3, window: int = 24, 
             done = window + window // 2  # the window full of the phase's requests, the fits settled
             traffic.wait_done(phase, done)
             for _ in range(rounds):
+                _hold_every_pod(traffic, ctl, hold_tokens)
                 before = len(handler.lines)
                 _round(args, ADMIN, loop, metrics, scaler, PlanError)
                 result.splits.append(scaler.split())
