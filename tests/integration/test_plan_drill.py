@@ -11,7 +11,7 @@ from the router's window), then long documents (above the speculative pool's con
 router sends them to the plain pool) make two plain engines predict far faster. The planner's
 documented settings that differ from production: ``--step-s 0 --dwell-s 0 --change-cost-s 0``
 (the drill waits for each converted pod to be ready and routed before the next round instead of
-a wall-clock step), ``--min-gain 0.03`` (the chat phase's first advice predicted 8-30% in the
+a wall-clock step), ``--min-gain 0.03`` (the chat phase's first advice predicted a 4-30% gain in the
 runs here), ``--max-error 1.0`` (a fit learned from two phases of a few dozen requests is not
 held to the 0.3 default), floors of 1 engine per pool. Every pod holds a long stream when a round
 runs, so each converted pod is serving when it turns terminating.
