@@ -284,17 +284,12 @@ async def serve_passthrough(request: Request, kind: str, tie: int) -> Response:
         except TimeoutError:
             failure = "upstream_timeout"
             raise UpstreamTimeout("the engine did not answer within upstream.nonstream_timeout_s") from None
-        except ConnectFailed:
-            failure = "unreachable"
+        except TransportError as exc:  # no connection, or it broke: another endpoint may answer
+            unreachable = isinstance(exc, ConnectFailed)
+            failure = "unreachable" if unreachable else "upstream_failed"
             endpoint.mark_down()
             excluded.add(endpoint.url)
-            error = UpstreamError("upstream worker unreachable")
-            continue
-        except TransportError:
-            failure = "upstream_failed"
-            endpoint.mark_down()
-            excluded.add(endpoint.url)
-            error = UpstreamError("upstream worker failed")
+            error = UpstreamError("upstream worker unreachable" if unreachable else "upstream worker failed")
             continue
         finally:
             lease.release()
