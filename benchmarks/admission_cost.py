@@ -2,17 +2,17 @@
 
     .venv/bin/python benchmarks/admission_cost.py [--number 200000] [--router [--requests 3000]]
 
-Times, with ``timeit`` (best of 5 repeats), what ``router.api._generate`` adds per request for
-priority and sampling controls: :func:`router.admission.resolve_priority`,
-:func:`router.sampling.validate_sampling`, :func:`router.sampling.speculative_caveats` and
-:func:`router.sampling.check_min_tokens`, for a plain chat body and for one that sets
+Times, with ``timeit`` (best of 5 repeats), what ``router.front.api._generate`` adds per request for
+priority and sampling controls: :func:`router.access.admission.resolve_priority`,
+:func:`router.request.sampling.validate_sampling`, :func:`router.request.sampling.speculative_caveats` and
+:func:`router.request.sampling.check_min_tokens`, for a plain chat body and for one that sets
 ``priority`` (from a key with a grant), ``seed``, ``logit_bias`` and ``min_p``; and the
 proxy's scan of a non-streamed body for an engine abort (``b'"abort"' in body``). The key's
 SHA-256 (one per request, only when ``auth.priority.keys`` is set) is timed apart.
 
-Per-key limits (router/limits.py), in process: the check a request pays with
+Per-key limits (router/access/limits.py), in process: the check a request pays with
 ``auth.rate_limits`` unset (``enabled``, read once per request), and
-:meth:`router.limits.KeyLimiter.check_request` + :meth:`~router.limits.KeyLimiter.finish` of a
+:meth:`router.access.limits.KeyLimiter.check_request` + :meth:`~router.access.limits.KeyLimiter.finish` of a
 limited key on local buckets (``state.backend: memory``); the same through a real
 ``redis-server`` is reported as this process's CPU time per check (``time.process_time``:
 redis-py's encoding and parsing, not the server's work) and its wall time.
@@ -81,7 +81,7 @@ FEATURES = RequestFeatures(prompt_tokens=20, max_new_tokens=64)
 
 
 class _Direct:
-    """router.state.RedisState.run_script on a plain client (no breaker, no switch)."""
+    """router.shared.state.RedisState.run_script on a plain client (no breaker, no switch)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client

@@ -3,7 +3,7 @@
 Not a router: a pass-through proxy to one backend on exactly the stack ``specgate router``
 runs (uvicorn with uvloop and httptools, the same uvicorn and interpreter settings, the
 router's upstream client: ``--client httptools``, the default, is
-:class:`router.transport_h1.H1Transport`, ``--client aiohttp`` one shared aiohttp session
+:class:`router.upstream.transport_h1.H1Transport`, ``--client aiohttp`` one shared aiohttp session
 built like specgate's; a raw ASGI app), doing only what any proxy
 must: read the body, send it upstream, relay the answer. It counts no tokens, makes no
 decision, keeps no metrics, holds no lease and watches no disconnect. Streams are relayed
@@ -39,7 +39,7 @@ class BareProxy:
 
     Args:
         upstream: the backend's base URL, e.g. ``http://127.0.0.1:31000``.
-        client: ``httptools`` (the router's :class:`router.transport_h1.H1Transport`) or
+        client: ``httptools`` (the router's :class:`router.upstream.transport_h1.H1Transport`) or
             ``aiohttp`` (one session).
     """
 
@@ -115,7 +115,7 @@ class BareProxy:
 
 
 def _session() -> aiohttp.ClientSession:
-    """The upstream session, built as ``router.app._default_session`` builds specgate's."""
+    """The upstream session, built as ``router.app.asgi._default_session`` builds specgate's."""
     connector = aiohttp.TCPConnector(limit=4096, limit_per_host=0, enable_cleanup_closed=False, ttl_dns_cache=300)
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
                                  timeout=aiohttp.ClientTimeout(total=None))
@@ -171,7 +171,7 @@ def granian_app() -> BareProxy:
 
 
 #: ``--server`` choices: uvicorn with httptools (specgate's stack), with the router's head-limit
-#: protocol on httptools (router.http_limits), with h11; aiohttp's own server.
+#: protocol on httptools (router.front.http_limits), with h11; aiohttp's own server.
 SERVERS = ("uvicorn-httptools", "uvicorn-limits", "uvicorn-h11", "aiohttp-web")
 
 
@@ -201,7 +201,7 @@ def main() -> None:
 
         limits = ConnectionLimits(ServerConfig(), lambda limit: None, lambda reason: None)
         http = limited_protocol(lambda: limits)
-    # The same server settings as router.commands._router.
+    # The same server settings as router.app.commands._router.
     uvicorn.run(BareProxy(args.upstream, args.client), host=args.host, port=args.port, loop="uvloop", http=http,
                 log_level="warning", access_log=False, timeout_keep_alive=30, proxy_headers=False,
                 server_header=False, lifespan="on")

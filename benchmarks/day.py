@@ -15,7 +15,7 @@ requests go through ``all-spec``, ``all-plain`` and ``all-adaptive`` (client rou
 ``all-adaptive``: every engine speculative with in-engine adaptive speculation, plain decode
 above the batch where speculation stops paying for that family,
 :func:`loadtests.daysim.adaptive_max_batch`), and for k = 1..N-1 ``routed ks+(N-k)p``
-(``router.policy.decide`` through :class:`loadtests.dayrouter.PolicyRouter` on its thresholds
+(``router.decision.policy.decide`` through :class:`loadtests.dayrouter.PolicyRouter` on its thresholds
 alone, from :func:`loadtests.dayrouter.settings_for` on the family's model, learning off),
 ``learned ks+(N-k)p`` (out of the box: no speed blocks, the speed models learned from the
 router's own traffic, ``routing.learning``) and ``predict ks+(N-k)p`` (every pool's true speed

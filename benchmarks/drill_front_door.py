@@ -45,7 +45,7 @@ def _flood(port: int, total: int) -> tuple[int, bool]:
 
 async def headers(d: Drill, stop: asyncio.Event) -> None:
     """Header floods during the load: rounds of two connections streaming 48 MiB of header
-    bytes each, never ending the head (router.http_limits answers 431 at server.headers and
+    bytes each, never ending the head (router.front.http_limits answers 431 at server.headers and
     discards the rest)."""
     assert d.router is not None and d.router.proc is not None
     pid, port = d.router.proc.pid, d.router.port

@@ -20,7 +20,7 @@ redis       ``state.backend: redis`` on a real ``redis-server``, SIGSTOPped (a b
 config      the config file rewritten non-atomically (truncated, then written in 4 pieces
             0.15 s apart) every second, alternating two valid configs, while the router
             polls it every 0.1 s
-roll        the router SIGTERMed with streams in flight (``router/drain.py``), a new router
+roll        the router SIGTERMed with streams in flight (``router/front/drain.py``), a new router
             started on the same port once the old one exited; clients retry refused
             connections
 discovery   the ``spec`` pool discovered from EndpointSlices of a fake Kubernetes API
@@ -52,7 +52,7 @@ reshard     ``state.topology: cluster`` on three real cluster masters, the deplo
 ==========  ===============================================================================
 
 After the load stops, the drill waits (up to 10 s) for the router's in-flight gauges
-(``specgate_inflight_requests``, ``router/metrics.py``) to read 0, then (up to 1 s) for every
+(``specgate_inflight_requests``, ``router/ops/metrics.py``) to read 0, then (up to 1 s) for every
 engine to report no running or queued generation (``GET /_fake/state``), and reports the
 leases and generations still there: ``leases_left`` and ``orphans`` (an orphan is a generation
 an engine still runs with no router lease for it). The load's verdicts are those of

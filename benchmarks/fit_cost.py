@@ -4,11 +4,11 @@
 
 Builds ``--observations`` seeded observations of a speculative pool (prompts 200-20,000
 tokens, outputs 20-400, batches 1-24, a measured accept length, a context bucket and a
-temperature class each, durations from :func:`router.predict.completion_s` with +-5% noise),
-then feeds them to a fresh :class:`router.learn.SpeedFit` from :data:`router.learn.DEFAULT_PRIOR`
+temperature class each, durations from :func:`router.decision.predict.completion_s` with +-5% noise),
+then feeds them to a fresh :class:`router.decision.learn.SpeedFit` from :data:`router.decision.learn.DEFAULT_PRIOR`
 ``--repeats`` times and prints the best run's ``time.process_time`` per observation
 (microseconds): the per-request cost of the fit update, refits every
-:data:`router.learn.REFIT_EVERY` observations included. CPU time of this process only; run it
+:data:`router.decision.learn.REFIT_EVERY` observations included. CPU time of this process only; run it
 on a quiet machine and compare interleaved runs.
 """
 

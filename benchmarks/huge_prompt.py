@@ -60,7 +60,7 @@ def make_prompt(tokenizer: Path, tokens: int, seed: int = 0) -> str:
     """A user message whose chat-templated prompt has exactly ``tokens`` tokens.
 
     Random words (seeded) until the count passes ``tokens``, then trimmed word by word and
-    padded with single characters; counted with :class:`router.features.PromptCounter`.
+    padded with single characters; counted with :class:`router.request.features.PromptCounter`.
     """
     from router import PromptCounter, parse_chat
 

@@ -21,7 +21,7 @@ servers already running with those flags. Targets:
   the answer but its last token, as far as the next prompt's tokens agree, and never the
   prompt's last token, which SGLang always computes);
 - ``specgate-least-load``: specgate with ``routing.prefix_cache.enabled: false`` (least load);
-- ``specgate``: specgate with prefix-cache routing (``router/prefix.py``);
+- ``specgate``: specgate with prefix-cache routing (``router/decision/prefix.py``);
 - ``specgate-2-replicas``: two specgate processes with the same config, turns sent to them
   round robin (each sees half the traffic, no shared state);
 - ``specgate-static`` and ``specgate-2-replicas-static``: the same two with

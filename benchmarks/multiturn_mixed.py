@@ -13,7 +13,7 @@ the other on the same conversations (every fake's cache and log reset in between
 - ``perfect``: no router, one fake with an unbounded cache (the cache every turn could hit);
 - ``before``: ``routing.prefix_cache.enabled: false``: least load inside a pool, and the
   saturation bypass moves a conversation to the plain pool whatever it has cached;
-- ``after``: prefix-cache routing inside each pool (``router/prefix.py``).
+- ``after``: prefix-cache routing inside each pool (``router/decision/prefix.py``).
 
 Workload (seeded): conversations arrive open loop, Poisson, at the rate of each phase of
 ``--phases`` (``seconds:conversations per second``, comma-separated), each playing

@@ -9,14 +9,14 @@ fitted to the family) and engine count N, the same requests go through, in one r
 discrete-event simulator (:mod:`loadtests.daysim`, virtual time, seeded): ``all-plain``,
 ``all-spec`` and ``all-adaptive`` (client round robin: the static deployments), and for
 every split k = 1..N-1 (and ``learned`` also at k = N, the router in front of speculative
-engines alone) the router (``router.policy.decide`` through
+engines alone) the router (``router.decision.policy.decide`` through
 :class:`loadtests.dayrouter.PolicyRouter`) in four configurations:
 
 - ``guards``: no speed models, learning off (the thresholds alone, ``plain_busier`` included);
 - ``learned``: what a new deployment runs: no ``speed`` blocks, ``routing.learning`` on (the fit
-  starts from ``router.learn.DEFAULT_PRIOR`` and learns from the router's own finished requests);
+  starts from ``router.decision.learn.DEFAULT_PRIOR`` and learns from the router's own finished requests);
 - ``learned+marginal``: ``learned`` ranking the candidates by the request's completion plus what
-  it costs the requests already on the endpoint (``router.policy.Rules.marginal_cost``, an
+  it costs the requests already on the endpoint (``router.decision.policy.Rules.marginal_cost``, an
   experiment);
 - ``exact``: the engines' true speed model as ``speed`` blocks, no learning;
 - ``prior x1`` / ``prior x0.5`` / ``prior x2``: learning from the true model as the prior, exact

@@ -6,7 +6,7 @@ side by side, interleaved (docs/performance.md).
         [--traffic first|spread] [--others-models 1] [--without prefix_cache,learning,acceptance]
 
 Each round runs, for every checkout in ``--trees`` in turn, a child process pinned to core 0
-(``taskset``) that builds that checkout's app (``router.app.create_app`` on the config of
+(``taskset``) that builds that checkout's app (``router.app.asgi.create_app`` on the config of
 ``benchmarks/router_overhead.py``: one plain pool on ``benchmarks/fast_backend.py``, token
 counting, the decision, prefix choice, learning and metrics on, access log off), runs its
 lifespan, and drives ``POST /v1/chat/completions`` straight into the ASGI app

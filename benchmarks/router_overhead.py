@@ -21,7 +21,7 @@ installed) and run with TCP_NODELAY on its sockets through ``benchmarks/nodelay_
 (LD_PRELOAD, compiled with gcc; ``--rust-as-shipped`` runs it without); and
 ``benchmarks/bare_proxy.py`` (``bare``: the floor, specgate's server and client stack doing
 none of specgate's work; ``bare-aiohttp``, asked for by name: the same with aiohttp as the
-upstream client instead of :mod:`router.transport_h1`); ``traced`` (not in the default targets): specgate now with
+upstream client instead of :mod:`router.upstream.transport_h1`); ``traced`` (not in the default targets): specgate now with
 ``tracing.enabled`` at ``sampler_ratio: 1.0``, exporting over OTLP/HTTP to a stub receiver
 on the load core that answers 200 to every export (the SDK's batch export thread is in the
 router process, so its CPU is counted); ``no-prefix``, ``no-learning``, ``no-acceptance``
@@ -159,7 +159,7 @@ def ttfb_ms(port: int, body: str, n: int = 200) -> float:
 
     For a stream that is the first ``data:`` event (the first token), not the response
     headers: specgate holds its headers until the engine's first event so that an engine
-    refusal still becomes a real HTTP status (``router/proxy.py``), so a header-only TTFB
+    refusal still becomes a real HTTP status (``router/upstream/proxy.py``), so a header-only TTFB
     would charge it for the engine's time to first token while a router that forwards
     headers at once would look free. For a non-streamed answer it is the first byte after
     the headers.

@@ -12,13 +12,13 @@ Each ``--models`` entry is ``FAMILY:SHAPE``: a model whose engines are the engin
   ``all-spec`` and ``all-adaptive`` (client round robin; the lowest mean is the model's
   *better static deployment*) and the out-of-the-box router (``learned``: no speed blocks,
   ``routing.learning`` on; :class:`loadtests.dayrouter.PolicyRouter` around
-  ``router.policy.decide``) in front of 1 speculative + 1 plain engine;
+  ``router.decision.policy.decide``) in front of 1 speculative + 1 plain engine;
 - *fleet*: every model's day interleaved by arrival time in one run, each model on its own
   1 speculative + 1 plain engines (drawing as alone), one router in front of all of them
   (:class:`loadtests.dayfleet.FleetRouter`: the request's ``model`` picks its model's router,
   which sees that model's pools only). The fleet is a two-model router config (``models:``,
   each model its pools with the simulated engines' URLs) validated by the router's own loader
-  (``router.config.parse_config``), and its pools and names come from the parsed config.
+  (``router.config.tree.parse_config``), and its pools and names come from the parsed config.
 
 Printed, one row per model and seed: the better static deployment and its mean end-to-end
 latency (s), the router's mean as a ratio of it alone and in the fleet, and fleet / alone

@@ -13,8 +13,12 @@ upstream request (the same headers, a small chat body) to ``benchmarks/fast_back
 - per cell: requests/s and the client process's CPU per request (us; ``time.process_time``,
   so a client's own worker threads count too), medians of ``--runs``.
 
-Clients: ``aiohttp`` (specgate's, with the router's settings: no cookie jar, unlimited
-pool), ``httpx`` (the common reference), and two candidates installed by this script into
+Clients: ``h1`` (:class:`router.upstream.transport_h1.H1Transport`, the router's client for generation
+requests: HTTP/1.1 on httptools' parser), ``aiohttp`` (with the router's settings: no cookie
+jar, unlimited pool), ``aiohttp-tuned`` (aiohttp with automatic headers, decompression and the
+per-request timeout object off, a 256 KiB read buffer, ``ClientSession._request`` called
+directly), ``httpcore`` (httpx's transport layer alone, ``AsyncConnectionPool``, no httpx
+models), ``httpx`` (the common reference), and two candidates installed by this script into
 ``.bench/clients`` (never into the project's environment): ``pyreqwest`` (Rust reqwest on a
 tokio thread) and ``aiosonic`` (pure Python).
 """
@@ -71,6 +75,56 @@ async def _client(name: str, url: str, body: bytes, stream: bool):  # type: igno
                 pass
             resp.close()
         return one, session.close
+    if name == "aiohttp-tuned":
+        import aiohttp
+
+        # aiohttp with what an engine request does not need turned off: no automatic headers,
+        # no decompression, no per-request timeout object, no trace configs, bigger read buffer.
+        session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(),
+                                        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+                                        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
+                                        auto_decompress=False, read_bufsize=2**18,
+                                        timeout=aiohttp.ClientTimeout(total=None))
+        target = aiohttp.client.URL(url)
+
+        async def one() -> None:
+            resp = await session._request("POST", target, data=body, headers=HEADERS)
+            while await resp.content.readany():
+                pass
+            resp.release()
+        return one, session.close
+    if name == "h1":
+        import aiohttp
+
+        from router import AiohttpTransport, H1Transport
+
+        session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(),
+                                        connector=aiohttp.TCPConnector(limit=0))
+        transport = H1Transport(AiohttpTransport(session), max_connections=4096, keepalive_timeout_s=4.0)
+        target = aiohttp.client.URL(url)
+
+        async def one() -> None:
+            resp = await transport.post(target, body, HEADERS, connect_timeout_s=5.0, fresh=False)
+            reader = resp.content
+            while await reader.readany():
+                pass
+            resp.close()
+
+        async def close_h1() -> None:
+            transport.close()
+            await session.close()
+        return one, close_h1
+    if name == "httpcore":
+        import httpcore
+
+        pool = httpcore.AsyncConnectionPool(max_connections=None, keepalive_expiry=4.0)
+        hdrs = list(HEADERS.items())
+
+        async def one() -> None:
+            async with pool.stream("POST", url, headers=hdrs, content=body) as resp:
+                async for _ in resp.aiter_stream():
+                    pass
+        return one, pool.aclose
     if name == "httpx":
         import httpx
 
@@ -145,12 +199,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=3000, help="non-streamed requests per cell (streams: a tenth)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--clients", default="aiohttp,pyreqwest,aiosonic,httpx")
+    ap.add_argument("--clients", default="h1,aiohttp,aiohttp-tuned,httpcore,pyreqwest,aiosonic,httpx")
     ap.add_argument("--out", default="bench-upstream-clients.json")
     ap.add_argument("--child", nargs=4, metavar=("CLIENT", "PORT", "MODE", "C"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         sys.path.insert(0, str(EXTRA))
+        sys.path.insert(0, str(ROOT))  # router.upstream.transport_h1 for the h1 client
         name, port, mode, c = args.child
         print(json.dumps(measure(name, int(port), mode, int(c), args.requests)))
         return 0

@@ -2,8 +2,8 @@
 
 Input: a ``specgate-loadtest`` report (schema 1) measured against a speculative pool (role
 ``spec``) and a plain pool (role ``plain``), usually with the router too. Output: values for
-``routing.long_prompt_tokens`` and ``routing.saturation.enter/exit`` (:mod:`router.config`),
-the evidence behind each, and a YAML patch validated with :func:`router.config.parse_config`.
+``routing.long_prompt_tokens`` and ``routing.saturation.enter/exit`` (:mod:`router.config.tree`),
+the evidence behind each, and a YAML patch validated with :func:`router.config.tree.parse_config`.
 
 The speedup table
 -----------------
@@ -38,7 +38,7 @@ Thresholds (``m`` = ``min_speedup``, default 1.0: "speculation stops paying")
   divided by the spec target's endpoint count (its ``metrics_urls``); open loop, the spec
   pool's measured mean ``running + queued``. The crossover ``b*`` is interpolated linearly;
   ``enter = max(1, ceil(b*))`` and ``exit = min(enter - 1, floor(enter * (1 - hysteresis)))``
-  (hysteresis default 0.25; router.config requires ``exit < enter``). Speculation losing at
+  (hysteresis default 0.25; router.config.tree requires ``exit < enter``). Speculation losing at
   the lowest load gives ``enter = 1, exit = 0`` with a warning; no crossover up to the
   highest load leaves saturation out of the patch (measure higher loads).
 
@@ -497,7 +497,7 @@ def merge_patch(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, 
 
 
 def _complete(role: str, block: Mapping[str, Any]) -> bool:
-    """A speculative pool's block needs both accept lengths (``router.config.SpeedConfig``)."""
+    """A speculative pool's block needs both accept lengths (``router.config.tree.SpeedConfig``)."""
     return role != "spec" or {"accept_length_greedy", "accept_length_sampled"} <= set(block)
 
 
@@ -534,7 +534,7 @@ def validate_patch(cal: Calibration, base_config: Mapping[str, Any] | None = Non
     """Merge the patch into ``base_config`` (or a minimal skeleton) and validate it.
 
     Returns:
-        ``(merged mapping, router.config.Config)``.
+        ``(merged mapping, router.config.tree.Config)``.
 
     Raises:
         CalibrationError: the router's config loader rejects the merged config.

@@ -38,7 +38,7 @@ class EndpointView:
         url: the endpoint's URL; pool: its pool's name.
         running, queued: ``num_running_reqs`` / ``num_queue_reqs`` as of the last scrape.
         inflight: this router's requests sent there and not finished (exact, now).
-        load: ``max(running + queued, inflight)`` (what ``router.endpoint.Endpoint.load`` gives
+        load: ``max(running + queued, inflight)`` (what ``router.state.endpoint.Endpoint.load`` gives
             with a fresh scrape).
         token_usage: KV reservation / capacity as of the last scrape, in [0, 1].
         accept_length: the scraped accept-length gauge (tokens/step), None on a plain engine

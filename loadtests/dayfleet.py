@@ -11,7 +11,7 @@ state: trackers, bypass flags, speed fits, tie-break counter) decides among that
 pools only; the scrape and the end of a request reach the model's router with its own pools.
 
 The fleet can come from a router config (:func:`fleet_models`, :func:`config_resolver`): the
-``models:`` YAML the router itself would load (``router.config.parse_config``), each pool one
+``models:`` YAML the router itself would load (``router.config.tree.parse_config``), each pool one
 simulated engine per endpoint URL, requests resolved by the models' configured names and
 aliases (a request without ``model`` to the first model, as the router's fleet does).
 

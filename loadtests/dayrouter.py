@@ -1,13 +1,13 @@
-"""The day simulator's adapter around the router's real policy (``router.policy.decide``).
+"""The day simulator's adapter around the router's real policy (``router.decision.policy.decide``).
 
 :class:`PolicyRouter` is a :class:`loadtests.dayapi.Router` that does what
-``router.pools.Runtime`` does, from the simulator's views only, with the router's own pieces:
+``router.state.runtime.Runtime`` does, from the simulator's views only, with the router's own pieces:
 
-- per endpoint a ``router.acceptance.AcceptanceTracker`` (per temperature class; a reading
+- per endpoint a ``router.decision.acceptance.AcceptanceTracker`` (per temperature class; a reading
   counts only when ``generation_tokens_total`` moved, estimates expire after
   ``acceptance.max_age_s``), told of every request sent (``started``) and ended (``finished``,
   :meth:`PolicyRouter.on_done`);
-- per speculative pool a ``router.bypass.BypassState``: at every scrape round
+- per speculative pool a ``router.decision.bypass.BypassState``: at every scrape round
   (:meth:`PolicyRouter.on_scrape`, ``Runtime.advance_bypass``) the trackers take the new
   scrape and the flags advance (``proposed`` then ``commit``); the pool's load is the
   least-loaded endpoint's ``max(running + queued, in-flight)``;
@@ -15,7 +15,7 @@
   router's own builder (``router.pool_snapshot``, ``router.endpoint_values`` of each view as an
   ``EngineLoad`` scrape, the taus by ``router.accept_lengths``: live, else the fit's, else the
   calibrated prior); they carry the proposed flags (read only) and, in ``predict`` or ``learn``
-  mode, every pool's ``router.predict.SpeedModel``, so the policy chooses by predicted
+  mode, every pool's ``router.decision.predict.SpeedModel``, so the policy chooses by predicted
   completion time; without speed models it applies the thresholds (guard mode);
 - per pool, in ``learn`` mode, a ``router.PredictionCheck``: each finished request's decision is
   checked against its time, and every scrape round advances the fallback
@@ -89,13 +89,13 @@ class PolicySettings:
             (the true parameters: a perfectly calibrated config) and the accept-length priors.
         predict: pools carry speed models (choice by predicted completion time).
         learn: pools carry speed models learned from their own finished requests
-            (``routing.learning``: ``router.learn.SpeedFit`` from ``router.learn.DEFAULT_PRIOR``,
+            (``routing.learning``: ``router.decision.learn.SpeedFit`` from ``router.decision.learn.DEFAULT_PRIOR``,
             or from the true model when ``predict`` is set too), with exploration; no priors for
             the accept length (the live estimates only), as a deployment without speed blocks.
         explore_every, explore_ratio, forgetting, prior_weight: ``routing.learning``.
         prior_scale: the learned mode's prior is the true model with every time scaled by this
             (with ``predict``; 1: exact), to test how the fit recovers from a wrong prior.
-        marginal_cost: ``router.policy.Rules.marginal_cost`` (the experiment of ranking by the
+        marginal_cost: ``router.decision.policy.Rules.marginal_cost`` (the experiment of ranking by the
             request's completion plus its cost to the requests already there).
     """
 
@@ -160,7 +160,7 @@ def settings_for(model: EngineModel, *, long_prompt_tokens: int = 32768, min_spe
 
 def decide_main(features: RequestFeatures, pools: tuple[PoolSnapshot, ...], settings: PolicySettings,
                 tie_break: int) -> Decision:
-    """``router.policy.decide`` with main's signature (``Rules`` from the settings)."""
+    """``router.decision.policy.decide`` with main's signature (``Rules`` from the settings)."""
     rules = Rules(max_context_tokens=settings.max_context_tokens, default_max_tokens=features.max_new_tokens,
                   long_prompt_tokens=settings.long_prompt_tokens, seed=settings.seed,
                   explore_every=settings.explore_every if settings.learn else 0, explore_ratio=settings.explore_ratio,

@@ -3,7 +3,7 @@
 Compares deployments at equal hardware: ``all-spec`` (N speculative engines, client round
 robin), ``all-plain``, ``all-adaptive`` (N speculative engines that decode plainly above a batch
 threshold: :func:`all_adaptive`) and ``routed`` (k speculative + N-k plain engines behind a router
-callback, e.g. :class:`loadtests.dayrouter.PolicyRouter` around ``router.policy.decide``;
+callback, e.g. :class:`loadtests.dayrouter.PolicyRouter` around ``router.decision.policy.decide``;
 :func:`fronted` also allows k = 0 or N, the router in front of one pool).
 No HTTP, no sleeping: a day of tens of thousands of requests runs in seconds of CPU, and the
 same inputs and seed give the same result.

@@ -4,7 +4,7 @@ What it does, in order, bounded by ``time_limit_s`` seconds of wall time in all:
 
 1. Copies the operator config with every endpoint moved to a free port of 127.0.0.1 and
    relative paths made absolute (:func:`serving.demo._prepare_config`, the demo's own step),
-   and validates it (:func:`router.config.load_config`).
+   and validates it (:func:`router.config.tree.load_config`).
 2. Starts, all at once, the speculative and the plain pool's **real SGLang servers** with the
    arguments and environment ``specgate serve`` execs (:func:`serving.launch.engine_argv`,
    :func:`serving.launch.engine_env`; CPU engines include SGLang's ``--sleep-on-idle``, see
@@ -24,7 +24,7 @@ What it does, in order, bounded by ``time_limit_s`` seconds of wall time in all:
    (:func:`loadtests.calibrate.calibrate_report`): ``calibration.yaml`` (the patch),
    ``calibration.json`` (evidence), ``merged-config.yaml`` (the operator config with the
    patch applied, paths absolute), and loads the merged file with
-   :func:`router.config.load_config`, the code behind ``specgate config check``.
+   :func:`router.config.tree.load_config`, the code behind ``specgate config check``.
 6. Writes ``run.json``: the settings, wall time per phase (seconds), the machine's 1-minute
    load average (before anything starts: the co-tenants; then every ``load_sample_s`` s),
    problems and the patch.
@@ -140,6 +140,9 @@ class LocalRunResult:
         patch: the calibration patch (None when calibration failed).
         problems: why ``exit_code`` is 1.
         load: ``{"cpus", "baseline_1m", "samples_1m", "mean_1m", "max_1m"}``.
+        router_view: the router's ``/ready`` after the grid, before anything stops, per pool
+            (:func:`router_view`): its learned speed model and its checked predictions (the
+            median relative error of the completion time); None when it could not be read.
     """
 
     exit_code: int = 1
@@ -150,6 +153,7 @@ class LocalRunResult:
     patch: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
     load: dict[str, Any] = field(default_factory=dict)
+    router_view: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- the stack
@@ -160,6 +164,34 @@ def _pool_names(doc: Mapping[str, Any]) -> tuple[str, str]:
         raise LocalRunError("the config needs a speculative and a plain pool, each with an `engine` "
                             "section (the local stack launches them)")
     return spec[0]["name"], plain[0]["name"]
+
+
+def router_view(ready: Mapping[str, Any]) -> dict[str, Any]:
+    """Per pool, what a load test keeps of the router's ``GET /ready`` body (``ready``): the
+    learned ``speed_model`` and the ``prediction`` check (:mod:`router.decision.prediction_check`:
+    ``median_relative_error`` of the completion time over ``checks`` recent requests, its
+    ``bias``, per ``class/bucket`` cells); both None for a pool that is not learning
+    (``routing.learning.enabled: false``)."""
+    return {name: {"speed_model": view.get("speed_model"), "prediction": view.get("prediction")}
+            for name, view in (ready.get("pools") or {}).items()}
+
+
+def _read_router_view(url: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
+    """:func:`router_view` of the router at ``url`` (None: no JSON answer)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/ready", timeout=timeout_s) as resp:
+            body = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:  # 503 while draining: the body is the same view
+        try:
+            body = json.loads(exc.read())
+        except ValueError:
+            return None
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return router_view(body) if isinstance(body, Mapping) else None
 
 
 def _get(url: str, timeout_s: float = 2.0) -> int | None:
@@ -184,7 +216,7 @@ class LocalStack:
 
     :meth:`start` launches everything (or raises :class:`LocalRunError` after stopping what
     it started); :meth:`stop` is idempotent. Attributes: ``config_path``/``doc``/``config``
-    (the rewritten config: file, mapping, validated :class:`router.config.Config`),
+    (the rewritten config: file, mapping, validated :class:`router.config.tree.Config`),
     ``spec_pool``/``plain_pool`` (pool names), ``urls`` (name -> base URL, ``router``
     included), ``processes``, and after :meth:`start` ``phases_s`` (seconds).
 
@@ -374,10 +406,14 @@ def _workload(settings: LocalSettings, stack: LocalStack, max_duration_s: float)
 
 
 def run_local(settings: LocalSettings, *, note: Callable[[str], None] = print,
-              progress: Callable[[int, int, str], None] | None = None) -> LocalRunResult:
+              progress: Callable[[int, int, str], None] | None = None,
+              while_up: Callable[[LocalStack], None] | None = None) -> LocalRunResult:
     """Run the whole command (module docstring); never leaves a server running.
 
-    ``note`` receives one line per step; ``progress`` is the load test's per-request callback.
+    ``note`` receives one line per step; ``progress`` is the load test's per-request callback;
+    ``while_up`` runs after the grid (and the router's ``/ready`` read), before anything
+    stops, with the running stack (its wall time is the ``while_up`` phase; an exception it
+    raises stops the stack and propagates).
 
     Raises:
         LocalRunError: a bad config (before anything starts), a server that does not start,
@@ -430,6 +466,16 @@ def run_local(settings: LocalSettings, *, note: Callable[[str], None] = print,
                                 factory=PromptFactory.from_workload(workload, counter[0]))
                 asyncio.run(test.run())
                 result.phases_s["loadtest"] = time.monotonic() - t
+                result.router_view = _read_router_view(u["router"])
+                for pool, view in (result.router_view or {}).items():
+                    pred = view.get("prediction") or {}
+                    if pred.get("checks"):
+                        note(f"router's predictions for pool {pool}: median relative error of the completion "
+                             f"time {pred['median_relative_error']} over {pred['checks']} requests")
+                if while_up is not None:
+                    t = time.monotonic()
+                    while_up(stack)
+                    result.phases_s["while_up"] = time.monotonic() - t
             finally:
                 result.phases_s["stop"] = stack.stop()
 

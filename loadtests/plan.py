@@ -1,6 +1,6 @@
 """``specgate plan``'s prediction: from the router's live window to advice on the split of N engines.
 
-Input: the document of the router's ``GET /admin/plan/window`` (:func:`router.planwindow.window_view`:
+Input: the document of the router's ``GET /admin/plan/window`` (:func:`router.front.planwindow.window_view`:
 the recent finished requests and, per pool, its learned speed model, fit status, prediction
 error status and live accept lengths).
 
@@ -13,7 +13,7 @@ error status and live accept lengths).
 2. **The engines** (:func:`engine_models`, :func:`engine_model_from_speed`): each pool's
    :class:`router.SpeedModel` maps onto the simulator's :class:`loadtests.simulate.SimModel`
    term for term, since the simulator's engine step is the router's per-token model
-   (:mod:`router.predict`: ``T_plain = t0 (1 + b / b_knee) + a L``, the speculative cycle
+   (:mod:`router.decision.predict`: ``T_plain = t0 (1 + b / b_knee) + a L``, the speculative cycle
    ``T_verify + c gamma T_plain`` emitting ``tau`` tokens): ``t0_s = decode_s_per_token``,
    ``batch_knee``, ``attn_s_per_token = attention_s_per_token``, ``prefill_s_per_token``,
    ``gamma`` and ``c`` of the speculative pool. The acceptance rate ``alpha`` comes from the
@@ -29,7 +29,7 @@ error status and live accept lengths).
 3. **The splits** (:func:`predict_splits`): the day replayed (:func:`loadtests.daysim.simulate_day`)
    through the router in front of k speculative + N-k plain engines for k = 0..N
    (:func:`loadtests.daysim.fronted`), the router being its own decision code
-   (:class:`loadtests.dayrouter.PolicyRouter`: ``router.policy.decide`` with speed models
+   (:class:`loadtests.dayrouter.PolicyRouter`: ``router.decision.policy.decide`` with speed models
    learned live from the request stream, starting from the router's models).
 4. **The advice** (:func:`advise`): the split with the best ``--metric``
    (:func:`loadtests.split.best_prediction`: lowest ``mean_s`` / ``p90_s``, highest
@@ -61,7 +61,7 @@ from router import SpeedModel
 __all__ = ["MIN_OBSERVATIONS", "PlanError", "PlanModels", "advise", "bucket_tokens", "day_from_window",
            "engine_model_from_speed", "engine_models", "predict_splits", "trust"]
 
-#: Learned requests a pool's fit needs before the plan trusts it (``router.learn.MIN_OWN_OBSERVATIONS``).
+#: Learned requests a pool's fit needs before the plan trusts it (``router.decision.learn.MIN_OWN_OBSERVATIONS``).
 MIN_OBSERVATIONS = 10
 
 #: Temperature of each class in the replayed day.
@@ -104,7 +104,7 @@ def day_from_window(doc: Mapping[str, Any]) -> tuple[list[Request], int]:
 
 def bucket_tokens(label: str) -> float:
     """A context bucket's representative length (tokens) from its label
-    (:func:`router.learn.bucket_label`): ``le_E`` the geometric middle of ``[E / 4, E]``
+    (:func:`router.decision.learn.bucket_label`): ``le_E`` the geometric middle of ``[E / 4, E]``
     (the buckets' edges are powers of 4 apart), ``gt_E`` twice ``E``.
 
     Raises:

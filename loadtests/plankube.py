@@ -9,7 +9,7 @@ Deployments); the planner reads and writes their replicas through the ``scale`` 
 :meth:`PoolScaler.move` moves one engine: the pool that gives one is scaled down first, then
 the other up, so the total never exceeds N (it is N - 1 between the two calls). The router's
 discovery sees the pod leave its EndpointSlice and drains it (in-flight requests finish, new
-ones go elsewhere; ``router.discovery``, ``router.drain``); the new pod gets traffic once it is
+ones go elsewhere; ``router.loops.discovery``, ``router.front.drain``); the new pod gets traffic once it is
 ready and warmed (``health.warmup``). A floor per pool and the total N are checked before any
 write: a move that would break either is refused (:class:`ScaleError`), as is a move while
 the two Deployments do not hold N replicas together (someone else changed them).

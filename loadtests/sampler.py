@@ -2,7 +2,7 @@
 
 Every ``interval_s`` seconds (and once at the start and once at the end of the run) all
 metrics URLs are fetched concurrently (each with ``timeout_s``) and parsed with the router's
-pure parser (:func:`router.scraper.parse_sglang_metrics`: ``num_running_reqs`` and
+pure parser (:func:`router.loops.scraper.parse_sglang_metrics`: ``num_running_reqs`` and
 ``num_queue_reqs`` summed over data-parallel ranks, ``spec_accept_length`` averaged over the
 ranks that report a positive value, 0 meaning "not yet known"). A page with no ``sglang``
 series (a router's own ``/metrics``) or a failed fetch yields no sample.

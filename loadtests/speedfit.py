@@ -10,8 +10,18 @@ speculative target, the mean ``sglang:spec_accept_length`` ``tau``.
 Fits, in order (least squares, ``numpy.linalg.lstsq``):
 
 1. plain: ``tpot = t0 + (t0 / b_knee) * b + attn * L`` -> ``t0_s``, ``batch_knee``,
-   ``attn_s_per_token`` (needs >= 2 loads for the knee, >= 2 lengths for attention; a
-   parameter that the data cannot separate is left out with a warning);
+   ``attn_s_per_token``, each term where it dominates: ``attn`` from the lowest load measured
+   at >= 2 lengths (``tpot`` against ``L``), then ``t0`` and the batch slope from the shortest
+   bucket measured at >= 2 loads (``tpot - attn * L`` against ``b``); a parameter that the data
+   cannot separate is left out with a warning. Not one joint least squares over every point:
+   on engines whose time per token grows with load *times* context (each decode step reads
+   every running sequence's KV, and long prompts joining are prefilled between steps: on the
+   demo's SGLang CPU pools 0.011 s at 1 sequence and 0.20 s at 12 at 1,000-1,400 tokens,
+   against 0.009 s and 0.051 s at 100-300), the long, loaded points set the joint fit's batch
+   slope and pull its intercept ``t0`` to zero or below: a ``batch_knee = t0 / slope`` of a
+   tenth of a sequence, or no fit. ``t0`` is the time of a batch of one at short context
+   (:class:`router.decision.predict.SpeedModel`), so it is fitted there; a point the fitted model
+   misses by more than :data:`MISFIT_RATIO` either way is named in a warning;
 2. prefill, per pool: ``ttft - tpot = prefill * L`` (through the origin) at the lowest load;
 3. acceptance, per temperature class: ``alpha`` per point from the class's mean per-request
    accept length (``accept_length_by_class``: SGLang's ``spec_tokens_details``, both classes
@@ -44,7 +54,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FitError", "alpha_curve", "engine_model_from_fit", "fit_speed_model", "speed_blocks"]
+__all__ = ["MISFIT_RATIO", "FitError", "alpha_curve", "engine_model_from_fit", "fit_speed_model", "speed_blocks"]
+
+#: A point whose measured time per token is more than this many times the fitted model's (or
+#: less than its inverse) is named in a warning: the model's form does not hold there.
+MISFIT_RATIO = 1.5
 
 
 class FitError(ValueError):
@@ -104,6 +118,57 @@ def _prefill(points: list[dict[str, Any]]) -> float | None:
     return max(0.0, sum(x * y for x, y in rows) / den) if den > 0 else None
 
 
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """``(intercept, slope)`` of the least-squares line through ``(xs, ys)`` (>= 2 distinct xs)."""
+    slope, intercept = np.polyfit(np.array(xs), np.array(ys), 1)
+    return float(intercept), float(slope)
+
+
+def _plain_fit(pp: list[dict[str, Any]], warnings: list[str]) -> tuple[dict[str, Any], float]:
+    """``({"t0_s", "batch_knee"?, "attn_s_per_token"}, rms residual s)`` of the plain points
+    (module docstring, step 1); warnings appended.
+
+    Raises:
+        FitError: ``t0 <= 0``.
+    """
+    by_load: dict[float, list[dict[str, Any]]] = {}
+    by_bucket: dict[str, list[dict[str, Any]]] = {}
+    for p in pp:
+        by_load.setdefault(p["b"], []).append(p)
+        by_bucket.setdefault(p["bucket"], []).append(p)
+    attn = 0.0
+    low = [rows for _, rows in sorted(by_load.items()) if len({r["L"] for r in rows}) > 1]
+    if low:
+        attn = max(0.0, _line([r["L"] for r in low[0]], [r["tpot"] for r in low[0]])[1])
+    else:
+        warnings.append("one prompt length only: attn_s_per_token not fitted")
+    loaded = sorted((rows for rows in by_bucket.values() if len({r["b"] for r in rows}) > 1),
+                    key=lambda rows: statistics.fmean(r["L"] for r in rows))
+    slope = None
+    if loaded:
+        t0, slope = _line([r["b"] for r in loaded[0]], [r["tpot"] - attn * r["L"] for r in loaded[0]])
+    else:
+        warnings.append("one load only: batch_knee not fitted")
+        t0 = statistics.fmean(p["tpot"] - attn * p["L"] for p in pp)
+    if t0 <= 0:
+        raise FitError(f"the plain fit gives t0 = {t0:.3g} s <= 0: the points do not follow the model")
+    plain: dict[str, Any] = {"t0_s": t0}
+    if slope is not None and slope > 0:
+        plain["batch_knee"] = t0 / slope
+    elif slope is not None:
+        warnings.append("the plain time per token does not grow with load: batch_knee not fitted")
+        slope = 0.0
+    plain["attn_s_per_token"] = attn
+    model = [t0 + (slope or 0.0) * p["b"] + attn * p["L"] for p in pp]
+    for p, m in zip(pp, model, strict=True):
+        ratio = p["tpot"] / m
+        if not 1 / MISFIT_RATIO <= ratio <= MISFIT_RATIO:
+            warnings.append(f"plain: at {p['bucket']} x {p['load']:g} the time per token is {ratio:.2f}x the fitted "
+                            "model's t0 * (1 + b / batch_knee) + attn * L (fitted at the shortest bucket and the "
+                            "lowest load): there it grows with load and context together")
+    return plain, float(np.sqrt(np.mean([(m - p["tpot"]) ** 2 for p, m in zip(pp, model, strict=True)])))
+
+
 def alpha_curve(rows: list[tuple[float, float]]) -> dict[str, float]:
     """``alpha = a - d * log2(L)`` over ``(L, alpha)`` rows: ``alpha_short`` at the shortest
     length (the knee), ``alpha_drop_per_doubling`` ``max(0, d)``."""
@@ -143,36 +208,11 @@ def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> d
     if not pp:
         raise FitError("every plain point's runs disagree (noisy, unsettled or bimodal): rerun with more "
                        "--repetitions; " + "; ".join(warnings))
-    loads = {p["b"] for p in pp}
-    lengths = {p["L"] for p in pp}
-    cols = [np.ones(len(pp))]
-    names = ["t0"]
-    if len(loads) > 1:
-        cols.append(np.array([p["b"] for p in pp]))
-        names.append("slope_b")
-    else:
-        warnings.append("one load only: batch_knee not fitted")
-    if len(lengths) > 1:
-        cols.append(np.array([p["L"] for p in pp]))
-        names.append("attn")
-    else:
-        warnings.append("one prompt length only: attn_s_per_token not fitted")
-    y = np.array([p["tpot"] for p in pp])
-    beta, *_ = np.linalg.lstsq(np.column_stack(cols), y, rcond=None)
-    coef = dict(zip(names, (float(v) for v in beta), strict=True))
-    t0 = coef["t0"]
-    if t0 <= 0:
-        raise FitError(f"the plain fit gives t0 = {t0:.3g} s <= 0: the points do not follow the model")
-    plain: dict[str, Any] = {"t0_s": t0}
-    if coef.get("slope_b", 0) > 0:
-        plain["batch_knee"] = t0 / coef["slope_b"]
-    elif "slope_b" in coef:
-        warnings.append("the plain time per token does not grow with load: batch_knee not fitted")
-    plain["attn_s_per_token"] = max(0.0, coef.get("attn", 0.0))
+    plain, resid_s = _plain_fit(pp, warnings)
     pre = _prefill(pp)
     if pre is not None:
         plain["prefill_s_per_token"] = pre
-    resid = {"plain": float(np.sqrt(np.mean((np.column_stack(cols) @ beta - y) ** 2)))}
+    resid = {"plain": resid_s}
     out: dict[str, Any] = {"pools": {"plain": plain}, "points": {"plain": pp}, "residual_s": resid,
                            "warnings": warnings}
     if spec_t is None:
@@ -211,8 +251,7 @@ def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> d
         if not by_class.get(cls):
             warnings.append(f"alpha_{cls} not measured (no {cls} request reported its accept length; "
                             "`specgate loadtest --sampled-fraction 0.5` measures both classes in one run)")
-    knee_b = plain.get("batch_knee", math.inf)
-    attn = plain["attn_s_per_token"]
+    t0, knee_b, attn = plain["t0_s"], plain.get("batch_knee", math.inf), plain["attn_s_per_token"]
     cs = []
     for p in with_tau:
         t_plain = t0 * (1 + p["b"] / knee_b) + attn * p["L"]
@@ -252,7 +291,7 @@ def engine_model_from_fit(fit: Mapping[str, Any], base: Any = None) -> Any:
 
 
 def speed_blocks(fit: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each fitted pool's ``speed`` block in the router config's keys (``router.config.SpeedConfig``:
+    """Each fitted pool's ``speed`` block in the router config's keys (``router.config.tree.SpeedConfig``:
     ``decode_s_per_token``, ``batch_knee``, ``attention_s_per_token``, ``prefill_s_per_token``;
     for the speculative pool ``accept_length_greedy`` / ``accept_length_sampled``, the
     accept length E[tau] of the fitted alpha at its knee, where measured). A pool without a

@@ -41,7 +41,7 @@ the pure decision         :func:`decide`, :class:`Decision`, :class:`Outcome`, :
                           :func:`advance_prediction_check` (the predictions checked, and the
                           fallback's hysteresis step)
 snapshots (the one door   :func:`pool_snapshot`, :func:`endpoint_values`, :func:`accept_lengths`
-from engine signals)      (``router.snapshots``: what ``Runtime.snapshots`` and the day
+from engine signals)      (``router.state.snapshots``: what ``Runtime.snapshots`` and the day
                           simulator build the policy's inputs with)
 requests                  :func:`parse_chat`, :func:`parse_completions`, :class:`PromptCounter`
 request controls          :func:`resolve_priority`, :func:`validate_sampling`,
@@ -49,7 +49,7 @@ request controls          :func:`resolve_priority`, :func:`validate_sampling`,
                           :class:`KeyLimiter`, :class:`Auth`, :class:`KeyRing`,
                           :class:`RouterMetrics`
 engine metrics            :func:`parse_sglang_metrics`, :class:`EngineLoad`, :func:`accept_length`
-                          (a response's own acceptance length, :mod:`router.specstats`)
+                          (a response's own acceptance length, :mod:`router.upstream.specstats`)
 errors                    :class:`SpecgateError` (the root of the OpenAI-shaped error tree)
 ========================  ======================================================================
 """
@@ -61,13 +61,22 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from router.acceptance import CLASSES, AcceptanceTracker
-    from router.admission import resolve_priority
-    from router.app import AppState, RouterApp, create_app, tokenizer_executor, tune_interpreter
-    from router.auth import Auth, KeyRing
-    from router.bypass import BypassState
-    from router.commands import check_engine_paths
-    from router.config import (
+    from router.access.admission import resolve_priority
+    from router.access.auth import Auth, KeyRing
+    from router.access.limits import KeyLimiter
+    from router.app.asgi import (
+        AppState,
+        RouterApp,
+        create_app,
+        tokenizer_executor,
+        tune_interpreter,
+    )
+    from router.app.commands import check_engine_paths
+    from router.app.runtime_inputs import RuntimeInputs, build_runtime, load_runtime_inputs
+    from router.app.server import serve
+    from router.config.limits import KeyLimits, RateLimitConfig
+    from router.config.server import PriorityGrant, ServerConfig
+    from router.config.tree import (
         AcceptanceConfig,
         Config,
         ConfigError,
@@ -79,19 +88,10 @@ if TYPE_CHECKING:
         parse_config,
         resolve_paths,
     )
-    from router.config_limits import KeyLimits, RateLimitConfig
-    from router.config_server import PriorityGrant, ServerConfig
-    from router.engine_metrics import EngineLoad, parse_sglang_metrics
-    from router.errors import SpecgateError
-    from router.features import PromptCounter, RequestFeatures
-    from router.fleet import Fleet, build_fleet
-    from router.http_limits import ConnectionLimits, limited_protocol
-    from router.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
-    from router.limits import KeyLimiter
-    from router.metrics import RouterMetrics
-    from router.parsing import parse_chat, parse_completions
-    from router.pipeline import size_prompt
-    from router.policy import (
+    from router.decision.acceptance import CLASSES, AcceptanceTracker
+    from router.decision.bypass import BypassState
+    from router.decision.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
+    from router.decision.policy import (
         Decision,
         EndpointSnapshot,
         Outcome,
@@ -102,49 +102,55 @@ if TYPE_CHECKING:
         flip_points,
         request_features,
     )
-    from router.pools import Runtime
-    from router.predict import SpeedModel, completion_s
+    from router.decision.predict import SpeedModel, completion_s
+    from router.errors import SpecgateError
+    from router.front.http_limits import ConnectionLimits, limited_protocol
+    from router.front.pipeline import size_prompt
+    from router.ops.metrics import RouterMetrics
     from router.reasons import Reason
-    from router.runtime_inputs import RuntimeInputs, build_runtime, load_runtime_inputs
-    from router.sampling import check_min_tokens, speculative_caveats, validate_sampling
-    from router.server import serve
-    from router.specstats import accept_length
-    from router.transport_aiohttp import AiohttpTransport
-    from router.transport_h1 import H1Transport
+    from router.request.features import PromptCounter, RequestFeatures
+    from router.request.parsing import parse_chat, parse_completions
+    from router.request.sampling import check_min_tokens, speculative_caveats, validate_sampling
+    from router.state.engine_metrics import EngineLoad, parse_sglang_metrics
+    from router.state.fleet import Fleet, build_fleet
+    from router.state.runtime import Runtime
+    from router.upstream.specstats import accept_length
+    from router.upstream.transport_aiohttp import AiohttpTransport
+    from router.upstream.transport_h1 import H1Transport
 
 #: Each public name and the module that defines it (read-only).
 _SURFACE = MappingProxyType({
-    "create_app": "router.app", "RouterApp": "router.app", "AppState": "router.app",
-    "tune_interpreter": "router.app", "tokenizer_executor": "router.app", "serve": "router.server",
-    "limited_protocol": "router.http_limits", "ConnectionLimits": "router.http_limits",
-    "ServerConfig": "router.config_server",
-    "load_config": "router.config", "parse_config": "router.config", "resolve_paths": "router.config",
-    "Config": "router.config", "PoolConfig": "router.config", "RoutingConfig": "router.config",
-    "AcceptanceConfig": "router.config", "SaturationConfig": "router.config", "StateConfig": "router.config",
-    "PriorityGrant": "router.config_server", "RateLimitConfig": "router.config_limits",
-    "KeyLimits": "router.config_limits", "ConfigError": "router.config",
-    "build_runtime": "router.runtime_inputs", "load_runtime_inputs": "router.runtime_inputs",
-    "RuntimeInputs": "router.runtime_inputs", "Runtime": "router.pools", "Fleet": "router.fleet", "build_fleet": "router.fleet",
-    "size_prompt": "router.pipeline",
-    "check_engine_paths": "router.commands", "decide": "router.policy", "Decision": "router.policy",
-    "Outcome": "router.policy", "request_features": "router.policy", "flip_points": "router.policy",
-    "batch_context": "router.policy", "PoolSnapshot": "router.policy", "EndpointSnapshot": "router.policy",
-    "Rules": "router.policy", "Reason": "router.reasons", "RequestFeatures": "router.features",
-    "BypassState": "router.bypass", "AcceptanceTracker": "router.acceptance", "CLASSES": "router.acceptance",
-    "SpeedModel": "router.predict", "completion_s": "router.predict", "SpeedFit": "router.learn", "Observation": "router.learn",
-    "DEFAULT_PRIOR": "router.learn", "share_priors": "router.learn", "context_bucket": "router.learn",
-    "predict_request": "router.policy", "PredictionCheck": "router.prediction_check",
-    "next_prediction_fallback": "router.hysteresis", "advance_prediction_check": "router.hysteresis",
-    "pool_snapshot": "router.snapshots",
-    "endpoint_values": "router.snapshots", "accept_lengths": "router.snapshots", "parse_chat": "router.parsing",
-    "parse_completions": "router.parsing", "PromptCounter": "router.features",
-    "resolve_priority": "router.admission", "validate_sampling": "router.sampling",
-    "check_min_tokens": "router.sampling", "speculative_caveats": "router.sampling",
-    "KeyLimiter": "router.limits", "Auth": "router.auth", "KeyRing": "router.auth",
-    "RouterMetrics": "router.metrics", "parse_sglang_metrics": "router.engine_metrics",
-    "EngineLoad": "router.engine_metrics", "accept_length": "router.specstats",
+    "create_app": "router.app.asgi", "RouterApp": "router.app.asgi", "AppState": "router.app.asgi",
+    "tune_interpreter": "router.app.asgi", "tokenizer_executor": "router.app.asgi", "serve": "router.app.server",
+    "limited_protocol": "router.front.http_limits", "ConnectionLimits": "router.front.http_limits",
+    "ServerConfig": "router.config.server",
+    "load_config": "router.config.tree", "parse_config": "router.config.tree", "resolve_paths": "router.config.tree",
+    "Config": "router.config.tree", "PoolConfig": "router.config.tree", "RoutingConfig": "router.config.tree",
+    "AcceptanceConfig": "router.config.tree", "SaturationConfig": "router.config.tree", "StateConfig": "router.config.tree",
+    "PriorityGrant": "router.config.server", "RateLimitConfig": "router.config.limits",
+    "KeyLimits": "router.config.limits", "ConfigError": "router.config.tree",
+    "build_runtime": "router.app.runtime_inputs", "load_runtime_inputs": "router.app.runtime_inputs",
+    "RuntimeInputs": "router.app.runtime_inputs", "Runtime": "router.state.runtime", "Fleet": "router.state.fleet", "build_fleet": "router.state.fleet",
+    "size_prompt": "router.front.pipeline",
+    "check_engine_paths": "router.app.commands", "decide": "router.decision.policy", "Decision": "router.decision.policy",
+    "Outcome": "router.decision.policy", "request_features": "router.decision.policy", "flip_points": "router.decision.policy",
+    "batch_context": "router.decision.policy", "PoolSnapshot": "router.decision.policy", "EndpointSnapshot": "router.decision.policy",
+    "Rules": "router.decision.policy", "Reason": "router.reasons", "RequestFeatures": "router.request.features",
+    "BypassState": "router.decision.bypass", "AcceptanceTracker": "router.decision.acceptance", "CLASSES": "router.decision.acceptance",
+    "SpeedModel": "router.decision.predict", "completion_s": "router.decision.predict", "SpeedFit": "router.decision.learn", "Observation": "router.decision.learn",
+    "DEFAULT_PRIOR": "router.decision.learn", "share_priors": "router.decision.learn", "context_bucket": "router.decision.learn",
+    "predict_request": "router.decision.policy", "PredictionCheck": "router.decision.prediction_check",
+    "next_prediction_fallback": "router.decision.hysteresis", "advance_prediction_check": "router.decision.hysteresis",
+    "pool_snapshot": "router.state.snapshots",
+    "endpoint_values": "router.state.snapshots", "accept_lengths": "router.state.snapshots", "parse_chat": "router.request.parsing",
+    "parse_completions": "router.request.parsing", "PromptCounter": "router.request.features",
+    "resolve_priority": "router.access.admission", "validate_sampling": "router.request.sampling",
+    "check_min_tokens": "router.request.sampling", "speculative_caveats": "router.request.sampling",
+    "KeyLimiter": "router.access.limits", "Auth": "router.access.auth", "KeyRing": "router.access.auth",
+    "RouterMetrics": "router.ops.metrics", "parse_sglang_metrics": "router.state.engine_metrics",
+    "EngineLoad": "router.state.engine_metrics", "accept_length": "router.upstream.specstats",
     "SpecgateError": "router.errors",
-    "H1Transport": "router.transport_h1", "AiohttpTransport": "router.transport_aiohttp",
+    "H1Transport": "router.upstream.transport_h1", "AiohttpTransport": "router.upstream.transport_aiohttp",
 })
 
 __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)

@@ -19,7 +19,7 @@ DESCRIPTION = ("specgate: an OpenAI-compatible router that sends each request to
 
 #: Modules that contribute sub-commands, in help order.
 _COMMAND_MODULES = (
-    "router.commands",
+    "router.app.commands",
     "serving.cli",
     "drafters.cli",
     "loadtests.cli",

@@ -151,7 +151,7 @@ class NotFound(SpecgateError):
 
 
 class UnsupportedEndpoint(SpecgateError):
-    """No configured pool serves this endpoint (HTTP 404; ``router.passthrough``)."""
+    """No configured pool serves this endpoint (HTTP 404; ``router.front.passthrough``)."""
 
     status = 404
     type = "invalid_request_error"
@@ -183,7 +183,7 @@ class PermissionDenied(SpecgateError):
 
 
 class RateLimited(SpecgateError):
-    """A per-key limit refuses the request (router/limits.py): HTTP 429 with OpenAI's
+    """A per-key limit refuses the request (router/access/limits.py): HTTP 429 with OpenAI's
     ``code: rate_limit_exceeded`` and ``error.type`` ``requests`` or ``tokens`` (the kind of
     limit, as OpenAI sends it), ``Retry-After`` and the ``x-ratelimit-*`` headers."""
 

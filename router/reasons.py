@@ -2,13 +2,13 @@
 
 Each :class:`Reason` member carries its one-line meaning and whether it is a *capability
 kind*: a kind of request that a speculative pool serves only when its ``capabilities`` list it
-(:mod:`router.capabilities` says what in a request needs each kind). Everything else that
+(:mod:`router.request.capabilities` says what in a request needs each kind). Everything else that
 names a reason derives from this table: the capability kinds (:data:`CAPABILITY_KINDS`,
-``router.capabilities.KINDS``), the config check of ``pools[].capabilities``, the
+``router.request.capabilities.KINDS``), the config check of ``pools[].capabilities``, the
 ``x-specgate-reason`` header, the access log, the ``reason`` label of
 ``specgate_requests_total``; a test pins the Helm schema's enum and the reason tables of
 ``README.md`` and ``docs/operator-guide.md`` to it. Adding a kind is one member here, its
-trigger function in :mod:`router.capabilities` (a kind without one fails that module's
+trigger function in :mod:`router.request.capabilities` (a kind without one fails that module's
 import), and the two copies that test pins: the schema's enum and the operator guide's row.
 """
 

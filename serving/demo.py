@@ -429,11 +429,19 @@ def run_demo(config: Path, report: Path, *, warmup: int = 3, burst: int = 12, ke
         say(f"workload done: {len(results)} requests")
 
         spec_pools = [p for p in doc["pools"] if p.get("speculative")]
+        views = asyncio.run(_ready(router_url)).get("pools", {})  # after the workload
         pools: dict[str, Any] = {}
         for pool in doc["pools"]:
             served = sum(1 for r in results if r.pool == pool["name"] and r.status == 200)
+            view = views.get(pool["name"]) or {}
+            # the router's checked predictions and learned speed model (null with learning off)
             entry: dict[str, Any] = {"served": served, "speculative": bool(pool.get("speculative")),
-                                     "warmup_s": list(warm[pool["name"]].generation_s)}
+                                     "warmup_s": list(warm[pool["name"]].generation_s),
+                                     "prediction": view.get("prediction"), "speed_model": view.get("speed_model")}
+            pred = entry["prediction"] or {}
+            if pred.get("checks"):
+                say(f"pool {pool['name']}: the router's completion-time predictions, median relative error "
+                    f"{pred['median_relative_error']} over {pred['checks']} requests")
             if pool in spec_pools:
                 value, source = asyncio.run(_accept_length(pool["endpoints"][0]))
                 entry["accept_length"], entry["accept_length_source"] = value, source

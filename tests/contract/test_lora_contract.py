@@ -1,6 +1,6 @@
 """LoRA model names against a server launched without ``--enable-lora`` (the contract backends).
 
-What the router relies on (``router/models.py``): SGLang 0.5.23 splits any ``model`` holding a
+What the router relies on (``router/state/models.py``): SGLang 0.5.23 splits any ``model`` holding a
 colon that is not exactly the served name (``serving_base._parse_model_parameter``; an alias
 like ``tl:8b`` reads as adapter ``8b``), ``lora_path`` names an adapter too, and without LoRA
 either is a flat 400 naming the adapter (``tokenizer_manager._validate_and_resolve_lora``);

@@ -251,8 +251,8 @@ def config_pools(cfg: Mapping[str, Any]) -> list[tuple[str, int, dict[str, Any]]
 
 def router_validate(objects: list[dict[str, Any]]) -> Any:
     """The ConfigMap's config.yaml through the router's own strict loader
-    (router.config.parse_config, what `specgate config check` and the router run)."""
-    from router.config import parse_config
+    (router.config.tree.parse_config, what `specgate config check` and the router run)."""
+    from router.config.tree import parse_config
 
     return parse_config(router_config(objects))
 

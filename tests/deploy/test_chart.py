@@ -292,7 +292,7 @@ def test_every_router_key_lands_in_the_rendered_config_exactly() -> None:
 
 
 def _config_defaults() -> dict:
-    from router.config import AuthConfig, CanaryConfig, Config, RoutingConfig
+    from router.config.tree import AuthConfig, CanaryConfig, Config, RoutingConfig
 
     fields = Config.model_fields
     out = {name: fields[name].default.model_dump(mode="json")
@@ -616,12 +616,12 @@ def _kubelet_env(env: list[dict], secrets: dict[str, dict[str, str]]) -> dict[st
 
 
 def _shared_state(objects: list[dict], environ: dict[str, str] | None = None) -> tuple:
-    """(router.config.Config, the router's state backend) for the rendered config.yaml, built by
-    router.state.build_shared_state exactly as the router builds it at start (no connection)."""
+    """(router.config.tree.Config, the router's state backend) for the rendered config.yaml, built by
+    router.shared.state.build_shared_state exactly as the router builds it at start (no connection)."""
     from prometheus_client import CollectorRegistry
 
-    from router.metrics import RouterMetrics
-    from router.state import build_shared_state
+    from router.ops.metrics import RouterMetrics
+    from router.shared.state import build_shared_state
 
     cfg = k8s.router_validate(objects)
     metrics = RouterMetrics(CollectorRegistry())
@@ -747,12 +747,12 @@ def test_a_state_change_rolls_the_router() -> None:
 
 
 def _mounted_auth(objects: list[dict], root, secrets: dict[str, dict[str, str]] | None = None):
-    """router.auth.load_auth over the files the router pod would see: each auth.*_file of the
+    """router.access.auth.load_auth over the files the router pod would see: each auth.*_file of the
     rendered config.yaml is materialised under ``root`` from the Secret volume mounted there
     (a Secret this rendering creates, decoded, or one of ``secrets``: {name: {key: text}})."""
     import base64
 
-    from router.auth import load_auth
+    from router.access.auth import load_auth
 
     cfg = k8s.router_validate(objects)
     update = {}
@@ -1337,12 +1337,12 @@ def test_pool_args_parse_with_sglangs_own_parser(name: str) -> None:
 
 def test_alerts_and_dashboard_use_only_series_the_router_exports() -> None:
     """Every specgate_* series (and label) the rules and the dashboard read exists in
-    router.metrics, so a renamed metric breaks this test, not a silent alert."""
+    router.ops.metrics, so a renamed metric breaks this test, not a silent alert."""
     import re
 
     from prometheus_client import CollectorRegistry
 
-    from router.metrics import LoopCounter, LoopHistogram, RouterMetrics
+    from router.ops.metrics import LoopCounter, LoopHistogram, RouterMetrics
 
     registry = CollectorRegistry()
     metrics = RouterMetrics(registry)
@@ -1374,7 +1374,7 @@ def test_alerts_and_dashboard_use_only_series_the_router_exports() -> None:
     for expr in exprs:
         for metric, labels in re.findall(r"(specgate_(?!dev_pool)[a-z_]+)(?:\{([^}]*)\})?", expr):
             used.add(metric)
-            assert metric in exported, f"{metric} is not exported by router.metrics"
+            assert metric in exported, f"{metric} is not exported by router.ops.metrics"
             for label in re.findall(r'([a-z_]+)\s*=~?\s*"', labels or ""):
                 if label not in {"namespace", "job"}:  # added by Prometheus
                     assert label in exported[metric], f"{metric} has no label {label}"
@@ -1507,7 +1507,7 @@ def test_network_policy_refuses_to_hide_the_pools_from_prometheus() -> None:
 
 
 def test_engine_api_key_from_a_secret_reaches_sglang_and_the_router() -> None:
-    from router.auth import load_engine_key
+    from router.access.auth import load_engine_key
 
     objects = k8s.render({"auth": {"engineApiKey": {"existingSecret": "engine-key", "key": "api-key"}}})
     secrets = {"engine-key": {"api-key": "E-from-secret"}}

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from router.config import parse_config
-from router.config_server import ENGINE_FIELDS
+from router.config.server import ENGINE_FIELDS
+from router.config.tree import parse_config
 
 from . import k8s
 

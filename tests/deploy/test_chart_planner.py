@@ -35,7 +35,7 @@ def test_default_render_has_no_planner_and_the_routers_window_defaults() -> None
     objects = k8s.render()
     assert _planner_objects(objects) == []
     assert k8s.router_config(objects)["planner"] == {"window_requests": 4096, "window_s": 900}
-    from router.config import PlannerConfig
+    from router.config.tree import PlannerConfig
 
     assert k8s.router_validate(objects).planner == PlannerConfig()
 

@@ -10,20 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.config import router_config, write_router_yaml
 from tests.support.k8s_cluster import Cluster
-from tests.support.router import RouterServer
 from tests.support.sim import router_over_pair, sim_pair
 from tests.support.stack import Stack
 
-# RouterServer, Stack and write_config stay importable from here for one release (new code:
-# import from tests.support).
-__all__ = ["RouterServer", "Stack", "cluster", "router_over_pair", "sim_pair", "stack", "write_config"]
-
-
-def write_config(path: Path, tokenizer: Path, spec_url: str, plain_url: str, **overrides: object) -> Path:
-    """Deprecated: ``write_router_yaml(path, router_config(tokenizer, spec_url, plain_url, **overrides))``."""
-    return write_router_yaml(path, router_config(tokenizer, spec_url, plain_url, **overrides))
+__all__ = ["cluster", "router_over_pair", "sim_pair", "stack"]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from router.proxy import ENGINE_ABORT_EVENT
+from router.upstream.proxy import ENGINE_ABORT_EVENT
 from tests.support import wait_until
 
 CHAT = "/v1/chat/completions"

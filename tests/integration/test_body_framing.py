@@ -1,4 +1,4 @@
-"""Slow and malformed request bodies over real HTTP on 127.0.0.1 (router.http_limits): a body
+"""Slow and malformed request bodies over real HTTP on 127.0.0.1 (router.front.http_limits): a body
 dripped a byte at a time or stalled mid-way is cut at ``server.body_timeout_s`` with 408; bad
 chunked framing, a body shorter than its Content-Length and garbage after a request get a JSON
 400 or a closed connection; pipelined requests are answered in order. Never a 500, never an

@@ -1,4 +1,4 @@
-"""The live lossless canary (router.canary) against fake SGLang pools on 127.0.0.1."""
+"""The live lossless canary (router.loops.canary) against fake SGLang pools on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from router.canary import answer_key, probes
-from router.config import parse_config
+from router.config.tree import parse_config
+from router.loops.canary import answer_key, probes
 from tests.support import wait_until
 from tests.support.bodies import TOOLS
 from tests.support.stack import Stack

@@ -1,6 +1,6 @@
 """Graceful drain of a real router process (``specgate router`` subprocess on 127.0.0.1) in
 front of slow fake SGLang pools: SIGTERM / ``GET /drain``, the listen window, the cut at the
-deadline, the aborts, the exit status and the log line (router/drain.py)."""
+deadline, the aborts, the exit status and the log line (router/front/drain.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-from router.drain import SHUTDOWN_EVENT
+from router.front.drain import SHUTDOWN_EVENT
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.support import free_port, router_config, wait_until, write_router_yaml
 
@@ -219,7 +219,7 @@ def test_a_second_sigterm_cuts_at_once(router_factory) -> None:
 
 
 def test_drain_endpoint_is_for_loopback_clients_only(tmp_path: Path, tokenizer_dir: Path) -> None:
-    from router.app import create_app
+    from router.app.asgi import create_app
 
     cfg = write_router_yaml(tmp_path / "router.yaml",
                             router_config(tokenizer_dir, "http://127.0.0.1:9", "http://127.0.0.1:10"))
@@ -282,6 +282,6 @@ def test_cut_releases_leases_aborts_and_counts_router_shutdown(tmp_path: Path, t
     (("testclient", 1), False), (None, False),
 ])
 def test_is_loopback(client, loopback) -> None:
-    from router.drain import is_loopback
+    from router.front.drain import is_loopback
 
     assert is_loopback({"client": client}) is loopback

@@ -1,6 +1,6 @@
 """Engines that change behind the same address, through the router on real HTTP (fake SGLang
-engines relaunched on their port with ``/_fake/relaunch``, router/identity.py,
-router/engine_limits.py): a smaller or bigger context, another model, an adapter loaded at run
+engines relaunched on their port with ``/_fake/relaunch``, router/state/identity.py,
+router/state/engine_limits.py): a smaller or bigger context, another model, an adapter loaded at run
 time. Each change must be seen within one scrape round (:meth:`Engines.settle`); the fakes' access logs say what reached
 which engine."""
 

@@ -1,4 +1,4 @@
-"""Several models behind one router on real HTTP (``models:``, router/fleet.py): each model with
+"""Several models behind one router on real HTTP (``models:``, router/state/fleet.py): each model with
 its own speculative and plain fake SGLang engines, the client picking the model by ``model``.
 
 Model ``tiny-llama`` (alias ``tl``; adapter ``sql`` on its plain engine) and model ``other-model``

@@ -59,7 +59,7 @@ def chat(**kw):
 @pytest.mark.parametrize("abort", [SPACED_ABORT, SPACED_ABORT.replace("data: ", "data:"),
                                    SPACED_ABORT.replace('"abort"', '"\\u0061bort"')])
 def test_a_spaced_abort_after_content_is_an_error_event_not_done(stack: Stack, abort: str) -> None:
-    from router.proxy import ENGINE_ABORT_EVENT
+    from router.upstream.proxy import ENGINE_ABORT_EVENT
 
     stack.script(stack.spec, {"sse_events": [ROLE, TOK, abort, "data: [DONE]\n\n"]})
     with stack.client.stream("POST", CHAT, json=chat(stream=True)) as r:
@@ -218,7 +218,7 @@ def test_the_stale_connection_resend_carries_the_trace_context_too(stack: Stack)
 
 
 def test_crlf_framed_streams_relay_whole_and_aborts_are_found(stack: Stack) -> None:
-    from router.proxy import ENGINE_ABORT_EVENT
+    from router.upstream.proxy import ENGINE_ABORT_EVENT
 
     stop = 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
     crlf = [e.replace("\n\n", "\r\n\r\n") for e in (ROLE, TOK, stop, "data: [DONE]\n\n")]

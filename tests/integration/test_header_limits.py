@@ -1,4 +1,4 @@
-"""Limits on a request's head over real HTTP on 127.0.0.1 (router.http_limits): one huge
+"""Limits on a request's head over real HTTP on 127.0.0.1 (router.front.http_limits): one huge
 header, thousands of fields, and heads that never end are cut at the limit with 431."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """HTTP/1.x as clients and proxies send it, on the router's real listener on 127.0.0.1 with raw
-sockets (router.http_limits, router.http_cycles): upgrade offers (``Upgrade: h2c``) served as
+sockets (router.front.http_limits, router.front.http_cycles): upgrade offers (``Upgrade: h2c``) served as
 HTTP/1.1 with their body, HTTP/1.0 clients (close-delimited streams, no chunked framing),
 ``Expect`` on both versions, idle connections closed, and early answers read by a client that
 is still sending. Gaps between a head and its body are the tests' input (how the bytes reach
@@ -25,7 +25,7 @@ IDLE_S = 0.5  # server.keepalive_timeout_s of these stacks
 LINGER_S = 1.0  # server.linger_s
 CHAT = b"/v1/chat/completions"
 UPGRADE = b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
-#: What the router may send an engine: its own headers (router/proxy.py) and what the HTTP
+#: What the router may send an engine: its own headers (router/upstream/proxy.py) and what the HTTP
 #: client adds; hop-by-hop fields of the client's request never pass.
 ENGINE_HEADERS = {"host", "content-type", "content-length", "x-request-id", "accept-encoding", "user-agent",
                   "accept"}

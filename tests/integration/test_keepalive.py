@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from router.config import ConfigError, load_config
+from router.config.tree import ConfigError, load_config
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.support import RouterServer, router_config, wait_until, write_router_yaml
 

@@ -1,5 +1,5 @@
 """Live speed models over real HTTP: per-request acceptance asked of the speculative engine and
-cut out of what the client receives, the fits fed by finished requests (router.learn)."""
+cut out of what the client receives, the fits fed by finished requests (router.decision.learn)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import httpx
 import orjson
 import pytest
 
-from router.learn import context_bucket
+from router.decision.learn import context_bucket
 from tests.support.stack import Stack
 from tests.support.wait import wait_until
 
@@ -160,6 +160,6 @@ def test_a_bounded_prompt_teaches_the_tokens_per_byte_and_the_next_one_is_estima
 
 
 def _parsed(rt):
-    from router.parsing import parse_chat
+    from router.request.parsing import parse_chat
 
     return parse_chat(_doc(), max_n=rt.config.limits.max_n, media=None)

@@ -13,7 +13,7 @@ import orjson
 import pytest
 import yaml
 
-from router.config import ConfigError, parse_config
+from router.config.tree import ConfigError, parse_config
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.support import RouterServer, router_config, wait_until, write_router_yaml
 

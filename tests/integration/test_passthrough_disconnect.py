@@ -1,6 +1,6 @@
 """A client that goes away during a pass-through call (``/v1/embeddings``, rerank, score,
 classify) closes the router's upstream request at once and releases the lease, as
-``router/proxy.py`` does for generations; the engine is never left computing for nobody."""
+``router/upstream/proxy.py`` does for generations; the engine is never left computing for nobody."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import orjson
 import pytest
 import uvicorn
 
-from router.passthrough import PASSTHROUGH_ROUTES
+from router.front.passthrough import PASSTHROUGH_ROUTES
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.support import RouterServer, free_port, router_config, wait_until, write_router_yaml
 

@@ -1,6 +1,6 @@
 """The prediction fallback over real HTTP: a pool whose speed model is wrong (an engine it
 cannot fit: the model held at a speed block 10x too fast) falls back to the shorter queue,
-and a corrected speed block hands the decisions back to the prediction (router.prediction_check)."""
+and a corrected speed block hands the decisions back to the prediction (router.decision.prediction_check)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import threading
 import httpx
 import yaml
 
-from router.pools import Endpoint
+from router.state.runtime import Endpoint
 from tests.support import RouterServer, router_config, write_router_yaml
 
 CHAT = "/v1/chat/completions"

@@ -1,5 +1,5 @@
 """A config file rewritten in place, in pieces, is reloaded once, whole: the reloader waits for
-the file to settle (``router.reload.SETTLE_S``) instead of applying the half-written file, which
+the file to settle (``router.app.reload.SETTLE_S``) instead of applying the half-written file, which
 here parses as a valid config with default ``server`` and ``upstream`` sections."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from router.config import parse_config
-from router.reload import SETTLE_S
+from router.app.reload import SETTLE_S
+from router.config.tree import parse_config
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.support import RouterServer, router_config, write_router_yaml
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from router.intake import client_request_id
+from router.front.intake import client_request_id
 from tests.support.stack import Stack
 
 
@@ -58,7 +58,7 @@ def test_client_request_id_is_echoed_logged_and_sent_upstream(tmp_path, tokenize
 def test_a_refused_request_is_logged_with_its_id_reason_and_prompt_size(tmp_path, tokenizer_dir, caplog) -> None:
     """The error path reads the request's context: the 400's access line names the adopted id,
     the refusal reason and the prompt size the policy refused (counted exactly: a small body)."""
-    from router.features import parse_chat
+    from router.request.features import parse_chat
 
     caplog.set_level(logging.INFO, logger="specgate.access")
     stack = Stack(tmp_path, tokenizer_dir, **{"server.log_requests": True})

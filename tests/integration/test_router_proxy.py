@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from router.proxy import UPSTREAM_FAILED_EVENT
+from router.upstream.proxy import UPSTREAM_FAILED_EVENT
 from tests.support import wait_until
 from tests.support.errors import assert_e400
 from tests.support.stack import Stack
@@ -49,7 +49,7 @@ def test_prompt_count_matches_engine_usage(stack):
         counted = stack.router.state  # the router logs P; compare via the engine's view
         assert r.status_code == 200
         usage = r.json()["usage"]["prompt_tokens"]
-        from router.features import parse_chat
+        from router.request.features import parse_chat
 
         assert counted.runtime.counter.count(parse_chat(body(content), max_n=8)) == usage
 
@@ -106,7 +106,7 @@ def test_overlength_is_400_before_any_backend_call(stack):  # sgl-project/sglang
 
 
 def test_exact_boundary(stack):  # sgl-project/sglang#6779, #33814
-    from router.features import parse_chat
+    from router.request.features import parse_chat
 
     text = "lorem ipsum " * 200
     p = stack.router.state.runtime.counter.count(parse_chat(body(text), max_n=8))
@@ -122,7 +122,7 @@ def test_reported_prompt_tokens_are_true_statements(stack):
     lo <= the exact count; the metric says which prompts were counted and which bounded."""
     import re
 
-    from router.features import parse_chat
+    from router.request.features import parse_chat
 
     long_text = "lorem ipsum " * 20000  # 240 kB: even its byte lower bound is over the cap
     exact = stack.router.state.runtime.counter.count(parse_chat(body(long_text), max_n=8))
@@ -147,7 +147,7 @@ def test_reported_prompt_tokens_are_true_statements(stack):
 def test_small_prompt_refused_on_its_bound_is_counted_for_the_message(stack):
     """A small prompt refused because of its budget was sized by its byte bound (the decision
     needed nothing more); the 400 then states its exact count, not a bound like "at least 1"."""
-    from router.features import parse_chat
+    from router.request.features import parse_chat
 
     p = stack.router.state.runtime.counter.count(parse_chat(body("hi"), max_n=8))
     bounded = stack.router.metric("specgate_prompt_tokens_count", kind="upper_bound")
@@ -207,7 +207,7 @@ def test_model_aliases_are_accepted_and_listed(tmp_path, tokenizer_dir):
 
 
 def test_spec_eligibility_boundary_uses_reserved_tokens(stack):  # sgl-project/sglang#3574
-    from router.features import parse_chat
+    from router.request.features import parse_chat
 
     p = stack.router.state.runtime.counter.count(parse_chat(body("hi"), max_n=8))
     L, K = 2048, 4
@@ -515,7 +515,7 @@ def test_stream_idle_midstream_sends_timeout_event_and_aborts(tmp_path, tokenize
     """An engine that goes silent mid-stream: after upstream.idle_timeout_s the client gets one
     upstream_timeout error event (no [DONE]), the engine an abort_request, the lease is freed;
     chunks arriving faster than the idle timeout never trip it, however long the stream."""
-    from router.proxy import UPSTREAM_TIMEOUT_EVENT
+    from router.upstream.proxy import UPSTREAM_TIMEOUT_EVENT
     stack = Stack(tmp_path, tokenizer_dir, **{"upstream.idle_timeout_s": 0.6})
     try:
         stack.script(stack.spec, {"chunk_delay_s": 0.2, "max_tokens": 12})  # 2.6 s of stream, gaps < 0.6 s
@@ -541,7 +541,7 @@ def test_stream_idle_midstream_sends_timeout_event_and_aborts(tmp_path, tokenize
 
 def test_a_non_streamed_disconnect_is_seen_by_the_protocol_without_a_watcher_task(stack, monkeypatch):
     """Under the router's own HTTP protocol the proxy starts no task to watch ``receive``: the
-    protocol's ``connection_lost`` calls the proxy back (router.context.CONNECTION_KEY), and
+    protocol's ``connection_lost`` calls the proxy back (router.front.context.CONNECTION_KEY), and
     the engine is asked to abort as with the task (which an ASGI server without the protocol
     still gets)."""
     import asyncio
@@ -564,7 +564,7 @@ def test_a_non_streamed_disconnect_is_seen_by_the_protocol_without_a_watcher_tas
 
 
 def test_the_aiohttp_client_relays_the_same_answers_and_streams(tmp_path, tokenizer_dir):
-    from router.transport_aiohttp import AiohttpTransport
+    from router.upstream.transport_aiohttp import AiohttpTransport
 
     s = Stack(tmp_path, tokenizer_dir, **{"upstream.client": "aiohttp"})
     try:
@@ -580,7 +580,7 @@ def test_the_aiohttp_client_relays_the_same_answers_and_streams(tmp_path, tokeni
 
 
 def test_generation_requests_go_through_the_httptools_client_by_default(stack):
-    from router.transport_h1 import H1Transport
+    from router.upstream.transport_h1 import H1Transport
 
     transport = stack.router.state.transport
     assert type(transport) is H1Transport

@@ -10,7 +10,7 @@ from itertools import pairwise
 
 import pytest
 
-from router.proxy import UPSTREAM_TIMEOUT_EVENT
+from router.upstream.proxy import UPSTREAM_TIMEOUT_EVENT
 from tests.support.stack import Stack
 
 CHAT = "/v1/chat/completions"

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from router.proxy import UPSTREAM_FAILED_EVENT
+from router.upstream.proxy import UPSTREAM_FAILED_EVENT
 from tests.support.stack import Stack
 from tests.tool_events import INCONSISTENT, parallel_tool_call_events, reasoning_only_events
 

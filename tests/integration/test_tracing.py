@@ -1,4 +1,4 @@
-"""OpenTelemetry spans of the router (router.tracing) over real HTTP, exported to the SDK's
+"""OpenTelemetry spans of the router (router.ops.tracing) over real HTTP, exported to the SDK's
 InMemorySpanExporter: a server span per request, a client span per attempt whose context the
 engine receives."""
 

@@ -1,4 +1,4 @@
-"""Spans of the pass-through routes (router.passthrough) over real HTTP, exported to the SDK's
+"""Spans of the pass-through routes (router.front.passthrough) over real HTTP, exported to the SDK's
 InMemorySpanExporter: a server span per request and a client span per upstream attempt, whose
 context is the ``traceparent`` the engine receives; with tracing off the client's context is
 forwarded unchanged."""
@@ -17,7 +17,7 @@ import uvicorn
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from router.passthrough import PASSTHROUGH_ROUTES
+from router.front.passthrough import PASSTHROUGH_ROUTES
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.support import RouterServer, free_port, router_config, wait_until, write_router_yaml
 

@@ -1,4 +1,4 @@
-"""The ``tracing`` section applied on a config reload (router.tracing_reload): turned on, its
+"""The ``tracing`` section applied on a config reload (router.app.tracing_reload): turned on, its
 service name changed, turned off, each without a restart; a request in flight across the
 swap ends its spans in the tracer it started with, which is shut down only after it."""
 

@@ -1,5 +1,5 @@
-""":class:`router.transport_aiohttp.AiohttpTransport` maps aiohttp's failures to the transport's
-own tree (:mod:`router.transport`), over real sockets on 127.0.0.1: a raw asyncio server that
+""":class:`router.upstream.transport_aiohttp.AiohttpTransport` (its ``post`` and ``fetch``) maps aiohttp's failures to the transport's
+own tree (:mod:`router.upstream.transport`), over real sockets on 127.0.0.1: a raw asyncio server that
 answers each request on a connection as scripted (the proxy's behaviour on these failures is
 tests/unit/test_proxy_transport.py, without sockets).
 """
@@ -12,9 +12,16 @@ from collections.abc import Callable
 import aiohttp
 import pytest
 
-from router.transport import ConnectFailed, ConnectionBroken, PayloadBroken, TransportError
-from router.transport_aiohttp import AiohttpTransport
-from router.upstream import ReuseMarkingConnector
+from router.upstream.relay import ReuseMarkingConnector
+from router.upstream.transport import (
+    ConnectFailed,
+    ConnectionBroken,
+    Fetched,
+    PayloadBroken,
+    TransportError,
+)
+from router.upstream.transport_aiohttp import AiohttpTransport
+from router.upstream.transport_h1 import H1Transport
 from tests.support import free_port
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
@@ -130,3 +137,66 @@ async def test_map_error_keeps_the_transport_tree_and_maps_aiohttp_resets():
     finally:
         for s in sessions:
             await s.close()
+
+
+async def fetch(t: AiohttpTransport | H1Transport, url: str, timeout_s: float | None = 5.0) -> Fetched:
+    return await t.fetch("POST", url + "/v1/embeddings", body=b'{"x":1}',
+                         headers={"content-type": "application/json"}, timeout_s=timeout_s, connect_timeout_s=2.0)
+
+
+async def test_fetch_reads_the_whole_answer_with_lower_case_header_names():
+    server, base, bodies = await raw_server(lambda n: OK)
+    t, sessions = await transport()
+    h1 = H1Transport(t, max_connections=4, keepalive_timeout_s=4.0)  # fetch goes through its fallback
+    try:
+        for client in (t, h1):
+            got = await fetch(client, base)
+            assert (got.status, got.body, got.headers["content-type"]) == (200, b"{}", "application/json")
+            assert "Content-Type" not in got.headers
+        assert bodies == [b'{"x":1}', b'{"x":1}']
+    finally:
+        h1.close()
+        for s in sessions:
+            await s.close()
+        server.close()
+
+
+async def test_fetch_maps_the_failures_to_the_transport_tree():
+    t, sessions = await transport()
+    server, base, _ = await raw_server(lambda n: OK if n == 1 else None)  # the 2nd request: closed
+    cut_server, cut_base, _ = await raw_server(lambda n: CUT)
+    try:
+        with pytest.raises(ConnectFailed):
+            await fetch(t, f"http://127.0.0.1:{free_port()}")
+        assert (await fetch(t, base)).status == 200
+        with pytest.raises(ConnectionBroken) as broken:
+            await fetch(t, base)
+        assert broken.value.reused is True  # the pooled connection had served the first
+        with pytest.raises(PayloadBroken):
+            await fetch(t, cut_base)
+    finally:
+        for s in sessions:
+            await s.close()
+        server.close()
+        cut_server.close()
+
+
+async def test_fetch_raises_timeout_error_when_the_engine_does_not_answer():
+    answered = asyncio.Event()
+
+    async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        answered.set()
+        await reader.read()  # never answers; returns when the client gives up
+        writer.close()
+
+    server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+    t, sessions = await transport()
+    try:
+        with pytest.raises(TimeoutError):
+            await fetch(t, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", timeout_s=0.2)
+        assert answered.is_set()
+    finally:
+        for s in sessions:
+            await s.close()
+        server.close()

@@ -1,6 +1,6 @@
-""":class:`router.transport_h1.H1Transport` over real sockets on 127.0.0.1: framing, keep-alive,
+""":class:`router.upstream.transport_h1.H1Transport` over real sockets on 127.0.0.1: framing, keep-alive,
 the failure tree, cancellation, the connection limit and flow control. The cases both
-transports must agree on run against :class:`router.transport_aiohttp.AiohttpTransport` too.
+transports must agree on run against :class:`router.upstream.transport_aiohttp.AiohttpTransport` too.
 
 The engine is a raw asyncio server that answers each request of a connection as scripted, so
 every byte on the wire is the test's own.
@@ -19,10 +19,10 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from router.transport import ConnectFailed, ConnectionBroken, PayloadBroken
-from router.transport_aiohttp import AiohttpTransport
-from router.transport_h1 import HIGH_WATER, H1Transport
-from router.upstream import ReuseMarkingConnector
+from router.upstream.relay import ReuseMarkingConnector
+from router.upstream.transport import ConnectFailed, ConnectionBroken, PayloadBroken
+from router.upstream.transport_aiohttp import AiohttpTransport
+from router.upstream.transport_h1 import HIGH_WATER, H1Transport
 from tests.support import free_port
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"

@@ -1,5 +1,5 @@
 """The upstream connector marks a request sent on a pooled (reused) connection, with no aiohttp
-trace hooks on the session (:class:`router.upstream.ReuseMarkingConnector`).
+trace hooks on the session (:class:`router.upstream.relay.ReuseMarkingConnector`).
 
 Real HTTP on 127.0.0.1 (an aiohttp server), so the keep-alive pool is aiohttp's own.
 """
@@ -11,9 +11,9 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from router.app import _default_session
-from router.config import parse_config
-from router.upstream import ConnTrace, ReuseMarkingConnector
+from router.app.asgi import _default_session
+from router.config.tree import parse_config
+from router.upstream.relay import ConnTrace, ReuseMarkingConnector
 
 
 async def _server(release: asyncio.Event | None = None) -> tuple[web.AppRunner, str]:

@@ -3,36 +3,14 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.redis.cluster import (
-    CHAT,
-    COMPLETIONS,
-    PREFIX,
-    Cluster,
-    RedisCluster3,
-    RedisServer,
-    inflight_key,
-    state_section,
-)
-from tests.support import wait_until
+from tests.redis.cluster import Cluster, RedisCluster3, RedisServer
 
-# These names stay importable from here for one release (new code: tests.redis.cluster and
-# tests.support.wait_until).
-__all__ = ["CHAT", "COMPLETIONS", "PREFIX", "Cluster", "RedisServer", "cluster", "inflight_key", "redis_cluster",
-           "redis_server", "state_section", "wait_for"]
-
-
-def wait_for(cond: Any, timeout: float = 5.0, every: float = 0.02) -> bool:
-    """Deprecated: :func:`tests.support.wait_until`. Polls ``cond``; returns its last truth value."""
-    with contextlib.suppress(AssertionError):
-        wait_until(cond, timeout, interval=every)
-    return bool(cond())
+__all__ = ["cluster", "redis_cluster", "redis_server"]
 
 
 @pytest.fixture

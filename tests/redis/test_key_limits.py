@@ -12,9 +12,9 @@ import httpx
 import pytest
 import redis.asyncio
 
-from router.config_limits import KeyLimits
-from router.limit_rules import LocalBuckets, headers, plan_for
-from router.limits_redis import SharedBuckets, bucket_keys
+from router.access.limit_rules import LocalBuckets, headers, plan_for
+from router.access.limits_redis import SharedBuckets, bucket_keys
+from router.config.limits import KeyLimits
 from tests.redis.cluster import CHAT, PREFIX, Cluster, RedisServer
 from tests.support import wait_until
 
@@ -48,7 +48,7 @@ def post(c: Cluster, replica: int, key: str, **kw: Any) -> httpx.Response:
 
 
 class _Direct:
-    """A stand-in for router.state.RedisState.run_script on a plain client."""
+    """A stand-in for router.shared.state.RedisState.run_script on a plain client."""
 
     def __init__(self, client: Any) -> None:
         self.client = client

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from router.canary import answer_key
+from router.loops.canary import answer_key
 from tests.support import RouterServer
 
 pytestmark = pytest.mark.sglang

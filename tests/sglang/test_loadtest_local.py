@@ -20,7 +20,7 @@ import yaml
 from loadtests.local import LocalSettings, run_local
 from loadtests.report import SCHEMA_NAME, SCHEMA_VERSION, load_report
 from router.cli import main as specgate
-from router.config import load_config
+from router.config.tree import load_config
 
 pytestmark = pytest.mark.sglang
 

@@ -16,7 +16,7 @@ import openai
 import pytest
 import yaml
 
-from router.features import parse_chat
+from router.request.features import parse_chat
 from tests.support import RouterServer, wait_until
 
 pytestmark = pytest.mark.sglang

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import yaml
 
-from router.features import parse_chat, parse_completions
+from router.request.features import parse_chat, parse_completions
 from tests.support import RouterServer, wait_until
 
 pytestmark = pytest.mark.sglang

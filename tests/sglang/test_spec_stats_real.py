@@ -1,9 +1,9 @@
 """Per-request acceptance from the real SGLang 0.5.23 CPU EAGLE-3 server through the router.
 
 The router asks the speculative engine for ``sglext.spec_tokens_details`` (SGLang's
-``return_spec_tokens_details``) and cuts it out of the response again (router.specstats); a
+``return_spec_tokens_details``) and cuts it out of the response again (router.upstream.specstats); a
 client that did not ask gets what SGLang sends without the field. The router's live speed model
-(router.learn) takes each request's own accept length per temperature class and context bucket.
+(router.decision.learn) takes each request's own accept length per temperature class and context bucket.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import orjson
 import pytest
 import yaml
 
-from router.learn import MIN_BUCKET_OBSERVATIONS, bucket_label, context_bucket
+from router.decision.learn import MIN_BUCKET_OBSERVATIONS, bucket_label, context_bucket
 from tests.support import RouterServer, wait_until
 
 pytestmark = pytest.mark.sglang

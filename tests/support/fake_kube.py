@@ -14,7 +14,9 @@ Speaks what the router's reflector uses:
 - ``GET``/``PATCH``/``PUT /apis/apps/v1/namespaces/{ns}/deployments/{name}/scale``: an
   ``autoscaling/v1`` ``Scale`` of a Deployment set with :meth:`set_replicas` (404 ``Status``
   for another); a PATCH takes a merge patch ``{"spec": {"replicas": n}}`` or a JSON patch
-  replacing ``/spec/replicas``. Every write is appended to ``scale_writes`` as ``(name, replicas)``.
+  replacing ``/spec/replicas``. Every write is appended to ``scale_writes`` as ``(name, replicas)``
+  and handed to each of ``scale_listeners`` as ``(namespace, name, replicas)`` (on the server's
+  thread: a listener only queues; :class:`tests.support.kube_controller.Controller` follows them).
 
 Control (thread-safe, from the test): :meth:`apply`, :meth:`delete`, :meth:`expire` (end every
 watch and forget the history, optionally after changes no watcher sees), :meth:`drop` (abort
@@ -99,6 +101,7 @@ class FakeKubeAPI:
         self._gone = 0
         self.deployments: dict[tuple[str, str], int] = {}  # (namespace, name) -> spec.replicas
         self.scale_writes: list[tuple[str, int]] = []
+        self.scale_listeners: list[Callable[[str, str, int], None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> FakeKubeAPI:
@@ -295,6 +298,8 @@ class FakeKubeAPI:
                 replicas = body["spec"]["replicas"]
             self.deployments[(ns, name)] = int(replicas)
             self.scale_writes.append((name, int(replicas)))
+            for listener in self.scale_listeners:
+                listener(ns, name, int(replicas))
         n = self.deployments[(ns, name)]
         return web.json_response({"kind": "Scale", "apiVersion": "autoscaling/v1",
                                   "metadata": {"name": name, "namespace": ns, "resourceVersion": str(self.rv)},

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from router.discovery import DiscoverySettings
+from router.loops.discovery import DiscoverySettings
 from serving.fake_sglang import FakeConfig, FakeServer
 from tests.support import RouterServer, free_port, router_config, write_router_yaml
 from tests.support.fake_kube import FakeKubeAPI, endpoint_slice

@@ -1,4 +1,4 @@
-"""The real router app (``router.app.create_app``) under uvicorn in a background thread, on
+"""The real router app (``router.app.asgi.create_app``) under uvicorn in a background thread, on
 127.0.0.1 (real HTTP), with waits on the router's own counters."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class RouterServer:
 
     Args:
         config_path: the router YAML (watched for changes unless ``watch=False``).
-        app_kwargs: passed to :func:`router.app.create_app` (``scrape=``, ``discovery=``...).
+        app_kwargs: passed to :func:`router.app.asgi.create_app` (``scrape=``, ``discovery=``...).
 
     Attributes:
         port, base_url: where it listens; client: an ``httpx.Client`` on ``base_url`` (30 s
@@ -29,8 +29,8 @@ class RouterServer:
     """
 
     def __init__(self, config_path: Path, **app_kwargs: Any) -> None:
-        from router.app import create_app
-        from router.http_limits import app_limits, limited_protocol
+        from router.app.asgi import create_app
+        from router.front.http_limits import app_limits, limited_protocol
 
         self.config_path = config_path
         self.port = free_port()
@@ -86,7 +86,7 @@ class RouterServer:
     # -- views ----------------------------------------------------------------------------
     @property
     def state(self) -> Any:
-        """The app's ``router.app.AppState``."""
+        """The app's ``router.app.asgi.AppState``."""
         return self.app.state.specgate
 
     def openai_client(self) -> Any:

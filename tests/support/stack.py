@@ -30,7 +30,7 @@ class Stack:
     Args:
         tmp: a directory for ``router.yaml``.
         tokenizer: the tokenizer directory (router and fakes count with it).
-        router_kwargs: passed to :func:`router.app.create_app` (e.g. ``span_exporter``).
+        router_kwargs: passed to :func:`router.app.asgi.create_app` (e.g. ``span_exporter``).
         overrides: dotted config paths (:func:`tests.support.config.router_config`).
     """
 

@@ -1,8 +1,8 @@
-"""A :class:`router.transport.Transport` without sockets, for the proxy's unit tests.
+"""A :class:`router.upstream.transport.Transport` without sockets, for the proxy's unit tests.
 
 :class:`MockTransport` calls a handler per engine request, as ``httpx.MockTransport`` does:
 ``handler(request: MockRequest) -> Scripted`` (sync or async). The handler may raise a
-:class:`router.transport.TransportError` (a failure before the status line) or return a
+:class:`router.upstream.transport.TransportError` (a failure before the status line) or return a
 :class:`Scripted` response, whose ``chunks`` are what each ``readany()`` returns in turn: bytes,
 an exception to raise at that point of the body, or :data:`HANG` (wait until cancelled, e.g.
 for a first-byte or idle timeout). Every request and every ``/abort_request`` is recorded
@@ -20,7 +20,7 @@ from typing import Any
 
 from yarl import URL
 
-from router.transport import TransportError
+from router.upstream.transport import Fetched, TransportError
 
 __all__ = ["HANG", "MockAbort", "MockRequest", "MockTransport", "Scripted", "sse"]
 
@@ -101,7 +101,7 @@ class _Body:
 
 @dataclass
 class Scripted:
-    """A scripted engine response (an :class:`router.transport.UpstreamResponse`).
+    """A scripted engine response (an :class:`router.upstream.transport.UpstreamResponse`).
 
     Attributes:
         status: HTTP status; headers: lower-case names; chunks: the body (module docstring).
@@ -139,7 +139,7 @@ Handler = Callable[[MockRequest], "Scripted | Awaitable[Scripted]"]
 
 
 class MockTransport:
-    """:class:`router.transport.Transport` that answers every request with ``handler``.
+    """:class:`router.upstream.transport.Transport` that answers every request with ``handler``.
 
     Attributes:
         requests: every :class:`MockRequest`, in order; responses: what each returned.
@@ -183,6 +183,17 @@ class MockTransport:
             self.aborts.append(MockAbort(base_url, rid, fresh))
             self.log.append(self.aborts[-1])
         self.aborted.set()
+
+    async def fetch(self, method: str, url: str, *, body: bytes | None = None,
+                    headers: Mapping[str, str] | None = None, timeout_s: float | None,
+                    connect_timeout_s: float | None = None) -> Fetched:
+        """A small call (:meth:`router.upstream.transport.Transport.fetch`): recorded and answered by
+        the handler like :meth:`post`, its scripted body read whole within ``timeout_s``."""
+        resp = await self.post(url, body or b"", dict(headers or {}), connect_timeout_s=connect_timeout_s or 0.0,
+                               fresh=False)
+        async with asyncio.timeout(timeout_s):
+            data = await resp.read()
+        return Fetched(resp.status, dict(resp.headers), data)
 
     def close(self) -> None:
         """No connections to close."""

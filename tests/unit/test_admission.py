@@ -1,12 +1,12 @@
-"""router.admission: who may set the engine's priority, and what the engine receives."""
+"""router.access.admission: who may set the engine's priority, and what the engine receives."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.admission import PriorityOutcome, engine_priority, resolve_priority
-from router.config import ConfigError, parse_config
-from router.config_server import PRIORITY_MAX, PRIORITY_MIN, PriorityGrant
+from router.access.admission import PriorityOutcome, engine_priority, resolve_priority
+from router.config.server import PRIORITY_MAX, PRIORITY_MIN, PriorityGrant
+from router.config.tree import ConfigError, parse_config
 from router.errors import InvalidRequest
 from tests.support.config import router_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from router.body import add_fields as _add_fields
+from router.front.body import add_fields as _add_fields
 
 
 @pytest.mark.parametrize("body", [

@@ -1,4 +1,4 @@
-"""Request body JSON: one rule for duplicate keys (router.body), checked against a reference walk."""
+"""Request body JSON: one rule for duplicate keys (router.front.body), checked against a reference walk."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import random
 import orjson
 import pytest
 
-from router.body import MAX_PATH_CHARS, find_duplicate_key, has_duplicate_keys, loads_unique
 from router.errors import InvalidRequest
+from router.front.body import MAX_PATH_CHARS, find_duplicate_key, has_duplicate_keys, loads_unique
 
 MSG = '[{"role":"user","content":"hi"}]'
 
@@ -85,7 +85,7 @@ def test_fast_identity_agrees_with_the_walk_on_random_documents(size):
 
 
 def test_large_bodies_are_scanned_in_windows_without_missing_an_escape_at_a_boundary():
-    from router.body import _WINDOW
+    from router.front.body import _WINDOW
 
     filler = '"' + "a" * 60 + '",'
     for at in (_WINDOW - 3, _WINDOW - 1, _WINDOW, 2 * _WINDOW + 1):  # where the escaped colon starts

@@ -1,4 +1,4 @@
-"""What a request needs from its pool (router.capabilities) and how the decision applies it."""
+"""What a request needs from its pool (router.request.capabilities) and how the decision applies it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,19 @@ import dataclasses
 
 import pytest
 
-from router.capabilities import (
+from router.config.tree import ConfigError, parse_config
+from router.decision.policy import (
+    Decision,
+    EndpointSnapshot,
+    Outcome,
+    PoolSnapshot,
+    Reason,
+    Rules,
+    decide,
+)
+from router.errors import InvalidRequest
+from router.reasons import CAPABILITY_KINDS
+from router.request.capabilities import (
     KINDS,
     TRIGGER_FIELDS,
     TRIGGER_FLAGS,
@@ -21,12 +33,8 @@ from router.capabilities import (
     unmet,
     validate,
 )
-from router.config import ConfigError, parse_config
-from router.errors import InvalidRequest
-from router.features import RequestFeatures
-from router.parsing import ParsedRequest
-from router.policy import Decision, EndpointSnapshot, Outcome, PoolSnapshot, Reason, Rules, decide
-from router.reasons import CAPABILITY_KINDS
+from router.request.features import RequestFeatures
+from router.request.parsing import ParsedRequest
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
@@ -112,7 +120,7 @@ def test_every_capability_kind_has_one_trigger_in_the_tables_order():
 
 
 def test_a_kind_without_a_trigger_or_a_trigger_without_a_kind_fails_loudly():
-    with pytest.raises(RuntimeError, match="without a trigger in router/capabilities.py: constrained_decoding"):
+    with pytest.raises(RuntimeError, match="without a trigger in router/request/capabilities.py: constrained_decoding"):
         _check_registry({}, CAPABILITY_KINDS[:1])
     with pytest.raises(RuntimeError, match="not capability kinds: speculative"):
         _check_registry({Reason.SPECULATIVE: None}, ())

@@ -1,13 +1,11 @@
 """A chat's ``input_ids`` (SGLang 0.5.23 runs them instead of the rendered messages): validated
-as token ids and counted as the prompt (router.parsing, router.features)."""
+as token ids and counted as the prompt (router.request.parsing, router.request.features)."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.errors import InvalidRequest
-from router.features import PromptCounter, parse_chat, parse_completions
-from router.policy import (
+from router.decision.policy import (
     EndpointSnapshot,
     Outcome,
     PoolSnapshot,
@@ -16,7 +14,9 @@ from router.policy import (
     decide,
     over_length_message,
 )
-from router.policy import request_features as make
+from router.decision.policy import request_features as make
+from router.errors import InvalidRequest
+from router.request.features import PromptCounter, parse_chat, parse_completions
 
 MSG = [{"role": "user", "content": "hi"}]
 RULES = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)

@@ -1,10 +1,10 @@
-"""Each speculative-pool check alone (router.checks), and their order in the decision."""
+"""Each speculative-pool check alone (router.decision.checks), and their order in the decision."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.checks import (
+from router.decision.checks import (
     SPECULATIVE_CHECKS,
     Rejection,
     Strength,
@@ -19,9 +19,9 @@ from router.checks import (
     sampling_guarantee,
     saturation,
 )
-from router.features import RequestFeatures
-from router.policy import EndpointSnapshot, PoolSnapshot, Rules, screen
+from router.decision.policy import EndpointSnapshot, PoolSnapshot, Rules, screen
 from router.reasons import Reason
+from router.request.features import RequestFeatures
 
 RULES = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
 

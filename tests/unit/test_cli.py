@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from router.app.commands import mask_url
 from router.cli import build_parser, main
-from router.commands import mask_url
 from tests.support.config_docs import with_
 
 

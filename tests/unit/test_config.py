@@ -1,4 +1,4 @@
-"""Operator YAML validation (router.config)."""
+"""Operator YAML validation (router.config.tree)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from router.cli import main
-from router.config import ConfigError, load_config, parse_config
+from router.config.tree import ConfigError, load_config, parse_config
 from tests.support.config_docs import BASE, with_
 
 

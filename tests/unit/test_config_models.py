@@ -1,4 +1,4 @@
-"""The ``models:`` list (router.config_models): both forms, the cross-model checks, the views."""
+"""The ``models:`` list (router.config.models): both forms, the cross-model checks, the views."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from router.cli import main
-from router.config import ConfigError, parse_config
+from router.config.tree import ConfigError, parse_config
 from tests.support.config_docs import BASE, two_models
 
 

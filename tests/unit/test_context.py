@@ -1,10 +1,10 @@
-"""The per-request context on the ASGI scope (router.context)."""
+"""The per-request context on the ASGI scope (router.front.context)."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 
-from router.context import CONTEXT_KEY, RequestContext, attach_context, request_context
+from router.front.context import CONTEXT_KEY, RequestContext, attach_context, request_context
 
 
 def _request(**scope):

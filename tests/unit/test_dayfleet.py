@@ -130,7 +130,7 @@ def test_the_fleet_comes_from_the_routers_own_config() -> None:
 
 
 def test_the_config_resolver_takes_names_and_aliases() -> None:
-    from router.config import parse_config
+    from router.config.tree import parse_config
 
     pool = {"speculative": False, "engine": {"model_path": "/m"}}
     config = parse_config({"models": [

@@ -1,4 +1,4 @@
-"""router.disconnect.DisconnectWatch: the protocol's callback when it can tell, else one task
+"""router.upstream.disconnect.DisconnectWatch: the protocol's callback when it can tell, else one task
 waiting on ``receive``."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from router.disconnect import CONNECTION_KEY, DisconnectWatch
+from router.upstream.disconnect import CONNECTION_KEY, DisconnectWatch
 
 
 def _conn(read_paused: bool = False, closing: bool = False) -> SimpleNamespace:

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from router.config import DiscoveryConfig, parse_config
-from router.discovery import (
+from router.config.tree import DiscoveryConfig, parse_config
+from router.loops.discovery import (
     SliceEndpoints,
     endpoint_states,
     ready_urls,
     routable_urls,
     slice_endpoints,
 )
-from router.pools import Runtime
-from router.scraper import EngineLoad
+from router.loops.scraper import EngineLoad
+from router.state.runtime import Runtime
 
 D = DiscoveryConfig(namespace="ns", label_selector="a=b", port=30000)
 

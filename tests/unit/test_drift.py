@@ -1,4 +1,4 @@
-"""router.drift: the time-decayed mean and the CUSUM change detector, exact and seeded."""
+"""router.decision.drift: the time-decayed mean and the CUSUM change detector, exact and seeded."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from router.drift import Cusum, DecayedMean
+from router.decision.drift import Cusum, DecayedMean
 
 
 def test_a_decayed_mean_is_a_plain_mean_until_its_cap_then_an_ewma():

@@ -1,4 +1,4 @@
-"""Compressed request bodies (router.encoding): each coding decoded, the cap on decoded bytes."""
+"""Compressed request bodies (router.front.intake): each coding decoded, the cap on decoded bytes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import zlib
 import pytest
 import zstandard
 
-from router.encoding import ACCEPT_ENCODING, content_codings, decode_body
 from router.errors import InvalidRequest, RequestTooLarge, UnsupportedContentEncoding
+from router.front.intake import ACCEPT_ENCODING, content_codings, decode_body
 
 BODY = b'{"model":"MODEL","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
 

@@ -1,4 +1,4 @@
-"""Engine-internal request fields (router.engine_fields): placement directives stripped,
+"""Engine-internal request fields (router.access.engine_fields): placement directives stripped,
 execution controls refused, a trusted caller's sent through; the table, the config's names
 and the metric agree."""
 
@@ -14,9 +14,9 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from router.auth import load_auth
-from router.config_server import ENGINE_FIELDS, AuthConfig, EngineField
-from router.engine_fields import FIELD_NAMES, apply, screen
+from router.access.auth import load_auth
+from router.access.engine_fields import FIELD_NAMES, apply, screen
+from router.config.server import ENGINE_FIELDS, AuthConfig, EngineField
 from router.errors import InvalidRequest
 
 BASE = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -1,6 +1,6 @@
 """What an engine says it is, continuously: the constants and ``model_name`` of its ``/metrics``,
 its ``/v1/models`` and ``/server_info`` parsed, the changes that make the router read them again
-(router.identity), and how an endpoint judges them (router.endpoint.Endpoint)."""
+(router.state.identity), and how an endpoint judges them (router.state.endpoint.Endpoint)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import logging
 import orjson
 import pytest
 
-from router.endpoint import Endpoint
-from router.engine_metrics import EngineLoad, parse_sglang_metrics
-from router.identity import (
+from router.state.endpoint import Endpoint
+from router.state.engine_metrics import EngineLoad, parse_sglang_metrics
+from router.state.identity import (
     EngineModels,
     ServerInfo,
     parse_model_list,

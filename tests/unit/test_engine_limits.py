@@ -1,17 +1,17 @@
 """Pool and endpoint limits follow what the engines report, below the configured caps
-(router.engine_limits, ``Runtime.follow_engine_limits``), and the decision uses them."""
+(router.state.engine_limits, ``Runtime.follow_engine_limits``), and the decision uses them."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from router.config import parse_config
-from router.engine_limits import LimitChange, SmallEndpoint, endpoint_limit, too_small
-from router.features import RequestFeatures
-from router.policy import Outcome, Reason
-from router.pools import Runtime
-from router.scraper import EngineLoad
+from router.config.tree import parse_config
+from router.decision.policy import Outcome, Reason
+from router.loops.scraper import EngineLoad
+from router.request.features import RequestFeatures
+from router.state.engine_limits import LimitChange, SmallEndpoint, endpoint_limit, too_small
+from router.state.runtime import Runtime
 
 A1, A2, B = "http://10.0.0.1:30000", "http://10.0.0.2:30000", "http://10.0.0.3:30000"
 

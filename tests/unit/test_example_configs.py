@@ -6,9 +6,9 @@ from pathlib import Path
 
 from loadtests.cli import add_commands
 from loadtests.workload import PromptFactory, Workload, parse_buckets
-from router.commands import check_paths
-from router.config import load_config
-from router.features import PromptCounter
+from router.app.commands import check_paths
+from router.config.tree import load_config
+from router.request.features import PromptCounter
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""router.features.fast_frozen_init: the same __init__ as the dataclass's own (parameters,
+"""router.request.features.fast_frozen_init: the same __init__ as the dataclass's own (parameters,
 defaults, result), the class still frozen; the classes of the request path use it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from router.features import Rendered, RequestFeatures, fast_frozen_init
-from router.policy import Decision, Outcome, Reason
+from router.decision.policy import Decision, Outcome, Reason
+from router.request.features import Rendered, RequestFeatures, fast_frozen_init
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,12 +1,10 @@
-"""Request validation, budget precedence and prompt counting (router.features)."""
+"""Request validation, budget precedence and prompt counting (router.request.features)."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.errors import InvalidRequest
-from router.features import PromptCounter, parse_chat, parse_completions
-from router.policy import (
+from router.decision.policy import (
     EndpointSnapshot,
     Outcome,
     PoolSnapshot,
@@ -15,7 +13,9 @@ from router.policy import (
     decide,
     over_length_message,
 )
-from router.policy import request_features as make
+from router.decision.policy import request_features as make
+from router.errors import InvalidRequest
+from router.request.features import PromptCounter, parse_chat, parse_completions
 
 RULES = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
 POOLS = (PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, 0),)),)
@@ -213,7 +213,7 @@ def test_list_content_is_joined_like_sglang(tokenizer_dir):
 
 
 def test_tool_dump_matches_sglang_function_serializer():
-    from router.features import _tool_dump
+    from router.request.features import _tool_dump
 
     tool = {"type": "function", "function": {"parameters": {"type": "object"}, "name": "f", "strict": True,
                                              "extra": 1}}

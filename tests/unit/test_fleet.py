@@ -1,4 +1,4 @@
-"""One runtime per model (router.fleet) and resolution across models (router.fleet_models)."""
+"""One runtime per model (router.state.fleet) and resolution across models (router.state.models)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import copy
 
 import pytest
 
-from router.config import Overrides, parse_config
+from router.config.tree import Overrides, parse_config
 from router.errors import InvalidRequest, ModelNotFound
-from router.fleet import Fleet, build_fleet
-from router.fleet_models import fleet_card, fleet_cards, model_runtime, resolve_fleet
+from router.state.fleet import Fleet, build_fleet
+from router.state.models import fleet_card, fleet_cards, model_runtime, resolve_fleet
 from tests.support.config_docs import two_models
 
 

@@ -1,11 +1,11 @@
-"""The engine's stream and body read by the SSE and JSON grammars (router.upstream), not by
+"""The engine's stream and body read by the SSE and JSON grammars (router.upstream.relay), not by
 one serializer's bytes."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.upstream import body_abort, classify_event, find_abort, sse_data, stream_done
+from router.upstream.relay import body_abort, classify_event, find_abort, sse_data, stream_done
 
 ABORTS = [
     b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"abort"}]}',
@@ -78,7 +78,7 @@ def test_stream_done_with_or_without_the_space():
 
 
 def test_cr_and_crlf_line_ends_are_read_by_the_grammar():
-    from router.upstream import complete_events, next_event
+    from router.upstream.relay import complete_events, next_event
 
     crlf = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\r\n\r\ndata: [DONE]\r\n\r\n'
     assert next_event(crlf) == (crlf.index(b"\r\n\r\n"), crlf.index(b"\r\n\r\n") + 4)

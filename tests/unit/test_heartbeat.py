@@ -1,4 +1,4 @@
-"""router.upstream.Heartbeat: keep-alive comments while the engine is silent, the idle watch
+"""router.upstream.relay.Heartbeat: keep-alive comments while the engine is silent, the idle watch
 untouched by them; the setting's bounds."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from pydantic import ValidationError
 
-from router.config import UpstreamConfig
-from router.upstream import KEEPALIVE_EVENT, Heartbeat, IdleWatch
+from router.config.tree import UpstreamConfig
+from router.upstream.relay import KEEPALIVE_EVENT, Heartbeat, IdleWatch
 
 
 def test_the_setting_defaults_to_15_s_and_0_turns_it_off():
@@ -20,7 +20,7 @@ def test_the_setting_defaults_to_15_s_and_0_turns_it_off():
 
 
 async def relay_read(beat: Heartbeat, read, send) -> bytes | None:
-    """The relay's read step (router.proxy.ProxyResponse._relay): None when a comment went out."""
+    """The relay's read step (router.upstream.proxy.ProxyResponse._relay): None when a comment went out."""
     beat.reading = True
     try:
         chunk = await read()

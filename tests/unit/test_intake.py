@@ -1,4 +1,4 @@
-"""Reading a client request (router.intake): the Content-Type rule of parse_json (400
+"""Reading a client request (router.front.intake): the Content-Type rule of parse_json (400
 ``invalid_content_type``, as OpenAI answers) and the header helpers."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from starlette.requests import Request
 
 from router.errors import InvalidRequest, UnsupportedMediaType
-from router.intake import header, header_map, header_values, parse_json
+from router.front.intake import header, header_map, header_values, parse_json
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 
@@ -64,7 +64,7 @@ def test_read_body_checks_the_declared_length():
     import asyncio
 
     from router.errors import RequestTooLarge
-    from router.intake import read_body
+    from router.front.intake import read_body
 
     ok = _body_request([(b"content-length", b" 6 ")], [b"abc", b"def"])
     assert asyncio.run(read_body(ok, 6)) == b"abcdef"

@@ -6,9 +6,7 @@ import hashlib
 
 import pytest
 
-from router.config import ConfigError, parse_config
-from router.config_limits import KeyLimits, RateLimitConfig
-from router.limit_rules import (
+from router.access.limit_rules import (
     LocalBuckets,
     Plan,
     Verdict,
@@ -20,7 +18,9 @@ from router.limit_rules import (
     token_cost,
     usage_tokens,
 )
-from router.limits import ANONYMOUS, KeyLimiter
+from router.access.limits import ANONYMOUS, KeyLimiter
+from router.config.limits import KeyLimits, RateLimitConfig
+from router.config.tree import ConfigError, parse_config
 
 
 def test_gcra_admits_a_burst_then_exactly_the_rate():

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from router.cli import main
-from router.config import parse_config
+from router.config.tree import parse_config
 from serving.launch import LaunchError, check_with_sglang, engine_argv, engine_env
 
 DOC = {

@@ -1,4 +1,4 @@
-"""The live speed model (router.learn), its use in the decision and in the Runtime."""
+"""The live speed model (router.decision.learn), its use in the decision and in the Runtime."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from router.config import parse_config
-from router.features import PromptCounter, RequestFeatures
-from router.learn import DEFAULT_PRIOR, Observation, SpeedFit
-from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Reason, Rules, decide
-from router.pools import Runtime
-from router.predict import SpeedModel, completion_s
-from router.scraper import EngineLoad, parse_sglang_metrics
+from router.config.tree import parse_config
+from router.decision.learn import DEFAULT_PRIOR, Observation, SpeedFit
+from router.decision.policy import Decision, EndpointSnapshot, PoolSnapshot, Reason, Rules, decide
+from router.decision.predict import SpeedModel, completion_s
+from router.loops.scraper import EngineLoad, parse_sglang_metrics
+from router.request.features import PromptCounter, RequestFeatures
+from router.state.runtime import Runtime
 
 TRUE = SpeedModel(decode_s_per_token=0.01, batch_knee=8.0, attention_s_per_token=1e-7, prefill_s_per_token=1e-4)
 

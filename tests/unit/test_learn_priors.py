@@ -1,4 +1,4 @@
-"""How a speed fit recovers from a calibration wrong by 2x either way (router.learn)."""
+"""How a speed fit recovers from a calibration wrong by 2x either way (router.decision.learn)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from router.learn import Observation, SpeedFit, prior_precision
-from router.predict import SpeedModel, completion_s
+from router.decision.learn import Observation, SpeedFit, prior_precision
+from router.decision.predict import SpeedModel, completion_s
 
 # the kv_limited engine family's speed (loadtests/dayfamilies.py): t0 20 ms, knee 40 sequences
 TRUE = SpeedModel(decode_s_per_token=0.02, batch_knee=40.0, attention_s_per_token=5e-9, prefill_s_per_token=1e-5)

@@ -1,11 +1,11 @@
 """The prompt tokens an observation is learned with: the engine's count replaces the router's
-byte-length upper bound (router.learn.observed_prompt_tokens)."""
+byte-length upper bound (router.decision.learn.observed_prompt_tokens)."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.learn import observed_prompt_tokens
+from router.decision.learn import observed_prompt_tokens
 
 
 @pytest.mark.parametrize(("counted", "exact", "prompts", "usage", "expected"), [

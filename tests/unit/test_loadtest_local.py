@@ -15,7 +15,7 @@ from loadtests.simulate import SimModel, simulate_report
 from loadtests.workload import WorkloadError, parse_buckets
 from router.cli import build_parser
 from router.cli import main as specgate
-from router.config import load_config
+from router.config.tree import load_config
 from serving.launch import engine_argv
 from tests.support.calibrate import fixed_report
 
@@ -123,3 +123,15 @@ def test_a_quarter_sampled_gives_the_demo_pools_complete_speed_blocks(tmp_path: 
     assert {"accept_length_greedy", "accept_length_sampled"} <= set(speed["spec"])
     assert speed["spec"]["accept_length_sampled"] < speed["spec"]["accept_length_greedy"]
     assert {p["name"]: "speed" in p for p in merged["pools"]} == {"spec": True, "plain": True}
+
+
+def test_the_router_view_keeps_each_pools_model_and_checked_predictions() -> None:
+    from loadtests.local import router_view
+
+    pred = {"median_relative_error": 0.54, "checks": 64, "fallback": True}
+    ready = {"ready": True, "pools": {
+        "spec": {"healthy_endpoints": 1, "speed_model": {"batch_knee": 0.9}, "prediction": pred},
+        "plain": {"healthy_endpoints": 1, "speed_model": None, "prediction": None}}}
+    assert router_view(ready) == {"spec": {"speed_model": {"batch_knee": 0.9}, "prediction": pred},
+                                  "plain": {"speed_model": None, "prediction": None}}
+    assert router_view({"ready": False}) == {}

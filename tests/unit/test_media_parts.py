@@ -1,12 +1,12 @@
-"""Non-text content parts never count as zero (router.features, model.multimodal)."""
+"""Non-text content parts never count as zero (router.request.features, model.multimodal)."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.config import parse_config
+from router.config.tree import parse_config
 from router.errors import InvalidRequest
-from router.features import PromptCounter, parse_chat
+from router.request.features import PromptCounter, parse_chat
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 AUDIO = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
@@ -69,7 +69,7 @@ def test_config_multimodal_is_strict():
     assert parse_config(base).model.media_tokens is None
     base["model"]["multimodal"] = {"image_tokens": 1280}
     assert parse_config(base).model.media_tokens == {"image": 1280}
-    from router.config import ConfigError
+    from router.config.tree import ConfigError
     for bad in ({"image_tokens": 0}, {"image_tokens": "1280"}, {"pixels": 3}):
         base["model"]["multimodal"] = bad
         with pytest.raises(ConfigError, match="multimodal"):

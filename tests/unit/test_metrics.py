@@ -1,10 +1,10 @@
-"""router.metrics' lock-free per-request series export what prometheus_client's would."""
+"""router.ops.metrics' lock-free per-request series export what prometheus_client's would."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Histogram
 
-from router.metrics import LoopCounter, LoopHistogram, RouterMetrics
+from router.ops.metrics import LoopCounter, LoopHistogram, RouterMetrics
 
 
 def test_loop_histogram_matches_prometheus_client_histogram():
@@ -64,7 +64,7 @@ def test_exposition_has_build_info_and_no_created_series():
 
 
 def test_unknown_accept_length_estimate_is_absent_not_zero():
-    from router.metrics import set_or_clear
+    from router.ops.metrics import set_or_clear
 
     m = RouterMetrics(CollectorRegistry(auto_describe=True))
     get = m.registry.get_sample_value

@@ -1,4 +1,4 @@
-"""Model resolution (router.models), the engine model list (router.identity), the fake's LoRA rules."""
+"""Model resolution (router.state.models), the engine model list (router.state.identity), the fake's LoRA rules."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import orjson
 import pytest
 
 from router.errors import InvalidRequest, ModelNotFound
-from router.identity import EngineModels, parse_model_list
-from router.models import Catalog, Resolved, resolve, resolve_passthrough, split_adapter
+from router.state.identity import EngineModels, parse_model_list
+from router.state.models import Catalog, Resolved, resolve, resolve_passthrough, split_adapter
 from serving.fake_sglang.config import FakeConfig
 from serving.fake_sglang.errors import ClientError
 from serving.fake_sglang.lora import check_lora, parse_model
@@ -119,7 +119,7 @@ def test_fake_lora_errors():
 
 
 def test_adapter_traffic_is_kept_out_of_the_acceptance_estimate():
-    from router.acceptance import AcceptanceTracker
+    from router.decision.acceptance import AcceptanceTracker
 
     t = AcceptanceTracker()
     kw = {"weight": 1.0, "refresh_tokens": 1.0, "running_reqs": 1}
@@ -136,7 +136,7 @@ def test_adapter_traffic_is_kept_out_of_the_acceptance_estimate():
 
 
 def test_prefix_chain_is_keyed_by_adapter():
-    from router.prefix import prefix_chain
+    from router.decision.prefix import prefix_chain
 
     text = "system prompt " * 40
     base = prefix_chain(text, block_chars=64, max_blocks=8)
@@ -148,7 +148,7 @@ def test_prefix_chain_is_keyed_by_adapter():
 
 
 def test_pool_lora_config_and_launch_args():
-    from router.config import ConfigError, parse_config
+    from router.config.tree import ConfigError, parse_config
     from serving.launch import check_with_sglang, engine_argv
 
     doc = {"model": {"name": "m", "tokenizer": "/t"}, "limits": {"max_context_tokens": 4096},

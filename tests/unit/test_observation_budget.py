@@ -1,10 +1,10 @@
-"""router.learn.ObservationBudget: a token bucket over the caller's clock."""
+"""router.decision.learn.ObservationBudget: a token bucket over the caller's clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.learn import ObservationBudget
+from router.decision.learn import ObservationBudget
 
 
 def test_a_second_of_burst_then_the_rate():

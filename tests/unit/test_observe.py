@@ -1,11 +1,11 @@
-"""router.observe: usage and ending read from relayed bytes, whatever the chunk boundaries."""
+"""router.upstream.observe: usage and ending read from relayed bytes, whatever the chunk boundaries."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from router.metrics import RouterMetrics
-from router.observe import ResponseObserver, wants_tools
+from router.ops.metrics import RouterMetrics
+from router.upstream.observe import ResponseObserver, wants_tools
 from tests.tool_events import (
     INCONSISTENT,
     parallel_tool_call_events,

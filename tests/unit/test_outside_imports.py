@@ -2,7 +2,7 @@
 
 ``benchmarks/``, ``loadtests/``, ``serving/``, ``drafters/`` and ``scripts/`` use ``from router
 import name`` (or ``import router`` and ``router.name``) with ``name`` in ``router.__all__``;
-never a submodule (``router.config``, ``router.api``...) and never a private name. Every
+never a submodule (``router.config.tree``, ``router.front.api``...) and never a private name. Every
 other module of router/ is internal and may change (docs/architecture.md, "The public
 surface"). import-linter cannot say this (``benchmarks/`` and ``scripts/`` are no packages,
 and a forbidden contract would have to list every submodule), so this test walks their
@@ -60,9 +60,9 @@ def test_outside_folders_import_only_the_public_surface() -> None:
 
 def test_the_walk_sees_each_form(tmp_path: Path) -> None:
     src = tmp_path / "m.py"
-    src.write_text("import router\nimport router.app\nfrom router.config import load_config\n"
-                   "from router import create_app, _private\nrouter.create_app\nrouter.scraper\n")
+    src.write_text("import router\nimport router.app.asgi\nfrom router.config.tree import load_config\n"
+                   "from router import create_app, _private\nrouter.create_app\nrouter.loops.scraper\n")
     assert sorted(violations(src, frozenset({"create_app"}))) == [
-        "m.py:2: import router.app", "m.py:3: from router.config import ...",
+        "m.py:2: import router.app.asgi", "m.py:3: from router.config.tree import ...",
         "m.py:4: from router import _private (not in router.__all__)",
-        "m.py:6: router.scraper (not in router.__all__)"]
+        "m.py:6: router.loops (not in router.__all__)"]

@@ -1,14 +1,14 @@
-"""parse_chat's checks decided inline for the usual fields (router.parsing, router.capabilities,
-router.sampling): the same errors, in the same order, as each field's full check."""
+"""parse_chat's checks decided inline for the usual fields (router.request.parsing, router.request.capabilities,
+router.request.sampling): the same errors, in the same order, as each field's full check."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.capabilities import validate
 from router.errors import InvalidRequest
-from router.parsing import parse_chat, parse_completions
-from router.sampling import validate_sampling
+from router.request.capabilities import validate
+from router.request.parsing import parse_chat, parse_completions
+from router.request.sampling import validate_sampling
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -1,12 +1,12 @@
-"""The router's window of finished requests for the planner (router/planwindow.py)."""
+"""The router's window of finished requests for the planner (router/front/planwindow.py)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from router.config import PlannerConfig
-from router.planwindow import PlanWindow
+from router.config.tree import PlannerConfig
+from router.front.planwindow import PlanWindow
 
 
 class Clock:

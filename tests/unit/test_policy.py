@@ -1,11 +1,10 @@
-"""Table-driven tests of the pure routing decision (router.policy)."""
+"""Table-driven tests of the pure routing decision (router.decision.policy)."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.features import RequestFeatures
-from router.policy import (
+from router.decision.policy import (
     Decision,
     EndpointSnapshot,
     Outcome,
@@ -17,7 +16,8 @@ from router.policy import (
     next_low_acceptance,
     next_saturated,
 )
-from router.prefix import PrefixRequest
+from router.decision.prefix import PrefixRequest
+from router.request.features import RequestFeatures
 
 S = 4096          # limits.max_context_tokens
 SPEC_LIMIT = 2048  # spec pool max_context_tokens
@@ -218,7 +218,7 @@ def test_prefix_affinity_table(name, p, pools, ceiling, speculation, expected):
 def test_with_speed_models_a_saturated_pool_kept_by_affinity_is_predicted():
     # With speed models the prediction decides: a saturated spec pool is a candidate only for a
     # conversation cached on it below the ceiling, and its cached prefill is counted.
-    from router.predict import SpeedModel
+    from router.decision.predict import SpeedModel
     plain_speed = SpeedModel(decode_s_per_token=0.01, batch_knee=32, prefill_s_per_token=1e-4)
     spec_speed = SpeedModel(decode_s_per_token=0.01, batch_knee=32, gamma=3, c=0.1, prefill_s_per_token=1e-4)
 
@@ -255,9 +255,9 @@ def test_request_features_fills_every_field_by_name():
     # field must land where its name says, so each gets a value no other field has
     from dataclasses import fields
 
-    from router.capabilities import required_features
-    from router.features import parse_chat
-    from router.policy import request_features
+    from router.decision.policy import request_features
+    from router.request.capabilities import required_features
+    from router.request.features import parse_chat
 
     assert [f.name for f in fields(RequestFeatures)] == [
         "prompt_tokens", "max_new_tokens", "n", "num_prompts", "stream", "param", "budget_defaulted",

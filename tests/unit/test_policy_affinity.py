@@ -1,16 +1,16 @@
 """Table-driven tests of conversation affinity across pools chosen by prediction
-(``routing.prefix_cache.pool_affinity_ratio``, router.policy): the pool a conversation's
+(``routing.prefix_cache.pool_affinity_ratio``, router.decision.policy): the pool a conversation's
 anchor ranks first among the close ones, the same on every router replica."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.features import RequestFeatures
-from router.learn import context_bucket
-from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Reason, Rules, decide
-from router.predict import SpeedModel
-from router.prefix import PrefixRequest, rendezvous_score
+from router.decision.learn import context_bucket
+from router.decision.policy import Decision, EndpointSnapshot, PoolSnapshot, Reason, Rules, decide
+from router.decision.predict import SpeedModel
+from router.decision.prefix import PrefixRequest, rendezvous_score
+from router.request.features import RequestFeatures
 
 S = 4096     # limits.max_context_tokens
 P = 1000     # prompt tokens

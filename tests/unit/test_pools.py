@@ -1,11 +1,11 @@
-"""Endpoint health transitions and their log lines (router.endpoint.Endpoint)."""
+"""Endpoint health transitions and their log lines (router.state.endpoint.Endpoint)."""
 
 from __future__ import annotations
 
 import logging
 
-from router.endpoint import Endpoint
-from router.scraper import EngineLoad
+from router.loops.scraper import EngineLoad
+from router.state.endpoint import Endpoint
 
 LOAD = EngineLoad(0, 0, 0.0, None, None)
 
@@ -62,11 +62,11 @@ def test_slow_last_healthy_endpoint_stays_and_logs_nothing(caplog):
     assert (ep.state, _records(caplog)) == ("healthy", [])
 
 
-# -- warm-up (router/warmup.py): servable before routable ----------------------------------------
+# -- warm-up (router/loops/warmup.py): servable before routable ----------------------------------------
 
 def _warm_runtime(tmp_path, **warmup):
-    from router.config import parse_config
-    from router.pools import Runtime
+    from router.config.tree import parse_config
+    from router.state.runtime import Runtime
     from tests.support.config import router_config
 
     doc = router_config(tmp_path, "http://127.0.0.1:1", "http://127.0.0.1:2",
@@ -75,8 +75,8 @@ def _warm_runtime(tmp_path, **warmup):
 
 
 def test_warmup_gates_static_endpoints_until_consecutive_probes_succeed(tmp_path):
-    from router.endpoint import Endpoint
-    from router.scraper import EngineLoad
+    from router.loops.scraper import EngineLoad
+    from router.state.endpoint import Endpoint
 
     rt = _warm_runtime(tmp_path)
     ep = rt.endpoint("http://127.0.0.1:1")
@@ -106,8 +106,8 @@ def test_warmup_gates_static_endpoints_until_consecutive_probes_succeed(tmp_path
 
 
 def test_warmup_gates_discovered_endpoints_and_is_off_when_disabled(tmp_path):
-    from router.config import parse_config
-    from router.pools import Runtime
+    from router.config.tree import parse_config
+    from router.state.runtime import Runtime
     from tests.support.config import router_config
 
     rt = _warm_runtime(tmp_path)

@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from router.acceptance import AcceptanceTracker, temperature_class
-from router.bypass import BypassState
-from router.config import RoutingConfig
-from router.features import RequestFeatures
-from router.policy import Decision, EndpointSnapshot, PoolSnapshot, Reason, Rules, decide
-from router.predict import SpeedModel, completion_s, token_s
+from router.config.tree import RoutingConfig
+from router.decision.acceptance import AcceptanceTracker, temperature_class
+from router.decision.bypass import BypassState
+from router.decision.policy import Decision, EndpointSnapshot, PoolSnapshot, Reason, Rules, decide
+from router.decision.predict import SpeedModel, completion_s, token_s
+from router.request.features import RequestFeatures
 
 RULES = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
 PLAIN = SpeedModel(decode_s_per_token=0.01, batch_knee=32)

@@ -1,6 +1,6 @@
 """Every prediction checked against what happened, and the fallback to the shorter queue
-(router.prediction_check, router.hysteresis.next_prediction_fallback, router.policy.decide,
-router.pools.Runtime.advance_checks / check_prediction)."""
+(router.decision.prediction_check, router.decision.hysteresis.next_prediction_fallback, router.decision.policy.decide,
+router.state.runtime.Runtime.advance_checks / check_prediction)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from router.config import ConfigError, parse_config
-from router.features import PromptCounter, RequestFeatures
-from router.hysteresis import next_prediction_fallback
-from router.policy import (
+from router.config.tree import ConfigError, parse_config
+from router.decision.hysteresis import next_prediction_fallback
+from router.decision.policy import (
     Decision,
     EndpointSnapshot,
     PoolSnapshot,
@@ -20,10 +19,11 @@ from router.policy import (
     decide,
     predict_request,
 )
-from router.pools import Runtime
-from router.predict import SpeedModel, completion_s
-from router.prediction_check import PredictionCheck, median
-from router.scraper import EngineLoad
+from router.decision.predict import SpeedModel, completion_s
+from router.decision.prediction_check import PredictionCheck, median
+from router.loops.scraper import EngineLoad
+from router.request.features import PromptCounter, RequestFeatures
+from router.state.runtime import Runtime
 
 MODEL = SpeedModel(decode_s_per_token=0.02, batch_knee=32.0, prefill_s_per_token=1e-4)
 RULES = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
@@ -242,7 +242,7 @@ def test_the_runtime_marks_cells_measured_at_the_scrape_round():
 
 
 def test_externality_is_what_the_others_lose_while_the_request_shares_their_batch():
-    from router.predict import externality_s, token_s
+    from router.decision.predict import externality_s, token_s
 
     m = replace(MODEL, batch_knee=8.0)
     slower = token_s(m, batch=4, context=600, accept_length=None) - token_s(m, batch=3, context=600, accept_length=None)

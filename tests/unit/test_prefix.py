@@ -1,4 +1,4 @@
-"""Prefix-cache-aware endpoint choice (router.prefix): the picker table, chains, the index."""
+"""Prefix-cache-aware endpoint choice (router.decision.prefix): the picker table, chains, the index."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from router.features import Rendered
-from router.prefix import (
+from router.decision.prefix import (
     Candidate,
     PickReason,
     PrefixIndex,
@@ -19,6 +18,7 @@ from router.prefix import (
     prefix_chain,
     rendezvous_score,
 )
+from router.request.features import Rendered
 
 A, B, C = "http://a:1", "http://b:1", "http://c:1"
 ANCHOR = 5
@@ -293,7 +293,7 @@ def test_second_turn_finds_a_first_turn_that_ends_inside_the_anchors_last_block(
 
 
 def test_find_of_a_long_needle_is_str_find() -> None:
-    from router.prefix import _find
+    from router.decision.prefix import _find
 
     rng = random.Random(7)
     for _ in range(3000):

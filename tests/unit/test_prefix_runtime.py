@@ -9,14 +9,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from router.config import parse_config
-from router.metrics import RouterMetrics
-from router.pipeline import _redecider
-from router.policy import Decision, RequestFeatures
-from router.pools import Runtime
-from router.prefix import PickReason, prefix_chain, rendezvous_score
+from router.config.tree import parse_config
+from router.decision.policy import Decision, RequestFeatures
+from router.decision.prefix import PickReason, prefix_chain, rendezvous_score
+from router.front.pipeline import _redecider
+from router.loops.scraper import EngineLoad
+from router.ops.metrics import RouterMetrics
 from router.reasons import Reason
-from router.scraper import EngineLoad
+from router.state.runtime import Runtime
 
 A, B, C = "http://10.0.0.1:30000", "http://10.0.0.2:30000", "http://10.0.0.3:30000"
 LOAD = EngineLoad(0, 0, 0.0, None, None)
@@ -180,7 +180,7 @@ def test_sticky_load_factor_zero_moves_every_turn_off_a_saturated_pool(tmp_path:
 def test_an_override_of_saturation_moves_the_ceiling_and_the_back_pressure_floor(tmp_path: Path) -> None:
     # the runtime derives both from `routing` once per value: an override (a new value) and its
     # removal must each take effect at the next decision
-    from router.config_overrides import Overrides, parse_overrides
+    from router.config.overrides import Overrides, parse_overrides
 
     rt = Runtime(two_pools(tmp_path), counter=None)
     healthy(rt, A, B)

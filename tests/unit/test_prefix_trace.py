@@ -1,6 +1,6 @@
-"""Seeded random multi-turn chats through the whole prefix path (:func:`router.prefix.
-chain_for_request`, :meth:`router.prefix.PrefixIndex.match`, :func:`router.prefix.pick_endpoint`,
-:meth:`router.prefix.PrefixIndex.record`): several pools and endpoints, small blocks, a block
+"""Seeded random multi-turn chats through the whole prefix path (:func:`router.decision.prefix.
+chain_for_request`, :meth:`router.decision.prefix.PrefixIndex.match`, :func:`router.decision.prefix.pick_endpoint`,
+:meth:`router.decision.prefix.PrefixIndex.record`): several pools and endpoints, small blocks, a block
 cap, a small per-endpoint key cap (eviction), LoRA adapters, content lists, completions and
 batches. The decision trace is pinned by its digest: a change to any routing decision, match
 estimate, anchor or eviction changes it (the trace holds no process-local hash)."""
@@ -12,7 +12,7 @@ import random
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-import router.prefix
+import router.decision.prefix
 
 _SYSTEMS = ["", "You are terse.", "You are a helpful assistant who answers in full sentences."]
 _WORDS = ["alpha", "beta", "gamma", "delta", "kv", "cache", "route", "  ", "é", "x" * 30]
@@ -69,7 +69,7 @@ def _request(rng: random.Random, convs: list[list[Any]]) -> tuple[str, dict[str,
 
 def trace(mod: ModuleType, seed: int, requests: int) -> list[Any]:
     """The decision trace of ``requests`` random requests through ``mod`` (a module with
-    :mod:`router.prefix`'s API), seeded."""
+    :mod:`router.decision.prefix`'s API), seeded."""
     rng = random.Random(seed)
     block, max_blocks, anchor_blocks = rng.choice([4, 8, 16]), rng.choice([3, 8, 64]), rng.choice([1, 2, 4])
     pools = {f"p{i}": [f"http://e{i}-{j}" for j in range(rng.randint(1, 4))] for i in range(rng.randint(1, 3))}
@@ -118,4 +118,4 @@ def digest(mod: ModuleType, seeds: range, requests: int) -> str:
 
 
 def test_random_chats_route_as_pinned() -> None:
-    assert digest(router.prefix, range(40), 150) == "c0001ddfe74b2aa8726d93d6ba951f0f748075efe316a2a7e8e5406af828bfbd"
+    assert digest(router.decision.prefix, range(40), 150) == "c0001ddfe74b2aa8726d93d6ba951f0f748075efe316a2a7e8e5406af828bfbd"

@@ -1,12 +1,12 @@
-"""A bounded prompt's expected P (router.features.TokensPerByte) in the speed prediction only."""
+"""A bounded prompt's expected P (router.request.features.TokensPerByte) in the speed prediction only."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.features import RequestFeatures, TokensPerByte
-from router.policy import EndpointSnapshot, PoolSnapshot, Reason, Rules, decide
-from router.predict import SpeedModel
+from router.decision.policy import EndpointSnapshot, PoolSnapshot, Reason, Rules, decide
+from router.decision.predict import SpeedModel
+from router.request.features import RequestFeatures, TokensPerByte
 
 RULES = Rules(max_context_tokens=65536, default_max_tokens=256, long_prompt_tokens=1024)
 PREFILL = SpeedModel(decode_s_per_token=0.01, batch_knee=32, prefill_s_per_token=1e-3)
@@ -51,8 +51,8 @@ def test_the_prediction_uses_the_estimate_and_the_rules_the_bound():
 
 
 def test_the_bytes_behind_a_bound_are_the_texts_bytes(tokenizer_dir):
-    from router.features import PromptCounter
-    from router.parsing import parse_chat, parse_completions
+    from router.request.features import PromptCounter
+    from router.request.parsing import parse_chat, parse_completions
 
     counter = PromptCounter(tokenizer_dir)
     docs = [parse_chat({"model": "m", "messages": [{"role": "user", "content": "héllo wörld " * 40}]}, max_n=8),

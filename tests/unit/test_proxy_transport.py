@@ -1,4 +1,4 @@
-"""The real :class:`router.proxy.ProxyResponse` over :class:`tests.support.transport.MockTransport`:
+"""The real :class:`router.upstream.proxy.ProxyResponse` over :class:`tests.support.transport.MockTransport`:
 no sockets, a real ASGI ``send``/``receive`` pair, waits on events (the proxy's contract is its
 module docstring; the same cases over 127.0.0.1 and aiohttp are tests/integration/
 test_router_proxy.py, test_backpressure.py and test_keepalive.py).
@@ -20,19 +20,19 @@ from typing import Any
 
 import pytest
 
-from router.config import UpstreamConfig
-from router.endpoint import Endpoint
-from router.features import RequestFeatures
-from router.policy import Decision
-from router.proxy import (
+from router.config.tree import UpstreamConfig
+from router.decision.policy import Decision
+from router.reasons import Reason
+from router.request.features import RequestFeatures
+from router.state.endpoint import Endpoint
+from router.upstream.proxy import (
     ENGINE_ABORT_EVENT,
     UPSTREAM_FAILED_EVENT,
     ProxyJob,
     ProxyResponse,
     Redecision,
 )
-from router.reasons import Reason
-from router.transport import ConnectFailed, ConnectionBroken, PayloadBroken
+from router.upstream.transport import ConnectFailed, ConnectionBroken, PayloadBroken
 from tests.support.transport import HANG, MockAbort, MockRequest, MockTransport, Scripted, sse
 
 SPEC_A, SPEC_B, PLAIN = "http://spec-a.test:30000", "http://spec-b.test:30000", "http://plain.test:30000"
@@ -61,7 +61,7 @@ def answer(text: str) -> bytes:
 
 
 class Ledger:
-    """A :class:`router.endpoint.LeaseLedger` that records every lease taken and returned."""
+    """A :class:`router.state.endpoint.LeaseLedger` that records every lease taken and returned."""
 
     def __init__(self) -> None:
         self.taken: list[tuple[str, str]] = []
@@ -504,7 +504,7 @@ async def test_engine_abort_after_content_is_the_content_then_one_engine_abort_e
 
 
 async def test_stream_idle_timeout_sends_the_timeout_event_and_aborts():
-    from router.proxy import UPSTREAM_TIMEOUT_EVENT
+    from router.upstream.proxy import UPSTREAM_TIMEOUT_EVENT
     fleet = Fleet(SPEC_A, PLAIN)
     chunks = sse(ROLE, tok("a"), done=False)
     r, t = await proxy(fleet, {SPEC_A: Scripted.stream([*chunks, HANG])}, stream=True,

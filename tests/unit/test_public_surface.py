@@ -24,5 +24,5 @@ def test_a_public_name_is_its_modules_object_and_documented(name: str) -> None:
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Scraper'"):
-        router.Scraper  # noqa: B018  (internal: router.scraper)
+        router.Scraper  # noqa: B018  (internal: router.loops.scraper)
     assert "create_app" in dir(router)

@@ -4,7 +4,7 @@ The table is :class:`router.reasons.Reason`; the copies a reader meets elsewhere
 schema's enum of ``pools[].capabilities`` and the operator guide's table of kinds (both in the
 table's order, the order a pool's first missing kind is reported), the README's decision table
 (every reason but the capability kinds, which it leaves to the operator guide's table), the
-triggers of router.capabilities and the config check. Changing one copy by hand fails here.
+triggers of router.request.capabilities and the config check. Changing one copy by hand fails here.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from router import capabilities
-from router.config import ConfigError, parse_config
-from router.parsing import ParsedRequest
+from router.config.tree import ConfigError, parse_config
 from router.reasons import CAPABILITY_KINDS, Reason, capability_kind
+from router.request import capabilities
+from router.request.parsing import ParsedRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,8 +109,8 @@ def _parsed(doc: dict) -> ParsedRequest:
 def _decide_doc(doc: dict, pools: list, speculation: str = "auto"):
     """The decision for a chat body ``doc`` (100-token prompt, budget 100) over ``pools``."""
 
-    from router.features import RequestFeatures
-    from router.policy import Rules, decide
+    from router.decision.policy import Rules, decide
+    from router.request.features import RequestFeatures
 
     features = RequestFeatures(prompt_tokens=100, max_new_tokens=100, speculation=speculation,
                                needs=capabilities.required_features(_parsed(doc)),
@@ -120,7 +120,7 @@ def _decide_doc(doc: dict, pools: list, speculation: str = "auto"):
 
 
 def _pools(plain_healthy: bool = True) -> list:
-    from router.policy import EndpointSnapshot, PoolSnapshot
+    from router.decision.policy import EndpointSnapshot, PoolSnapshot
 
     return [PoolSnapshot("spec", True, 2048, 4, (EndpointSnapshot("http://s0", True, 0),), capabilities=frozenset()),
             PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p0", plain_healthy, 0),))]

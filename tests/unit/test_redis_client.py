@@ -1,4 +1,4 @@
-"""router.redis_client: error kinds of failed Redis calls, and the clients per topology."""
+"""router.shared.redis_client: error kinds of failed Redis calls, and the clients per topology."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis import exceptions as rex
 
-from router.config import ConfigError, StateConfig
-from router.metrics import RouterMetrics
-from router.redis_client import build_client, failure_kind, is_moved
-from router.state import RedisState
+from router.config.tree import ConfigError, StateConfig
+from router.ops.metrics import RouterMetrics
+from router.shared.redis_client import build_client, failure_kind, is_moved
+from router.shared.state import RedisState
 
 
 @pytest.mark.parametrize("exc,kind", [

@@ -1,9 +1,9 @@
-"""Which changed settings a config reload cannot apply (router.reload.start_only_changes)."""
+"""Which changed settings a config reload cannot apply (router.app.reload.start_only_changes)."""
 
 from __future__ import annotations
 
-from router.config import parse_config
-from router.reload import START_ONLY, start_only_changes
+from router.app.reload import START_ONLY, start_only_changes
+from router.config.tree import parse_config
 from tests.support.config_docs import BASE, with_
 
 

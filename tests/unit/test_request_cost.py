@@ -4,7 +4,7 @@ router's own loader accepts, each model on its own backend."""
 from __future__ import annotations
 
 from benchmarks.request_cost import _config
-from router.config import parse_config
+from router.config.tree import parse_config
 
 
 def test_one_model_is_the_one_model_file() -> None:

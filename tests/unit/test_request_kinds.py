@@ -1,16 +1,16 @@
-"""The generation kinds' hooks (router.request_kinds): what differs between chat, completions
+"""The generation kinds' hooks (router.front.request_kinds): what differs between chat, completions
 and responses, and nothing else."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.api import GENERATE_ROUTES
-from router.config import parse_config
+from router.config.tree import parse_config
 from router.errors import InvalidRequest
-from router.features import RequestFeatures
-from router.request_kinds import KINDS, Chat, Completions, Responses, abort_rids
-from router.responses import RESPONSES_END_EVENTS
+from router.front.api import GENERATE_ROUTES
+from router.front.request_kinds import KINDS, Chat, Completions, Responses, abort_rids
+from router.front.responses import RESPONSES_END_EVENTS
+from router.request.features import RequestFeatures
 
 CONFIG = parse_config({
     "model": {"name": "m", "tokenizer": "/tmp/t"}, "limits": {"max_context_tokens": 4096, "max_n": 4},

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from router.errors import InvalidRequest
-from router.features import PromptCounter, parse_chat
-from router.responses import parse_responses, to_chat
+from router.front.responses import parse_responses, to_chat
+from router.request.features import PromptCounter, parse_chat
 
 
 def test_string_input_and_instructions() -> None:

@@ -1,11 +1,11 @@
-"""router.sampling: sampling-control values checked before any engine, and the speculative caveats."""
+"""router.request.sampling: sampling-control values checked before any engine, and the speculative caveats."""
 
 from __future__ import annotations
 
 import pytest
 
 from router.errors import InvalidRequest
-from router.sampling import check_min_tokens, speculative_caveats, validate_sampling
+from router.request.sampling import check_min_tokens, speculative_caveats, validate_sampling
 
 
 @pytest.mark.parametrize("doc", [

@@ -1,6 +1,6 @@
-"""Pure parsing of SGLang /metrics text (router.scraper.parse_sglang_metrics)."""
+"""Pure parsing of SGLang /metrics text (router.loops.scraper.parse_sglang_metrics)."""
 
-from router.scraper import EngineLoad, parse_sglang_metrics
+from router.loops.scraper import EngineLoad, parse_sglang_metrics
 
 COLON = """# HELP sglang:num_running_reqs The number of running requests.
 # TYPE sglang:num_running_reqs gauge

@@ -6,8 +6,7 @@ import random
 
 import pytest
 
-from router.features import PromptCounter, needs_exact, parse_chat, parse_completions
-from router.policy import (
+from router.decision.policy import (
     EndpointSnapshot,
     PoolSnapshot,
     Rules,
@@ -15,6 +14,7 @@ from router.policy import (
     flip_points,
     request_features,
 )
+from router.request.features import PromptCounter, needs_exact, parse_chat, parse_completions
 
 ALPHABET = list("abcdefghij klmnop\n\t{}()[]:;,.'\"=+-*/#_0123456789") + ["é", "ü", "中", "文", "🙂", "∑", "\u00a0"]
 

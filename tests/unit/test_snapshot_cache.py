@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from router.config import parse_config
-from router.policy import PoolSnapshot
-from router.pools import Runtime
-from router.scraper import EngineLoad
+from router.config.tree import parse_config
+from router.decision.policy import PoolSnapshot
+from router.loops.scraper import EngineLoad
+from router.state.runtime import Runtime
 
 A, B = "http://10.0.0.1:30000", "http://10.0.0.2:30000"
 LOAD = EngineLoad(0, 0, 0.0, None, None)

@@ -1,4 +1,4 @@
-"""The one snapshot builder (``router.snapshots``): its parts, and the router's
+"""The one snapshot builder (``router.state.snapshots``): its parts, and the router's
 ``Runtime.snapshots`` and the day simulator's ``PolicyRouter.snapshots`` giving the same
 snapshots (and so the same decision) from one recorded endpoint state."""
 
@@ -12,15 +12,15 @@ import pytest
 from loadtests.dayapi import EndpointView, PoolView
 from loadtests.dayrouter import PolicyRouter, PolicySettings, settings_for
 from loadtests.dayshapes import default_engine_model
-from router.acceptance import AcceptanceTracker
-from router.config import parse_config
-from router.engine_metrics import EngineLoad
-from router.features import PromptCounter, RequestFeatures
-from router.learn import DEFAULT_PRIOR, Observation, SpeedFit
-from router.policy import EndpointSnapshot, PoolSnapshot, Rules, decide
-from router.pools import Runtime
-from router.prediction_check import PredictionCheck
-from router.snapshots import (
+from router.config.tree import parse_config
+from router.decision.acceptance import AcceptanceTracker
+from router.decision.learn import DEFAULT_PRIOR, Observation, SpeedFit
+from router.decision.policy import EndpointSnapshot, PoolSnapshot, Rules, decide
+from router.decision.prediction_check import PredictionCheck
+from router.request.features import PromptCounter, RequestFeatures
+from router.state.engine_metrics import EngineLoad
+from router.state.runtime import Runtime
+from router.state.snapshots import (
     EndpointValues,
     accept_lengths,
     endpoint_snapshot,

@@ -1,11 +1,11 @@
-"""SGLang's per-request speculative statistics, read and cut out byte for byte (router.specstats)."""
+"""SGLang's per-request speculative statistics, read and cut out byte for byte (router.upstream.specstats)."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from router.specstats import accept_length, strip_body, strip_event
+from router.upstream.specstats import accept_length, strip_body, strip_event
 
 DETAILS = {"spec_accept_rate": 0.25, "spec_accept_length": 2.0, "spec_cap_length": 0.0,
            "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 12, "spec_num_proposed_drafts": 48,

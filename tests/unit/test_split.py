@@ -95,7 +95,7 @@ def test_speed_model_fit_recovers_a_known_model() -> None:
         rel=1e-4)
     assert "# warning: the speculative pool's block is left out, it lacks an accept length" in text
     from loadtests.speedfit import speed_blocks
-    from router.config import SpeedConfig
+    from router.config.tree import SpeedConfig
 
     blocks = speed_blocks(fit)
     SpeedConfig(**blocks["plain"])
@@ -114,7 +114,7 @@ def test_one_run_with_both_classes_gives_complete_speed_blocks(tmp_path: Path) -
     import json
 
     from loadtests.calibrate import calibrate_report
-    from router.config import parse_config
+    from router.config.tree import parse_config
 
     m = SimModel(t0_s=0.02, batch_knee=40, attn_s_per_token=5e-8, prefill_s_per_token=1e-5, alpha_short=0.8,
                  alpha_knee_tokens=1024, alpha_drop_per_doubling=0.07, gamma=4, c=0.08)

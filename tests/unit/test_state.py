@@ -1,6 +1,6 @@
 """Shared state, auth and overrides without a network: breaker, ledger, keys, config.
 
-The ledger tests run :class:`router.state.RedisState` against a Python model of its Lua script
+The ledger tests run :class:`router.shared.state.RedisState` against a Python model of its Lua script
 (same semantics: ZADD with server-time expiry, ZREM, purge, ZCARD, CAS flags), with failures
 injected, including timed-out batches that run *late* (as a SIGSTOPped Redis does on SIGCONT).
 """
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import redis
 
-from router.auth import Auth, KeyRing, bearer_token, load_auth
+from router.access.auth import Auth, KeyRing, bearer_token, load_auth
 from router.cli import main
-from router.config import (
+from router.config.tree import (
     AuthConfig,
     ConfigError,
     Overrides,
@@ -27,9 +27,15 @@ from router.config import (
     parse_overrides,
 )
 from router.errors import AuthenticationError, PermissionDenied
-from router.metrics import RouterMetrics
-from router.pools import Runtime
-from router.state import CircuitBreaker, MemoryState, RedisState, build_shared_state, redis_keys
+from router.ops.metrics import RouterMetrics
+from router.shared.state import (
+    CircuitBreaker,
+    MemoryState,
+    RedisState,
+    build_shared_state,
+    redis_keys,
+)
+from router.state.runtime import Runtime
 from tests.support.config_docs import BASE, with_
 
 # -- circuit breaker ----------------------------------------------------------------------
@@ -311,7 +317,7 @@ def _setup(seed_clock: Clock, ttl: float = 2.0, renew: float = 0.5,
            ) -> tuple[RedisState, Runtime, FakeClient, ScriptModel]:
     from prometheus_client import CollectorRegistry
 
-    from router.fleet import Fleet
+    from router.state.fleet import Fleet
 
     cfg = parse_config(BASE)
     model = ScriptModel()
@@ -490,7 +496,7 @@ def test_shared_overrides_apply_and_invalid_ones_are_ignored(caplog):
 
 
 def test_runtime_flip_points_follow_the_rules_an_override_sets():
-    from router.policy import flip_points
+    from router.decision.policy import flip_points
 
     rt = Runtime(parse_config(BASE), counter=None)
     assert rt.flip_points(8, 1) == tuple(flip_points(8, 1, rt.pools, rt.rules))

@@ -1,4 +1,4 @@
-"""The one reader of a relayed stream (router.upstream, router.observe): usage, finish reasons
+"""The one reader of a relayed stream (router.upstream.relay, router.upstream.observe): usage, finish reasons
 and errors in any valid SSE and JSON spelling; comments and non-data fields carry nothing."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import pytest
 from prometheus_client import CollectorRegistry
 
-from router.metrics import RouterMetrics
-from router.observe import ResponseObserver
-from router.upstream import classify_event, event_json, may_carry_usage
+from router.ops.metrics import RouterMetrics
+from router.upstream.observe import ResponseObserver
+from router.upstream.relay import classify_event, event_json, may_carry_usage
 
 
 def chunk(i: int, usage: bool = True, finish: str | None = None) -> dict:

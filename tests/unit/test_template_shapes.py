@@ -11,9 +11,9 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from router.errors import InvalidRequest
-from router.features import PromptCounter, parse_chat
-from router.pipeline import size_prompt
-from router.template_shapes import SLACK_TOKENS, ShapeRenders
+from router.front.pipeline import size_prompt
+from router.request.features import PromptCounter, parse_chat
+from router.request.template_shapes import SLACK_TOKENS, ShapeRenders
 
 ROLES = ("system", "user", "assistant")
 PIECES = ["hello", " padded ", "", "é中🙂", "{{ x }}", "\ue000", "line\nbreak", "tab\t", "\n"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from router.app import tokenizer_executor, tokenizer_threads
-from router.config import ServerConfig
+from router.app.asgi import tokenizer_executor, tokenizer_threads
+from router.config.tree import ServerConfig
 
 
 @pytest.mark.parametrize(("cpus", "cpu_max", "expected"), [

@@ -1,10 +1,10 @@
-"""W3C Trace Context validation (router.trace): what reaches the engine."""
+"""W3C Trace Context validation (router.ops.trace): what reaches the engine."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.trace import trace_headers, valid_traceparent, valid_tracestate
+from router.ops.trace import trace_headers, valid_traceparent, valid_tracestate
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -1,4 +1,4 @@
-"""router.upstream.Deadline: asyncio.timeout_at's behaviour with one timer."""
+"""router.upstream.relay.Deadline: asyncio.timeout_at's behaviour with one timer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from router.upstream import Deadline, IdleWatch, LoopTimers
+from router.upstream.relay import Deadline, IdleWatch, LoopTimers
 
 
 async def _guarded(when: float, body: Any) -> Any:

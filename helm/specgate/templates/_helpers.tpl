@@ -261,7 +261,7 @@ else router.replicas.
 {{- end }}
 
 {{/*
-How the router learns its Redis URL (router/state.py reads state.redis_url, else the variable
+How the router learns its Redis URL (router/shared/state.py reads state.redis_url, else the variable
 named by state.redis_url_env; a password can only travel inside the URL):
   ""          state.backend is memory;
   "inline"    no credentials: the URL is state.redis_url in config.yaml (the chart's Redis
@@ -356,7 +356,7 @@ backend: memory
 The API key sources as YAML {sources: [...]}, one entry per configured key set (client
 `api-keys`, admin `admin-api-keys`): the Secret (existingSecret, else the chart's
 <fullname>-auth built from devKeys), its key, the volume, the directory it is mounted at and
-the file the router config names (auth.api_keys_file / auth.admin_api_key_file). router/auth.py
+the file the router config names (auth.api_keys_file / auth.admin_api_key_file). router/access/auth.py
 reads such a file as one key per line and re-reads it on every config reload.
 */}}
 {{- define "specgate.authSources" -}}
@@ -535,7 +535,7 @@ The data of the chart-created key Secret <fullname>-auth (from auth.*.devKeys; d
 {{/*
 The router pod's terminationGracePeriodSeconds: the drain's worst case (server.drain_listen_s
 + server.drain_timeout_s, then upstream.abort_timeout_s for the cut requests' aborts) plus
-router.shutdownMarginSeconds, rounded up to whole seconds (router/drain.py).
+router.shutdownMarginSeconds, rounded up to whole seconds (router/front/drain.py).
 */}}
 {{- define "specgate.routerGraceSeconds" -}}
 {{- $server := .Values.server -}}

@@ -1,0 +1,122 @@
+"""The choice among candidate pools by predicted completion time, the parts that need no
+:class:`~router.decision.policy.Decision`: each candidate's prediction (:func:`predict_request`), the
+cost a request adds to the requests already on an endpoint (:func:`externality_cost`, an
+experiment), the fallback to the shorter queue while a pool's predictions are off
+(:func:`distrusted`, :func:`shortest_queue`) and exploration (:func:`runner_up`).
+:func:`router.decision.policy.decide` calls them (module docstring there, step 3). Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from router.decision.predict import completion_s, externality_s
+
+if TYPE_CHECKING:
+    from router.decision.policy import EndpointSnapshot, PoolSnapshot, Rules
+    from router.request.features import RequestFeatures
+
+__all__ = ["batch_context", "distrusted", "externality_cost", "predict_request", "runner_up", "shortest_queue"]
+
+
+def _load(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
+    return next(e.load for e in endpoints if e.url == url)
+
+
+def batch_context(e: EndpointSnapshot, prompt_tokens: int, output_tokens: int) -> float | None:
+    """The mean context (tokens) of ``e``'s batch once a request of ``prompt_tokens`` joins it,
+    halfway through its ``output_tokens``: the engine's used KV plus the request's, over its
+    running requests plus one; None when the engine's KV is unknown."""
+    if e.kv_free_tokens is None:
+        return None
+    running = max(0, e.load - e.queued)
+    return (e.kv_used_tokens + prompt_tokens + output_tokens / 2) / (running + 1)
+
+
+def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str,
+                    output_tokens: int | None = None, cached_tokens: int | None = None) -> float:
+    """Predicted completion seconds of the request on ``endpoint`` of ``pool``
+    (:func:`router.decision.predict.completion_s`), with ``output_tokens`` per sequence (default: the
+    budget ``M``; the KV reservation is the budget's either way, as the engine reserves it)
+    and ``cached_tokens`` of its prompt cached there (default: the endpoint's estimate).
+
+    Raises:
+        ValueError: ``pool`` has no speed model, or no endpoint ``endpoint``.
+    """
+    if pool.speed is None:
+        raise ValueError(f"pool {pool.name} has no speed model")
+    e = next((e for e in pool.endpoints if e.url == endpoint), None)
+    if e is None:
+        raise ValueError(f"pool {pool.name} has no endpoint {endpoint}")
+    m = features.max_new_tokens if output_tokens is None else output_tokens
+    p = features.predicted_prompt_tokens  # the expected P where only its bound is known
+    need = (features.num_prompts * features.predicted_weight + pool.reserved) * (1 + e.queued)
+    return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=p,
+                        context_tokens=batch_context(e, p, m),
+                        cached_tokens=e.cached_tokens if cached_tokens is None else cached_tokens, output_tokens=m,
+                        accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
+                        kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
+
+
+def externality_cost(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
+    """:func:`router.decision.predict.externality_s` of the request on ``endpoint`` of ``pool``."""
+    assert pool.speed is not None
+    e = next(e for e in pool.endpoints if e.url == endpoint)
+    p = features.predicted_prompt_tokens
+    ctx = batch_context(e, p, features.max_new_tokens)
+    return externality_s(pool.speed, batch=e.load + features.n, sequences=features.n,
+                         output_tokens=features.max_new_tokens,
+                         accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
+                         context_tokens=p + features.max_new_tokens / 2 if ctx is None else ctx)
+
+
+def distrusted(candidates: Sequence[tuple[PoolSnapshot, str]]) -> bool:
+    """Whether some candidate pool's predictions are off (``prediction_fallback``)."""
+    for c, _ in candidates:  # a loop, not any(): no generator on every decision's path
+        if c.prediction_fallback:
+            return True
+    return False
+
+
+def shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]],
+                    predicted: Sequence[tuple[str, float]]) -> tuple[PoolSnapshot, str]:
+    """The candidate whose chosen endpoint has the least load (requests): join the shorter
+    queue, the rule that needs no model (W. Winston 1977, "Optimality of the shortest line
+    discipline", J. Appl. Prob. 14(1)). Among equally short queues the predicted-faster one (a
+    model too far off to weigh load against speed still ranks better than the config order,
+    which would send every request of an idle deployment to its first pool), then config order."""
+    best = 0
+    low = (_load(candidates[0][0].endpoints, candidates[0][1]), predicted[0][1])
+    for i in range(1, len(candidates)):
+        pool, url = candidates[i]
+        key = (_load(pool.endpoints, url), predicted[i][1])
+        if key < low:
+            best, low = i, key
+    return candidates[best]
+
+
+def runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
+               predicted: Sequence[tuple[str, float]], tie_break: int, rules: Rules,
+               cell: tuple[str, int]) -> int | None:
+    """The candidate that explores this request (``rules.explore_every``), or None: on every
+    ``explore_every``-th request, the fastest candidate of another pool than the predicted
+    best, when its prediction is at most ``explore_ratio`` times the best's, or when its
+    predictions for the request's ``(temperature class, context bucket)`` ``cell`` have not
+    been checked enough (``PoolSnapshot.measured``) and its endpoint is idle: a pool believed
+    slow for a kind of request is measured on it again instead of being avoided for good, at
+    the cost of that one request only (an idle endpoint has no batch to slow; the share stays
+    at most ``1 / explore_every``)."""
+    every = rules.explore_every
+    if every <= 0 or tie_break % every != every - 1:
+        return None
+    best = order[0]
+    for i in order[1:]:
+        pool = candidates[i][0]
+        if pool.name != candidates[best][0].name:
+            if predicted[i][1] <= rules.explore_ratio * predicted[best][1] or (
+                    pool.measured is not None and cell not in pool.measured
+                    and _load(pool.endpoints, candidates[i][1]) == 0):
+                return i
+            return None
+    return None

@@ -1,0 +1,166 @@
+"""Every prediction checked against what happened: a pool's prediction errors, kept online.
+
+The router chooses a pool by predicted completion time (:mod:`router.decision.predict`, with the speed
+model :mod:`router.decision.learn` fits live). A model is a claim; this module keeps, per pool, what
+its claims turned out to be worth, and says when the pool's predictions are too wrong to
+route on (:func:`router.decision.hysteresis.next_prediction_fallback`, the hysteresis; the decision then
+joins the shorter queue, reason ``shortest_queue``).
+
+What is checked (:meth:`PredictionCheck.add`): for a request answered in full, the decision's
+prediction for the pool it went to, evaluated again with the request's *realised* output
+tokens (the decision had only the client's budget; the load, KV, cached prefix and accept
+length are those the decision saw), against the realised time from its dispatch to the engine to its last byte (``completion``:
+the router's own time before the dispatch, reading and counting the prompt, is not the pool's);
+for a stream also the prediction of its first token (the same with one output token) against
+the realised time from dispatch to the first byte (``ttft``). The
+relative error of one check is ``(predicted - realised) / realised``: positive when the model
+was too slow, negative when too fast; ``|error|`` is what the bounds read.
+
+Kept: per pool, the last ``window`` checks of each kind, and per ``(kind, temperature class,
+context bucket)`` cell the last ``window`` of that cell (:data:`router.decision.learn.CONTEXT_BUCKETS`),
+each with its time; checks older than ``max_age_s`` are not counted. The figures read are
+medians (a few requests that queued behind a burst the scrape missed do not move them): the
+*median relative error* ``median |error|`` and the *bias* ``median error``. Memory: at most
+``window`` floats per cell, 2 kinds x 2 classes x 5 buckets cells per pool. Pure apart from
+its own state: the caller passes every time (monotonic s).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from router.decision.learn import bucket_label
+
+__all__ = ["KINDS", "MIN_CELL_CHECKS", "PredictionCheck", "median"]
+
+#: The checked kinds: the whole request, and a stream's first token.
+KINDS = ("completion", "ttft")
+
+#: Recent completion checks a ``(class, bucket)`` cell needs to count as measured
+#: (:meth:`PredictionCheck.measured_cells`): exploration sends a request to a runner-up pool
+#: whose cell for it is not, however slow that pool is predicted there.
+MIN_CELL_CHECKS = 4
+
+
+def median(values: Iterable[float]) -> float | None:
+    """The median of ``values`` (the mean of the middle two for an even count); None: empty."""
+    s = sorted(values)
+    n = len(s)
+    if n == 0:
+        return None
+    mid = n // 2
+    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+class PredictionCheck:
+    """One pool's checked predictions (module docstring).
+
+    Args:
+        window: checks kept per kind and per cell (> 0).
+        max_age_s: checks older than this (s) are not counted (> 0).
+
+    Attributes:
+        fallback: the pool's decisions fall back to the shorter queue (set by the runtime's
+            hysteresis step, :func:`router.decision.hysteresis.next_prediction_fallback`).
+        fallback_since: monotonic time (s) the fallback last turned on or off (None: never).
+        checked: checks taken per kind since start.
+        fallbacks: times the fallback turned on.
+        measured: :meth:`measured_cells` as of the runtime's last scrape round.
+    """
+
+    __slots__ = ("_cells", "_pool", "checked", "fallback", "fallback_since", "fallbacks", "max_age_s", "measured",
+                 "window")
+
+    def __init__(self, window: int = 64, max_age_s: float = 300.0) -> None:
+        if window < 1:
+            raise ValueError("window must be >= 1")
+        if max_age_s <= 0:
+            raise ValueError("max_age_s must be > 0")
+        self.window = window
+        self.max_age_s = max_age_s
+        self._pool: dict[str, deque[tuple[float, float]]] = {k: deque(maxlen=window) for k in KINDS}
+        self._cells: dict[tuple[str, str, int], deque[tuple[float, float]]] = {}
+        self.checked = dict.fromkeys(KINDS, 0)
+        self.fallback = False
+        self.fallback_since: float | None = None
+        self.fallbacks = 0
+        self.measured: frozenset[tuple[str, int]] = frozenset()  # as of the last scrape round (the runtime sets it)
+
+    def add(self, kind: str, temperature: str, bucket: int, predicted_s: float, realised_s: float,
+            now: float) -> float | None:
+        """Take one check; returns its relative error, or None when ``realised_s`` is not
+        positive (nothing taken).
+
+        Args:
+            kind: one of :data:`KINDS`.
+            temperature: the request's temperature class (``greedy`` / ``sampled``).
+            bucket: its context bucket (:func:`router.decision.learn.context_bucket` of its prompt).
+            predicted_s, realised_s: seconds.
+            now: monotonic s.
+        """
+        if not realised_s > 0:
+            return None
+        err = (predicted_s - realised_s) / realised_s
+        self._pool[kind].append((now, err))
+        key = (kind, temperature, bucket)
+        cell = self._cells.get(key)
+        if cell is None:
+            cell = self._cells[key] = deque(maxlen=self.window)
+        cell.append((now, err))
+        self.checked[kind] += 1
+        return err
+
+    def _recent(self, ring: deque[tuple[float, float]], now: float) -> list[float]:
+        horizon = now - self.max_age_s
+        return [e for at, e in ring if at >= horizon]
+
+    def error(self, now: float, kind: str = "completion") -> tuple[float | None, int]:
+        """``(median relative error, checks counted)`` of the pool's recent checks of ``kind``
+        (None with no recent check)."""
+        recent = self._recent(self._pool[kind], now)
+        return median(abs(e) for e in recent), len(recent)
+
+    def cells(self, now: float) -> dict[tuple[str, str, int], tuple[float | None, float | None, int]]:
+        """``{(kind, class, bucket): (median relative error, bias, checks)}`` of the cells with
+        a recent check."""
+        out = {}
+        for key, ring in self._cells.items():
+            recent = self._recent(ring, now)
+            if recent:
+                out[key] = (median(abs(e) for e in recent), median(recent), len(recent))
+        return out
+
+    def measured_cells(self, now: float) -> frozenset[tuple[str, int]]:
+        """The ``(temperature class, context bucket)`` cells with at least
+        :data:`MIN_CELL_CHECKS` recent completion checks."""
+        horizon = now - self.max_age_s
+        out = []
+        for (kind, cls, bucket), ring in self._cells.items():
+            if kind == "completion" and sum(1 for at, _ in ring if at >= horizon) >= MIN_CELL_CHECKS:
+                out.append((cls, bucket))
+        return frozenset(out)
+
+    def status(self, now: float) -> dict[str, object]:
+        """What ``/ready`` shows: the fallback state, the completion checks' median relative
+        error (``median_relative_error``, over ``checks`` recent ones; ``checked`` since start),
+        and per kind the pool's median relative error, bias and recent checks, with the same per
+        ``class/bucket`` cell."""
+        err, n = self.error(now)
+        out: dict[str, object] = {
+            "fallback": self.fallback, "fallbacks": self.fallbacks,
+            "median_relative_error": None if err is None else round(err, 4), "checks": n,
+            "checked": self.checked["completion"],
+            "fallback_age_s": None if self.fallback_since is None else round(now - self.fallback_since, 3)}
+        for kind in KINDS:
+            recent = self._recent(self._pool[kind], now)
+            err, bias = median(abs(e) for e in recent), median(recent)
+            out[kind] = {
+                "median_relative_error": None if err is None else round(err, 4),
+                "bias": None if bias is None else round(bias, 4),
+                "checks": len(recent), "checked": self.checked[kind],
+                "cells": {f"{c}/{bucket_label(b)}": {"median_relative_error": round(e, 4), "bias": round(bi, 4),
+                                                     "checks": n}
+                          for (k, c, b), (e, bi, n) in sorted(self.cells(now).items())
+                          if k == kind and e is not None and bi is not None}}
+        return out

@@ -1,0 +1,484 @@
+"""Limits on a request's head (request line and header fields), enforced as bytes arrive.
+
+uvicorn's httptools protocol has no limit that can be set on the head (Kludex/uvicorn#1684:
+llhttp's own cap cannot be changed); one client could send a multi-megabyte header, 20,000
+header fields, or a head that never ends, and the router would buffer all of it
+(httptools joins a field's pieces into one ``bytes``, so the copying also grows with the
+square of its size and stalls the event loop). The h11 protocol's only limit,
+``h11_max_incomplete_event_size``, is on the whole head, and h11 costs several times
+httptools' CPU per request. :func:`limited_protocol` keeps httptools and adds, per request
+(``server.headers``, :class:`router.config.server.HeaderLimitsConfig`):
+
+- ``max_bytes``: the head's bytes (request line, fields, line ends), counted on each chunk
+  *before* it reaches the parser: the chunk that would pass the limit is never parsed, so a
+  connection holds at most the limit plus one read of head bytes (python-hyper/h11#155:
+  count bytes as they arrive, not headers after parsing);
+- ``max_fields``: header fields, counted as the parser yields them;
+- ``max_field_bytes``: one field's name plus value, and the request target;
+- ``head_timeout_s``: a head that has not arrived whole this long after its first byte (a
+  client dripping bytes to hold the connection: uvicorn's keep-alive timer restarts on every
+  byte) is answered 408 ``request_timeout`` and the connection closed. The timer is armed
+  only when a head spans more than one read, so the usual request costs none.
+
+Over any limit the answer is written at once and the connection closed::
+
+    HTTP/1.1 431 Request Header Fields Too Large
+    content-type: application/json
+    connection: close
+
+    {"error":{"message":"request header fields too large (limit: 65536 bytes)",
+              "type":"invalid_request_error","param":null,"code":"request_header_fields_too_large"}}
+
+(RFC 6585 section 5), and ``specgate_header_limit_rejections_total{limit}`` counts it
+(``bytes``, ``fields``, ``field_bytes``; ``head_timeout`` for the 408).
+
+The body and the framing around it (``specgate_request_framing_rejections_total{reason}``):
+
+- ``server.body_timeout_s``: a body that has not arrived whole this long after its head (sent
+  a byte at a time, or stalled mid-way) is answered 408 ``request_timeout`` and the connection
+  closed (``body_timeout``); the handler waiting for it sees a disconnect, and nothing was
+  leased yet. Armed only when a body spans more than one read; when it falls while the server
+  is not reading the connection (a pipelined request waiting its turn, a body buffered past
+  uvicorn's high-water mark) it starts again. If the router had already answered (an early
+  413 or 404), the connection is just closed.
+- malformed framing (``malformed``): bytes httptools cannot parse (a bad chunk size or chunk
+  end, an invalid request line or header), or a body cut by the client's end of stream
+  before its ``Content-Length`` or last chunk, get a JSON 400 ``invalid_http_request``
+  (instead of uvicorn's plain-text one) and the connection closed. When an earlier request on
+  the connection (pipelined, or this one answered early) is still being answered, no 400 is
+  written into its response: the bad bytes and anything after them are dropped, and the
+  connection is closed once that response is complete.
+
+A client that closes its connection mid-body gets nothing (nobody to answer); the handler
+sees the disconnect and returns without a 500.
+
+The connection and the HTTP semantics uvicorn's protocol gets wrong for real clients:
+
+- idle connections (``server.keepalive_timeout_s``): uvicorn arms its keep-alive timer only
+  after a first response and never for a connection that sends nothing (Kludex/uvicorn#1192);
+  here it is armed when the connection opens too, so a connection idle before its first byte
+  or between requests is closed on the same timeout (then the head and body timers apply);
+- a lingering close (``server.linger_s``): every answer after which the router closes while
+  the client may still be sending (the 431s, 408s and 400s above, an early 413, 401, 404 or
+  417 to a request whose body is still arriving) is followed by a FIN, and what the client
+  still sends is read and discarded until it closes or ``linger_s`` passed. Closing at once
+  would reset the connection and the client's stack would drop the answer unread (a client
+  writing an 8 MiB header would see a broken pipe instead of the 431);
+- upgrade offers (``Connection: upgrade`` with ``Upgrade: h2c``, ``websocket``...): ignored
+  (RFC 9110 section 7.8), the request served as HTTP/1.1 with its body, whatever its framing
+  and however its bytes are split, and the connection stays in step for the next request.
+  httptools drops the body of such a request (MagicStack/httptools#124, Kludex/uvicorn#2722);
+  :meth:`_LimitedProtocol._without_upgrade` has llhttp read it by its framing. A prior-knowledge
+  HTTP/2 preface (``PRI * HTTP/2.0``) gets the JSON 400 ``invalid_http_request`` and the close;
+- HTTP/1.0 requests: a response without ``Content-Length`` (a stream) is delimited by the
+  close, never chunked (:class:`router.front.http_cycles.CloseDelimitedCycle`);
+- ``Expect``: ``100-continue`` is honoured only in HTTP/1.1 (RFC 9110 section 10.1.1: ignored
+  in HTTP/1.0), the interim ``100`` omitted when the body is already arriving, and a final
+  answer given before the body was asked for closes the connection
+  (:class:`router.front.http_cycles.ContinueCycle`); any other expectation is answered 417
+  ``expectation_failed`` in its turn and counted (``expectation``).
+
+The hop-by-hop fields of these requests (``Connection`` and the fields it names, ``Upgrade``,
+``HTTP2-Settings``, ``Expect``) never reach an engine: the proxy sends only its own headers
+(router/upstream/proxy.py). The limits are read from the app's current config when a connection
+opens, so a reload applies to new connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from router.config.server import HeaderLimitsConfig, ServerConfig
+from router.errors import error_body
+from router.front.http_cycles import (
+    CloseDelimitedCycle,
+    ContinueCycle,
+    ResponseTransport,
+    expectation_failed,
+)
+from router.upstream.disconnect import CONNECTION_KEY
+
+__all__ = ["ConnectionLimits", "LimitsSource", "app_limits", "bad_request_response", "limited_protocol",
+           "rejection_response"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """What one connection enforces (read when it opens).
+
+    Attributes:
+        server: the ``server`` config section (``headers`` limits, ``body_timeout_s``).
+        count_head: counts a head rejection: ``(limit) -> None``.
+        count_framing: counts a body or framing rejection: ``(reason) -> None``.
+    """
+
+    server: ServerConfig
+    count_head: Callable[[str], None]
+    count_framing: Callable[[str], None]
+
+
+#: Limits source: () -> the current :class:`ConnectionLimits`.
+LimitsSource = Callable[[], ConnectionLimits]
+
+
+def _response(status_line: bytes, body: bytes) -> bytes:
+    return (status_line + b"\r\ncontent-type: application/json\r\ncontent-length: " + str(len(body)).encode()
+            + b"\r\nconnection: close\r\n\r\n" + body)
+
+
+def bad_request_response(detail: str) -> bytes:
+    """The whole 400 response for bytes that are no valid HTTP/1.1 request (``detail``: why)."""
+    return _response(b"HTTP/1.1 400 Bad Request", error_body(
+        f"invalid HTTP request: {detail}", "invalid_request_error", None, "invalid_http_request"))
+
+
+def body_timeout_response(timeout_s: float) -> bytes:
+    """The whole 408 response for a body that did not arrive within ``timeout_s``."""
+    return _response(b"HTTP/1.1 408 Request Timeout", error_body(
+        f"the request body did not arrive within {timeout_s:g} s", "invalid_request_error", None,
+        "request_timeout"))
+
+
+class _HeadTooLarge(Exception):
+    def __init__(self, limit: str) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+def rejection_response(limit: str, limits: HeaderLimitsConfig) -> bytes:
+    """The whole 431 response for a head over ``limit`` (``bytes``, ``fields``, ``field_bytes``),
+    or the 408 for ``head_timeout``."""
+    if limit == "head_timeout":
+        body = error_body(f"the request head did not arrive within {limits.head_timeout_s:g} s",
+                          "invalid_request_error", None, "request_timeout")
+        return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: "
+                + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+    what = {"bytes": f"{limits.max_bytes} bytes", "fields": f"{limits.max_fields} fields",
+            "field_bytes": f"{limits.max_field_bytes} bytes per field"}[limit]
+    body = error_body(f"request header fields too large (limit: {what})", "invalid_request_error", None,
+                      "request_header_fields_too_large")
+    return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n"
+            b"x-should-retry: false\r\n\r\n" + body)
+
+
+def app_limits(app: Any) -> LimitsSource:
+    """The :data:`LimitsSource` of a router app: its current config's ``server`` section,
+    ``specgate_header_limit_rejections_total`` and ``specgate_request_framing_rejections_total``
+    (read per connection, after the lifespan built ``app.state.specgate``)."""
+    def source() -> ConnectionLimits:
+        state = app.state.specgate
+        head, framing = state.metrics.header_limit_rejections, state.metrics.framing_rejections
+        return ConnectionLimits(state.runtime.config.server, lambda limit: head.inc((limit,)),
+                                lambda reason: framing.inc((reason,)))
+    return source
+
+
+class _LimitedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the head limits, the body timer and the framing
+    answers of the module docstring; ``source`` is read once per connection.
+    :func:`limited_protocol` binds it to one app."""
+
+    def __init__(self, source: LimitsSource, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        limits = source()
+        self._limits, self._count, self._count_framing = limits.server.headers, limits.count_head, limits.count_framing
+        self._body_timeout_s = limits.server.body_timeout_s
+        self._linger_s = limits.server.linger_s
+        # uvicorn's idle timer, per connection (typed int there; it is handed to call_later as seconds)
+        self.timeout_keep_alive = limits.server.keepalive_timeout_s  # type: ignore[assignment]
+        self._in_head = True  # reading a request's head (until its headers are complete)
+        self._in_body = False  # between a request's complete head and its complete body
+        self._head_bytes = 0
+        self._fields = 0
+        self._tail = b""  # the last 3 head bytes: a CRLFCRLF split between two reads
+        self._rejected = False
+        self._close_after_response = False  # malformed bytes after a request still being answered
+        self._lingering = False  # answered and half-closed: what still arrives is discarded
+        self._upgrade_offer = False  # the request being parsed offered an upgrade (ignored)
+        self._replaying = False  # parsing the head written for an ignored upgrade offer
+        self._replay_saved: tuple[Any, ...] = ()
+        self._unmet_expectation = False  # an Expect member other than 100-continue
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._linger_timer: asyncio.TimerHandle | None = None
+        self._response_transport: ResponseTransport | None = None
+        #: Called once when the connection is lost (set by the request being answered, found
+        #: under :data:`router.upstream.disconnect.CONNECTION_KEY`): a disconnect noticed without a task
+        #: waiting on ``receive``.
+        self.on_lost: Callable[[], None] | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._response_transport = ResponseTransport(transport, self.close_answered)
+        # uvicorn arms its idle timer only after a first response (Kludex/uvicorn#1192): a
+        # connection that never sends a byte is closed on the same keep-alive timeout
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def data_received(self, data: bytes) -> None:
+        if self._rejected:  # answered and closing (or lingering: the bytes are discarded)
+            return
+        if self._in_head:
+            tail = self._tail
+            seen = tail + data if tail else data
+            end = seen.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else max(0, end + 4 - len(tail))
+            if self._head_bytes > self._limits.max_bytes:
+                self._reject("bytes")
+                return
+            if end < 0:
+                self._tail = seen[-3:]
+        self._unset_keepalive_if_required()
+        while True:
+            try:
+                self.parser.feed_data(data)
+                break
+            except httptools.HttpParserCallbackError as exc:
+                cause = exc.__context__ or exc.__cause__
+                if isinstance(cause, _HeadTooLarge):
+                    self._reject(cause.limit)
+                    return
+                self._malformed(str(exc) or "a parser callback failed")
+                return
+            except httptools.HttpParserError as exc:
+                self._malformed(str(exc) or "unparsable bytes")
+                return
+            except httptools.HttpParserUpgrade as exc:  # the offer is ignored: parse on as HTTP/1.1
+                data = self._without_upgrade(data[exc.args[0]:])
+        if self._rejected:
+            return
+        if self._in_head:
+            if self._head_bytes and self._head_timer is None:
+                self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
+        elif self._in_body and self._body_timer is None:
+            self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
+
+    def _should_upgrade(self) -> bool:
+        """Called by uvicorn when a head offers an upgrade (``Connection: upgrade`` and
+        ``Upgrade``, or ``CONNECT``): the router speaks no other protocol, so the offer is
+        ignored (RFC 9110 section 7.8) and noted for :meth:`_without_upgrade`."""
+        self._upgrade_offer = True
+        return False
+
+    def _without_upgrade(self, rest: bytes) -> bytes:
+        """What to parse after httptools stopped at an upgrade offer: a head carrying only the
+        request's framing (``Content-Length``, ``Transfer-Encoding``, ``Connection: close``),
+        then ``rest``, the bytes after the real head. httptools skips the body of any request
+        that offers an upgrade (MagicStack/httptools#124) and would parse it as a request of
+        its own; this head makes llhttp read the body by its framing, into the request's
+        cycle, and then the next request, with a new parser. Its callbacks touch nothing of
+        the request (:meth:`on_headers_complete` restores what ``on_message_begin`` reset)."""
+        self._upgrade_offer = False
+        lines = [b"POST / HTTP/", self.scope["http_version"].encode(), b"\r\n"]
+        for name, value in self.headers:
+            if name in (b"content-length", b"transfer-encoding"):
+                lines += [name, b": ", value, b"\r\n"]
+            elif name == b"connection" and b"close" in [t.strip(b" \t").lower() for t in value.split(b",")]:
+                lines.append(b"connection: close\r\n")
+        lines += [b"\r\n", rest]
+        # a fresh parser: after an offer with ``Connection: close`` llhttp ignores what follows
+        self.parser = httptools.HttpRequestParser(self)
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn's
+        self._replay_saved = (self.url, self.headers, self.scope, self.expect_100_continue, self._fields)
+        self._replaying = True
+        return b"".join(lines)
+
+    def eof_received(self) -> None:  # None: asyncio closes the transport
+        if self._in_body and not self._rejected:  # the client ended its stream mid-body
+            self._malformed("the request body ended before its Content-Length or last chunk")
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if not self._in_body or self._rejected or self.transport.is_closing():
+            return
+        if self.flow.read_paused:  # the server is not reading: not the client's delay
+            self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
+            return
+        self._count_framing("body_timeout")
+        if self.cycle is None or not self.cycle.response_started:
+            self.transport.write(body_timeout_response(self._body_timeout_s))
+            self._linger()
+            return
+        self._rejected = True
+        self.transport.close()
+
+    def _stop_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _malformed(self, detail: str) -> None:
+        """Bytes that are no HTTP request (module docstring): a JSON 400 and close, or,
+        while a response is still owed on the connection, close once it is complete."""
+        self._rejected = True
+        self._stop_body_timer()
+        self._count_framing("malformed")
+        self.logger.warning("Invalid HTTP request received: %s", detail)
+        cycle = self.cycle
+        if self._in_body and self.pipeline:  # the broken one is queued behind another: drop it
+            self.pipeline.popleft()
+        elif self._in_body and cycle is not None and cycle.response_started:  # answered early
+            if cycle.response_complete:
+                self.transport.close()
+                return
+            cycle.keep_alive = False
+        elif not self.pipeline and (cycle is None or cycle.response_complete or self._in_body):
+            self.transport.write(bad_request_response(detail))
+            self._linger()
+            return
+        elif not self.pipeline and cycle is not None:
+            cycle.keep_alive = False  # the request being answered: the connection closes at its end
+        self._close_after_response = True  # after the last complete request queued, if any
+
+    def on_response_complete(self) -> None:
+        if self._lingering:  # closed after this answer (close_answered): no next request
+            self.server_state.total_requests += 1
+            return
+        if self._close_after_response and not self.pipeline:
+            self.server_state.total_requests += 1
+            self.transport.close()
+            return
+        super().on_response_complete()
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self._rejected and not self.transport.is_closing():
+            self._reject("head_timeout")
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        self._stop_body_timer()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
+        super().connection_lost(exc)
+        lost, self.on_lost = self.on_lost, None
+        if lost is not None:
+            lost()
+
+    def _reject(self, limit: str) -> None:
+        self._count(limit)
+        self.transport.write(rejection_response(limit, self._limits))
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close after an answer while the client may still be sending (a lingering close, as
+        nginx's ``lingering_close`` and Apache's): parse nothing more, half-close once the
+        answer is written (FIN), and read and discard what still arrives until the client
+        closes or ``server.linger_s`` passed. Closing at once with unread bytes makes the
+        kernel reset the connection, and the client's reset discards the answer unread."""
+        self._rejected = self._lingering = True
+        self._stop_head_timer()
+        self._stop_body_timer()
+        self._unset_keepalive_if_required()
+        transport = self.transport
+        if transport.is_closing():
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.flow.resume_reading()
+        self._linger_timer = self.loop.call_later(self._linger_s, transport.close)
+
+    def close_answered(self) -> None:
+        """Close the connection after a response (:class:`router.front.http_cycles.ResponseTransport`):
+        at once when no request is partly received, else lingering (:meth:`_linger`): an early
+        413, 401 or 417 while the client still uploads its body."""
+        if not self._rejected and (self._in_body or self._head_bytes):
+            self._linger()
+        else:
+            self.transport.close()
+
+    # on_url and on_header repeat uvicorn's bodies (0.54) rather than call them: a parser
+    # callback per header is the hot path, and a super() call there costs a frame each.
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        if len(self.url) > self._limits.max_field_bytes:
+            raise _HeadTooLarge("field_bytes")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields += 1
+        limits = self._limits
+        if self._fields > limits.max_fields:
+            raise _HeadTooLarge("fields")
+        if len(name) + len(value) > limits.max_field_bytes:
+            raise _HeadTooLarge("field_bytes")
+        name = name.lower()
+        if name == b"expect":
+            self._on_expect(value)
+        self.headers.append((name, value))
+
+    def _on_expect(self, value: bytes) -> None:
+        """An ``Expect`` field: ``100-continue`` (any case, RFC 9110 section 10.1.1) is noted
+        for uvicorn; any other member is an expectation the router cannot meet (417)."""
+        for member in value.split(b","):
+            member = member.strip(b" \t").lower()
+            if member == b"100-continue":
+                self.expect_100_continue = True
+            elif member:
+                self._unmet_expectation = True
+
+    def on_headers_complete(self) -> None:
+        if self._replaying:  # the head of _without_upgrade: the request has its cycle already
+            self._replaying = False
+            self.url, self.headers, self.scope, self.expect_100_continue, self._fields = self._replay_saved
+            return
+        self._in_head = False
+        if self._head_timer is not None:
+            self._stop_head_timer()
+        self.scope[CONNECTION_KEY] = self  # type: ignore[literal-required]  # an extension key
+        if self._unmet_expectation:
+            self._expectation_failed()
+        else:
+            if self.expect_100_continue and self.parser.get_http_version() != "1.1":
+                self.expect_100_continue = False  # RFC 9110 section 10.1.1: ignored in HTTP/1.0
+            super().on_headers_complete()
+        self._in_body = True
+        cycle = self.cycle
+        cycle.transport = self._response_transport  # type: ignore[assignment]  # write/close/is_closing
+        if self.scope["http_version"] != "1.1":
+            cycle.__class__ = CloseDelimitedCycle  # no chunked framing for HTTP/1.0 (router.front.http_cycles)
+        elif cycle.waiting_for_100_continue:
+            cycle.__class__ = ContinueCycle
+
+    def _expectation_failed(self) -> None:
+        """Answer the request with 417 (:func:`router.front.http_cycles.expectation_failed`) in its
+        turn on the connection, without asking for its body; counted as ``expectation``."""
+        self._unmet_expectation = self.expect_100_continue = False
+        self._count_framing("expectation")
+        app, self.app = self.app, expectation_failed
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
+
+    def on_message_complete(self) -> None:
+        if self._upgrade_offer:  # httptools ends the message at the head of an upgrade offer
+            return  # (its body, if any, is read by _without_upgrade's framing)
+        super().on_message_complete()
+        self._in_head, self._in_body, self._head_bytes, self._fields, self._tail = True, False, 0, 0, b""
+        if self._body_timer is not None:
+            self._stop_body_timer()
+
+
+def limited_protocol(source: LimitsSource) -> type[asyncio.Protocol]:
+    """An httptools protocol class for ``uvicorn.Config(http=...)`` that enforces the limits
+    ``source()`` returns (module docstring). One class per app; no state outside it."""
+
+    class LimitedHttpToolsProtocol(_LimitedProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(source, *args, **kwargs)
+
+    return LimitedHttpToolsProtocol
