@@ -97,6 +97,7 @@ class PolicySettings:
             (with ``predict``; 1: exact), to test how the fit recovers from a wrong prior.
         marginal_cost: ``router.policy.Rules.marginal_cost`` (the experiment of ranking by the
             request's completion plus its cost to the requests already there).
+        check: ``routing.learning.check.enabled`` (False: predictions checked, never a fallback).
     """
 
     long_prompt_tokens: int
@@ -123,6 +124,7 @@ class PolicySettings:
     prior_weight: float = 0.05
     prior_scale: float = 1.0
     marginal_cost: bool = False
+    check: bool = True
 
     def as_dict(self) -> dict[str, object]:
         """The config values, JSON-ready (the speed model left out)."""
@@ -130,12 +132,15 @@ class PolicySettings:
 
     def routing(self) -> RoutingConfig:
         """The ``routing`` section (validated by the router's own model)."""
-        return RoutingConfig(
+        routing = RoutingConfig(
             long_prompt_tokens=self.long_prompt_tokens,
             saturation=SaturationConfig(enter=self.saturation_enter, exit=self.saturation_exit),
             acceptance=AcceptanceConfig(enabled=self.acceptance_enabled, min_expected_speedup=self.min_expected_speedup,
                                         exit_speedup=self.exit_speedup, max_age_s=self.max_age_s, weight=self.weight),
             min_flip_interval_s=self.min_flip_interval_s, seed=self.seed)
+        learning = routing.learning
+        check = learning.check.model_copy(update={"enabled": self.check})
+        return routing.model_copy(update={"learning": learning.model_copy(update={"check": check})})
 
 
 def settings_for(model: EngineModel, *, long_prompt_tokens: int = 32768, min_speedup: float = 1.0,
