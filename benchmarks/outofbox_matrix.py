@@ -16,8 +16,9 @@ speculative + N - k plain engines behind
   with the thresholds ``benchmarks/outofbox.py`` gives it);
 - ``learned-nocheck``: the same without the prediction fallback (``routing.learning.check.enabled``
   false);
-- ``learned-marginal``: ``learned`` ranking the candidates by the request's completion plus what it
-  costs the requests already on the endpoint (``router.policy.Rules.marginal_cost``);
+- ``learned-marginal``, ``learned-nomarginal``: ``learned`` with ``routing.learning.marginal_cost``
+  on (ranking the candidates by the request's completion plus what it costs the requests decoding
+  beside it; the router's default, so the same as ``learned``) or off;
 - ``coin``, ``jsq``, ``length``: the client-side rules of ``benchmarks/outofbox_http.py``
   (:class:`loadtests.dayapi.ClientRule`);
 - ``all-plain``, ``all-spec``: N plain or N speculative engines, client round robin.
@@ -73,12 +74,14 @@ def run_row(engine_model: str, family_name: str, shape_name: str, n: int, seed: 
     learned = replace(settings, predict=False, learn=True)
     nocheck = replace(learned, check=False)
     marginal = replace(learned, marginal_cost=True)
+    selfish = replace(learned, marginal_cost=False)
     make_engine = sglang_engines(get_sglang_family(family_name)) if engine_model == "sglang" else None
     reqs = family.shape(shape_name, n).requests(seed)
     builders: dict[str, Deployment] = {
         "learned": routed(k, n, lambda: PolicyRouter(learned), label="learned"),
         "learned-nocheck": routed(k, n, lambda: PolicyRouter(nocheck), label="learned-nocheck"),
         "learned-marginal": routed(k, n, lambda: PolicyRouter(marginal), label="learned-marginal"),
+        "learned-nomarginal": routed(k, n, lambda: PolicyRouter(selfish), label="learned-nomarginal"),
         **{r: routed(k, n, lambda r=r: ClientRule(r, settings.long_prompt_tokens, seed), label=r) for r in RULES},
         "all-plain": all_plain(n), "all-spec": all_spec(n)}
     row: dict[str, Any] = {"engine_model": engine_model, "family": family_name, "shape": shape_name, "engines": n,
@@ -132,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default="2,4")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--deployments", default=",".join(DEPLOYMENTS),
-                    help="of learned, learned-nocheck, learned-marginal, coin, jsq, length, all-plain, all-spec")
+                    help="of learned, learned-nocheck, learned-marginal, learned-nomarginal, coin, jsq, length, all-plain, all-spec")
     ap.add_argument("--jobs", type=int, default=1, help="rows simulated in parallel (processes)")
     ap.add_argument("--out", default="runs/outofbox_matrix.json")
     args = ap.parse_args(argv)

@@ -95,8 +95,8 @@ class PolicySettings:
         explore_every, explore_ratio, forgetting, prior_weight: ``routing.learning``.
         prior_scale: the learned mode's prior is the true model with every time scaled by this
             (with ``predict``; 1: exact), to test how the fit recovers from a wrong prior.
-        marginal_cost: ``router.policy.Rules.marginal_cost`` (the experiment of ranking by the
-            request's completion plus its cost to the requests already there).
+        marginal_cost: ``routing.learning.marginal_cost`` (ranking by the request's completion
+            plus its cost to the requests decoding beside it; the router's default, on).
         check: ``routing.learning.check.enabled`` (False: predictions checked, never a fallback).
     """
 
@@ -123,7 +123,7 @@ class PolicySettings:
     forgetting: float = 0.995
     prior_weight: float = 0.05
     prior_scale: float = 1.0
-    marginal_cost: bool = False
+    marginal_cost: bool = True
     check: bool = True
 
     def as_dict(self) -> dict[str, object]:

@@ -390,3 +390,11 @@ def test_the_client_rules_choose_by_their_own_in_flight_counts():
     with pytest.raises(ValueError, match="unknown rule 'rr'"):
         ClientRule("rr", 1024)
 
+
+def test_policy_settings_turn_the_prediction_fallback_and_the_marginal_cost_on_and_off():
+    on = PolicySettings(long_prompt_tokens=1024, saturation_enter=8, saturation_exit=6)
+    assert on.check and on.marginal_cost  # the router's defaults
+    assert on.routing().learning.check.enabled is True
+    off = replace(on, check=False)
+    assert off.routing().learning.check.enabled is False
+    assert off.routing().learning.check.window == on.routing().learning.check.window
