@@ -16,8 +16,9 @@ engines alone) the router (``router.decision.policy.decide`` through
 - ``learned``: what a new deployment runs: no ``speed`` blocks, ``routing.learning`` on (the fit
   starts from ``router.decision.learn.DEFAULT_PRIOR`` and learns from the router's own finished requests);
 - ``learned+marginal``: ``learned`` ranking the candidates by the request's completion plus what
-  it costs the requests already on the endpoint (``router.decision.policy.Rules.marginal_cost``, an
-  experiment);
+  it costs the requests already on the endpoint (``routing.learning.marginal_cost``, now the
+  router's default: the same as ``learned``); ``learned-nomarginal``: ``learned`` with it off (each
+  request to the pool predicted fastest for itself);
 - ``exact``: the engines' true speed model as ``speed`` blocks, no learning;
 - ``prior x1`` / ``prior x0.5`` / ``prior x2``: learning from the true model as the prior, exact
   or with every time scaled by 0.5 / 2 (a calibration wrong by 2x either way).
@@ -115,6 +116,7 @@ def _modes(settings: PolicySettings) -> dict[str, PolicySettings]:
         "guards": replace(settings, predict=False, learn=False),
         "learned": replace(settings, predict=False, learn=True),
         "learned+marginal": replace(settings, predict=False, learn=True, marginal_cost=True),
+        "learned-nomarginal": replace(settings, predict=False, learn=True, marginal_cost=False),
         "exact": replace(settings, predict=True, learn=False),
         "prior x1": replace(settings, predict=True, learn=True, prior_scale=1.0),
         "prior x0.5": replace(settings, predict=True, learn=True, prior_scale=0.5),
@@ -170,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES), help="day shapes (default all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--modes", default=None,
-                    help="router modes to run, comma-separated (default all: guards, learned, learned+marginal, exact, "
-                         "prior x1, prior x0.5, prior x2)")
+                    help="router modes to run, comma-separated (default all: guards, learned, learned+marginal, "
+                         "learned-nomarginal, exact, prior x1, prior x0.5, prior x2)")
     ap.add_argument("--bound", action="store_true", help="add the fixed-share splits and the best split reference")
     ap.add_argument("--window-s", type=float, default=30.0, help="windows after a shift (s, default 30)")
     ap.add_argument("--advised", action="store_true",

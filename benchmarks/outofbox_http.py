@@ -34,8 +34,9 @@ the other, through
 - the simplest rules at the same split (``--spec-engines`` k speculative + N - k plain fakes,
   default k = N // 2; with the defaults 1 + 1; the client choosing:
   :data:`RULES`): ``coin``, ``jsq`` (join the shorter queue by the client's own in-flight
-  count), ``length`` (the long-prompt rule); and ``learned-nocheck``, the learned router with its
-  prediction fallback off (``routing.learning.check.enabled: false``). Each prints its mean as
+  count), ``length`` (the long-prompt rule); ``learned-nocheck``, the learned router with its
+  prediction fallback off (``routing.learning.check.enabled: false``); and ``learned-nomarginal``,
+  with ``routing.learning.marginal_cost: false``. Each prints its mean as
   a ratio of the better static deployment's, and the learned rows also over the best rule's.
 
 Requests are sent open loop at their arrival times (one ``httpx.AsyncClient``, not streamed);
@@ -103,8 +104,10 @@ DEPLOYMENTS = ("all-plain", "all-spec", "learned")
 #: ties), ``length`` (prompts above ``routing.long_prompt_tokens`` to plain, the rest to spec).
 RULES = ("coin", "jsq", "length")
 #: ``learned-nocheck``: the learned router with ``routing.learning.check.enabled: false`` (the
-#: prediction never falls back: the router before its predictions were checked).
-VARIANTS = ("learned-nocheck",)
+#: prediction never falls back: the router before its predictions were checked);
+#: ``learned-nomarginal``: with ``routing.learning.marginal_cost: false`` (each request to the pool
+#: predicted fastest for itself, not counting what it costs the requests beside it).
+VARIANTS = ("learned-nocheck", "learned-nomarginal")
 
 
 @dataclass
@@ -134,9 +137,12 @@ def _free_port() -> int:
 
 
 def router_yaml(settings: PolicySettings, spec_urls: list[str], plain_urls: list[str], port: int,
-                check: bool = True) -> dict[str, Any]:
+                check: bool = True, marginal: bool = True) -> dict[str, Any]:
     """The router config of the ``learned`` deployment (module docstring); ``check`` False: the
-    prediction fallback off (``learned-nocheck``)."""
+    prediction fallback off (``learned-nocheck``); ``marginal`` False:
+    ``routing.learning.marginal_cost`` off (``learned-nomarginal``)."""
+    learning: dict[str, Any] = {**({} if check else {"check": {"enabled": False}}),
+                                **({} if marginal else {"marginal_cost": False})}
     return {
         "model": {"name": MODEL, "tokenizer": str(TOKENIZER)},
         "limits": {"max_context_tokens": settings.max_context_tokens, "max_request_bytes": 8 << 20},
@@ -147,7 +153,7 @@ def router_yaml(settings: PolicySettings, spec_urls: list[str], plain_urls: list
         ],
         "routing": {"long_prompt_tokens": settings.long_prompt_tokens,
                     "saturation": {"enter": settings.saturation_enter, "exit": settings.saturation_exit},
-                    **({} if check else {"learning": {"check": {"enabled": False}}})},
+                    **({"learning": learning} if learning else {})},
         "server": {"host": "127.0.0.1", "port": port, "log_requests": True},
     }
 
@@ -266,7 +272,8 @@ def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list
             cfg = workdir / f"{name}.yaml"
             cfg.write_text(yaml.safe_dump(router_yaml(settings, [f.base_url for f in fakes[:k]],
                                                       [f.base_url for f in fakes[k:]], port,
-                                                      check=name != "learned-nocheck")))
+                                                      check=name != "learned-nocheck",
+                                                      marginal=name != "learned-nomarginal")))
             log = (workdir / f"{name}-router.log").open("wb")
             procs.append(subprocess.Popen([sys.executable, "-m", "router.cli", "router", "--config", str(cfg)],
                                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -389,14 +396,14 @@ def main(argv: list[str] | None = None) -> int:
     rules = [n for n in RULES if n in rows and rows[n]["mean_s"] is not None]
     if rules:
         best_rule = min(rules, key=lambda n: rows[n]["mean_s"])
-        for name in ("learned", "learned-nocheck"):
+        for name in ("learned", *VARIANTS):
             if name in rows and rows[name]["mean_s"] is not None:
                 rows[name]["vs_best_rule"] = rows[name]["mean_s"] / rows[best_rule]["mean_s"]
                 print(f"{name} / the best simple rule at {k} + {n - k} ({best_rule}): mean "
                       f"{rows[name]['vs_best_rule']:.3f}x")
         for name in rules:
             print(f"{name}: pools {rows[name]['pools']}")
-    for name in [n for n in ("learned", "learned-nocheck") if n in rows]:
+    for name in [n for n in ("learned", *VARIANTS) if n in rows]:
         h = rows[name]
         print(f"{name}, HTTP decisions:", dict(sorted(h["reasons"].items(), key=lambda kv: -kv[1])),
               "pools:", h["pools"])

@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Choice", "EndpointView", "FixedShare", "PoolView", "RequestView", "RoundRobin", "Router"]
+__all__ = ["Choice", "ClientRule", "EndpointView", "FixedShare", "PoolView", "RequestView", "RoundRobin", "Router"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +131,47 @@ class FixedShare:
         pool = next((p for p in pools if p.speculative == spec), pools[0])
         e = min(pool.endpoints, key=lambda e: (e.load, e.url))
         return Choice(pool.name, e.url, "fixed_share")
+
+
+class ClientRule:
+    """The simplest rules a client applies itself at a split of ``k`` speculative and ``n - k``
+    plain engines, as ``benchmarks/outofbox_http.py`` applies them over HTTP (its ``RULES``):
+    each counts only its own requests in flight (:attr:`EndpointView.inflight`).
+
+    - ``coin``: a speculative engine with probability ``k / n`` (seeded draw per request), the
+      chosen kind's engine with the fewest in flight;
+    - ``jsq``: join the shorter queue: the engine with the fewest in flight, a speculative one
+      on ties;
+    - ``length``: a prompt above ``long_prompt_tokens`` to the plain engine with the fewest in
+      flight, the rest to the speculative one with the fewest.
+
+    Ties between engines of one kind go to the first by URL.
+
+    Args:
+        rule: ``coin``, ``jsq`` or ``length``; long_prompt_tokens: the length rule's threshold
+        (tokens); seed: the coin's seed.
+
+    Raises:
+        ValueError: an unknown rule.
+    """
+
+    RULES = ("coin", "jsq", "length")
+
+    def __init__(self, rule: str, long_prompt_tokens: int, seed: int = 0) -> None:
+        if rule not in self.RULES:
+            raise ValueError(f"unknown rule {rule!r}; known: {', '.join(self.RULES)}")
+        self.rule, self.long_prompt_tokens = rule, long_prompt_tokens
+        self._rng = random.Random(seed)
+
+    def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice:
+        spec = [e for p in pools if p.speculative for e in p.endpoints]
+        plain = [e for p in pools if not p.speculative for e in p.endpoints]
+        if self.rule == "coin":
+            k, n = len(spec), len(spec) + len(plain)
+            eps = spec if self._rng.random() < k / n else plain
+        elif self.rule == "jsq":
+            eps = spec + plain
+        else:
+            eps = plain if request.prompt_tokens > self.long_prompt_tokens else spec
+        e = min(eps, key=lambda e: e.inflight)  # min keeps the first of equals: speculative, then by URL
+        return Choice(e.pool, e.url, self.rule)

@@ -95,8 +95,9 @@ class PolicySettings:
         explore_every, explore_ratio, forgetting, prior_weight: ``routing.learning``.
         prior_scale: the learned mode's prior is the true model with every time scaled by this
             (with ``predict``; 1: exact), to test how the fit recovers from a wrong prior.
-        marginal_cost: ``router.decision.policy.Rules.marginal_cost`` (the experiment of ranking by the
-            request's completion plus its cost to the requests already there).
+        marginal_cost: ``routing.learning.marginal_cost`` (ranking by the request's completion
+            plus its cost to the requests decoding beside it; the router's default, on).
+        check: ``routing.learning.check.enabled`` (False: predictions checked, never a fallback).
     """
 
     long_prompt_tokens: int
@@ -122,7 +123,8 @@ class PolicySettings:
     forgetting: float = 0.995
     prior_weight: float = 0.05
     prior_scale: float = 1.0
-    marginal_cost: bool = False
+    marginal_cost: bool = True
+    check: bool = True
 
     def as_dict(self) -> dict[str, object]:
         """The config values, JSON-ready (the speed model left out)."""
@@ -130,12 +132,15 @@ class PolicySettings:
 
     def routing(self) -> RoutingConfig:
         """The ``routing`` section (validated by the router's own model)."""
-        return RoutingConfig(
+        routing = RoutingConfig(
             long_prompt_tokens=self.long_prompt_tokens,
             saturation=SaturationConfig(enter=self.saturation_enter, exit=self.saturation_exit),
             acceptance=AcceptanceConfig(enabled=self.acceptance_enabled, min_expected_speedup=self.min_expected_speedup,
                                         exit_speedup=self.exit_speedup, max_age_s=self.max_age_s, weight=self.weight),
             min_flip_interval_s=self.min_flip_interval_s, seed=self.seed)
+        learning = routing.learning
+        check = learning.check.model_copy(update={"enabled": self.check})
+        return routing.model_copy(update={"learning": learning.model_copy(update={"check": check})})
 
 
 def settings_for(model: EngineModel, *, long_prompt_tokens: int = 32768, min_speedup: float = 1.0,

@@ -196,6 +196,12 @@ class LearningConfig(Strict):
             a pool the prediction avoids is still measured (a share of at most
             ``1 / explore_every``, reason ``explore``); 0: never.
         explore_ratio: the runner-up's largest predicted slowdown that exploration accepts.
+        marginal_cost: a decision by prediction ranks the pools by the request's predicted
+            completion plus what it costs the requests decoding beside it
+            (:func:`router.decision.predict.externality_s`) instead of its completion alone: each
+            request choosing the pool fastest for itself over-fills the faster pool, as every
+            newcomer slows the batch it joins (docs/performance.md, "The learned router against
+            the simplest rules").
         acceptance_memory_s: the time constant (s) of the measured accept lengths per
             temperature class and context bucket: an estimate reflects about its last this many
             seconds of requests however rarely its bucket is fed (a change of task or drafter
@@ -218,6 +224,7 @@ class LearningConfig(Strict):
     prior_weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.05
     explore_every: NonNegativeInt = 50
     explore_ratio: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.5
+    marginal_cost: StrictBool = True
     acceptance_memory_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 30.0
     change_detection: StrictBool = True
     max_observations_per_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 100.0

@@ -144,8 +144,8 @@ class Rules:
         explore_ratio: the runner-up's largest accepted slowdown.
         marginal_cost: a decision by prediction ranks the candidates by the request's predicted
             completion plus what it costs the requests already on the endpoint
-            (:func:`router.decision.predict.externality_s`) instead of its completion alone (an
-            experiment: off in the router's config).
+            (:func:`router.decision.predict.externality_s`) instead of its completion alone
+            (``routing.learning.marginal_cost``).
     """
 
     max_context_tokens: int

@@ -123,10 +123,13 @@ def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_to
 
 def externality_s(model: SpeedModel, *, batch: int, sequences: int, output_tokens: int,
                   accept_length: float | None, context_tokens: float) -> float:
-    """Seconds the request adds to the requests already decoding on the endpoint: each of the
-    ``batch - sequences`` others decodes its steps ``token_s(batch) - token_s(batch - sequences)``
-    slower while the request's ``sequences`` share the batch, for about ``output_tokens / 2`` of
-    their tokens (they are halfway through on average). The marginal cost of joining a queue
+    """Seconds the request adds to the requests decoding beside it on the endpoint: while its
+    ``sequences`` share the batch, each of the ``batch - sequences`` others decodes a token
+    ``token_s(batch) - token_s(batch - sequences)`` slower, for as many tokens as the request
+    decodes (``output_tokens``): at a steady load the batch stays about as large through the
+    request's life (Little's law: those that finish are replaced by new arrivals, which it slows
+    in their turn), so counting only the tokens the present ones have left (about half of
+    theirs) would halve the cost and leave the faster pool over-filled. The marginal cost of joining a queue
     (the social cost the selfish completion time leaves out: a shared server's delay externality,
     Naor 1969, "The regulation of queue size by levying tolls", Econometrica 37(1)); 0 once the
     running cap ``R`` is reached (the request waits instead of slowing the others).
@@ -144,5 +147,5 @@ def externality_s(model: SpeedModel, *, batch: int, sequences: int, output_token
         return 0.0
     slower = (token_s(model, batch=batch, context=context_tokens, accept_length=accept_length)
               - token_s(model, batch=others, context=context_tokens, accept_length=accept_length))
-    return others * (output_tokens / 2) * max(0.0, slower)
+    return others * output_tokens * max(0.0, slower)
 

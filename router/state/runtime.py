@@ -455,7 +455,7 @@ class Runtime:
         return Rules(max_context_tokens=limits.max_context_tokens, default_max_tokens=limits.default_max_tokens,
                      long_prompt_tokens=self.routing.long_prompt_tokens, seed=self.routing.seed,
                      explore_every=learning.explore_every if learning.enabled else 0,
-                     explore_ratio=learning.explore_ratio)
+                     explore_ratio=learning.explore_ratio, marginal_cost=learning.marginal_cost)
 
     def all_endpoints(self) -> list[Endpoint]:
         """Every endpoint of every pool."""

@@ -158,7 +158,7 @@ def test_default_router_config_is_exact() -> None:
                              "hash_load_factor": 1.5, "sticky_load_factor": 2.0, "pool_affinity_ratio": 1.25,
                              "new_affinity_ratio": 1.1},
             "learning": {"enabled": True, "forgetting": 0.995, "prior_weight": 0.05, "explore_every": 50,
-                         "explore_ratio": 1.5,
+                         "explore_ratio": 1.5, "marginal_cost": True,
                          "check": {"enabled": True, "window": 64, "min_checks": 16, "max_age_s": 300,
                                    "fallback_enter": 0.5, "fallback_exit": 0.3}},
         },

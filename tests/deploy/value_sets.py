@@ -33,7 +33,7 @@ EVERY_ROUTER_KEY = {
                          "sticky_load_factor": 1.5, "pool_affinity_ratio": 1.5,
                          "new_affinity_ratio": 1.2},
         "learning": {"enabled": False, "forgetting": 0.99, "prior_weight": 0.5, "explore_every": 20,
-                     "explore_ratio": 2.0,
+                     "explore_ratio": 2.0, "marginal_cost": False,
                      "check": {"enabled": False, "window": 32, "min_checks": 8, "max_age_s": 120.0,
                                "fallback_enter": 0.8, "fallback_exit": 0.4}},
     },

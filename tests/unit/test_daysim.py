@@ -363,3 +363,38 @@ def test_a_fixed_share_sends_its_share_to_the_speculative_pool():
     picks = [router(0.0, RequestView(100, 10, 0.0), pools) for _ in range(1000)]
     assert sum(c.pool == "spec" for c in picks) == 280  # seeded: 28.0% of 1,000
     assert {c.endpoint for c in picks if c.pool == "spec"} == {"s2"}
+
+
+def test_the_client_rules_choose_by_their_own_in_flight_counts():
+    import random
+
+    from loadtests.dayapi import ClientRule, EndpointView, PoolView, RequestView
+
+    def ep(url, pool, inflight, load=0):  # load (the scrape) differs from in flight: the rules read in flight
+        return EndpointView(url, pool, load, 0, inflight, load, 0.0, None, 0.0)
+
+    pools = (PoolView("spec", True, (ep("s1", "spec", 2, load=0), ep("s2", "spec", 1, load=9))),
+             PoolView("plain", False, (ep("p1", "plain", 1), ep("p2", "plain", 3))))
+    short, long = RequestView(100, 10, 0.0), RequestView(5000, 10, 0.0)
+    jsq = ClientRule("jsq", 1024)
+    assert jsq(0.0, short, pools) == Choice("spec", "s2", "jsq")  # 1 in flight on s2 and p1: spec first on ties
+    length = ClientRule("length", 1024)
+    assert length(0.0, short, pools) == Choice("spec", "s2", "length")
+    assert length(0.0, long, pools) == Choice("plain", "p1", "length")
+    coin = ClientRule("coin", 1024, seed=3)
+    draws = random.Random(3)
+    expected = ["spec" if draws.random() < 2 / 4 else "plain" for _ in range(200)]
+    picks = [coin(0.0, short, pools) for _ in range(200)]
+    assert [c.pool for c in picks] == expected
+    assert {c.endpoint for c in picks} == {"s2", "p1"}
+    with pytest.raises(ValueError, match="unknown rule 'rr'"):
+        ClientRule("rr", 1024)
+
+
+def test_policy_settings_turn_the_prediction_fallback_and_the_marginal_cost_on_and_off():
+    on = PolicySettings(long_prompt_tokens=1024, saturation_enter=8, saturation_exit=6)
+    assert on.check and on.marginal_cost  # the router's defaults
+    assert on.routing().learning.check.enabled is True
+    off = replace(on, check=False)
+    assert off.routing().learning.check.enabled is False
+    assert off.routing().learning.check.window == on.routing().learning.check.window

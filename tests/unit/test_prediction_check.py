@@ -20,6 +20,7 @@ from router.decision.policy import (
     predict_request,
 )
 from router.decision.predict import SpeedModel, completion_s
+from router.decision.predicted import externality_cost
 from router.decision.prediction_check import PredictionCheck, median
 from router.loops.scraper import EngineLoad
 from router.request.features import PromptCounter, RequestFeatures
@@ -247,7 +248,7 @@ def test_externality_is_what_the_others_lose_while_the_request_shares_their_batc
     m = replace(MODEL, batch_knee=8.0)
     slower = token_s(m, batch=4, context=600, accept_length=None) - token_s(m, batch=3, context=600, accept_length=None)
     assert externality_s(m, batch=4, sequences=1, output_tokens=100, accept_length=None,
-                         context_tokens=600) == pytest.approx(3 * 50 * slower)
+                         context_tokens=600) == pytest.approx(3 * 100 * slower)
     assert externality_s(m, batch=1, sequences=1, output_tokens=100, accept_length=None, context_tokens=600) == 0.0
     capped = replace(m, max_running_requests=3)  # the request waits: the running ones are not slowed
     assert externality_s(capped, batch=4, sequences=1, output_tokens=100, accept_length=None,
@@ -260,3 +261,36 @@ def test_externality_is_what_the_others_lose_while_the_request_shares_their_batc
     plain = PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, 2),), speed=m)
     assert decide(f, (spec, plain), RULES).pool == "plain"
     assert decide(f, (spec, plain), replace(RULES, marginal_cost=True)).pool == "spec"
+
+
+def test_the_runtime_ranks_by_marginal_cost_unless_the_config_turns_it_off():
+    assert _runtime().rules.marginal_cost is True  # routing.learning.marginal_cost: on by default
+    doc = {"model": {"name": "m", "tokenizer": "/tmp/t"}, "limits": {"max_context_tokens": 4096},
+           "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
+                       "learning": {"marginal_cost": False}},
+           "pools": [{"name": "spec", "speculative": True, "endpoints": ["http://s:1"]},
+                     {"name": "plain", "speculative": False, "endpoints": ["http://p:1"]}]}
+    assert Runtime(parse_config(doc), PromptCounter.__new__(PromptCounter)).rules.marginal_cost is False
+    with pytest.raises(ConfigError, match="marginal_cost"):
+        parse_config({**doc, "routing": {**doc["routing"], "learning": {"marginal_cost": "yes"}}})
+
+
+def test_the_marginal_cost_moves_a_request_off_a_fuller_faster_pool():
+    # spec: 12 decoding, a request there finishes in less time than on the idle plain endpoint, but
+    # it slows the 12 by more than the difference: ranked by the sum, plain wins
+    m = MODEL
+    f = RequestFeatures(prompt_tokens=100, max_new_tokens=200, temperature_class="greedy")
+    spec = PoolSnapshot("spec", True, 4096, 4, (EndpointSnapshot("http://s", True, 12),),
+                        speed=replace(m, gamma=4, c=0.05), accept_length_greedy=4.0)
+    plain = PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, 0),), speed=m)
+    selfish = decide(f, (spec, plain), RULES)
+    own = dict(selfish.predicted)
+    assert selfish.pool == "spec" and own["spec"] < own["plain"]
+    from router.decision.predict import token_s
+
+    sm = spec.speed
+    ctx = 100 + 200 / 2  # no KV known: the request's own context
+    slower = token_s(sm, batch=13, context=ctx, accept_length=4.0) - token_s(sm, batch=12, context=ctx, accept_length=4.0)
+    assert externality_cost(f, spec, "http://s") == pytest.approx(12 * 200 * slower)  # all 200 of its tokens
+    assert own["spec"] + externality_cost(f, spec, "http://s") > own["plain"]
+    assert decide(f, (spec, plain), replace(RULES, marginal_cost=True)).pool == "plain"
