@@ -51,9 +51,12 @@ def affine_order(features: RequestFeatures, candidates: Sequence[tuple[PoolSnaps
         features: the request.
         candidates: ``(pool, endpoint URL)`` of every pool that may take it.
         order: indices into ``candidates`` and ``predicted``, fastest first.
-        predicted: ``(pool name, seconds)`` per candidate, its cached prefill counted.
+        predicted: ``(pool name, seconds)`` per candidate, its cached prefill counted: the
+            predicted completion, or with ``routing.learning.marginal_cost`` the completion plus
+            what the request adds to the others (:func:`router.decision.predicted.predict_cost`).
         prefix: the request's anchor and ``pool_affinity_ratio`` (None: no prefix routing).
-        predict: :func:`router.decision.policy.predict_request` (called with ``cached_tokens=0`` for a
+        predict: the measure of ``predicted`` (:func:`router.decision.predicted.predict_request` or
+            :func:`~router.decision.predicted.predict_cost`; called with ``cached_tokens=0`` for a
             candidate whose endpoint caches part of the prompt).
 
     The routed candidate is the one whose pool name has the highest

@@ -103,6 +103,7 @@ from router.decision.predicted import (
     batch_context,
     distrusted,
     externality_cost,
+    predict_cost,
     predict_request,
     runner_up,
     shortest_queue,
@@ -541,7 +542,8 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
     """The decision among ``candidates`` (two or more, every one with a speed model) by
     predicted completion time (module docstring, step 3): the shorter queue while a pool's
     predictions are off, else the predicted-fastest (with ``rules.marginal_cost``: completion
-    plus its cost to the others) or, among the near-fastest, the conversation's own pool
+    plus its cost to the others, the measure "near" is judged by too) or, among the near-fastest,
+    the conversation's own pool
     (:func:`router.decision.affinity.affine_order`), or the explored runner-up. ``kept``,
     ``spec_reason``: as :func:`_reason` reads them."""
     predicted = tuple((c.name, predict_request(features, c, url)) for c, url in candidates)
@@ -549,13 +551,13 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
         pool, endpoint = shortest_queue(candidates, predicted)
         return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
                         endpoint_reason=why.get(endpoint), basis=pool)
-    order: Sequence[int]
-    if rules.marginal_cost:
-        cost = [t + externality_cost(features, c, url) for (c, url), (_, t) in zip(candidates, predicted, strict=True)]
-        order = sorted(range(len(candidates)), key=lambda i: cost[i])
-    else:
-        order = sorted(range(len(candidates)), key=lambda i: predicted[i][1])  # stable: first wins ties
-    fastest, order = order[0], affine_order(features, candidates, order, predicted, prefix, predict_request)
+    ranked, score = predicted, predict_request
+    if rules.marginal_cost:  # the same measure for the order and for the affinity's "close"
+        ranked = tuple((name, t + externality_cost(features, c, url))
+                       for (c, url), (name, t) in zip(candidates, predicted, strict=True))
+        score = predict_cost
+    order: Sequence[int] = sorted(range(len(candidates)), key=lambda i: ranked[i][1])  # stable: first wins ties
+    fastest, order = order[0], affine_order(features, candidates, order, ranked, prefix, score)
     pool, endpoint = candidates[order[0]]  # the conversation's pool among the near-fastest
     reason = (_reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER) if order[0] == fastest
               else Reason.PREFIX_AFFINITY)

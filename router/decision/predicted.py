@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from router.decision.policy import EndpointSnapshot, PoolSnapshot, Rules
     from router.request.features import RequestFeatures
 
-__all__ = ["batch_context", "distrusted", "externality_cost", "predict_request", "runner_up", "shortest_queue"]
+__all__ = ["batch_context", "distrusted", "externality_cost", "predict_cost", "predict_request", "runner_up",
+           "shortest_queue"]
 
 
 def _load(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
@@ -69,6 +70,16 @@ def externality_cost(features: RequestFeatures, pool: PoolSnapshot, endpoint: st
                          output_tokens=features.max_new_tokens,
                          accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
                          context_tokens=p + features.max_new_tokens / 2 if ctx is None else ctx)
+
+
+def predict_cost(features: RequestFeatures, pool: PoolSnapshot, endpoint: str,
+                 output_tokens: int | None = None, cached_tokens: int | None = None) -> float:
+    """:func:`predict_request` plus :func:`externality_cost`: the seconds the request takes and
+    the seconds it adds to the requests decoding beside it on ``endpoint`` (what
+    ``routing.learning.marginal_cost`` ranks the pools by). Raises what :func:`predict_request`
+    raises."""
+    return predict_request(features, pool, endpoint, output_tokens, cached_tokens) + \
+        externality_cost(features, pool, endpoint)
 
 
 def distrusted(candidates: Sequence[tuple[PoolSnapshot, str]]) -> bool:

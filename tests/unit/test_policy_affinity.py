@@ -152,3 +152,23 @@ def test_a_continued_conversation_is_explored_whole(name, anchor, continued, tie
 def test_without_an_anchor_the_tie_break_explores():
     assert where(route(pools(), anchor=None, explore_every=2, tie_break=1)) == ("plain", Reason.EXPLORE)
     assert where(route(pools(), anchor=None, explore_every=2, tie_break=0)) == ("spec", Reason.SPECULATIVE)
+
+
+def test_with_the_marginal_cost_the_affinity_compares_costs_too():
+    """``routing.learning.marginal_cost``: the pools are ranked by completion plus the seconds the
+    request adds to the others decoding beside it, and "close" is judged by the same measure.
+    spec holds 50 sequences (knee 100): the request would take 0.1 + 0.1 * (1 + 51/100) = 0.251 s
+    there, within 1.25x plain's 0.22 s, but it adds 50 * 0.1 / 100 = 0.05 s to the others: 0.301 s,
+    past 1.25x plain's cost (0.22 s, nothing beside it). The anchor ranks spec first."""
+    busy_spec = PoolSnapshot("spec", True, S, 4, (EndpointSnapshot("http://s0", True, 50, 0),),
+                             speed=SpeedModel(decode_s_per_token=0.001, batch_knee=100, prefill_s_per_token=1e-4),
+                             accept_length_sampled=3.0)
+    plain = pools()[1]
+    req = PrefixRequest(anchor=SPEC_FIRST, anchor_tokens=50, continued=True, pool_affinity_ratio=RATIO,
+                        new_affinity_ratio=NEW_RATIO)
+    features = RequestFeatures(prompt_tokens=P, max_new_tokens=M)
+    for marginal, expected in ((False, ("spec", Reason.PREFIX_AFFINITY)), (True, ("plain", Reason.PLAIN_FASTER))):
+        rules = Rules(max_context_tokens=S, default_max_tokens=256, long_prompt_tokens=S, marginal_cost=marginal)
+        d = decide(features, [busy_spec, plain], rules, prefix=req)
+        assert where(d) == expected, marginal
+        assert dict(d.predicted) == pytest.approx({"spec": 0.251, "plain": 0.22}, rel=1e-6)  # completions
