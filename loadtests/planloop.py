@@ -17,7 +17,9 @@ and KEDA's cooldown are the same idea: act on a sustained signal, step by step).
    in the other mode, warmed), ``m * change_cost_s`` engine-seconds; keeping the gain for the
    dwell time is worth ``N * g * dwell_s`` engine-seconds (a relative gain ``g`` on N engines
    is as good as ``g * N`` more of them). Below the cost: hold (``below_cost``);
-6. a change in the other direction than the last one waits ``dwell_s`` after it (``dwell``);
+6. a change in the other direction than the last one waits ``dwell_s`` after it (``dwell``),
+   unless its predicted gain reaches ``reverse_gain`` (the traffic turned: a gain that large is
+   not the prediction's noise the dwell guards against);
    any change waits ``step_s`` after the last one (``step_wait``: the moved engine's pod
    restarts and warms before the next moves);
 7. else one engine moves toward the target (``gain``).
@@ -63,6 +65,7 @@ class Hysteresis:
         step_s: time after any change before the next engine moves.
         change_cost_s: seconds one engine is out of service to change its mode.
         min_gain: the smallest predicted relative gain acted on.
+        reverse_gain: the predicted relative gain that reverses the last change within ``dwell_s``.
         floor_speculative, floor_plain: engines a pool keeps at least.
     """
 
@@ -70,12 +73,13 @@ class Hysteresis:
     step_s: float = 120.0
     change_cost_s: float = 300.0
     min_gain: float = 0.05
+    reverse_gain: float = 0.2
     floor_speculative: int = 0
     floor_plain: int = 0
 
     def __post_init__(self) -> None:
-        if min(self.dwell_s, self.step_s, self.change_cost_s, self.min_gain) < 0:
-            raise ValueError("dwell_s, step_s, change_cost_s and min_gain must be >= 0")
+        if min(self.dwell_s, self.step_s, self.change_cost_s, self.min_gain, self.reverse_gain) < 0:
+            raise ValueError("dwell_s, step_s, change_cost_s, min_gain and reverse_gain must be >= 0")
         if min(self.floor_speculative, self.floor_plain) < 0:
             raise ValueError("the floors must be >= 0")
 
@@ -176,7 +180,7 @@ class PlanLoop:
         direction = 1 if target > current else -1
         if self.last_change_at is not None:
             since = now - self.last_change_at
-            if direction != self.last_direction and since < h.dwell_s:
+            if direction != self.last_direction and since < h.dwell_s and gain < h.reverse_gain:
                 return Step("dwell", current, target, current, gain)
             if since < h.step_s:
                 return Step("step_wait", current, target, current, gain)

@@ -211,8 +211,19 @@ def test_step_wait_and_dwell_after_a_change() -> None:
     loop.commit(first, 0.0)
     assert loop.decide(_advice([2.0, 1.5, 1.0, 0.5]), 2, 5.0).outcome == "step_wait"
     assert loop.decide(_advice([2.0, 1.5, 1.0, 0.5]), 2, 10.0).outcome == "gain"      # same direction
-    assert loop.decide(_advice([0.5, 1.0, 2.0, 2.0]), 2, 50.0).outcome == "dwell"     # reversal within dwell
-    assert loop.decide(_advice([0.5, 1.0, 2.0, 2.0]), 2, 100.0).moved_to == 1
+    assert loop.decide(_advice([1.7, 1.9, 2.0, 2.0]), 2, 50.0).outcome == "dwell"     # reversal within dwell
+    assert loop.decide(_advice([1.7, 1.9, 2.0, 2.0]), 2, 100.0).moved_to == 1
+
+
+def test_a_large_gain_reverses_within_the_dwell() -> None:
+    loop = PlanLoop(3, H)
+    loop.commit(loop.decide(_advice([2.0, 1.5, 1.0, 1.2]), 1, 0.0), 0.0)
+    small = loop.decide(_advice([1.7, 1.9, 2.0, 2.0]), 2, 50.0)       # 15% < reverse_gain 20%
+    big = loop.decide(_advice([1.5, 1.9, 2.0, 2.0]), 2, 50.0)         # 25%: the traffic turned
+    assert (small.outcome, big.outcome, big.moved_to) == ("dwell", "gain", 1)
+    assert big.gain == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="reverse_gain"):
+        Hysteresis(reverse_gain=-0.1)
 
 
 def test_metrics_show_the_advice_and_the_last_change() -> None:
