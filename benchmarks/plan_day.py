@@ -18,10 +18,13 @@ go through:
 - with ``--sweep``, every fixed split ``specgate ks+(N-k)p`` (k = 0..N, the out-of-the-box
   router learning live, :func:`loadtests.split.specgate_at`); by default on the steady days only
   (``--sweep steady``: the changing days' sweep is what the run's CPU budget cuts);
-- the planner-driven deployment (:func:`loadtests.planday.planned`): the same router, starting
-  at N/2 speculative engines, ``specgate plan``'s loop every ``--interval-s`` of simulated time on
-  the router's window, moving one engine at a time, each change costed (the engine drains, then
-  is out of service ``--convert-s`` more: restarted in the other mode and warmed).
+- the planner-driven deployment (:func:`loadtests.planday.planned`): the same router,
+  ``specgate plan``'s loop every ``--interval-s`` of simulated time on the router's window,
+  moving one engine at a time, each change costed (the engine drains, then is out of service
+  ``--convert-s`` more: restarted in the other mode and warmed). It starts where the planner
+  left the previous day (``--start yesterday``, default: the same day shape drawn with seed + 1,
+  run by the planner from N/2 speculative engines; the split it ends at), or at N/2 (``--start
+  half``).
 
 On a steady day the N/2 split's run is also the ``specgate plan --once`` check: the advice on the
 router's window after the first fifth of the day (observe only), against the best measured fixed
@@ -106,7 +109,8 @@ class Cell:
     def plan_settings(self, **kw: Any) -> PlanDaySettings:
         a = self.args
         h = Hysteresis(dwell_s=a.dwell_s, step_s=a.interval_s, change_cost_s=a.convert_s + 30.0,
-                       min_gain=a.min_gain, reverse_gain=a.reverse_gain)
+                       min_gain=a.min_gain, reverse_gain=a.reverse_gain, sustained_gain=a.sustained_gain,
+                       sustained_rounds=a.sustained_rounds)
         return PlanDaySettings(interval_s=a.interval_s, window_s=a.window_s, window_requests=a.window_requests,
                                convert_s=a.convert_s, hysteresis=h, reach=a.reach, seed=a.seed, **kw)
 
@@ -127,8 +131,9 @@ class Cell:
                     once = self._once(start)
                 else:
                     self.run(specgate_at(k, n, self.learned), k=k, fixed=True)
-        dep, get = planned(n, start, lambda: PolicyRouter(self.learned), self.plan_settings(), self.kv)
         t0 = time.process_time()
+        start_k = start if self.args.start == "half" else self._yesterday(start)
+        dep, get = planned(n, start_k, lambda: PolicyRouter(self.learned), self.plan_settings(), self.kv)
         prow = self.run(dep, k=None, planner=True)
         pr = get()
         prow.update(changes=[(round(c["t"]), "->" + c["to"]) for c in pr.changes],
@@ -143,7 +148,7 @@ class Cell:
         best = min(fixed, key=lambda r: r["mean_s"] or float("inf")) if fixed else None
         out: dict[str, Any] = {
             "engine_model": self.engine_model, "family": self.family.name, "shape": name, "engines": n,
-            "changing": not steady, "requests": len(self.reqs), "static": static["deployment"],
+            "changing": not steady, "requests": len(self.reqs), "start_k": start_k, "static": static["deployment"],
             "static_mean_s": static["mean_s"], "planner_ratio": prow["mean_ratio"],
             "planner_p90_ratio": _ratio(prow["p90_s"], static["p90_s"]), "changes": len(pr.changes),
             "out_of_service_s": prow["out_of_service_s"],
@@ -153,6 +158,13 @@ class Cell:
             at = next(r for r in fixed if r["k"] == once["advised"])
             out.update(once_advised=once["advised"], once_ratio=_ratio(at["mean_s"], best["mean_s"]))
         return out
+
+    def _yesterday(self, start: int) -> int:
+        """The split the planner ends the previous day at (the same shape, seed + 1, from ``start``)."""
+        dep, get = planned(self.n, start, lambda: PolicyRouter(self.learned), self.plan_settings(), self.kv)
+        simulate_day(self.shape.requests(self.args.seed + 1), dep, self.family.model, seed=self.args.seed + 1,
+                     make_engine=self.make_engine)
+        return get().split
 
     def _once(self, start: int) -> dict[str, Any]:
         """The N/2 split's run with ``specgate plan --once`` after the first fifth (observe only)."""
@@ -170,7 +182,8 @@ class Cell:
         for r in self.rows:
             extra = ""
             if r.get("planner"):
-                extra = f"  changes {r['changes']}, out of service {r['out_of_service_s']:.0f} engine-s"
+                extra = f"  start {summary['start_k']}s, changes {r['changes']}, out of service " \
+                        f"{r['out_of_service_s']:.0f} engine-s"
             print(f"  {r['deployment']:<26} mean {_f(r['mean_s'], 8)} p90 {_f(r['p90_s'], 8)}  "
                   f"{_f(r['mean_ratio'])}x{extra}")
         if "once_advised" in summary:
@@ -187,11 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=",".join(SLOW_SHAPES))
     ap.add_argument("--sweep", choices=("steady", "all", "none"), default="steady",
                     help="which days run every fixed split (default steady: the --once check needs them)")
+    ap.add_argument("--start", choices=("yesterday", "half"), default="yesterday",
+                    help="the planner's first split: where it left the previous day (default), or N/2")
     ap.add_argument("--interval-s", type=float, default=300.0, help="planner rounds (simulated s, default 300)")
     ap.add_argument("--convert-s", type=float, default=180.0,
                     help="an engine's time out of service after its drain (s, default 180)")
     ap.add_argument("--dwell-s", type=float, default=1800.0)
     ap.add_argument("--min-gain", type=float, default=0.05)
+    ap.add_argument("--sustained-gain", type=float, default=0.02)
+    ap.add_argument("--sustained-rounds", type=int, default=3)
     ap.add_argument("--reverse-gain", type=float, default=0.2)
     ap.add_argument("--window-s", type=float, default=600.0, help="the router's window (s, default 600)")
     ap.add_argument("--window-requests", type=int, default=2048, help="the router's window (default 2048)")
@@ -229,12 +246,12 @@ def main(argv: list[str] | None = None) -> int:
                     (out / "plan_day.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     print("\nmean / the better static deployment's (in-process simulator; planner: changes costed):")
     print(f"{'model':<9} {'family':<15} {'day':<13} {'N':>2} {'static':<13} {'best fixed':>10} {'planner':>8} "
-          f"{'p90':>6} {'changes':>7}  --once")
+          f"{'p90':>6} {'start':>5} {'changes':>7}  --once")
     for c in cells:
         once = "" if "once_advised" not in c else f"{c['once_advised']} spec, {c['once_ratio']:.3f}x best"
         print(f"{c['engine_model']:<9} {c['family']:<15} {c['shape']:<13} {c['engines']:>2} {c['static']:<13} "
               f"{_f(c['best_fixed_ratio'], 10)} {_f(c['planner_ratio'], 8)} {_f(c['planner_p90_ratio'], 6)} "
-              f"{c['changes']:>7}  {once}")
+              f"{c['start_k']:>5} {c['changes']:>7}  {once}")
     print(f"\nwrote {out / 'plan_day.json'}; CPU {time.process_time() - t_start:.0f} s")
     return 0
 

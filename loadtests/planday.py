@@ -236,6 +236,8 @@ class PlannedRouter:
             self.loop.commit(step, now)
         elif step.changed:
             rec["moved_to"] = step.current
+        else:
+            self.loop.commit(step, now)
         self.rounds.append(rec)
         return rec
 

@@ -11,7 +11,10 @@ and KEDA's cooldown are the same idea: act on a sustained signal, step by step).
 3. at the target: hold (``at_advice``); a target without a prediction: hold (``no_prediction``);
 4. the predicted relative gain ``g`` of the target over the current split on the metric
    (``(cur - target) / cur`` for the seconds, ``(target - cur) / cur`` for goodput) must reach
-   ``min_gain`` (hysteresis against noise in the prediction; ``below_min_gain``);
+   ``min_gain`` (hysteresis against noise in the prediction; ``below_min_gain``), or, smaller,
+   ``sustained_gain`` toward the same side in ``sustained_rounds`` rounds running (a small gain
+   every round predicts is not noise: HPA's stabilization window acts on a sustained signal the
+   same way);
 5. the cost of a change (Dynamo's planner weighs its adjustment interval the same way):
    moving ``m`` engines takes each out of service for ``change_cost_s`` (drained, restarted
    in the other mode, warmed), ``m * change_cost_s`` engine-seconds; keeping the gain for the
@@ -66,6 +69,9 @@ class Hysteresis:
         change_cost_s: seconds one engine is out of service to change its mode.
         min_gain: the smallest predicted relative gain acted on.
         reverse_gain: the predicted relative gain that reverses the last change within ``dwell_s``.
+        sustained_gain, sustained_rounds: a gain below ``min_gain`` but at least
+            ``sustained_gain``, toward the same side in ``sustained_rounds`` rounds running
+            (:meth:`PlanLoop.commit` of each), is acted on.
         floor_speculative, floor_plain: engines a pool keeps at least.
     """
 
@@ -74,12 +80,16 @@ class Hysteresis:
     change_cost_s: float = 300.0
     min_gain: float = 0.05
     reverse_gain: float = 0.2
+    sustained_gain: float = 0.02
+    sustained_rounds: int = 3
     floor_speculative: int = 0
     floor_plain: int = 0
 
     def __post_init__(self) -> None:
         if min(self.dwell_s, self.step_s, self.change_cost_s, self.min_gain, self.reverse_gain) < 0:
             raise ValueError("dwell_s, step_s, change_cost_s, min_gain and reverse_gain must be >= 0")
+        if self.sustained_gain < 0 or self.sustained_rounds < 1:
+            raise ValueError("sustained_gain must be >= 0, sustained_rounds >= 1")
         if min(self.floor_speculative, self.floor_plain) < 0:
             raise ValueError("the floors must be >= 0")
 
@@ -145,6 +155,8 @@ class PlanLoop:
         self.h = hysteresis
         self.last_change_at: float | None = None
         self.last_direction = 0
+        #: (side, rounds running) of the small gains (``sustained_gain`` <= gain < ``min_gain``)
+        self.streak = (0, 0)
 
     def target(self, advice: Mapping[str, Any]) -> int:
         """The best split within the floors (ties to fewer speculative engines)."""
@@ -173,11 +185,12 @@ class PlanLoop:
         gain = _gain(advice["metric"], _value(advice, current), _value(advice, target))
         if gain is None:
             return Step("no_prediction", current, target, current)
-        if gain < h.min_gain:
+        direction = 1 if target > current else -1
+        if gain < h.min_gain and not (gain >= h.sustained_gain and self.streak[0] == direction
+                                      and self.streak[1] + 1 >= h.sustained_rounds):
             return Step("below_min_gain", current, target, current, gain)
         if self.engines * gain * h.dwell_s < abs(target - current) * h.change_cost_s:
             return Step("below_cost", current, target, current, gain)
-        direction = 1 if target > current else -1
         if self.last_change_at is not None:
             since = now - self.last_change_at
             if direction != self.last_direction and since < h.dwell_s and gain < h.reverse_gain:
@@ -187,10 +200,20 @@ class PlanLoop:
         return Step("gain", current, target, current + direction, gain)
 
     def commit(self, step: Step, now: float) -> None:
-        """Record that ``step``'s change was applied at ``now`` (monotonic s)."""
+        """Record a round's ``step`` at ``now`` (monotonic s): a change applied, or a small
+        gain toward a side (every round's step is committed, changed or not)."""
         if step.changed:
             self.last_change_at = now
             self.last_direction = 1 if step.moved_to > step.current else -1
+            self.streak = (0, 0)
+            return
+        h = self.h
+        if step.target is None or step.gain is None or step.target == step.current or not (
+                h.sustained_gain <= step.gain < h.min_gain):
+            self.streak = (0, 0)
+            return
+        side = 1 if step.target > step.current else -1
+        self.streak = (side, self.streak[1] + 1 if self.streak[0] == side else 1)
 
 
 class PlanMetrics:

@@ -243,3 +243,22 @@ def test_metrics_show_the_advice_and_the_last_change() -> None:
     assert get("specgate_plan_last_change_reason", {"reason": "floor"}) == 0
     assert get("specgate_plan_trusted") == 1
     assert math.isfinite(get("specgate_plan_window_requests"))
+
+
+def test_a_small_gain_every_round_is_acted_on_after_the_sustained_rounds() -> None:
+    loop = PlanLoop(3, Hysteresis(dwell_s=1000.0, step_s=10.0, change_cost_s=20.0, min_gain=0.05,
+                                  sustained_gain=0.02, sustained_rounds=3))
+    small = _advice([1.0, 0.97, 0.96, 0.96])     # 4% toward k = 2 from k = 0
+    outcomes = []
+    for t in (0.0, 60.0, 120.0):
+        step = loop.decide(small, 0, t)
+        outcomes.append((step.outcome, step.moved_to))
+        loop.commit(step, t)
+    assert outcomes == [("below_min_gain", 0), ("below_min_gain", 0), ("gain", 1)]
+    assert loop.streak == (0, 0)
+    # a round at the advice, or below sustained_gain, starts the count again
+    loop = PlanLoop(3, loop.h)
+    for adv in (small, _advice([0.96, 0.97, 1.0, 1.0]), small, _advice([1.0, 0.995, 0.99, 0.99]), small, small):
+        step = loop.decide(adv, 0, 0.0)
+        loop.commit(step, 0.0)
+    assert loop.streak == (1, 2) and step.outcome == "below_min_gain"
