@@ -21,10 +21,11 @@ go through:
 - the planner-driven deployment (:func:`loadtests.planday.planned`): the same router,
   ``specgate plan``'s loop every ``--interval-s`` of simulated time on the router's window,
   moving one engine at a time, each change costed (the engine drains, then is out of service
-  ``--convert-s`` more: restarted in the other mode and warmed). It starts where the planner
-  left the previous day (``--start yesterday``, default: the same day shape drawn with seed + 1,
-  run by the planner from N/2 speculative engines; the split it ends at), or at N/2 (``--start
-  half``).
+  ``--convert-s`` more: restarted in the other mode and warmed). With ``--start yesterday``
+  (default) the router and the planner have run through the previous day (the same day shape
+  drawn with seed + 1, from N/2 speculative engines, back to back with the measured day in one
+  run: what the router learned and the split it reached carry over); only the measured day's
+  requests count. ``--start half``: the day alone, from N/2 and a fresh router.
 
 On a steady day the N/2 split's run is also the ``specgate plan --once`` check: the advice on the
 router's window after the first fifth of the day (observe only), against the best measured fixed
@@ -64,7 +65,7 @@ from loadtests.daysim import (
     all_spec,
     simulate_day,
 )
-from loadtests.planday import PlanDaySettings, out_of_service_s, planned
+from loadtests.planday import PlanDaySettings, PlannedRouter, out_of_service_s, planned
 from loadtests.planloop import Hysteresis
 from loadtests.sglang_day import sglang_engines
 from loadtests.sglang_families import FAMILIES as SGLANG_FAMILIES
@@ -132,12 +133,10 @@ class Cell:
                 else:
                     self.run(specgate_at(k, n, self.learned), k=k, fixed=True)
         t0 = time.process_time()
-        start_k = start if self.args.start == "half" else self._yesterday(start)
-        dep, get = planned(n, start_k, lambda: PolicyRouter(self.learned), self.plan_settings(), self.kv)
-        prow = self.run(dep, k=None, planner=True)
-        pr = get()
-        prow.update(changes=[(round(c["t"]), "->" + c["to"]) for c in pr.changes],
-                    out_of_service_s=round(out_of_service_s(pr.changes, prow["end_s"]), 1),
+        prow, pr, start_k, offset = self._planned(start)
+        changes = [c for c in pr.changes if c["t"] >= offset]
+        prow.update(changes=[(round(c["t"] - offset), "->" + c["to"]) for c in changes],
+                    out_of_service_s=round(out_of_service_s(changes, prow["end_s"]), 1),
                     cpu_s=round(time.process_time() - t0, 1),
                     rounds=[{k: v for k, v in r.items() if k != "predicted"} | {
                         "predicted": {str(k): v for k, v in (r.get("predicted") or {}).items()}} for r in pr.rounds])
@@ -150,7 +149,7 @@ class Cell:
             "engine_model": self.engine_model, "family": self.family.name, "shape": name, "engines": n,
             "changing": not steady, "requests": len(self.reqs), "start_k": start_k, "static": static["deployment"],
             "static_mean_s": static["mean_s"], "planner_ratio": prow["mean_ratio"],
-            "planner_p90_ratio": _ratio(prow["p90_s"], static["p90_s"]), "changes": len(pr.changes),
+            "planner_p90_ratio": _ratio(prow["p90_s"], static["p90_s"]), "changes": len(changes),
             "out_of_service_s": prow["out_of_service_s"],
             "best_fixed": None if best is None else best["deployment"],
             "best_fixed_ratio": None if best is None else best["mean_ratio"]}
@@ -159,12 +158,25 @@ class Cell:
             out.update(once_advised=once["advised"], once_ratio=_ratio(at["mean_s"], best["mean_s"]))
         return out
 
-    def _yesterday(self, start: int) -> int:
-        """The split the planner ends the previous day at (the same shape, seed + 1, from ``start``)."""
+    def _planned(self, start: int) -> tuple[dict[str, Any], PlannedRouter, int, float]:
+        """The planner-driven run: its row (the measured day's requests only), the planner, the
+        split the measured day starts at and the day's offset in the run (s; module docstring)."""
         dep, get = planned(self.n, start, lambda: PolicyRouter(self.learned), self.plan_settings(), self.kv)
-        simulate_day(self.shape.requests(self.args.seed + 1), dep, self.family.model, seed=self.args.seed + 1,
-                     make_engine=self.make_engine)
-        return get().split
+        if self.args.start == "half":
+            return self.run(dep, k=None, planner=True), get(), start, 0.0
+        offset = self.shape.duration_s
+        before = self.shape.requests(self.args.seed + 1)
+        reqs = before + [replace(r, rid=len(before) + r.rid, arrival_s=r.arrival_s + offset) for r in self.reqs]
+        res = simulate_day(reqs, dep, self.family.model, seed=self.args.seed, make_engine=self.make_engine)
+        today = replace(res, records=res.records[len(before):])
+        s = summarize(today, day_s=self.shape.duration_s, long_prompt_tokens=self.shape.long_prompt_tokens)
+        row = {"deployment": f"{dep.name.split(' from ')[0]} (after the previous day)", "mean_s": s["mean_s"],
+               "p90_s": s["p90_s"], "ok": s["ok"], "refused": s["refused"], "end_s": res.end_s, "k": None,
+               "planner": True}
+        self.rows.append(row)
+        pr = get()
+        moved = sum(1 if c["to"] == "spec" else -1 for c in pr.changes if c["t"] < offset)
+        return row, pr, start + moved, offset
 
     def _once(self, start: int) -> dict[str, Any]:
         """The N/2 split's run with ``specgate plan --once`` after the first fifth (observe only)."""
