@@ -229,7 +229,9 @@ class PlannedRouter:
             return rec
         rec.update(advised=adv["advised"]["speculative"], trusted=adv["trusted"], window=adv["window"]["requests"],
                    predicted={p["speculative"]: p["predicted_" + s.metric] for p in adv["splits"]})
-        step = self.loop.decide(adv, cur, now)
+        smooth = self.loop.observe(adv)
+        rec["smoothed"] = {p["speculative"]: p["predicted_" + s.metric] for p in smooth["splits"]}
+        step = self.loop.decide(smooth, cur, now)
         rec.update(step.as_dict())
         if step.changed and s.act:
             self._start_change(step.moved_to - step.current, now, pools)

@@ -1,6 +1,9 @@
 """``specgate plan``'s loop: when an advice is worth a change of split, and the planner's metrics.
 
-Every ``interval`` seconds the planner takes a fresh advice (:func:`loadtests.plan.advise`) and
+Every ``interval`` seconds the planner takes a fresh advice (:func:`loadtests.plan.advise`),
+:meth:`PlanLoop.observe` replaces each split's prediction by its median over the last
+``smooth_rounds`` rounds (one replay of a short window near saturation can predict several times
+the mean for a round, and a single such round must not move an engine), and
 :meth:`PlanLoop.decide` turns it into at most one engine moved (HPA's scale-down stabilization
 and KEDA's cooldown are the same idea: act on a sustained signal, step by step). In order:
 
@@ -40,6 +43,7 @@ process on ``--metrics-port``): ``specgate_plan_advised_engines{pool}`` (``specu
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +73,8 @@ class Hysteresis:
         change_cost_s: seconds one engine is out of service to change its mode.
         min_gain: the smallest predicted relative gain acted on.
         reverse_gain: the predicted relative gain that reverses the last change within ``dwell_s``.
+        smooth_rounds: rounds whose predictions :meth:`PlanLoop.observe` takes the median of
+            (1: the round's own).
         sustained_gain, sustained_rounds: a gain below ``min_gain`` but at least
             ``sustained_gain``, toward the same side in ``sustained_rounds`` rounds running
             (:meth:`PlanLoop.commit` of each), is acted on.
@@ -80,6 +86,7 @@ class Hysteresis:
     change_cost_s: float = 300.0
     min_gain: float = 0.05
     reverse_gain: float = 0.2
+    smooth_rounds: int = 3
     sustained_gain: float = 0.02
     sustained_rounds: int = 3
     floor_speculative: int = 0
@@ -88,8 +95,8 @@ class Hysteresis:
     def __post_init__(self) -> None:
         if min(self.dwell_s, self.step_s, self.change_cost_s, self.min_gain, self.reverse_gain) < 0:
             raise ValueError("dwell_s, step_s, change_cost_s, min_gain and reverse_gain must be >= 0")
-        if self.sustained_gain < 0 or self.sustained_rounds < 1:
-            raise ValueError("sustained_gain must be >= 0, sustained_rounds >= 1")
+        if self.sustained_gain < 0 or self.sustained_rounds < 1 or self.smooth_rounds < 1:
+            raise ValueError("sustained_gain must be >= 0, sustained_rounds and smooth_rounds >= 1")
         if min(self.floor_speculative, self.floor_plain) < 0:
             raise ValueError("the floors must be >= 0")
 
@@ -157,6 +164,25 @@ class PlanLoop:
         self.last_direction = 0
         #: (side, rounds running) of the small gains (``sustained_gain`` <= gain < ``min_gain``)
         self.streak = (0, 0)
+        #: the last rounds' predictions, ``{k: value}`` each (:meth:`observe`)
+        self.history: deque[dict[int, float | None]] = deque(maxlen=hysteresis.smooth_rounds)
+
+    def observe(self, advice: Mapping[str, Any]) -> dict[str, Any]:
+        """Record a round's advice and return it with each split's prediction replaced by the
+        median of that split's predictions over the last ``smooth_rounds`` rounds (the ones that
+        predicted it; a split no round completes stays None) and ``advised`` recomputed."""
+        key = "predicted_" + advice["metric"]
+        self.history.append({s["speculative"]: s.get(key) for s in advice["splits"]})
+        splits = []
+        for s in advice["splits"]:
+            vals = sorted(v for h in self.history for k, v in h.items() if k == s["speculative"] and v is not None)
+            m = None if not vals else (vals[len(vals) // 2] if len(vals) % 2 else
+                                       (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2)
+            splits.append({**s, key: m if s.get(key) is not None else None})
+        out = {**advice, "splits": splits}
+        k = self.target(out)
+        out["advised"] = {"speculative": k, "plain": self.engines - k}
+        return out
 
     def target(self, advice: Mapping[str, Any]) -> int:
         """The best split within the floors (ties to fewer speculative engines)."""

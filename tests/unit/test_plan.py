@@ -262,3 +262,20 @@ def test_a_small_gain_every_round_is_acted_on_after_the_sustained_rounds() -> No
         step = loop.decide(adv, 0, 0.0)
         loop.commit(step, 0.0)
     assert loop.streak == (1, 2) and step.outcome == "below_min_gain"
+
+
+def test_observe_takes_each_split_s_median_over_the_last_rounds() -> None:
+    loop = PlanLoop(3, Hysteresis(smooth_rounds=3))
+    first = loop.observe(_advice([2.0, 1.5, 1.0, 1.2]))
+    assert [s["predicted_mean_s"] for s in first["splits"]] == [2.0, 1.5, 1.0, 1.2]
+    loop.observe(_advice([2.0, 1.5, 1.1, 1.3]))
+    spike = loop.observe(_advice([2.0, 9.0, 8.0, 1.1]))        # one round predicts k = 3 best
+    assert [s["predicted_mean_s"] for s in spike["splits"]] == [2.0, 1.5, 1.1, 1.2]
+    assert spike["advised"] == {"speculative": 2, "plain": 1}
+    assert loop.decide(spike, 2, 0.0).outcome == "at_advice"
+    # a split predicted in fewer rounds takes the median of those; one the round does not complete stays None
+    out = loop.observe({**_advice([None, 1.0]), "splits": [{"speculative": 0, "predicted_mean_s": None},
+                                                            {"speculative": 1, "predicted_mean_s": 1.0}]})
+    assert [s["predicted_mean_s"] for s in out["splits"]] == [None, 1.5]
+    with pytest.raises(ValueError, match="smooth_rounds"):
+        Hysteresis(smooth_rounds=0)
