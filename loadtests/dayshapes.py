@@ -42,7 +42,7 @@ minutes out of service, can pay for itself):
 - ``slow_long``: 45 minutes at 3.4 requests/s per 2 engines; short prompts only for 7.5
   minutes, then for half an hour the long documents arrive (20% of the requests, as
   ``shift_long``), then short prompts again for 7.5 minutes.
-- ``slow_sampled``: 50 minutes at 2.4 requests/s per 2 engines; greedy for 10 minutes, then the
+- ``slow_sampled``: 70 minutes at 2.4 requests/s per 2 engines; greedy for 30 minutes, then the
   sampled share grows by a quarter every 5 minutes until every request is sampled (the last 25
   minutes).
 - ``steady_light`` / ``steady_heavy``: 25 minutes at a constant 1.2 / 3.4 requests/s per 2
@@ -375,9 +375,9 @@ SLOW_SHAPES: dict[str, DayShape] = {
                                     Segment(600, 3.0, 0.8), Segment(600, 0.8, 0.6)), _MIX),
     "slow_long": DayShape("slow_long", (Segment(450, 3.4, 3.4, _SHORT_ONLY), Segment(1800, 3.4, 3.4),
                                         Segment(450, 3.4, 3.4, _SHORT_ONLY)), _MIX, shift_at_s=450.0),
-    "slow_sampled": DayShape("slow_sampled", (Segment(600, 2.4, 2.4, _sampled(0.0)),
+    "slow_sampled": DayShape("slow_sampled", (Segment(1800, 2.4, 2.4, _sampled(0.0)),
                                               *(Segment(300, 2.4, 2.4, _sampled(q / 4)) for q in (1, 2, 3)),
-                                              Segment(1500, 2.4, 2.4, _sampled(1.0))), _MIX, shift_at_s=600.0),
+                                              Segment(1500, 2.4, 2.4, _sampled(1.0))), _MIX, shift_at_s=1800.0),
     "steady_light": DayShape("steady_light", (Segment(1500, 1.2, 1.2),), _MIX),
     "steady_heavy": DayShape("steady_heavy", (Segment(1500, 3.4, 3.4),), _MIX),
 }

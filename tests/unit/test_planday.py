@@ -128,7 +128,7 @@ def test_settings_are_checked() -> None:
 def test_slow_days() -> None:
     assert set(CHANGING) < set(SLOW_SHAPES)
     assert {n: SLOW_SHAPES[n].duration_s for n in SLOW_SHAPES} == {
-        "diurnal": 3600.0, "slow_long": 2700.0, "slow_sampled": 3000.0, "steady_light": 1500.0,
+        "diurnal": 3600.0, "slow_long": 2700.0, "slow_sampled": 4200.0, "steady_light": 1500.0,
         "steady_heavy": 1500.0}
     d2, d4 = get_shape("diurnal", 2), get_shape("diurnal", 4)
     assert (d2.rate_scale, d4.rate_scale, get_shape("diurnal", 8).rate_scale) == (1.0, 2.0, 4.0)
@@ -137,8 +137,8 @@ def test_slow_days() -> None:
     peak = [r for r in r4 if 1200 <= r.arrival_s < 2400]
     assert len(peak) / 1200 == pytest.approx(6.0, rel=0.05)     # 3.0 per 2 engines, x2
     sampled = get_shape("slow_sampled", 2).requests(0)
-    assert not [r for r in sampled if r.arrival_s < 600 and r.sampled]
-    assert all(r.sampled for r in sampled if r.arrival_s >= 1500)
+    assert not [r for r in sampled if r.arrival_s < 1800 and r.sampled]
+    assert all(r.sampled for r in sampled if r.arrival_s >= 2700)
     long_ = get_shape("slow_long", 2).requests(0)
     assert not [r for r in long_ if (r.arrival_s < 450 or r.arrival_s >= 2250) and r.kind == "long"]
     assert [r for r in long_ if 450 <= r.arrival_s < 2250 and r.kind == "long"]
