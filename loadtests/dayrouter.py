@@ -268,6 +268,11 @@ class PolicyRouter:
             out[c] = sum(vals) / len(vals) if vals else None
         return out
 
+    def live_accept_lengths(self, pool: PoolView, now: float) -> dict[str, float | None]:
+        """The pool's live accept length per temperature class (the mean over its healthy
+        endpoints' trackers; None where none has a fresh estimate)."""
+        return self._taus(pool, now)
+
     def on_scrape(self, now: float, pools: tuple[PoolView, ...]) -> None:
         """A scrape round: the trackers take the scrape, then each speculative pool's flags
         advance (``Runtime.advance_bypass``)."""

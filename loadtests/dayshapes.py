@@ -32,6 +32,22 @@ rates scale with the engine count through ``rate_scale``):
   3.4 -> 2.3 tokens per step at gamma 4): the same temperature class and context buckets, so
   only the learned acceptance itself can show the change.
 
+Slow days (:data:`SLOW_SHAPES`, for the planner, :mod:`loadtests.planday`; same calibration and
+scaling; they change over tens of minutes, long enough that moving an engine between the pools,
+minutes out of service, can pay for itself):
+
+- ``diurnal``: an hour; 0.6 -> 0.8 requests/s per 2 engines for 10 minutes, up to 3.0 over 10,
+  20 minutes at the peak, down to 0.8 over 10 and 0.6 over the last 10 (the default mix):
+  speculation wins the light hours, plain engines the KV-bound peak.
+- ``slow_long``: 45 minutes at 3.4 requests/s per 2 engines; short prompts only for 7.5
+  minutes, then for half an hour the long documents arrive (20% of the requests, as
+  ``shift_long``), then short prompts again for 7.5 minutes.
+- ``slow_sampled``: 70 minutes at 2.4 requests/s per 2 engines; greedy for 30 minutes, then the
+  sampled share grows by a quarter every 5 minutes until every request is sampled (the last 25
+  minutes).
+- ``steady_light`` / ``steady_heavy``: 25 minutes at a constant 1.2 / 3.4 requests/s per 2
+  engines, the default mix (20% sampled): a split that is right at the start stays right.
+
 A shifting day names the instant of its shift (``shift_at_s``) so that reports can follow the
 recovery after it (:func:`loadtests.dayreport.windowed_means`). :meth:`DayShape.shortened`
 gives a shorter day at the same rates (CI-sized runs); :meth:`DayShape.with_lengths`
@@ -47,7 +63,9 @@ from dataclasses import dataclass, replace
 from loadtests.simulate import SimModel
 
 __all__ = [
+    "CHANGING",
     "SHAPES",
+    "SLOW_SHAPES",
     "Burst",
     "DayShape",
     "EngineModel",
@@ -344,13 +362,39 @@ SHAPES: dict[str, DayShape] = {
 }
 
 
+_SHORT_ONLY = (replace(_SHORT, weight=1.0),)
+
+
+def _sampled(share: float) -> tuple[PromptClass, ...]:
+    return tuple(replace(c, sampled_fraction=share) for c in _MIX)
+
+
+#: The slowly changing days and the steady ones (module docstring), the planner's benchmark days.
+SLOW_SHAPES: dict[str, DayShape] = {
+    "diurnal": DayShape("diurnal", (Segment(600, 0.6, 0.8), Segment(600, 0.8, 3.0), Segment(1200, 3.0, 3.0),
+                                    Segment(600, 3.0, 0.8), Segment(600, 0.8, 0.6)), _MIX),
+    "slow_long": DayShape("slow_long", (Segment(450, 3.4, 3.4, _SHORT_ONLY), Segment(1800, 3.4, 3.4),
+                                        Segment(450, 3.4, 3.4, _SHORT_ONLY)), _MIX, shift_at_s=450.0),
+    "slow_sampled": DayShape("slow_sampled", (Segment(1800, 2.4, 2.4, _sampled(0.0)),
+                                              *(Segment(300, 2.4, 2.4, _sampled(q / 4)) for q in (1, 2, 3)),
+                                              Segment(1500, 2.4, 2.4, _sampled(1.0))), _MIX, shift_at_s=1800.0),
+    "steady_light": DayShape("steady_light", (Segment(1500, 1.2, 1.2),), _MIX),
+    "steady_heavy": DayShape("steady_heavy", (Segment(1500, 3.4, 3.4),), _MIX),
+}
+
+#: The slow days that change (the others are steady).
+CHANGING = ("diurnal", "slow_long", "slow_sampled")
+
+
 def get_shape(name: str, engines: int = 2) -> DayShape:
-    """The named shape for ``engines`` engines (rates scaled by ``engines / 2``).
+    """The named shape (:data:`SHAPES` or :data:`SLOW_SHAPES`) for ``engines`` engines (rates
+    scaled by ``engines / 2``).
 
     Raises:
         KeyError: unknown name (the message lists the known ones).
     """
-    if name not in SHAPES:
-        raise KeyError(f"unknown day shape {name!r}; known: {', '.join(SHAPES)}")
-    return SHAPES[name].scaled(engines / 2)
+    shape = SHAPES.get(name) or SLOW_SHAPES.get(name)
+    if shape is None:
+        raise KeyError(f"unknown day shape {name!r}; known: {', '.join([*SHAPES, *SLOW_SHAPES])}")
+    return shape.scaled(engines / 2)
 

@@ -266,13 +266,15 @@ def trust(doc: Mapping[str, Any], max_error: float) -> list[str]:
 
 
 def predict_splits(requests: Sequence[Request], engines: int, models: PlanModels, *, seed: int = 0,
-                   long_prompt_tokens: int = 32768) -> list[dict[str, Any]]:
-    """``[{"k", **summary}]`` for k = 0..engines: the day through the router in front of k
-    speculative + engines - k plain engines (step 3).
+                   long_prompt_tokens: int = 32768, ks: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """``[{"k", **summary}]`` for k = 0..engines (``ks``: those splits only, in [0, engines]):
+    the day through the router in front of k speculative + engines - k plain engines (step 3).
 
     Raises:
-        PlanError: engines < 1 or no request.
+        PlanError: engines < 1, no request, or a split out of range.
     """
+    if ks is not None and any(not 0 <= k <= engines for k in ks):
+        raise PlanError(f"splits {list(ks)} out of 0..{engines}")
     if engines < 1:
         raise PlanError(f"need at least one engine, got {engines}")
     if not requests:
@@ -281,7 +283,7 @@ def predict_splits(requests: Sequence[Request], engines: int, models: PlanModels
     day_s = max(r.arrival_s for r in requests) or 1.0
     pool_models = {"spec": models.spec, "plain": models.plain}
     out = []
-    for k in range(engines + 1):
+    for k in (range(engines + 1) if ks is None else sorted(set(ks))):
         res = simulate_day(requests, fronted(k, engines, lambda: PolicyRouter(settings)), models.plain, seed=seed,
                            pool_models=pool_models)
         out.append({"k": k, **summarize(res, day_s=day_s, long_prompt_tokens=long_prompt_tokens)})
@@ -296,11 +298,12 @@ def current_split(doc: Mapping[str, Any]) -> dict[str, int]:
 
 
 def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_error: float = 0.3,
-           seed: int = 0, base: EngineModel | None = None) -> dict[str, Any]:
-    """The advice document ``specgate plan --json`` prints (steps 1-4).
+           seed: int = 0, base: EngineModel | None = None, ks: Sequence[int] | None = None) -> dict[str, Any]:
+    """The advice document ``specgate plan --json`` prints (steps 1-4); ``ks``: predict those
+    splits only (the loop's reach around the current split; default every split).
 
     Shape: ``{"advised": {"speculative": k, "plain": N - k}, "splits": [{"speculative",
-    "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}, ...] (k = 0..N),
+    "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}, ...] (k = 0..N, or ``ks``),
     "window": {"requests", "seconds", "sequences", "unreported"}, "metric", "current":
     {"speculative", "plain"} (the router's endpoints now), "trusted": bool, "untrusted_because":
     [str], "model": :meth:`PlanModels.as_dict`}``; a prediction without a completed request is
@@ -313,7 +316,7 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
         raise PlanError(f"unknown metric {metric!r}; one of mean_s, p90_s, goodput_rps")
     requests, unreported = day_from_window(doc)
     models = engine_models(doc, base)
-    preds = predict_splits(requests, engines, models, seed=seed)
+    preds = predict_splits(requests, engines, models, seed=seed, ks=ks)
     best = best_prediction(preds, metric)
     why = trust(doc, max_error)
     win = doc.get("window") or {}

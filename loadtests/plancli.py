@@ -112,7 +112,8 @@ def _loop(args: argparse.Namespace, key: str) -> int:
     from loadtests.planloop import Hysteresis, PlanLoop, PlanMetrics
 
     h = Hysteresis(dwell_s=args.dwell_s, step_s=args.step_s, change_cost_s=args.change_cost_s,
-                   min_gain=args.min_gain, floor_speculative=args.floor_speculative, floor_plain=args.floor_plain)
+                   min_gain=args.min_gain, reverse_gain=args.reverse_gain, sustained_gain=args.sustained_gain,
+                   sustained_rounds=args.sustained_rounds, smooth_rounds=args.smooth_rounds, floor_speculative=args.floor_speculative, floor_plain=args.floor_plain)
     loop, metrics = PlanLoop(args.engines, h), PlanMetrics()
     scaler = _scaler(args) if args.apply else None
     if args.metrics_port is not None:
@@ -155,8 +156,10 @@ def _round(args: argparse.Namespace, key: str, loop: Any, metrics: Any, scaler: 
         log.warning("plan: %s", exc)
         return
     now = time.monotonic()
-    step = loop.decide(advice, current, now)
-    if step.changed:
+    step = loop.decide(loop.observe(advice), current, now)
+    if not step.changed:
+        loop.commit(step, now)
+    else:
         if scaler is not None:
             try:
                 scaler.move(step.moved_to - step.current)
@@ -232,6 +235,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                       help="seconds an engine is out of service to change mode (default 300)")
     loop.add_argument("--min-gain", type=float, default=0.05,
                       help="the smallest predicted relative gain acted on (default 0.05)")
+    loop.add_argument("--reverse-gain", type=float, default=0.2,
+                      help="the predicted relative gain that reverses the last change before --dwell-s (default 0.2)")
+    loop.add_argument("--sustained-gain", type=float, default=0.02,
+                      help="a smaller gain acted on when --sustained-rounds rounds running predict it (default 0.02)")
+    loop.add_argument("--sustained-rounds", type=int, default=3, help="rounds running for --sustained-gain (default 3)")
+    loop.add_argument("--smooth-rounds", type=int, default=3,
+                      help="the loop decides on each split's median prediction over this many rounds (default 3)")
     loop.add_argument("--floor-speculative", type=int, default=0, help="engines the speculative pool keeps")
     loop.add_argument("--floor-plain", type=int, default=0, help="engines the plain pool keeps")
     loop.add_argument("--metrics-port", type=int, help="serve the planner's Prometheus metrics on this port")

@@ -1,6 +1,9 @@
 """``specgate plan``'s loop: when an advice is worth a change of split, and the planner's metrics.
 
-Every ``interval`` seconds the planner takes a fresh advice (:func:`loadtests.plan.advise`) and
+Every ``interval`` seconds the planner takes a fresh advice (:func:`loadtests.plan.advise`),
+:meth:`PlanLoop.observe` replaces each split's prediction by its median over the last
+``smooth_rounds`` rounds (one replay of a short window near saturation can predict several times
+the mean for a round, and a single such round must not move an engine), and
 :meth:`PlanLoop.decide` turns it into at most one engine moved (HPA's scale-down stabilization
 and KEDA's cooldown are the same idea: act on a sustained signal, step by step). In order:
 
@@ -11,13 +14,18 @@ and KEDA's cooldown are the same idea: act on a sustained signal, step by step).
 3. at the target: hold (``at_advice``); a target without a prediction: hold (``no_prediction``);
 4. the predicted relative gain ``g`` of the target over the current split on the metric
    (``(cur - target) / cur`` for the seconds, ``(target - cur) / cur`` for goodput) must reach
-   ``min_gain`` (hysteresis against noise in the prediction; ``below_min_gain``);
+   ``min_gain`` (hysteresis against noise in the prediction; ``below_min_gain``), or, smaller,
+   ``sustained_gain`` toward the same side in ``sustained_rounds`` rounds running (a small gain
+   every round predicts is not noise: HPA's stabilization window acts on a sustained signal the
+   same way);
 5. the cost of a change (Dynamo's planner weighs its adjustment interval the same way):
    moving ``m`` engines takes each out of service for ``change_cost_s`` (drained, restarted
    in the other mode, warmed), ``m * change_cost_s`` engine-seconds; keeping the gain for the
    dwell time is worth ``N * g * dwell_s`` engine-seconds (a relative gain ``g`` on N engines
    is as good as ``g * N`` more of them). Below the cost: hold (``below_cost``);
-6. a change in the other direction than the last one waits ``dwell_s`` after it (``dwell``);
+6. a change in the other direction than the last one waits ``dwell_s`` after it (``dwell``),
+   unless its predicted gain reaches ``reverse_gain`` (the traffic turned: a gain that large is
+   not the prediction's noise the dwell guards against);
    any change waits ``step_s`` after the last one (``step_wait``: the moved engine's pod
    restarts and warms before the next moves);
 7. else one engine moves toward the target (``gain``).
@@ -35,6 +43,7 @@ process on ``--metrics-port``): ``specgate_plan_advised_engines{pool}`` (``specu
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +72,12 @@ class Hysteresis:
         step_s: time after any change before the next engine moves.
         change_cost_s: seconds one engine is out of service to change its mode.
         min_gain: the smallest predicted relative gain acted on.
+        reverse_gain: the predicted relative gain that reverses the last change within ``dwell_s``.
+        smooth_rounds: rounds whose predictions :meth:`PlanLoop.observe` takes the median of
+            (1: the round's own).
+        sustained_gain, sustained_rounds: a gain below ``min_gain`` but at least
+            ``sustained_gain``, toward the same side in ``sustained_rounds`` rounds running
+            (:meth:`PlanLoop.commit` of each), is acted on.
         floor_speculative, floor_plain: engines a pool keeps at least.
     """
 
@@ -70,12 +85,18 @@ class Hysteresis:
     step_s: float = 120.0
     change_cost_s: float = 300.0
     min_gain: float = 0.05
+    reverse_gain: float = 0.2
+    smooth_rounds: int = 3
+    sustained_gain: float = 0.02
+    sustained_rounds: int = 3
     floor_speculative: int = 0
     floor_plain: int = 0
 
     def __post_init__(self) -> None:
-        if min(self.dwell_s, self.step_s, self.change_cost_s, self.min_gain) < 0:
-            raise ValueError("dwell_s, step_s, change_cost_s and min_gain must be >= 0")
+        if min(self.dwell_s, self.step_s, self.change_cost_s, self.min_gain, self.reverse_gain) < 0:
+            raise ValueError("dwell_s, step_s, change_cost_s, min_gain and reverse_gain must be >= 0")
+        if self.sustained_gain < 0 or self.sustained_rounds < 1 or self.smooth_rounds < 1:
+            raise ValueError("sustained_gain must be >= 0, sustained_rounds and smooth_rounds >= 1")
         if min(self.floor_speculative, self.floor_plain) < 0:
             raise ValueError("the floors must be >= 0")
 
@@ -141,6 +162,27 @@ class PlanLoop:
         self.h = hysteresis
         self.last_change_at: float | None = None
         self.last_direction = 0
+        #: (side, rounds running) of the small gains (``sustained_gain`` <= gain < ``min_gain``)
+        self.streak = (0, 0)
+        #: the last rounds' predictions, ``{k: value}`` each (:meth:`observe`)
+        self.history: deque[dict[int, float | None]] = deque(maxlen=hysteresis.smooth_rounds)
+
+    def observe(self, advice: Mapping[str, Any]) -> dict[str, Any]:
+        """Record a round's advice and return it with each split's prediction replaced by the
+        median of that split's predictions over the last ``smooth_rounds`` rounds (the ones that
+        predicted it; a split no round completes stays None) and ``advised`` recomputed."""
+        key = "predicted_" + advice["metric"]
+        self.history.append({s["speculative"]: s.get(key) for s in advice["splits"]})
+        splits = []
+        for s in advice["splits"]:
+            vals = sorted(v for h in self.history for k, v in h.items() if k == s["speculative"] and v is not None)
+            m = None if not vals else (vals[len(vals) // 2] if len(vals) % 2 else
+                                       (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2)
+            splits.append({**s, key: m if s.get(key) is not None else None})
+        out = {**advice, "splits": splits}
+        k = self.target(out)
+        out["advised"] = {"speculative": k, "plain": self.engines - k}
+        return out
 
     def target(self, advice: Mapping[str, Any]) -> int:
         """The best split within the floors (ties to fewer speculative engines)."""
@@ -169,24 +211,35 @@ class PlanLoop:
         gain = _gain(advice["metric"], _value(advice, current), _value(advice, target))
         if gain is None:
             return Step("no_prediction", current, target, current)
-        if gain < h.min_gain:
+        direction = 1 if target > current else -1
+        if gain < h.min_gain and not (gain >= h.sustained_gain and self.streak[0] == direction
+                                      and self.streak[1] + 1 >= h.sustained_rounds):
             return Step("below_min_gain", current, target, current, gain)
         if self.engines * gain * h.dwell_s < abs(target - current) * h.change_cost_s:
             return Step("below_cost", current, target, current, gain)
-        direction = 1 if target > current else -1
         if self.last_change_at is not None:
             since = now - self.last_change_at
-            if direction != self.last_direction and since < h.dwell_s:
+            if direction != self.last_direction and since < h.dwell_s and gain < h.reverse_gain:
                 return Step("dwell", current, target, current, gain)
             if since < h.step_s:
                 return Step("step_wait", current, target, current, gain)
         return Step("gain", current, target, current + direction, gain)
 
     def commit(self, step: Step, now: float) -> None:
-        """Record that ``step``'s change was applied at ``now`` (monotonic s)."""
+        """Record a round's ``step`` at ``now`` (monotonic s): a change applied, or a small
+        gain toward a side (every round's step is committed, changed or not)."""
         if step.changed:
             self.last_change_at = now
             self.last_direction = 1 if step.moved_to > step.current else -1
+            self.streak = (0, 0)
+            return
+        h = self.h
+        if step.target is None or step.gain is None or step.target == step.current or not (
+                h.sustained_gain <= step.gain < h.min_gain):
+            self.streak = (0, 0)
+            return
+        side = 1 if step.target > step.current else -1
+        self.streak = (side, self.streak[1] + 1 if self.streak[0] == side else 1)
 
 
 class PlanMetrics:

@@ -211,8 +211,19 @@ def test_step_wait_and_dwell_after_a_change() -> None:
     loop.commit(first, 0.0)
     assert loop.decide(_advice([2.0, 1.5, 1.0, 0.5]), 2, 5.0).outcome == "step_wait"
     assert loop.decide(_advice([2.0, 1.5, 1.0, 0.5]), 2, 10.0).outcome == "gain"      # same direction
-    assert loop.decide(_advice([0.5, 1.0, 2.0, 2.0]), 2, 50.0).outcome == "dwell"     # reversal within dwell
-    assert loop.decide(_advice([0.5, 1.0, 2.0, 2.0]), 2, 100.0).moved_to == 1
+    assert loop.decide(_advice([1.7, 1.9, 2.0, 2.0]), 2, 50.0).outcome == "dwell"     # reversal within dwell
+    assert loop.decide(_advice([1.7, 1.9, 2.0, 2.0]), 2, 100.0).moved_to == 1
+
+
+def test_a_large_gain_reverses_within_the_dwell() -> None:
+    loop = PlanLoop(3, H)
+    loop.commit(loop.decide(_advice([2.0, 1.5, 1.0, 1.2]), 1, 0.0), 0.0)
+    small = loop.decide(_advice([1.7, 1.9, 2.0, 2.0]), 2, 50.0)       # 15% < reverse_gain 20%
+    big = loop.decide(_advice([1.5, 1.9, 2.0, 2.0]), 2, 50.0)         # 25%: the traffic turned
+    assert (small.outcome, big.outcome, big.moved_to) == ("dwell", "gain", 1)
+    assert big.gain == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="reverse_gain"):
+        Hysteresis(reverse_gain=-0.1)
 
 
 def test_metrics_show_the_advice_and_the_last_change() -> None:
@@ -232,3 +243,39 @@ def test_metrics_show_the_advice_and_the_last_change() -> None:
     assert get("specgate_plan_last_change_reason", {"reason": "floor"}) == 0
     assert get("specgate_plan_trusted") == 1
     assert math.isfinite(get("specgate_plan_window_requests"))
+
+
+def test_a_small_gain_every_round_is_acted_on_after_the_sustained_rounds() -> None:
+    loop = PlanLoop(3, Hysteresis(dwell_s=1000.0, step_s=10.0, change_cost_s=20.0, min_gain=0.05,
+                                  sustained_gain=0.02, sustained_rounds=3))
+    small = _advice([1.0, 0.97, 0.96, 0.96])     # 4% toward k = 2 from k = 0
+    outcomes = []
+    for t in (0.0, 60.0, 120.0):
+        step = loop.decide(small, 0, t)
+        outcomes.append((step.outcome, step.moved_to))
+        loop.commit(step, t)
+    assert outcomes == [("below_min_gain", 0), ("below_min_gain", 0), ("gain", 1)]
+    assert loop.streak == (0, 0)
+    # a round at the advice, or below sustained_gain, starts the count again
+    loop = PlanLoop(3, loop.h)
+    for adv in (small, _advice([0.96, 0.97, 1.0, 1.0]), small, _advice([1.0, 0.995, 0.99, 0.99]), small, small):
+        step = loop.decide(adv, 0, 0.0)
+        loop.commit(step, 0.0)
+    assert loop.streak == (1, 2) and step.outcome == "below_min_gain"
+
+
+def test_observe_takes_each_split_s_median_over_the_last_rounds() -> None:
+    loop = PlanLoop(3, Hysteresis(smooth_rounds=3))
+    first = loop.observe(_advice([2.0, 1.5, 1.0, 1.2]))
+    assert [s["predicted_mean_s"] for s in first["splits"]] == [2.0, 1.5, 1.0, 1.2]
+    loop.observe(_advice([2.0, 1.5, 1.1, 1.3]))
+    spike = loop.observe(_advice([2.0, 9.0, 8.0, 1.1]))        # one round predicts k = 3 best
+    assert [s["predicted_mean_s"] for s in spike["splits"]] == [2.0, 1.5, 1.1, 1.2]
+    assert spike["advised"] == {"speculative": 2, "plain": 1}
+    assert loop.decide(spike, 2, 0.0).outcome == "at_advice"
+    # a split predicted in fewer rounds takes the median of those; one the round does not complete stays None
+    out = loop.observe({**_advice([None, 1.0]), "splits": [{"speculative": 0, "predicted_mean_s": None},
+                                                            {"speculative": 1, "predicted_mean_s": 1.0}]})
+    assert [s["predicted_mean_s"] for s in out["splits"]] == [None, 1.5]
+    with pytest.raises(ValueError, match="smooth_rounds"):
+        Hysteresis(smooth_rounds=0)
