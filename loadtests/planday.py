@@ -11,7 +11,7 @@ live, as ``specgate ks+(N-k)p``) only the N slots in service, and runs the plann
    router's window (:meth:`PlannedRouter.window_doc`: the finished requests of the last
    ``window_s`` seconds, at most ``window_requests`` of them, and per pool the router's learned
    speed model, fit and prediction-check status and live accept lengths, the shape of
-   ``GET /admin/plan/window``, :func:`router.planwindow.window_view`) goes through
+   ``GET /admin/plan/window``, :func:`router.front.planwindow.window_view`) goes through
    :func:`loadtests.plan.advise`, and :meth:`loadtests.planloop.PlanLoop.decide` turns the
    advice into at most one engine moved. The advice takes no simulated time.
 2. **A change** costs what it costs on a GPU: the engine leaves the router's view at once
