@@ -44,18 +44,9 @@ ADMIN_KEY = "realcpu-admin-key"
 
 def learning_config(src: Path, out: Path) -> Path:
     """``src`` with learning on, an admin key and every path absolute, written to ``out``."""
-    doc = yaml.safe_load(src.read_text())
-    base = src.resolve().parent
+    from serving.demo import absolute_config
 
-    def absolute(p: str) -> str:
-        return p if p.startswith("/") else str((base / p).resolve())
-
-    doc["model"]["tokenizer"] = absolute(doc["model"]["tokenizer"])
-    for pool in doc["pools"]:
-        engine = pool.get("engine") or {}
-        for key in ("model_path", "speculative_draft_model_path"):
-            if key in engine:
-                engine[key] = absolute(engine[key])
+    doc = absolute_config(src)
     doc.setdefault("routing", {})["learning"] = {"enabled": True}
     doc.setdefault("auth", {})["admin_api_key"] = ADMIN_KEY
     out.write_text(yaml.safe_dump(doc, sort_keys=False))

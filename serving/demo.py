@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["DemoRequest", "DemoStack", "run_demo", "start_stack"]
+__all__ = ["DemoRequest", "DemoStack", "absolute_config", "run_demo", "start_stack"]
 
 PROMPTS_SHORT = [
     "def fibonacci(n):",
@@ -104,8 +104,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _prepare_config(src: Path, workdir: Path) -> tuple[Path, dict[str, Any]]:
-    doc = yaml.safe_load(src.read_text())
+def absolute_config(src: Path) -> dict[str, Any]:
+    """The router config at ``src`` as a document whose file paths (the tokenizer, the pools'
+    ``engine.model_path`` and ``speculative_draft_model_path``) are absolute, relative ones
+    resolved against ``src``'s folder, so it can be written anywhere."""
+    doc: dict[str, Any] = yaml.safe_load(src.read_text())
     base = src.resolve().parent
 
     def absolute(p: str) -> str:
@@ -113,11 +116,17 @@ def _prepare_config(src: Path, workdir: Path) -> tuple[Path, dict[str, Any]]:
 
     doc["model"]["tokenizer"] = absolute(doc["model"]["tokenizer"])
     for pool in doc["pools"]:
-        pool["endpoints"] = [f"http://127.0.0.1:{_free_port()}"]
         engine = pool.get("engine") or {}
         for key in ("model_path", "speculative_draft_model_path"):
             if key in engine:
                 engine[key] = absolute(engine[key])
+    return doc
+
+
+def _prepare_config(src: Path, workdir: Path) -> tuple[Path, dict[str, Any]]:
+    doc = absolute_config(src)
+    for pool in doc["pools"]:
+        pool["endpoints"] = [f"http://127.0.0.1:{_free_port()}"]
     doc.setdefault("server", {})["port"] = _free_port()
     doc["server"]["host"] = "127.0.0.1"
     out = workdir / "demo-config.yaml"
