@@ -54,7 +54,7 @@ from router.shared.state import MemoryState, RedisState, build_shared_state
 from router.state.fleet import Fleet, build_fleet
 from router.state.pool import Pool
 from router.state.runtime import Runtime
-from router.upstream.relay import LoopTimers, ReuseMarkingConnector
+from router.upstream.relay import ReuseMarkingConnector
 from router.upstream.transport import Transport
 from router.upstream.transport_aiohttp import AiohttpTransport
 from router.upstream.transport_h1 import H1Transport
@@ -100,8 +100,6 @@ class AppState:
             sum: every change the reloader acted on). Tests wait on these counters.
         plan_window: the recent finished requests the pool planner reads
             (:mod:`router.front.planwindow`, ``GET /admin/plan/window``).
-        loop_timers: the proxy's per-request timers (deadlines, a stream's idle watch and
-            heartbeat) on one loop timer (:class:`router.upstream.relay.LoopTimers`).
     """
 
     def __init__(self, fleet: Fleet, *, config_path: Path | None, session: aiohttp.ClientSession,
@@ -132,7 +130,6 @@ class AppState:
         self.span_exporter: Any = None  # create_app's span_exporter (tests), for tracers built on reload
         self.retiring: dict[Any, asyncio.Task[None]] = {}  # tracers a reload replaced -> their retirement
         self.plan_window = PlanWindow(fleet.config.planner)
-        self.loop_timers = LoopTimers()  # the proxy's per-request timers on one loop timer
         self.scrape_rounds = 0
         #: re-reads the engines' model lists before an unknown adapter is answered 404
         self.model_refresh = ModelRefresh(self.transport, clock)

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from router.shared.state import MemoryState, RedisState
     from router.state.fleet import Fleet
     from router.state.runtime import Runtime
-    from router.upstream.relay import LoopTimers
     from router.upstream.transport import Transport
 
 __all__ = ["AdapterRefresh", "FrontState"]
@@ -53,7 +52,6 @@ class FrontState(Protocol):
         executor: the tokenizer threads.
         tracing: a :class:`router.ops.tracing.Tracing`, or None when tracing is off.
         plan_window: the recent finished requests the pool planner reads.
-        loop_timers: the proxy's per-request timers on one loop timer.
         model_refresh: the adapter refresh.
         scrape_rounds, reloads_ok, reloads_failed: counters the probes and admin routes show.
     """
@@ -68,7 +66,6 @@ class FrontState(Protocol):
     executor: ThreadPoolExecutor
     tracing: Any
     plan_window: PlanWindow
-    loop_timers: LoopTimers
     scrape_rounds: int
     reloads_ok: int
     reloads_failed: int

@@ -515,7 +515,7 @@ def _relay(state: AppState, runtime: Runtime, job: ProxyJob, chain: PrefixChain 
                          redecide=_redecider(state, runtime, job.features, chain, matches),
                          on_done=lambda j: record(state, _live_runtime(state, runtime), j), spawn=state.spawn,
                          retry_after_s=cfg.health.retry_after_s,
-                         clock=state.clock, tracing=admitted.tracing, timers=state.loop_timers)
+                         clock=state.clock, tracing=admitted.tracing)
 
 
 def _redecider(state: AppState, runtime: Runtime, features: RequestFeatures, chain: PrefixChain | None,

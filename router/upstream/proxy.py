@@ -111,7 +111,6 @@ from router.upstream.relay import (
     Forwarder,
     Heartbeat,
     IdleWatch,
-    LoopTimers,
     body_abort,
     classify_event,
     complete_events,
@@ -177,15 +176,12 @@ class ProxyResponse(Response):
         clock: monotonic clock (s) for back-pressure records.
         tracing: a :class:`router.ops.tracing.Tracing`: a client span per attempt, whose context
             is sent upstream (None: the job's ``trace`` headers as they are).
-        timers: the loop's :class:`router.upstream.relay.LoopTimers`, which time the attempts'
-            deadlines and a stream's idle watch and heartbeat (None: a loop timer each).
     """
 
     def __init__(self, job: ProxyJob, *, transport: Transport, upstream: UpstreamConfig,
                  redecide: Redecide, on_done: Callable[[ProxyJob], None],
                  spawn: Callable[[Any], None], retry_after_s: int = 5,
-                 clock: Callable[[], float] = time.monotonic, tracing: Any = None,
-                 timers: LoopTimers | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, tracing: Any = None) -> None:
         self.job = job
         self._tracing = tracing
         self._transport = transport
@@ -196,7 +192,6 @@ class ProxyResponse(Response):
         self._retry_after = retry_after_s
         self._clock = clock
         self._task: asyncio.Task[Any] | None = None  # the handler's task, while it runs
-        self._timers = timers
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -308,7 +303,7 @@ class ProxyResponse(Response):
         transport = self._transport
         try:
             try:
-                with Deadline(first_deadline, self._task, self._timers):  # asyncio.timeout_at with one timer (router.upstream.relay)
+                with Deadline(first_deadline, self._task):  # asyncio.timeout_at with one timer (router.upstream.relay)
                     resp = await transport.post(
                         endpoint.target(job.path), job.pool_bodies.get(endpoint.pool, job.body) if
                         job.pool_bodies else job.body, headers, connect_timeout_s=up.connect_timeout_s,
@@ -479,7 +474,7 @@ class ProxyResponse(Response):
         chunk = first
         forward = Forwarder(job.end_events, job.observer, job.extra)
         read = resp.content.readany
-        watch = IdleWatch(self._up.idle_timeout_s, loop, self._timers, self._task)
+        watch = IdleWatch(self._up.idle_timeout_s, loop, self._task)
         beat = Heartbeat(self._up.stream_keepalive_s, watch)
         try:
             while True:

@@ -19,8 +19,7 @@
   the keep-alive comments written to the client while the engine is silent;
   :class:`Forwarder`: what the relay notes of each forwarded chunk.
 - :class:`Deadline`: the first-byte / whole-body deadline of one attempt (``asyncio.timeout_at``
-  without its two coroutines per use); :class:`LoopTimers`: the proxy's per-request timers on
-  one loop timer.
+  without its two coroutines per use).
 - :func:`abort_request`: SGLang's ``POST /abort_request`` for a list of engine request ids.
 """
 
@@ -29,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import heapq
 import re
 import weakref
 from collections.abc import Awaitable, Callable
@@ -56,9 +54,7 @@ __all__ = [
     "Forwarder",
     "Heartbeat",
     "IdleWatch",
-    "LoopTimers",
     "ReuseMarkingConnector",
-    "SharedTimer",
     "Stale",
     "abort_request",
     "body_abort",
@@ -301,20 +297,19 @@ class IdleWatch:
     does (a timer-heap push and a cancelled handle per relayed event). After the
     cancellation :attr:`fired` is True; the relay calls ``task.uncancel()`` and reports the
     idle timeout. ``loop``, ``task``: the running loop and the current task when the caller
-    has them at hand (else looked up); ``timers``: :class:`LoopTimers` (None: ``loop.call_at``).
+    has them at hand (else looked up).
     """
 
     __slots__ = ("call_at", "fired", "handle", "idle", "last", "loop", "task")
 
     def __init__(self, idle: float, loop: asyncio.AbstractEventLoop | None = None,
-                 timers: LoopTimers | None = None, task: asyncio.Task[Any] | None = None) -> None:
+                 task: asyncio.Task[Any] | None = None) -> None:
         self.loop = loop or asyncio.get_running_loop()
         task = task or asyncio.current_task()
         assert task is not None
         self.task = task
-        #: ``loop.call_at``, or the shared ``timers``' (:class:`LoopTimers`); the heartbeat's too
-        self.call_at: Callable[[float, Callable[[], object]], Any] = (
-            self.loop.call_at if timers is None else timers.call_at)
+        #: ``loop.call_at`` (the heartbeat's too)
+        self.call_at: Callable[[float, Callable[[], object]], Any] = self.loop.call_at
         self.idle = idle
         self.fired = False
         self.last = self.loop.time()
@@ -451,18 +446,15 @@ class Deadline:
     (``task.uncancel()``) and a ``CancelledError`` becomes ``TimeoutError`` unless another
     cancellation of the task is pending (a client disconnect at the same time stays a
     cancellation), exactly ``asyncio.Timeout.__aexit__``'s rule. ``task``: the current task
-    when the caller holds it (``asyncio.current_task`` is a Python function in 3.11);
-    ``timers``: the :class:`LoopTimers` that time it (None: ``loop.call_at``).
+    when the caller holds it (``asyncio.current_task`` is a Python function in 3.11).
     """
 
-    __slots__ = ("_given", "_timers", "cancelling", "fired", "handle", "task", "when")
+    __slots__ = ("_given", "cancelling", "fired", "handle", "task", "when")
 
-    def __init__(self, when: float, task: asyncio.Task[Any] | None = None,
-                 timers: LoopTimers | None = None) -> None:
+    def __init__(self, when: float, task: asyncio.Task[Any] | None = None) -> None:
         self.when = when
         self.fired = False
         self._given = task  # the current task when the caller knows it (None: looked up on entry)
-        self._timers = timers
 
     def __enter__(self) -> Self:
         task = self._given or asyncio.current_task()
@@ -470,9 +462,7 @@ class Deadline:
             raise RuntimeError("Deadline should be used inside a task")
         self.task = task
         self.cancelling = task.cancelling()
-        timers = self._timers
-        self.handle = (asyncio.get_running_loop().call_at(self.when, self._fire) if timers is None
-                       else timers.call_at(self.when, self._fire))
+        self.handle = asyncio.get_running_loop().call_at(self.when, self._fire)
         return self
 
     def _fire(self) -> None:
@@ -483,96 +473,6 @@ class Deadline:
         self.handle.cancel()
         if self.fired and self.task.uncancel() <= self.cancelling and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
-
-
-class SharedTimer:
-    """A callback :meth:`LoopTimers.call_at` queued; :meth:`cancel` as a ``TimerHandle``'s."""
-
-    __slots__ = ("callback", "queued", "timers", "when")
-
-    def __init__(self, timers: LoopTimers, when: float, callback: Callable[[], object]) -> None:
-        self.timers, self.when, self.callback = timers, when, callback
-        self.queued = True
-
-    def cancel(self) -> None:
-        """Drop it (idempotent; nothing after it ran)."""
-        if self.queued:
-            self.timers._drop(self)
-
-
-class LoopTimers:
-    """``loop.call_at`` for the proxy's per-request timers (an attempt's :class:`Deadline`, a
-    stream's :class:`IdleWatch` and :class:`Heartbeat`) on one loop timer, armed at the
-    earliest: under uvloop each ``call_at`` builds a libuv timer handle and its ``cancel``
-    closes it, about as much CPU as the rest of an attempt's bookkeeping. A callback waits in a
-    heap; a cancelled one is dropped when it reaches the top, or in a rebuild once cancelled
-    ones are more than half the heap (a long request does not hold the finished ones behind
-    it). The loop timer, armed again only for an earlier time, runs the callbacks due when it
-    fires in time order and arms for the next; a callback that raises goes to the loop's
-    exception handler, as a ``TimerHandle``'s does. Event loop only; the first loop that uses
-    it owns it (another loop's ``call_at`` is that loop's own).
-    """
-
-    __slots__ = ("_at", "_handle", "_heap", "_live", "_loop", "_seq")
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, SharedTimer]] = []
-        self._live = 0  # queued callbacks (the heap also holds cancelled ones)
-        self._seq = 0  # ties in time keep their order
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self._at = float("inf")  # when the armed loop timer fires
-
-    def __len__(self) -> int:
-        return self._live
-
-    def call_at(self, when: float, callback: Callable[[], object]) -> SharedTimer | asyncio.TimerHandle:
-        """Run ``callback()`` at loop time ``when`` (s); ``.cancel()`` on the result drops it."""
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            if self._loop is not None and not self._loop.is_closed():
-                return loop.call_at(when, callback)
-            self._loop, self._heap, self._live, self._handle, self._at = loop, [], 0, None, float("inf")
-        timer = SharedTimer(self, when, callback)
-        self._seq += 1
-        heapq.heappush(self._heap, (when, self._seq, timer))
-        self._live += 1
-        if when < self._at:
-            self._arm(loop, when)
-        return timer
-
-    def _drop(self, timer: SharedTimer) -> None:
-        timer.queued = False
-        self._live -= 1
-        heap = self._heap
-        while heap and not heap[0][2].queued:
-            heapq.heappop(heap)
-        if len(heap) > 2 * self._live + 64:
-            heap[:] = [e for e in heap if e[2].queued]
-            heapq.heapify(heap)
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._handle, self._at = loop.call_at(when, self._fire), when
-
-    def _fire(self) -> None:
-        self._handle, self._at = None, float("inf")
-        loop, heap = self._loop, self._heap
-        assert loop is not None  # armed on it
-        due = loop.time()
-        while heap and (heap[0][0] <= due or not heap[0][2].queued):
-            timer = heapq.heappop(heap)[2]
-            if timer.queued:
-                timer.queued = False
-                self._live -= 1
-                try:
-                    timer.callback()
-                except Exception as exc:  # noqa: BLE001  as the loop does for a TimerHandle's callback
-                    loop.call_exception_handler({"message": "Exception in a LoopTimers callback",
-                                                 "exception": exc})
-        if heap and heap[0][0] < self._at:  # a callback may have armed it already
-            self._arm(loop, heap[0][0])
 
 
 async def abort_request(session: aiohttp.ClientSession, base_url: str, rids: tuple[str, ...],

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from router.upstream.relay import Deadline, IdleWatch, LoopTimers
+from router.upstream.relay import Deadline
 
 
 async def _guarded(when: float, body: Any) -> Any:
@@ -106,90 +106,3 @@ def test_the_task_given_by_the_caller_is_the_one_cancelled() -> None:
 
     asyncio.run(main())
 
-
-def test_shared_timers_fire_each_due_deadline_once_in_time_order() -> None:
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        timers = LoopTimers()
-        order: list[int] = []
-
-        async def guarded(i: int, after: float, sleep: float) -> str:
-            try:
-                with Deadline(loop.time() + after, None, timers):
-                    await asyncio.sleep(sleep)
-            except TimeoutError:
-                order.append(i)
-                return "timeout"
-            return "ok"
-
-        results = await asyncio.gather(guarded(0, 0.06, 5), guarded(1, 0.02, 5), guarded(2, 5, 0.01),
-                                       guarded(3, 0.04, 5), guarded(4, 5, 0.03))
-        assert results == ["timeout", "timeout", "ok", "timeout", "ok"]
-        assert order == [1, 3, 0] and len(timers) == 0
-        task = asyncio.current_task()
-        assert task is not None and task.cancelling() == 0
-
-    asyncio.run(main())
-
-
-def test_shared_timers_drop_finished_deadlines_behind_a_long_one() -> None:
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        timers = LoopTimers()
-        with Deadline(loop.time() + 60, None, timers):  # a long request holds the top of the heap
-            for _ in range(1000):
-                with Deadline(loop.time() + 120, None, timers):
-                    pass
-            assert len(timers) == 1 and len(timers._heap) <= 2 * 1 + 65
-        assert len(timers) == 0 and not timers._heap
-
-    asyncio.run(main())
-
-
-def test_shared_timers_of_another_loop_give_the_deadline_its_own_timer() -> None:
-    timers = LoopTimers()
-
-    async def hold() -> None:
-        with Deadline(asyncio.get_running_loop().time() + 60, None, timers):
-            await asyncio.sleep(0)
-            await other()
-
-    async def other() -> None:  # a second loop while the first one still owns the timers
-        def run() -> str:
-            async def inner() -> str:
-                try:
-                    with Deadline(asyncio.get_running_loop().time() + 0.01, None, timers) as d:
-                        await asyncio.sleep(5)
-                except TimeoutError:
-                    return "timeout" if isinstance(d.handle, asyncio.TimerHandle) else "shared"
-                return "ok"
-            return asyncio.run(inner())
-
-        assert await asyncio.get_running_loop().run_in_executor(None, run) == "timeout"
-
-    asyncio.run(hold())
-
-
-def test_loop_timers_run_an_idle_watch_and_report_a_raising_callback() -> None:
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        timers = LoopTimers()
-        errors: list[BaseException] = []
-        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx["exception"]))
-
-        def boom() -> None:
-            raise ValueError("boom")
-
-        ran: list[str] = []
-        timers.call_at(loop.time() + 0.01, boom)
-        timers.call_at(loop.time() + 0.01, lambda: ran.append("after"))
-        cancelled = timers.call_at(loop.time() + 0.01, lambda: ran.append("cancelled"))
-        cancelled.cancel()
-        watch = IdleWatch(0.03, loop, timers)
-        with pytest.raises(asyncio.CancelledError):
-            await asyncio.sleep(5)  # the idle watch cancels this task
-        assert watch.fired and watch.task.uncancel() == 0
-        watch.close()
-        assert ran == ["after"] and [str(e) for e in errors] == ["boom"] and len(timers) == 0
-
-    asyncio.run(main())
