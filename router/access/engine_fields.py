@@ -18,6 +18,15 @@ that exist so that a router can steer the engine (:data:`router.config.server.EN
   a different request, so a request that sets one (any value but null, false or empty) is
   **refused**: HTTP 400 ``{"error": {"type": "invalid_request_error", "code":
   "unsupported_parameter", "param": <field>}}``, before any engine call.
+- engine sessions: ``session_id`` and ``session_params`` continue a session opened on one
+  engine with ``/open_session``, which the router does not serve (and a session lives on one
+  engine, which the router's placement does not follow): **refused** the same way.
+- the engine request's id: ``rid`` (chat, completions) and ``request_id`` (responses) name the
+  generation for ``/abort_request`` and SGLang refuses a second request with an id still in
+  flight ("Duplicate request ID detected"). A client's own id passes through; one in the
+  router's namespace (:data:`OWN_ID_PREFIXES`: the ids the router gives requests without one,
+  sequential and seen by every client as its responses' ``id``) could take the id of another
+  client's next request, so it is **refused**: 400 ``invalid_value`` naming the field.
 
 A caller the operator trusts (``auth.engine_fields``: ``allow`` for every caller, ``keys`` per
 API key) sends its own fields unchanged. Every field met is counted by the pipeline in
@@ -43,12 +52,16 @@ import orjson
 from router.config.server import ENGINE_FIELDS
 from router.errors import InvalidRequest
 
-__all__ = ["ACTIONS", "FIELD_NAMES", "Screened", "apply", "screen", "unsupported"]
+__all__ = ["ACTIONS", "FIELD_NAMES", "OWN_ID_PREFIXES", "Screened", "apply", "screen", "unsupported"]
 
 #: The names of :data:`router.config.server.ENGINE_FIELDS` (one set test per request).
 FIELD_NAMES = frozenset(ENGINE_FIELDS)
 #: The values of the metric's ``action`` label.
 ACTIONS = ("stripped", "refused", "forwarded")
+#: The prefixes of the engine request ids the router gives requests without a client id
+#: (``specgate-<request id>`` for chat and completions' ``rid``, ``resp_specgate-<request id>``
+#: for a response's ``request_id``; router/front/request_kinds.py, router/front/responses.py).
+OWN_ID_PREFIXES = ("specgate-", "resp_specgate-")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +72,21 @@ class Screened:
         strip: fields to drop before forwarding (placement directives of an untrusted caller).
         refuse: the first field that makes the request a 400, or None.
         forwarded: fields a trusted caller sends through unchanged.
+        reserved: the first engine request id (``rid``, ``request_id``) whose value is in the
+            router's own namespace (:data:`OWN_ID_PREFIXES`), or None.
     """
 
     strip: tuple[str, ...] = ()
     refuse: str | None = None
     forwarded: tuple[str, ...] = ()
+    reserved: str | None = None
+
+
+def _reserved(value: Any) -> bool:
+    """Whether an engine request id (a string, or a batch's list of strings) names an id the
+    router gives its own requests (:data:`OWN_ID_PREFIXES`)."""
+    values = value if isinstance(value, list) else (value,)
+    return any(isinstance(v, str) and v.startswith(OWN_ID_PREFIXES) for v in values)
 
 
 def _set(value: Any) -> bool:
@@ -85,7 +108,7 @@ def screen(doc: dict[str, Any], allowed: frozenset[str]) -> Screened | None:
         return None
     strip: list[str] = []
     forwarded: list[str] = []
-    refuse = None
+    refuse = reserved = None
     for name, value in doc.items():
         action = ENGINE_FIELDS.get(name)
         if action is None:
@@ -94,9 +117,12 @@ def screen(doc: dict[str, Any], allowed: frozenset[str]) -> Screened | None:
             forwarded.append(name)
         elif action == "strip":
             strip.append(name)
+        elif action == "own":
+            if reserved is None and _reserved(value):
+                reserved = name
         elif refuse is None and _set(value):
             refuse = name
-    return Screened(tuple(strip), refuse, tuple(forwarded))
+    return Screened(tuple(strip), refuse, tuple(forwarded), reserved)
 
 
 def unsupported(field: str) -> InvalidRequest:
@@ -124,6 +150,12 @@ def apply(body: bytes, doc: dict[str, Any], allowed: frozenset[str],
     if found.refuse is not None:
         count((found.refuse, "refused"))
         raise unsupported(found.refuse)
+    if found.reserved is not None:
+        count((found.reserved, "refused"))
+        raise InvalidRequest(
+            f"`{found.reserved}` values starting with `specgate-` or `resp_specgate-` are the router's own "
+            "engine request ids (docs/operator-guide.md, \"Engine-internal fields\")",
+            param=found.reserved, code="invalid_value")
     if not found.strip:
         return body, doc
     doc = {k: v for k, v in doc.items() if k not in found.strip}

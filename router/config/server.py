@@ -84,10 +84,12 @@ class PriorityConfig(Strict):
 #: ``return_hidden_states``, ``return_routed_experts``), by what the router does with a client's
 #: value (router/access/engine_fields.py): ``strip`` (placement directives the router owns: dropped,
 #: the answer is the same wherever it runs; SGLang's own gateway overwrites the bootstrap room
-#: too, sgl-project/sglang#40125) or ``refuse`` (400 ``unsupported_parameter``: dropping them
-#: would change the answer silently). One table: the config's names, the metric's ``field``
-#: label and the operator guide's list come from it.
-ENGINE_FIELDS: dict[str, Literal["strip", "refuse"]] = {
+#: too, sgl-project/sglang#40125), ``refuse`` (400 ``unsupported_parameter``: dropping them
+#: would change the answer silently) or ``own`` (the engine request's id: a client's passes
+#: through unless it is in the router's own namespace, ``specgate-``, where it would collide
+#: with another client's request: then 400 ``invalid_value``). One table: the config's names,
+#: the metric's ``field`` label and the operator guide's list come from it.
+ENGINE_FIELDS: dict[str, Literal["strip", "refuse", "own"]] = {
     "bootstrap_host": "strip",
     "bootstrap_port": "strip",
     "bootstrap_room": "strip",
@@ -98,12 +100,16 @@ ENGINE_FIELDS: dict[str, Literal["strip", "refuse"]] = {
     "custom_params": "refuse",
     "return_hidden_states": "refuse",
     "return_routed_experts": "refuse",
+    "session_id": "refuse",
+    "session_params": "refuse",
+    "rid": "own",
+    "request_id": "own",
 }
 
 EngineField = Literal[
     "bootstrap_host", "bootstrap_port", "bootstrap_room", "routed_dp_rank", "data_parallel_rank",
     "disagg_prefill_dp_rank", "custom_logit_processor", "custom_params", "return_hidden_states",
-    "return_routed_experts"]
+    "return_routed_experts", "session_id", "session_params", "rid", "request_id"]
 
 
 class EngineFieldsConfig(Strict):

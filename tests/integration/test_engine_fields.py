@@ -53,6 +53,7 @@ def test_two_requests_with_one_room_both_succeed_without_it(stack):
     ({"custom_logit_processor": '{"callable": "80049"}', "custom_params": {"x": 1}}, "custom_logit_processor"),
     ({"return_hidden_states": True}, "return_hidden_states"),
     ({"return_routed_experts": True}, "return_routed_experts"),
+    ({"session_params": {"id": "s-1", "offset": 0}}, "session_params"),
 ])
 @pytest.mark.parametrize("stream", [False, True])
 def test_execution_controls_are_400_without_an_engine_call(stack, extra, param, stream):
@@ -64,6 +65,28 @@ def test_execution_controls_are_400_without_an_engine_call(stack, extra, param, 
         "type": "invalid_request_error", "param": param, "code": "unsupported_parameter"}
     assert sent(stack) == []
     assert stack.router.metric("specgate_engine_fields_total", field=param, action="refused") == 1
+    assert stack.settled_inflight() == 0
+
+
+def test_a_client_may_not_take_the_routers_own_request_ids(stack):
+    """The router names a request without a ``rid`` ``specgate-<request id>`` (its response's
+    ``id``); a client that sends the next such id would collide with another client's request
+    on the engine (SGLang refuses a duplicate in-flight id), so it is refused, uncalled."""
+    own = stack.client.post(CHAT, json=body()).json()["id"]
+    assert own.startswith("specgate-")
+    taken = own.rsplit("-", 1)[0] + "-" + str(int(own.rsplit("-", 1)[1]) + 2)
+    r = stack.client.post(CHAT, json=body(rid=taken))
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert (err["type"], err["code"], err["param"]) == ("invalid_request_error", "invalid_value", "rid")
+    r = stack.client.post("/v1/completions", json={"model": "tiny-llama", "max_tokens": 4, "prompt": ["a", "b"],
+                                                   "rid": ["mine", taken]})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "rid")
+    assert len(sent(stack)) + len(sent(stack, "/v1/completions")) == 1  # only the first request
+    assert stack.router.metric("specgate_engine_fields_total", field="rid", action="refused") == 2
+    mine = stack.client.post(CHAT, json=body(rid="client-chosen-1"))
+    assert (mine.status_code, mine.json()["id"]) == (200, "client-chosen-1")
+    assert sent(stack)[-1]["body"]["rid"] == "client-chosen-1"
     assert stack.settled_inflight() == 0
 
 

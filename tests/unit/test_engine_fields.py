@@ -22,6 +22,7 @@ from router.errors import InvalidRequest
 BASE = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 STRIP = sorted(k for k, v in ENGINE_FIELDS.items() if v == "strip")
 REFUSE = sorted(k for k, v in ENGINE_FIELDS.items() if v == "refuse")
+OWN = sorted(k for k, v in ENGINE_FIELDS.items() if v == "own")
 
 
 def run(doc, allowed=frozenset()):
@@ -34,7 +35,9 @@ def test_the_config_names_are_the_table():
     assert set(get_args(EngineField)) == set(ENGINE_FIELDS) == FIELD_NAMES
     assert STRIP == ["bootstrap_host", "bootstrap_port", "bootstrap_room", "data_parallel_rank",
                      "disagg_prefill_dp_rank", "routed_dp_rank"]
-    assert REFUSE == ["custom_logit_processor", "custom_params", "return_hidden_states", "return_routed_experts"]
+    assert REFUSE == ["custom_logit_processor", "custom_params", "return_hidden_states", "return_routed_experts",
+                      "session_id", "session_params"]
+    assert OWN == ["request_id", "rid"]
 
 
 def test_a_body_without_them_is_untouched():
@@ -59,6 +62,8 @@ def test_placement_directives_are_stripped_and_counted(extra):
     ({"return_hidden_states": True}, "return_hidden_states"),
     ({"return_hidden_states": "last"}, "return_hidden_states"),
     ({"routed_dp_rank": 1, "return_routed_experts": True}, "return_routed_experts"),
+    ({"session_params": {"id": "s-1", "rid": "r-1", "offset": 0}}, "session_params"),
+    ({"session_id": "s-1"}, "session_id"),
 ])
 def test_execution_controls_are_refused_with_the_field_named(extra, param):
     with pytest.raises(InvalidRequest) as exc:
@@ -113,3 +118,33 @@ def test_the_chart_schema_and_the_guide_name_the_table():
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     named = {name for row in rows for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
     assert named == FIELD_NAMES
+
+
+@pytest.mark.parametrize("extra", [{"rid": "mine-1"}, {"rid": ["a", "b"]}, {"request_id": "resp_client-1"},
+                                   {"rid": None}, {"rid": "x-specgate-1"}, {"rid": 7}])
+def test_a_client_id_outside_the_routers_namespace_passes_uncounted(extra):
+    doc = {**BASE, **extra}
+    body = orjson.dumps(doc)
+    assert apply(body, doc, frozenset(), pytest.fail) == (body, doc)
+
+
+@pytest.mark.parametrize(("extra", "param"), [
+    ({"rid": "specgate-8585ee5c-18"}, "rid"),
+    ({"rid": ["mine", "specgate-8585ee5c-18_1"]}, "rid"),
+    ({"request_id": "resp_specgate-8585ee5c-18"}, "request_id"),
+])
+def test_a_client_id_in_the_routers_namespace_is_refused(extra, param):
+    with pytest.raises(InvalidRequest) as exc:
+        run({**BASE, **extra})
+    err = exc.value
+    assert (err.status, err.type, err.code, err.param) == (400, "invalid_request_error", "invalid_value", param)
+
+
+def test_a_refused_own_id_is_counted_and_a_trusted_caller_may_send_it():
+    seen: list[tuple[str, str]] = []
+    doc = {**BASE, "rid": "specgate-1"}
+    with pytest.raises(InvalidRequest):
+        apply(orjson.dumps(doc), doc, frozenset(), seen.append)
+    assert seen == [("rid", "refused")]
+    _, out, seen = run(doc, frozenset({"rid"}))
+    assert (out, seen) == (doc, [("rid", "forwarded")])
