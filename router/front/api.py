@@ -97,6 +97,17 @@ def _error_response(request: Request, err: SpecgateError) -> Response:
     return Response(err.body(), status_code=err.status, headers=headers)
 
 
+def _head_where_get(app: FastAPI) -> None:
+    """Serve ``HEAD`` on every ``GET`` route, as RFC 9110 9.3.2 and 9.1 ask of a general-purpose
+    server (health checkers and ``curl -I`` send it; FastAPI's ``app.get`` registers ``GET``
+    alone, so they got 405). The server (uvicorn) sends the ``GET`` answer's head without its
+    body."""
+    for route in app.router.routes:
+        methods = getattr(route, "methods", None)
+        if isinstance(methods, set) and "GET" in methods:
+            methods.add("HEAD")
+
+
 #: The generation routes served by :func:`serve_generate` (path -> request kind,
 #: :mod:`router.front.request_kinds`).
 GENERATE_ROUTES: Mapping[str, RequestKind] = MappingProxyType({
@@ -174,8 +185,10 @@ def install_routes(app: FastAPI) -> None:
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
             return _error_response(request, NotFound(f"no route {request.url.path}"))
-        if exc.status_code == 405:
-            return _error_response(request, MethodNotAllowed(f"method {request.method} not allowed"))
+        if exc.status_code == 405:  # RFC 9110 15.5.6: the Allow header names the route's methods
+            allow = (exc.headers or {}).get("Allow")
+            return _error_response(request, MethodNotAllowed(f"method {request.method} not allowed",
+                                                             headers={"allow": allow} if allow else None))
         return _error_response(request, SpecgateError(str(exc.detail), status=exc.status_code))
 
     @app.exception_handler(Exception)
@@ -187,3 +200,4 @@ def install_routes(app: FastAPI) -> None:
     install_admin_routes(app)
     install_model_routes(app)
     install_passthrough_routes(app)
+    _head_where_get(app)

@@ -345,3 +345,28 @@ def test_a_client_that_keeps_the_connection_after_an_early_answer_is_closed_afte
                 c.send(b"x" * 1000)
                 time.sleep(0.05)  # a slow uploader's pace
         assert LINGER_S * 0.5 < time.monotonic() - t0 < LINGER_S + 2  # read on until linger_s, then closed
+
+
+# -- methods --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [b"/health", b"/v1/models", b"/v1/models/tiny-llama", b"/metrics"])
+def test_head_is_answered_wherever_get_is_with_the_head_alone(hs: Stack, path: bytes) -> None:
+    """RFC 9110 9.3.2: the GET answer's head, no body; the connection carries the next request."""
+    with RawConn(hs.router.port) as c:
+        c.send(b"HEAD " + path + b" HTTP/1.1\r\nhost: x\r\n\r\nGET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        status_line, headers = c.head()
+        assert status_line == b"HTTP/1.1 200 OK" and int(headers["content-length"]) > 0
+        after = c.response()  # read right after the head: a body sent for HEAD would be read here
+        assert (after.status_line, json.loads(after.body)) == (b"HTTP/1.1 200 OK", {"status": "ok"})
+
+
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    (b"GET", CHAT, "POST"), (b"PUT", b"/v1/completions", "POST"), (b"POST", b"/health", "GET, HEAD"),
+    (b"DELETE", b"/v1/models", "GET, HEAD")])
+def test_a_405_names_the_allowed_methods(hs: Stack, method: bytes, path: bytes, allow: str) -> None:
+    """RFC 9110 15.5.6: a 405 carries ``Allow``; the body is the OpenAI error envelope."""
+    with RawConn(hs.router.port) as c:
+        c.send(method + b" " + path + b" HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
+        r = c.response()
+    assert_error(r, b"HTTP/1.1 405 Method Not Allowed", "method_not_allowed")
+    assert r.headers["allow"] == allow
