@@ -119,8 +119,9 @@ class Scraper(LoopTask):
         why = endpoint.recheck or recheck_reason(endpoint.engine, engine)
         if why is not None and endpoint.engine is not None:
             self._on_recheck(endpoint, why)
-        if why is not None or endpoint.state != "healthy" or endpoint.models_at is None or (
-                self._clock() - endpoint.models_at >= cfg.scrape.models_interval_s):
+        if why is not None or endpoint.state != "healthy" or endpoint.identity_error is not None or (
+                endpoint.models_at is None or self._clock() - endpoint.models_at >= cfg.scrape.models_interval_s):
+            # an endpoint held out for what it is is read every round: it is back within one
             read, restarted = await read_identity(self._transport, endpoint, expected, timeout_s, self._clock)
             if restarted:
                 self._on_recheck(endpoint, "restart")

@@ -144,6 +144,10 @@ class Endpoint:
         kv_tokens: its KV pool (``max_total_num_tokens``, tokens), None: never reported.
         startup: the last ``/server_info`` ``startup_time`` read (a restart changes it).
         recheck: why the next successful scrape must read the identity again, or None.
+        speculative: the pool's mode (``pools[].speculative``; set by the runtime), None: not
+            checked.
+        speculation: the engine's ``speculative_algorithm`` as ``/server_info`` last said
+            (``""``: none), None: never said (:mod:`router.state.identity`, "Speculation").
     """
 
     url: str
@@ -184,6 +188,8 @@ class Endpoint:
     kv_tokens: int | None = None
     startup: object = None
     recheck: str | None = None
+    speculative: bool | None = None
+    speculation: str | None = None
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
     _targets: dict[str, URL] = field(default_factory=dict, repr=False)
 
@@ -261,8 +267,17 @@ class Endpoint:
             self.context_length = info.context_length
         if info.max_total_num_tokens is not None:
             self.kv_tokens = info.max_total_num_tokens
+        judge = False
+        if info.speculative_algorithm is not None and info.speculative_algorithm != self.speculation:
+            self.speculation = info.speculative_algorithm
+            judge = True
+            if self.speculative and not self.speculation:
+                log.warning("endpoint %s of pool %s runs no speculative decoding (its /server_info); it is "
+                            "routed to as a speculative engine at plain speed", self.url, self.pool)
         if info.served_model_name is not None and self.served_models is None:
             self.served_models = frozenset((info.served_model_name,))  # no /v1/models read yet
+            judge = True
+        if judge:
             self._judge(expected)
         return restarted
 
@@ -286,10 +301,14 @@ class Endpoint:
                 if names is not None and expected not in names:
                     error = f"{source} {', '.join(sorted(names)) or 'no model'}, not {expected}"
                     break
+        until = f"it serves {expected} again"
+        if error is None and self.speculative is False and self.speculation:
+            error = f"runs speculative decoding ({self.speculation}), but its pool is plain"
+            until = "it runs without speculative decoding"
         if error != self.identity_error:
             if error is not None:
                 log.warning("endpoint %s of pool %s is unhealthy (identity_mismatch): it %s; it gets no "
-                            "request until it serves %s again", self.url, self.pool, error, expected)
+                            "request until %s", self.url, self.pool, error, until)
             else:
                 log.info("endpoint %s of pool %s serves %s", self.url, self.pool, expected)
         self.identity_error = error

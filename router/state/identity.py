@@ -15,7 +15,8 @@ list:
 **Identity.** An endpoint of a pool that serves ``generate`` must serve the pool's model
 (:func:`expected_name`: ``engine.served_model_name``, else ``model.name``). One whose list
 names another model is not routed to (:attr:`router.state.endpoint.Endpoint.identity_error`, shown
-in ``/ready``) until a later read finds the right one: a Service or discovery label pointing at
+in ``/ready``) until a later read finds the right one (while it is held out, every scrape
+round reads it again): a Service or discovery label pointing at
 the wrong Deployment sends nothing to it. An engine whose list cannot be read (an older
 engine, a timeout) keeps its last known identity; one never read has none, and is routed on
 its scrapes alone (no adapter is known on it then).
@@ -36,6 +37,19 @@ same round (:mod:`router.loops.engine_reads`), so a change is noticed within one
 (the next good scrape re-reads: a restart in between is not missed), a counter that went back
 (``num_requests_total``, ``generation_tokens_total``: the process restarted), and a
 ``/server_info`` ``startup_time`` other than the last one read.
+
+**Speculation.** ``/server_info`` also says whether the engine runs speculative decoding
+(``speculative_algorithm``, null when it does not). An endpoint of a *plain* pool whose engine
+runs it (a pod restarted with other flags, a Service pointing at the speculative Deployment)
+is not routed to, like another model's: a plain pool takes the prompts longer than a draft
+model's positions (docs/operator-guide.md, ``pools[].max_context_tokens``: an EAGLE head
+trained at 2,048 positions crashed engines beyond it) and the requests the router keeps off
+speculative engines (constrained decoding, sampling controls; ``pools[].capabilities``). An endpoint of a speculative
+pool whose engine runs none is still routed to (it serves every request right, only at plain
+speed; the learned speed model follows it) and logged once. ``/server_info`` is read at the
+triggers below (a restart that ``/metrics`` shows, a failed scrape) and every
+``scrape.models_interval_s`` (10 s by default), so a restart with other flags alone is noticed
+within that interval at the latest.
 
 **Limits.** What the engine reports bounds what the router sends it
 (:mod:`router.state.engine_limits`): its context (``max_model_len`` of ``/v1/models``,
@@ -120,6 +134,9 @@ class ServerInfo:
         max_req_input_len: the longest input the scheduler takes (tokens).
         startup_time: the start's fingerprint (SGLang: the phase durations of that start),
             compared by value only.
+        speculative_algorithm: ``--speculative-algorithm`` (``EAGLE3``, ``NGRAM``, ...), ``""``
+            when the engine says it runs none (the key present, null), None when it does not
+            say (the key absent: not checked).
     """
 
     served_model_name: str | None
@@ -127,6 +144,7 @@ class ServerInfo:
     max_total_num_tokens: int | None
     max_req_input_len: int | None
     startup_time: Any = None
+    speculative_algorithm: str | None = None
 
 
 def parse_server_info(body: bytes) -> ServerInfo | None:
@@ -139,9 +157,13 @@ def parse_server_info(body: bytes) -> ServerInfo | None:
         return None
     name = doc.get("served_model_name")
     startup = doc.get("startup_time")
+    algorithm = doc.get("speculative_algorithm", ...)
+    speculation = (None if algorithm is ... else algorithm if isinstance(algorithm, str) and algorithm.upper() != "NONE"
+                   else "")
     return ServerInfo(name if isinstance(name, str) and name else None, _positive_int(doc.get("context_length")),
                       _positive_int(doc.get("max_total_num_tokens")), _positive_int(doc.get("max_req_input_len")),
-                      orjson.dumps(startup, option=orjson.OPT_SORT_KEYS) if startup is not None else None)
+                      orjson.dumps(startup, option=orjson.OPT_SORT_KEYS) if startup is not None else None,
+                      speculation)
 
 
 def _positive_int(value: Any) -> int | None:

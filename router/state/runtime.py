@@ -368,7 +368,9 @@ class Runtime:
         ep.failure_threshold = self.config.health.failure_threshold
         ep.success_threshold = self.config.health.success_threshold
         ep.warmup_required = self._warmup_required(ep.pool)
-        ep.declare_adapters(next((p.declared_adapters for p in self.config.pools if p.name == ep.pool), frozenset()))
+        pc = next((p for p in self.config.pools if p.name == ep.pool), None)
+        ep.declare_adapters(pc.declared_adapters if pc is not None else frozenset())
+        ep.speculative = pc.speculative if pc is not None and "generate" in pc.serves else None
         ep.models_at = None  # read what the engine serves again against this config
 
     def _warmup_required(self, pool_name: str) -> bool:

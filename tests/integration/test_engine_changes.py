@@ -173,6 +173,39 @@ def test_an_address_reused_by_another_model_gets_no_request(tmp_path, tokenizer_
         e.close()
 
 
+def test_a_plain_engine_restarted_with_speculation_gets_no_request_until_it_runs_plain(one_spec, tokenizer_dir):
+    """The plain pool's engine comes back speculating (a pod restarted with the speculative
+    Deployment's flags): it would take prompts beyond a draft model's positions, so it is held
+    out like another model's engine; back to plain, it serves again."""
+    e, plain = one_spec, one_spec.plain
+    body = long_chat(tokenizer_dir, target=2500)  # over the spec pool's 2048: only plain holds it
+    r = e.client.post(CHAT, json=body)
+    assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "plain")
+    e.router.wait_scrape_rounds(2)  # a scrape saw the request counted: its reset tells the restart
+    plain.relaunch(speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
+                   speculative_num_draft_tokens=4)
+    ep = e.router.state.runtime.endpoint(plain.base_url)
+    wait_until(lambda: ep.identity_error is not None, 5, "the restart's /server_info read")
+    # the counter that went back, then the new startup_time the re-read found
+    assert e.router.metric("specgate_engine_rechecks_total", pool="plain", trigger="restart") == 2
+    assert (ep.identity_error, ep.healthy) == ("runs speculative decoding (EAGLE3), but its pool is plain", False)
+    ready = e.client.get("/ready").json()["pools"]["plain"]
+    assert ready["unhealthy"] == {plain.base_url: {
+        "reason": "identity_mismatch", "detail": "runs speculative decoding (EAGLE3), but its pool is plain"}}
+    assert e.router.metric("specgate_endpoints", pool="plain", state="identity_mismatch") == 1
+    r = e.client.post(CHAT, json=body)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "no_healthy_upstream", r.text
+    short = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    r = e.client.post(CHAT, json=short)
+    assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "spec")
+    assert e.chats(plain) == 0
+    plain.relaunch(speculative_algorithm=None)
+    wait_until(lambda: ep.healthy, 5, "the plain engine back in service")
+    assert ep.identity_error is None
+    r = e.client.post(CHAT, json=body)
+    assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "plain")
+
+
 def test_an_adapter_loaded_after_start_is_found_without_a_404(tmp_path, tokenizer_dir):
     e = Engines(tmp_path, tokenizer_dir, lora=True)
     try:

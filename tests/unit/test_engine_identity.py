@@ -112,3 +112,38 @@ def test_a_failed_scrape_or_a_broken_connection_asks_for_a_recheck():
     ep.recheck = None
     ep.mark_down()
     assert ep.recheck == "reconnect"
+
+
+@pytest.mark.parametrize(("doc", "expected"), [
+    ({"speculative_algorithm": "EAGLE3"}, "EAGLE3"), ({"speculative_algorithm": None}, ""),
+    ({"speculative_algorithm": "NONE"}, ""), ({}, None), ({"speculative_algorithm": 3}, "")])
+def test_server_info_says_whether_the_engine_speculates(doc, expected):
+    info = parse_server_info(orjson.dumps({"served_model_name": "m", **doc}))
+    assert info is not None and info.speculative_algorithm == expected
+
+
+def test_a_plain_pools_endpoint_that_speculates_is_not_routed_to(caplog):
+    ep = Endpoint("http://e:1", "plain", speculative=False, state="healthy")
+    with caplog.at_level(logging.WARNING, logger="specgate"):
+        ep.record_server_info(ServerInfo("m", 2048, None, None, b"1", "EAGLE3"), "m")
+        ep.record_server_info(ServerInfo("m", 2048, None, None, b"1", "EAGLE3"), "m")
+    assert (ep.identity_error, ep.healthy) == ("runs speculative decoding (EAGLE3), but its pool is plain", False)
+    assert len([r for r in caplog.records if "identity_mismatch" in r.getMessage()]) == 1
+    ep.record_server_info(ServerInfo("m", 2048, None, None, b"2", ""), "m")  # restarted without it
+    assert (ep.identity_error, ep.healthy) == (None, True)
+    ep.record_server_info(ServerInfo("m", 2048, None, None, b"3", None), "m")  # a later read that does not say
+    assert (ep.speculation, ep.identity_error) == ("", None)
+
+
+def test_a_speculative_pools_endpoint_without_speculation_is_routed_and_logged_once(caplog):
+    ep = Endpoint("http://e:1", "spec", speculative=True, state="healthy")
+    with caplog.at_level(logging.WARNING, logger="specgate"):
+        for _ in range(2):
+            ep.record_server_info(ServerInfo("m", 2048, None, None, b"1", ""), "m")
+    assert (ep.identity_error, ep.healthy, ep.speculation) == (None, True, "")
+    assert [r.getMessage() for r in caplog.records] == [
+        ("endpoint http://e:1 of pool spec runs no speculative decoding (its /server_info); it is routed to as a "
+         "speculative engine at plain speed")]
+    unchecked = Endpoint("http://e:2", "embed", speculative=None, state="healthy")
+    unchecked.record_server_info(ServerInfo("m", 2048, None, None, b"1", "EAGLE3"), "m")
+    assert unchecked.identity_error is None
