@@ -1,7 +1,7 @@
 """Sampling profile of ``specgate router`` under load (py-spy), summarised per function.
 
     .venv/bin/python benchmarks/profile_router.py [--seconds 15] [--rate 200] [--stream]
-        [--concurrency 16] [--top 40] [--out runs/profile] [--tree PATH]
+        [--concurrency 16] [--top 40] [--out runs/profile] [--tree PATH] [--native]
 
 The setup of ``benchmarks/router_overhead.py``: ``benchmarks/fast_backend.py`` and ``wrk``
 pinned to the last core, the router alone on core 0, the same config (one plain pool, the
@@ -75,6 +75,9 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--stream", action="store_true", help="streamed requests (default: non-streamed)")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--native", action="store_true",
+                    help="py-spy --native: C frames too (uvloop, httptools, builtins); py-spy then stops the "
+                         "process for each sample, so the CPU per request it prints is inflated")
     ap.add_argument("--out", default="runs/profile")
     ap.add_argument("--tokenizer", default=str(ROOT / "models" / "tiny-llama"))
     ap.add_argument("--tree", default=str(ROOT),
@@ -132,8 +135,8 @@ def main() -> int:
         cpu0, t0 = cpu_seconds(router.pid), time.monotonic()
         folded = out / "specgate.folded"
         subprocess.run(["taskset", "-c", load_cpu, pyspy, "record", "--pid", str(router.pid), "--rate",
-                        str(args.rate), "--duration", str(args.seconds), "--format", "raw", "--nonblocking",
-                        "--output", str(folded)], check=True, capture_output=True)
+                        str(args.rate), "--duration", str(args.seconds), "--format", "raw",
+                        *(["--native"] if args.native else ["--nonblocking"]), "--output", str(folded)], check=True, capture_output=True)
         cpu1, t1 = cpu_seconds(router.pid), time.monotonic()
         wrk_out, _ = load.communicate()
         print(wrk_out.strip().splitlines()[-2] if wrk_out.strip() else "")

@@ -87,11 +87,13 @@ opens, so a reload applies to new connections.
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httptools
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from router.config.server import HeaderLimitsConfig, ServerConfig
@@ -99,6 +101,7 @@ from router.errors import error_body
 from router.front.http_cycles import (
     CloseDelimitedCycle,
     ContinueCycle,
+    PlainCycle,
     ResponseTransport,
     expectation_failed,
 )
@@ -306,6 +309,8 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._linger()
             return
         self._rejected = True
+        if isinstance(self.cycle, PlainCycle):
+            self.cycle.flush_head()
         self.transport.close()
 
     def _stop_body_timer(self) -> None:
@@ -340,11 +345,22 @@ class _LimitedProtocol(HttpToolsProtocol):
         if self._lingering:  # closed after this answer (close_answered): no next request
             self.server_state.total_requests += 1
             return
+        self.server_state.total_requests += 1
         if self._close_after_response and not self.pipeline:
-            self.server_state.total_requests += 1
             self.transport.close()
             return
-        super().on_response_complete()
+        transport = self.transport  # uvicorn's on_response_complete, inline
+        if transport.is_closing():
+            return
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
+        self.flow.resume_reading()
+        if self.pipeline:  # the next pipelined request
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
     def _head_late(self) -> None:
         self._head_timer = None
@@ -439,35 +455,65 @@ class _LimitedProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._stop_head_timer()
         self.scope[CONNECTION_KEY] = self  # type: ignore[literal-required]  # an extension key
-        if self._unmet_expectation:
-            self._expectation_failed()
+        if self._unmet_expectation:  # 417 in its turn, without asking for the body
+            self._unmet_expectation = self.expect_100_continue = False
+            self._count_framing("expectation")
+            self._start_cycle(expectation_failed)
         else:
-            if self.expect_100_continue and self.parser.get_http_version() != "1.1":
-                self.expect_100_continue = False  # RFC 9110 section 10.1.1: ignored in HTTP/1.0
-            super().on_headers_complete()
+            self._start_cycle(None)
         self._in_body = True
-        cycle = self.cycle
-        cycle.transport = self._response_transport  # type: ignore[assignment]  # write/close/is_closing
-        if self.scope["http_version"] != "1.1":
-            cycle.__class__ = CloseDelimitedCycle  # no chunked framing for HTTP/1.0 (router.front.http_cycles)
-        elif cycle.waiting_for_100_continue:
-            cycle.__class__ = ContinueCycle
 
-    def _expectation_failed(self) -> None:
-        """Answer the request with 417 (:func:`router.front.http_cycles.expectation_failed`) in its
-        turn on the connection, without asking for its body; counted as ``expectation``."""
-        self._unmet_expectation = self.expect_100_continue = False
-        self._count_framing("expectation")
-        app, self.app = self.app, expectation_failed
-        try:
-            super().on_headers_complete()
-        finally:
-            self.app = app
+    def _start_cycle(self, app: Any) -> None:
+        """uvicorn's ``on_headers_complete`` (0.55), inline: the scope's method and path, then
+        the request's cycle (:class:`router.front.http_cycles.PlainCycle`, or its HTTP/1.0 or
+        ``Expect: 100-continue`` subclass), writing through the protocol's
+        :class:`router.front.http_cycles.ResponseTransport`, its task started, or queued behind
+        the request being answered. ``app``: None for the protocol's app (uvicorn's 503 over
+        its concurrency limit), else that ASGI app (:func:`router.front.http_cycles.expectation_failed`)."""
+        parser = self.parser
+        scope = self.scope
+        http_version = parser.get_http_version()
+        scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+            self.expect_100_continue = False  # RFC 9110 section 10.1.1: ignored in HTTP/1.0
+        if parser.should_upgrade() and self._should_upgrade():
+            return
+        parsed_url = httptools.parse_url(self.url)
+        raw_path = parsed_url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        root_path = self.root_path
+        scope["path"] = root_path + path
+        scope["raw_path"] = root_path.encode("ascii") + raw_path
+        scope["query_string"] = parsed_url.query or b""
+        if app is None:
+            app = self.app
+        limit = self.limit_concurrency
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        expect = self.expect_100_continue
+        cls = (PlainCycle if not expect else ContinueCycle) if http_version == "1.1" else CloseDelimitedCycle
+        existing = self.cycle
+        cycle = self.cycle = cls(
+            scope, self._response_transport, self.flow, self.logger, self.access_logger, self.access_log,
+            self.server_state.default_headers, asyncio.Event(), expect,
+            http_version != "1.0" and parser.should_keep_alive(), self.on_response_complete)
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, app)
+        else:  # pipelined: queued behind the request being answered
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
 
     def on_message_complete(self) -> None:
         if self._upgrade_offer:  # httptools ends the message at the head of an upgrade offer
             return  # (its body, if any, is read by _without_upgrade's framing)
-        super().on_message_complete()
+        cycle = self.cycle  # uvicorn's on_message_complete, inline
+        if not ((self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete):
+            cycle.more_body = False
+            cycle.message_event.set()
         self._in_head, self._in_body, self._head_bytes, self._fields, self._tail = True, False, 0, 0, b""
         if self._body_timer is not None:
             self._stop_body_timer()
