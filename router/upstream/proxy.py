@@ -87,7 +87,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 from starlette.responses import Response
@@ -129,6 +129,9 @@ from router.upstream.transport import (
     TransportError,
     UpstreamResponse,
 )
+
+if TYPE_CHECKING:
+    from router.state.endpoint import Endpoint
 
 __all__ = ["ENGINE_ABORT_EVENT", "UPSTREAM_FAILED_EVENT", "ProxyJob", "ProxyResponse", "Redecide",
            "Redecision"]
@@ -230,7 +233,7 @@ class ProxyResponse(Response):
             self._on_done(job)
 
     # -- the upstream call ------------------------------------------------------------
-    async def _run(self, send: Callable[..., Any]) -> None:
+    async def _run(self, send: Send) -> None:
         job = self.job
         up = self._up
         excluded: set[str] = set()
@@ -291,7 +294,7 @@ class ProxyResponse(Response):
             job.attempts += 1
             fresh = False
 
-    async def _attempt(self, endpoint: Any, send: Callable[..., Any], fresh: bool) -> None:
+    async def _attempt(self, endpoint: Endpoint, send: Send, fresh: bool) -> None:
         job = self.job
         up = self._up
         loop = asyncio.get_running_loop()
@@ -339,7 +342,7 @@ class ProxyResponse(Response):
                 end_span(span, None if resp is None else resp.status,
                                   None if job.outcome == "ok" else job.outcome)
 
-    def _broken(self, err: TransportError, endpoint: Any, before_status: bool, fresh: bool) -> NoReturn:
+    def _broken(self, err: TransportError, endpoint: Endpoint, before_status: bool, fresh: bool) -> NoReturn:
         """Raise what a transport failure of one attempt means (module docstring): no
         connection fails over; a reused connection broken before the status line is stale
         (resent); any other break marks the endpoint down and is a 502."""
@@ -358,7 +361,7 @@ class ProxyResponse(Response):
         job.outcome = "upstream_reset"
         raise UpstreamError("upstream worker failed") from None
 
-    def _engine_headers(self, endpoint: Any) -> tuple[dict[str, str], Any]:
+    def _engine_headers(self, endpoint: Endpoint) -> tuple[dict[str, str], Any]:
         """The engine request's headers and, with tracing on, the attempt's span (its context
         goes upstream in the headers; None without tracing)."""
         job = self.job
@@ -387,8 +390,8 @@ class ProxyResponse(Response):
                 job.outcome = "engine_abort"
                 raise UpstreamError("generation aborted by engine", code="engine_abort")
 
-    async def _answer(self, resp: UpstreamResponse, first: bytes, endpoint: Any,
-                      send: Callable[..., Any]) -> None:
+    async def _answer(self, resp: UpstreamResponse, first: bytes, endpoint: Endpoint,
+                      send: Send) -> None:
         """Send the client the engine's status and ``first``: a whole body (its ``spec_stats``
         read, and stripped when asked), or a stream's first events, then relay the rest."""
         job = self.job
@@ -465,8 +468,8 @@ class ProxyResponse(Response):
             raise _Failover(err)
         raise err
 
-    async def _relay(self, resp: UpstreamResponse, first: bytes, endpoint: Any,
-                     send: Callable[..., Any]) -> None:
+    async def _relay(self, resp: UpstreamResponse, first: bytes, endpoint: Endpoint,
+                     send: Send) -> None:
         """Relay whole SSE events as they arrive, starting with ``first`` (module docstring)."""
         job = self.job
         loop = asyncio.get_running_loop()
@@ -530,7 +533,7 @@ class ProxyResponse(Response):
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _start(self, send: Callable[..., Any], status: int, ctype: str, length: int | None) -> None:
+    async def _start(self, send: Send, status: int, ctype: str, length: int | None) -> None:
         job = self.job
         headers = [
             (b"content-type", ctype.encode("latin-1")),
@@ -550,7 +553,7 @@ class ProxyResponse(Response):
             headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
         await send({"type": "http.response.start", "status": status, "headers": headers})
 
-    async def _send_error(self, send: Callable[..., Any], err: SpecgateError) -> None:
+    async def _send_error(self, send: Send, err: SpecgateError) -> None:
         job = self.job
         job.status = err.status
         if job.outcome == "ok":
@@ -567,14 +570,14 @@ class ProxyResponse(Response):
         await send({"type": "http.response.start", "status": err.status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
-    def _abort(self, endpoint: Any) -> None:
+    def _abort(self, endpoint: Endpoint) -> None:
         """Ask the owning engine to stop generating this request (fire and forget)."""
         if not self.job.abort_rids:
             return
         self.job.extra["aborted"] = endpoint.url
         self._spawn(self._transport.abort(endpoint.url, self.job.abort_rids, self._up.abort_timeout_s))
 
-    async def _abort_now(self, endpoint: Any) -> None:
+    async def _abort_now(self, endpoint: Endpoint) -> None:
         """``/abort_request`` for this request's engine ids on a fresh connection, awaited
         (before the resend after a stale connection; best effort, bounded by
         ``upstream.abort_timeout_s`` per id)."""
