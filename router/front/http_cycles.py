@@ -167,13 +167,7 @@ class PlainCycle(RequestResponseCycle):
                     self.expected_content_length -= len(body)
                     self.transport.write(held + body)
                     if not message.get("more_body", False):
-                        if self.expected_content_length != 0:
-                            raise RuntimeError("Response content shorter than Content-Length")
-                        self.response_complete = True
-                        self.message_event.set()
-                        if not self.keep_alive:
-                            self.transport.close()
-                        self.on_response()
+                        self._complete()
                     return
             self.transport.write(held)
         if self.response_complete:
@@ -196,13 +190,18 @@ class PlainCycle(RequestResponseCycle):
             self.expected_content_length -= num_bytes
             self.transport.write(body)
         if not more_body:
-            if self.expected_content_length != 0:
-                raise RuntimeError("Response content shorter than Content-Length")
-            self.response_complete = True
-            self.message_event.set()
-            if not self.keep_alive:
-                self.transport.close()
-            self.on_response()
+            self._complete()
+
+    def _complete(self) -> None:
+        """The response's last body message was written: check its length, wake the reader,
+        close a connection that is not kept alive, and hand the connection on."""
+        if self.expected_content_length != 0:
+            raise RuntimeError("Response content shorter than Content-Length")
+        self.response_complete = True
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
 
     def _start(self, message: Any) -> None:
         """An ``http.response.start`` message: the status line and fields, in one write."""
