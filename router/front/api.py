@@ -186,7 +186,8 @@ def install_routes(app: FastAPI) -> None:
         if exc.status_code == 404:
             return _error_response(request, NotFound(f"no route {request.url.path}"))
         if exc.status_code == 405:  # RFC 9110 15.5.6: the Allow header names the route's methods
-            allow = (exc.headers or {}).get("Allow")
+            allow = (exc.headers or {}).get("Allow")  # Starlette joins a set: sorted, the same every time
+            allow = ", ".join(sorted(m.strip() for m in allow.split(","))) if allow else None
             return _error_response(request, MethodNotAllowed(f"method {request.method} not allowed",
                                                              headers={"allow": allow} if allow else None))
         return _error_response(request, SpecgateError(str(exc.detail), status=exc.status_code))
