@@ -1,4 +1,4 @@
-"""What the error path knows of one request: a typed context on the ASGI scope.
+"""One request's context: what the error path knows of it, and the generation pipeline's trip.
 
 A handler (:func:`router.front.api.serve_generate`, :func:`router.front.passthrough.serve_passthrough`)
 attaches one :class:`RequestContext` as soon as it has the request's id
@@ -8,19 +8,35 @@ attaches one :class:`RequestContext` as soon as it has the request's id
 size in the access log. It lives under the scope key :data:`CONTEXT_KEY`, like the drain's
 keys (:mod:`router.front.drain`), so a FastAPI exception handler, which builds its own ``Request``
 on the same scope, sees it too.
+
+A generation request (:func:`router.front.pipeline.generate`) attaches a
+:class:`GenerationContext`, the same object with every field its steps read and fill: a step
+takes the context (and at most one value more) and returns nothing or one value, so the
+request's trip is one object from arrival to the relay (as sgl-model-gateway's
+``RequestContext`` carries a request through its stages).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from router.request.features import RequestFeatures
+    from router.access.admission import PriorityOutcome
+    from router.access.limit_rules import Ticket
+    from router.decision.policy import Decision
+    from router.decision.prefix import PrefixChain
+    from router.front.appstate import FrontState
+    from router.front.request_kinds import RequestKind
+    from router.request.features import ParsedRequest, Rendered, RequestFeatures
+    from router.state.endpoint import Lease
+    from router.state.fleet import Fleet
+    from router.state.models import Resolved
+    from router.state.runtime import Runtime
 
-__all__ = ["CONTEXT_KEY", "RequestContext", "attach", "attach_context", "end_disconnected", "request_context"]
+__all__ = ["CONTEXT_KEY", "GenerationContext", "RequestContext", "attach", "attach_context", "end_disconnected", "request_context"]
 
 #: ASGI scope key of a request's :class:`RequestContext`.
 CONTEXT_KEY = "specgate.context"
@@ -49,6 +65,83 @@ class RequestContext:
     reject_reason: str | None = None
     span: Any = None
     model: str | None = None
+
+
+#: ``{pool: {endpoint: cached tokens}}`` of a prefix chain (:meth:`Runtime.prefix_matches`).
+Matches = dict[str, dict[str, int]]
+
+
+@dataclass(slots=True, kw_only=True, repr=False, eq=False)
+class GenerationContext(RequestContext):
+    """A generation request's trip through the steps of :mod:`router.front.pipeline`: one object
+    per request, attached to the scope as the error path's :class:`RequestContext`.
+
+    ``_admit`` builds it with the fields up to ``received``; each later field is filled by the
+    step named (a field without a default is unset, reading it raises ``AttributeError``,
+    until its step ran).
+
+    Attributes:
+        request: the Starlette request.
+        state: the process's state (:class:`router.front.appstate.FrontState`).
+        fleet: the fleet at arrival: this request's models, even if a reload swaps it.
+        kind: the route's :class:`~router.front.request_kinds.RequestKind`.
+        own_id: the router's own id; the engine's ``rid`` (a client may reuse its
+            ``x-request-id`` on retries, and SGLang refuses a rid that is already running).
+        headers: the request's headers (:func:`router.front.intake.header_map`).
+        authorization: the ``Authorization`` header, or None.
+        trace: the W3C trace headers to forward (:func:`router.ops.trace.trace_headers`).
+        tracing: the tracer this request's spans come from (kept even if a reload swaps it).
+        received: ``time.perf_counter()`` at arrival (s).
+        body: the body as read (``read_body``), without the client's engine-internal fields
+            (``_engine_fields``), then the engine's body (``_engine_body``).
+        runtime: the :class:`~router.state.runtime.Runtime` of the request's model (``_model``).
+        doc: the body's JSON document (``_model``), changed as ``body`` is.
+        parsed: the kind's parse of ``doc`` (``_model``).
+        resolved: the model name resolved (``_model``): what to forward, the adapters.
+        priority: the engine priority and its source (``_controls``).
+        hint: the speculation hint (``_controls``).
+        rendered: the rendered prompt (``_features``, from ``size_prompt``).
+        ticket: the key's rate-limit ticket (``_limit``); None: no key limited.
+        decision: the routing decision (``_route``).
+        chain: the prompt's prefix chain (``_route``); None: prefix routing off or no chain.
+        matches: the chain's cached tokens per pool and endpoint (``_route``), or None.
+        lease: the decided endpoint's lease (``_lease``).
+        dispatch: the endpoint's state at dispatch, ``(url, load, waits, context, sent_at)``,
+            when the request is measured for the speed model (``_lease``), else None.
+        pool_bodies: ``{pool: body}`` for pools that read ``priority`` the other way round
+            (``_engine_body``).
+        abort_rids: the engine ids to abort the request by (``_engine_body``).
+        spec_stats: ``strip`` / ``read`` / None: the speculative statistics asked of the
+            engine (``_engine_body``).
+    """
+
+    request: Request
+    state: FrontState
+    fleet: Fleet
+    kind: RequestKind
+    own_id: str
+    headers: dict[bytes, bytes]
+    authorization: str | None
+    trace: dict[str, str]
+    tracing: Any
+    received: float
+    body: bytes = field(init=False)
+    runtime: Runtime = field(init=False)
+    doc: dict[str, Any] = field(init=False)
+    parsed: ParsedRequest = field(init=False)
+    resolved: Resolved = field(init=False)
+    priority: PriorityOutcome = field(init=False)
+    hint: str = field(init=False)
+    rendered: Rendered = field(init=False)
+    ticket: Ticket | None = field(init=False, default=None)
+    decision: Decision = field(init=False)
+    chain: PrefixChain | None = field(init=False, default=None)
+    matches: Matches | None = field(init=False, default=None)
+    lease: Lease = field(init=False)
+    dispatch: tuple[Any, ...] | None = field(init=False, default=None)
+    pool_bodies: dict[str, bytes] = field(init=False)
+    abort_rids: tuple[str, ...] = field(init=False)
+    spec_stats: str | None = field(init=False, default=None)
 
 
 def attach_context(request: Request, request_id: str) -> RequestContext:
