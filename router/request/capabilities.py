@@ -48,7 +48,7 @@ from router.errors import InvalidRequest
 from router.reasons import CAPABILITY_KINDS, Reason
 
 if TYPE_CHECKING:
-    from router.request.parsing import ParsedRequest
+    from router.request.parsed import ParsedRequest
 
 __all__ = [
     "CLIENT_OPT_OUT",

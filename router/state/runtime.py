@@ -62,7 +62,7 @@ from router.decision.prefix import PrefixChain, PrefixIndex, PrefixRequest
 from router.request.features import PromptCounter, RequestFeatures, TokensPerByte
 from router.state.endpoint import Endpoint, Lease, LeaseLedger
 from router.state.engine_limits import LimitChange, SmallEndpoint, follow, too_small
-from router.state.models import lacking_adapters, pool_adapters
+from router.state.identity import lacking_adapters, pool_adapters
 from router.state.pool import Pool
 from router.state.snapshot_cache import SnapshotCache
 from router.state.snapshots import accept_lengths, endpoint_snapshot

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from router.decision.policy import PoolSnapshot
+from router.decision.snapshot import PoolSnapshot
 from router.state.snapshots import EndpointValues, pool_snapshot
 
 if TYPE_CHECKING:

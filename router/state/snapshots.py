@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from router.decision.learn import SpeedFit
-from router.decision.policy import EndpointSnapshot, PoolSnapshot
 from router.decision.predict import SpeedModel
+from router.decision.snapshot import EndpointSnapshot, PoolSnapshot
 from router.state.engine_metrics import EngineLoad
 
 __all__ = ["EndpointValues", "accept_lengths", "endpoint_snapshot", "endpoint_values", "pool_snapshot"]
