@@ -1,7 +1,7 @@
 """Pool and runtime state: endpoint sets, bypass hysteresis, prefix indexes, overrides.
 
 State lives on instances built by the app's lifespan (never module globals). The policy
-never reaches in here: it reads :class:`~router.decision.policy.PoolSnapshot` values built by
+never reaches in here: it reads :class:`~router.decision.snapshot.PoolSnapshot` values built by
 :meth:`Runtime.snapshots`.
 
 One endpoint's health, in-flight leases and load are :mod:`router.state.endpoint`'s
