@@ -18,7 +18,7 @@ request's trip is one object from arrival to the relay (as sgl-model-gateway's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -71,14 +71,17 @@ class RequestContext:
 Matches = dict[str, dict[str, int]]
 
 
-@dataclass(slots=True, kw_only=True, repr=False, eq=False)
+# kw_only: its fields without a default may follow RequestContext's defaulted ones; init=False:
+# the positional __init__ below
+@dataclass(slots=True, kw_only=True, init=False, repr=False, eq=False)
 class GenerationContext(RequestContext):
     """A generation request's trip through the steps of :mod:`router.front.pipeline`: one object
     per request, attached to the scope as the error path's :class:`RequestContext`.
 
-    ``_admit`` builds it with the fields up to ``received``; each later field is filled by the
-    step named (a field without a default is unset, reading it raises ``AttributeError``,
-    until its step ran).
+    ``_admit`` builds it with the fields up to ``received``, positionally (one call per
+    request: the keyword ``__init__`` a dataclass would write costs about twice as much for
+    these eleven); each later field is filled by the step named: the optional ones start as
+    None, the others are unset (reading one raises ``AttributeError``) until their step ran.
 
     Attributes:
         request: the Starlette request.
@@ -125,23 +128,40 @@ class GenerationContext(RequestContext):
     trace: dict[str, str]
     tracing: Any
     received: float
-    body: bytes = field(init=False)
-    runtime: Runtime = field(init=False)
-    doc: dict[str, Any] = field(init=False)
-    parsed: ParsedRequest = field(init=False)
-    resolved: Resolved = field(init=False)
-    priority: PriorityOutcome = field(init=False)
-    hint: str = field(init=False)
-    rendered: Rendered = field(init=False)
-    ticket: Ticket | None = field(init=False, default=None)
-    decision: Decision = field(init=False)
-    chain: PrefixChain | None = field(init=False, default=None)
-    matches: Matches | None = field(init=False, default=None)
-    lease: Lease = field(init=False)
-    dispatch: tuple[Any, ...] | None = field(init=False, default=None)
-    pool_bodies: dict[str, bytes] = field(init=False)
-    abort_rids: tuple[str, ...] = field(init=False)
-    spec_stats: str | None = field(init=False, default=None)
+    body: bytes
+    runtime: Runtime
+    doc: dict[str, Any]
+    parsed: ParsedRequest
+    resolved: Resolved
+    priority: PriorityOutcome
+    hint: str
+    rendered: Rendered
+    ticket: Ticket | None
+    decision: Decision
+    chain: PrefixChain | None
+    matches: Matches | None
+    lease: Lease
+    dispatch: tuple[Any, ...] | None
+    pool_bodies: dict[str, bytes]
+    abort_rids: tuple[str, ...]
+    spec_stats: str | None
+
+    def __init__(self, request_id: str, request: Request, state: FrontState, fleet: Fleet, kind: RequestKind,
+                 own_id: str, headers: dict[bytes, bytes], authorization: str | None, trace: dict[str, str],
+                 tracing: Any, received: float) -> None:
+        self.request_id = request_id
+        self.request = request
+        self.state = state
+        self.fleet = fleet
+        self.kind = kind
+        self.own_id = own_id
+        self.headers = headers
+        self.authorization = authorization
+        self.trace = trace
+        self.tracing = tracing
+        self.received = received
+        self.features = self.reject_reason = self.span = self.model = None  # RequestContext's
+        self.ticket = self.chain = self.matches = self.dispatch = self.spec_stats = None
 
 
 def attach_context(request: Request, request_id: str) -> RequestContext:

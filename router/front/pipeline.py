@@ -174,9 +174,8 @@ def _admit(request: Request, state: AppState, kind: RequestKind) -> GenerationCo
                           header(headers, b"baggage") if baggage else None) if baggage or b"traceparent" in headers else {}
     rid, key = headers.get(b"x-request-id"), headers.get(b"authorization")  # header(), inline: no call when absent
     ctx = GenerationContext(rid is not None and client_request_id(rid.decode("latin-1")) or own_id,
-                            request=request, state=state, fleet=fleet, kind=kind, own_id=own_id, headers=headers,
-                            authorization=None if key is None else key.decode("latin-1"), trace=trace,
-                            tracing=state.tracing, received=received)
+                            request, state, fleet, kind, own_id, headers,
+                            None if key is None else key.decode("latin-1"), trace, state.tracing, received)
     request.scope[CONTEXT_KEY] = ctx  # router.front.context.attach, inline
     if ctx.tracing is not None:  # router.ops.tracing: the server span, ended by _record or the error path
         ctx.span = ctx.tracing.start_request(request.scope["path"], trace, ctx.request_id)

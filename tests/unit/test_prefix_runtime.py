@@ -215,9 +215,8 @@ def test_a_failover_observes_the_matched_share_of_the_predicted_prompt(tmp_path:
     assert first.endpoint is not None and first.endpoint_reason == PickReason.PREFIX_MATCH
     metrics = RouterMetrics(CollectorRegistry())
     state = SimpleNamespace(fleet=SimpleNamespace(runtimes={}), clock=lambda: 0.0, metrics=metrics)
-    ctx = GenerationContext("r", request=None, state=state, fleet=state.fleet, kind=None, own_id="r",  # type: ignore[arg-type]
-                            headers={}, authorization=None, trace={}, tracing=None, received=0.0, features=features)
-    ctx.runtime, ctx.chain, ctx.matches = rt, chain, matches
+    ctx = GenerationContext("r", None, state, state.fleet, None, "r", {}, None, {}, None, 0.0)  # type: ignore[arg-type]
+    ctx.runtime, ctx.features, ctx.chain, ctx.matches = rt, features, chain, matches
     other = B if first.endpoint == A else A
     failover = _redecide(ctx, frozenset({first.endpoint}))
     assert failover.decision.endpoint == other and failover.lease is not None
