@@ -84,7 +84,9 @@ class GenerationContext(RequestContext):
     None, the others are unset (reading one raises ``AttributeError``) until their step ran.
 
     Attributes:
-        request: the Starlette request.
+        path: the request's path (``/v1/chat/completions``, ...). Not the request itself: the
+            context sits on the request's scope, and a reference back would make each request
+            a cycle that only the garbage collector frees.
         state: the process's state (:class:`router.front.appstate.FrontState`).
         fleet: the fleet at arrival: this request's models, even if a reload swaps it.
         kind: the route's :class:`~router.front.request_kinds.RequestKind`.
@@ -118,7 +120,7 @@ class GenerationContext(RequestContext):
             engine (``_engine_body``).
     """
 
-    request: Request
+    path: str
     state: FrontState
     fleet: Fleet
     kind: RequestKind
@@ -146,11 +148,11 @@ class GenerationContext(RequestContext):
     abort_rids: tuple[str, ...]
     spec_stats: str | None
 
-    def __init__(self, request_id: str, request: Request, state: FrontState, fleet: Fleet, kind: RequestKind,
+    def __init__(self, request_id: str, path: str, state: FrontState, fleet: Fleet, kind: RequestKind,
                  own_id: str, headers: dict[bytes, bytes], authorization: str | None, trace: dict[str, str],
                  tracing: Any, received: float) -> None:
         self.request_id = request_id
-        self.request = request
+        self.path = path
         self.state = state
         self.fleet = fleet
         self.kind = kind

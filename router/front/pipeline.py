@@ -130,12 +130,12 @@ async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
     ctx = _admit(request, state, kind)
     ctx.body = await read_body(request, ctx.fleet.config.max_request_bytes, ctx.headers)  # 413
     try:
-        _model(ctx)
+        _model(ctx, request)
     except UnknownAdapter as exc:  # loaded since the last read? look once more (router/loops/engine_reads.py)
         runtimes = ctx.fleet.runtimes
         if exc.model not in runtimes or not await state.model_refresh.refresh(runtimes[exc.model]):
             raise
-        _model(ctx)
+        _model(ctx, request)
     _controls(ctx)
     if not FIELD_NAMES.isdisjoint(ctx.doc):  # the usual request has none: one pass over its top-level keys
         _engine_fields(ctx)
@@ -174,11 +174,11 @@ def _admit(request: Request, state: AppState, kind: RequestKind) -> GenerationCo
                           header(headers, b"baggage") if baggage else None) if baggage or b"traceparent" in headers else {}
     rid, key = headers.get(b"x-request-id"), headers.get(b"authorization")  # header(), inline: no call when absent
     ctx = GenerationContext(rid is not None and client_request_id(rid.decode("latin-1")) or own_id,
-                            request, state, fleet, kind, own_id, headers,
+                            request.scope["path"], state, fleet, kind, own_id, headers,
                             None if key is None else key.decode("latin-1"), trace, state.tracing, received)
     request.scope[CONTEXT_KEY] = ctx  # router.front.context.attach, inline
     if ctx.tracing is not None:  # router.ops.tracing: the server span, ended by _record or the error path
-        ctx.span = ctx.tracing.start_request(request.scope["path"], trace, ctx.request_id)
+        ctx.span = ctx.tracing.start_request(ctx.path, trace, ctx.request_id)
     if runtime.auth is not None:
         runtime.auth.check_client(ctx.authorization)
     if fleet.single:
@@ -186,14 +186,14 @@ def _admit(request: Request, state: AppState, kind: RequestKind) -> GenerationCo
     return ctx
 
 
-def _model(ctx: GenerationContext) -> None:
+def _model(ctx: GenerationContext, request: Request) -> None:
     """The body's JSON (415 / 400, :func:`router.front.intake.parse_json`) and the runtime of its
     model (:func:`router.state.models.model_runtime`), which the steps after this one use
     alone; then, with that model's rules: its body cap (413), whether it serves the route
     (404), the kind's parser (400) and the name resolved (404 ``model_not_found`` before any
     work for an unknown name). Fills ``doc``, ``runtime``, ``parsed``, ``resolved``, then ``model``."""
     fleet, kind = ctx.fleet, ctx.kind
-    ctx.doc = doc = parse_json(ctx.request, ctx.body, ctx.headers)
+    ctx.doc = doc = parse_json(request, ctx.body, ctx.headers)
     ctx.runtime = runtime = model_runtime(fleet, doc)
     check_model_body(fleet, runtime, len(ctx.body))
     if not fleet.single:
@@ -406,7 +406,7 @@ def _job(ctx: GenerationContext, features: RequestFeatures) -> ProxyJob:
     limits = ctx.runtime.config.limits
     _engine_body(ctx, features)
     ticket = ctx.ticket
-    return ProxyJob(request_id=ctx.request_id, path=ctx.request.scope["path"], body=ctx.body,
+    return ProxyJob(request_id=ctx.request_id, path=ctx.path, body=ctx.body,
                     features=features, decision=ctx.decision, lease=ctx.lease, abort_rids=ctx.abort_rids,
                     received_at=ctx.received, end_events=ctx.kind.end_events,
                     observer=ctx.kind.observer(ctx.state.metrics, ctx.doc),

@@ -215,7 +215,7 @@ def test_a_failover_observes_the_matched_share_of_the_predicted_prompt(tmp_path:
     assert first.endpoint is not None and first.endpoint_reason == PickReason.PREFIX_MATCH
     metrics = RouterMetrics(CollectorRegistry())
     state = SimpleNamespace(fleet=SimpleNamespace(runtimes={}), clock=lambda: 0.0, metrics=metrics)
-    ctx = GenerationContext("r", None, state, state.fleet, None, "r", {}, None, {}, None, 0.0)  # type: ignore[arg-type]
+    ctx = GenerationContext("r", "/v1/completions", state, state.fleet, None, "r", {}, None, {}, None, 0.0)  # type: ignore[arg-type]
     ctx.runtime, ctx.features, ctx.chain, ctx.matches = rt, features, chain, matches
     other = B if first.endpoint == A else A
     failover = _redecide(ctx, frozenset({first.endpoint}))
