@@ -64,8 +64,8 @@ if TYPE_CHECKING:
     from router.access.admission import resolve_priority
     from router.access.auth import Auth, KeyRing
     from router.access.limits import KeyLimiter
+    from router.app.appstate import AppState
     from router.app.asgi import (
-        AppState,
         RouterApp,
         create_app,
         tokenizer_executor,
@@ -93,16 +93,14 @@ if TYPE_CHECKING:
     from router.decision.learn import DEFAULT_PRIOR, Observation, SpeedFit, share_priors
     from router.decision.policy import (
         Decision,
-        EndpointSnapshot,
         Outcome,
-        PoolSnapshot,
-        Rules,
         batch_context,
         decide,
         flip_points,
         request_features,
     )
     from router.decision.predict import SpeedModel, completion_s
+    from router.decision.snapshot import EndpointSnapshot, PoolSnapshot, Rules
     from router.errors import SpecgateError
     from router.front.http_limits import ConnectionLimits, limited_protocol
     from router.front.pipeline import size_prompt
@@ -120,7 +118,7 @@ if TYPE_CHECKING:
 
 #: Each public name and the module that defines it (read-only).
 _SURFACE = MappingProxyType({
-    "create_app": "router.app.asgi", "RouterApp": "router.app.asgi", "AppState": "router.app.asgi",
+    "create_app": "router.app.asgi", "RouterApp": "router.app.asgi", "AppState": "router.app.appstate",
     "tune_interpreter": "router.app.asgi", "tokenizer_executor": "router.app.asgi", "serve": "router.app.server",
     "limited_protocol": "router.front.http_limits", "ConnectionLimits": "router.front.http_limits",
     "ServerConfig": "router.config.server",
@@ -134,8 +132,8 @@ _SURFACE = MappingProxyType({
     "size_prompt": "router.front.pipeline",
     "check_engine_paths": "router.app.commands", "decide": "router.decision.policy", "Decision": "router.decision.policy",
     "Outcome": "router.decision.policy", "request_features": "router.decision.policy", "flip_points": "router.decision.policy",
-    "batch_context": "router.decision.policy", "PoolSnapshot": "router.decision.policy", "EndpointSnapshot": "router.decision.policy",
-    "Rules": "router.decision.policy", "Reason": "router.reasons", "RequestFeatures": "router.request.features",
+    "batch_context": "router.decision.policy", "PoolSnapshot": "router.decision.snapshot", "EndpointSnapshot": "router.decision.snapshot",
+    "Rules": "router.decision.snapshot", "Reason": "router.reasons", "RequestFeatures": "router.request.features",
     "BypassState": "router.decision.bypass", "AcceptanceTracker": "router.decision.acceptance", "CLASSES": "router.decision.acceptance",
     "SpeedModel": "router.decision.predict", "completion_s": "router.decision.predict", "SpeedFit": "router.decision.learn", "Observation": "router.decision.learn",
     "DEFAULT_PRIOR": "router.decision.learn", "share_priors": "router.decision.learn", "context_bucket": "router.decision.learn",

@@ -1,5 +1,5 @@
 """The composition and the process. ``asgi`` builds everything in the lifespan (:func:`create_app`,
-:class:`AppState`, :class:`RouterApp`); ``reload`` watches the config file, builds a new runtime
+:class:`RouterApp`; the process's :class:`AppState` in ``appstate``); ``reload`` watches the config file, builds a new runtime
 from ``runtime_inputs`` and swaps one reference (the ``tracing`` section through
 ``tracing_reload``); ``server`` runs the app under uvicorn with the router's protocol, signals
 and drain; ``commands`` holds ``specgate router``, ``specgate config check`` and ``specgate

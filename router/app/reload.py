@@ -56,7 +56,7 @@ from router.config.tree import Config, ConfigError
 from router.state.fleet import build_fleet
 
 if TYPE_CHECKING:
-    from router.app.asgi import AppState
+    from router.app.appstate import AppState
 
 __all__ = ["SETTLE_S", "START_ONLY", "Reloader", "start_only_changes"]
 

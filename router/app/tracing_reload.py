@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from router.config.server import TracingConfig
 
 if TYPE_CHECKING:
-    from router.app.asgi import AppState
+    from router.app.appstate import AppState
 
 __all__ = ["apply_tracing", "retire_when_idle", "shutdown_all"]
 

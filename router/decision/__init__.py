@@ -1,5 +1,5 @@
 """The routing decision, pure (no I/O, no clock): :func:`decide` and the snapshot types
-(``policy``: :class:`PoolSnapshot`, :class:`EndpointSnapshot`, :class:`Rules`), one small
+(``policy``; ``snapshot``: :class:`PoolSnapshot`, :class:`EndpointSnapshot`, :class:`Rules`), one small
 function per rule of the speculative pool (``checks``), a request's predicted completion time
 (``predict``) and the choice among pools by it (``predicted``, ``affinity``), the speed models
 learned from finished requests (``learn``, ``drift``, ``prediction_check``), live acceptance per

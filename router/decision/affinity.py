@@ -31,7 +31,7 @@ from router.decision.learn import context_bucket
 from router.decision.prefix import PrefixRequest, rendezvous_score
 
 if TYPE_CHECKING:
-    from router.decision.policy import PoolSnapshot
+    from router.decision.snapshot import PoolSnapshot
     from router.request.features import RequestFeatures
 
 __all__ = ["affine_order", "explore_key"]

@@ -35,7 +35,7 @@ from router.reasons import Reason
 from router.request.capabilities import unmet
 
 if TYPE_CHECKING:
-    from router.decision.policy import PoolSnapshot, Rules
+    from router.decision.snapshot import PoolSnapshot, Rules
     from router.request.features import RequestFeatures
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from router.decision.predict import completion_s, externality_s
 
 if TYPE_CHECKING:
-    from router.decision.policy import EndpointSnapshot, PoolSnapshot, Rules
+    from router.decision.snapshot import EndpointSnapshot, PoolSnapshot, Rules
     from router.request.features import RequestFeatures
 
 __all__ = ["batch_context", "distrusted", "externality_cost", "predict_cost", "predict_request", "runner_up",

@@ -462,7 +462,7 @@ class Candidate:
 
 class EndpointLike(Protocol):
     """What :func:`pick_endpoint` reads of a candidate (:class:`Candidate`,
-    :class:`router.decision.policy.EndpointSnapshot`); read-only attributes, same meaning as
+    :class:`router.decision.snapshot.EndpointSnapshot`); read-only attributes, same meaning as
     :class:`Candidate`'s."""
 
     @property

@@ -3,7 +3,7 @@ routes' entry, the probes and the error handlers; ``passthrough``: the non-gener
 ``admin``; ``model_routes``; ``readiness``), the generation pipeline and its steps
 (``pipeline``; the route kinds ``request_kinds`` and ``responses``; the end of a response
 ``record`` and the planner's window ``planwindow``), reading a request (``intake``: its body, content codings undone, and JSON; ``body``;
-``context``: what the error path knows of it), the wire (``http_limits``: a
+``context``: what the error path knows of it and the pipeline's per-request ``GenerationContext``), the wire (``http_limits``: a
 request head's limits as bytes arrive; ``http_cycles``) and the process drain (``drain``).
 It reads the app's state through the protocol ``appstate.FrontState``. Neither it nor ``router.loops`` imports the other.
 

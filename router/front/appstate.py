@@ -2,7 +2,7 @@
 
 The routes and the pipeline (:mod:`router.front`) read the process's state through
 ``request.app.state.specgate``, which :func:`router.app.asgi.create_app` sets to its
-:class:`router.app.asgi.AppState`. Naming that class here would point an import up, from the
+:class:`router.app.appstate.AppState`. Naming that class here would point an import up, from the
 request side to the composition above it; this protocol names only the members the request side
 uses, so ``router.front`` imports nothing above it, not even for an annotation, and
 ``AppState`` satisfies it structurally (mypy checks it where ``create_app`` stores it).

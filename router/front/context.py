@@ -1,4 +1,4 @@
-"""What the error path knows of one request: a typed context on the ASGI scope.
+"""One request's context: what the error path knows of it, and the generation pipeline's trip.
 
 A handler (:func:`router.front.api.serve_generate`, :func:`router.front.passthrough.serve_passthrough`)
 attaches one :class:`RequestContext` as soon as it has the request's id
@@ -8,6 +8,12 @@ attaches one :class:`RequestContext` as soon as it has the request's id
 size in the access log. It lives under the scope key :data:`CONTEXT_KEY`, like the drain's
 keys (:mod:`router.front.drain`), so a FastAPI exception handler, which builds its own ``Request``
 on the same scope, sees it too.
+
+A generation request (:func:`router.front.pipeline.generate`) attaches a
+:class:`GenerationContext`, the same object with every field its steps read and fill: a step
+takes the context (and at most one value more) and returns nothing or one value, so the
+request's trip is one object from arrival to the relay (as sgl-model-gateway's
+``RequestContext`` carries a request through its stages).
 """
 
 from __future__ import annotations
@@ -18,9 +24,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from router.request.features import RequestFeatures
+    from router.access.admission import PriorityOutcome
+    from router.access.limit_rules import Ticket
+    from router.decision.policy import Decision
+    from router.decision.prefix import PrefixChain
+    from router.front.appstate import FrontState
+    from router.front.request_kinds import RequestKind
+    from router.request.features import ParsedRequest, Rendered, RequestFeatures
+    from router.state.endpoint import Lease
+    from router.state.fleet import Fleet
+    from router.state.models import Resolved
+    from router.state.runtime import Runtime
 
-__all__ = ["CONTEXT_KEY", "RequestContext", "attach", "attach_context", "end_disconnected", "request_context"]
+__all__ = ["CONTEXT_KEY", "GenerationContext", "RequestContext", "attach", "attach_context", "end_disconnected", "request_context"]
 
 #: ASGI scope key of a request's :class:`RequestContext`.
 CONTEXT_KEY = "specgate.context"
@@ -49,6 +65,105 @@ class RequestContext:
     reject_reason: str | None = None
     span: Any = None
     model: str | None = None
+
+
+#: ``{pool: {endpoint: cached tokens}}`` of a prefix chain (:meth:`Runtime.prefix_matches`).
+Matches = dict[str, dict[str, int]]
+
+
+# kw_only: its fields without a default may follow RequestContext's defaulted ones; init=False:
+# the positional __init__ below
+@dataclass(slots=True, kw_only=True, init=False, repr=False, eq=False)
+class GenerationContext(RequestContext):
+    """A generation request's trip through the steps of :mod:`router.front.pipeline`: one object
+    per request, attached to the scope as the error path's :class:`RequestContext`.
+
+    ``_admit`` builds it with the fields up to ``received``, positionally (one call per
+    request: the keyword ``__init__`` a dataclass would write costs about twice as much for
+    these eleven); each later field is filled by the step named: the optional ones start as
+    None, the others are unset (reading one raises ``AttributeError``) until their step ran.
+
+    Attributes:
+        path: the request's path (``/v1/chat/completions``, ...). Not the request itself: the
+            context sits on the request's scope, and a reference back would make each request
+            a cycle that only the garbage collector frees.
+        state: the process's state (:class:`router.front.appstate.FrontState`).
+        fleet: the fleet at arrival: this request's models, even if a reload swaps it.
+        kind: the route's :class:`~router.front.request_kinds.RequestKind`.
+        own_id: the router's own id; the engine's ``rid`` (a client may reuse its
+            ``x-request-id`` on retries, and SGLang refuses a rid that is already running).
+        headers: the request's headers (:func:`router.front.intake.header_map`).
+        authorization: the ``Authorization`` header, or None.
+        trace: the W3C trace headers to forward (:func:`router.ops.trace.trace_headers`).
+        tracing: the tracer this request's spans come from (kept even if a reload swaps it).
+        received: ``time.perf_counter()`` at arrival (s).
+        body: the body as read (``read_body``), without the client's engine-internal fields
+            (``_engine_fields``), then the engine's body (``_engine_body``).
+        runtime: the :class:`~router.state.runtime.Runtime` of the request's model (``_model``).
+        doc: the body's JSON document (``_model``), changed as ``body`` is.
+        parsed: the kind's parse of ``doc`` (``_model``).
+        resolved: the model name resolved (``_model``): what to forward, the adapters.
+        priority: the engine priority and its source (``_controls``).
+        hint: the speculation hint (``_controls``).
+        rendered: the rendered prompt (``_features``, from ``size_prompt``).
+        ticket: the key's rate-limit ticket (``_limit``); None: no key limited.
+        decision: the routing decision (``_route``).
+        chain: the prompt's prefix chain (``_route``); None: prefix routing off or no chain.
+        matches: the chain's cached tokens per pool and endpoint (``_route``), or None.
+        lease: the decided endpoint's lease (``_lease``).
+        dispatch: the endpoint's state at dispatch, ``(url, load, waits, context, sent_at)``,
+            when the request is measured for the speed model (``_lease``), else None.
+        pool_bodies: ``{pool: body}`` for pools that read ``priority`` the other way round
+            (``_engine_body``).
+        abort_rids: the engine ids to abort the request by (``_engine_body``).
+        spec_stats: ``strip`` / ``read`` / None: the speculative statistics asked of the
+            engine (``_engine_body``).
+    """
+
+    path: str
+    state: FrontState
+    fleet: Fleet
+    kind: RequestKind
+    own_id: str
+    headers: dict[bytes, bytes]
+    authorization: str | None
+    trace: dict[str, str]
+    tracing: Any
+    received: float
+    body: bytes
+    runtime: Runtime
+    doc: dict[str, Any]
+    parsed: ParsedRequest
+    resolved: Resolved
+    priority: PriorityOutcome
+    hint: str
+    rendered: Rendered
+    ticket: Ticket | None
+    decision: Decision
+    chain: PrefixChain | None
+    matches: Matches | None
+    lease: Lease
+    dispatch: tuple[Any, ...] | None
+    pool_bodies: dict[str, bytes]
+    abort_rids: tuple[str, ...]
+    spec_stats: str | None
+
+    def __init__(self, request_id: str, path: str, state: FrontState, fleet: Fleet, kind: RequestKind,
+                 own_id: str, headers: dict[bytes, bytes], authorization: str | None, trace: dict[str, str],
+                 tracing: Any, received: float) -> None:
+        self.request_id = request_id
+        self.path = path
+        self.state = state
+        self.fleet = fleet
+        self.kind = kind
+        self.own_id = own_id
+        self.headers = headers
+        self.authorization = authorization
+        self.trace = trace
+        self.tracing = tracing
+        self.received = received
+        self.features = self.reject_reason = self.span = self.model = None  # RequestContext's
+        self.ticket = self.chain = self.matches = self.dispatch = self.spec_stats = None
 
 
 def attach_context(request: Request, request_id: str) -> RequestContext:

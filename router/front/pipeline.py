@@ -6,7 +6,7 @@ alike (the differences are the kind's hooks, :mod:`router.front.request_kinds`):
 ================  ==========================================================================
 step              what it does (the status it may answer)
 ================  ==========================================================================
-``_admit``        request ids, the :class:`~router.front.context.RequestContext`, the W3C trace
+``_admit``        request ids, the :class:`~router.front.context.GenerationContext`, the W3C trace
                   context and the server span, the client's API key (401),
                   ``kind.check_served`` (404) when one model is served
 ``read_body``     the body, up to the largest ``limits.max_request_bytes`` of the models
@@ -40,20 +40,24 @@ step              what it does (the status it may answer)
                   check, the speed model's sample, the key's ticket, the span, the access log
 ================  ==========================================================================
 
-Only steps that wait are coroutines (``read_body``, ``size_prompt``, ``_limit``, ``_refuse``'s
-exact recount): a step that does not wait is a plain call, no coroutine object per request.
+Every step takes the request's :class:`~router.front.context.GenerationContext` (``ctx``; the
+steps after ``_features`` also the request's features), reads the fields earlier steps filled
+and fills its own (the context's docstring names which step fills which field). Only steps
+that wait are coroutines (``read_body``, ``size_prompt``, ``_limit``, ``_refuse``'s exact
+recount): a step that does not wait is a plain call, no coroutine object per request; a step
+with nothing to do (``_engine_fields`` for a body without such fields, ``_limit`` with no key
+limited) is not called.
 
 The model step is where a request's runtime is chosen (one per served model): the steps
-after it take ``runtime`` as an argument and never read the fleet again, except
-:func:`_live_runtime` (failover and the record, which follow a reload to the model's new
-runtime).
+after it read ``ctx.runtime`` and never read the fleet again, except :func:`_live_runtime`
+(failover and the record, which follow a reload to the model's new runtime).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -69,7 +73,7 @@ from router.decision.policy import Outcome, Reason, over_length_message, request
 from router.decision.prefix import chain_for_request
 from router.errors import ContextLengthExceeded, InvalidRequest, NoHealthyUpstream
 from router.front.body import add_fields
-from router.front.context import RequestContext, attach
+from router.front.context import CONTEXT_KEY, GenerationContext
 from router.front.intake import (
     client_request_id,
     header,
@@ -89,21 +93,14 @@ from router.upstream.proxy import ProxyJob, ProxyResponse, Redecision
 from router.upstream.specstats import FIELD as SPEC_STATS_FIELD
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from concurrent.futures import Executor
 
     from starlette.requests import Request
 
-    from router.access.admission import PriorityOutcome
-    from router.access.limit_rules import Ticket
     from router.decision.policy import Decision
-    from router.decision.prefix import PrefixChain
     from router.front.appstate import FrontState as AppState
     from router.front.request_kinds import RequestKind
     from router.request.features import ParsedRequest, PromptCounter, Rendered, RequestFeatures
-    from router.state.endpoint import Lease
-    from router.state.fleet import Fleet
-    from router.state.models import Resolved
     from router.state.runtime import Runtime
 
 __all__ = ["generate", "size_prompt"]
@@ -117,31 +114,9 @@ _PRIORITY_HEADER = PRIORITY_HEADER.lower().encode("latin-1")
 #: tens of microseconds, less than a thread hop); larger ones are rendered in a worker thread.
 _INLINE_RENDER_BYTES = 16 * 1024
 
-#: ``{pool: {endpoint: cached tokens}}`` of a prefix chain (:meth:`Runtime.prefix_matches`).
-Matches = dict[str, dict[str, int]]
-
-
-@dataclass(slots=True, kw_only=True)
-class Admission(RequestContext):
-    """The request's context (the error path's, :mod:`router.front.context`) with what :func:`_admit`
-    learned for the later steps: one object per request.
-
-    Attributes:
-        own_id: the router's own id; the engine's ``rid`` (a client may reuse its
-            ``x-request-id`` on retries, and SGLang refuses a rid that is already running).
-        headers: the request's headers (:func:`router.front.intake.header_map`).
-        authorization: the ``Authorization`` header, or None.
-        trace: the W3C trace headers to forward (:func:`router.ops.trace.trace_headers`).
-        tracing: the tracer this request's spans come from (kept even if a reload swaps it).
-        received: ``time.perf_counter()`` at arrival (s).
-    """
-
-    own_id: str
-    headers: dict[bytes, bytes]
-    authorization: str | None
-    trace: dict[str, str]
-    tracing: Any
-    received: float
+#: The router's own body fields the engine never gets: its hint, and the client's ``priority``
+#: unless trusted (:func:`_engine_body`).
+_DROP_TRUSTED, _DROP_UNTRUSTED = frozenset((HINT_FIELD,)), frozenset((HINT_FIELD, PRIORITY_FIELD))
 
 
 async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
@@ -152,43 +127,44 @@ async def generate(request: Request, kind: RequestKind) -> ProxyResponse:
             writes the OpenAI envelope).
     """
     state: AppState = request.app.state.specgate
-    fleet = state.fleet  # this request's models, even if a reload swaps the fleet
-    admitted = _admit(request, state, fleet, kind)
-    body = await read_body(request, fleet.config.max_request_bytes, admitted.headers)  # 413
+    ctx = _admit(request, state, kind)
+    ctx.body = await read_body(request, ctx.fleet.config.max_request_bytes, ctx.headers)  # 413
     try:
-        runtime, doc, parsed, resolved = _model(request, fleet, kind, body, admitted)
+        _model(ctx, request)
     except UnknownAdapter as exc:  # loaded since the last read? look once more (router/loops/engine_reads.py)
-        if exc.model not in fleet.runtimes or not await state.model_refresh.refresh(fleet.runtimes[exc.model]):
+        runtimes = ctx.fleet.runtimes
+        if exc.model not in runtimes or not await state.model_refresh.refresh(runtimes[exc.model]):
             raise
-        runtime, doc, parsed, resolved = _model(request, fleet, kind, body, admitted)
-    priority, hint = _controls(state, runtime, doc, admitted)
-    body, doc = _engine_fields(state, runtime, body, doc, admitted)
-    prompt_tokens, lower, rendered = await size_prompt(runtime, parsed, len(body), state.executor)
-    features = _features(state, runtime, doc, parsed, prompt_tokens, lower, rendered, resolved, hint, admitted)
-    ticket = await _limit(state, runtime, features, admitted) if runtime.config.auth.rate_limits.enabled else None
+        _model(ctx, request)
+    _controls(ctx)
+    if not FIELD_NAMES.isdisjoint(ctx.doc):  # the usual request has none: one pass over its top-level keys
+        _engine_fields(ctx)
+    features = _features(ctx, await size_prompt(ctx.runtime, ctx.parsed, len(ctx.body), state.executor))
+    if ctx.runtime.config.auth.rate_limits.enabled:
+        await _limit(ctx, features)
     try:  # until the job holds the ticket: a refusal or an error here gives it back
-        decision, chain, matches = _route(state, runtime, kind, doc, features, rendered, resolved)
-        if decision.outcome is not Outcome.ROUTED:
-            await _refuse(state, runtime, decision, parsed, len(body), features, admitted)
-        _routed(state, runtime, decision, chain, matches, features, admitted)
+        _route(ctx, features)
+        if ctx.decision.outcome is not Outcome.ROUTED:
+            await _refuse(ctx, features)
+        _routed(ctx, features)
     except BaseException:
-        state.limiter.finish(ticket)
+        state.limiter.finish(ctx.ticket)
         raise
-    lease, dispatch = _lease(state, runtime, decision, features)
+    _lease(ctx, features)
     try:
-        job = _job(request, state, runtime, kind, body, doc, features, resolved, priority, decision,
-                   lease, dispatch, ticket, admitted)
+        job = _job(ctx, features)
     except BaseException:
-        lease.release()
-        state.limiter.finish(ticket)
+        ctx.lease.release()
+        state.limiter.finish(ctx.ticket)
         raise
-    return _relay(state, runtime, job, chain, matches, admitted)
+    return _relay(ctx, job)
 
 
-def _admit(request: Request, state: AppState, fleet: Fleet, kind: RequestKind) -> Admission:
-    """Ids, context, trace and span; then the client's key (401) and, with one model, whether
-    the route is served (404), before the body is read (the global sections are every
-    model's: the first model's runtime holds them)."""
+def _admit(request: Request, state: AppState, kind: RequestKind) -> GenerationContext:
+    """The request's context (ids, headers, trace) on its scope and its span; then the client's
+    key (401) and, with one model, whether the route is served (404), before the body is read
+    (the global sections are every model's: the first model's runtime holds them)."""
+    fleet = state.fleet  # this request's models, even if a reload swaps the fleet
     runtime, received = fleet.default, time.perf_counter()
     own_id = state.next_request_id()
     headers = header_map(request.scope)
@@ -197,78 +173,75 @@ def _admit(request: Request, state: AppState, fleet: Fleet, kind: RequestKind) -
                           header_values(request.scope, headers, b"tracestate"),
                           header(headers, b"baggage") if baggage else None) if baggage or b"traceparent" in headers else {}
     rid, key = headers.get(b"x-request-id"), headers.get(b"authorization")  # header(), inline: no call when absent
-    admitted = Admission(rid is not None and client_request_id(rid.decode("latin-1")) or own_id, own_id=own_id,
-                         headers=headers, authorization=None if key is None else key.decode("latin-1"), trace=trace,
-                         tracing=state.tracing, received=received)
-    attach(request, admitted)
-    if admitted.tracing is not None:  # router.ops.tracing: the server span, ended by _record or the error path
-        admitted.span = admitted.tracing.start_request(request.scope["path"], trace, admitted.request_id)
+    ctx = GenerationContext(rid is not None and client_request_id(rid.decode("latin-1")) or own_id,
+                            request.scope["path"], state, fleet, kind, own_id, headers,
+                            None if key is None else key.decode("latin-1"), trace, state.tracing, received)
+    request.scope[CONTEXT_KEY] = ctx  # router.front.context.attach, inline
+    if ctx.tracing is not None:  # router.ops.tracing: the server span, ended by _record or the error path
+        ctx.span = ctx.tracing.start_request(ctx.path, trace, ctx.request_id)
     if runtime.auth is not None:
-        runtime.auth.check_client(admitted.authorization)
+        runtime.auth.check_client(ctx.authorization)
     if fleet.single:
         kind.check_served(runtime)
-    return admitted
+    return ctx
 
 
-def _model(request: Request, fleet: Fleet, kind: RequestKind, body: bytes,
-           admitted: Admission) -> tuple[Runtime, Any, ParsedRequest, Resolved]:
+def _model(ctx: GenerationContext, request: Request) -> None:
     """The body's JSON (415 / 400, :func:`router.front.intake.parse_json`) and the runtime of its
     model (:func:`router.state.models.model_runtime`), which the steps after this one use
     alone; then, with that model's rules: its body cap (413), whether it serves the route
     (404), the kind's parser (400) and the name resolved (404 ``model_not_found`` before any
-    work for an unknown name). Returns ``(runtime, doc, parsed, resolved)``."""
-    doc = parse_json(request, body, admitted.headers)
-    runtime = model_runtime(fleet, doc)
-    check_model_body(fleet, runtime, len(body))
+    work for an unknown name). Fills ``doc``, ``runtime``, ``parsed``, ``resolved``, then ``model``."""
+    fleet, kind = ctx.fleet, ctx.kind
+    ctx.doc = doc = parse_json(request, ctx.body, ctx.headers)
+    ctx.runtime = runtime = model_runtime(fleet, doc)
+    check_model_body(fleet, runtime, len(ctx.body))
     if not fleet.single:
         kind.check_served(runtime)
-    parsed = kind.parse(doc, runtime.config)
-    resolved = resolve_request(runtime, doc)
-    admitted.model = runtime.model_name
-    return runtime, doc, parsed, resolved
+    ctx.parsed = kind.parse(doc, runtime.config)
+    ctx.resolved = resolve_request(runtime, doc)
+    ctx.model = runtime.model_name
 
 
-def _live_runtime(state: AppState, runtime: Runtime) -> Runtime:
-    """The current runtime of the model ``runtime`` served: failover re-decides on it and a
-    finished request is recorded on it (a reload may have swapped it since the request came);
-    ``runtime`` itself when a reload removed the model (its in-flight requests finish there)."""
-    return state.fleet.runtimes.get(runtime.model_name, runtime)
+def _live_runtime(ctx: GenerationContext) -> Runtime:
+    """The current runtime of the request's model: failover re-decides on it and a finished
+    request is recorded on it (a reload may have swapped it since the request came);
+    ``ctx.runtime`` itself when a reload removed the model (its in-flight requests finish there)."""
+    return ctx.state.fleet.runtimes.get(ctx.runtime.model_name, ctx.runtime)
 
 
-def _controls(state: AppState, runtime: Runtime, doc: dict[str, Any],
-              admitted: Admission) -> tuple[PriorityOutcome, str]:
+def _controls(ctx: GenerationContext) -> None:
     """The engine priority (400 ``invalid_priority``; counted by source) and the speculation
-    hint (body field, header, the key's default)."""
-    auth, authorization = runtime.auth, admitted.authorization
-    asked, hint = admitted.headers.get(_PRIORITY_HEADER), admitted.headers.get(_HINT_HEADER)  # header(), inline
-    priority = resolve_priority(doc, None if asked is None else asked.decode("latin-1"),
-                                auth.priority_grant(authorization) if auth else None,
-                                auth.priority_default if auth else None)
-    state.metrics.priority_requests.inc((priority.source,))
+    hint (body field, header, the key's default). Fills ``priority`` and ``hint``."""
+    auth, authorization, doc = ctx.runtime.auth, ctx.authorization, ctx.doc
+    asked, hint = ctx.headers.get(_PRIORITY_HEADER), ctx.headers.get(_HINT_HEADER)  # header(), inline
+    ctx.priority = priority = resolve_priority(doc, None if asked is None else asked.decode("latin-1"),
+                                               auth.priority_grant(authorization) if auth else None,
+                                               auth.priority_default if auth else None)
+    ctx.state.metrics.priority_requests.inc((priority.source,))
     key_default = auth.speculation_default(authorization) if auth else None
-    return priority, speculation_hint(doc, None if hint is None else hint.decode("latin-1"), key_default)
+    ctx.hint = speculation_hint(doc, None if hint is None else hint.decode("latin-1"), key_default)
 
 
-def _engine_fields(state: AppState, runtime: Runtime, body: bytes, doc: dict[str, Any],
-                   admitted: Admission) -> tuple[bytes, dict[str, Any]]:
+def _engine_fields(ctx: GenerationContext) -> None:
     """The body and document without a client's engine-internal placement fields, or a 400
     ``unsupported_parameter`` for an execution control (:func:`router.access.engine_fields.apply`; a
-    caller in ``auth.engine_fields`` sends its own through)."""
-    if FIELD_NAMES.isdisjoint(doc):  # the usual request: one pass over its top-level keys
-        return body, doc
-    auth, allow = runtime.auth, runtime.config.auth.engine_fields.allow
-    keyed = auth.engine_fields(admitted.authorization) if auth is not None else frozenset()
-    return apply(body, doc, keyed.union(allow), state.metrics.engine_fields.inc)
+    caller in ``auth.engine_fields`` sends its own through). Called only when ``doc`` has one
+    of :data:`router.access.engine_fields.FIELD_NAMES`; replaces ``body`` and ``doc``."""
+    auth, allow = ctx.runtime.auth, ctx.runtime.config.auth.engine_fields.allow
+    keyed = auth.engine_fields(ctx.authorization) if auth is not None else frozenset()
+    ctx.body, ctx.doc = apply(ctx.body, ctx.doc, keyed.union(allow), ctx.state.metrics.engine_fields.inc)
 
 
-def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], parsed: ParsedRequest,
-              prompt_tokens: int, lower: int | None, rendered: Rendered, resolved: Resolved, hint: str,
-              admitted: Admission) -> RequestFeatures:
-    """The request's :class:`RequestFeatures` in one call (the sized prompt, the hint, the
-    adapters; the context's too), then the ``min_tokens`` check against its budget (400). A
-    bounded text prompt gets its expected P from the model's tokens per byte
-    (:class:`router.request.features.TokensPerByte`), which an exact count teaches."""
-    state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
+def _features(ctx: GenerationContext, sized: tuple[int, int | None, Rendered]) -> RequestFeatures:
+    """The request's :class:`RequestFeatures` in one call (``sized``: :func:`size_prompt`'s
+    prompt tokens, lower bound and rendered prompt; the hint, the adapters), then the
+    ``min_tokens`` check against its budget (400). A bounded text prompt gets its expected P
+    from the model's tokens per byte (:class:`router.request.features.TokensPerByte`), which an
+    exact count teaches. Fills ``rendered`` and ``features``."""
+    prompt_tokens, lower, ctx.rendered = sized
+    rendered, runtime = ctx.rendered, ctx.runtime
+    ctx.state.metrics.prompt_tokens.observe(("exact" if lower is None else "upper_bound",), prompt_tokens)
     size, estimate, counter = 0, None, runtime.counter
     if rendered.media_tokens or rendered.ids_len is not None:
         pass  # token ids, or parts counted by their bounds: no bytes to relate
@@ -278,12 +251,12 @@ def _features(state: AppState, runtime: Runtime, doc: dict[str, Any], parsed: Pa
     else:  # counted exactly (already milliseconds of BPE): one pass more over the text
         size = counter.text_bytes(rendered)
         runtime.prompt_ratio.observe(prompt_tokens, size)
-    features = request_features(parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower,
-                                speculation=hint, adapters=resolved.adapters, estimate=estimate, prompt_bytes=size)
-    admitted.features = features
-    check_min_tokens(doc, features.max_new_tokens)
+    features = request_features(ctx.parsed, prompt_tokens, runtime.rules, prompt_tokens_lower=lower,
+                                speculation=ctx.hint, adapters=ctx.resolved.adapters, estimate=estimate,
+                                prompt_bytes=size)
+    ctx.features = features
+    check_min_tokens(ctx.doc, features.max_new_tokens)
     return features
-
 
 async def size_prompt(runtime: Runtime, parsed: ParsedRequest, body_bytes: int,
                       executor: Executor) -> tuple[int, int | None, Rendered]:
@@ -326,46 +299,48 @@ def _render_bounds(counter: PromptCounter, parsed: ParsedRequest) -> tuple[Rende
     return rendered, counter.bounds(rendered)
 
 
-async def _limit(state: AppState, runtime: Runtime, features: RequestFeatures,
-                 admitted: Admission) -> Ticket | None:
+
+async def _limit(ctx: GenerationContext, features: RequestFeatures) -> None:
     """The key's limits (:mod:`router.access.limits`; called only when ``auth.rate_limits`` limits
-    some key): a 429 before the decision and any engine call; the ticket (None: this key is
-    not limited) is finished exactly once from here on."""
-    rl = runtime.config.auth.rate_limits
-    return await state.limiter.check_request(rl, admitted.authorization, runtime.auth, features)
+    some key): a 429 before the decision and any engine call; fills ``ticket`` (None: this key
+    is not limited), finished exactly once from here on."""
+    runtime = ctx.runtime
+    ctx.ticket = await ctx.state.limiter.check_request(runtime.config.auth.rate_limits, ctx.authorization,
+                                                       runtime.auth, features)
 
 
-def _route(state: AppState, runtime: Runtime, kind: RequestKind, doc: dict[str, Any], features: RequestFeatures,
-           rendered: Rendered, resolved: Resolved) -> tuple[Decision, PrefixChain | None, Matches | None]:
+def _route(ctx: GenerationContext, features: RequestFeatures) -> None:
     """The prefix chain and its matches (when ``routing.prefix_cache.enabled``), then
-    :meth:`Runtime.decide` (pure; routed or not)."""
-    chain = matches = None
+    :meth:`Runtime.decide` (pure; routed or not). Fills ``chain``, ``matches``, ``decision``."""
+    runtime = ctx.runtime
     pc = runtime.config.routing.prefix_cache
     if pc.enabled:
-        chain = chain_for_request(rendered, doc, kind.name, block_chars=pc.block_chars, max_blocks=pc.max_blocks,
-                                  anchor_blocks=pc.anchor_blocks, adapters=resolved.adapters)
+        ctx.chain = chain = chain_for_request(ctx.rendered, ctx.doc, ctx.kind.name, block_chars=pc.block_chars,
+                                              max_blocks=pc.max_blocks, anchor_blocks=pc.anchor_blocks,
+                                              adapters=ctx.resolved.adapters)
         if chain is not None:
-            matches = runtime.prefix_matches(chain, features.predicted_prompt_tokens)
-    return runtime.decide(features, state.clock(), chain=chain, matches=matches), chain, matches
+            ctx.matches = runtime.prefix_matches(chain, features.predicted_prompt_tokens)
+    ctx.decision = runtime.decide(features, ctx.state.clock(), chain=ctx.chain, matches=ctx.matches)
 
 
-async def _refuse(state: AppState, runtime: Runtime, decision: Decision, parsed: ParsedRequest,
-                  body_bytes: int, features: RequestFeatures, admitted: Admission) -> None:
+async def _refuse(ctx: GenerationContext, features: RequestFeatures) -> None:
     """Raise the error of a decision that did not route: a kind no pool serves (400
     ``unsupported_feature``), over the context (400; a small prompt refused on its byte bound
     is counted exactly for the message: no flip point lies between the bounds, so the exact
     count refuses too), nothing healthy (503 with ``Retry-After``)."""
+    decision, parsed, runtime = ctx.decision, ctx.parsed, ctx.runtime
     if decision.outcome is Outcome.REFUSED and decision.reason is not Reason.CONTEXT_CAP:
         kind = decision.reason.value
-        admitted.reject_reason = kind
+        ctx.reject_reason = kind
         field = trigger_param(parsed, kind)
         raise InvalidRequest(_unserved_message(kind, field), code="unsupported_feature", param=field)
     if decision.outcome is Outcome.REFUSED:
-        if not features.prompt_exact and body_bytes <= _INLINE_RENDER_BYTES and not parsed.media_tokens:
-            exact = await asyncio.get_running_loop().run_in_executor(state.executor, runtime.counter.count, parsed)
+        if not features.prompt_exact and len(ctx.body) <= _INLINE_RENDER_BYTES and not parsed.media_tokens:
+            exact = await asyncio.get_running_loop().run_in_executor(ctx.state.executor, runtime.counter.count,
+                                                                     parsed)
             features = request_features(parsed, exact, runtime.rules, speculation=features.speculation,
                                         adapters=features.adapters)
-            admitted.features = features
+            ctx.features = features
         raise ContextLengthExceeded(over_length_message(features, runtime.rules), param=parsed.param)
     raise NoHealthyUpstream("no healthy upstream can serve this request",
                             headers={"retry-after": str(runtime.config.health.retry_after_s)})
@@ -376,12 +351,12 @@ def _unserved_message(kind: str, field: str | None) -> str:
             f"could is a speculative pool without it in its `capabilities` (docs/operator-guide.md)")
 
 
-def _routed(state: AppState, runtime: Runtime, decision: Decision, chain: PrefixChain | None,
-            matches: Matches | None, features: RequestFeatures, admitted: Admission) -> None:
+def _routed(ctx: GenerationContext, features: RequestFeatures) -> None:
     """A routed decision on the request's span, in the predicted-completion histogram and (with
     a chain) in the prefix index."""
+    decision = ctx.decision
     assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
-    span = admitted.span
+    span = ctx.span
     if span is not None:
         span.set_attributes({
             "specgate.pool": decision.pool, "specgate.reason": decision.reason.value,
@@ -389,67 +364,64 @@ def _routed(state: AppState, runtime: Runtime, decision: Decision, chain: Prefix
             "specgate.prompt_tokens": features.prompt_tokens, "specgate.prompt_tokens_exact": features.prompt_exact,
             **({"specgate.predicted_s": dict(decision.predicted)[decision.pool]} if decision.predicted else {})})
     if decision.predicted:
-        state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
-    if chain is not None:
-        _note_prefix(state, runtime, decision, chain, matches, features)
+        ctx.state.metrics.predicted_completion.observe((decision.pool,), dict(decision.predicted)[decision.pool])
+    if ctx.chain is not None:
+        _note_prefix(ctx, ctx.runtime, decision)
 
 
-def _note_prefix(state: AppState, runtime: Runtime, decision: Decision, chain: PrefixChain,
-                 matches: Matches | None, features: RequestFeatures) -> None:
-    """After a routed decision (the first one or a failover's): record ``chain`` at its
-    endpoint, observe the matched share of the predicted prompt tokens (what the matches were
-    computed for, :attr:`RequestFeatures.predicted_prompt_tokens`)."""
+def _note_prefix(ctx: GenerationContext, runtime: Runtime, decision: Decision) -> None:
+    """After a routed ``decision`` on ``runtime`` (the first one or a failover's, on the live
+    runtime), with a prefix chain: record the chain at its endpoint, observe the matched share
+    of the predicted prompt tokens (what the matches were computed for,
+    :attr:`RequestFeatures.predicted_prompt_tokens`)."""
+    chain, matches, features = ctx.chain, ctx.matches, ctx.features
     assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
+    assert chain is not None and features is not None  # called with a chain, after _features
     runtime.record_prefix(decision, chain)
     pool = matches.get(decision.pool) if matches else None  # no throwaway {} per request
     cached = pool.get(decision.endpoint, 0) if pool else 0
     prompt_tokens = features.predicted_prompt_tokens
-    state.metrics.prefix_match_ratio.observe(
+    ctx.state.metrics.prefix_match_ratio.observe(
         (decision.pool, decision.endpoint_reason or "least_load"), cached / prompt_tokens if prompt_tokens else 0.0)
 
 
-def _lease(state: AppState, runtime: Runtime, decision: Decision,
-           features: RequestFeatures) -> tuple[Lease, tuple[Any, ...] | None]:
+def _lease(ctx: GenerationContext, features: RequestFeatures) -> None:
     """The lease on the decided endpoint (in-flight +1 until the response ends) and, when the
     request is measured for the speed model (:meth:`Runtime.measures`), the endpoint's state at
     dispatch, ``(url, load, waits, context, sent_at)`` (``sent_at``: ``time.perf_counter()``
-    now, the clock of ``ProxyJob.received_at``; None: not measured)."""
+    now, the clock of ``ProxyJob.received_at``). Fills ``lease`` and ``dispatch`` (None: not
+    measured)."""
+    decision, runtime = ctx.decision, ctx.runtime
     assert decision.endpoint is not None  # routed: it is set
-    lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class, bool(features.adapters))
-    now = state.clock()
-    if not runtime.measures(decision.pool, now):
-        return lease, None
-    return lease, (decision.endpoint, *runtime.dispatch_state(decision.endpoint, now, features), time.perf_counter())
+    ctx.lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class, bool(features.adapters))
+    now = ctx.state.clock()
+    if runtime.measures(decision.pool, now):
+        ctx.dispatch = (decision.endpoint, *runtime.dispatch_state(decision.endpoint, now, features),
+                        time.perf_counter())
 
 
-def _job(request: Request, state: AppState, runtime: Runtime, kind: RequestKind, body: bytes,
-         doc: dict[str, Any], features: RequestFeatures, resolved: Resolved, priority: PriorityOutcome,
-         decision: Decision, lease: Lease, dispatch: tuple[Any, ...] | None, ticket: Ticket | None,
-         admitted: Admission) -> ProxyJob:
-    """The :class:`ProxyJob` of a routed request: its engine body(ies) and what the relay and
-    the record need."""
-    limits = runtime.config.limits
-    body, pool_bodies, doc, abort_rids, spec_stats = _engine_body(runtime, kind, body, doc, features, resolved,
-                                                                  priority, decision, admitted.own_id,
-                                                                  measured=dispatch is not None)
-    return ProxyJob(request_id=admitted.request_id, path=request.scope["path"], body=body,
-                    features=features, decision=decision, lease=lease, abort_rids=abort_rids,
-                    received_at=admitted.received, end_events=kind.end_events,
-                    observer=kind.observer(state.metrics, doc),
+def _job(ctx: GenerationContext, features: RequestFeatures) -> ProxyJob:
+    """The :class:`ProxyJob` of a routed request: its engine body(ies) (:func:`_engine_body`) and
+    what the relay and the record need."""
+    limits = ctx.runtime.config.limits
+    _engine_body(ctx, features)
+    ticket = ctx.ticket
+    return ProxyJob(request_id=ctx.request_id, path=ctx.path, body=ctx.body,
+                    features=features, decision=ctx.decision, lease=ctx.lease, abort_rids=ctx.abort_rids,
+                    received_at=ctx.received, end_events=ctx.kind.end_events,
+                    observer=ctx.kind.observer(ctx.state.metrics, ctx.doc),
                     default_budget=None if not features.budget_defaulted else
                     "engine" if limits.default_max_tokens is None else str(features.max_new_tokens),
-                    trace=admitted.trace, span=admitted.span,
-                    extra={"dispatch": dispatch, "spec_stats": spec_stats},
-                    caveats=_caveats(runtime, doc), pool_bodies=pool_bodies,
+                    trace=ctx.trace, span=ctx.span,
+                    extra={"dispatch": ctx.dispatch, "spec_stats": ctx.spec_stats},
+                    caveats=_caveats(ctx), pool_bodies=ctx.pool_bodies,
                     ticket=ticket, headers=ticket.headers if ticket is not None else ())
 
 
-def _engine_body(runtime: Runtime, kind: RequestKind, body: bytes, doc: dict[str, Any],
-                 features: RequestFeatures, resolved: Resolved, priority: PriorityOutcome, decision: Decision,
-                 own_id: str, *, measured: bool = True
-                 ) -> tuple[bytes, dict[str, bytes], dict[str, Any], tuple[str, ...], str | None]:
-    """The body the engine gets: ``(body, {pool: body}, doc, abort ids, spec_stats)``
-    (``measured``: the request feeds its pool's fit, :meth:`Runtime.measures`).
+def _engine_body(ctx: GenerationContext, features: RequestFeatures) -> None:
+    """The body the engine gets: fills ``body``, ``pool_bodies`` (``{pool: body}``), ``doc``
+    (the document after the strip), ``abort_rids`` and ``spec_stats`` (asked only when the
+    request feeds its pool's fit: ``dispatch`` is set, :meth:`Runtime.measures`).
 
     Added, in this order: ``model`` (an alias, a bare adapter, or none: SGLang's "default"),
     the defaulted ``max_tokens``, the speculative statistics (:func:`_spec_stats`), the kind's
@@ -457,36 +429,37 @@ def _engine_body(runtime: Runtime, kind: RequestKind, body: bytes, doc: dict[str
     ``priority`` (replacing the client's, :mod:`router.access.admission`); stripped: the router's
     hint field and an untrusted priority (the body is then dumped again). Spliced in by
     :func:`router.front.body.add_fields`; a pool whose ``priority_order`` is not ``larger_first``
-    gets its own body. ``doc`` is the document after the strip.
+    gets its own body.
     """
+    runtime, doc, body, priority = ctx.runtime, ctx.doc, ctx.body, ctx.priority.value
     fields: dict[str, Any] = {}
-    if resolved.forward is not None:
-        fields["model"] = resolved.forward
+    if ctx.resolved.forward is not None:
+        fields["model"] = ctx.resolved.forward
     if features.budget_defaulted and runtime.config.limits.default_max_tokens is not None:
         fields["max_tokens"] = features.max_new_tokens
-    spec_stats = _spec_stats(runtime, decision, kind, doc, fields) if measured else None
-    abort_rids = kind.engine_ids(doc, features, own_id, fields)
-    if priority.value is not None and doc.get(PRIORITY_FIELD) != priority.value:
-        fields[PRIORITY_FIELD] = priority.value
-    drop = (HINT_FIELD,) if priority.value is not None else (HINT_FIELD, PRIORITY_FIELD)
-    if any(k in doc for k in drop):  # the router's own field, an untrusted priority
-        doc = {k: v for k, v in doc.items() if k not in drop}
+    if ctx.dispatch is not None:
+        ctx.spec_stats = _spec_stats(ctx, fields)
+    ctx.abort_rids = ctx.kind.engine_ids(doc, features, ctx.own_id, fields)
+    if priority is not None and doc.get(PRIORITY_FIELD) != priority:
+        fields[PRIORITY_FIELD] = priority
+    drop = _DROP_TRUSTED if priority is not None else _DROP_UNTRUSTED
+    if not drop.isdisjoint(doc):  # the router's own field, an untrusted priority
+        ctx.doc = doc = {k: v for k, v in doc.items() if k not in drop}
         body = orjson.dumps(doc)
-    pool_bodies = {} if priority.value is None else {
-        p.name: add_fields(body, doc, {**fields, PRIORITY_FIELD: engine_priority(priority.value, order)})
+    ctx.pool_bodies = {} if priority is None else {
+        p.name: add_fields(body, doc, {**fields, PRIORITY_FIELD: engine_priority(priority, order)})
         for p in runtime.config.pools if (order := p.priority_order) != "larger_first"}
-    return add_fields(body, doc, fields), pool_bodies, doc, abort_rids, spec_stats
+    ctx.body = add_fields(body, doc, fields)
 
 
-def _spec_stats(runtime: Runtime, decision: Decision, kind: RequestKind, doc: dict[str, Any],
-                fields: dict[str, Any]) -> str | None:
+def _spec_stats(ctx: GenerationContext, fields: dict[str, Any]) -> str | None:
     """Ask a speculative engine for the request's own statistics (:mod:`router.upstream.specstats`):
-    ``strip`` when the router set the field (the relay cuts them out again), ``read`` when the
-    client asked for them itself, None when not read (a plain pool, a kind without them such
-    as ``/v1/responses``, learning off, or a request not measured: the client's own field then
-    goes to the engine as it is)."""
-    pool = runtime.pool(decision.pool)
-    if not kind.spec_stats or pool is None or not pool.speculative or pool.fit is None:
+    ``strip`` when the router set the field in ``fields`` (the relay cuts them out again),
+    ``read`` when the client asked for them itself, None when not read (a plain pool, a kind
+    without them such as ``/v1/responses``, or learning off: the client's own field then goes
+    to the engine as it is)."""
+    pool, doc = ctx.runtime.pool(ctx.decision.pool), ctx.doc
+    if not ctx.kind.spec_stats or pool is None or not pool.speculative or pool.fit is None:
         return None
     if doc.get(SPEC_STATS_FIELD) is True:
         return "read"
@@ -496,44 +469,45 @@ def _spec_stats(runtime: Runtime, decision: Decision, kind: RequestKind, doc: di
     return "strip"
 
 
-def _caveats(runtime: Runtime, doc: dict[str, Any]) -> dict[str, str]:
+def _caveats(ctx: GenerationContext) -> dict[str, str]:
     """``{speculative pool: its x-specgate-sampling-fields value}`` when the request sets a
     field whose guarantee differs there (:func:`router.request.sampling.speculative_caveats`)."""
-    fields = speculative_caveats(doc)
+    fields = speculative_caveats(ctx.doc)
     if not fields:
         return {}
     value = ",".join(fields)
-    return {p.name: value for p in runtime.pools if p.speculative}
+    return {p.name: value for p in ctx.runtime.pools if p.speculative}
 
 
-def _relay(state: AppState, runtime: Runtime, job: ProxyJob, chain: PrefixChain | None,
-           matches: Matches | None, admitted: Admission) -> ProxyResponse:
-    """The response: the proxy relays ``job`` (failover through :func:`_redecider`), then
-    :func:`router.front.record.record` runs once when it ends (on the model's live runtime)."""
-    cfg = runtime.config
+def _relay(ctx: GenerationContext, job: ProxyJob) -> ProxyResponse:
+    """The response: the proxy relays ``job`` (failover through :func:`_redecide`), then
+    :func:`_done` runs once when it ends."""
+    state, cfg = ctx.state, ctx.runtime.config
     return ProxyResponse(job, transport=state.transport, upstream=cfg.upstream,
-                         redecide=_redecider(state, runtime, job.features, chain, matches),
-                         on_done=lambda j: record(state, _live_runtime(state, runtime), j), spawn=state.spawn,
-                         retry_after_s=cfg.health.retry_after_s,
-                         clock=state.clock, tracing=admitted.tracing)
+                         redecide=partial(_redecide, ctx), on_done=partial(_done, ctx), spawn=state.spawn,
+                         retry_after_s=cfg.health.retry_after_s, clock=state.clock, tracing=ctx.tracing)
 
 
-def _redecider(state: AppState, runtime: Runtime, features: RequestFeatures, chain: PrefixChain | None,
-               matches: Matches | None) -> Callable[..., Redecision]:
+def _done(ctx: GenerationContext, job: ProxyJob) -> None:
+    """:func:`router.front.record.record` of a finished ``job``, on the model's live runtime
+    (:func:`_live_runtime`, inline: one call less per request)."""
+    state, runtime = ctx.state, ctx.runtime
+    record(state, state.fleet.runtimes.get(runtime.model_name, runtime), job)
+
+
+def _redecide(ctx: GenerationContext, excluded: frozenset[str],
+              excluded_pools: frozenset[str] = frozenset()) -> Redecision:
     """The proxy's re-decision after a failed attempt: :meth:`Runtime.decide` on the live
     runtime with the failed endpoints (and whole pools that refused for capacity) excluded,
     and the new lease; a :class:`Redecision` without a lease when nothing routes."""
-
-    def redecide(excluded: frozenset[str], excluded_pools: frozenset[str] = frozenset()) -> Redecision:
-        rt = _live_runtime(state, runtime)
-        if excluded_pools:
-            excluded = excluded | {u for p in rt.pools if p.name in excluded_pools for u in p.endpoints}
-        d = rt.decide(features, state.clock(), exclude=excluded, chain=chain, matches=matches)
-        if d.outcome is not Outcome.ROUTED:
-            return Redecision(d)
-        assert d.endpoint is not None  # routed: it is set
-        if chain is not None:
-            _note_prefix(state, rt, d, chain, matches, features)
-        return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class, bool(features.adapters)))
-
-    return redecide
+    rt, features = _live_runtime(ctx), ctx.features
+    assert features is not None  # set by _features, before any attempt
+    if excluded_pools:
+        excluded = excluded | {u for p in rt.pools if p.name in excluded_pools for u in p.endpoints}
+    d = rt.decide(features, ctx.state.clock(), exclude=excluded, chain=ctx.chain, matches=ctx.matches)
+    if d.outcome is not Outcome.ROUTED:
+        return Redecision(d)
+    assert d.endpoint is not None  # routed: it is set
+    if ctx.chain is not None:
+        _note_prefix(ctx, rt, d)
+    return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class, bool(features.adapters)))

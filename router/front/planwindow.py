@@ -18,7 +18,7 @@ error's status when the pool has a checker (``pool.check.status(now)``: at least
 temperature class and the engines' KV capacity (``sglang:max_total_num_tokens``). The shape is
 documented on :func:`window_view`; the planner (:mod:`loadtests.plan`) is its reader.
 
-No I/O; the ring lives on the app's state (:class:`router.app.asgi.AppState`), one per process.
+No I/O; the ring lives on the app's state (:class:`router.app.appstate.AppState`), one per process.
 """
 
 from __future__ import annotations

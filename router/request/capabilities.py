@@ -6,7 +6,7 @@ speculative path do something else, or crash the engine. Each such *kind* is a c
 of the reason table (:data:`router.reasons.CAPABILITY_KINDS`: a pool's ``capabilities`` in the
 YAML lists the kinds it serves; the decision reason of a request kept off a speculative pool is
 the kind's name), and each kind has one *trigger* here: a small pure function of the
-:class:`~router.request.parsing.ParsedRequest` that returns the request field that makes it need the
+:class:`~router.request.parsed.ParsedRequest` that returns the request field that makes it need the
 kind (the first one, named by the 400 ``unsupported_feature`` error), or None. Its docstring
 says what triggers it and why, with the engine issues behind it; :data:`TRIGGERS` maps every
 kind to its trigger, and a kind without one (or a trigger for a name that is not a capability
@@ -48,7 +48,7 @@ from router.errors import InvalidRequest
 from router.reasons import CAPABILITY_KINDS, Reason
 
 if TYPE_CHECKING:
-    from router.request.parsing import ParsedRequest
+    from router.request.parsed import ParsedRequest
 
 __all__ = [
     "CLIENT_OPT_OUT",
@@ -176,7 +176,7 @@ def _trigger(kind: Reason, *, fields: Iterable[str] = (),
         kind: a member of the reason table with ``capability=True``.
         fields: the body fields whose presence can make the trigger fire (the fast path of
             :func:`required_features` skips a body without any trigger's fields).
-        flags: attributes of :class:`~router.request.parsing.ParsedRequest` whose truth can make it
+        flags: attributes of :class:`~router.request.parsed.ParsedRequest` whose truth can make it
             fire without any of ``fields`` (what the parser found, e.g. in ``messages``);
             tested beside the fields, so no trigger scans ``messages`` for every request.
 
@@ -343,7 +343,7 @@ TRIGGERS: Mapping[str, Trigger] = MappingProxyType({k.value: _REGISTERED[k].trig
 #: with ``tools``.
 TRIGGER_FIELDS: frozenset[str] = frozenset().union(*(r.fields for r in _REGISTERED.values()))
 
-#: Every :class:`~router.request.parsing.ParsedRequest` attribute the triggers declare (what the
+#: Every :class:`~router.request.parsed.ParsedRequest` attribute the triggers declare (what the
 #: parser found beyond the body's top-level fields); one that is true runs the triggers.
 TRIGGER_FLAGS: tuple[str, ...] = tuple(dict.fromkeys(f for r in _REGISTERED.values() for f in r.flags))
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from router.errors import InvalidRequest
 from router.request.capabilities import VALIDATED_FIELDS as CAPABILITY_FIELDS
 from router.request.capabilities import validate as validate_capability_fields
+from router.request.parsed import Kind, ParsedRequest
 from router.request.sampling import VALIDATED_FIELDS as SAMPLING_FIELDS
 from router.request.sampling import validate_sampling
 
@@ -40,38 +40,8 @@ __all__ = [
     "token_ids",
 ]
 
-Kind = Literal["chat", "completions"]
-
 _ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
 _CONTENT_REQUIRED = frozenset({"system", "user", "developer", "tool"})
-
-
-@dataclass(slots=True)
-class ParsedRequest:
-    """The validated parts of a request that the decision needs; read-only by convention (not
-    ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``, which cost
-    this per-request object about 10k more instructions to build; it holds a dict, so it was
-    never hashable either way).
-
-    Attributes:
-        kind: ``chat`` or ``completions``.
-        doc: the request document (a dict; forwarded with at most ``max_tokens``/``rid`` added).
-        max_new_tokens: the client's per-sequence budget (tokens) after precedence, or None.
-        n: choices per prompt.
-        stream: whether the client asked for SSE.
-        param: the field over-length errors name (``messages``, ``prompt``, or ``input_ids``
-            for a chat that carries its prompt as token ids).
-        media_tokens: upper bound of the prompt's non-text tokens (the model's per-part
-            bounds summed over image/audio/video parts; 0 for text).
-    """
-
-    kind: Kind
-    doc: dict[str, Any]
-    max_new_tokens: int | None
-    n: int
-    stream: bool
-    param: str
-    media_tokens: int = 0
 
 
 def _strict_int(doc: dict[str, Any], key: str, *, minimum: int, maximum: int | None = None) -> int | None:

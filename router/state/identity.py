@@ -24,7 +24,7 @@ its scrapes alone (no adapter is known on it then).
 **Adapters.** An endpoint's adapters are the ones its engine lists plus the ones its pool
 declares (``pools[].lora_adapters`` and the names in ``engine.lora_paths``): a declared adapter
 routes even before the first read. An adapter request goes only to endpoints that have it
-(:mod:`router.state.models`, :func:`router.decision.checks.lora_adapter`).
+(:func:`pool_adapters`, :func:`lacking_adapters`, :mod:`router.state.models`, :func:`router.decision.checks.lora_adapter`).
 
 **Continuously** (field reports: an engine restarted behind the same address with a smaller
 ``--context-length``, odysseus-dev/odysseus#678; a pod IP reused by another model's server,
@@ -66,9 +66,9 @@ value at every start). :func:`parse_server_info` reads those.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -76,7 +76,8 @@ if TYPE_CHECKING:
     from router.config.tree import Config, PoolConfig
     from router.state.engine_metrics import EngineLoad
 
-__all__ = ["EngineModels", "ServerInfo", "expected_name", "parse_model_list", "parse_server_info", "recheck_reason"]
+__all__ = ["AdapterHolder", "EngineModels", "ServerInfo", "expected_name", "lacking_adapters", "parse_model_list",
+           "parse_server_info", "pool_adapters", "recheck_reason"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,3 +207,24 @@ def expected_name(config: Config, pool: PoolConfig) -> str | None:
     if pool.engine is not None and pool.engine.served_model_name:
         return pool.engine.served_model_name
     return config.model.name if "generate" in pool.serves else None
+
+
+class AdapterHolder(Protocol):
+    """What the adapter sets read of an endpoint (:class:`router.state.endpoint.Endpoint`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def adapters(self) -> frozenset[str]: ...
+
+
+def pool_adapters(endpoints: Iterable[AdapterHolder]) -> frozenset[str]:
+    """The LoRA adapters some of ``endpoints`` has (:attr:`router.state.endpoint.Endpoint.adapters`)."""
+    eps = [e for e in endpoints if e.adapters]
+    return frozenset().union(*(e.adapters for e in eps)) if eps else frozenset()
+
+
+def lacking_adapters(endpoints: Iterable[AdapterHolder], adapters: frozenset[str]) -> frozenset[str]:
+    """The URLs of the ``endpoints`` that lack one of ``adapters`` (not routed such a request)."""
+    return frozenset(e.url for e in endpoints if not adapters <= e.adapters)

@@ -67,9 +67,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from router.errors import InvalidRequest, ModelNotFound, RequestTooLarge
+from router.state.identity import lacking_adapters, pool_adapters
 
 if TYPE_CHECKING:
-    from router.state.endpoint import Endpoint
     from router.state.fleet import Fleet
     from router.state.pool import Pool
     from router.state.runtime import Runtime
@@ -231,17 +231,6 @@ def resolve_passthrough(model: Any, cat: Catalog, *, generating: bool, listed: b
     if model in cat.passthrough or not listed:
         return None
     raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
-
-
-def pool_adapters(endpoints: Iterable[Endpoint]) -> frozenset[str]:
-    """The LoRA adapters some of ``endpoints`` has (:attr:`router.state.endpoint.Endpoint.adapters`)."""
-    eps = [e for e in endpoints if e.adapters]
-    return frozenset().union(*(e.adapters for e in eps)) if eps else frozenset()
-
-
-def lacking_adapters(endpoints: Iterable[Endpoint], adapters: frozenset[str]) -> frozenset[str]:
-    """The URLs of the ``endpoints`` that lack one of ``adapters`` (not routed such a request)."""
-    return frozenset(e.url for e in endpoints if not adapters <= e.adapters)
 
 
 def catalog(runtime: Runtime) -> Catalog:

@@ -1,7 +1,7 @@
 """Pool and runtime state: endpoint sets, bypass hysteresis, prefix indexes, overrides.
 
 State lives on instances built by the app's lifespan (never module globals). The policy
-never reaches in here: it reads :class:`~router.decision.policy.PoolSnapshot` values built by
+never reaches in here: it reads :class:`~router.decision.snapshot.PoolSnapshot` values built by
 :meth:`Runtime.snapshots`.
 
 One endpoint's health, in-flight leases and load are :mod:`router.state.endpoint`'s
@@ -62,7 +62,7 @@ from router.decision.prefix import PrefixChain, PrefixIndex, PrefixRequest
 from router.request.features import PromptCounter, RequestFeatures, TokensPerByte
 from router.state.endpoint import Endpoint, Lease, LeaseLedger
 from router.state.engine_limits import LimitChange, SmallEndpoint, follow, too_small
-from router.state.models import lacking_adapters, pool_adapters
+from router.state.identity import lacking_adapters, pool_adapters
 from router.state.pool import Pool
 from router.state.snapshot_cache import SnapshotCache
 from router.state.snapshots import accept_lengths, endpoint_snapshot

@@ -1,11 +1,11 @@
-"""The last :class:`~router.decision.policy.PoolSnapshot` built for each set of a pool's values
+"""The last :class:`~router.decision.snapshot.PoolSnapshot` built for each set of a pool's values
 (:class:`SnapshotCache`, used by :meth:`router.state.runtime.Runtime.snapshots`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from router.decision.policy import PoolSnapshot
+from router.decision.snapshot import PoolSnapshot
 from router.state.snapshots import EndpointValues, pool_snapshot
 
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ __all__ = ["SnapshotCache"]
 
 
 class SnapshotCache:
-    """The last :class:`~router.decision.policy.PoolSnapshot` built for each set of a pool's values, so a
+    """The last :class:`~router.decision.snapshot.PoolSnapshot` built for each set of a pool's values, so a
     decision whose pool reads as a recent one did reuses that object instead of building it
     (a frozen dataclass of 12 fields costs about as much as the rest of the snapshot).
 
@@ -42,7 +42,7 @@ class SnapshotCache:
             canary_mismatch: bool, adapters: frozenset[str] = frozenset(),
             prediction_fallback: bool = False,
             measured: frozenset[tuple[str, int]] | None = None) -> PoolSnapshot:
-        """The snapshot of ``pool`` with these values (the :class:`~router.decision.policy.PoolSnapshot`
+        """The snapshot of ``pool`` with these values (the :class:`~router.decision.snapshot.PoolSnapshot`
         fields of the same names; built on a miss). A learning pool's speed model and
         acceptance table are keyed by the fit's version (they change only when it takes a
         request or a new prior)."""

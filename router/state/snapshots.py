@@ -1,6 +1,6 @@
 """The one door from engine signals to the policy's inputs: an endpoint's scraped values, the
 router's own in-flight accounting and the learned models become the
-:class:`~router.decision.policy.EndpointSnapshot` / :class:`~router.decision.policy.PoolSnapshot` that
+:class:`~router.decision.snapshot.EndpointSnapshot` / :class:`~router.decision.snapshot.PoolSnapshot` that
 :func:`router.decision.policy.decide` reads.
 
 Pure (no I/O, no clock, no state). Two callers build snapshots, both through here:
@@ -12,7 +12,7 @@ pool.
 A new engine signal (an SGLang gauge) is: its extractor in
 :func:`router.state.engine_metrics.parse_sglang_metrics` (a field of
 :class:`~router.state.engine_metrics.EngineLoad`), one field here in :class:`EndpointValues` and
-:class:`~router.decision.policy.EndpointSnapshot` (same name, same place: ``tests/unit/test_snapshots.py``
+:class:`~router.decision.snapshot.EndpointSnapshot` (same name, same place: ``tests/unit/test_snapshots.py``
 pins the two field lists), its read in :func:`endpoint_values`, and its use in the policy or
 the prediction (``docs/architecture.md``, "Where a change goes").
 """
@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from router.decision.learn import SpeedFit
-from router.decision.policy import EndpointSnapshot, PoolSnapshot
 from router.decision.predict import SpeedModel
+from router.decision.snapshot import EndpointSnapshot, PoolSnapshot
 from router.state.engine_metrics import EngineLoad
 
 __all__ = ["EndpointValues", "accept_lengths", "endpoint_snapshot", "endpoint_values", "pool_snapshot"]
@@ -34,7 +34,7 @@ _new = tuple.__new__
 
 
 class EndpointValues(NamedTuple):
-    """An :class:`~router.decision.policy.EndpointSnapshot`'s fields as a plain tuple (same names, same
+    """An :class:`~router.decision.snapshot.EndpointSnapshot`'s fields as a plain tuple (same names, same
     order, same units: tokens, requests), so :class:`router.state.snapshot_cache.SnapshotCache` keys on
     it with C-level hashing and builds the snapshot only on a miss."""
 
@@ -91,7 +91,7 @@ def _accept_length(temperature: str, live: Mapping[str, float | None], fit: Spee
 
 
 def endpoint_snapshot(values: EndpointValues) -> EndpointSnapshot:
-    """The :class:`~router.decision.policy.EndpointSnapshot` of these values (the fields pair by name:
+    """The :class:`~router.decision.snapshot.EndpointSnapshot` of these values (the fields pair by name:
     ``tests/unit/test_snapshots.py`` pins the two lists equal)."""
     return EndpointSnapshot(*values)
 
@@ -103,7 +103,7 @@ def pool_snapshot(*, name: str, speculative: bool, limit: int, reserved: int, en
                   canary_mismatch: bool = False, adapters: frozenset[str] = _NONE,
                   prediction_fallback: bool = False,
                   measured: frozenset[tuple[str, int]] | None = None) -> PoolSnapshot:
-    """A pool's :class:`~router.decision.policy.PoolSnapshot` (every argument is the field of the same
+    """A pool's :class:`~router.decision.snapshot.PoolSnapshot` (every argument is the field of the same
     name there). ``speed`` is the configured model (None: no prediction) and ``fit`` the
     learned one (:class:`router.decision.learn.SpeedFit`; None: not learning): a fit's model wins, and
     a speculative pool's fit also gives the measured tau table. Taus come from

@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry
 from router.config.tree import parse_config
 from router.decision.policy import Decision, RequestFeatures
 from router.decision.prefix import PickReason, prefix_chain, rendezvous_score
-from router.front.pipeline import _redecider
+from router.front.context import GenerationContext
+from router.front.pipeline import _redecide
 from router.loops.scraper import EngineLoad
 from router.ops.metrics import RouterMetrics
 from router.reasons import Reason
@@ -214,8 +215,10 @@ def test_a_failover_observes_the_matched_share_of_the_predicted_prompt(tmp_path:
     assert first.endpoint is not None and first.endpoint_reason == PickReason.PREFIX_MATCH
     metrics = RouterMetrics(CollectorRegistry())
     state = SimpleNamespace(fleet=SimpleNamespace(runtimes={}), clock=lambda: 0.0, metrics=metrics)
+    ctx = GenerationContext("r", "/v1/completions", state, state.fleet, None, "r", {}, None, {}, None, 0.0)  # type: ignore[arg-type]
+    ctx.runtime, ctx.features, ctx.chain, ctx.matches = rt, features, chain, matches
     other = B if first.endpoint == A else A
-    failover = _redecider(state, rt, features, chain, matches)(frozenset({first.endpoint}))  # type: ignore[arg-type]
+    failover = _redecide(ctx, frozenset({first.endpoint}))
     assert failover.decision.endpoint == other and failover.lease is not None
     failover.lease.release()
     cached = matches["plain"][other]
