@@ -227,6 +227,10 @@ class PoolSnapshot:
         measured: the ``(temperature class, context bucket)`` cells whose predictions for the
             pool have been checked enough (:meth:`router.decision.prediction_check.PredictionCheck.measured_cells`);
             None: not tracked (every cell counts as measured).
+        correction: ``((temperature class, context bucket), factor)`` per measured cell whose
+            predictions for the pool run consistently off: the pool's predictions of a request
+            in that cell are multiplied by the factor
+            (:meth:`router.decision.prediction_check.PredictionCheck.corrections`); empty: none.
     """
 
     name: str
@@ -245,6 +249,7 @@ class PoolSnapshot:
     adapters: frozenset[str] = frozenset()
     prediction_fallback: bool = False
     measured: frozenset[tuple[str, int]] | None = None
+    correction: tuple[tuple[tuple[str, int], float], ...] = ()
 
     def accept_length(self, temperature: str, prompt_tokens: int | None = None) -> float | None:
         """tau for a request of this temperature class (and prompt length: its measured cell)."""
@@ -562,7 +567,8 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
     reason = (_reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER) if order[0] == fastest
               else Reason.PREFIX_AFFINITY)
     runner = runner_up(candidates, order, predicted, explore_key(tie_break, prefix, rules.explore_every), rules,
-                        (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
+                        (features.temperature_class, context_bucket(features.predicted_prompt_tokens)),
+                        prefix is None or not prefix.continued)
     if runner is not None:
         pool, endpoint = candidates[runner]
         reason = Reason.EXPLORE

@@ -228,7 +228,7 @@ class Runtime:
         (:func:`router.decision.hysteresis.next_prediction_fallback` on its median relative error,
         ``routing.learning.check``; the one step that changes it, once per scrape round).
         Also refreshes each check's :attr:`~router.decision.prediction_check.PredictionCheck.measured`
-        cells (what exploration reads). Returns ``(pool, new state)`` of the pools whose state
+        cells (what exploration reads) and their corrections (what the snapshots carry). Returns ``(pool, new state)`` of the pools whose state
         changed (each logged)."""
         cc = self.routing.learning.check
         changed = []
@@ -259,10 +259,10 @@ class Runtime:
             return None
         cls, bucket = features.temperature_class, context_bucket(features.predicted_prompt_tokens)
         try:
-            err = pool.check.add("completion", cls, bucket, predict_request(features, basis, url, output_tokens),
-                                 duration_s, now)
+            err = pool.check.add("completion", cls, bucket,
+                                 predict_request(features, basis, url, output_tokens, raw=True), duration_s, now)
             if ttfb_s is not None and features.stream:
-                pool.check.add("ttft", cls, bucket, predict_request(features, basis, url, 1), ttfb_s, now)
+                pool.check.add("ttft", cls, bucket, predict_request(features, basis, url, 1, raw=True), ttfb_s, now)
         except ValueError:  # the basis lacks a speed model or the endpoint (cannot happen for a predicted decision)
             return None
         return err
@@ -557,7 +557,8 @@ class Runtime:
             out.append(self._snapshot_cache.get(
                 p, endpoints, sat, low, greedy, sampled, served - revoked if served is not None and revoked else served,
                 p.canary_mismatch, pool_adapters(p.endpoints.values()) if adapters else _NONE,
-                p.check is not None and p.check.fallback, None if p.check is None else p.check.measured))
+                p.check is not None and p.check.fallback, None if p.check is None else p.check.measured,
+                () if p.check is None else p.check.correction))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),
