@@ -91,7 +91,8 @@ class PredictionCheck:
         fallback_since: monotonic time (s) the fallback last turned on or off (None: never).
         checked: checks taken per kind since start.
         fallbacks: times the fallback turned on.
-        measured: :meth:`measured_cells` as of the runtime's last scrape round.
+        measured: :meth:`measured_cells` as of the runtime's last scrape round, and a cell that
+            reached :data:`MIN_CELL_CHECKS` checks since (:meth:`add`).
         correction: :meth:`corrections` as of the runtime's last scrape round.
     """
 
@@ -136,6 +137,10 @@ class PredictionCheck:
             cell = self._cells[key] = deque(maxlen=self.window)
         cell.append((now, err))
         self.checked[kind] += 1
+        if kind == "completion" and len(cell) == MIN_CELL_CHECKS and (temperature, bucket) not in self.measured:
+            # measured at once, not at the next scrape round: exploration stops as soon as the
+            # cell holds enough checks (the round recounts them by age)
+            self.measured = self.measured | {(temperature, bucket)}
         return err
 
     def _recent(self, ring: deque[tuple[float, float]], now: float) -> list[float]:

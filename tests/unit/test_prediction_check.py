@@ -258,7 +258,7 @@ def test_exploration_measures_a_runner_up_whose_cell_is_unmeasured_however_slow_
     assert decide(f, (spec, busy), rules, tie_break=3).reason is Reason.SPECULATIVE
 
 
-def test_the_runtime_marks_cells_measured_at_the_scrape_round():
+def test_the_runtime_marks_cells_measured_at_their_fourth_check_and_recounts_at_the_scrape_round():
     rt = _runtime()
     f = RequestFeatures(prompt_tokens=200, max_new_tokens=100, temperature_class="greedy")
     d = rt.decide(f, 2.0)
@@ -268,10 +268,12 @@ def test_the_runtime_marks_cells_measured_at_the_scrape_round():
     pool = rt.pool(d.pool)
     assert pool.check.measured == frozenset()
     rt.check_prediction(d, f, output_tokens=100, duration_s=1.0, ttfb_s=None, now=5.0)
-    assert pool.check.measured == frozenset()  # read at the scrape round only
+    assert pool.check.measured == frozenset({("greedy", 0)})  # the fourth check: at once
+    assert next(s for s in rt.snapshots(5.2) if s.name == d.pool).measured == frozenset({("greedy", 0)})
     rt.advance_checks(5.5)
     assert pool.check.measured == frozenset({("greedy", 0)})
-    assert next(s for s in rt.snapshots(5.5) if s.name == d.pool).measured == frozenset({("greedy", 0)})
+    rt.advance_checks(302.5)  # the check at 2 s aged out (max_age_s 300), three left: recounted at the round
+    assert pool.check.measured == frozenset()
 
 
 def test_externality_is_what_the_others_lose_while_the_request_shares_their_batch():
