@@ -568,7 +568,7 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
               else Reason.PREFIX_AFFINITY)
     runner = runner_up(candidates, order, predicted, explore_key(tie_break, prefix, rules.explore_every), rules,
                         (features.temperature_class, context_bucket(features.predicted_prompt_tokens)),
-                        prefix is None or not prefix.continued)
+                        prefix is None or not prefix.continued, None if prefix is None else prefix.anchor)
     if runner is not None:
         pool, endpoint = candidates[runner]
         reason = Reason.EXPLORE

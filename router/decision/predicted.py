@@ -8,11 +8,13 @@ experiment), the fallback to the shorter queue while a pool's predictions are of
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, SupportsIndex
 
 from router.decision.learn import context_bucket
 from router.decision.predict import completion_s, externality_s
+from router.decision.prefix import rendezvous_score
 
 if TYPE_CHECKING:
     from router.decision.policy import EndpointSnapshot, PoolSnapshot, Rules
@@ -128,7 +130,7 @@ def shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]],
 
 def runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
                predicted: Sequence[tuple[str, float]], tie_break: int, rules: Rules,
-               cell: tuple[str, int], one_off: bool = True) -> int | None:
+               cell: tuple[str, int], one_off: bool = True, anchor: SupportsIndex | None = None) -> int | None:
     """The candidate that explores this request (``rules.explore_every``), or None: the fastest
     candidate of another pool than the predicted best (the runner-up), when
 
@@ -148,7 +150,12 @@ def runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[in
       (:meth:`router.decision.prediction_check.PredictionCheck.corrections`). Bounded without a
       share: one request at a time (idle), until the cell holds ``MIN_CELL_CHECKS`` recent
       checks (a few per cell and ``max_age_s``); at a cold start (no cell measured) only the
-      periodic rule explores.
+      periodic rule explores. A request with an ``anchor`` (it may open a conversation) is
+      explored so only to the pool its anchor ranks first among the candidates
+      (:func:`router.decision.prefix.rendezvous_score`, as :mod:`router.decision.affinity`
+      ranks them): where its later turns go on every replica, so the measurement never moves a
+      conversation (``benchmarks/multiturn.py --topology spec2-plain1``, two replicas: 1.21x
+      the ideal prefill work without this, 1.02x with it and before).
     """
     every = rules.explore_every
     if every <= 0:
@@ -163,7 +170,21 @@ def runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[in
             if periodic and predicted[i][1] <= rules.explore_ratio * predicted[best][1]:
                 return i
             if (pool.measured is not None and cell not in pool.measured
-                    and _load(pool.endpoints, candidates[i][1]) == 0 and (periodic or (one_off and one_sided))):
+                    and _load(pool.endpoints, candidates[i][1]) == 0
+                    and (periodic or (one_off and one_sided and _anchors(candidates, i, anchor)))):
                 return i
             return None
     return None
+
+
+def _anchors(candidates: Sequence[tuple[PoolSnapshot, str]], i: int, anchor: SupportsIndex | None) -> bool:
+    """Whether candidate ``i``'s pool is the one ``anchor`` ranks first among the candidates'
+    pools (rendezvous); True without an anchor."""
+    if anchor is None:
+        return True
+    a = operator.index(anchor)
+    mine = rendezvous_score(candidates[i][0].name, a)
+    for pool, _ in candidates:
+        if rendezvous_score(pool.name, a) > mine:
+            return False
+    return True

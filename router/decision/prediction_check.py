@@ -20,11 +20,17 @@ What the checks correct (:meth:`PredictionCheck.corrections`): a model that is c
 in a cell (a speculative pool's fit too slow on long prompts, a stale accept length after a
 task change) is off by a factor, and a factor is what the checks measure: in a completion cell
 with at least :data:`MIN_CELL_CHECKS` recent checks, the pool's predictions are multiplied by
-``1 / (1 + bias)`` (``bias``: the median relative error of the cell's last
-:data:`CORRECTION_CHECKS` checks, the model's own: the checks always evaluate the uncorrected
+``1 / (1 + b)``, where ``bias`` is the median relative error of the cell's last
+:data:`CORRECTION_CHECKS` checks (the model's own: the checks always evaluate the uncorrected
 prediction, so the correction does not chase itself; the last few only, so that a refit that
-puts the model right is followed within a few requests, not half a window), bounded to
-``[1 / MAX_CORRECTION, MAX_CORRECTION]`` and rounded to :data:`CORRECTION_STEP`. The median
+puts the model right is followed within a few requests, not half a window) and ``b`` is what
+of it lies beyond :data:`CORRECTION_BAND` (``sign(bias) * max(0, |bias| - band)``: a bias
+within the band is what the fits scatter by, between refits and between router replicas that
+each fit their own; corrected, it would move a conversation's turns across the affinity ratios
+of :mod:`router.decision.affinity` by noise; ``benchmarks/multiturn.py --topology
+spec2-plain1``, two replicas: 1.21x the ideal prefill work with no band, 1.02x before the
+correction), bounded to ``[1 / MAX_CORRECTION, MAX_CORRECTION]`` and rounded to
+:data:`CORRECTION_STEP`. The median
 of ``predicted / realised`` is ``1 + bias``: a prediction divided by it is right at the median.
 (Online recalibration of a forecaster by its recent errors: Gneiting, Balabdaoui & Raftery
 2007, "Probabilistic forecasts, calibration and sharpness", J. R. Stat. Soc. B 69(2).)
@@ -45,7 +51,7 @@ from collections.abc import Iterable
 
 from router.decision.learn import bucket_label
 
-__all__ = ["CORRECTION_CHECKS", "CORRECTION_STEP", "KINDS", "MAX_CORRECTION", "MIN_CELL_CHECKS", "PredictionCheck", "median"]
+__all__ = ["CORRECTION_BAND", "CORRECTION_CHECKS", "CORRECTION_STEP", "KINDS", "MAX_CORRECTION", "MIN_CELL_CHECKS", "PredictionCheck", "median"]
 
 #: The checked kinds: the whole request, and a stream's first token.
 KINDS = ("completion", "ttft")
@@ -62,6 +68,9 @@ MAX_CORRECTION = 4.0
 
 #: The last checks of a cell its correction reads (count).
 CORRECTION_CHECKS = 8
+
+#: The part of a cell's median bias left uncorrected, either way (relative error).
+CORRECTION_BAND = 0.15
 
 #: Corrections are rounded to this (ratio): they change only when the cell's bias moves by
 #: about a percent, not on every check (a pool's snapshot is cached while its inputs stay).
@@ -175,8 +184,9 @@ class PredictionCheck:
 
     def corrections(self, now: float) -> tuple[tuple[tuple[str, int], float], ...]:
         """``((temperature class, context bucket), factor)`` of every measured completion cell
-        (:meth:`measured_cells`) whose factor is not 1 (module docstring): ``1 / (1 + bias)``
-        of its last :data:`CORRECTION_CHECKS` recent checks, within ``[1 / MAX_CORRECTION, MAX_CORRECTION]``, rounded to
+        (:meth:`measured_cells`) whose factor is not 1 (module docstring): ``1 / (1 + b)``,
+        ``b`` the median bias of its last :data:`CORRECTION_CHECKS` recent checks beyond
+        :data:`CORRECTION_BAND`, within ``[1 / MAX_CORRECTION, MAX_CORRECTION]``, rounded to
         :data:`CORRECTION_STEP`; sorted by cell (a value, hashable)."""
         horizon = now - self.max_age_s
         out = []
@@ -188,7 +198,8 @@ class PredictionCheck:
                 continue
             bias = median(recent[-CORRECTION_CHECKS:])
             assert bias is not None  # recent is not empty
-            factor = min(MAX_CORRECTION, max(1.0 / MAX_CORRECTION, 1.0 / (1.0 + bias)))  # errors are > -1
+            b = max(0.0, bias - CORRECTION_BAND) if bias > 0 else min(0.0, bias + CORRECTION_BAND)
+            factor = min(MAX_CORRECTION, max(1.0 / MAX_CORRECTION, 1.0 / (1.0 + b)))  # errors are > -1
             factor = round(round(factor / CORRECTION_STEP) * CORRECTION_STEP, 6)
             if factor != 1.0:
                 out.append(((cls, bucket), factor))

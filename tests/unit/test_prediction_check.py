@@ -78,8 +78,9 @@ def test_status_shows_pool_kind_and_cells():
 
 
 def test_a_measured_cell_corrects_by_its_median_bias():
-    """1 / (1 + median bias of its last 8 checks), once the cell holds MIN_CELL_CHECKS recent
-    checks; bounded to [1/4, 4]; ttft checks correct nothing; old checks drop out."""
+    """1 / (1 + b), b the median bias of its last 8 checks beyond the band (0.15), once the
+    cell holds MIN_CELL_CHECKS recent checks; bounded to [1/4, 4]; ttft checks correct
+    nothing; old checks drop out."""
     check = PredictionCheck(window=8, max_age_s=60.0)
     for i, predicted in enumerate((1.5, 1.4, 1.6)):  # errors 0.5, 0.4, 0.6 on realised 1.0
         check.add("completion", "greedy", 1, predicted, 1.0, now=float(i))
@@ -88,23 +89,22 @@ def test_a_measured_cell_corrects_by_its_median_bias():
     check.add("ttft", "greedy", 1, 5.0, 1.0, now=0.0)
     check.add("ttft", "greedy", 1, 5.0, 1.0, now=0.0)
     assert check.corrections(3.0) == ()  # three checks: not measured yet
-    check.add("completion", "greedy", 1, 1.5, 1.0, now=3.0)  # median bias 0.5
-    assert check.corrections(3.0) == ((("greedy", 1), 0.67),)
-    for i in range(4):  # a sampled cell 5x too fast: bias -0.8, factor 5 bounded to 4
-        check.add("completion", "sampled", 0, 1.0, 5.0, now=4.0)
-    assert check.corrections(4.0) == ((("greedy", 1), 0.67), (("sampled", 0), 4.0))
+    check.add("completion", "greedy", 1, 1.5, 1.0, now=3.0)  # median bias 0.5, 0.35 beyond the band
+    assert check.corrections(3.0) == ((("greedy", 1), 0.74),)  # 1 / 1.35
+    for i in range(4):  # a sampled cell 20x too fast: bias -0.95, -0.8 beyond the band: 5, bounded to 4
+        check.add("completion", "sampled", 0, 1.0, 20.0, now=4.0)
+    assert check.corrections(4.0) == ((("greedy", 1), 0.74), (("sampled", 0), 4.0))
     assert check.status(4.0)["completion"]["cells"]["sampled/le_1024"]["correction"] == 4.0
     assert check.corrections(62.5) == ((("sampled", 0), 4.0),)  # the greedy checks at 0-2 s aged out
-    for _ in range(4):  # the model comes right (a refit): 4 good checks of the last 8, median bias -0.4
+    for _ in range(4):  # the model comes right (a refit): 4 good checks of the last 8, median bias -0.475
         check.add("completion", "sampled", 0, 3.0, 3.0, now=5.0)
-    assert dict(check.corrections(5.0))[("sampled", 0)] == 1.67  # 1 / (1 - 0.4)
+    assert dict(check.corrections(5.0))[("sampled", 0)] == 1.48  # 1 / (1 - 0.325)
     for _ in range(8):  # the last 8 only: the 4 old ones no longer count
         check.add("completion", "sampled", 0, 3.0, 3.0, now=5.0)
     assert ("sampled", 0) not in dict(check.corrections(5.0))
-    check.add("completion", "greedy", 2, 1.0, 1.0, now=5.0)
-    for _ in range(3):
-        check.add("completion", "greedy", 2, 1.002, 1.0, now=5.0)
-    assert (("greedy", 2), 1.0) not in check.corrections(5.0)  # right within a step: no entry
+    for _ in range(4):  # 10% too slow: within the band, no correction
+        check.add("completion", "greedy", 2, 1.1, 1.0, now=5.0)
+    assert ("greedy", 2) not in dict(check.corrections(5.0))
 
 
 @pytest.mark.parametrize(("previous", "error", "checks", "expected"), [
@@ -352,7 +352,8 @@ def test_a_correction_scales_the_pools_predictions_in_its_cell_only():
 def test_a_runner_up_unchecked_where_the_best_is_checked_is_explored_at_once():
     """Not waiting for the periodic turn (explore_every 50, tie-break 0), however slow it is
     predicted: the best's cell is measured, the runner-up's is not and its endpoint is idle;
-    not for a continued conversation (its turn would prefill again elsewhere)."""
+    not for a continued conversation (its turn would prefill again elsewhere), nor for a
+    first turn whose anchor ranks the best's pool first."""
     rules = replace(RULES, explore_every=50, explore_ratio=1.5)
     f = RequestFeatures(prompt_tokens=100, max_new_tokens=100, temperature_class="greedy")
     spec, plain = _pools(0, 0)
@@ -366,10 +367,12 @@ def test_a_runner_up_unchecked_where_the_best_is_checked_is_explored_at_once():
     cold = replace(spec, measured=frozenset())  # a cold start: the periodic rule only
     for s, p in ((spec, busy), (spec, checked), (cold, far), (spec, replace(far, measured=None))):
         assert where(decide(f, (s, p), rules, tie_break=0)) == ("spec", Reason.SPECULATIVE)
-    turn = PrefixRequest(anchor=2, continued=True)
-    assert where(decide(f, (spec, far), rules, tie_break=0, prefix=turn)) == ("spec", Reason.SPECULATIVE)
-    assert where(decide(f, (spec, far), rules, tie_break=0, prefix=turn._replace(continued=False))) == \
-        ("plain", Reason.EXPLORE)
+    # with an anchor (anchor 1 ranks plain first, 2 spec: tests/unit/test_policy_affinity.py):
+    # a first turn is explored to the pool its conversation will stay on only, a later turn never
+    first = PrefixRequest(anchor=1, continued=False)
+    assert where(decide(f, (spec, far), rules, tie_break=0, prefix=first)) == ("plain", Reason.EXPLORE)
+    for prefix in (first._replace(continued=True), first._replace(anchor=2)):
+        assert where(decide(f, (spec, far), rules, tie_break=0, prefix=prefix)) == ("spec", Reason.SPECULATIVE)
 
 
 def where(d: Decision) -> tuple[str | None, Reason]:
@@ -381,16 +384,16 @@ def test_the_runtime_corrects_a_cell_from_its_checks_and_keeps_checking_the_raw_
     f = RequestFeatures(prompt_tokens=200, max_new_tokens=100, temperature_class="greedy")
     d = rt.decide(f, 2.0)
     raw = predict_request(f, d.basis, d.endpoint, 100)
-    for i in range(4):  # the engine takes half the prediction: bias +1, factor 0.5
+    for i in range(4):  # the engine takes half the prediction: bias +1, 0.85 beyond the band: factor 0.54
         assert rt.check_prediction(d, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=2.0 + i) == 1.0
     rt.advance_checks(6.0)
     pool = rt.pool(d.pool)
-    assert pool.check.correction == ((("greedy", 0), 0.5),)
+    assert pool.check.correction == ((("greedy", 0), 0.54),)
     snap = next(s for s in rt.snapshots(6.0) if s.name == d.pool)
-    assert snap.correction == ((("greedy", 0), 0.5),)
-    assert predict_request(f, snap, d.endpoint, 100) == pytest.approx(raw * 0.5, rel=1e-9)
+    assert snap.correction == ((("greedy", 0), 0.54),)
+    assert predict_request(f, snap, d.endpoint, 100) == pytest.approx(raw * 0.54, rel=1e-9)
     again = rt.decide(f, 6.0)  # the corrected pool is faster still: chosen again
-    assert again.pool == d.pool and dict(again.predicted)[d.pool] == pytest.approx(raw * 0.5, rel=1e-9)
+    assert again.pool == d.pool and dict(again.predicted)[d.pool] == pytest.approx(raw * 0.54, rel=1e-9)
     # ... and its prediction is checked against the raw model still (no correction of the correction)
     assert rt.check_prediction(again, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=6.0) == \
         pytest.approx(1.0, rel=1e-9)
