@@ -24,13 +24,14 @@ with at least :data:`MIN_CELL_CHECKS` recent checks, the pool's predictions are 
 :data:`CORRECTION_CHECKS` checks (the model's own: the checks always evaluate the uncorrected
 prediction, so the correction does not chase itself; the last few only, so that a refit that
 puts the model right is followed within a few requests, not half a window) and ``b`` is what
-of it lies beyond :data:`CORRECTION_BAND` (``sign(bias) * max(0, |bias| - band)``: a bias
-within the band is what the fits scatter by, between refits and between router replicas that
-each fit their own; corrected, it would move a conversation's turns across the affinity ratios
-of :mod:`router.decision.affinity` by noise; ``benchmarks/multiturn.py --topology
-spec2-plain1``, two replicas: 1.21x the ideal prefill work with no band, 1.02x before the
-correction), bounded to ``[1 / MAX_CORRECTION, MAX_CORRECTION]`` and rounded to
-:data:`CORRECTION_STEP`. The median
+of it lies beyond :data:`CORRECTION_BAND` (``sign(bias) * max(0, |bias| - band)``): only a
+model that is clearly off is corrected. A bias within the band is what the fits scatter by
+between refits and between router replicas that each fit their own, and a correction of it
+lags the next refit by a few checks: corrected, it moved a conversation's turns between pools
+by noise (``benchmarks/multiturn.py --topology spec2-plain1``, two replicas: 1.14x the ideal
+prefill work with no band) and made two nearly equal pools trade places request by request
+(the load-test quick start, docs/loadtests.md). Bounded to ``[1 / MAX_CORRECTION,
+MAX_CORRECTION]`` and rounded to :data:`CORRECTION_STEP`. The median
 of ``predicted / realised`` is ``1 + bias``: a prediction divided by it is right at the median.
 (Online recalibration of a forecaster by its recent errors: Gneiting, Balabdaoui & Raftery
 2007, "Probabilistic forecasts, calibration and sharpness", J. R. Stat. Soc. B 69(2).)
@@ -70,7 +71,7 @@ MAX_CORRECTION = 4.0
 CORRECTION_CHECKS = 8
 
 #: The part of a cell's median bias left uncorrected, either way (relative error).
-CORRECTION_BAND = 0.15
+CORRECTION_BAND = 0.3
 
 #: Corrections are rounded to this (ratio): they change only when the cell's bias moves by
 #: about a percent, not on every check (a pool's snapshot is cached while its inputs stay).

@@ -78,7 +78,7 @@ def test_status_shows_pool_kind_and_cells():
 
 
 def test_a_measured_cell_corrects_by_its_median_bias():
-    """1 / (1 + b), b the median bias of its last 8 checks beyond the band (0.15), once the
+    """1 / (1 + b), b the median bias of its last 8 checks beyond the band (0.3), once the
     cell holds MIN_CELL_CHECKS recent checks; bounded to [1/4, 4]; ttft checks correct
     nothing; old checks drop out."""
     check = PredictionCheck(window=8, max_age_s=60.0)
@@ -89,21 +89,24 @@ def test_a_measured_cell_corrects_by_its_median_bias():
     check.add("ttft", "greedy", 1, 5.0, 1.0, now=0.0)
     check.add("ttft", "greedy", 1, 5.0, 1.0, now=0.0)
     assert check.corrections(3.0) == ()  # three checks: not measured yet
-    check.add("completion", "greedy", 1, 1.5, 1.0, now=3.0)  # median bias 0.5, 0.35 beyond the band
-    assert check.corrections(3.0) == ((("greedy", 1), 0.74),)  # 1 / 1.35
-    for i in range(4):  # a sampled cell 20x too fast: bias -0.95, -0.8 beyond the band: 5, bounded to 4
-        check.add("completion", "sampled", 0, 1.0, 20.0, now=4.0)
-    assert check.corrections(4.0) == ((("greedy", 1), 0.74), (("sampled", 0), 4.0))
-    assert check.status(4.0)["completion"]["cells"]["sampled/le_1024"]["correction"] == 4.0
-    assert check.corrections(62.5) == ((("sampled", 0), 4.0),)  # the greedy checks at 0-2 s aged out
-    for _ in range(4):  # the model comes right (a refit): 4 good checks of the last 8, median bias -0.475
+    check.add("completion", "greedy", 1, 1.5, 1.0, now=3.0)  # median bias 0.5, 0.2 beyond the band
+    assert check.corrections(3.0) == ((("greedy", 1), 0.83),)  # 1 / 1.2
+    for i in range(4):  # a sampled cell 6x too slow: bias 5, 4.7 beyond the band: 1 / 5.7, bounded to 1/4
+        check.add("completion", "sampled", 0, 6.0, 1.0, now=4.0)
+    assert check.corrections(4.0) == ((("greedy", 1), 0.83), (("sampled", 0), 0.25))
+    assert check.status(4.0)["completion"]["cells"]["sampled/le_1024"]["correction"] == 0.25
+    assert check.corrections(62.5) == ((("sampled", 0), 0.25),)  # the greedy checks at 0-2 s aged out
+    for _ in range(4):  # the model comes right (a refit): 4 good checks of the last 8, median bias 2.5
         check.add("completion", "sampled", 0, 3.0, 3.0, now=5.0)
-    assert dict(check.corrections(5.0))[("sampled", 0)] == 1.48  # 1 / (1 - 0.325)
+    assert dict(check.corrections(5.0))[("sampled", 0)] == 0.31  # 1 / (1 + 2.2)
+    for _ in range(4):  # 3x too fast: bias -2/3, -0.37 beyond the band
+        check.add("completion", "greedy", 0, 1.0, 3.0, now=5.0)
+    assert dict(check.corrections(5.0))[("greedy", 0)] == 1.58  # 1 / (1 - 0.3667)
     for _ in range(8):  # the last 8 only: the 4 old ones no longer count
         check.add("completion", "sampled", 0, 3.0, 3.0, now=5.0)
     assert ("sampled", 0) not in dict(check.corrections(5.0))
-    for _ in range(4):  # 10% too slow: within the band, no correction
-        check.add("completion", "greedy", 2, 1.1, 1.0, now=5.0)
+    for _ in range(4):  # 25% too slow: within the band, no correction
+        check.add("completion", "greedy", 2, 1.25, 1.0, now=5.0)
     assert ("greedy", 2) not in dict(check.corrections(5.0))
 
 
@@ -384,16 +387,16 @@ def test_the_runtime_corrects_a_cell_from_its_checks_and_keeps_checking_the_raw_
     f = RequestFeatures(prompt_tokens=200, max_new_tokens=100, temperature_class="greedy")
     d = rt.decide(f, 2.0)
     raw = predict_request(f, d.basis, d.endpoint, 100)
-    for i in range(4):  # the engine takes half the prediction: bias +1, 0.85 beyond the band: factor 0.54
+    for i in range(4):  # the engine takes half the prediction: bias +1, 0.7 beyond the band: factor 0.59
         assert rt.check_prediction(d, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=2.0 + i) == 1.0
     rt.advance_checks(6.0)
     pool = rt.pool(d.pool)
-    assert pool.check.correction == ((("greedy", 0), 0.54),)
+    assert pool.check.correction == ((("greedy", 0), 0.59),)
     snap = next(s for s in rt.snapshots(6.0) if s.name == d.pool)
-    assert snap.correction == ((("greedy", 0), 0.54),)
-    assert predict_request(f, snap, d.endpoint, 100) == pytest.approx(raw * 0.54, rel=1e-9)
+    assert snap.correction == ((("greedy", 0), 0.59),)
+    assert predict_request(f, snap, d.endpoint, 100) == pytest.approx(raw * 0.59, rel=1e-9)
     again = rt.decide(f, 6.0)  # the corrected pool is faster still: chosen again
-    assert again.pool == d.pool and dict(again.predicted)[d.pool] == pytest.approx(raw * 0.54, rel=1e-9)
+    assert again.pool == d.pool and dict(again.predicted)[d.pool] == pytest.approx(raw * 0.59, rel=1e-9)
     # ... and its prediction is checked against the raw model still (no correction of the correction)
     assert rt.check_prediction(again, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=6.0) == \
         pytest.approx(1.0, rel=1e-9)
