@@ -145,7 +145,7 @@ def runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[in
       not and its endpoint is idle, however slow it is predicted: the checks have seen one side
       of the comparison only, and a model extrapolated to prompts it has not served can be
       several times off (the load-test quick start, docs/loadtests.md: a speculative pool
-      predicted 3-5x too slow at a new prompt length, every request of it sent to the slower
+      predicted 4-6x too slow at a new prompt length, every request of it sent to the slower
       pool). The measurement corrects the cell's predictions
       (:meth:`router.decision.prediction_check.PredictionCheck.corrections`). Bounded without a
       share: one request at a time (idle), until the cell holds ``MIN_CELL_CHECKS`` recent
@@ -154,8 +154,9 @@ def runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[in
       explored so only to the pool its anchor ranks first among the candidates
       (:func:`router.decision.prefix.rendezvous_score`, as :mod:`router.decision.affinity`
       ranks them): where its later turns go on every replica, so the measurement never moves a
-      conversation (``benchmarks/multiturn.py --topology spec2-plain1``, two replicas: 1.21x
-      the ideal prefill work without this, 1.02x with it and before).
+      conversation (``benchmarks/multiturn.py --topology spec2-plain1``, two replicas, 5 seeds:
+      1.21x the ideal prefill work without this, 1.04x with it, 1.02-1.04x before the dense
+      rule; docs/performance.md).
     """
     every = rules.explore_every
     if every <= 0:

@@ -63,7 +63,7 @@ KINDS = ("completion", "ttft")
 MIN_CELL_CHECKS = 4
 
 #: The largest factor a cell's correction moves a prediction by, either way (ratio): a fit
-#: extrapolated to prompts it has not seen was measured 3-5x too slow (the load-test quick
+#: extrapolated to prompts it has not seen was measured 4-6x too slow (the load-test quick
 #: start, docs/loadtests.md).
 MAX_CORRECTION = 4.0
 
