@@ -153,6 +153,15 @@ class PredictionCheck:
             self.measured = self.measured | {(temperature, bucket)}
         return err
 
+    def new_model(self) -> None:
+        """The pool's model was replaced (a reload with another prior): forget the per-cell
+        checks, whose biases were the old model's (no correction, every cell unmeasured until
+        checked again); the pool's own checks stay, so the fallback keeps its state and
+        judges the new model as its checks come in."""
+        self._cells.clear()
+        self.correction = ()
+        self.measured = frozenset()
+
     def _recent(self, ring: deque[tuple[float, float]], now: float) -> list[float]:
         horizon = now - self.max_age_s
         return [e for at, e in ring if at >= horizon]

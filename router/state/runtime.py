@@ -204,7 +204,9 @@ class Runtime:
 
     def _start_learning(self, previous: Runtime | None) -> None:
         """Give every generation pool its :class:`router.decision.learn.SpeedFit` (``routing.learning``);
-        a reload keeps a pool's fit while its prior (speed block, gamma, c) is unchanged."""
+        a reload keeps a pool's fit while its prior (speed block, gamma, c) is unchanged, and its
+        checks while their window is (a new fit clears their cells:
+        :meth:`~router.decision.prediction_check.PredictionCheck.new_model`)."""
         learning = self.config.routing.learning
         self._sharing = learning.enabled  # some fit may still take its prior from a sibling (learn)
         if not learning.enabled:
@@ -222,6 +224,8 @@ class Runtime:
             check, cc = (prev.check if prev is not None else None), learning.check
             pool.check = check if check is not None and (check.window, check.max_age_s) == (cc.window, cc.max_age_s) \
                 else PredictionCheck(cc.window, cc.max_age_s)
+            if pool.check is check and check is not None and prev is not None and fit is not prev.fit:
+                check.new_model()  # a new prior: the cells' biases were the old model's
 
     def advance_checks(self, now: float) -> list[tuple[str, bool]]:
         """Advance every pool's prediction-fallback hysteresis

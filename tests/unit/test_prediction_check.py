@@ -400,3 +400,32 @@ def test_the_runtime_corrects_a_cell_from_its_checks_and_keeps_checking_the_raw_
     # ... and its prediction is checked against the raw model still (no correction of the correction)
     assert rt.check_prediction(again, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=6.0) == \
         pytest.approx(1.0, rel=1e-9)
+
+
+def test_a_reload_with_a_new_prior_forgets_the_cells_not_the_pools_checks():
+    doc = {"model": {"name": "m", "tokenizer": "/tmp/t"}, "limits": {"max_context_tokens": 4096},
+           "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
+                       "learning": {"check": {"min_checks": 4, "window": 8}}},
+           "pools": [{"name": "spec", "speculative": True, "endpoints": ["http://s:1"]},
+                     {"name": "plain", "speculative": False, "endpoints": ["http://p:1"]}]}
+    rt = _runtime()  # the same document, its endpoints scraped healthy
+    assert rt.config == parse_config(doc)
+    f = RequestFeatures(prompt_tokens=200, max_new_tokens=100, temperature_class="greedy")
+    d = rt.decide(f, 2.0)
+    raw = predict_request(f, d.basis, d.endpoint, 100)
+    for i in range(4):
+        rt.check_prediction(d, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=2.0 + i)
+    rt.advance_checks(6.0)
+    check = rt.pool(d.pool).check
+    assert check.correction == ((("greedy", 0), 0.59),) and check.measured == frozenset({("greedy", 0)})
+    same = Runtime(rt.config, rt.counter, rt)  # the same prior: the fit and the corrections stay
+    assert same.pool(d.pool).check is check and check.correction == ((("greedy", 0), 0.59),)
+    other = next(p for p in doc["pools"] if p["name"] == d.pool)
+    other["speed"] = {"decode_s_per_token": 0.01, "batch_knee": 32.0,
+                      **({"accept_length_greedy": 3.0, "accept_length_sampled": 2.0} if other["speculative"] else {})}
+    again = Runtime(parse_config(doc), rt.counter, same)
+    assert again.pool(d.pool).check is check
+    assert (check.correction, check.measured, check.cells(6.0)) == ((), frozenset(), {})
+    assert check.error(6.0) == (1.0, 4)  # the pool's own checks (the fallback's input) stay
+    again.advance_checks(6.5)
+    assert check.correction == ()
