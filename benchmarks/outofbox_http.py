@@ -106,8 +106,17 @@ RULES = ("coin", "jsq", "length")
 #: ``learned-nocheck``: the learned router with ``routing.learning.check.enabled: false`` (the
 #: prediction never falls back: the router before its predictions were checked);
 #: ``learned-nomarginal``: with ``routing.learning.marginal_cost: false`` (each request to the pool
-#: predicted fastest for itself, not counting what it costs the requests beside it).
-VARIANTS = ("learned-nocheck", "learned-nomarginal")
+#: predicted fastest for itself, not counting what it costs the requests beside it);
+#: ``learned-noaffinity``: with ``routing.prefix_cache.pool_affinity_ratio`` and
+#: ``new_affinity_ratio`` at 1.0 (no conversation affinity across pools: always the predicted fastest).
+VARIANTS = ("learned-nocheck", "learned-nomarginal", "learned-noaffinity")
+#: The router settings each variant changes (dotted path -> value), over ``--router-arg``'s.
+VARIANT_ARGS: dict[str, dict[str, Any]] = {
+    "learned-nocheck": {"routing.learning.check.enabled": False},
+    "learned-nomarginal": {"routing.learning.marginal_cost": False},
+    "learned-noaffinity": {"routing.prefix_cache.pool_affinity_ratio": 1.0,
+                           "routing.prefix_cache.new_affinity_ratio": 1.0},
+}
 
 
 @dataclass
@@ -136,14 +145,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
+    node = doc
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
 def router_yaml(settings: PolicySettings, spec_urls: list[str], plain_urls: list[str], port: int,
-                check: bool = True, marginal: bool = True) -> dict[str, Any]:
-    """The router config of the ``learned`` deployment (module docstring); ``check`` False: the
-    prediction fallback off (``learned-nocheck``); ``marginal`` False:
-    ``routing.learning.marginal_cost`` off (``learned-nomarginal``)."""
-    learning: dict[str, Any] = {**({} if check else {"check": {"enabled": False}}),
-                                **({} if marginal else {"marginal_cost": False})}
-    return {
+                overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The router config of the ``learned`` deployment (module docstring), with ``overrides``
+    (dotted path -> value: a variant's :data:`VARIANT_ARGS` and ``--router-arg``) set in it."""
+    doc = {
         "model": {"name": MODEL, "tokenizer": str(TOKENIZER)},
         "limits": {"max_context_tokens": settings.max_context_tokens, "max_request_bytes": 8 << 20},
         "pools": [
@@ -152,10 +166,12 @@ def router_yaml(settings: PolicySettings, spec_urls: list[str], plain_urls: list
             {"name": "plain", "speculative": False, "endpoints": plain_urls},
         ],
         "routing": {"long_prompt_tokens": settings.long_prompt_tokens,
-                    "saturation": {"enter": settings.saturation_enter, "exit": settings.saturation_exit},
-                    **({"learning": learning} if learning else {})},
+                    "saturation": {"enter": settings.saturation_enter, "exit": settings.saturation_exit}},
         "server": {"host": "127.0.0.1", "port": port, "log_requests": True},
     }
+    for dotted, value in (overrides or {}).items():
+        _set(doc, dotted, value)
+    return doc
 
 
 Chooser = Callable[[Request, list[int]], int]
@@ -242,11 +258,13 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0
 
 
 def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list[Request], seed: int,
-             workdir: Path, n: int = 2, k: int = 1, engine_family: SglangFamily | None = None) -> dict[str, Any]:
+             workdir: Path, n: int = 2, k: int = 1, engine_family: SglangFamily | None = None,
+             router_args: dict[str, Any] | None = None) -> dict[str, Any]:
     """One deployment over HTTP; its results, the engines' step counts and (learned) the router's view.
 
     ``engine_family``: run the fakes on the SGLang-scheduler engine model of this family
-    (:mod:`loadtests.sglang_sched`) instead of the day simulator's engine.
+    (:mod:`loadtests.sglang_sched`) instead of the day simulator's engine. ``router_args``:
+    router settings (dotted path -> value) set in every routed deployment, under the variant's own.
     """
     routed_here = name.startswith("learned")
     if routed_here or name in RULES:  # k speculative + n - k plain engines
@@ -272,8 +290,7 @@ def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list
             cfg = workdir / f"{name}.yaml"
             cfg.write_text(yaml.safe_dump(router_yaml(settings, [f.base_url for f in fakes[:k]],
                                                       [f.base_url for f in fakes[k:]], port,
-                                                      check=name != "learned-nocheck",
-                                                      marginal=name != "learned-nomarginal")))
+                                                      {**(router_args or {}), **VARIANT_ARGS.get(name, {})})))
             log = (workdir / f"{name}-router.log").open("wb")
             procs.append(subprocess.Popen([sys.executable, "-m", "router.cli", "router", "--config", str(cfg)],
                                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -326,7 +343,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine-model", choices=("day", "sglang"), default="day",
                     help="the fakes' engine model: the day simulator's (default) or SGLang's scheduler "
                          "(loadtests/sglang_sched.py, the family of the same name)")
+    ap.add_argument("--router-arg", action="append", default=[], metavar="DOTTED=YAML",
+                    help="a router setting for every routed deployment, e.g. "
+                         "routing.prefix_cache.new_affinity_ratio=1.0 (repeatable)")
     args = ap.parse_args(argv)
+    router_args: dict[str, Any] = {}
+    for item in args.router_arg:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--router-arg {item!r}: expected DOTTED=YAML")
+        router_args[key] = yaml.safe_load(value)
     engine_family = get_sglang_family(args.family) if args.engine_model == "sglang" else None
     family = get_family(args.family)
     model = family.model
@@ -351,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, Any] = {}
     for name in args.deployments.split(","):
         print(f"  running {name} over HTTP ...", flush=True)
-        run = run_http(name, model, settings, reqs, args.seed, workdir, n, k, engine_family)
+        run = run_http(name, model, settings, reqs, args.seed, workdir, n, k, engine_family, router_args)
         res: list[Result] = run.pop("results")
         ok = [r for r in res if r.status == 200 and r.error is None and r.e2e_s is not None]
         wrong = [r for r in ok if r.completion_tokens != reqs[r.rid].output_tokens]

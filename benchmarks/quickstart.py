@@ -2,7 +2,7 @@
 with what the router's model predicted beside what happened.
 
     .venv/bin/python benchmarks/quickstart.py [--runs 1] [--out runs/quickstart_check.json]
-        [--router-arg routing.learning.check.enabled=false ...]
+        [--router-arg routing.learning.check.enabled=false ...] [--workdir DIR]
 
 Each run starts the quick start's paced fakes (``specgate loadtest-fakes`` with the documented
 flags) and ``specgate router`` over ``examples/loadtest-fakes.yaml`` (ports moved to free ones;
@@ -12,7 +12,9 @@ interleaved by the load tester), then reads the router's ``/ready`` and ``/metri
 
 Printed per run: the decode speedup of the router over the better of its two targets in each
 cell (``router / max(spec, plain)``: the quick start's done-means is >= 0.95 everywhere), the
-same for the mean end-to-end latency (``best / router``), the router's decisions by reason,
+same for the mean end-to-end latency (``best / router``) with the router's requests per pool and
+reason in that cell (the load tester's ``x-specgate-pool`` / ``x-specgate-reason``), the
+router's decisions by reason over the run,
 and per pool the checked predictions (``/ready``'s ``prediction``: the median relative error
 of the completion times per class and context bucket, the fallback state) and the learned
 speed model. JSON to ``--out``. Every process started is stopped on the way out.
@@ -138,6 +140,10 @@ def one_run(work: Path, router_args: list[str]) -> dict[str, Any]:
         e2e = {t: v["e2e_s"]["mean"] for t, v in point["targets"].items() if v.get("e2e_s", {}).get("n")}
         if key in cells and {"spec", "plain", "router"} <= set(e2e):
             cells[key]["e2e_best_over_router"] = min(e2e["spec"], e2e["plain"]) / e2e["router"]
+        if key in cells:
+            tp = point["targets"].get("router") or {}
+            cells[key]["router_routed"] = tp.get("routed") or {}
+            cells[key]["router_reasons"] = tp.get("reasons") or {}
     pools = {name: {"prediction": p.get("prediction"), "speed_model": p.get("speed_model"),
                     "accept_length_estimate": p.get("accept_length_estimate")}
              for name, p in ready["pools"].items()}
@@ -151,7 +157,7 @@ def _print(run: dict[str, Any]) -> None:
         def f(v: Any) -> str:
             return "-" if v is None else f"{v:.2f}x"
         print(f"{key:<14} {f(c['router_vs_plain']):>12} {f(c['router_vs_spec']):>11} {f(c['router_vs_best']):>11} "
-              f"{f(c.get('e2e_best_over_router')):>15}")
+              f"{f(c.get('e2e_best_over_router')):>15}  {c.get('router_routed')} {c.get('router_reasons')}")
     worst = min((c["router_vs_best"] for c in run["cells"].values() if c["router_vs_best"] is not None), default=None)
     print(f"worst router/best decode speedup: {worst if worst is None else round(worst, 3)}")
     print("decisions: " + ", ".join(f"{k} {v:g}" for k, v in sorted(run["reasons"].items())))
@@ -174,11 +180,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "quickstart_check.json")
     ap.add_argument("--router-arg", action="append", default=[], metavar="DOTTED=YAML")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="keep each run's config, logs and load-test report under DIR/run<i> (default: a "
+                         "temporary directory, removed)")
     args = ap.parse_args(argv)
     runs = []
     for i in range(args.runs):
-        with tempfile.TemporaryDirectory(prefix="quickstart-") as tmp:
-            run = one_run(Path(tmp), args.router_arg)
+        if args.workdir is not None:
+            work = args.workdir / f"run{i + 1}"
+            work.mkdir(parents=True, exist_ok=True)
+            run = one_run(work, args.router_arg)
+        else:
+            with tempfile.TemporaryDirectory(prefix="quickstart-") as tmp:
+                run = one_run(Path(tmp), args.router_arg)
         print(f"== run {i + 1} of {args.runs}")
         _print(run)
         runs.append(run)

@@ -307,7 +307,7 @@ class PolicyRouter:
         check = self.checks.get(record.pool)
         if check is not None and decision.basis is not None and record.status == "ok":
             check.add("completion", cls, context_bucket(features.predicted_prompt_tokens),
-                      predict_request(features, decision.basis, url, record.output_tokens),
+                      predict_request(features, decision.basis, url, record.output_tokens, raw=True),
                       now - record.arrival_s, now)
         if queued:
             return
@@ -344,7 +344,8 @@ class PolicyRouter:
                 speed=self._speed.get(p.speculative), fit=fit, saturated=sat, low_acceptance=low,
                 accept_length_greedy=greedy, accept_length_sampled=sampled,
                 prediction_fallback=check is not None and check.fallback,
-                measured=None if check is None else check.measured))
+                measured=None if check is None else check.measured,
+                correction=() if check is None else check.correction))
         return tuple(out)
 
     def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice:

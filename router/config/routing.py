@@ -194,7 +194,9 @@ class LearningConfig(Strict):
         explore_every: every this many predicted decisions (per router), the runner-up pool
             takes the request when it is predicted at most ``explore_ratio`` times slower, so
             a pool the prediction avoids is still measured (a share of at most
-            ``1 / explore_every``, reason ``explore``); 0: never.
+            ``1 / explore_every``, reason ``explore``); besides, an idle runner-up whose
+            predictions for the request's cell are unchecked while the best's are checked takes
+            it at once, until checked (:func:`router.decision.predicted.runner_up`); 0: never.
         explore_ratio: the runner-up's largest predicted slowdown that exploration accepts.
         marginal_cost: a decision by prediction ranks the pools by the request's predicted
             completion plus what it costs the requests decoding beside it

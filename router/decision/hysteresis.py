@@ -89,7 +89,8 @@ def next_prediction_fallback(previous: bool, error: float | None, checks: int, *
 def advance_prediction_check(check: PredictionCheck, cfg: PredictionCheckConfig,
                              now: float) -> tuple[bool, float | None, int]:
     """One scrape round's step of a pool's checks (the router's ``Runtime.advance_checks`` and
-    the day simulator's alike): refresh its measured cells, then move its fallback state by
+    the day simulator's alike): refresh its measured cells and their corrections
+    (:meth:`~router.decision.prediction_check.PredictionCheck.corrections`), then move its fallback state by
     :func:`next_prediction_fallback` (``cfg``: ``routing.learning.check``; disabled: off).
 
     Returns:
@@ -97,6 +98,7 @@ def advance_prediction_check(check: PredictionCheck, cfg: PredictionCheckConfig,
         ``now`` and a turn-on counts in ``fallbacks``.
     """
     check.measured = check.measured_cells(now)
+    check.correction = check.corrections(now)
     error, checks = check.error(now)
     new = cfg.enabled and next_prediction_fallback(check.fallback, error, checks, enter=cfg.fallback_enter,
                                                    exit=cfg.fallback_exit, min_checks=cfg.min_checks)

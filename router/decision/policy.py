@@ -88,7 +88,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from router.decision.acceptance import temperature_class
-from router.decision.affinity import affine_order, explore_key
+from router.decision.affinity import Predict, affine_order, explore_key
 from router.decision.checks import SPECULATIVE_CHECKS, Rejection, Strength
 from router.decision.hysteresis import (
     expected_speedup,
@@ -423,7 +423,8 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
         pool, endpoint = shortest_queue(candidates, predicted)
         return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
                         endpoint_reason=why.get(endpoint), basis=pool)
-    ranked, score = predicted, predict_request
+    ranked = predicted
+    score: Predict = predict_request
     if rules.marginal_cost:  # the same measure for the order and for the affinity's "close"
         ranked = tuple((name, t + externality_cost(features, c, url))
                        for (c, url), (name, t) in zip(candidates, predicted, strict=True))
@@ -434,7 +435,8 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
     reason = (_reason(pool, candidates, kept, spec_reason, Reason.PLAIN_FASTER) if order[0] == fastest
               else Reason.PREFIX_AFFINITY)
     runner = runner_up(candidates, order, predicted, explore_key(tie_break, prefix, rules.explore_every), rules,
-                        (features.temperature_class, context_bucket(features.predicted_prompt_tokens)))
+                        (features.temperature_class, context_bucket(features.predicted_prompt_tokens)),
+                        prefix is None or not prefix.continued, None if prefix is None else prefix.anchor)
     if runner is not None:
         pool, endpoint = candidates[runner]
         reason = Reason.EXPLORE

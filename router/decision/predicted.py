@@ -8,16 +8,19 @@ experiment), the fallback to the shorter queue while a pool's predictions are of
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, SupportsIndex
 
+from router.decision.learn import context_bucket
 from router.decision.predict import completion_s, externality_s
+from router.decision.prefix import rendezvous_score
 
 if TYPE_CHECKING:
     from router.decision.snapshot import EndpointSnapshot, PoolSnapshot, Rules
     from router.request.features import RequestFeatures
 
-__all__ = ["batch_context", "distrusted", "externality_cost", "predict_cost", "predict_request", "runner_up",
+__all__ = ["batch_context", "correction", "distrusted", "externality_cost", "predict_cost", "predict_request", "runner_up",
            "shortest_queue"]
 
 
@@ -35,12 +38,27 @@ def batch_context(e: EndpointSnapshot, prompt_tokens: int, output_tokens: int) -
     return (e.kv_used_tokens + prompt_tokens + output_tokens / 2) / (running + 1)
 
 
+def correction(features: RequestFeatures, pool: PoolSnapshot) -> float:
+    """The factor the checks put on ``pool``'s predictions for the request's
+    ``(temperature class, context bucket)`` cell (``PoolSnapshot.correction``; 1.0: none)."""
+    if not pool.correction:
+        return 1.0
+    cell = (features.temperature_class, context_bucket(features.predicted_prompt_tokens))
+    for key, factor in pool.correction:  # a few cells at most: a scan, no dict per snapshot
+        if key == cell:
+            return factor
+    return 1.0
+
+
 def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str,
-                    output_tokens: int | None = None, cached_tokens: int | None = None) -> float:
+                    output_tokens: int | None = None, cached_tokens: int | None = None, *,
+                    raw: bool = False) -> float:
     """Predicted completion seconds of the request on ``endpoint`` of ``pool``
     (:func:`router.decision.predict.completion_s`), with ``output_tokens`` per sequence (default: the
     budget ``M``; the KV reservation is the budget's either way, as the engine reserves it)
-    and ``cached_tokens`` of its prompt cached there (default: the endpoint's estimate).
+    and ``cached_tokens`` of its prompt cached there (default: the endpoint's estimate), times
+    the checks' :func:`correction` of its cell unless ``raw`` (what a check evaluates: the
+    model's own prediction, :mod:`router.decision.prediction_check`).
 
     Raises:
         ValueError: ``pool`` has no speed model, or no endpoint ``endpoint``.
@@ -53,23 +71,26 @@ def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str
     m = features.max_new_tokens if output_tokens is None else output_tokens
     p = features.predicted_prompt_tokens  # the expected P where only its bound is known
     need = (features.num_prompts * features.predicted_weight + pool.reserved) * (1 + e.queued)
-    return completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=p,
-                        context_tokens=batch_context(e, p, m),
-                        cached_tokens=e.cached_tokens if cached_tokens is None else cached_tokens, output_tokens=m,
-                        accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
-                        kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
+    t = completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=p,
+                     context_tokens=batch_context(e, p, m),
+                     cached_tokens=e.cached_tokens if cached_tokens is None else cached_tokens, output_tokens=m,
+                     accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
+                     kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
+    return t if raw or not pool.correction else t * correction(features, pool)
 
 
 def externality_cost(features: RequestFeatures, pool: PoolSnapshot, endpoint: str) -> float:
-    """:func:`router.decision.predict.externality_s` of the request on ``endpoint`` of ``pool``."""
+    """:func:`router.decision.predict.externality_s` of the request on ``endpoint`` of ``pool``, times
+    the checks' :func:`correction` of its cell (the others' steps run as far off as its own)."""
     assert pool.speed is not None
     e = next(e for e in pool.endpoints if e.url == endpoint)
     p = features.predicted_prompt_tokens
     ctx = batch_context(e, p, features.max_new_tokens)
-    return externality_s(pool.speed, batch=e.load + features.n, sequences=features.n,
+    cost = externality_s(pool.speed, batch=e.load + features.n, sequences=features.n,
                          output_tokens=features.max_new_tokens,
                          accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
                          context_tokens=p + features.max_new_tokens / 2 if ctx is None else ctx)
+    return cost * correction(features, pool) if pool.correction else cost
 
 
 def predict_cost(features: RequestFeatures, pool: PoolSnapshot, endpoint: str,
@@ -109,25 +130,62 @@ def shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]],
 
 def runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],
                predicted: Sequence[tuple[str, float]], tie_break: int, rules: Rules,
-               cell: tuple[str, int]) -> int | None:
-    """The candidate that explores this request (``rules.explore_every``), or None: on every
-    ``explore_every``-th request, the fastest candidate of another pool than the predicted
-    best, when its prediction is at most ``explore_ratio`` times the best's, or when its
-    predictions for the request's ``(temperature class, context bucket)`` ``cell`` have not
-    been checked enough (``PoolSnapshot.measured``) and its endpoint is idle: a pool believed
-    slow for a kind of request is measured on it again instead of being avoided for good, at
-    the cost of that one request only (an idle endpoint has no batch to slow; the share stays
-    at most ``1 / explore_every``)."""
+               cell: tuple[str, int], one_off: bool = True, anchor: SupportsIndex | None = None) -> int | None:
+    """The candidate that explores this request (``rules.explore_every``), or None: the fastest
+    candidate of another pool than the predicted best (the runner-up), when
+
+    - on every ``explore_every``-th request, its prediction is at most ``explore_ratio`` times
+      the best's, or its predictions for the request's ``(temperature class, context bucket)``
+      ``cell`` have not been checked enough (``PoolSnapshot.measured``) and its endpoint is idle:
+      a pool believed slow for a kind of request is measured on it again instead of being
+      avoided for good, at the cost of that one request only (an idle endpoint has no batch to
+      slow; the share stays at most ``1 / explore_every``);
+    - on any request that continues no conversation (``one_off``: moving a conversation's
+      turn would prefill it again), when the best's cell is measured and the runner-up's is
+      not and its endpoint is idle, however slow it is predicted: the checks have seen one side
+      of the comparison only, and a model extrapolated to prompts it has not served can be
+      several times off (the load-test quick start, docs/loadtests.md: a speculative pool
+      predicted 4-6x too slow at a new prompt length, every request of it sent to the slower
+      pool). The measurement corrects the cell's predictions
+      (:meth:`router.decision.prediction_check.PredictionCheck.corrections`). Bounded without a
+      share: one request at a time (idle), until the cell holds ``MIN_CELL_CHECKS`` recent
+      checks (a few per cell and ``max_age_s``); at a cold start (no cell measured) only the
+      periodic rule explores. A request with an ``anchor`` (it may open a conversation) is
+      explored so only to the pool its anchor ranks first among the candidates
+      (:func:`router.decision.prefix.rendezvous_score`, as :mod:`router.decision.affinity`
+      ranks them): where its later turns go on every replica, so the measurement never moves a
+      conversation (``benchmarks/multiturn.py --topology spec2-plain1``, two replicas, 5 seeds:
+      1.21x the ideal prefill work without this, 1.04x with it, 1.02-1.04x before the dense
+      rule; docs/performance.md).
+    """
     every = rules.explore_every
-    if every <= 0 or tie_break % every != every - 1:
+    if every <= 0:
         return None
+    periodic = tie_break % every == every - 1
     best = order[0]
+    seen = candidates[best][0].measured
+    one_sided = seen is not None and cell in seen  # the best's predictions here are checked
     for i in order[1:]:
         pool = candidates[i][0]
         if pool.name != candidates[best][0].name:
-            if predicted[i][1] <= rules.explore_ratio * predicted[best][1] or (
-                    pool.measured is not None and cell not in pool.measured
-                    and _load(pool.endpoints, candidates[i][1]) == 0):
+            if periodic and predicted[i][1] <= rules.explore_ratio * predicted[best][1]:
+                return i
+            if (pool.measured is not None and cell not in pool.measured
+                    and _load(pool.endpoints, candidates[i][1]) == 0
+                    and (periodic or (one_off and one_sided and _anchors(candidates, i, anchor)))):
                 return i
             return None
     return None
+
+
+def _anchors(candidates: Sequence[tuple[PoolSnapshot, str]], i: int, anchor: SupportsIndex | None) -> bool:
+    """Whether candidate ``i``'s pool is the one ``anchor`` ranks first among the candidates'
+    pools (rendezvous); True without an anchor."""
+    if anchor is None:
+        return True
+    a = operator.index(anchor)
+    mine = rendezvous_score(candidates[i][0].name, a)
+    for pool, _ in candidates:
+        if rendezvous_score(pool.name, a) > mine:
+            return False
+    return True

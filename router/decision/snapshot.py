@@ -123,6 +123,10 @@ class PoolSnapshot:
         measured: the ``(temperature class, context bucket)`` cells whose predictions for the
             pool have been checked enough (:meth:`router.decision.prediction_check.PredictionCheck.measured_cells`);
             None: not tracked (every cell counts as measured).
+        correction: ``((temperature class, context bucket), factor)`` per measured cell whose
+            predictions for the pool run consistently off: the pool's predictions of a request
+            in that cell are multiplied by the factor
+            (:meth:`router.decision.prediction_check.PredictionCheck.corrections`); empty: none.
     """
 
     name: str
@@ -141,6 +145,7 @@ class PoolSnapshot:
     adapters: frozenset[str] = frozenset()
     prediction_fallback: bool = False
     measured: frozenset[tuple[str, int]] | None = None
+    correction: tuple[tuple[tuple[str, int], float], ...] = ()
 
     def accept_length(self, temperature: str, prompt_tokens: int | None = None) -> float | None:
         """tau for a request of this temperature class (and prompt length: its measured cell)."""

@@ -204,7 +204,9 @@ class Runtime:
 
     def _start_learning(self, previous: Runtime | None) -> None:
         """Give every generation pool its :class:`router.decision.learn.SpeedFit` (``routing.learning``);
-        a reload keeps a pool's fit while its prior (speed block, gamma, c) is unchanged."""
+        a reload keeps a pool's fit while its prior (speed block, gamma, c) is unchanged, and its
+        checks while their window is (a new fit clears their cells:
+        :meth:`~router.decision.prediction_check.PredictionCheck.new_model`)."""
         learning = self.config.routing.learning
         self._sharing = learning.enabled  # some fit may still take its prior from a sibling (learn)
         if not learning.enabled:
@@ -222,13 +224,15 @@ class Runtime:
             check, cc = (prev.check if prev is not None else None), learning.check
             pool.check = check if check is not None and (check.window, check.max_age_s) == (cc.window, cc.max_age_s) \
                 else PredictionCheck(cc.window, cc.max_age_s)
+            if pool.check is check and check is not None and prev is not None and fit is not prev.fit:
+                check.new_model()  # a new prior: the cells' biases were the old model's
 
     def advance_checks(self, now: float) -> list[tuple[str, bool]]:
         """Advance every pool's prediction-fallback hysteresis
         (:func:`router.decision.hysteresis.next_prediction_fallback` on its median relative error,
         ``routing.learning.check``; the one step that changes it, once per scrape round).
         Also refreshes each check's :attr:`~router.decision.prediction_check.PredictionCheck.measured`
-        cells (what exploration reads). Returns ``(pool, new state)`` of the pools whose state
+        cells (what exploration reads) and their corrections (what the snapshots carry). Returns ``(pool, new state)`` of the pools whose state
         changed (each logged)."""
         cc = self.routing.learning.check
         changed = []
@@ -259,10 +263,10 @@ class Runtime:
             return None
         cls, bucket = features.temperature_class, context_bucket(features.predicted_prompt_tokens)
         try:
-            err = pool.check.add("completion", cls, bucket, predict_request(features, basis, url, output_tokens),
-                                 duration_s, now)
+            err = pool.check.add("completion", cls, bucket,
+                                 predict_request(features, basis, url, output_tokens, raw=True), duration_s, now)
             if ttfb_s is not None and features.stream:
-                pool.check.add("ttft", cls, bucket, predict_request(features, basis, url, 1), ttfb_s, now)
+                pool.check.add("ttft", cls, bucket, predict_request(features, basis, url, 1, raw=True), ttfb_s, now)
         except ValueError:  # the basis lacks a speed model or the endpoint (cannot happen for a predicted decision)
             return None
         return err
@@ -559,7 +563,8 @@ class Runtime:
             out.append(self._snapshot_cache.get(
                 p, endpoints, sat, low, greedy, sampled, served - revoked if served is not None and revoked else served,
                 p.canary_mismatch, pool_adapters(p.endpoints.values()) if adapters else _NONE,
-                p.check is not None and p.check.fallback, None if p.check is None else p.check.measured))
+                p.check is not None and p.check.fallback, None if p.check is None else p.check.measured,
+                () if p.check is None else p.check.correction))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),

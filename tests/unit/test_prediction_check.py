@@ -22,6 +22,7 @@ from router.decision.policy import (
 from router.decision.predict import SpeedModel, completion_s
 from router.decision.predicted import externality_cost
 from router.decision.prediction_check import PredictionCheck, median
+from router.decision.prefix import PrefixRequest
 from router.loops.scraper import EngineLoad
 from router.request.features import PromptCounter, RequestFeatures
 from router.state.runtime import Runtime
@@ -71,8 +72,42 @@ def test_status_shows_pool_kind_and_cells():
     assert status["fallback"] is False and status["fallbacks"] == 0 and status["fallback_age_s"] is None
     assert (status["median_relative_error"], status["checks"], status["checked"]) == (0.5, 1, 1)
     assert status["completion"]["cells"] == {"greedy/le_4096": {"median_relative_error": 0.5, "bias": 0.5,
-                                                                 "checks": 1}}
+                                                                 "checks": 1, "correction": 1.0}}
     assert status["ttft"]["bias"] == -0.5 and status["ttft"]["checked"] == 1
+    assert "correction" not in status["ttft"]["cells"]["greedy/le_4096"]
+
+
+def test_a_measured_cell_corrects_by_its_median_bias():
+    """1 / (1 + b), b the median bias of its last 8 checks beyond the band (0.3), once the
+    cell holds MIN_CELL_CHECKS recent checks; bounded to [1/4, 4]; ttft checks correct
+    nothing; old checks drop out."""
+    check = PredictionCheck(window=8, max_age_s=60.0)
+    for i, predicted in enumerate((1.5, 1.4, 1.6)):  # errors 0.5, 0.4, 0.6 on realised 1.0
+        check.add("completion", "greedy", 1, predicted, 1.0, now=float(i))
+    check.add("ttft", "greedy", 1, 5.0, 1.0, now=0.0)
+    check.add("ttft", "greedy", 1, 5.0, 1.0, now=0.0)
+    check.add("ttft", "greedy", 1, 5.0, 1.0, now=0.0)
+    check.add("ttft", "greedy", 1, 5.0, 1.0, now=0.0)
+    assert check.corrections(3.0) == ()  # three checks: not measured yet
+    check.add("completion", "greedy", 1, 1.5, 1.0, now=3.0)  # median bias 0.5, 0.2 beyond the band
+    assert check.corrections(3.0) == ((("greedy", 1), 0.83),)  # 1 / 1.2
+    for i in range(4):  # a sampled cell 6x too slow: bias 5, 4.7 beyond the band: 1 / 5.7, bounded to 1/4
+        check.add("completion", "sampled", 0, 6.0, 1.0, now=4.0)
+    assert check.corrections(4.0) == ((("greedy", 1), 0.83), (("sampled", 0), 0.25))
+    assert check.status(4.0)["completion"]["cells"]["sampled/le_1024"]["correction"] == 0.25
+    assert check.corrections(62.5) == ((("sampled", 0), 0.25),)  # the greedy checks at 0-2 s aged out
+    for _ in range(4):  # the model comes right (a refit): 4 good checks of the last 8, median bias 2.5
+        check.add("completion", "sampled", 0, 3.0, 3.0, now=5.0)
+    assert dict(check.corrections(5.0))[("sampled", 0)] == 0.31  # 1 / (1 + 2.2)
+    for _ in range(4):  # 3x too fast: bias -2/3, -0.37 beyond the band
+        check.add("completion", "greedy", 0, 1.0, 3.0, now=5.0)
+    assert dict(check.corrections(5.0))[("greedy", 0)] == 1.58  # 1 / (1 - 0.3667)
+    for _ in range(8):  # the last 8 only: the 4 old ones no longer count
+        check.add("completion", "sampled", 0, 3.0, 3.0, now=5.0)
+    assert ("sampled", 0) not in dict(check.corrections(5.0))
+    for _ in range(4):  # 25% too slow: within the band, no correction
+        check.add("completion", "greedy", 2, 1.25, 1.0, now=5.0)
+    assert ("greedy", 2) not in dict(check.corrections(5.0))
 
 
 @pytest.mark.parametrize(("previous", "error", "checks", "expected"), [
@@ -226,7 +261,7 @@ def test_exploration_measures_a_runner_up_whose_cell_is_unmeasured_however_slow_
     assert decide(f, (spec, busy), rules, tie_break=3).reason is Reason.SPECULATIVE
 
 
-def test_the_runtime_marks_cells_measured_at_the_scrape_round():
+def test_the_runtime_marks_cells_measured_at_their_fourth_check_and_recounts_at_the_scrape_round():
     rt = _runtime()
     f = RequestFeatures(prompt_tokens=200, max_new_tokens=100, temperature_class="greedy")
     d = rt.decide(f, 2.0)
@@ -236,10 +271,12 @@ def test_the_runtime_marks_cells_measured_at_the_scrape_round():
     pool = rt.pool(d.pool)
     assert pool.check.measured == frozenset()
     rt.check_prediction(d, f, output_tokens=100, duration_s=1.0, ttfb_s=None, now=5.0)
-    assert pool.check.measured == frozenset()  # read at the scrape round only
+    assert pool.check.measured == frozenset({("greedy", 0)})  # the fourth check: at once
+    assert next(s for s in rt.snapshots(5.2) if s.name == d.pool).measured == frozenset({("greedy", 0)})
     rt.advance_checks(5.5)
     assert pool.check.measured == frozenset({("greedy", 0)})
-    assert next(s for s in rt.snapshots(5.5) if s.name == d.pool).measured == frozenset({("greedy", 0)})
+    rt.advance_checks(302.5)  # the check at 2 s aged out (max_age_s 300), three left: recounted at the round
+    assert pool.check.measured == frozenset()
 
 
 def test_externality_is_what_the_others_lose_while_the_request_shares_their_batch():
@@ -294,3 +331,101 @@ def test_the_marginal_cost_moves_a_request_off_a_fuller_faster_pool():
     assert externality_cost(f, spec, "http://s") == pytest.approx(12 * 200 * slower)  # all 200 of its tokens
     assert own["spec"] + externality_cost(f, spec, "http://s") > own["plain"]
     assert decide(f, (spec, plain), replace(RULES, marginal_cost=True)).pool == "plain"
+
+
+def test_a_correction_scales_the_pools_predictions_in_its_cell_only():
+    f = RequestFeatures(prompt_tokens=100, max_new_tokens=100, temperature_class="greedy")  # cell (greedy, 0)
+    spec, plain = _pools(0, 2)
+    base, cost = predict_request(f, plain, "http://p"), externality_cost(f, plain, "http://p")
+    assert cost > 0
+    halved = replace(plain, correction=((("greedy", 0), 0.5),))
+    assert predict_request(f, halved, "http://p") == pytest.approx(base * 0.5, rel=1e-12)
+    assert externality_cost(f, halved, "http://p") == pytest.approx(cost * 0.5, rel=1e-12)
+    assert predict_request(f, halved, "http://p", raw=True) == base  # what a check evaluates
+    other = replace(plain, correction=((("sampled", 0), 0.5), (("greedy", 1), 0.5)))
+    assert predict_request(f, other, "http://p") == base
+    # the decision reads the corrected predictions: spec (tau 3) first, plain at a quarter first
+    assert decide(f, (spec, plain), RULES).pool == "spec"
+    quarter = replace(plain, correction=((("greedy", 0), 0.25),))
+    d = decide(f, (spec, quarter), RULES)
+    assert (d.pool, d.reason) == ("plain", Reason.PLAIN_FASTER)
+    assert dict(d.predicted)["plain"] == pytest.approx(base * 0.25, rel=1e-12)
+
+
+def test_a_runner_up_unchecked_where_the_best_is_checked_is_explored_at_once():
+    """Not waiting for the periodic turn (explore_every 50, tie-break 0), however slow it is
+    predicted: the best's cell is measured, the runner-up's is not and its endpoint is idle;
+    not for a continued conversation (its turn would prefill again elsewhere), nor for a
+    first turn whose anchor ranks the best's pool first."""
+    rules = replace(RULES, explore_every=50, explore_ratio=1.5)
+    f = RequestFeatures(prompt_tokens=100, max_new_tokens=100, temperature_class="greedy")
+    spec, plain = _pools(0, 0)
+    spec = replace(spec, measured=frozenset({("greedy", 0)}))
+    far = replace(plain, measured=frozenset({("greedy", 1)}), speed=replace(MODEL, decode_s_per_token=0.2))
+    t = dict(decide(f, (spec, far), rules, tie_break=0).predicted)
+    assert t["plain"] > 10 * t["spec"]
+    assert where(decide(f, (spec, far), rules, tie_break=0)) == ("plain", Reason.EXPLORE)
+    busy = replace(far, endpoints=(EndpointSnapshot("http://p", True, 1),))
+    checked = replace(far, measured=frozenset({("greedy", 0)}))
+    cold = replace(spec, measured=frozenset())  # a cold start: the periodic rule only
+    for s, p in ((spec, busy), (spec, checked), (cold, far), (spec, replace(far, measured=None))):
+        assert where(decide(f, (s, p), rules, tie_break=0)) == ("spec", Reason.SPECULATIVE)
+    # with an anchor (anchor 1 ranks plain first, 2 spec: tests/unit/test_policy_affinity.py):
+    # a first turn is explored to the pool its conversation will stay on only, a later turn never
+    first = PrefixRequest(anchor=1, continued=False)
+    assert where(decide(f, (spec, far), rules, tie_break=0, prefix=first)) == ("plain", Reason.EXPLORE)
+    for prefix in (first._replace(continued=True), first._replace(anchor=2)):
+        assert where(decide(f, (spec, far), rules, tie_break=0, prefix=prefix)) == ("spec", Reason.SPECULATIVE)
+
+
+def where(d: Decision) -> tuple[str | None, Reason]:
+    return d.pool, d.reason
+
+
+def test_the_runtime_corrects_a_cell_from_its_checks_and_keeps_checking_the_raw_model():
+    rt = _runtime()
+    f = RequestFeatures(prompt_tokens=200, max_new_tokens=100, temperature_class="greedy")
+    d = rt.decide(f, 2.0)
+    raw = predict_request(f, d.basis, d.endpoint, 100)
+    for i in range(4):  # the engine takes half the prediction: bias +1, 0.7 beyond the band: factor 0.59
+        assert rt.check_prediction(d, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=2.0 + i) == 1.0
+    rt.advance_checks(6.0)
+    pool = rt.pool(d.pool)
+    assert pool.check.correction == ((("greedy", 0), 0.59),)
+    snap = next(s for s in rt.snapshots(6.0) if s.name == d.pool)
+    assert snap.correction == ((("greedy", 0), 0.59),)
+    assert predict_request(f, snap, d.endpoint, 100) == pytest.approx(raw * 0.59, rel=1e-9)
+    again = rt.decide(f, 6.0)  # the corrected pool is faster still: chosen again
+    assert again.pool == d.pool and dict(again.predicted)[d.pool] == pytest.approx(raw * 0.59, rel=1e-9)
+    # ... and its prediction is checked against the raw model still (no correction of the correction)
+    assert rt.check_prediction(again, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=6.0) == \
+        pytest.approx(1.0, rel=1e-9)
+
+
+def test_a_reload_with_a_new_prior_forgets_the_cells_not_the_pools_checks():
+    doc = {"model": {"name": "m", "tokenizer": "/tmp/t"}, "limits": {"max_context_tokens": 4096},
+           "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
+                       "learning": {"check": {"min_checks": 4, "window": 8}}},
+           "pools": [{"name": "spec", "speculative": True, "endpoints": ["http://s:1"]},
+                     {"name": "plain", "speculative": False, "endpoints": ["http://p:1"]}]}
+    rt = _runtime()  # the same document, its endpoints scraped healthy
+    assert rt.config == parse_config(doc)
+    f = RequestFeatures(prompt_tokens=200, max_new_tokens=100, temperature_class="greedy")
+    d = rt.decide(f, 2.0)
+    raw = predict_request(f, d.basis, d.endpoint, 100)
+    for i in range(4):
+        rt.check_prediction(d, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=2.0 + i)
+    rt.advance_checks(6.0)
+    check = rt.pool(d.pool).check
+    assert check.correction == ((("greedy", 0), 0.59),) and check.measured == frozenset({("greedy", 0)})
+    same = Runtime(rt.config, rt.counter, rt)  # the same prior: the fit and the corrections stay
+    assert same.pool(d.pool).check is check and check.correction == ((("greedy", 0), 0.59),)
+    other = next(p for p in doc["pools"] if p["name"] == d.pool)
+    other["speed"] = {"decode_s_per_token": 0.01, "batch_knee": 32.0,
+                      **({"accept_length_greedy": 3.0, "accept_length_sampled": 2.0} if other["speculative"] else {})}
+    again = Runtime(parse_config(doc), rt.counter, same)
+    assert again.pool(d.pool).check is check
+    assert (check.correction, check.measured, check.cells(6.0)) == ((), frozenset(), {})
+    assert check.error(6.0) == (1.0, 4)  # the pool's own checks (the fallback's input) stay
+    again.advance_checks(6.5)
+    assert check.correction == ()
