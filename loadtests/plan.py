@@ -38,6 +38,9 @@ error status and live accept lengths).
    plain rule), no pool with :data:`MIN_OBSERVATIONS` learned requests, or a speculative pool
    whose acceptance was never measured makes the advice untrusted, which says why and is not
    acted on.
+5. **What was measured** (:func:`measured`): the window's own mean and p90 of ``duration_s``
+   (arrival to the response's end), the current split's ground truth, beside the replay's
+   prediction for it; the loop's retreat (:mod:`loadtests.planloop`) reads it.
 
 Errors: :class:`PlanError` (an empty window, a document without pools, bad arguments).
 """
@@ -59,7 +62,7 @@ from loadtests.split import METRICS, best_prediction
 from router import SpeedModel
 
 __all__ = ["MIN_OBSERVATIONS", "PlanError", "PlanModels", "advise", "bucket_tokens", "day_from_window",
-           "engine_model_from_speed", "engine_models", "predict_splits", "trust"]
+           "engine_model_from_speed", "engine_models", "measured", "predict_splits", "trust"]
 
 #: Learned requests a pool's fit needs before the plan trusts it (``router.decision.learn.MIN_OWN_OBSERVATIONS``).
 MIN_OBSERVATIONS = 10
@@ -290,6 +293,17 @@ def predict_splits(requests: Sequence[Request], engines: int, models: PlanModels
     return out
 
 
+def measured(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """What the window's requests took at the split that served them (step 5): ``{"requests": m,
+    "mean_s": x, "p90_s": y}`` over the rows with a ``duration_s`` (seconds, arrival to the
+    response's end; the nearest-rank p90); the means are None without such a row."""
+    ds = sorted(float(r["duration_s"]) for r in doc.get("requests") or []
+                if isinstance(r.get("duration_s"), int | float) and math.isfinite(r["duration_s"]))
+    if not ds:
+        return {"requests": 0, "mean_s": None, "p90_s": None}
+    return {"requests": len(ds), "mean_s": sum(ds) / len(ds), "p90_s": ds[min(len(ds) - 1, math.ceil(0.9 * len(ds)) - 1)]}
+
+
 def current_split(doc: Mapping[str, Any]) -> dict[str, int]:
     """The engines the router sees now, by role: ``{"speculative": a, "plain": b}``."""
     pools = doc.get("pools") or []
@@ -306,8 +320,8 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
     "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}, ...] (k = 0..N, or ``ks``),
     "window": {"requests", "seconds", "sequences", "unreported"}, "metric", "current":
     {"speculative", "plain"} (the router's endpoints now), "trusted": bool, "untrusted_because":
-    [str], "model": :meth:`PlanModels.as_dict`}``; a prediction without a completed request is
-    null.
+    [str], "model": :meth:`PlanModels.as_dict`, "measured": :func:`measured`}``; a prediction
+    without a completed request is null.
 
     Raises:
         PlanError: empty window, unknown metric, engines < 1.
@@ -331,4 +345,5 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
         "trusted": not why,
         "untrusted_because": why,
         "model": models.as_dict(),
+        "measured": measured(doc),
     }

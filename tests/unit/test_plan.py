@@ -18,6 +18,7 @@ from loadtests.plan import (
     day_from_window,
     engine_model_from_speed,
     engine_models,
+    measured,
     trust,
 )
 from loadtests.planloop import Hysteresis, PlanLoop, PlanMetrics
@@ -124,7 +125,8 @@ def test_engine_models_take_each_pools_kv_and_the_speculative_gamma() -> None:
 def test_advice_shape() -> None:
     advice = advise(_doc(), 3)
     assert set(advice) == {"advised", "splits", "window", "metric", "current", "trusted", "untrusted_because",
-                           "model"}
+                           "model", "measured"}
+    assert advice["measured"] == {"requests": 40, "mean_s": 0.5, "p90_s": 0.5}
     assert [(s["speculative"], s["plain"]) for s in advice["splits"]] == [(0, 3), (1, 2), (2, 1), (3, 0)]
     assert all(set(s) == {"speculative", "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}
                for s in advice["splits"])
@@ -279,3 +281,71 @@ def test_observe_takes_each_split_s_median_over_the_last_rounds() -> None:
     assert [s["predicted_mean_s"] for s in out["splits"]] == [None, 1.5]
     with pytest.raises(ValueError, match="smooth_rounds"):
         Hysteresis(smooth_rounds=0)
+
+
+def _turned(means: list[float | None], measured: float | None, *, trusted: bool = False) -> dict[str, Any]:
+    return {**_advice(means, trusted=trusted), "measured": {"requests": 100, "mean_s": measured, "p90_s": None}}
+
+
+def test_a_retreat_needs_two_rounds_of_prediction_and_measurement_against_the_split() -> None:
+    loop = PlanLoop(3, H)                                  # retreat_ratio 1.5, retreat_rounds 2
+    turned = _turned([8.0, 8.5, 13.0, 20.0], 18.0)         # all-spec predicted 20, measured 18, 0 spec 8
+    steps = []
+    for t in (0.0, 300.0, 600.0, 900.0):
+        step = loop.decide(loop.observe(turned), 3 - len([s for s in steps if s.changed]), t)
+        loop.commit(step, t)
+        steps.append(step)
+    assert [(s.outcome, s.current, s.moved_to, s.retreat) for s in steps] == [
+        ("untrusted", 3, 3, -1),       # the first round: evidence, held (untrusted, one round)
+        ("retreat", 3, 2, -1),         # the second: one engine toward k = 0, past the untrusted model
+        ("retreat", 2, 1, -1),         # k = 2 predicted 13 >= 1.5 x 8 and measured 18: on
+        ("untrusted", 1, 1, 0)]        # k = 1 predicted 8.5 < 12: the retreat ends
+    assert steps[1].target == 0 and steps[1].gain == pytest.approx(0.6)
+
+
+def test_measured_takes_the_window_s_durations() -> None:
+    doc = {"requests": [_row(float(i), duration_s=float(d)) for i, d in enumerate([3, 1, 2, 10, 4])]
+           + [_row(9.0, duration_s=None)]}
+    assert measured(doc) == {"requests": 5, "mean_s": 4.0, "p90_s": 10.0}
+    assert measured({"requests": []}) == {"requests": 0, "mean_s": None, "p90_s": None}
+
+
+@pytest.mark.parametrize(("means", "measured", "metric"), [
+    ([8.0, 8.5, 10.0, 20.0], 11.0, "mean_s"),       # measured 11 < 1.5 x 8: one replay's spike, not the requests
+    ([8.0, 8.5, 10.0, 11.0], 18.0, "mean_s"),       # predicted 11 < 12: the requests' own slowness
+    ([8.0, 8.5, 10.0, 20.0], None, "mean_s"),       # nothing measured
+    ([8.0, 8.5, 10.0, 20.0], 18.0, "goodput_rps"),  # goodput never retreats
+])
+def test_no_retreat_without_both_prediction_and_measurement(means: list[float], measured: float | None,
+                                                            metric: str) -> None:
+    loop = PlanLoop(3, H)
+    adv = {**_advice(means, trusted=False, metric=metric),
+           "measured": {"requests": 100, "mean_s": measured, "p90_s": None, "goodput_rps": measured}}
+    for t in (0.0, 300.0, 600.0):
+        step = loop.decide(loop.observe(adv), 3, t)
+        loop.commit(step, t)
+        assert (step.outcome, step.retreat) == ("untrusted", 0)
+
+
+def test_one_round_of_evidence_then_a_quiet_one_does_not_retreat() -> None:
+    loop = PlanLoop(3, H)
+    outcomes = []
+    for adv in (_turned([8.0, 8.5, 10.0, 20.0], 18.0), _turned([8.0, 8.5, 10.0, 11.0], 10.0),
+                _turned([8.0, 8.5, 10.0, 20.0], 18.0)):
+        step = loop.decide(loop.observe(adv), 3, 0.0)
+        loop.commit(step, 0.0)
+        outcomes.append(step.outcome)
+    assert outcomes == ["untrusted", "untrusted", "untrusted"]
+    assert loop.retreat_streak == (-1, 1)
+
+
+def test_a_retreat_waits_step_s_and_respects_the_floors() -> None:
+    loop = PlanLoop(3, Hysteresis(dwell_s=100.0, step_s=10.0, change_cost_s=20.0, floor_speculative=2))
+    turned = _turned([8.0, 8.5, 10.0, 20.0], 18.0, trusted=True)
+    loop.commit(loop.decide(loop.observe(turned), 3, 0.0), 0.0)
+    loop.last_change_at, loop.last_direction = 0.0, 1
+    assert loop.decide(loop.observe(turned), 3, 5.0).outcome == "step_wait"   # retreat held by step_s
+    step = loop.decide(loop.observe(turned), 3, 10.0)
+    assert (step.outcome, step.target, step.moved_to) == ("retreat", 2, 2)    # k = 2 is the best within the floor
+    with pytest.raises(ValueError, match="retreat_ratio"):
+        Hysteresis(retreat_ratio=1.0)
