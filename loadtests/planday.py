@@ -95,7 +95,8 @@ class PlannedRouter:
 
     Attributes:
         rounds: one dict per round: ``t``, ``outcome``, ``current``, ``target``, ``moved_to``,
-            ``gain``, ``advised``, ``trusted``, ``predicted`` (``{k: mean_s}``), ``window``.
+            ``gain``, ``advised``, ``trusted``, ``predicted`` (``{k: mean_s}``), ``window``,
+            ``measured`` (the window's own value of the metric, :func:`loadtests.plan.measured`).
         changes: one dict per change: ``t`` (decided), ``url`` (the engine drained), ``to``
             (its new pool), ``drained_s``, ``ready_s`` (back in service), ``new_url``.
     """
@@ -228,6 +229,7 @@ class PlannedRouter:
             self.rounds.append(rec)
             return rec
         rec.update(advised=adv["advised"]["speculative"], trusted=adv["trusted"], window=adv["window"]["requests"],
+                   measured=(adv.get("measured") or {}).get(s.metric),
                    predicted={p["speculative"]: p["predicted_" + s.metric] for p in adv["splits"]})
         smooth = self.loop.observe(adv)
         rec["smoothed"] = {p["speculative"]: p["predicted_" + s.metric] for p in smooth["splits"]}

@@ -10,8 +10,9 @@ and KEDA's cooldown are the same idea: act on a sustained signal, step by step).
 1. **a retreat** (``retreat``): when in ``retreat_rounds`` (2) rounds running both this round's
    own prediction for the current split (before the median) and what the window's requests
    measured at it (``advice["measured"]``, :func:`loadtests.plan.measured`) are at least
-   ``retreat_ratio`` (1.5) times this round's prediction for the best split, that best split
-   lying on the same side each round, one engine moves toward it at once: past the median,
+   ``retreat_ratio`` (1.5) times this round's prediction for the best split (an untrusted
+   advice's own prediction need only exceed the best one: the model is what is in doubt, the
+   measurement is not), that best split lying on the same side each round, one engine moves toward it at once: past the median,
    an untrusted model, ``min_gain``, the cost and the dwell (``step_s`` still holds). The
    traffic has turned against the current split (sampled requests arriving on an all-speculative
    deployment: its mean several times all-plain's), and holding costs more each round than
@@ -254,7 +255,9 @@ class PlanLoop:
         best = min(preds, key=lambda k: (preds[k], k))
         floor = preds[best] * self.h.retreat_ratio
         own = raw.get(current)
-        if preds[best] <= 0 or seen < floor or (own is not None and own < floor):
+        # an untrusted model's own prediction for the current split is what is in doubt: it
+        # need only agree on the side, the measurement gives the size
+        if preds[best] <= 0 or seen < floor or (own is not None and own < (floor if advice["trusted"] else preds[best])):
             return 0, current
         return (1 if best > current else -1), best
 

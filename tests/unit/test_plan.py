@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -288,19 +289,27 @@ def _turned(means: list[float | None], measured: float | None, *, trusted: bool 
 
 
 def test_a_retreat_needs_two_rounds_of_prediction_and_measurement_against_the_split() -> None:
-    loop = PlanLoop(3, H)                                  # retreat_ratio 1.5, retreat_rounds 2
-    turned = _turned([8.0, 8.5, 13.0, 20.0], 18.0)         # all-spec predicted 20, measured 18, 0 spec 8
-    steps = []
-    for t in (0.0, 300.0, 600.0, 900.0):
-        step = loop.decide(loop.observe(turned), 3 - len([s for s in steps if s.changed]), t)
-        loop.commit(step, t)
-        steps.append(step)
-    assert [(s.outcome, s.current, s.moved_to, s.retreat) for s in steps] == [
+    steps = {}
+    for trusted in (True, False):
+        loop = PlanLoop(3, H)                              # retreat_ratio 1.5, retreat_rounds 2
+        turned = _turned([8.0, 8.5, 13.0, 20.0], 18.0, trusted=trusted)  # all-spec predicted 20, measured 18
+        k, steps[trusted] = 3, []
+        for t in (0.0, 300.0, 600.0, 900.0, 1200.0):
+            step = loop.decide(loop.observe(turned), k, t)
+            loop.commit(step, t)
+            k = step.moved_to
+            steps[trusted].append((step.outcome, step.current, step.moved_to, step.retreat))
+    assert steps[False] == [
         ("untrusted", 3, 3, -1),       # the first round: evidence, held (untrusted, one round)
         ("retreat", 3, 2, -1),         # the second: one engine toward k = 0, past the untrusted model
-        ("retreat", 2, 1, -1),         # k = 2 predicted 13 >= 1.5 x 8 and measured 18: on
-        ("untrusted", 1, 1, 0)]        # k = 1 predicted 8.5 < 12: the retreat ends
-    assert steps[1].target == 0 and steps[1].gain == pytest.approx(0.6)
+        ("retreat", 2, 1, -1),         # k = 2 predicted 13 >= 1.5 x 8 and measured 18 >= 12: on
+        ("retreat", 1, 0, -1),         # untrusted: k = 1's 8.5 need only exceed k = 0's 8 (measured 18)
+        ("untrusted", 0, 0, 0)]        # at the best split: no evidence
+    assert steps[True] == [
+        ("gain", 3, 2, -1),            # trusted: the loop's own gain (60% > reverse_gain) moves first
+        ("retreat", 2, 1, -1),
+        ("below_cost", 1, 1, 0),       # trusted: k = 1's own 8.5 < 1.5 x 8 ends the retreat; 6% on 3 engines
+        ("below_cost", 1, 1, 0), ("below_cost", 1, 1, 0)]   # over 100 s < 20 engine-s
 
 
 def test_measured_takes_the_window_s_durations() -> None:
@@ -310,21 +319,22 @@ def test_measured_takes_the_window_s_durations() -> None:
     assert measured({"requests": []}) == {"requests": 0, "mean_s": None, "p90_s": None}
 
 
-@pytest.mark.parametrize(("means", "measured", "metric"), [
-    ([8.0, 8.5, 10.0, 20.0], 11.0, "mean_s"),       # measured 11 < 1.5 x 8: one replay's spike, not the requests
-    ([8.0, 8.5, 10.0, 11.0], 18.0, "mean_s"),       # predicted 11 < 12: the requests' own slowness
-    ([8.0, 8.5, 10.0, 20.0], None, "mean_s"),       # nothing measured
-    ([8.0, 8.5, 10.0, 20.0], 18.0, "goodput_rps"),  # goodput never retreats
+@pytest.mark.parametrize(("means", "measured", "metric", "trusted"), [
+    ([8.0, 8.5, 10.0, 20.0], 11.0, "mean_s", False),       # measured 11 < 1.5 x 8: one replay's spike
+    ([8.0, 8.5, 10.0, 11.0], 18.0, "mean_s", True),        # trusted, predicted 11 < 12: the requests' own slowness
+    ([8.0, 8.5, 10.0, 7.5], 18.0, "mean_s", False),        # untrusted, predicted below the best: not this split's
+    ([8.0, 8.5, 10.0, 20.0], None, "mean_s", False),       # nothing measured
+    ([8.0, 8.5, 10.0, 20.0], 18.0, "goodput_rps", False),  # goodput never retreats
 ])
 def test_no_retreat_without_both_prediction_and_measurement(means: list[float], measured: float | None,
-                                                            metric: str) -> None:
-    loop = PlanLoop(3, H)
-    adv = {**_advice(means, trusted=False, metric=metric),
+                                                            metric: str, trusted: bool) -> None:
+    loop = PlanLoop(3, replace(H, min_gain=10.0, sustained_gain=10.0))  # the loop's own gain never acts
+    adv = {**_advice(means, trusted=trusted, metric=metric),
            "measured": {"requests": 100, "mean_s": measured, "p90_s": None, "goodput_rps": measured}}
     for t in (0.0, 300.0, 600.0):
         step = loop.decide(loop.observe(adv), 3, t)
         loop.commit(step, t)
-        assert (step.outcome, step.retreat) == ("untrusted", 0)
+        assert step.retreat == 0 and not step.changed
 
 
 def test_one_round_of_evidence_then_a_quiet_one_does_not_retreat() -> None:
