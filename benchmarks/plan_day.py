@@ -112,7 +112,8 @@ class Cell:
         h = Hysteresis(dwell_s=a.dwell_s, step_s=a.interval_s, change_cost_s=a.convert_s + 30.0,
                        min_gain=a.min_gain, reverse_gain=a.reverse_gain, sustained_gain=a.sustained_gain,
                        sustained_rounds=a.sustained_rounds, smooth_rounds=a.smooth_rounds,
-                       retreat_ratio=a.retreat_ratio, retreat_rounds=a.retreat_rounds)
+                       retreat_ratio=a.retreat_ratio, retreat_rounds=a.retreat_rounds,
+                       floor_speculative=a.floor_speculative, floor_plain=a.floor_plain)
         return PlanDaySettings(interval_s=a.interval_s, window_s=a.window_s, window_requests=a.window_requests,
                                convert_s=a.convert_s, hysteresis=h, reach=a.reach, seed=a.seed, **kw)
 
@@ -226,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reverse-gain", type=float, default=0.2)
     ap.add_argument("--retreat-ratio", type=float, default=1.5, help="inf: no retreat (the loop before it)")
     ap.add_argument("--retreat-rounds", type=int, default=2)
+    ap.add_argument("--floor-speculative", type=int, default=0, help="engines the speculative pool keeps")
+    ap.add_argument("--floor-plain", type=int, default=0, help="engines the plain pool keeps")
     ap.add_argument("--window-s", type=float, default=600.0, help="the router's window (s, default 600)")
     ap.add_argument("--window-requests", type=int, default=2048, help="the router's window (default 2048)")
     ap.add_argument("--reach", type=int, default=2, help="splits a round predicts around the current one")
