@@ -3,6 +3,7 @@
     /work/main/.venv/bin/python benchmarks/plan_day.py [--families default,kv_limited]
         [--engine-models analytic,sglang] [--engines 4,8] [--shapes diurnal,steady_light]
         [--sweep steady|all|none] [--interval-s 300] [--convert-s 180] [--reach 2] [--seed 0]
+        [--retreat-ratio 1.5] [--retreat-rounds 2] [--floor-speculative 0] [--floor-plain 0]
         [--out runs/plan-day]
 
 Everything runs in the in-process day simulator (:mod:`loadtests.daysim`, virtual time, seeded;
