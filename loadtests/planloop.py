@@ -21,7 +21,8 @@ and KEDA's cooldown are the same idea: act on a sustained signal, step by step).
    protection is the measurement: one replay's spike (a split's prediction several times the
    mean for one round) is not what the requests took, and one round is not two. The seconds
    metrics only (``mean_s``: the mean; ``p90_s``: the p90; never for goodput);
-2. an untrusted advice (the router's prediction error is high, nothing learned yet) holds
+2. an untrusted advice (the router's prediction error is high, nothing learned yet, the replay
+   of the current split off what the window measured: :func:`loadtests.plan.advise`) holds
    (``untrusted``);
 3. the target is the best split within the floors (``floor_speculative <= k <= N -
    floor_plain``); a current split below a floor moves toward it at once (``floor``);

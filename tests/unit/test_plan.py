@@ -20,6 +20,7 @@ from loadtests.plan import (
     engine_model_from_speed,
     engine_models,
     measured,
+    replay_check,
     trust,
 )
 from loadtests.planloop import Hysteresis, PlanLoop, PlanMetrics
@@ -124,10 +125,13 @@ def test_engine_models_take_each_pools_kv_and_the_speculative_gamma() -> None:
 
 
 def test_advice_shape() -> None:
-    advice = advise(_doc(), 3)
+    doc = _doc()
+    for r in doc["requests"]:
+        r["duration_s"] = 2.0            # what the replay of the current split (1 + 1) predicts, within 30%
+    advice = advise(doc, 3)
     assert set(advice) == {"advised", "splits", "window", "metric", "current", "trusted", "untrusted_because",
                            "model", "measured"}
-    assert advice["measured"] == {"requests": 40, "mean_s": 0.5, "p90_s": 0.5}
+    assert advice["measured"] == {"requests": 40, "mean_s": 2.0, "p90_s": 2.0}
     assert [(s["speculative"], s["plain"]) for s in advice["splits"]] == [(0, 3), (1, 2), (2, 1), (3, 0)]
     assert all(set(s) == {"speculative", "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}
                for s in advice["splits"])
@@ -310,6 +314,23 @@ def test_a_retreat_needs_two_rounds_of_prediction_and_measurement_against_the_sp
         ("retreat", 2, 1, -1),
         ("below_cost", 1, 1, 0),       # trusted: k = 1's own 8.5 < 1.5 x 8 ends the retreat; 6% on 3 engines
         ("below_cost", 1, 1, 0), ("below_cost", 1, 1, 0)]   # over 100 s < 20 engine-s
+
+
+def test_a_replay_far_from_what_the_window_measured_is_not_trusted() -> None:
+    splits = [{"k": 0, "mean_s": 10.0, "p90_s": 20.0}, {"k": 1, "mean_s": 24.0, "p90_s": 30.0}]
+    seen = {"requests": 100, "mean_s": 8.0, "p90_s": 25.0}
+    assert replay_check(splits, 1, seen, "mean_s", 0.3) == [(
+        "the replay of the current split (1 speculative) predicts mean_s 24.00 s, the window measured 8.00 s "
+        "(off by more than 0.30)")]
+    assert replay_check(splits, 1, seen, "p90_s", 0.3) == []            # 30 against 25: within 30%
+    assert replay_check(splits, 0, seen, "mean_s", 0.3) == []           # 10 against 8
+    assert replay_check(splits, 1, seen, "goodput_rps", 0.3) == []      # goodput is not checked
+    assert replay_check(splits, 1, {"mean_s": None}, "mean_s", 0.3) == []
+    assert replay_check(splits, 2, seen, "mean_s", 0.3) == []           # the current split not replayed
+    doc = _doc()                                                        # measured 0.5 s, replayed about 1.9 s
+    advice = advise(doc, 3)
+    assert not advice["trusted"]
+    assert advice["untrusted_because"][0].startswith("the replay of the current split (1 speculative) predicts")
 
 
 def test_measured_takes_the_window_s_durations() -> None:
