@@ -116,7 +116,8 @@ class Cell:
                        retreat_ratio=a.retreat_ratio, retreat_rounds=a.retreat_rounds,
                        floor_speculative=a.floor_speculative, floor_plain=a.floor_plain)
         return PlanDaySettings(interval_s=a.interval_s, window_s=a.window_s, window_requests=a.window_requests,
-                               convert_s=a.convert_s, hysteresis=h, reach=a.reach, seed=a.seed, **kw)
+                               convert_s=a.convert_s, hysteresis=h, reach=a.reach, seed=a.seed,
+                               max_replay_error=a.max_replay_error, **kw)
 
     def measure(self) -> dict[str, Any]:
         """Every run of the cell; returns its summary line's values."""
@@ -228,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reverse-gain", type=float, default=0.2)
     ap.add_argument("--retreat-ratio", type=float, default=1.5, help="inf: no retreat (the loop before it)")
     ap.add_argument("--retreat-rounds", type=int, default=2)
+    ap.add_argument("--max-replay-error", type=float, default=0.5, help="inf: no replay check (before it)")
     ap.add_argument("--floor-speculative", type=int, default=0, help="engines the speculative pool keeps")
     ap.add_argument("--floor-plain", type=int, default=0, help="engines the plain pool keeps")
     ap.add_argument("--window-s", type=float, default=600.0, help="the router's window (s, default 600)")

@@ -38,7 +38,7 @@ error status and live accept lengths).
    plain rule), no pool with :data:`MIN_OBSERVATIONS` learned requests, a speculative pool
    whose acceptance was never measured, or a replay of the current split whose mean or p90
    (the seconds metric advised on) is off what the window's requests measured at it by more than
-   ``max_error`` relative (:func:`replay_check`: the learned models' values, not only their
+   ``max_replay_error`` relative (0.5; :func:`replay_check`: the learned models' values, not only their
    ratios, drive the replay; at a steady heavy load the router's fit cannot tell ``t0`` from
    the batch slope and predicted 2-4x the measured mean, docs/performance.md) makes the advice
    untrusted, which says why and is not acted on.
@@ -331,7 +331,8 @@ def current_split(doc: Mapping[str, Any]) -> dict[str, int]:
 
 
 def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_error: float = 0.3,
-           seed: int = 0, base: EngineModel | None = None, ks: Sequence[int] | None = None) -> dict[str, Any]:
+           seed: int = 0, base: EngineModel | None = None, ks: Sequence[int] | None = None,
+           max_replay_error: float = 0.5) -> dict[str, Any]:
     """The advice document ``specgate plan --json`` prints (steps 1-4); ``ks``: predict those
     splits only (the loop's reach around the current split; default every split).
 
@@ -352,7 +353,8 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
     preds = predict_splits(requests, engines, models, seed=seed, ks=ks)
     best = best_prediction(preds, metric)
     seen = measured(doc)
-    why = trust(doc, max_error) + replay_check(preds, current_split(doc)["speculative"], seen, metric, max_error)
+    why = trust(doc, max_error) + replay_check(preds, current_split(doc)["speculative"], seen, metric,
+                                               max_replay_error)
     win = doc.get("window") or {}
     return {
         "advised": {"speculative": best["k"], "plain": engines - best["k"]},

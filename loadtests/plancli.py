@@ -77,7 +77,8 @@ def _advise(args: argparse.Namespace, key: str) -> dict[str, Any]:
     from loadtests.plan import advise
 
     doc = fetch_window(args.router, key, model=args.model, timeout_s=args.timeout)
-    return advise(doc, args.engines, metric=args.metric, max_error=args.max_error, seed=args.seed)
+    return advise(doc, args.engines, metric=args.metric, max_error=args.max_error, seed=args.seed,
+                  max_replay_error=args.max_replay_error)
 
 
 def _text(advice: dict[str, Any]) -> str:
@@ -145,7 +146,8 @@ def _round(args: argparse.Namespace, key: str, loop: Any, metrics: Any, scaler: 
     try:
         from loadtests.plan import advise
 
-        advice = advise(doc, args.engines, metric=args.metric, max_error=args.max_error, seed=args.seed)
+        advice = advise(doc, args.engines, metric=args.metric, max_error=args.max_error, seed=args.seed,
+                        max_replay_error=args.max_replay_error)
     except plan_error as exc:
         metrics.errors.labels("predict").inc()
         log.warning("plan: no advice this round: %s", exc)
@@ -221,6 +223,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--max-error", type=float, default=0.3,
                    help="the largest median relative prediction error of a pool the advice trusts (default 0.3: "
                         "the router's routing.learning.check.fallback_exit)")
+    p.add_argument("--max-replay-error", type=float, default=0.5,
+                   help="the largest relative difference between the replay of the current split and what the "
+                        "window's requests measured at it that the advice trusts (default 0.5)")
     p.add_argument("--once", action="store_true", help="one advice, then exit")
     p.add_argument("--json", action="store_true", help="print JSON (one object; one line per round in the loop)")
     p.add_argument("--seed", type=int, default=0, help="the simulator's seed")

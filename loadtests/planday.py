@@ -61,7 +61,7 @@ class PlanDaySettings:
         reach: a round predicts the splits within this many engines of the current one only
             (None: every split); the loop moves one engine a round, so a farther target only
             weighs the gain.
-        metric, max_error, seed: :func:`loadtests.plan.advise`'s.
+        metric, max_error, max_replay_error, seed: :func:`loadtests.plan.advise`'s.
         act: False: advise and record only.
     """
 
@@ -74,6 +74,7 @@ class PlanDaySettings:
     reach: int | None = None
     metric: str = "mean_s"
     max_error: float = 0.3
+    max_replay_error: float = 0.5
     seed: int = 0
     act: bool = True
 
@@ -223,7 +224,8 @@ class PlannedRouter:
         cur = rec["current"]
         ks = None if s.reach is None else range(max(0, cur - s.reach), min(self.engines, cur + s.reach) + 1)
         try:
-            adv = self._advise(doc, self.engines, metric=s.metric, max_error=s.max_error, seed=s.seed, ks=ks)
+            adv = self._advise(doc, self.engines, metric=s.metric, max_error=s.max_error, seed=s.seed, ks=ks,
+                               max_replay_error=s.max_replay_error)
         except PlanError as exc:
             rec.update(outcome="no_advice", error=str(exc))
             self.rounds.append(rec)
