@@ -3,6 +3,7 @@
     /work/main/.venv/bin/python benchmarks/plan_day.py [--families default,kv_limited]
         [--engine-models analytic,sglang] [--engines 4,8] [--shapes diurnal,steady_light]
         [--sweep steady|all|none] [--interval-s 300] [--convert-s 180] [--reach 2] [--seed 0]
+        [--retreat-ratio 1.5] [--retreat-rounds 2] [--floor-speculative 0] [--floor-plain 0]
         [--out runs/plan-day]
 
 Everything runs in the in-process day simulator (:mod:`loadtests.daysim`, virtual time, seeded;
@@ -111,9 +112,12 @@ class Cell:
         a = self.args
         h = Hysteresis(dwell_s=a.dwell_s, step_s=a.interval_s, change_cost_s=a.convert_s + 30.0,
                        min_gain=a.min_gain, reverse_gain=a.reverse_gain, sustained_gain=a.sustained_gain,
-                       sustained_rounds=a.sustained_rounds, smooth_rounds=a.smooth_rounds)
+                       sustained_rounds=a.sustained_rounds, smooth_rounds=a.smooth_rounds,
+                       retreat_ratio=a.retreat_ratio, retreat_rounds=a.retreat_rounds,
+                       floor_speculative=a.floor_speculative, floor_plain=a.floor_plain)
         return PlanDaySettings(interval_s=a.interval_s, window_s=a.window_s, window_requests=a.window_requests,
-                               convert_s=a.convert_s, hysteresis=h, reach=a.reach, seed=a.seed, **kw)
+                               convert_s=a.convert_s, hysteresis=h, reach=a.reach, seed=a.seed,
+                               max_replay_error=a.max_replay_error, **kw)
 
     def measure(self) -> dict[str, Any]:
         """Every run of the cell; returns its summary line's values."""
@@ -223,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sustained-rounds", type=int, default=3)
     ap.add_argument("--smooth-rounds", type=int, default=3)
     ap.add_argument("--reverse-gain", type=float, default=0.2)
+    ap.add_argument("--retreat-ratio", type=float, default=1.5, help="inf: no retreat (the loop before it)")
+    ap.add_argument("--retreat-rounds", type=int, default=2)
+    ap.add_argument("--max-replay-error", type=float, default=0.5, help="inf: no replay check (before it)")
+    ap.add_argument("--floor-speculative", type=int, default=0, help="engines the speculative pool keeps")
+    ap.add_argument("--floor-plain", type=int, default=0, help="engines the plain pool keeps")
     ap.add_argument("--window-s", type=float, default=600.0, help="the router's window (s, default 600)")
     ap.add_argument("--window-requests", type=int, default=2048, help="the router's window (default 2048)")
     ap.add_argument("--reach", type=int, default=2, help="splits a round predicts around the current one")

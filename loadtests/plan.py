@@ -35,9 +35,16 @@ error status and live accept lengths).
    (:func:`loadtests.split.best_prediction`: lowest ``mean_s`` / ``p90_s``, highest
    ``goodput_rps``; ties to fewer speculative engines), and whether the model is trusted: a
    pool whose prediction error's median exceeds ``max_error`` (or whose checker fell back to the
-   plain rule), no pool with :data:`MIN_OBSERVATIONS` learned requests, or a speculative pool
-   whose acceptance was never measured makes the advice untrusted, which says why and is not
-   acted on.
+   plain rule), no pool with :data:`MIN_OBSERVATIONS` learned requests, a speculative pool
+   whose acceptance was never measured, or a replay of the current split whose mean or p90
+   (the seconds metric advised on) is off what the window's requests measured at it by more than
+   ``max_replay_error`` relative (0.5; :func:`replay_check`: the learned models' values, not only their
+   ratios, drive the replay; at a steady heavy load the router's fit cannot tell ``t0`` from
+   the batch slope and predicted 2-4x the measured mean, docs/performance.md) makes the advice
+   untrusted, which says why and is not acted on.
+5. **What was measured** (:func:`measured`): the window's own mean and p90 of ``duration_s``
+   (arrival to the response's end), the current split's ground truth, beside the replay's
+   prediction for it; the loop's retreat (:mod:`loadtests.planloop`) reads it.
 
 Errors: :class:`PlanError` (an empty window, a document without pools, bad arguments).
 """
@@ -59,7 +66,7 @@ from loadtests.split import METRICS, best_prediction
 from router import SpeedModel
 
 __all__ = ["MIN_OBSERVATIONS", "PlanError", "PlanModels", "advise", "bucket_tokens", "day_from_window",
-           "engine_model_from_speed", "engine_models", "predict_splits", "trust"]
+           "engine_model_from_speed", "engine_models", "measured", "predict_splits", "replay_check", "trust"]
 
 #: Learned requests a pool's fit needs before the plan trusts it (``router.decision.learn.MIN_OWN_OBSERVATIONS``).
 MIN_OBSERVATIONS = 10
@@ -290,6 +297,32 @@ def predict_splits(requests: Sequence[Request], engines: int, models: PlanModels
     return out
 
 
+def measured(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """What the window's requests took at the split that served them (step 5): ``{"requests": m,
+    "mean_s": x, "p90_s": y}`` over the rows with a ``duration_s`` (seconds, arrival to the
+    response's end; the nearest-rank p90); the means are None without such a row."""
+    ds = sorted(float(r["duration_s"]) for r in doc.get("requests") or []
+                if isinstance(r.get("duration_s"), int | float) and math.isfinite(r["duration_s"]))
+    if not ds:
+        return {"requests": 0, "mean_s": None, "p90_s": None}
+    return {"requests": len(ds), "mean_s": sum(ds) / len(ds), "p90_s": ds[min(len(ds) - 1, math.ceil(0.9 * len(ds)) - 1)]}
+
+
+def replay_check(splits: Sequence[Mapping[str, Any]], current: int, seen: Mapping[str, Any], metric: str,
+                 max_error: float) -> list[str]:
+    """Why the replay of the ``current`` split (``splits``: :func:`predict_splits`' rows) is not
+    trusted against what the window measured (``seen``: :func:`measured`): its ``metric``
+    (``mean_s`` or ``p90_s``; goodput is not checked) off the measured one by more than
+    ``max_error`` relative; empty when it agrees, or when either is unknown."""
+    row = next((p for p in splits if p["k"] == current), None)
+    pred, real = (row or {}).get(metric), seen.get(metric)
+    if metric not in ("mean_s", "p90_s") or not pred or not real or abs(pred / real - 1.0) <= max_error:
+        return []
+    why = (f"the replay of the current split ({current} speculative) predicts {metric} {pred:.2f} s, the window "
+           f"measured {real:.2f} s (off by more than {max_error:.2f})")
+    return [why]
+
+
 def current_split(doc: Mapping[str, Any]) -> dict[str, int]:
     """The engines the router sees now, by role: ``{"speculative": a, "plain": b}``."""
     pools = doc.get("pools") or []
@@ -298,7 +331,8 @@ def current_split(doc: Mapping[str, Any]) -> dict[str, int]:
 
 
 def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_error: float = 0.3,
-           seed: int = 0, base: EngineModel | None = None, ks: Sequence[int] | None = None) -> dict[str, Any]:
+           seed: int = 0, base: EngineModel | None = None, ks: Sequence[int] | None = None,
+           max_replay_error: float = 0.5) -> dict[str, Any]:
     """The advice document ``specgate plan --json`` prints (steps 1-4); ``ks``: predict those
     splits only (the loop's reach around the current split; default every split).
 
@@ -306,8 +340,8 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
     "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}, ...] (k = 0..N, or ``ks``),
     "window": {"requests", "seconds", "sequences", "unreported"}, "metric", "current":
     {"speculative", "plain"} (the router's endpoints now), "trusted": bool, "untrusted_because":
-    [str], "model": :meth:`PlanModels.as_dict`}``; a prediction without a completed request is
-    null.
+    [str], "model": :meth:`PlanModels.as_dict`, "measured": :func:`measured`}``; a prediction
+    without a completed request is null.
 
     Raises:
         PlanError: empty window, unknown metric, engines < 1.
@@ -318,7 +352,9 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
     models = engine_models(doc, base)
     preds = predict_splits(requests, engines, models, seed=seed, ks=ks)
     best = best_prediction(preds, metric)
-    why = trust(doc, max_error)
+    seen = measured(doc)
+    why = trust(doc, max_error) + replay_check(preds, current_split(doc)["speculative"], seen, metric,
+                                               max_replay_error)
     win = doc.get("window") or {}
     return {
         "advised": {"speculative": best["k"], "plain": engines - best["k"]},
@@ -331,4 +367,5 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
         "trusted": not why,
         "untrusted_because": why,
         "model": models.as_dict(),
+        "measured": seen,
     }

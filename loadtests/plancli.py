@@ -77,7 +77,8 @@ def _advise(args: argparse.Namespace, key: str) -> dict[str, Any]:
     from loadtests.plan import advise
 
     doc = fetch_window(args.router, key, model=args.model, timeout_s=args.timeout)
-    return advise(doc, args.engines, metric=args.metric, max_error=args.max_error, seed=args.seed)
+    return advise(doc, args.engines, metric=args.metric, max_error=args.max_error, seed=args.seed,
+                  max_replay_error=args.max_replay_error)
 
 
 def _text(advice: dict[str, Any]) -> str:
@@ -113,7 +114,9 @@ def _loop(args: argparse.Namespace, key: str) -> int:
 
     h = Hysteresis(dwell_s=args.dwell_s, step_s=args.step_s, change_cost_s=args.change_cost_s,
                    min_gain=args.min_gain, reverse_gain=args.reverse_gain, sustained_gain=args.sustained_gain,
-                   sustained_rounds=args.sustained_rounds, smooth_rounds=args.smooth_rounds, floor_speculative=args.floor_speculative, floor_plain=args.floor_plain)
+                   sustained_rounds=args.sustained_rounds, smooth_rounds=args.smooth_rounds,
+                   retreat_ratio=args.retreat_ratio, retreat_rounds=args.retreat_rounds,
+                   floor_speculative=args.floor_speculative, floor_plain=args.floor_plain)
     loop, metrics = PlanLoop(args.engines, h), PlanMetrics()
     scaler = _scaler(args) if args.apply else None
     if args.metrics_port is not None:
@@ -143,7 +146,8 @@ def _round(args: argparse.Namespace, key: str, loop: Any, metrics: Any, scaler: 
     try:
         from loadtests.plan import advise
 
-        advice = advise(doc, args.engines, metric=args.metric, max_error=args.max_error, seed=args.seed)
+        advice = advise(doc, args.engines, metric=args.metric, max_error=args.max_error, seed=args.seed,
+                        max_replay_error=args.max_replay_error)
     except plan_error as exc:
         metrics.errors.labels("predict").inc()
         log.warning("plan: no advice this round: %s", exc)
@@ -219,6 +223,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--max-error", type=float, default=0.3,
                    help="the largest median relative prediction error of a pool the advice trusts (default 0.3: "
                         "the router's routing.learning.check.fallback_exit)")
+    p.add_argument("--max-replay-error", type=float, default=0.5,
+                   help="the largest relative difference between the replay of the current split and what the "
+                        "window's requests measured at it that the advice trusts (default 0.5)")
     p.add_argument("--once", action="store_true", help="one advice, then exit")
     p.add_argument("--json", action="store_true", help="print JSON (one object; one line per round in the loop)")
     p.add_argument("--seed", type=int, default=0, help="the simulator's seed")
@@ -242,6 +249,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     loop.add_argument("--sustained-rounds", type=int, default=3, help="rounds running for --sustained-gain (default 3)")
     loop.add_argument("--smooth-rounds", type=int, default=3,
                       help="the loop decides on each split's median prediction over this many rounds (default 3)")
+    loop.add_argument("--retreat-ratio", type=float, default=1.5,
+                      help="leave the current split at once (past the median, an untrusted model and the dwell) "
+                           "when its predicted and its measured seconds reach this many times the best split's "
+                           "prediction in --retreat-rounds rounds running (default 1.5; inf: never)")
+    loop.add_argument("--retreat-rounds", type=int, default=2, help="rounds running for --retreat-ratio (default 2)")
     loop.add_argument("--floor-speculative", type=int, default=0, help="engines the speculative pool keeps")
     loop.add_argument("--floor-plain", type=int, default=0, help="engines the plain pool keeps")
     loop.add_argument("--metrics-port", type=int, help="serve the planner's Prometheus metrics on this port")

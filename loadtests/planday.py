@@ -61,7 +61,7 @@ class PlanDaySettings:
         reach: a round predicts the splits within this many engines of the current one only
             (None: every split); the loop moves one engine a round, so a farther target only
             weighs the gain.
-        metric, max_error, seed: :func:`loadtests.plan.advise`'s.
+        metric, max_error, max_replay_error, seed: :func:`loadtests.plan.advise`'s.
         act: False: advise and record only.
     """
 
@@ -74,6 +74,7 @@ class PlanDaySettings:
     reach: int | None = None
     metric: str = "mean_s"
     max_error: float = 0.3
+    max_replay_error: float = 0.5
     seed: int = 0
     act: bool = True
 
@@ -95,7 +96,8 @@ class PlannedRouter:
 
     Attributes:
         rounds: one dict per round: ``t``, ``outcome``, ``current``, ``target``, ``moved_to``,
-            ``gain``, ``advised``, ``trusted``, ``predicted`` (``{k: mean_s}``), ``window``.
+            ``gain``, ``advised``, ``trusted``, ``predicted`` (``{k: mean_s}``), ``window``,
+            ``measured`` (the window's own value of the metric, :func:`loadtests.plan.measured`).
         changes: one dict per change: ``t`` (decided), ``url`` (the engine drained), ``to``
             (its new pool), ``drained_s``, ``ready_s`` (back in service), ``new_url``.
     """
@@ -222,12 +224,14 @@ class PlannedRouter:
         cur = rec["current"]
         ks = None if s.reach is None else range(max(0, cur - s.reach), min(self.engines, cur + s.reach) + 1)
         try:
-            adv = self._advise(doc, self.engines, metric=s.metric, max_error=s.max_error, seed=s.seed, ks=ks)
+            adv = self._advise(doc, self.engines, metric=s.metric, max_error=s.max_error, seed=s.seed, ks=ks,
+                               max_replay_error=s.max_replay_error)
         except PlanError as exc:
             rec.update(outcome="no_advice", error=str(exc))
             self.rounds.append(rec)
             return rec
         rec.update(advised=adv["advised"]["speculative"], trusted=adv["trusted"], window=adv["window"]["requests"],
+                   measured=(adv.get("measured") or {}).get(s.metric),
                    predicted={p["speculative"]: p["predicted_" + s.metric] for p in adv["splits"]})
         smooth = self.loop.observe(adv)
         rec["smoothed"] = {p["speculative"]: p["predicted_" + s.metric] for p in smooth["splits"]}

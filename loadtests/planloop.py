@@ -7,28 +7,43 @@ the mean for a round, and a single such round must not move an engine), and
 :meth:`PlanLoop.decide` turns it into at most one engine moved (HPA's scale-down stabilization
 and KEDA's cooldown are the same idea: act on a sustained signal, step by step). In order:
 
-1. an untrusted advice (the router's prediction error is high, nothing learned yet) holds
+1. **a retreat** (``retreat``): when in ``retreat_rounds`` (2) rounds running both this round's
+   own prediction for the current split (before the median) and what the window's requests
+   measured at it (``advice["measured"]``, :func:`loadtests.plan.measured`) are at least
+   ``retreat_ratio`` (1.5) times this round's prediction for the best split (an untrusted
+   advice's own prediction need only exceed the best one: the model is what is in doubt, the
+   measurement is not), that best split lying on the same side each round, one engine moves toward it at once: past the median,
+   an untrusted model, ``min_gain``, the cost and the dwell (``step_s`` still holds). The
+   traffic has turned against the current split (sampled requests arriving on an all-speculative
+   deployment: its mean several times all-plain's), and holding costs more each round than
+   any prediction noise would: the median alone would act a round later, and a model whose
+   prediction error rose because the traffic changed would hold the worst split. Its
+   protection is the measurement: one replay's spike (a split's prediction several times the
+   mean for one round) is not what the requests took, and one round is not two. The seconds
+   metrics only (``mean_s``: the mean; ``p90_s``: the p90; never for goodput);
+2. an untrusted advice (the router's prediction error is high, nothing learned yet, the replay
+   of the current split off what the window measured: :func:`loadtests.plan.advise`) holds
    (``untrusted``);
-2. the target is the best split within the floors (``floor_speculative <= k <= N -
+3. the target is the best split within the floors (``floor_speculative <= k <= N -
    floor_plain``); a current split below a floor moves toward it at once (``floor``);
-3. at the target: hold (``at_advice``); a target without a prediction: hold (``no_prediction``);
-4. the predicted relative gain ``g`` of the target over the current split on the metric
+4. at the target: hold (``at_advice``); a target without a prediction: hold (``no_prediction``);
+5. the predicted relative gain ``g`` of the target over the current split on the metric
    (``(cur - target) / cur`` for the seconds, ``(target - cur) / cur`` for goodput) must reach
    ``min_gain`` (hysteresis against noise in the prediction; ``below_min_gain``), or, smaller,
    ``sustained_gain`` toward the same side in ``sustained_rounds`` rounds running (a small gain
    every round predicts is not noise: HPA's stabilization window acts on a sustained signal the
    same way);
-5. the cost of a change (Dynamo's planner weighs its adjustment interval the same way):
+6. the cost of a change (Dynamo's planner weighs its adjustment interval the same way):
    moving ``m`` engines takes each out of service for ``change_cost_s`` (drained, restarted
    in the other mode, warmed), ``m * change_cost_s`` engine-seconds; keeping the gain for the
    dwell time is worth ``N * g * dwell_s`` engine-seconds (a relative gain ``g`` on N engines
    is as good as ``g * N`` more of them). Below the cost: hold (``below_cost``);
-6. a change in the other direction than the last one waits ``dwell_s`` after it (``dwell``),
+7. a change in the other direction than the last one waits ``dwell_s`` after it (``dwell``),
    unless its predicted gain reaches ``reverse_gain`` (the traffic turned: a gain that large is
    not the prediction's noise the dwell guards against);
    any change waits ``step_s`` after the last one (``step_wait``: the moved engine's pod
    restarts and warms before the next moves);
-7. else one engine moves toward the target (``gain``).
+8. else one engine moves toward the target (``gain``).
 
 Metrics (``prometheus_client``, one registry per :class:`PlanMetrics`, served by the planner
 process on ``--metrics-port``): ``specgate_plan_advised_engines{pool}`` (``speculative`` /
@@ -45,7 +60,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -53,11 +68,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 __all__ = ["OUTCOMES", "Hysteresis", "PlanLoop", "PlanMetrics", "Step"]
 
 #: Every round outcome (:meth:`PlanLoop.decide`'s reasons): the bounded label set.
-OUTCOMES = ("untrusted", "floor", "at_advice", "no_prediction", "below_min_gain", "below_cost", "dwell",
+OUTCOMES = ("untrusted", "floor", "retreat", "at_advice", "no_prediction", "below_min_gain", "below_cost", "dwell",
             "step_wait", "gain")
 
 #: The outcomes that change the split.
-CHANGES = ("floor", "gain")
+CHANGES = ("floor", "retreat", "gain")
 
 _POOLS = ("speculative", "plain")
 
@@ -78,6 +93,9 @@ class Hysteresis:
         sustained_gain, sustained_rounds: a gain below ``min_gain`` but at least
             ``sustained_gain``, toward the same side in ``sustained_rounds`` rounds running
             (:meth:`PlanLoop.commit` of each), is acted on.
+        retreat_ratio, retreat_rounds: a split predicted and measured at least ``retreat_ratio``
+            times the best split's prediction in ``retreat_rounds`` rounds running is left at
+            once (module docstring, step 1; ``math.inf``: never).
         floor_speculative, floor_plain: engines a pool keeps at least.
     """
 
@@ -89,6 +107,8 @@ class Hysteresis:
     smooth_rounds: int = 3
     sustained_gain: float = 0.02
     sustained_rounds: int = 3
+    retreat_ratio: float = 1.5
+    retreat_rounds: int = 2
     floor_speculative: int = 0
     floor_plain: int = 0
 
@@ -97,6 +117,8 @@ class Hysteresis:
             raise ValueError("dwell_s, step_s, change_cost_s, min_gain and reverse_gain must be >= 0")
         if self.sustained_gain < 0 or self.sustained_rounds < 1 or self.smooth_rounds < 1:
             raise ValueError("sustained_gain must be >= 0, sustained_rounds and smooth_rounds >= 1")
+        if not self.retreat_ratio > 1 or self.retreat_rounds < 1:
+            raise ValueError("retreat_ratio must be > 1 (inf: never), retreat_rounds >= 1")
         if min(self.floor_speculative, self.floor_plain) < 0:
             raise ValueError("the floors must be >= 0")
 
@@ -111,6 +133,9 @@ class Step:
             floors (None when untrusted); moved_to: speculative engines after the round
             (``current`` when held).
         gain: the predicted relative gain of ``target`` over ``current`` (None: not computed).
+        retreat: the side (+1 toward more speculative engines, -1 fewer, 0 none) this round's
+            retreat evidence pointed to, met or not for ``retreat_rounds`` (module docstring,
+            step 1).
     """
 
     outcome: str
@@ -118,6 +143,7 @@ class Step:
     target: int | None
     moved_to: int
     gain: float | None = None
+    retreat: int = 0
 
     @property
     def changed(self) -> bool:
@@ -127,7 +153,8 @@ class Step:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {"outcome": self.outcome, "current": self.current, "target": self.target, "moved_to": self.moved_to,
-                "gain": None if self.gain is None else (round(self.gain, 4) if math.isfinite(self.gain) else "inf")}
+                "gain": None if self.gain is None else (round(self.gain, 4) if math.isfinite(self.gain) else "inf"),
+                "retreat": self.retreat}
 
 
 def _value(advice: Mapping[str, Any], k: int) -> float | None:
@@ -166,11 +193,14 @@ class PlanLoop:
         self.streak = (0, 0)
         #: the last rounds' predictions, ``{k: value}`` each (:meth:`observe`)
         self.history: deque[dict[int, float | None]] = deque(maxlen=hysteresis.smooth_rounds)
+        #: (side, rounds running) of the retreat evidence (module docstring, step 1)
+        self.retreat_streak = (0, 0)
 
     def observe(self, advice: Mapping[str, Any]) -> dict[str, Any]:
         """Record a round's advice and return it with each split's prediction replaced by the
         median of that split's predictions over the last ``smooth_rounds`` rounds (the ones that
-        predicted it; a split no round completes stays None) and ``advised`` recomputed."""
+        predicted it; a split no round completes stays None) and ``advised`` recomputed; the
+        round's own predictions stay under ``"raw"`` (``{k: value}``, for the retreat)."""
         key = "predicted_" + advice["metric"]
         self.history.append({s["speculative"]: s.get(key) for s in advice["splits"]})
         splits = []
@@ -179,7 +209,7 @@ class PlanLoop:
             m = None if not vals else (vals[len(vals) // 2] if len(vals) % 2 else
                                        (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2)
             splits.append({**s, key: m if s.get(key) is not None else None})
-        out = {**advice, "splits": splits}
+        out = {**advice, "splits": splits, "raw": dict(self.history[-1])}
         k = self.target(out)
         out["advised"] = {"speculative": k, "plain": self.engines - k}
         return out
@@ -203,6 +233,37 @@ class PlanLoop:
         h = self.h
         if current < h.floor_speculative or self.engines - current < h.floor_plain:
             return Step("floor", current, None, current + (1 if current < h.floor_speculative else -1))
+        side, best = self._retreat_evidence(advice, current)
+        if side and self.retreat_streak[0] == side and self.retreat_streak[1] + 1 >= h.retreat_rounds and (
+                self.last_change_at is None or now - self.last_change_at >= h.step_s):
+            raw = advice["raw"]
+            return Step("retreat", current, best, current + side, _gain(advice["metric"], raw.get(current), raw[best]),
+                        side)
+        step = self._decide(advice, current, now)
+        return replace(step, retreat=side) if side else step
+
+    def _retreat_evidence(self, advice: Mapping[str, Any], current: int) -> tuple[int, int]:
+        """This round's retreat evidence (module docstring, step 1): ``(side, the best other
+        split by this round's own predictions)``; side 0 unless the current split is measured
+        and predicted at least ``retreat_ratio`` times that split's prediction."""
+        metric = advice["metric"]
+        raw: Mapping[int, float | None] = advice.get("raw") or {}
+        seen = (advice.get("measured") or {}).get(metric)
+        lo, hi = self.h.floor_speculative, self.engines - self.h.floor_plain
+        preds = {k: v for k, v in raw.items() if lo <= k <= hi and v is not None and k != current}
+        if metric == "goodput_rps" or seen is None or not preds:
+            return 0, current
+        best = min(preds, key=lambda k: (preds[k], k))
+        floor = preds[best] * self.h.retreat_ratio
+        own = raw.get(current)
+        # an untrusted model's own prediction for the current split is what is in doubt: it
+        # need only agree on the side, the measurement gives the size
+        if preds[best] <= 0 or seen < floor or (own is not None and own < (floor if advice["trusted"] else preds[best])):
+            return 0, current
+        return (1 if best > current else -1), best
+
+    def _decide(self, advice: Mapping[str, Any], current: int, now: float) -> Step:
+        h = self.h
         if not advice["trusted"]:
             return Step("untrusted", current, None, current)
         target = self.target(advice)
@@ -228,6 +289,11 @@ class PlanLoop:
     def commit(self, step: Step, now: float) -> None:
         """Record a round's ``step`` at ``now`` (monotonic s): a change applied, or a small
         gain toward a side (every round's step is committed, changed or not)."""
+        if step.retreat:  # rounds running whose evidence points the same way, across the moves
+            same = self.retreat_streak[0] == step.retreat
+            self.retreat_streak = (step.retreat, self.retreat_streak[1] + 1 if same else 1)
+        else:
+            self.retreat_streak = (0, 0)
         if step.changed:
             self.last_change_at = now
             self.last_direction = 1 if step.moved_to > step.current else -1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from loadtests.plan import (
     day_from_window,
     engine_model_from_speed,
     engine_models,
+    measured,
+    replay_check,
     trust,
 )
 from loadtests.planloop import Hysteresis, PlanLoop, PlanMetrics
@@ -122,9 +125,13 @@ def test_engine_models_take_each_pools_kv_and_the_speculative_gamma() -> None:
 
 
 def test_advice_shape() -> None:
-    advice = advise(_doc(), 3)
+    doc = _doc()
+    for r in doc["requests"]:
+        r["duration_s"] = 2.0            # what the replay of the current split (1 + 1) predicts, within 30%
+    advice = advise(doc, 3)
     assert set(advice) == {"advised", "splits", "window", "metric", "current", "trusted", "untrusted_because",
-                           "model"}
+                           "model", "measured"}
+    assert advice["measured"] == {"requests": 40, "mean_s": 2.0, "p90_s": 2.0}
     assert [(s["speculative"], s["plain"]) for s in advice["splits"]] == [(0, 3), (1, 2), (2, 1), (3, 0)]
     assert all(set(s) == {"speculative", "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}
                for s in advice["splits"])
@@ -279,3 +286,97 @@ def test_observe_takes_each_split_s_median_over_the_last_rounds() -> None:
     assert [s["predicted_mean_s"] for s in out["splits"]] == [None, 1.5]
     with pytest.raises(ValueError, match="smooth_rounds"):
         Hysteresis(smooth_rounds=0)
+
+
+def _turned(means: list[float | None], measured: float | None, *, trusted: bool = False) -> dict[str, Any]:
+    return {**_advice(means, trusted=trusted), "measured": {"requests": 100, "mean_s": measured, "p90_s": None}}
+
+
+def test_a_retreat_needs_two_rounds_of_prediction_and_measurement_against_the_split() -> None:
+    steps = {}
+    for trusted in (True, False):
+        loop = PlanLoop(3, H)                              # retreat_ratio 1.5, retreat_rounds 2
+        turned = _turned([8.0, 8.5, 13.0, 20.0], 18.0, trusted=trusted)  # all-spec predicted 20, measured 18
+        k, steps[trusted] = 3, []
+        for t in (0.0, 300.0, 600.0, 900.0, 1200.0):
+            step = loop.decide(loop.observe(turned), k, t)
+            loop.commit(step, t)
+            k = step.moved_to
+            steps[trusted].append((step.outcome, step.current, step.moved_to, step.retreat))
+    assert steps[False] == [
+        ("untrusted", 3, 3, -1),       # the first round: evidence, held (untrusted, one round)
+        ("retreat", 3, 2, -1),         # the second: one engine toward k = 0, past the untrusted model
+        ("retreat", 2, 1, -1),         # k = 2 predicted 13 >= 1.5 x 8 and measured 18 >= 12: on
+        ("retreat", 1, 0, -1),         # untrusted: k = 1's 8.5 need only exceed k = 0's 8 (measured 18)
+        ("untrusted", 0, 0, 0)]        # at the best split: no evidence
+    assert steps[True] == [
+        ("gain", 3, 2, -1),            # trusted: the loop's own gain (60% > reverse_gain) moves first
+        ("retreat", 2, 1, -1),
+        ("below_cost", 1, 1, 0),       # trusted: k = 1's own 8.5 < 1.5 x 8 ends the retreat; 6% on 3 engines
+        ("below_cost", 1, 1, 0), ("below_cost", 1, 1, 0)]   # over 100 s < 20 engine-s
+
+
+def test_a_replay_far_from_what_the_window_measured_is_not_trusted() -> None:
+    splits = [{"k": 0, "mean_s": 10.0, "p90_s": 20.0}, {"k": 1, "mean_s": 24.0, "p90_s": 30.0}]
+    seen = {"requests": 100, "mean_s": 8.0, "p90_s": 25.0}
+    assert replay_check(splits, 1, seen, "mean_s", 0.3) == [(
+        "the replay of the current split (1 speculative) predicts mean_s 24.00 s, the window measured 8.00 s "
+        "(off by more than 0.30)")]
+    assert replay_check(splits, 1, seen, "p90_s", 0.3) == []            # 30 against 25: within 30%
+    assert replay_check(splits, 0, seen, "mean_s", 0.3) == []           # 10 against 8
+    assert replay_check(splits, 1, seen, "goodput_rps", 0.3) == []      # goodput is not checked
+    assert replay_check(splits, 1, {"mean_s": None}, "mean_s", 0.3) == []
+    assert replay_check(splits, 2, seen, "mean_s", 0.3) == []           # the current split not replayed
+    doc = _doc()                                                        # measured 0.5 s, replayed about 1.9 s
+    advice = advise(doc, 3)
+    assert not advice["trusted"]
+    assert advice["untrusted_because"][0].startswith("the replay of the current split (1 speculative) predicts")
+
+
+def test_measured_takes_the_window_s_durations() -> None:
+    doc = {"requests": [_row(float(i), duration_s=float(d)) for i, d in enumerate([3, 1, 2, 10, 4])]
+           + [_row(9.0, duration_s=None)]}
+    assert measured(doc) == {"requests": 5, "mean_s": 4.0, "p90_s": 10.0}
+    assert measured({"requests": []}) == {"requests": 0, "mean_s": None, "p90_s": None}
+
+
+@pytest.mark.parametrize(("means", "measured", "metric", "trusted"), [
+    ([8.0, 8.5, 10.0, 20.0], 11.0, "mean_s", False),       # measured 11 < 1.5 x 8: one replay's spike
+    ([8.0, 8.5, 10.0, 11.0], 18.0, "mean_s", True),        # trusted, predicted 11 < 12: the requests' own slowness
+    ([8.0, 8.5, 10.0, 7.5], 18.0, "mean_s", False),        # untrusted, predicted below the best: not this split's
+    ([8.0, 8.5, 10.0, 20.0], None, "mean_s", False),       # nothing measured
+    ([8.0, 8.5, 10.0, 20.0], 18.0, "goodput_rps", False),  # goodput never retreats
+])
+def test_no_retreat_without_both_prediction_and_measurement(means: list[float], measured: float | None,
+                                                            metric: str, trusted: bool) -> None:
+    loop = PlanLoop(3, replace(H, min_gain=10.0, sustained_gain=10.0))  # the loop's own gain never acts
+    adv = {**_advice(means, trusted=trusted, metric=metric),
+           "measured": {"requests": 100, "mean_s": measured, "p90_s": None, "goodput_rps": measured}}
+    for t in (0.0, 300.0, 600.0):
+        step = loop.decide(loop.observe(adv), 3, t)
+        loop.commit(step, t)
+        assert step.retreat == 0 and not step.changed
+
+
+def test_one_round_of_evidence_then_a_quiet_one_does_not_retreat() -> None:
+    loop = PlanLoop(3, H)
+    outcomes = []
+    for adv in (_turned([8.0, 8.5, 10.0, 20.0], 18.0), _turned([8.0, 8.5, 10.0, 11.0], 10.0),
+                _turned([8.0, 8.5, 10.0, 20.0], 18.0)):
+        step = loop.decide(loop.observe(adv), 3, 0.0)
+        loop.commit(step, 0.0)
+        outcomes.append(step.outcome)
+    assert outcomes == ["untrusted", "untrusted", "untrusted"]
+    assert loop.retreat_streak == (-1, 1)
+
+
+def test_a_retreat_waits_step_s_and_respects_the_floors() -> None:
+    loop = PlanLoop(3, Hysteresis(dwell_s=100.0, step_s=10.0, change_cost_s=20.0, floor_speculative=2))
+    turned = _turned([8.0, 8.5, 10.0, 20.0], 18.0, trusted=True)
+    loop.commit(loop.decide(loop.observe(turned), 3, 0.0), 0.0)
+    loop.last_change_at, loop.last_direction = 0.0, 1
+    assert loop.decide(loop.observe(turned), 3, 5.0).outcome == "step_wait"   # retreat held by step_s
+    step = loop.decide(loop.observe(turned), 3, 10.0)
+    assert (step.outcome, step.target, step.moved_to) == ("retreat", 2, 2)    # k = 2 is the best within the floor
+    with pytest.raises(ValueError, match="retreat_ratio"):
+        Hysteresis(retreat_ratio=1.0)
