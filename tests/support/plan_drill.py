@@ -308,7 +308,8 @@ def run_drill(tmp: Path, tokenizer: Path, *, rounds: int = 3, window: int = 24, 
             "plan", "--router", r.base_url, "--engines", str(ENGINES), "--apply", "--kube-api", api.base_url,
             "--spec-deployment", _DEPLOYMENTS["spec"], "--plain-deployment", _DEPLOYMENTS["plain"],
             "--floor-speculative", "1", "--floor-plain", "1", "--step-s", "0", "--dwell-s", "0",
-            "--change-cost-s", "0", "--min-gain", "0.03", "--max-error", "1.0", "--seed", str(seed)])
+            "--change-cost-s", "0", "--min-gain", "0.03", "--max-error", "1.0", "--max-replay-error", "1.0",
+            "--seed", str(seed)])
         loop = _RecordingLoop(ENGINES, Hysteresis(dwell_s=0, step_s=0, change_cost_s=0, min_gain=0.03,
                                             floor_speculative=1, floor_plain=1))
         metrics, scaler = PlanMetrics(), _scaler(args)
