@@ -98,6 +98,9 @@ class PolicySettings:
         marginal_cost: ``routing.learning.marginal_cost`` (ranking by the request's completion
             plus its cost to the requests decoding beside it; the router's default, on).
         check: ``routing.learning.check.enabled`` (False: predictions checked, never a fallback).
+        correct: the checks' corrections act on the predictions (the router's behaviour);
+            False: the models' own predictions (``specgate plan``'s replay of other splits: a
+            correction is measured at the current split's load, not at the replayed one's).
     """
 
     long_prompt_tokens: int
@@ -125,6 +128,7 @@ class PolicySettings:
     prior_scale: float = 1.0
     marginal_cost: bool = True
     check: bool = True
+    correct: bool = True
 
     def as_dict(self) -> dict[str, object]:
         """The config values, JSON-ready (the speed model left out)."""
@@ -345,7 +349,7 @@ class PolicyRouter:
                 accept_length_greedy=greedy, accept_length_sampled=sampled,
                 prediction_fallback=check is not None and check.fallback,
                 measured=None if check is None else check.measured,
-                correction=() if check is None else check.correction))
+                correction=() if check is None or not s.correct else check.correction))
         return tuple(out)
 
     def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice:
