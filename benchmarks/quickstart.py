@@ -39,6 +39,10 @@ import httpx
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.outofbox_http import _set
+
 SPECGATE = str(Path(sys.executable).with_name("specgate"))
 FAKE_FLAGS = ["--batch-knee", "8", "--alpha", "0.8", "--alpha-knee-tokens", "256",
               "--alpha-drop-per-doubling", "0.25", "--context-length", "8192"]
@@ -65,14 +69,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
-    node = doc
-    parts = dotted.split(".")
-    for p in parts[:-1]:
-        node = node.setdefault(p, {})
-    node[parts[-1]] = value
 
 
 def _wait_ready(url: str, timeout: float = 60.0) -> None:
