@@ -14,7 +14,10 @@ documented settings that differ from production: ``--step-s 0 --dwell-s 0 --chan
 a wall-clock step), ``--min-gain 0.03`` (the chat phase's first advice predicted a 4-30% gain in the
 runs here), ``--max-error 1.0`` (a fit learned from two phases of a few dozen requests is not
 held to the 0.3 default) and ``--max-replay-error 1.0`` (nor its replay of the current split to
-the 0.5 default: the documents phase's first window mixes both phases), floors of 1 engine per pool. Every pod holds a long stream when a round
+the 0.5 default: the documents phase's first window mixes both phases), floors of 1 engine per pool;
+the router checks its predictions without falling back from them (``routing.learning.check.enabled:
+false``: a fallback makes every advice untrusted, and the documents' new lengths tripped it on a
+loaded machine). Every pod holds a long stream when a round
 runs, so each converted pod is serving when it turns terminating.
 """
 
