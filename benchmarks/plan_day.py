@@ -67,7 +67,7 @@ from loadtests.daysim import (
     simulate_day,
 )
 from loadtests.planday import PlanDaySettings, PlannedRouter, out_of_service_s, planned
-from loadtests.planloop import Hysteresis
+from loadtests.planloop import LOOP_DEFAULTS, Hysteresis
 from loadtests.sglang_day import sglang_engines
 from loadtests.sglang_families import FAMILIES as SGLANG_FAMILIES
 from loadtests.sglang_families import get_sglang_family
@@ -221,17 +221,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval-s", type=float, default=300.0, help="planner rounds (simulated s, default 300)")
     ap.add_argument("--convert-s", type=float, default=180.0,
                     help="an engine's time out of service after its drain (s, default 180)")
-    ap.add_argument("--dwell-s", type=float, default=1800.0)
-    ap.add_argument("--min-gain", type=float, default=0.05)
-    ap.add_argument("--sustained-gain", type=float, default=0.02)
-    ap.add_argument("--sustained-rounds", type=int, default=3)
-    ap.add_argument("--smooth-rounds", type=int, default=3)
-    ap.add_argument("--reverse-gain", type=float, default=0.2)
-    ap.add_argument("--retreat-ratio", type=float, default=1.5, help="inf: no retreat (the loop before it)")
-    ap.add_argument("--retreat-rounds", type=int, default=2)
+    ap.add_argument("--dwell-s", type=float, default=LOOP_DEFAULTS.dwell_s)
+    ap.add_argument("--min-gain", type=float, default=LOOP_DEFAULTS.min_gain)
+    ap.add_argument("--sustained-gain", type=float, default=LOOP_DEFAULTS.sustained_gain)
+    ap.add_argument("--sustained-rounds", type=int, default=LOOP_DEFAULTS.sustained_rounds)
+    ap.add_argument("--smooth-rounds", type=int, default=LOOP_DEFAULTS.smooth_rounds)
+    ap.add_argument("--reverse-gain", type=float, default=LOOP_DEFAULTS.reverse_gain)
+    ap.add_argument("--retreat-ratio", type=float, default=LOOP_DEFAULTS.retreat_ratio, help="inf: no retreat (the loop before it)")
+    ap.add_argument("--retreat-rounds", type=int, default=LOOP_DEFAULTS.retreat_rounds)
     ap.add_argument("--max-replay-error", type=float, default=0.5, help="inf: no replay check (before it)")
-    ap.add_argument("--floor-speculative", type=int, default=0, help="engines the speculative pool keeps")
-    ap.add_argument("--floor-plain", type=int, default=0, help="engines the plain pool keeps")
+    ap.add_argument("--floor-speculative", type=int, default=LOOP_DEFAULTS.floor_speculative, help="engines the speculative pool keeps")
+    ap.add_argument("--floor-plain", type=int, default=LOOP_DEFAULTS.floor_plain, help="engines the plain pool keeps")
     ap.add_argument("--window-s", type=float, default=600.0, help="the router's window (s, default 600)")
     ap.add_argument("--window-requests", type=int, default=2048, help="the router's window (default 2048)")
     ap.add_argument("--reach", type=int, default=2, help="splits a round predicts around the current one")

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loadtests.planloop import LOOP_DEFAULTS
+
 __all__ = ["add_commands", "fetch_window", "read_admin_key"]
 
 log = logging.getLogger("specgate.plan")
@@ -233,29 +235,29 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     loop = p.add_argument_group("the loop (without --once)")
     loop.add_argument("--interval", type=float, default=60.0, help="seconds between rounds (default 60)")
     loop.add_argument("--rounds", type=int, help="stop after this many rounds (default: run until stopped)")
-    loop.add_argument("--dwell-s", type=float, default=1800.0,
+    loop.add_argument("--dwell-s", type=float, default=LOOP_DEFAULTS.dwell_s,
                       help="seconds after a change before one in the other direction; the horizon a gain is "
                            "weighed over (default 1800)")
-    loop.add_argument("--step-s", type=float, default=120.0,
+    loop.add_argument("--step-s", type=float, default=LOOP_DEFAULTS.step_s,
                       help="seconds after a change before the next engine moves (default 120)")
-    loop.add_argument("--change-cost-s", type=float, default=300.0,
+    loop.add_argument("--change-cost-s", type=float, default=LOOP_DEFAULTS.change_cost_s,
                       help="seconds an engine is out of service to change mode (default 300)")
-    loop.add_argument("--min-gain", type=float, default=0.05,
+    loop.add_argument("--min-gain", type=float, default=LOOP_DEFAULTS.min_gain,
                       help="the smallest predicted relative gain acted on (default 0.05)")
-    loop.add_argument("--reverse-gain", type=float, default=0.2,
+    loop.add_argument("--reverse-gain", type=float, default=LOOP_DEFAULTS.reverse_gain,
                       help="the predicted relative gain that reverses the last change before --dwell-s (default 0.2)")
-    loop.add_argument("--sustained-gain", type=float, default=0.02,
+    loop.add_argument("--sustained-gain", type=float, default=LOOP_DEFAULTS.sustained_gain,
                       help="a smaller gain acted on when --sustained-rounds rounds running predict it (default 0.02)")
-    loop.add_argument("--sustained-rounds", type=int, default=3, help="rounds running for --sustained-gain (default 3)")
-    loop.add_argument("--smooth-rounds", type=int, default=3,
+    loop.add_argument("--sustained-rounds", type=int, default=LOOP_DEFAULTS.sustained_rounds, help="rounds running for --sustained-gain (default 3)")
+    loop.add_argument("--smooth-rounds", type=int, default=LOOP_DEFAULTS.smooth_rounds,
                       help="the loop decides on each split's median prediction over this many rounds (default 3)")
-    loop.add_argument("--retreat-ratio", type=float, default=1.5,
+    loop.add_argument("--retreat-ratio", type=float, default=LOOP_DEFAULTS.retreat_ratio,
                       help="leave the current split at once (past the median, an untrusted model and the dwell) "
                            "when its predicted and its measured seconds reach this many times the best split's "
                            "prediction in --retreat-rounds rounds running (default 1.5; inf: never)")
-    loop.add_argument("--retreat-rounds", type=int, default=2, help="rounds running for --retreat-ratio (default 2)")
-    loop.add_argument("--floor-speculative", type=int, default=0, help="engines the speculative pool keeps")
-    loop.add_argument("--floor-plain", type=int, default=0, help="engines the plain pool keeps")
+    loop.add_argument("--retreat-rounds", type=int, default=LOOP_DEFAULTS.retreat_rounds, help="rounds running for --retreat-ratio (default 2)")
+    loop.add_argument("--floor-speculative", type=int, default=LOOP_DEFAULTS.floor_speculative, help="engines the speculative pool keeps")
+    loop.add_argument("--floor-plain", type=int, default=LOOP_DEFAULTS.floor_plain, help="engines the plain pool keeps")
     loop.add_argument("--metrics-port", type=int, help="serve the planner's Prometheus metrics on this port")
     loop.add_argument("--metrics-host", default="0.0.0.0", help="the metrics server's address (default 0.0.0.0)")
     k8s = p.add_argument_group("--apply (Kubernetes)")

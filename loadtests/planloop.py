@@ -65,7 +65,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-__all__ = ["OUTCOMES", "Hysteresis", "PlanLoop", "PlanMetrics", "Step"]
+__all__ = ["LOOP_DEFAULTS", "OUTCOMES", "Hysteresis", "PlanLoop", "PlanMetrics", "Step"]
 
 #: Every round outcome (:meth:`PlanLoop.decide`'s reasons): the bounded label set.
 OUTCOMES = ("untrusted", "floor", "retreat", "at_advice", "no_prediction", "below_min_gain", "below_cost", "dwell",
@@ -121,6 +121,10 @@ class Hysteresis:
             raise ValueError("retreat_ratio must be > 1 (inf: never), retreat_rounds >= 1")
         if min(self.floor_speculative, self.floor_plain) < 0:
             raise ValueError("the floors must be >= 0")
+
+
+#: The loop's defaults, the one place the CLIs (`specgate plan`, benchmarks/plan_day.py) read them from.
+LOOP_DEFAULTS = Hysteresis()
 
 
 @dataclass(frozen=True)
