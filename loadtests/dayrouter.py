@@ -82,7 +82,10 @@ class PolicySettings:
             ``routing.acceptance``.
         min_flip_interval_s: ``routing.min_flip_interval_s``.
         gamma: draft length (``engine.speculative_num_steps``); drafter_cost_ratio: c.
-        max_context_tokens: ``limits.max_context_tokens``; pool_limit_tokens: each pool's limit.
+        max_context_tokens: ``limits.max_context_tokens``; pool_limit_tokens: each pool's limit;
+        spec_limit_tokens, plain_limit_tokens: the speculative and the plain pool's own limit
+            where it differs (None: ``pool_limit_tokens``; the router sends a prompt above a
+            pool's limit elsewhere).
         reserved_tokens: the speculative pool's reserved draft tokens K.
         seed: ``routing.seed``.
         speed: the engines' model: in ``predict`` mode it gives each pool's ``speed`` block
@@ -116,6 +119,8 @@ class PolicySettings:
     drafter_cost_ratio: float = 0.05
     max_context_tokens: int = 245_760
     pool_limit_tokens: int = 262_144
+    spec_limit_tokens: int | None = None
+    plain_limit_tokens: int | None = None
     reserved_tokens: int = 5
     seed: int = 0
     speed: EngineModel | None = None
@@ -207,6 +212,9 @@ class PolicyRouter:
         self.trackers: dict[str, AcceptanceTracker] = {}
         self.bypass: dict[str, BypassState] = {}
         self._tie = itertools.count()
+        #: each role's context limit (tokens), by speculative
+        self.limits = {True: settings.spec_limit_tokens or settings.pool_limit_tokens,
+                        False: settings.plain_limit_tokens or settings.pool_limit_tokens}
         self._speed: dict[bool, SpeedModel] = {}
         #: the calibrated tau per temperature class (``predict`` mode: the engine model's, at its
         #: ``alpha_knee_tokens``), what a speculative pool's ``speed`` block would say; empty otherwise
@@ -342,7 +350,7 @@ class PolicyRouter:
             cap = s.speed.kv_capacity(p.speculative) if s.speed is not None else None
             check = self.checks.get(p.name)
             out.append(pool_snapshot(
-                name=p.name, speculative=p.speculative, limit=s.pool_limit_tokens,
+                name=p.name, speculative=p.speculative, limit=self.limits[p.speculative],
                 reserved=s.reserved_tokens if p.speculative else 0,
                 endpoints=[endpoint_values(e.url, e.healthy, e.load, 0, _scrape(e, cap)) for e in p.endpoints],
                 speed=self._speed.get(p.speculative), fit=fit, saturated=sat, low_acceptance=low,

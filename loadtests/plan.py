@@ -30,7 +30,9 @@ error status and live accept lengths).
    through the router in front of k speculative + N-k plain engines for k = 0..N
    (:func:`loadtests.daysim.fronted`), the router being its own decision code
    (:class:`loadtests.dayrouter.PolicyRouter`: ``router.decision.policy.decide`` with speed models
-   learned live from the request stream, starting from the router's models).
+   learned live from the request stream, starting from the router's models), each role's pool
+   admitting the context the router's pool of that role admits (:func:`pool_limits`: a prompt
+   above the speculative pool's limit is replayed where the router sends it, not on a drafter).
 4. **The advice** (:func:`advise`): the split with the best ``--metric``
    (:func:`loadtests.split.best_prediction`: lowest ``mean_s`` / ``p90_s``, highest
    ``goodput_rps``; ties to fewer speculative engines), and whether the model is trusted: a
@@ -66,7 +68,8 @@ from loadtests.split import METRICS, best_prediction
 from router import SpeedModel
 
 __all__ = ["MIN_OBSERVATIONS", "PlanError", "PlanModels", "advise", "bucket_tokens", "day_from_window",
-           "engine_model_from_speed", "engine_models", "measured", "predict_splits", "replay_check", "trust"]
+           "engine_model_from_speed", "engine_models", "measured", "pool_limits", "predict_splits", "replay_check",
+           "trust"]
 
 #: Learned requests a pool's fit needs before the plan trusts it (``router.decision.learn.MIN_OWN_OBSERVATIONS``).
 MIN_OBSERVATIONS = 10
@@ -272,10 +275,23 @@ def trust(doc: Mapping[str, Any], max_error: float) -> list[str]:
     return why
 
 
+def pool_limits(doc: Mapping[str, Any]) -> dict[str, int | None]:
+    """Each role's context limit (tokens) from the window document's pools: ``{"spec": a,
+    "plain": b}``, the largest ``limit_tokens`` of that role's pools (None: none reported)."""
+    out: dict[str, int | None] = {"spec": None, "plain": None}
+    for p in doc.get("pools") or []:
+        role, lim = "spec" if p.get("speculative") else "plain", p.get("limit_tokens")
+        if isinstance(lim, int) and lim > 0:
+            out[role] = max(out[role] or 0, lim)
+    return out
+
+
 def predict_splits(requests: Sequence[Request], engines: int, models: PlanModels, *, seed: int = 0,
-                   long_prompt_tokens: int = 32768, ks: Sequence[int] | None = None) -> list[dict[str, Any]]:
+                   long_prompt_tokens: int = 32768, ks: Sequence[int] | None = None,
+                   limits: Mapping[str, int | None] | None = None) -> list[dict[str, Any]]:
     """``[{"k", **summary}]`` for k = 0..engines (``ks``: those splits only, in [0, engines]):
-    the day through the router in front of k speculative + engines - k plain engines (step 3).
+    the day through the router in front of k speculative + engines - k plain engines (step 3);
+    ``limits``: each role's context limit (:func:`pool_limits`; None: the simulator's default).
 
     Raises:
         PlanError: engines < 1, no request, or a split out of range.
@@ -289,7 +305,8 @@ def predict_splits(requests: Sequence[Request], engines: int, models: PlanModels
     # the models' own predictions: the checks' corrections were measured at the current split's
     # load, and applied to the other splits' they made the planner chase them (slow_sampled 4.0x)
     settings = replace(settings_for(models.plain, long_prompt_tokens=long_prompt_tokens), predict=True, learn=True,
-                       correct=False)
+                       correct=False, spec_limit_tokens=(limits or {}).get("spec"),
+                       plain_limit_tokens=(limits or {}).get("plain"))
     day_s = max(r.arrival_s for r in requests) or 1.0
     pool_models = {"spec": models.spec, "plain": models.plain}
     out = []
@@ -353,7 +370,7 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
         raise PlanError(f"unknown metric {metric!r}; one of mean_s, p90_s, goodput_rps")
     requests, unreported = day_from_window(doc)
     models = engine_models(doc, base)
-    preds = predict_splits(requests, engines, models, seed=seed, ks=ks)
+    preds = predict_splits(requests, engines, models, seed=seed, ks=ks, limits=pool_limits(doc))
     best = best_prediction(preds, metric)
     seen = measured(doc)
     why = trust(doc, max_error) + replay_check(preds, current_split(doc)["speculative"], seen, metric,

@@ -208,6 +208,7 @@ class PlannedRouter:
                 taus[cls] = v if v is not None else (fit.accept_length(cls) if fit is not None else None)
         return {"name": name, "speculative": spec, "endpoints": len(self.active[name]),
                 "healthy": len(self.active[name]), "kv_tokens": self.kv_tokens.get(name),
+                "limit_tokens": getattr(self.inner, "limits", {}).get(spec),
                 "speed": None if fit is None else asdict(fit.model), "speed_source": "learned" if fit else None,
                 "fit": None if fit is None else fit.status(now), "check": None if check is None else check.status(now),
                 "accept_length": taus}

@@ -192,7 +192,7 @@ def pool_view(pool: Pool, now: float, max_age_s: float) -> dict[str, Any]:
     return {
         "name": pool.name, "speculative": pool.speculative,
         "endpoints": len(pool.endpoints), "healthy": sum(e.healthy for e in pool.endpoints.values()),
-        "kv_tokens": _kv_tokens(pool),
+        "kv_tokens": _kv_tokens(pool), "limit_tokens": pool.limit,
         "speed": None if model is None else asdict(model),
         "speed_source": "learned" if fit is not None else "config" if model is not None else None,
         "fit": None if fit is None else fit.status(now),
@@ -208,7 +208,8 @@ def window_view(window: PlanWindow, runtime: Runtime, now: float) -> dict[str, A
     "window_requests", "window_s", "recorded"}, "requests": [{"arrival_s" (from the oldest),
     "prompt_tokens", "cached_tokens", "output_tokens" (per sequence, null: not reported),
     "max_tokens", "temperature_class", "n", "pool", "duration_s"}, ...], "pools": [{"name",
-    "speculative", "endpoints", "healthy", "kv_tokens" (null: not exported), "speed" (the
+    "speculative", "endpoints", "healthy", "kv_tokens" (null: not exported), "limit_tokens" (the
+    context the pool admits, tokens), "speed" (the
     :class:`router.decision.predict.SpeedModel` fields, null: none), "speed_source" ("learned",
     "config", null), "fit" (:meth:`router.decision.learn.SpeedFit.status`, null), "check" (the
     prediction error's status, null: no checker), "accept_length" ({class: tau or null},

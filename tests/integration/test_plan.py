@@ -64,6 +64,8 @@ def test_window_serves_the_finished_requests_and_the_pools(plan_stack: Stack) ->
     assert pools["spec"]["speed_source"] == "learned"
     assert sum(p["fit"]["observations"] for p in pools.values()) >= 1
     assert {p["endpoints"] for p in pools.values()} == {1}
+    # the context each pool admits (the speculative pool's own cap; the plain one's the limits')
+    assert (pools["spec"]["limit_tokens"], pools["plain"]["limit_tokens"]) == (2048, 4096)
 
 
 def test_window_keeps_the_newest_requests(plan_stack: Stack) -> None:

@@ -20,6 +20,8 @@ from loadtests.plan import (
     engine_model_from_speed,
     engine_models,
     measured,
+    pool_limits,
+    predict_splits,
     replay_check,
     trust,
 )
@@ -122,6 +124,24 @@ def test_engine_models_take_each_pools_kv_and_the_speculative_gamma() -> None:
     assert m.spec.spec_kv_fraction == m.plain.spec_kv_fraction == 0.8
     assert (m.spec.speed.gamma, m.plain.speed.gamma) == (4, 4)
     assert m.sources == {"speculative": "spec:learned", "plain": "plain:learned"}
+
+
+def test_the_replay_sends_a_prompt_above_the_speculative_pool_s_limit_where_the_router_does() -> None:
+    # 2,300-token prompts, above the speculative pool's 2,048-token limit: the router sends them
+    # to the plain pool, so the replay must too (on a drafter, with its prefill, they would be
+    # predicted at another engine's speed); with every engine speculative they have nowhere to go
+    doc = _doc(spec=_pool("spec", True, limit_tokens=2048), plain=_pool("plain", False, limit_tokens=4096))
+    for r in doc["requests"]:
+        r["prompt_tokens"] = 2300
+    assert pool_limits(doc) == {"spec": 2048, "plain": 4096}
+    assert pool_limits({"pools": [_pool("spec", True)]}) == {"spec": None, "plain": None}
+    requests, _ = day_from_window(doc)
+    models = engine_models(doc)
+    rows = {r["k"]: r for r in predict_splits(requests, 2, models, limits=pool_limits(doc))}
+    assert (rows[0]["ok"], rows[1]["ok"], rows[1]["spec_share"]) == (40, 40, 0.0)
+    assert (rows[2]["ok"], rows[2]["refused"]) == (0, 40)
+    unbounded = {r["k"]: r for r in predict_splits(requests, 2, models)}
+    assert (unbounded[2]["ok"], unbounded[1]["spec_share"] > 0) == (40, True)
 
 
 def test_advice_shape() -> None:
