@@ -68,7 +68,7 @@ import math
 import random
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loadtests.dayapi import Choice, EndpointView, PoolView, RequestView, RoundRobin, Router
 from loadtests.dayshapes import EngineModel, Request
@@ -425,7 +425,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
                  scrape_interval_s: float = 0.25, timeline_every_s: float = 1.0,
                  pool_models: Mapping[str, EngineModel] | None = None,
                  pool_seeds: Mapping[str, int] | None = None,
-                 make_engine: Callable[[str, str, bool, EngineModel, random.Random], Engine] | None = None) -> DayResult:
+                 make_engine: Callable[[str, str, bool, EngineModel, random.Random], Engine] | None = None,
+                 follows: Mapping[int, tuple[int, float]] | None = None) -> DayResult:
     """Run one day through one deployment (module docstring); deterministic for ``seed``.
 
     Args:
@@ -446,9 +447,14 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
             simulator reads are listed on :class:`Engine`; e.g.
             :func:`loadtests.sglang_day.sglang_engines`); the deployment's
             ``adaptive_max_batch`` is then not applied.
+        follows: a closed loop's links, ``{rid: (predecessor rid, gap_s)}``: request ``rid`` is
+            sent ``gap_s`` after its predecessor's response ended (or it was refused), not at its
+            ``arrival_s``, as the client that waited for that response would
+            (:func:`loadtests.plan.closed_loop_links`); its record's ``arrival_s`` is that time.
 
     Raises:
-        ValueError: the router chose a pool/endpoint that does not exist.
+        ValueError: the router chose a pool/endpoint that does not exist, or a link names a
+            request that is not in the day.
     """
     pools: list[tuple[str, bool, list[Engine]]] = []
     by_url: dict[str, Engine] = {}
@@ -477,10 +483,25 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
     tl_acc: dict[str, list[float | None]] = {e.url: [] for _, spec, es in pools if spec for e in es}
     heap: list[tuple[float, int, int, object]] = []
     order = 0
+    nexts: dict[int, list[tuple[Request, float]]] = {}  # a closed loop's next requests, by predecessor
     for r in requests:
-        heap.append((r.arrival_s, order, 0, r))
-        order += 1
+        link = (follows or {}).get(r.rid)
+        if link is None:
+            heap.append((r.arrival_s, order, 0, r))
+            order += 1
+        elif not 0 <= link[0] < len(requests) or link[0] == r.rid:
+            raise ValueError(f"request {r.rid} follows {link[0]}, not another request of the day")
+        else:
+            nexts.setdefault(link[0], []).append((r, link[1]))
     heapq.heapify(heap)
+
+    def release(rid: int, now: float) -> None:
+        nonlocal order
+        for r, gap in nexts.pop(rid, ()):
+            records[r.rid].arrival_s = now + gap
+            heapq.heappush(heap, (now + gap, order, 0, replace(r, arrival_s=now + gap)))
+            order += 1
+
     heapq.heappush(heap, (0.0, order, 2, None))
     order += 1
     pending = len(requests)
@@ -498,6 +519,7 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
             if choice.pool is None or choice.endpoint is None:
                 rec.status = "refused"
                 pending -= 1
+                release(r.rid, now)
                 continue
             e = by_url.get(choice.endpoint)
             if e is None or e.pool != choice.pool:
@@ -507,6 +529,7 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
             if not e.fits(r):
                 rec.status = "refused"
                 pending -= 1
+                release(r.rid, now)
                 continue
             e.submit(r)
             inflight[e.url] += 1
@@ -533,6 +556,7 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
                             rec, _views(pools, scraped, inflight, now))
                 pending -= 1
                 end = now
+                release(s.req.rid, now)
             dt = e.start_step(now)
             if dt is not None:
                 heapq.heappush(heap, (now + dt, order, 1, e))

@@ -10,6 +10,9 @@ error status and live accept lengths).
    its prompt, cached and output tokens and its budget (``max_tokens``); temperature 0 for
    ``greedy``, 1 for ``sampled``. A request whose response carried no usage (a stream without
    ``include_usage``) is taken at its budget (an upper bound; counted in ``unreported``).
+   A window sent by closed loops (clients that send their next request when the last response
+   ended: :mod:`loadtests.closedloop`) keeps them: :func:`replay_day` links each such request
+   to the one before it, and the replay sends it that gap after its predecessor's replayed end.
 2. **The engines** (:func:`engine_models`, :func:`engine_model_from_speed`): each pool's
    :class:`router.SpeedModel` maps onto the simulator's :class:`loadtests.simulate.SimModel`
    term for term, since the simulator's engine step is the router's per-token model
@@ -59,6 +62,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loadtests.calibrate import alpha_from_accept_length
+from loadtests.closedloop import Loops, find_loops
 from loadtests.dayreport import summarize
 from loadtests.dayrouter import PolicyRouter, settings_for
 from loadtests.dayshapes import EngineModel, Request, default_engine_model
@@ -69,7 +73,7 @@ from router import SpeedModel
 
 __all__ = ["MIN_OBSERVATIONS", "PlanError", "PlanModels", "advise", "bucket_tokens", "day_from_window",
            "engine_model_from_speed", "engine_models", "measured", "pool_limits", "predict_splits", "replay_check",
-           "trust"]
+           "replay_day", "trust"]
 
 #: Learned requests a pool's fit needs before the plan trusts it (``router.decision.learn.MIN_OWN_OBSERVATIONS``).
 MIN_OBSERVATIONS = 10
@@ -89,13 +93,33 @@ def day_from_window(doc: Mapping[str, Any]) -> tuple[list[Request], int]:
     Raises:
         PlanError: no request in the window, or a row without its keys.
     """
+    requests, _, unreported = _day(doc)
+    return requests, unreported
+
+
+def replay_day(doc: Mapping[str, Any]) -> tuple[list[Request], dict[int, tuple[int, float]], Loops]:
+    """:func:`day_from_window`'s requests with the window's closed loops
+    (:func:`loadtests.closedloop.find_loops`) as ``{rid: (predecessor rid, gap_s)}``, what
+    :func:`loadtests.daysim.simulate_day` takes as ``follows``, and the loops found.
+
+    Raises:
+        PlanError: as :func:`day_from_window`.
+    """
+    requests, rid_of_row, _ = _day(doc)
+    loops = find_loops(doc.get("requests") or [])
+    follows = {rid_of_row[j]: (rid_of_row[i], gap) for j, (i, gap) in loops.links.items()}
+    return requests, follows, loops
+
+
+def _day(doc: Mapping[str, Any]) -> tuple[list[Request], dict[int, int], int]:
+    """The day, each single-sequence row's rid by row index, the unreported rows."""
     rows = doc.get("requests") or []
     if not rows:
         raise PlanError("the router's window holds no finished request yet")
-    out: list[tuple[float, int, int, int, int, float]] = []
+    out: list[tuple[float, int, int, int, int, int, float]] = []
     unreported = 0
     try:
-        for r in rows:
+        for i, r in enumerate(rows):
             output = r["output_tokens"]
             if output is None:
                 unreported += 1
@@ -105,11 +129,13 @@ def day_from_window(doc: Mapping[str, Any]) -> tuple[list[Request], int]:
             cached = min(prompt, max(0, int(r.get("cached_tokens") or 0)))
             budget = max(int(r["max_tokens"]), output)
             temp = _TEMPERATURE.get(str(r.get("temperature_class")), 0.0)
-            out += [(float(r["arrival_s"]), prompt, cached, output, budget, temp)] * max(1, int(r.get("n") or 1))
+            out += [(float(r["arrival_s"]), i, prompt, cached, output, budget, temp)] * max(1, int(r.get("n") or 1))
     except (KeyError, TypeError, ValueError) as exc:
         raise PlanError(f"a window row lacks a usable field: {exc!r}") from None
-    out.sort(key=lambda x: x[0])
-    return [Request(i, t, p, c, o, b, temp, "window") for i, (t, p, c, o, b, temp) in enumerate(out)], unreported
+    out.sort(key=lambda x: (x[0], x[1]))
+    rid_of_row = {row: rid for rid, (_, row, *_rest) in enumerate(out)}  # the last sequence of a row
+    return ([Request(rid, t, p, c, o, b, temp, "window") for rid, (t, _, p, c, o, b, temp) in enumerate(out)],
+            rid_of_row, unreported)
 
 
 def bucket_tokens(label: str) -> float:
@@ -288,10 +314,12 @@ def pool_limits(doc: Mapping[str, Any]) -> dict[str, int | None]:
 
 def predict_splits(requests: Sequence[Request], engines: int, models: PlanModels, *, seed: int = 0,
                    long_prompt_tokens: int = 32768, ks: Sequence[int] | None = None,
-                   limits: Mapping[str, int | None] | None = None) -> list[dict[str, Any]]:
+                   limits: Mapping[str, int | None] | None = None,
+                   follows: Mapping[int, tuple[int, float]] | None = None) -> list[dict[str, Any]]:
     """``[{"k", **summary}]`` for k = 0..engines (``ks``: those splits only, in [0, engines]):
     the day through the router in front of k speculative + engines - k plain engines (step 3);
-    ``limits``: each role's context limit (:func:`pool_limits`; None: the simulator's default).
+    ``limits``: each role's context limit (:func:`pool_limits`; None: the simulator's default);
+    ``follows``: the day's closed loops (:func:`replay_day`; None: every request at its arrival).
 
     Raises:
         PlanError: engines < 1, no request, or a split out of range.
@@ -312,7 +340,7 @@ def predict_splits(requests: Sequence[Request], engines: int, models: PlanModels
     out = []
     for k in (range(engines + 1) if ks is None else sorted(set(ks))):
         res = simulate_day(requests, fronted(k, engines, lambda: PolicyRouter(settings)), models.plain, seed=seed,
-                           pool_models=pool_models)
+                           pool_models=pool_models, follows=follows)
         out.append({"k": k, **summarize(res, day_s=day_s, long_prompt_tokens=long_prompt_tokens)})
     return out
 
@@ -358,7 +386,8 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
 
     Shape: ``{"advised": {"speculative": k, "plain": N - k}, "splits": [{"speculative",
     "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}, ...] (k = 0..N, or ``ks``),
-    "window": {"requests", "seconds", "sequences", "unreported"}, "metric", "current":
+    "window": {"requests", "seconds", "sequences", "unreported", "closed_loop":
+    :meth:`loadtests.closedloop.Loops.as_dict`}, "metric", "current":
     {"speculative", "plain"} (the router's endpoints now), "trusted": bool, "untrusted_because":
     [str], "model": :meth:`PlanModels.as_dict`, "measured": :func:`measured`}``; a prediction
     without a completed request is null.
@@ -368,9 +397,10 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
     """
     if metric not in METRICS or metric == "long_mean_s":
         raise PlanError(f"unknown metric {metric!r}; one of mean_s, p90_s, goodput_rps")
-    requests, unreported = day_from_window(doc)
+    requests, follows, loops = replay_day(doc)
+    unreported = day_from_window(doc)[1]
     models = engine_models(doc, base)
-    preds = predict_splits(requests, engines, models, seed=seed, ks=ks, limits=pool_limits(doc))
+    preds = predict_splits(requests, engines, models, seed=seed, ks=ks, limits=pool_limits(doc), follows=follows)
     best = best_prediction(preds, metric)
     seen = measured(doc)
     why = trust(doc, max_error) + replay_check(preds, current_split(doc)["speculative"], seen, metric,
@@ -381,7 +411,8 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
         "splits": [{"speculative": p["k"], "plain": engines - p["k"], "predicted_mean_s": p["mean_s"],
                     "predicted_p90_s": p["p90_s"], "predicted_goodput_rps": p["goodput_rps"]} for p in preds],
         "window": {"requests": int(win.get("requests", len(doc.get("requests") or []))),
-                   "seconds": float(win.get("seconds") or 0.0), "sequences": len(requests), "unreported": unreported},
+                   "seconds": float(win.get("seconds") or 0.0), "sequences": len(requests), "unreported": unreported,
+                   "closed_loop": loops.as_dict()},
         "metric": metric,
         "current": current_split(doc),
         "trusted": not why,

@@ -398,3 +398,26 @@ def test_policy_settings_turn_the_prediction_fallback_and_the_marginal_cost_on_a
     off = replace(on, check=False)
     assert off.routing().learning.check.enabled is False
     assert off.routing().learning.check.window == on.routing().learning.check.window
+
+
+def test_a_closed_loop_s_request_leaves_its_gap_after_its_predecessor_ends() -> None:
+    # r0 alone on one plain engine ends at 1.0 + two decode steps (test_plain_engine_exact_step_times);
+    # r1 was recorded at 0.1 s, but its client waited for r0: it is sent 0.5 s after r0's end,
+    # and runs alone as r0 did; r2 follows r1 and r3 is open (at its own arrival)
+    end0 = 1.0 + (0.011 + 1001e-6) + (0.011 + 1002e-6)
+    day = [_req(0, 1000, 3), _req(1, 1000, 3, at=0.1), _req(2, 1000, 3, at=0.2), _req(3, 10, 1, at=30.0)]
+    res = simulate_day(day, all_plain(1), _model(), follows={1: (0, 0.5), 2: (1, 0.0)})
+    r0, r1, r2, r3 = res.records
+    assert [r.status for r in res.records] == ["ok"] * 4
+    assert r1.arrival_s == pytest.approx(end0 + 0.5)
+    assert r1.e2e_s == pytest.approx(r0.e2e_s) == pytest.approx(end0)
+    assert r2.arrival_s == pytest.approx(2 * end0 + 0.5)
+    assert (r3.arrival_s, r3.queue_s) == (30.0, 0.0)
+    # open loop (no links): r1 and r2 queue behind r0's prefill
+    open_ = simulate_day(day, all_plain(1), _model())
+    assert open_.records[1].arrival_s == 0.1 and open_.records[1].e2e_s > end0
+
+
+def test_a_closed_loop_link_outside_the_day_is_refused() -> None:
+    with pytest.raises(ValueError, match="follows 7"):
+        simulate_day([_req(0, 10, 1)], all_plain(1), _model(), follows={0: (7, 0.0)})

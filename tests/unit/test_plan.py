@@ -157,8 +157,10 @@ def test_advice_shape() -> None:
                for s in advice["splits"])
     best = min(advice["splits"], key=lambda s: (s["predicted_mean_s"], s["speculative"]))
     assert advice["advised"] == {"speculative": best["speculative"], "plain": 3 - best["speculative"]}
+    loops = advice["window"].pop("closed_loop")
     assert advice["window"] == {"requests": 40, "seconds": pytest.approx(_doc()["window"]["seconds"]),
                                 "sequences": 40, "unreported": 0}
+    assert (loops["closed"], loops["linked"]) == (False, 0)  # Poisson arrivals: replayed open loop
     assert (advice["metric"], advice["current"], advice["trusted"]) == ("mean_s", {"speculative": 1, "plain": 1}, True)
 
 
