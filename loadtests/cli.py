@@ -248,7 +248,8 @@ def _calibrate_split(args: argparse.Namespace) -> int:
         if settings.saturation_exit >= settings.saturation_enter:
             raise SplitError("--saturation-exit must be < --saturation-enter")
         advice = advise_split(reqs, args.engines, model, settings=settings, metric=args.metric, seed=args.seed,
-                              predict=not args.no_predict, objective=objective)
+                              predict=not args.no_predict, objective=objective,
+                              follows=day.follows if day is not None else None)
         checks = []
         if day is not None:
             print(day.describe(), file=sys.stderr)
@@ -259,7 +260,7 @@ def _calibrate_split(args: argparse.Namespace) -> int:
             for name, (label, n, dep) in deps.items():
                 own = day if name == day.target else load_test_day(
                     rows, name, temperature=args.temperature, cached_fraction=args.cached_fraction)
-                pred = summarize(simulate_day(own.requests, dep, model, seed=args.seed),
+                pred = summarize(simulate_day(own.requests, dep, model, seed=args.seed, follows=own.follows),
                                  day_s=max(r.arrival_s for r in own.requests) or 1.0,
                                  long_prompt_tokens=settings.long_prompt_tokens, objective=objective)
                 checks.append({"target": name, "deployment": label, "engines": n,

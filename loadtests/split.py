@@ -218,7 +218,8 @@ class SplitAdvice:
 def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, *,
                  settings: PolicySettings | None = None, metric: str = "mean_s",
                  objective: Objective | None = None, long_prompt_tokens: int | None = None,
-                 seed: int = 0, predict: bool = True) -> SplitAdvice:
+                 seed: int = 0, predict: bool = True,
+                 follows: Mapping[int, tuple[int, float]] | None = None) -> SplitAdvice:
     """Replay ``requests`` through every split of ``engines`` and advise one (module docstring).
 
     Args:
@@ -231,6 +232,8 @@ def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, 
         long_prompt_tokens: the ``long`` cut of the reports (default the policy's).
         seed: the simulator's seed.
         predict: also replay each split with speed models (:func:`deployments_for`).
+        follows: the day's closed loops (:attr:`loadtests.splitlog.LoadTestDay.follows`; None:
+            every request at its arrival).
 
     Raises:
         SplitError: no request, unknown metric, engines < 1.
@@ -244,7 +247,7 @@ def advise_split(requests: Sequence[Request], engines: int, model: EngineModel, 
     day_s = max(r.arrival_s for r in requests) or 1.0
     preds = []
     for k, dep in deployments_for(engines, settings, predict=predict):
-        res = simulate_day(requests, dep, model, seed=seed)
+        res = simulate_day(requests, dep, model, seed=seed, follows=follows)
         preds.append({"k": k, **summarize(res, day_s=day_s, long_prompt_tokens=cut, objective=objective)})
     best = best_prediction(preds, metric)
     return SplitAdvice(engines, metric, best["k"], best["deployment"], preds,

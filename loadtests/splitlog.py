@@ -12,9 +12,13 @@ failed requests) in the order they ran (the log is written run by run) and lays 
 each run starts where the previous one ended (its last request's ``t_start + e2e_s``), so every
 request arrives when the load test's closed (or open) loop actually sent it, on one clock, and
 the idle time between this target's runs (the other targets' runs, the warm-ups) is left out.
-A closed loop's arrivals depend on how fast the target answered; replayed open loop they are
-the arrivals that target really saw, which is what lets the simulator's prediction be compared
-with what it measured for the same requests (:func:`measured_summary`).
+A closed loop's arrivals depend on how fast the target answered: each run's closed loops are
+found from its own times (:func:`loadtests.closedloop.find_loops`: a request sent when a
+response ended) and kept in ``follows``, so a replay sends such a request that gap after its
+predecessor's replayed end, as the load test's worker would have; an open loop's run (and a
+run too short to tell) is replayed at the times it was sent. Either way the simulator's
+prediction is compared with what the load test measured for the same requests
+(:func:`measured_summary`).
 
 :func:`target_deployments` maps each target of the report onto the simulator's deployment of the
 same engines: ``spec`` -> ``all-spec`` of its endpoints, ``plain`` -> ``all-plain``, ``router``
@@ -32,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadtests.closedloop import find_loops
 from loadtests.dayreport import Objective
 from loadtests.dayshapes import Request
 from loadtests.daysim import Deployment, all_plain, all_spec
@@ -61,6 +66,8 @@ class LoadTestDay:
         runs: measured runs laid end to end.
         span_s: the day's length (s): the last run's end.
         left_out: rows not in the day, by why: ``warmup``, ``failed``, ``other targets``.
+        follows: the runs' closed loops, ``{rid: (predecessor rid, gap_s)}``
+            (:func:`loadtests.daysim.simulate_day`'s ``follows``); closed_runs: the runs found closed.
     """
 
     target: str
@@ -69,13 +76,16 @@ class LoadTestDay:
     runs: int
     span_s: float
     left_out: dict[str, int] = field(default_factory=dict)
+    follows: dict[int, tuple[int, float]] = field(default_factory=dict)
+    closed_runs: int = 0
 
     def describe(self) -> str:
         """One line saying what is replayed."""
         out = ", ".join(f"{n} {why}" for why, n in self.left_out.items() if n)
         return (f"day: target {self.target!r} of the load test: {len(self.requests)} measured requests of "
-                f"{self.runs} runs, laid end to end at the times its loop sent them ({self.span_s:.1f} s)"
-                + (f"; left out: {out}" if out else ""))
+                f"{self.runs} runs, laid end to end at the times its loop sent them ({self.span_s:.1f} s); "
+                f"{self.closed_runs} runs replayed as closed loops ({len(self.follows)} requests sent when a "
+                f"response ended)" + (f"; left out: {out}" if out else ""))
 
 
 def is_load_test_log(rows: Sequence[Mapping[str, Any]]) -> bool:
@@ -124,10 +134,13 @@ def load_test_day(rows: Sequence[Mapping[str, Any]], target: str | None = None, 
         else:
             runs.setdefault((r.get("bucket"), r.get("load"), r.get("rep")), []).append(r)
     offset = 0.0
-    day: list[tuple[float, Request, Measured]] = []
+    day: list[tuple[float, int, Request, Measured]] = []
+    links: dict[int, tuple[int, float]] = {}  # by position in ``day``
+    closed_runs = 0
     for run in runs.values():
         ends = [float(r["t_start"]) + float(r["e2e_s"]) for r in run
                 if r.get("t_start") is not None and r.get("e2e_s") is not None]
+        first = len(day)
         for r in run:
             p, o, t, e2e = r.get("prompt_tokens"), r.get("output_tokens"), r.get("t_start"), r.get("e2e_s")
             if r.get("error") or not p or not o or t is None or e2e is None:
@@ -137,15 +150,20 @@ def load_test_day(rows: Sequence[Mapping[str, Any]], target: str | None = None, 
             budget = max(int(r.get("max_tokens") or o), int(o))
             req = Request(0, offset + float(t), int(p), int(int(p) * cached_fraction), int(o), budget, temp,
                           str(r.get("bucket") or ""))
-            day.append((req.arrival_s, req, Measured(float(e2e), r.get("ttft_s"), r.get("tpot_s"))))
+            day.append((req.arrival_s, len(day), req, Measured(float(e2e), r.get("ttft_s"), r.get("tpot_s"))))
+        loops = find_loops([{"arrival_s": a, "duration_s": m.e2e_s, "n": 1} for a, _, _, m in day[first:]])
+        closed_runs += loops.closed
+        links.update({first + j: (first + i, gap) for j, (i, gap) in loops.links.items()})
         offset += max(ends, default=0.0)
     if not day:
         raise SplitError(f"target {target!r} has no measured request with prompt_tokens, output_tokens, "
                          "t_start and e2e_s")
-    day.sort(key=lambda x: x[0])
+    day.sort(key=lambda x: (x[0], x[1]))
+    rid = {pos: i for i, (_, pos, _, _) in enumerate(day)}
     reqs = [Request(i, r.arrival_s, r.prompt_tokens, r.cached_tokens, r.output_tokens, r.max_new_tokens,
-                    r.temperature, r.kind) for i, (_, r, _) in enumerate(day)]
-    return LoadTestDay(target, reqs, [m for _, _, m in day], len(runs), offset, left)
+                    r.temperature, r.kind) for i, (_, _, r, _) in enumerate(day)]
+    follows = {rid[j]: (rid[i], gap) for j, (i, gap) in links.items()}
+    return LoadTestDay(target, reqs, [m for _, _, _, m in day], len(runs), offset, left, follows, closed_runs)
 
 
 def measured_summary(day: LoadTestDay, *, objective: Objective | None = None) -> dict[str, Any]:

@@ -42,7 +42,8 @@ def test_one_targets_measured_runs_are_laid_end_to_end() -> None:
     assert (day.runs, round(day.span_s, 9)) == (2, 1.1)
     assert day.left_out == {"warmup": 1, "failed": 1, "other targets": 3}
     assert day.describe() == ("day: target 'router' of the load test: 4 measured requests of 2 runs, laid end to "
-                              "end at the times its loop sent them (1.1 s); left out: 1 warmup, 1 failed, "
+                              "end at the times its loop sent them (1.1 s); 0 runs replayed as closed loops "
+                              "(0 requests sent when a response ended); left out: 1 warmup, 1 failed, "
                               "3 other targets")
 
 
@@ -103,3 +104,27 @@ def test_the_table_states_the_objective_and_sets_the_measured_row_beside_its_pre
         "advice: 0 speculative + 2 plain engines (all-plain; best mean_s)",
     ]
     assert adv.as_dict()["measured"] == adv.measured
+
+
+def test_a_closed_loop_run_is_replayed_closed_and_an_open_one_at_its_times() -> None:
+    # run 1: 2 workers, each sending its next request 1 ms after its last response ended (6 each);
+    # run 2: 12 requests every 0.3 s, each 0.5 s long (an open loop: no request waits for one)
+    rows = []
+    for w, e2e in ((0, 0.5), (1, 0.7)):
+        t = 0.01 * w
+        for _ in range(6):
+            rows.append(_row("router", "64-128", 2, 0, t, e2e))
+            t += e2e + 0.001
+    rows.sort(key=lambda r: r["t_start"])
+    rows += [_row("router", "64-128", 3.3, 0, 0.3 * i, 0.5) for i in range(12)]
+    day = load_test_day(rows)
+    assert (day.runs, day.closed_runs) == (2, 1)
+    # every request of run 1 but each worker's first follows its worker's previous one, 1 ms after
+    # run 1 ends at 0.01 + 6 x 0.701 s; run 2 starts there
+    assert day.requests[12].arrival_s == pytest.approx(0.01 + 6 * 0.701 - 0.001)
+    assert set(day.follows) <= set(range(12)) and len(day.follows) == 10
+    by_rid = {r.rid: r for r in day.requests}
+    for j, (i, gap) in day.follows.items():
+        assert gap == pytest.approx(0.001)
+        assert by_rid[i].arrival_s + day.measured[i].e2e_s + gap == pytest.approx(by_rid[j].arrival_s)
+        assert day.measured[i].e2e_s == day.measured[j].e2e_s  # the same worker's request
