@@ -21,13 +21,16 @@ __all__ = ["Choice", "ClientRule", "EndpointView", "FixedShare", "PoolView", "Re
 @dataclass(frozen=True, slots=True)
 class RequestView:
     """What a router knows of a request (tokens): not its real output length; ``model``: the
-    name the request sends in ``model`` (None: none, the one model of the deployment)."""
+    name the request sends in ``model`` (None: none, the one model of the deployment);
+    ``speculation``: the client's speculation hint (``off``, ``auto``, ``on``:
+    :data:`router.request.capabilities.SPECULATION_MODES`)."""
 
     prompt_tokens: int
     max_new_tokens: int
     temperature: float
     n: int = 1
     model: str | None = None
+    speculation: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)

@@ -364,7 +364,7 @@ class PolicyRouter:
         """Decide one request (the stored flags are read, not changed) and take its lease."""
         cls = _class(request)
         features = RequestFeatures(prompt_tokens=request.prompt_tokens, max_new_tokens=request.max_new_tokens,
-                                   n=request.n, temperature_class=cls)
+                                   n=request.n, temperature_class=cls, speculation=request.speculation)
         self._last = self.snapshots(pools, now)
         d = self._decide(features, self._last, self.settings, next(self._tie))
         if d.endpoint is not None:

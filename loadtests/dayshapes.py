@@ -156,6 +156,8 @@ class Request:
             class's ``alpha_scale``: how well the drafter predicts this kind of text).
         model: the model name the request sends (several models behind one router,
             :mod:`loadtests.dayfleet`); None: the deployment's one model.
+        speculation: the client's speculation hint (``off``, ``auto``, ``on``; a window's
+            request that asked to stay off or on the speculative pool, :mod:`loadtests.plan`).
     """
 
     rid: int
@@ -168,6 +170,7 @@ class Request:
     kind: str
     alpha_scale: float = 1.0
     model: str | None = None
+    speculation: str = "auto"
 
     @property
     def sampled(self) -> bool:

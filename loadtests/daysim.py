@@ -512,7 +512,8 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
         if kind == 0:
             r: Request = obj  # type: ignore[assignment]
             rec = records[r.rid]
-            choice = router(now, RequestView(r.prompt_tokens, r.max_new_tokens, r.temperature, model=r.model),
+            choice = router(now, RequestView(r.prompt_tokens, r.max_new_tokens, r.temperature, model=r.model,
+                                             speculation=r.speculation),
                             _views(pools, scraped, inflight, now))
             reasons[choice.reason] += 1
             rec.reason = choice.reason
@@ -552,7 +553,7 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
                 inflight[e.url] -= 1
                 if on_done is not None:
                     on_done(now, RequestView(s.req.prompt_tokens, s.req.max_new_tokens, s.req.temperature,
-                                             model=s.req.model), e.url,
+                                             model=s.req.model, speculation=s.req.speculation), e.url,
                             rec, _views(pools, scraped, inflight, now))
                 pending -= 1
                 end = now

@@ -10,6 +10,8 @@ error status and live accept lengths).
    its prompt, cached and output tokens and its budget (``max_tokens``); temperature 0 for
    ``greedy``, 1 for ``sampled``. A request whose response carried no usage (a stream without
    ``include_usage``) is taken at its budget (an upper bound; counted in ``unreported``).
+   A client's speculation hint (``speculation``: ``off`` keeps a request off the speculative
+   pool, ``on`` asks for it) is replayed with the request, so the router's own rules place it.
    A window sent by closed loops (clients that send their next request when the last response
    ended: :mod:`loadtests.closedloop`) keeps them: :func:`replay_day` links each such request
    to the one before it, and the replay sends it that gap after its predecessor's replayed end.
@@ -70,6 +72,7 @@ from loadtests.daysim import fronted, simulate_day
 from loadtests.speedfit import alpha_curve
 from loadtests.split import METRICS, best_prediction
 from router import SpeedModel
+from router.request.capabilities import SPECULATION_MODES
 
 __all__ = ["MIN_OBSERVATIONS", "PlanError", "PlanModels", "advise", "bucket_tokens", "day_from_window",
            "engine_model_from_speed", "engine_models", "measured", "pool_limits", "predict_splits", "replay_check",
@@ -116,7 +119,7 @@ def _day(doc: Mapping[str, Any]) -> tuple[list[Request], dict[int, int], int]:
     rows = doc.get("requests") or []
     if not rows:
         raise PlanError("the router's window holds no finished request yet")
-    out: list[tuple[float, int, int, int, int, int, float]] = []
+    out: list[tuple[float, int, int, int, int, int, float, str]] = []
     unreported = 0
     try:
         for i, r in enumerate(rows):
@@ -129,13 +132,15 @@ def _day(doc: Mapping[str, Any]) -> tuple[list[Request], dict[int, int], int]:
             cached = min(prompt, max(0, int(r.get("cached_tokens") or 0)))
             budget = max(int(r["max_tokens"]), output)
             temp = _TEMPERATURE.get(str(r.get("temperature_class")), 0.0)
-            out += [(float(r["arrival_s"]), i, prompt, cached, output, budget, temp)] * max(1, int(r.get("n") or 1))
+            hint = r.get("speculation")
+            hint = hint if hint in SPECULATION_MODES else "auto"
+            out += [(float(r["arrival_s"]), i, prompt, cached, output, budget, temp, hint)] * max(1, int(r.get("n") or 1))
     except (KeyError, TypeError, ValueError) as exc:
         raise PlanError(f"a window row lacks a usable field: {exc!r}") from None
     out.sort(key=lambda x: (x[0], x[1]))
     rid_of_row = {row: rid for rid, (_, row, *_rest) in enumerate(out)}  # the last sequence of a row
-    return ([Request(rid, t, p, c, o, b, temp, "window") for rid, (t, _, p, c, o, b, temp) in enumerate(out)],
-            rid_of_row, unreported)
+    return ([Request(rid, t, p, c, o, b, temp, "window", speculation=hint)
+             for rid, (t, _, p, c, o, b, temp, hint) in enumerate(out)], rid_of_row, unreported)
 
 
 def bucket_tokens(label: str) -> float:

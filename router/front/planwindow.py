@@ -59,6 +59,8 @@ class WindowEntry(NamedTuple):
         pool: the pool that answered it.
         model: the served model's name.
         duration_s: arrival to the response's end (s).
+        speculation: the client's speculation hint (``off``, ``auto``, ``on``: header
+            ``x-specgate-speculation``, body field ``specgate_speculation`` or the API key's default).
     """
 
     arrival: float
@@ -71,6 +73,7 @@ class WindowEntry(NamedTuple):
     pool: str
     model: str
     duration_s: float
+    speculation: str
 
 
 #: What :meth:`PlanWindow.record` keeps as the completion tokens of a response without usage.
@@ -93,7 +96,7 @@ def _entry(arrival: float, f: RequestFeatures, prompt_tokens: object, cached_tok
         done = completion_tokens
         output = round(done / sequences) if type(done) is int and done >= 0 else None
     return WindowEntry(arrival, prompt, min(cached, prompt), output, f.max_new_tokens, f.temperature_class,
-                       sequences, pool, model, duration_s)
+                       sequences, pool, model, duration_s, f.speculation)
 
 
 class PlanWindow:
@@ -167,7 +170,8 @@ class PlanWindow:
             "requests": [{"arrival_s": round(e.arrival - base, 6), "prompt_tokens": e.prompt_tokens,
                           "cached_tokens": e.cached_tokens, "output_tokens": e.output_tokens,
                           "max_tokens": e.max_tokens, "temperature_class": e.temperature_class, "n": e.n,
-                          "pool": e.pool, "duration_s": round(e.duration_s, 6)} for e in rows],
+                          "pool": e.pool, "duration_s": round(e.duration_s, 6), "speculation": e.speculation}
+                         for e in rows],
         }
 
 
@@ -207,7 +211,8 @@ def window_view(window: PlanWindow, runtime: Runtime, now: float) -> dict[str, A
     Shape: ``{"model": str, "window": {"requests": r, "seconds": s (oldest arrival to now),
     "window_requests", "window_s", "recorded"}, "requests": [{"arrival_s" (from the oldest),
     "prompt_tokens", "cached_tokens", "output_tokens" (per sequence, null: not reported),
-    "max_tokens", "temperature_class", "n", "pool", "duration_s"}, ...], "pools": [{"name",
+    "max_tokens", "temperature_class", "n", "pool", "duration_s", "speculation" (the client's hint:
+    ``off``, ``auto``, ``on``)}, ...], "pools": [{"name",
     "speculative", "endpoints", "healthy", "kv_tokens" (null: not exported), "limit_tokens" (the
     context the pool admits, tokens), "speed" (the
     :class:`router.decision.predict.SpeedModel` fields, null: none), "speed_source" ("learned",

@@ -57,6 +57,7 @@ def test_window_serves_the_finished_requests_and_the_pools(plan_stack: Stack) ->
     assert rows[0]["arrival_s"] == 0.0
     assert all(b["arrival_s"] >= a["arrival_s"] for a, b in itertools.pairwise(rows))
     assert all(row["n"] == 1 and row["pool"] in {"spec", "plain"} and row["output_tokens"] >= 1 for row in rows)
+    assert {row["speculation"] for row in rows} == {"auto"}
     pools = {p["name"]: p for p in doc["pools"]}
     assert set(pools) == {"spec", "plain"}
     assert pools["spec"]["speculative"] is True and pools["plain"]["speculative"] is False
@@ -66,6 +67,22 @@ def test_window_serves_the_finished_requests_and_the_pools(plan_stack: Stack) ->
     assert {p["endpoints"] for p in pools.values()} == {1}
     # the context each pool admits (the speculative pool's own cap; the plain one's the limits')
     assert (pools["spec"]["limit_tokens"], pools["plain"]["limit_tokens"]) == (2048, 4096)
+
+
+def test_window_rows_carry_the_client_s_speculation_hint(plan_stack: Stack) -> None:
+    for hint in ("off", "on", None):
+        headers = {"x-specgate-speculation": hint} if hint else {}
+        r = plan_stack.client.post("/v1/chat/completions", headers=headers, json={
+            "model": "tiny-llama", "messages": [{"role": "user", "content": "a question"}], "max_tokens": 8})
+        assert r.status_code == 200, r.text
+    r = plan_stack.client.post("/v1/chat/completions", json={
+        "model": "tiny-llama", "messages": [{"role": "user", "content": "a question"}], "max_tokens": 8,
+        "specgate_speculation": "off"})
+    assert r.status_code == 200, r.text
+    doc = plan_stack.client.get("/admin/plan/window", headers={"Authorization": f"Bearer {ADMIN}"}).json()
+    rows = doc["requests"]
+    assert [(row["speculation"], row["pool"]) for row in rows] == [
+        ("off", "plain"), ("on", "spec"), ("auto", rows[2]["pool"]), ("off", "plain")]
 
 
 def test_window_keeps_the_newest_requests(plan_stack: Stack) -> None:

@@ -144,6 +144,26 @@ def test_the_replay_sends_a_prompt_above_the_speculative_pool_s_limit_where_the_
     assert (unbounded[2]["ok"], unbounded[1]["spec_share"] > 0) == (40, True)
 
 
+def test_the_replay_keeps_each_request_s_speculation_hint() -> None:
+    # the same short requests; asked off the speculative pool, none is replayed there (the
+    # router's client_opt_out), where without the hint the router puts some on it
+    doc = _doc()
+    requests, _ = day_from_window(doc)
+    assert {r.speculation for r in requests} == {"auto"}  # rows without the field: auto
+    models = engine_models(doc)
+    auto = {r["k"]: r for r in predict_splits(requests, 2, models)}
+    for r in doc["requests"]:
+        r["speculation"] = "off"
+    off_requests, _ = day_from_window(doc)
+    assert {r.speculation for r in off_requests} == {"off"}
+    off = {r["k"]: r for r in predict_splits(off_requests, 2, models)}
+    assert auto[1]["spec_share"] > 0 and off[1]["spec_share"] == 0.0
+    assert off[1]["reasons"] == {"client_opt_out": 40}
+    # an unknown value is replayed as auto (the router refuses it with a 400 before any window)
+    doc["requests"][0]["speculation"] = "sometimes"
+    assert day_from_window(doc)[0][0].speculation == "auto"
+
+
 def test_advice_shape() -> None:
     doc = _doc()
     for r in doc["requests"]:
