@@ -352,7 +352,8 @@ class PolicyRouter:
             out.append(pool_snapshot(
                 name=p.name, speculative=p.speculative, limit=self.limits[p.speculative],
                 reserved=s.reserved_tokens if p.speculative else 0,
-                endpoints=[endpoint_values(e.url, e.healthy, e.load, 0, _scrape(e, cap)) for e in p.endpoints],
+                endpoints=[endpoint_values(e.url, e.healthy, e.load, 0, _scrape(e, cap), e.inflight)
+                           for e in p.endpoints],
                 speed=self._speed.get(p.speculative), fit=fit, saturated=sat, low_acceptance=low,
                 accept_length_greedy=greedy, accept_length_sampled=sampled,
                 prediction_fallback=check is not None and check.fallback,

@@ -71,8 +71,7 @@ from loadtests.dayshapes import EngineModel, Request, default_engine_model
 from loadtests.daysim import fronted, simulate_day
 from loadtests.speedfit import alpha_curve
 from loadtests.split import METRICS, best_prediction
-from router import SpeedModel
-from router.request.capabilities import SPECULATION_MODES
+from router import SPECULATION_MODES, SpeedModel
 
 __all__ = ["MIN_OBSERVATIONS", "PlanError", "PlanModels", "advise", "bucket_tokens", "day_from_window",
            "engine_model_from_speed", "engine_models", "measured", "pool_limits", "predict_splits", "replay_check",

@@ -32,7 +32,8 @@ the pure decision         :func:`decide`, :class:`Decision`, :class:`Outcome`, :
 (simulators)              :func:`request_features`, :class:`RequestFeatures`, :func:`flip_points`,
                           :class:`PoolSnapshot`, :class:`EndpointSnapshot`, :class:`Rules`,
                           :func:`batch_context`, :class:`BypassState`, :class:`AcceptanceTracker`,
-                          :data:`CLASSES` (the temperature classes), :class:`SpeedModel`,
+                          :data:`CLASSES` (the temperature classes), :data:`SPECULATION_MODES`
+                          (a client's speculation hints), :class:`SpeedModel`,
                           :func:`completion_s` (a request's predicted seconds),
                           :class:`SpeedFit`, :class:`Observation`, :data:`DEFAULT_PRIOR`,
                           :func:`share_priors`, :func:`context_bucket`,
@@ -106,6 +107,7 @@ if TYPE_CHECKING:
     from router.front.pipeline import size_prompt
     from router.ops.metrics import RouterMetrics
     from router.reasons import Reason
+    from router.request.capabilities import SPECULATION_MODES
     from router.request.features import PromptCounter, RequestFeatures
     from router.request.parsing import parse_chat, parse_completions
     from router.request.sampling import check_min_tokens, speculative_caveats, validate_sampling
@@ -147,13 +149,14 @@ _SURFACE = MappingProxyType({
     "KeyLimiter": "router.access.limits", "Auth": "router.access.auth", "KeyRing": "router.access.auth",
     "RouterMetrics": "router.ops.metrics", "parse_sglang_metrics": "router.state.engine_metrics",
     "EngineLoad": "router.state.engine_metrics", "accept_length": "router.upstream.specstats",
-    "SpecgateError": "router.errors",
+    "SpecgateError": "router.errors", "SPECULATION_MODES": "router.request.capabilities",
     "H1Transport": "router.upstream.transport_h1", "AiohttpTransport": "router.upstream.transport_aiohttp",
 })
 
 __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "CLASSES",
     "DEFAULT_PRIOR",
+    "SPECULATION_MODES",
     "AcceptanceConfig",
     "AcceptanceTracker",
     "AiohttpTransport",

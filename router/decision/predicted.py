@@ -28,6 +28,10 @@ def _load(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
     return next(e.load for e in endpoints if e.url == url)
 
 
+def _inflight(endpoints: Sequence[EndpointSnapshot], url: str) -> int:
+    return next(e.inflight for e in endpoints if e.url == url)
+
+
 def batch_context(e: EndpointSnapshot, prompt_tokens: int, output_tokens: int) -> float | None:
     """The mean context (tokens) of ``e``'s batch once a request of ``prompt_tokens`` joins it,
     halfway through its ``output_tokens``: the engine's used KV plus the request's, over its
@@ -113,16 +117,23 @@ def distrusted(candidates: Sequence[tuple[PoolSnapshot, str]]) -> bool:
 
 def shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]],
                     predicted: Sequence[tuple[str, float]]) -> tuple[PoolSnapshot, str]:
-    """The candidate whose chosen endpoint has the least load (requests): join the shorter
+    """The candidate whose chosen endpoint has the fewest of the router's requests in flight
+    (:attr:`EndpointSnapshot.inflight`; all replicas' when they share state): join the shorter
     queue, the rule that needs no model (W. Winston 1977, "Optimality of the shortest line
-    discipline", J. Appl. Prob. 14(1)). Among equally short queues the predicted-faster one (a
-    model too far off to weigh load against speed still ranks better than the config order,
-    which would send every request of an idle deployment to its first pool), then config order."""
+    discipline", J. Appl. Prob. 14(1)). The router's own count, not the scraped load: it is
+    exact at every decision, where a scrape is up to a round old, and a burst decided within one
+    round all joins the pool whose last scrape read low (M. Mitzenmacher 2000, "How useful is
+    old information?", IEEE Trans. Parallel Distrib. Syst. 11(1): with stale load, joining the
+    shortest queue herds): the load-test quick start's waves of 16 went 16 to the slower pool,
+    whose engine the load tester had just left idle, docs/loadtests.md. Among equally short
+    queues the predicted-faster one (a model too far off to weigh load against speed still
+    ranks better than the config order, which would send every request of an idle deployment
+    to its first pool), then config order."""
     best = 0
-    low = (_load(candidates[0][0].endpoints, candidates[0][1]), predicted[0][1])
+    low = (_inflight(candidates[0][0].endpoints, candidates[0][1]), predicted[0][1])
     for i in range(1, len(candidates)):
         pool, url = candidates[i]
-        key = (_load(pool.endpoints, url), predicted[i][1])
+        key = (_inflight(pool.endpoints, url), predicted[i][1])
         if key < low:
             best, low = i, key
     return candidates[best]

@@ -82,6 +82,9 @@ class EndpointSnapshot:
         kv_free_tokens: free KV tokens of the engine (``sglang:max_total_num_tokens`` less
             the used ones, fresh scrape), None when unknown.
         kv_used_tokens: used KV tokens of the engine (0 when unknown).
+        inflight: the router's requests there not finished yet (all replicas' when they share
+            state; requests), exact at the decision: what the shorter queue reads
+            (:func:`router.decision.predicted.shortest_queue`).
     """
 
     url: str
@@ -91,6 +94,7 @@ class EndpointSnapshot:
     queued: int = 0
     kv_free_tokens: int | None = None
     kv_used_tokens: int = 0
+    inflight: int = 0
 
 
 @dataclass(frozen=True, slots=True)

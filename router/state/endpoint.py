@@ -380,13 +380,19 @@ class Endpoint:
     def snapshot_values(self, now: float, stale_after_s: float, floor: int, cached: int) -> EndpointValues:
         """Its :class:`router.state.snapshots.EndpointValues` now (:func:`router.state.snapshots.endpoint_values`
         of its :attr:`healthy`, its :meth:`backpressure_load` with ``floor`` and ``stale_after_s``,
-        ``cached`` tokens, and its last scrape while fresh); it runs for every endpoint of every
-        decision."""
+        ``cached`` tokens, its last scrape while fresh and its :meth:`inflight_view`); it runs for
+        every endpoint of every decision."""
         engine = self.engine
         scraped_at = self.scraped_at
-        fresh = engine is not None and scraped_at is not None and now - scraped_at <= stale_after_s
-        return endpoint_values(self.url, self.healthy, self.backpressure_load(now, stale_after_s, floor), cached,
-                               engine if fresh else None)
+        inflight = self.inflight_view(now, stale_after_s)
+        # :meth:`backpressure_load` with the in-flight count read once
+        if engine is not None and scraped_at is not None and now - scraped_at <= stale_after_s:
+            load = max(engine.load - self.finished_since_scrape, inflight)
+        else:
+            engine, load = None, inflight
+        if self.backpressure_until is not None and now < self.backpressure_until:
+            load = max(load, floor)
+        return endpoint_values(self.url, self.healthy, load, cached, engine, inflight)
 
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
         """The scraped ``spec_accept_length`` if fresh and positive, else None (unknown)."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from router.config.tree import PlannerConfig
 from router.front.planwindow import PlanWindow
+from router.request.features import RequestFeatures
 
 
 class Clock:
@@ -18,9 +19,11 @@ class Clock:
 
 
 def _job(received: float, *, status: int = 200, outcome: str = "ok", pool: str | None = "spec",
-         usage: Any = None, n: int = 1, prompts: int = 1, exact: bool = True, temperature: str = "greedy") -> Any:
-    features = SimpleNamespace(n=n, num_prompts=prompts, prompt_tokens=120, prompt_exact=exact, max_new_tokens=64,
-                               temperature_class=temperature)
+         usage: Any = None, n: int = 1, prompts: int = 1, exact: bool = True, temperature: str = "greedy",
+         speculation: str = "auto") -> Any:
+    features = RequestFeatures(prompt_tokens=120, max_new_tokens=64, n=n, num_prompts=prompts,
+                               prompt_tokens_lower=None if exact else 100, temperature_class=temperature,
+                               speculation=speculation)
     return SimpleNamespace(status=status, outcome=outcome, decision=SimpleNamespace(pool=pool), features=features,
                            observer=SimpleNamespace(usage=usage), received_at=received)
 
@@ -31,7 +34,7 @@ USAGE = {"prompt_tokens": 120, "completion_tokens": 40, "prompt_tokens_details":
 def test_records_finished_requests_only() -> None:
     clock, cfg = Clock(), PlannerConfig()
     w = PlanWindow(cfg, clock)
-    w.record(_job(99.0, usage=USAGE), "m", cfg)
+    w.record(_job(99.0, usage=USAGE, speculation="off"), "m", cfg)
     w.record(_job(99.5, status=503), "m", cfg)
     w.record(_job(99.5, outcome="client_disconnect"), "m", cfg)
     w.record(_job(99.6, pool=None), "m", cfg)
@@ -40,7 +43,7 @@ def test_records_finished_requests_only() -> None:
     assert doc["window"] == {"requests": 1, "seconds": 1.0, "window_requests": 4096, "window_s": 900.0, "recorded": 1}
     assert doc["requests"] == [{"arrival_s": 0.0, "prompt_tokens": 120, "cached_tokens": 60, "output_tokens": 40,
                                 "max_tokens": 64, "temperature_class": "greedy", "n": 1, "pool": "spec",
-                                "duration_s": 1.0}]
+                                "duration_s": 1.0, "speculation": "off"}]
 
 
 def test_sequences_and_engine_counts() -> None:

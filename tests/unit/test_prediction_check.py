@@ -124,11 +124,16 @@ def test_fallback_hysteresis(previous, error, checks, expected):
     assert next_prediction_fallback(previous, error, checks, enter=0.5, exit=0.3, min_checks=16) is expected
 
 
-def _pools(spec_load: int, plain_load: int, *, spec_off: bool = False, plain_off: bool = False):
-    spec = PoolSnapshot("spec", True, 4096, 4, (EndpointSnapshot("http://s", True, spec_load),),
+def _pools(spec_load: int, plain_load: int, *, spec_off: bool = False, plain_off: bool = False,
+           spec_inflight: int | None = None, plain_inflight: int | None = None):
+    """Each pool's one endpoint at its load; the router's own in-flight requests there are the
+    load unless given (an engine with other clients' requests too)."""
+    spec = PoolSnapshot("spec", True, 4096, 4, (EndpointSnapshot(
+        "http://s", True, spec_load, inflight=spec_load if spec_inflight is None else spec_inflight),),
                         speed=replace(MODEL, gamma=4, c=0.05), accept_length_greedy=3.0, accept_length_sampled=3.0,
                         prediction_fallback=spec_off)
-    plain = PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot("http://p", True, plain_load),),
+    plain = PoolSnapshot("plain", False, 4096, 0, (EndpointSnapshot(
+        "http://p", True, plain_load, inflight=plain_load if plain_inflight is None else plain_inflight),),
                          speed=MODEL, prediction_fallback=plain_off)
     return spec, plain
 
@@ -153,6 +158,23 @@ def test_a_distrusted_pool_makes_the_decision_join_the_shorter_queue():
     assert decide(long, slow, RULES).reason is Reason.SHORTEST_QUEUE
     # exploration does not apply in the fallback
     assert decide(f, _pools(0, 5, spec_off=True), replace(RULES, explore_every=1)).reason is Reason.SHORTEST_QUEUE
+
+
+def test_the_shorter_queue_counts_the_router_s_own_requests_not_an_old_scrape():
+    # the plain engine's last scrape read 16 requests (another client's, ended since); a burst
+    # decided before the next scrape round alternates by the router's own in-flight counts
+    # (ties to the predicted-faster speculative pool) instead of all joining the speculative pool
+    f = RequestFeatures(prompt_tokens=100, max_new_tokens=100, temperature_class="greedy")
+    inflight = {"spec": 0, "plain": 0}
+    chosen = []
+    for _ in range(8):
+        pools = _pools(inflight["spec"], max(16, inflight["plain"]), spec_off=True,
+                       plain_inflight=inflight["plain"])
+        d = decide(f, pools, RULES)
+        assert d.reason is Reason.SHORTEST_QUEUE
+        inflight[d.pool] += 1
+        chosen.append(d.pool)
+    assert chosen == ["spec", "plain"] * 4
 
 
 def test_the_fallback_keeps_the_hard_checks():
