@@ -358,7 +358,8 @@ class PolicyRouter:
                 accept_length_greedy=greedy, accept_length_sampled=sampled,
                 prediction_fallback=check is not None and check.fallback,
                 measured=None if check is None else check.measured,
-                correction=() if check is None or not s.correct else check.correction))
+                correction=() if check is None or not s.correct else check.correction,
+                measured_factor=() if check is None or not s.correct else check.measured_factor))
         return tuple(out)
 
     def __call__(self, now: float, request: RequestView, pools: tuple[PoolView, ...]) -> Choice:

@@ -99,6 +99,7 @@ def advance_prediction_check(check: PredictionCheck, cfg: PredictionCheckConfig,
     """
     check.measured = check.measured_cells(now)
     check.correction = check.corrections(now)
+    check.measured_factor = check.corrections(now, band=0.0)
     error, checks = check.error(now)
     new = cfg.enabled and next_prediction_fallback(check.fallback, error, checks, enter=cfg.fallback_enter,
                                                    exit=cfg.fallback_exit, min_checks=cfg.min_checks)

@@ -101,6 +101,7 @@ from router.decision.predicted import (
     batch_context,
     distrusted,
     externality_cost,
+    measure_first,
     predict_cost,
     predict_request,
     runner_up,
@@ -420,9 +421,13 @@ def _by_prediction(features: RequestFeatures, candidates: Sequence[tuple[PoolSna
     ``spec_reason``: as :func:`_reason` reads them."""
     predicted = tuple((c.name, predict_request(features, c, url)) for c, url in candidates)
     if distrusted(candidates):  # some pool's predictions are off: join the shorter queue
-        pool, endpoint = shortest_queue(candidates, predicted)
-        return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE, predicted=predicted,
-                        endpoint_reason=why.get(endpoint), basis=pool)
+        chosen = candidates.index(shortest_queue(candidates, predicted, features))
+        other = measure_first(candidates, chosen, (features.temperature_class,
+                                                   context_bucket(features.predicted_prompt_tokens)),
+                              prefix is None or not prefix.continued, None if prefix is None else prefix.anchor)
+        pool, endpoint = candidates[chosen if other is None else other]
+        return Decision(pool.name, endpoint, Reason.SHORTEST_QUEUE if other is None else Reason.EXPLORE,
+                        predicted=predicted, endpoint_reason=why.get(endpoint), basis=pool)
     ranked = predicted
     score: Predict = predict_request
     if rules.marginal_cost:  # the same measure for the order and for the affinity's "close"

@@ -116,7 +116,7 @@ def distrusted(candidates: Sequence[tuple[PoolSnapshot, str]]) -> bool:
 
 
 def shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]],
-                    predicted: Sequence[tuple[str, float]]) -> tuple[PoolSnapshot, str]:
+                    predicted: Sequence[tuple[str, float]], features: RequestFeatures) -> tuple[PoolSnapshot, str]:
     """The candidate whose chosen endpoint has the fewest of the router's requests in flight
     (:attr:`EndpointSnapshot.inflight`; all replicas' when they share state): join the shorter
     queue, the rule that needs no model (W. Winston 1977, "Optimality of the shortest line
@@ -125,18 +125,55 @@ def shortest_queue(candidates: Sequence[tuple[PoolSnapshot, str]],
     round all joins the pool whose last scrape read low (M. Mitzenmacher 2000, "How useful is
     old information?", IEEE Trans. Parallel Distrib. Syst. 11(1): with stale load, joining the
     shortest queue herds): the load-test quick start's waves of 16 went 16 to the slower pool,
-    whose engine the load tester had just left idle, docs/loadtests.md. Among equally short
-    queues the predicted-faster one (a model too far off to weigh load against speed still
-    ranks better than the config order, which would send every request of an idle deployment
-    to its first pool), then config order."""
+    whose engine the load tester had just left idle, docs/loadtests.md.
+
+    Among equally short queues (every queue is empty at a concurrency of one) the faster by
+    what the checks measured: each prediction with its cell's whole median bias taken off
+    (:attr:`PoolSnapshot.measured_factor` in place of the banded :attr:`PoolSnapshot.correction`:
+    two biases inside the band, one each way, reversed the rank of two pools 1.6x apart on the
+    quick start), else the predicted-faster one, then config order (never the first pool for
+    every request of an idle deployment). :func:`measure_first` sees that both cells get measured."""
     best = 0
-    low = (_inflight(candidates[0][0].endpoints, candidates[0][1]), predicted[0][1])
+    low = (_inflight(candidates[0][0].endpoints, candidates[0][1]),
+           _measured(features, candidates[0][0], predicted[0][1]))
     for i in range(1, len(candidates)):
         pool, url = candidates[i]
-        key = (_inflight(pool.endpoints, url), predicted[i][1])
+        key = (_inflight(pool.endpoints, url), _measured(features, pool, predicted[i][1]))
         if key < low:
             best, low = i, key
     return candidates[best]
+
+
+def _measured(features: RequestFeatures, pool: PoolSnapshot, seconds: float) -> float:
+    """``seconds`` (a prediction with the banded :func:`correction`) with the cell's whole
+    measured bias taken off instead (:attr:`PoolSnapshot.measured_factor`; as it is without one)."""
+    if not pool.measured_factor:
+        return seconds
+    cell = (features.temperature_class, context_bucket(features.predicted_prompt_tokens))
+    for key, factor in pool.measured_factor:
+        if key == cell:
+            return seconds / correction(features, pool) * factor
+    return seconds
+
+
+def measure_first(candidates: Sequence[tuple[PoolSnapshot, str]], chosen: int, cell: tuple[str, int],
+                  one_off: bool, anchor: SupportsIndex | None) -> int | None:
+    """In the fallback, the candidate that takes this request to be measured, or None:
+    :func:`runner_up`'s rule for a request that continues no conversation (``one_off``) without
+    its periodic one: another pool whose predictions for the request's ``cell`` have not been
+    checked enough (``PoolSnapshot.measured``) while the ``chosen`` one's have, its endpoint
+    idle, and (with an ``anchor``) the pool the anchor ranks first. Without it the pool the
+    shorter queue's tie-break passes over at a concurrency of one is never measured in that
+    cell, and the tie-break reads its unchecked prediction for good."""
+    seen = candidates[chosen][0].measured
+    if not one_off or seen is None or cell not in seen:
+        return None
+    name = candidates[chosen][0].name
+    for i, (pool, url) in enumerate(candidates):
+        if (pool.name != name and pool.measured is not None and cell not in pool.measured
+                and _load(pool.endpoints, url) == 0 and _anchors(candidates, i, anchor)):
+            return i
+    return None
 
 
 def runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[int],

@@ -104,10 +104,13 @@ class PredictionCheck:
         measured: :meth:`measured_cells` as of the runtime's last scrape round, and a cell that
             reached :data:`MIN_CELL_CHECKS` checks since (:meth:`add`).
         correction: :meth:`corrections` as of the runtime's last scrape round.
+        measured_factor: :meth:`corrections` with no band, as of the same round: each measured
+            cell's full median bias taken off (what the fallback's tie-break reads,
+            :func:`router.decision.predicted.shortest_queue`).
     """
 
     __slots__ = ("_cells", "_pool", "checked", "correction", "fallback", "fallback_since", "fallbacks", "max_age_s",
-                 "measured", "window")
+                 "measured", "measured_factor", "window")
 
     def __init__(self, window: int = 64, max_age_s: float = 300.0) -> None:
         if window < 1:
@@ -124,6 +127,7 @@ class PredictionCheck:
         self.fallbacks = 0
         self.measured: frozenset[tuple[str, int]] = frozenset()  # as of the last scrape round (the runtime sets it)
         self.correction: tuple[tuple[tuple[str, int], float], ...] = ()  # the same
+        self.measured_factor: tuple[tuple[tuple[str, int], float], ...] = ()  # the same
 
     def add(self, kind: str, temperature: str, bucket: int, predicted_s: float, realised_s: float,
             now: float) -> float | None:
@@ -159,7 +163,7 @@ class PredictionCheck:
         checked again); the pool's own checks stay, so the fallback keeps its state and
         judges the new model as its checks come in."""
         self._cells.clear()
-        self.correction = ()
+        self.correction = self.measured_factor = ()
         self.measured = frozenset()
 
     def _recent(self, ring: deque[tuple[float, float]], now: float) -> list[float]:
@@ -192,12 +196,12 @@ class PredictionCheck:
                 out.append((cls, bucket))
         return frozenset(out)
 
-    def corrections(self, now: float) -> tuple[tuple[tuple[str, int], float], ...]:
+    def corrections(self, now: float, band: float = CORRECTION_BAND) -> tuple[tuple[tuple[str, int], float], ...]:
         """``((temperature class, context bucket), factor)`` of every measured completion cell
         (:meth:`measured_cells`) whose factor is not 1 (module docstring): ``1 / (1 + b)``,
         ``b`` the median bias of its last :data:`CORRECTION_CHECKS` recent checks beyond
-        :data:`CORRECTION_BAND`, within ``[1 / MAX_CORRECTION, MAX_CORRECTION]``, rounded to
-        :data:`CORRECTION_STEP`; sorted by cell (a value, hashable)."""
+        ``band`` (:data:`CORRECTION_BAND`; 0: the whole bias), within ``[1 / MAX_CORRECTION,
+        MAX_CORRECTION]``, rounded to :data:`CORRECTION_STEP`; sorted by cell (a value, hashable)."""
         horizon = now - self.max_age_s
         out = []
         for (kind, cls, bucket), ring in self._cells.items():
@@ -208,7 +212,7 @@ class PredictionCheck:
                 continue
             bias = median(recent[-CORRECTION_CHECKS:])
             assert bias is not None  # recent is not empty
-            b = max(0.0, bias - CORRECTION_BAND) if bias > 0 else min(0.0, bias + CORRECTION_BAND)
+            b = max(0.0, bias - band) if bias > 0 else min(0.0, bias + band)
             factor = min(MAX_CORRECTION, max(1.0 / MAX_CORRECTION, 1.0 / (1.0 + b)))  # errors are > -1
             factor = round(round(factor / CORRECTION_STEP) * CORRECTION_STEP, 6)
             if factor != 1.0:

@@ -131,6 +131,10 @@ class PoolSnapshot:
             predictions for the pool run consistently off: the pool's predictions of a request
             in that cell are multiplied by the factor
             (:meth:`router.decision.prediction_check.PredictionCheck.corrections`); empty: none.
+        measured_factor: the same with each measured cell's whole bias taken off (no band),
+            carried while the pool's predictions are distrusted (``prediction_fallback``; else
+            empty): what the shorter queue's tie-break reads
+            (:func:`router.decision.predicted.shortest_queue`).
     """
 
     name: str
@@ -150,6 +154,7 @@ class PoolSnapshot:
     prediction_fallback: bool = False
     measured: frozenset[tuple[str, int]] | None = None
     correction: tuple[tuple[tuple[str, int], float], ...] = ()
+    measured_factor: tuple[tuple[tuple[str, int], float], ...] = ()
 
     def accept_length(self, temperature: str, prompt_tokens: int | None = None) -> float | None:
         """tau for a request of this temperature class (and prompt length: its measured cell)."""

@@ -559,12 +559,13 @@ class Runtime:
                 sat, low, greedy, sampled = False, _NONE, None, None
             endpoints = tuple([e.snapshot_values(now, stale, floor, m.get(e.url, 0) if m else 0)
                                for e in p.endpoints.values()])
-            revoked = p.canary_revoked  # Pool.capabilities, with the config's part computed once
+            revoked, check = p.canary_revoked, p.check  # Pool.capabilities, with the config's part computed once
             out.append(self._snapshot_cache.get(
                 p, endpoints, sat, low, greedy, sampled, served - revoked if served is not None and revoked else served,
                 p.canary_mismatch, pool_adapters(p.endpoints.values()) if adapters else _NONE,
-                p.check is not None and p.check.fallback, None if p.check is None else p.check.measured,
-                () if p.check is None else p.check.correction))
+                check is not None and check.fallback, None if check is None else check.measured,
+                () if check is None else check.correction,
+                check.measured_factor if check is not None and check.fallback else ()))
         return tuple(out)
 
     def decide(self, features: RequestFeatures, now: float, exclude: frozenset[str] = frozenset(),

@@ -42,7 +42,8 @@ class SnapshotCache:
             canary_mismatch: bool, adapters: frozenset[str] = frozenset(),
             prediction_fallback: bool = False,
             measured: frozenset[tuple[str, int]] | None = None,
-            correction: tuple[tuple[tuple[str, int], float], ...] = ()) -> PoolSnapshot:
+            correction: tuple[tuple[tuple[str, int], float], ...] = (),
+            measured_factor: tuple[tuple[tuple[str, int], float], ...] = ()) -> PoolSnapshot:
         """The snapshot of ``pool`` with these values (the :class:`~router.decision.snapshot.PoolSnapshot`
         fields of the same names; built on a miss). A learning pool's speed model and
         acceptance table are keyed by the fit's version (they change only when it takes a
@@ -50,7 +51,7 @@ class SnapshotCache:
         fit = pool.fit
         key = (pool, -1 if fit is None else fit.version, endpoints, saturated, low_acceptance,
                accept_length_greedy, accept_length_sampled, capabilities, canary_mismatch, adapters,
-               prediction_fallback, measured, correction)
+               prediction_fallback, measured, correction, measured_factor)
         snap = self._map.get(key)
         if snap is None:
             if len(self._map) >= self.MAX_ENTRIES:
@@ -60,5 +61,6 @@ class SnapshotCache:
                 endpoints=endpoints, speed=pool.speed, fit=fit, saturated=saturated, low_acceptance=low_acceptance,
                 accept_length_greedy=accept_length_greedy, accept_length_sampled=accept_length_sampled,
                 capabilities=capabilities, canary_mismatch=canary_mismatch, adapters=adapters,
-                prediction_fallback=prediction_fallback, measured=measured, correction=correction)
+                prediction_fallback=prediction_fallback, measured=measured, correction=correction,
+                measured_factor=measured_factor)
         return snap

@@ -105,7 +105,8 @@ def pool_snapshot(*, name: str, speculative: bool, limit: int, reserved: int, en
                   canary_mismatch: bool = False, adapters: frozenset[str] = _NONE,
                   prediction_fallback: bool = False,
                   measured: frozenset[tuple[str, int]] | None = None,
-                  correction: tuple[tuple[tuple[str, int], float], ...] = ()) -> PoolSnapshot:
+                  correction: tuple[tuple[tuple[str, int], float], ...] = (),
+                  measured_factor: tuple[tuple[tuple[str, int], float], ...] = ()) -> PoolSnapshot:
     """A pool's :class:`~router.decision.snapshot.PoolSnapshot` (every argument is the field of the same
     name there). ``speed`` is the configured model (None: no prediction) and ``fit`` the
     learned one (:class:`router.decision.learn.SpeedFit`; None: not learning): a fit's model wins, and
@@ -118,4 +119,5 @@ def pool_snapshot(*, name: str, speculative: bool, limit: int, reserved: int, en
         accept_length_greedy=accept_length_greedy, accept_length_sampled=accept_length_sampled,
         capabilities=capabilities, canary_mismatch=canary_mismatch, adapters=adapters,
         prediction_fallback=prediction_fallback, measured=measured, correction=correction,
+        measured_factor=measured_factor if prediction_fallback else (),
         accept_table=fit.accept_table() if fit is not None and speculative else None)

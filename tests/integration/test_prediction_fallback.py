@@ -63,7 +63,10 @@ def test_a_wrong_model_falls_back_to_the_shorter_queue_and_a_right_one_takes_ove
         assert n == 4 and error > 0.8
         router.wait_scrape_rounds(1)
         assert router.pool("a").prediction_fallback
-        # the fallback: the shorter queue (idle pools tie: the predicted-faster, a)
+        # the fallback first measures the pool never checked for these requests (b, idle: four
+        # requests, MIN_CELL_CHECKS), then joins the shorter queue: the idle pools tie, and by
+        # what the checks measured a still ranks first (its whole bias off, capped at 4x)
+        assert [_chat(client) for _ in range(4)] == [("b", "explore")] * 4
         assert _chat(client) == ("a", "shortest_queue")
         ready = client.get("/ready").json()["pools"]
         assert ready["a"]["prediction"]["fallback"] is True and ready["a"]["prediction"]["fallbacks"] == 1
@@ -75,8 +78,15 @@ def test_a_wrong_model_falls_back_to_the_shorter_queue_and_a_right_one_takes_ove
         # the operator corrects the speed block: the new prior is right, the checks come back
         write_router_yaml(path, _config(tokenizer_dir, a.base_url, b.base_url, STEP_S))
         router.wait_reloads(1)
-        for _ in range(5):  # 5 right checks of the last 8 put the median below fallback_exit
-            assert _chat(client) == ("a", "shortest_queue")
+        # a's cells were the old model's (forgotten at the reload): the fallback measures a anew
+        # while it is idle (four requests); then the shorter queue, the idle pools tied and
+        # ranked by what was measured (a and b now alike: either) until a holds 5 right checks
+        # of its last 8, which puts its median below fallback_exit
+        assert [_chat(client) for _ in range(4)] == [("a", "explore")] * 4
+        for _ in range(8):
+            if check.checked["completion"] >= 10:
+                break
+            assert _chat(client)[1] == "shortest_queue"
         wait_until(lambda: check.checked["completion"] == 10, 5, "ten checked predictions")
         router.wait_scrape_rounds(1)
         assert not router.pool("a").prediction_fallback

@@ -108,6 +108,9 @@ def test_a_measured_cell_corrects_by_its_median_bias():
     for _ in range(4):  # 25% too slow: within the band, no correction
         check.add("completion", "greedy", 2, 1.25, 1.0, now=5.0)
     assert ("greedy", 2) not in dict(check.corrections(5.0))
+    # with no band (the fallback's tie-break): the whole bias
+    assert dict(check.corrections(5.0, band=0.0))[("greedy", 2)] == 0.8  # 1 / 1.25
+    assert dict(check.corrections(5.0, band=0.0))[("greedy", 0)] == 3.0  # 1 / (1 - 2/3)
 
 
 @pytest.mark.parametrize(("previous", "error", "checks", "expected"), [
@@ -175,6 +178,45 @@ def test_the_shorter_queue_counts_the_router_s_own_requests_not_an_old_scrape():
         inflight[d.pool] += 1
         chosen.append(d.pool)
     assert chosen == ["spec", "plain"] * 4
+
+
+def test_the_fallback_s_tie_break_takes_each_cell_s_measured_bias_off():
+    long = RequestFeatures(prompt_tokens=900, max_new_tokens=100, temperature_class="sampled")
+    cell = ("sampled", 0)  # 900 tokens: the first bucket
+    spec, plain = (replace(p, accept_length_sampled=1.1) if p.speculative else p for p in _pools(2, 2, spec_off=True))
+    by_model = decide(long, (spec, plain), RULES)
+    assert (by_model.pool, by_model.reason) == ("plain", Reason.SHORTEST_QUEUE)  # equal queues: plain predicted faster
+    ratio = dict(by_model.predicted)["spec"] / dict(by_model.predicted)["plain"]
+    assert 1.0 < ratio < 1.5
+    # the checks measured the speculative pool's predictions in this cell 2x too slow: measured,
+    # it is the faster one (what is predicted, and checked, is unchanged)
+    measured = (replace(spec, measured_factor=((cell, 0.5),)), plain)
+    d = decide(long, measured, RULES)
+    assert (d.pool, d.reason, d.predicted) == ("spec", Reason.SHORTEST_QUEUE, by_model.predicted)
+    # another cell's factor does not apply; a shorter queue still wins over the measured speed
+    assert decide(long, (replace(spec, measured_factor=((("greedy", 0), 0.5),)), plain), RULES).pool == "plain"
+    busier = (replace(measured[0], endpoints=(EndpointSnapshot("http://s", True, 3, inflight=3),)), plain)
+    assert decide(long, busier, RULES).pool == "plain"
+
+
+def test_the_fallback_measures_an_idle_pool_whose_cell_was_never_checked():
+    f = RequestFeatures(prompt_tokens=900, max_new_tokens=100, temperature_class="sampled")
+    cell = ("sampled", 0)
+    spec, plain = (replace(p, accept_length_sampled=1.1) if p.speculative else p for p in _pools(0, 0, spec_off=True))
+    # plain is chosen (the tie, predicted faster) and measured in the cell, spec is not: spec takes it
+    pools = (replace(spec, measured=frozenset()), replace(plain, measured=frozenset({cell})))
+    d = decide(f, pools, RULES)
+    assert (d.pool, d.reason) == ("spec", Reason.EXPLORE)
+    # not when spec is busy, nor once its cell is measured, nor when the chosen one's is not either
+    busy = (replace(pools[0], endpoints=(EndpointSnapshot("http://s", True, 1, inflight=1),)), pools[1])
+    assert decide(f, busy, RULES).reason is Reason.SHORTEST_QUEUE
+    both = (replace(spec, measured=frozenset({cell})), pools[1])
+    assert decide(f, both, RULES).reason is Reason.SHORTEST_QUEUE
+    neither = (pools[0], replace(plain, measured=frozenset()))
+    assert decide(f, neither, RULES).reason is Reason.SHORTEST_QUEUE
+    # a turn of a conversation is not moved to be measured
+    turn = PrefixRequest(anchor=7, anchor_tokens=900, continued=True)
+    assert decide(f, pools, RULES, prefix=turn).reason is Reason.SHORTEST_QUEUE
 
 
 def test_the_fallback_keeps_the_hard_checks():
@@ -417,10 +459,14 @@ def test_the_runtime_corrects_a_cell_from_its_checks_and_keeps_checking_the_raw_
     snap = next(s for s in rt.snapshots(6.0) if s.name == d.pool)
     assert snap.correction == ((("greedy", 0), 0.59),)
     assert predict_request(f, snap, d.endpoint, 100) == pytest.approx(raw * 0.59, rel=1e-9)
-    again = rt.decide(f, 6.0)  # the corrected pool is faster still: chosen again
-    assert again.pool == d.pool and dict(again.predicted)[d.pool] == pytest.approx(raw * 0.59, rel=1e-9)
-    # ... and its prediction is checked against the raw model still (no correction of the correction)
-    assert rt.check_prediction(again, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=6.0) == \
+    again = rt.decide(f, 6.0)
+    assert dict(again.predicted)[d.pool] == pytest.approx(raw * 0.59, rel=1e-9)
+    # the error (1.0 over 4 checks) turned the pool's fallback on: with both queues empty, the
+    # other pool, never checked in this cell, takes the request to be measured
+    assert pool.check.fallback and again.reason is Reason.EXPLORE and again.pool != d.pool
+    # the corrected pool's prediction is checked against the raw model still (no correction of the correction)
+    on_it = Decision(d.pool, d.endpoint, Reason.SHORTEST_QUEUE, predicted=again.predicted, basis=snap)
+    assert rt.check_prediction(on_it, f, output_tokens=100, duration_s=raw / 2, ttfb_s=None, now=6.0) == \
         pytest.approx(1.0, rel=1e-9)
 
 

@@ -75,9 +75,14 @@ def test_accept_lengths_go_live_then_fit_then_prior(live, fit_tau, prior, expect
 def test_pool_snapshot_takes_the_fits_model_and_table_over_the_configured_speed() -> None:
     fit = _fit_with_tau(3.0, "greedy")
     values = [EndpointValues("http://a", True, 1)]
+    factor = ((("greedy", 0), 0.5),)
     spec = pool_snapshot(name="s", speculative=True, limit=4096, reserved=5, endpoints=values,
-                         speed=dataclasses.replace(DEFAULT_PRIOR, gamma=4), fit=fit, prediction_fallback=True)
+                         speed=dataclasses.replace(DEFAULT_PRIOR, gamma=4), fit=fit, prediction_fallback=True,
+                         measured_factor=factor)
     assert (spec.speed, spec.accept_table, spec.prediction_fallback) == (fit.model, fit.accept_table(), True)
+    assert spec.measured_factor == factor  # carried while distrusted only
+    assert pool_snapshot(name="s", speculative=True, limit=4096, reserved=5, endpoints=values, speed=DEFAULT_PRIOR,
+                         fit=None, measured_factor=factor).measured_factor == ()
     assert spec.endpoints == (EndpointSnapshot("http://a", True, 1),)
     plain = pool_snapshot(name="p", speculative=False, limit=4096, reserved=0, endpoints=values,
                           speed=DEFAULT_PRIOR, fit=None)
