@@ -103,8 +103,8 @@ def test_nonstream_engine_abort_is_never_a_200(stack, fault_plain):
         assert r.status_code == 503, r.text
         assert r.headers["retry-after"] == "3"
         assert r.json()["error"]["code"] == "engine_overloaded"
-        assert stack.router.metric("specgate_engine_rejections_total", pool="plain", reason="body_abort") == 1
-    assert stack.router.metric("specgate_engine_rejections_total", pool="spec", reason="body_abort") == 1
+        assert stack.router.settled_metric("specgate_engine_rejections_total", 1, pool="plain", reason="body_abort") == 1
+    assert stack.router.settled_metric("specgate_engine_rejections_total", 1, pool="spec", reason="body_abort") == 1
     assert stack.settled_inflight() == 0
 
 

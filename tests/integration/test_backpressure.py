@@ -81,8 +81,8 @@ def test_refusal_before_content_is_retried_once_on_the_plain_pool(stack, behavio
     assert spec.backpressured(now) and spec.backpressure_count == 1
     enter = stack.router.state.runtime.routing.saturation.enter
     assert spec.backpressure_load(now, 1.0, enter) == enter  # a saturation signal for the policy
-    assert stack.router.metric("specgate_engine_rejections_total", pool="spec", reason=reason) == 1
-    assert stack.router.metric("specgate_requests_total", pool="plain", reason="spec_unhealthy", status="200") == 1
+    assert stack.router.settled_metric("specgate_engine_rejections_total", 1, pool="spec", reason=reason) == 1
+    assert stack.router.settled_metric("specgate_requests_total", 1, pool="plain", reason="spec_unhealthy", status="200") == 1
     assert endpoints_idle(stack)
 
 
@@ -110,7 +110,7 @@ def test_abort_after_content_forwards_content_then_one_engine_abort_event(stack)
     assert evs[3:] == [ENGINE_ABORT_EVENT[:-2]]
     assert raw.endswith(ENGINE_ABORT_EVENT) and b"[DONE]" not in raw and b'"finish_reason":"abort"' not in raw
     assert stack.backend_requests(stack.plain) == []  # content was sent: never retried
-    assert stack.router.metric("specgate_upstream_failures_total", pool="spec", kind="engine_abort") == 1
+    assert stack.router.settled_metric("specgate_upstream_failures_total", 1, pool="spec", kind="engine_abort") == 1
     assert stack.router.state.runtime.endpoint(stack.spec.base_url).healthy
     assert endpoints_idle(stack)
 
@@ -127,7 +127,7 @@ def test_all_pools_full_is_503_engine_overloaded_with_retry_after(stack, stream)
     assert len(stack.backend_requests(stack.spec)) == 1 and len(stack.backend_requests(stack.plain)) == 1
     kind = "stream_error" if stream else "http_503"
     for pool in ("spec", "plain"):
-        assert stack.router.metric("specgate_engine_rejections_total", pool=pool, reason=kind) == 1
+        assert stack.router.settled_metric("specgate_engine_rejections_total", 1, pool=pool, reason=kind) == 1
     assert all(ep.healthy for ep in stack.router.state.runtime.all_endpoints())
     assert endpoints_idle(stack)
 

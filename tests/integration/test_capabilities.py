@@ -42,7 +42,7 @@ def test_constrained_requests_go_to_the_plain_pool_unchanged(stack, variant, str
     sent = stack.backend_requests(stack.plain)
     assert len(sent) == 1
     assert {k: sent[0]["body"][k] for k in extra} == extra   # forwarded unchanged
-    assert stack.router.metric("specgate_requests_total", pool="plain", reason="constrained_decoding",
+    assert stack.router.settled_metric("specgate_requests_total", 1, pool="plain", reason="constrained_decoding",
                                status="200") == 1
     assert stack.settled_inflight() == 0
 
@@ -71,8 +71,8 @@ def test_tool_calls_and_reasoning_go_to_the_plain_pool(stack):
     assert (r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == ("plain", "reasoning")
     r = stack.client.post(CHAT, json=body(tools=TOOLS, tool_choice="none"))   # no tool call possible
     assert (r.headers["x-specgate-pool"], r.headers["x-specgate-reason"]) == ("spec", "speculative")
-    assert stack.router.metric("specgate_requests_total", pool="plain", reason="tool_calls", status="200") == 1
-    assert stack.router.metric("specgate_requests_total", pool="plain", reason="reasoning", status="200") == 1
+    assert stack.router.settled_metric("specgate_requests_total", 1, pool="plain", reason="tool_calls", status="200") == 1
+    assert stack.router.settled_metric("specgate_requests_total", 1, pool="plain", reason="reasoning", status="200") == 1
 
 
 @pytest.mark.parametrize("extra,param", [

@@ -75,11 +75,8 @@ class OnePool:
         return r
 
     def settled_metric(self, name: str, expected: float, timeout_s: float = 2.0, **labels: str) -> float:
-        """A router metric once it reads ``expected``, else its value at the timeout: the router
-        records a response just after the client got its last byte."""
-        with contextlib.suppress(AssertionError):  # the caller asserts on the value it returns
-            wait_until(lambda: self.router.metric(name, **labels) == expected, timeout_s)
-        return self.router.metric(name, **labels)
+        """:meth:`RouterServer.settled_metric` of the router."""
+        return self.router.settled_metric(name, expected, timeout_s, **labels)
 
     def settled_inflight(self, timeout_s: float = 2.0) -> int:
         with contextlib.suppress(AssertionError):  # the caller asserts on the count it returns

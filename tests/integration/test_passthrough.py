@@ -87,7 +87,7 @@ def test_embedding_input_shapes_are_passed_through(es: EmbedStack, value: Any) -
     (got,) = es.log(es.embed, EMBED)
     assert got["body"] == body  # forwarded unchanged
     assert es.log(es.spec, EMBED) == [] and es.log(es.plain, EMBED) == []
-    assert es.router.metric("specgate_requests_total", pool="embed", reason="embeddings", status="200") == 1
+    assert es.router.settled_metric("specgate_requests_total", 1, pool="embed", reason="embeddings", status="200") == 1
 
 
 def test_truncation_fields_are_forwarded_not_judged(es: EmbedStack) -> None:

@@ -78,7 +78,7 @@ def test_a_wrong_model_falls_back_to_the_shorter_queue_and_a_right_one_takes_ove
         metrics = client.get("/metrics").text.splitlines()
         assert 'specgate_prediction_fallback{pool="a"} 1.0' in metrics
         assert 'specgate_prediction_fallbacks_total{pool="a"} 1.0' in metrics
-        assert router.metric("specgate_requests_total", pool="a", reason="shortest_queue", status="200") == 1
+        assert router.settled_metric("specgate_requests_total", 1, pool="a", reason="shortest_queue", status="200") == 1
         # the operator corrects the speed block: the new prior is right, the checks come back
         write_router_yaml(path, _config(tokenizer_dir, a.base_url, b.base_url, STEP_S))
         router.wait_reloads(1)

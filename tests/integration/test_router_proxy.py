@@ -39,7 +39,7 @@ def test_short_request_goes_speculative_with_headers(stack):
     assert len(sent) == 1 and sent[0]["body"]["max_tokens"] == 5
     assert sent[0]["headers"]["accept-encoding"] == "identity"  # SSE must never come back compressed
     assert doc["id"] == sent[0]["body"]["rid"]
-    assert stack.router.metric("specgate_requests_total", pool="spec", reason="speculative", status="200") == 1
+    assert stack.router.settled_metric("specgate_requests_total", 1, pool="spec", reason="speculative", status="200") == 1
     assert stack.settled_inflight() == 0
 
 
@@ -380,7 +380,7 @@ def test_client_disconnect_aborts_upstream(stack):  # sgl-project/sglang#37833, 
     assert len(log["aborts"]) == 1 and log["aborts"][0]["matched"] is True
     assert log["aborts"][0]["rid"] == stack.backend_requests(stack.spec)[0]["body"]["rid"]
     assert stack.settled_inflight() == 0
-    assert stack.router.metric("specgate_upstream_aborts_total", pool="spec") == 1
+    assert stack.router.settled_metric("specgate_upstream_aborts_total", 1, pool="spec") == 1
 
 
 def test_client_disconnect_aborts_every_prompt_of_a_batch(stack):
@@ -403,7 +403,7 @@ def test_client_disconnect_aborts_every_prompt_of_a_batch(stack):
     assert sorted(a["rid"] for a in aborts) == [f"{rid}_0", f"{rid}_1", f"{rid}_2"]
     assert all(a["matched"] for a in aborts)
     assert stack.settled_inflight() == 0
-    assert stack.router.metric("specgate_upstream_aborts_total", pool=pool) == 1
+    assert stack.router.settled_metric("specgate_upstream_aborts_total", 1, pool=pool) == 1
 
 
 def test_n_greater_than_one_sends_no_rid(stack):

@@ -107,6 +107,17 @@ class RouterServer:
         value = registry.get_sample_value(name, labels)
         return 0.0 if value is None else value
 
+    def settled_metric(self, name: str, expected: float, timeout_s: float = 5.0, **labels: str) -> float:
+        """:meth:`metric` once it reads ``expected`` (or more), else its value at the timeout: the
+        router records a response (``router.front.record``) just after the client got its last
+        byte, so a counter read right after a response may not have it yet. The caller asserts
+        on the value returned."""
+        try:
+            wait_until(lambda: self.metric(name, **labels) >= expected, timeout_s)
+        except AssertionError:
+            pass
+        return self.metric(name, **labels)
+
     def pool(self, name: str) -> Any:
         """The current pool ``name`` (of whichever model's runtime holds it)."""
         return next(p for rt in self.state.fleet for p in rt.pools if p.name == name)
