@@ -25,8 +25,10 @@ speculative + N - k plain engines behind
 
 Printed per row: each deployment's mean end-to-end latency (s), the best rule among the rules
 run, ``learned / best rule`` (<= 1.0: the learned router at least as good as every simple rule
-at its split), the learned router's share of requests to the speculative pool and its top
-decision reasons. Simulated: speed claims, not engine measurements.
+at its split), the learned router's share of requests to the speculative pool, its top
+decision reasons and, per pool, the median relative error of its checked completion-time
+predictions over the day (in parentheses the median signed error: < 0 predicted too fast).
+Simulated: speed claims, not engine measurements.
 """
 
 from __future__ import annotations
@@ -92,7 +94,10 @@ def run_row(engine_model: str, family_name: str, shape_name: str, n: int, seed: 
         row["deployments"][name] = {
             "mean_s": _mean(res), "refused": len(res.records) - len(ok),
             "spec_share": sum(r.speculative for r in ok) / len(ok) if ok else None,
-            "reasons": dict(Counter(res.reasons).most_common(4))}
+            "reasons": dict(Counter(res.reasons).most_common(4)),
+            "prediction_error": {pool: {"median_abs": statistics.median(abs(e) for e in errs),
+                                        "median_signed": statistics.median(errs), "checks": len(errs)}
+                                 for pool, errs in sorted(res.prediction_errors.items()) if errs}}
     means = {d: row["deployments"][d]["mean_s"] for d in deployments if d in RULES}
     if means and "learned" in deployments:
         best = min(means, key=lambda d: means[d] or float("inf"))
@@ -111,8 +116,11 @@ def row_text(row: dict[str, Any]) -> str:
         ratio = row["learned_over_best_rule"] or float("nan")
         lr = d["learned"]
         reasons = ", ".join(f"{k} {v}" for k, v in lr["reasons"].items())
+        errors = ", ".join(f"{p} {e['median_abs']:.2f} ({e['median_signed']:+.2f})"
+                           for p, e in lr.get("prediction_error", {}).items())
         out += (f" | best rule {row['best_rule']}; learned/best {ratio:.3f}x{' WORSE' if ratio > 1.0 else ''}"
-                f" | learned spec share {lr['spec_share'] or 0:.2f} [{reasons}]")
+                f" | learned spec share {lr['spec_share'] or 0:.2f} [{reasons}]"
+                f" | prediction error {errors or '-'}")
     return out
 
 

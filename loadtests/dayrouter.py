@@ -227,7 +227,8 @@ class PolicyRouter:
             for spec in (True, False):
                 self._speed[spec] = SpeedModel(
                     decode_s_per_token=s.t0_s, batch_knee=s.batch_knee, attention_s_per_token=s.attn_s_per_token,
-                    prefill_s_per_token=s.prefill_s_per_token, max_running_requests=m.max_running,
+                    prefill_s_per_token=s.prefill_s_per_token, kv_read_s_per_token=s.kv_read_s_per_token,
+                    max_running_requests=m.max_running,
                     gamma=settings.gamma if spec else 0, c=settings.drafter_cost_ratio if spec else 0.0)
             short = s.alpha_knee_tokens
             self.priors = {c: expected_tokens(m.alpha(short, c == "sampled"), s.gamma) for c in CLASSES}
@@ -240,12 +241,16 @@ class PolicyRouter:
                     k, exact = settings.prior_scale, self._speed[spec]
                     prior = replace(exact, decode_s_per_token=exact.decode_s_per_token * k,
                                     attention_s_per_token=exact.attention_s_per_token * k,
+                                    kv_read_s_per_token=exact.kv_read_s_per_token * k,
                                     prefill_s_per_token=exact.prefill_s_per_token * k)
                 self.fits[spec] = SpeedFit(prior, prior_weight=settings.prior_weight, forgetting=settings.forgetting)
             self._speed, self.priors = {}, {}
         #: per pool, in ``learn`` mode, its predictions checked against what happened and the
         #: fallback state (``Runtime``'s ``Pool.check``, ``routing.learning.check``)
         self.checks: dict[str, PredictionCheck] = {}
+        #: per pool, every checked prediction of the day as ``(predicted - realised) / realised``
+        #: (the checks keep only their recent window; this is for a day's report)
+        self.prediction_errors: dict[str, list[float]] = {}
         # (url, t) -> (load, queued, batch context, decision, features) at dispatch
         self._dispatched: dict[tuple[str, float], tuple[int, int, float | None, Decision, RequestFeatures]] = {}
         self._last: tuple[PoolSnapshot, ...] = ()
@@ -318,9 +323,11 @@ class PolicyRouter:
         load, queued, ctx, decision, features = dispatched
         check = self.checks.get(record.pool)
         if check is not None and decision.basis is not None and record.status == "ok":
-            check.add("completion", cls, context_bucket(features.predicted_prompt_tokens),
-                      predict_request(features, decision.basis, url, record.output_tokens, raw=True),
-                      now - record.arrival_s, now)
+            predicted, realised = (predict_request(features, decision.basis, url, record.output_tokens, raw=True),
+                                   now - record.arrival_s)
+            check.add("completion", cls, context_bucket(features.predicted_prompt_tokens), predicted, realised, now)
+            if realised > 0:
+                self.prediction_errors.setdefault(record.pool, []).append((predicted - realised) / realised)
         if queued:
             return
         spec = record.speculative

@@ -183,10 +183,11 @@ class Engine:
         if b == 0:
             return 0.0
         m = self.model.speed
-        plain = m.t0_s * (1 + b / m.batch_knee) + m.attn_s_per_token * mean_context
+        attn = (m.attn_s_per_token + m.kv_read_s_per_token * b) * mean_context
+        plain = m.t0_s * (1 + b / m.batch_knee) + attn
         if not self.speculates_at(b):
             return plain
-        verify = m.t0_s * (1 + b * (m.gamma + 1) / m.batch_knee) + m.attn_s_per_token * mean_context
+        verify = m.t0_s * (1 + b * (m.gamma + 1) / m.batch_knee) + attn
         return verify + m.c * m.gamma * plain
 
     def start_step(self, now: float) -> float | None:
@@ -395,6 +396,8 @@ class DayResult:
         timeline: ``{"t": [...], "pools": {name: [load...]}, "accept_length": {url: [...]}}``
             sampled at every ``timeline_every_s``; load = running + queued summed over the pool.
         end_s: virtual time of the last completion; busy_s: per engine busy time.
+        prediction_errors: the router's checked predictions by pool, ``(predicted - realised) /
+            realised`` per request (a router with a ``prediction_errors`` attribute, else empty).
     """
 
     deployment: str
@@ -404,6 +407,7 @@ class DayResult:
     timeline: dict[str, object] = field(default_factory=dict)
     end_s: float = 0.0
     busy_s: dict[str, float] = field(default_factory=dict)
+    prediction_errors: dict[str, list[float]] = field(default_factory=dict)
 
 
 def _views(pools: Sequence[tuple[str, bool, list[Engine]]],
@@ -582,4 +586,4 @@ def simulate_day(requests: Sequence[Request], deployment: Deployment, model: Eng
                 order += 1
     return DayResult(deployment.name, {u: e.speculative for u, e in by_url.items()}, records, reasons,
                      {"t": tl_t, "pools": tl_pools, "accept_length": tl_acc}, end,
-                     {u: e.busy_s for u, e in by_url.items()})
+                     {u: e.busy_s for u, e in by_url.items()}, dict(getattr(router, "prediction_errors", {})))

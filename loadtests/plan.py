@@ -18,9 +18,9 @@ error status and live accept lengths).
 2. **The engines** (:func:`engine_models`, :func:`engine_model_from_speed`): each pool's
    :class:`router.SpeedModel` maps onto the simulator's :class:`loadtests.simulate.SimModel`
    term for term, since the simulator's engine step is the router's per-token model
-   (:mod:`router.decision.predict`: ``T_plain = t0 (1 + b / b_knee) + a L``, the speculative cycle
+   (:mod:`router.decision.predict`: ``T_plain = t0 (1 + b / b_knee) + a L + k b L``, the speculative cycle
    ``T_verify + c gamma T_plain`` emitting ``tau`` tokens): ``t0_s = decode_s_per_token``,
-   ``batch_knee``, ``attn_s_per_token = attention_s_per_token``, ``prefill_s_per_token``,
+   ``batch_knee``, ``attn_s_per_token = attention_s_per_token``, ``kv_read_s_per_token``, ``prefill_s_per_token``,
    ``gamma`` and ``c`` of the speculative pool. The acceptance rate ``alpha`` comes from the
    measured accept lengths by inverting ``E[tau](alpha, gamma)`` (Leviathan et al. 2023,
    arXiv:2211.17192; :func:`loadtests.calibrate.alpha_from_accept_length`): per context bucket
@@ -192,7 +192,7 @@ def engine_model_from_speed(speed: SpeedModel, *, gamma: int, c: float,
     base = base or default_engine_model()
     sim = replace(base.speed, t0_s=speed.decode_s_per_token, batch_knee=speed.batch_knee,
                   attn_s_per_token=speed.attention_s_per_token, prefill_s_per_token=speed.prefill_s_per_token,
-                  gamma=max(1, gamma), c=max(0.0, c))
+                  kv_read_s_per_token=speed.kv_read_s_per_token, gamma=max(1, gamma), c=max(0.0, c))
     taus = accept_length or {}
     greedy = _alpha(accept_table or {}, "greedy", taus.get("greedy"), sim.gamma)
     sampled = _alpha(accept_table or {}, "sampled", taus.get("sampled"), sim.gamma)
@@ -230,6 +230,7 @@ class PlanModels:
         def one(m: EngineModel) -> dict[str, Any]:
             s = m.speed
             return {"t0_s": s.t0_s, "batch_knee": s.batch_knee, "attn_s_per_token": s.attn_s_per_token,
+                    "kv_read_s_per_token": s.kv_read_s_per_token,
                     "prefill_s_per_token": s.prefill_s_per_token, "gamma": s.gamma, "c": s.c,
                     "alpha_short": round(s.alpha_short, 4), "alpha_knee_tokens": s.alpha_knee_tokens,
                     "alpha_drop_per_doubling": round(s.alpha_drop_per_doubling, 4),
@@ -259,8 +260,8 @@ def engine_models(doc: Mapping[str, Any], base: EngineModel | None = None) -> Pl
     spec_speed, plain_speed = _speed(spec_pool), _speed(plain_pool)
     b = base.speed
     fallback = SpeedModel(decode_s_per_token=b.t0_s, batch_knee=b.batch_knee, attention_s_per_token=b.attn_s_per_token,
-                          prefill_s_per_token=b.prefill_s_per_token, max_running_requests=base.max_running,
-                          gamma=b.gamma, c=b.c)
+                          prefill_s_per_token=b.prefill_s_per_token, kv_read_s_per_token=b.kv_read_s_per_token,
+                          max_running_requests=base.max_running, gamma=b.gamma, c=b.c)
     sources = {"speculative": "default", "plain": "default"}
     for role, pool, speed in (("speculative", spec_pool, spec_speed), ("plain", plain_pool, plain_speed)):
         if speed is not None and pool is not None:

@@ -8,16 +8,18 @@ The model (:class:`SimModel`; seconds, tokens)
 ----------------------------------------------
 Plain decoding of a batch of ``b`` sequences at context ``L`` takes, per output token,
 
-    T_plain(b, L) = t0 * (1 + b / b_knee) + attn_s_per_token * L
+    T_plain(b, L) = t0 * (1 + b / b_knee) + attn_s_per_token * L + kv_read_s_per_token * b * L
 
 (``t0``: the memory-bound weight read; ``b / b_knee``: the batch's
-compute, which dominates past ``b_knee``; the last term: attention's KV reads).
+compute, which dominates past ``b_knee``; the last two terms: attention, per sequence and as
+the KV of the whole batch read each step, arXiv:2211.05102; ``kv_read_s_per_token`` defaults
+to 0).
 
 A speculative cycle drafts ``gamma`` tokens at relative cost ``c`` (``T_draft = c * gamma *
 T_target``, arXiv:2211.17192) and verifies ``gamma + 1`` positions per sequence in one
 target pass, whose compute term grows ``gamma + 1``-fold:
 
-    T_verify(b, L) = t0 * (1 + b * (gamma + 1) / b_knee) + attn_s_per_token * L
+    T_verify(b, L) = t0 * (1 + b * (gamma + 1) / b_knee) + attn_s_per_token * L + kv_read_s_per_token * b * L
     T_spec(b, L)   = (T_verify(b, L) + c * gamma * T_plain(b, L)) / E[tau](alpha(L), gamma)
 
 with ``E[tau] = (1 - alpha^(gamma+1)) / (1 - alpha)`` (:func:`drafters.spec_math.expected_tokens`)
@@ -82,6 +84,8 @@ class SimModel:
         t0_s: plain per-token decode time at batch ~0 and context ~0 (seconds).
         batch_knee: batch size at which compute doubles the per-token time (requests).
         attn_s_per_token: extra per-token decode time per context token (seconds/token).
+        kv_read_s_per_token: extra decode step time per context token of the whole batch
+            (``b * L`` tokens; seconds/token).
         prefill_s_per_token: time to first token per prompt token (seconds/token).
         alpha_short: acceptance rate up to ``alpha_knee_tokens`` of context.
         alpha_knee_tokens: context (tokens) above which alpha falls.
@@ -99,14 +103,17 @@ class SimModel:
     alpha_drop_per_doubling: float = 0.1
     gamma: int = 4
     c: float = 0.05
+    kv_read_s_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.t0_s > 0 and self.batch_knee > 0 and self.alpha_knee_tokens > 0):
             raise ValueError("t0_s, batch_knee and alpha_knee_tokens must be > 0")
         if not 0 <= self.alpha_short <= 1 or self.alpha_drop_per_doubling < 0:
             raise ValueError("alpha_short must be in [0, 1], alpha_drop_per_doubling >= 0")
-        if self.gamma < 1 or self.c < 0 or self.attn_s_per_token < 0 or self.prefill_s_per_token < 0:
-            raise ValueError("gamma >= 1, c >= 0, attn_s_per_token >= 0, prefill_s_per_token >= 0")
+        if (self.gamma < 1 or self.c < 0 or self.attn_s_per_token < 0 or self.prefill_s_per_token < 0
+                or self.kv_read_s_per_token < 0):
+            raise ValueError("gamma >= 1, c >= 0, attn_s_per_token, prefill_s_per_token, "
+                             "kv_read_s_per_token >= 0")
 
     def alpha(self, context: float) -> float:
         """Acceptance rate at ``context`` tokens."""
@@ -121,11 +128,13 @@ class SimModel:
 
     def plain_token_s(self, batch: float, context: float) -> float:
         """Plain decode time per output token (seconds) at batch ``batch``, context ``context``."""
-        return self.t0_s * (1 + batch / self.batch_knee) + self.attn_s_per_token * context
+        return (self.t0_s * (1 + batch / self.batch_knee)
+                + (self.attn_s_per_token + self.kv_read_s_per_token * batch) * context)
 
     def spec_token_s(self, batch: float, context: float) -> float:
         """Speculative decode time per output token (seconds)."""
-        verify = self.t0_s * (1 + batch * (self.gamma + 1) / self.batch_knee) + self.attn_s_per_token * context
+        verify = (self.t0_s * (1 + batch * (self.gamma + 1) / self.batch_knee)
+                  + (self.attn_s_per_token + self.kv_read_s_per_token * batch) * context)
         cycle = verify + self.c * self.gamma * self.plain_token_s(batch, context)
         return cycle / self.accept_length(context)
 

@@ -210,6 +210,7 @@ def _learning_gauges(series: LearningSeries, pool: str, fit: SpeedFit, now: floa
     model = fit.model
     for param, value in (("decode_s_per_token", model.decode_s_per_token), ("batch_knee", model.batch_knee),
                          ("attention_s_per_token", model.attention_s_per_token),
+                         ("kv_read_s_per_token", model.kv_read_s_per_token),
                          ("prefill_s_per_token", model.prefill_s_per_token)):
         series.param.labels(pool, param).set(value)
     series.observations.labels(pool).set(fit.count)

@@ -125,6 +125,9 @@ class SpeedConfig(Strict):
         decode_s_per_token: t0, seconds per output token of a batch of one at short context.
         batch_knee: b_knee, the batch (sequences) at which the step's compute equals t0.
         attention_s_per_token: seconds per output token per context token.
+        kv_read_s_per_token: seconds per decode step per context token of the whole batch (a
+            step reads every running sequence's KV); 0: the step's time does not grow with the
+            batch times its context, and a learning router keeps it at 0 for this pool.
         prefill_s_per_token: seconds per uncached prompt token.
         max_running_requests: sequences the engine runs at once (SGLang's
             ``--max-running-requests``); None: no queueing term.
@@ -137,6 +140,7 @@ class SpeedConfig(Strict):
     batch_knee: PositiveFloat
     attention_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
     prefill_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    kv_read_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
     max_running_requests: PositiveInt | None = None
     accept_length_greedy: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
     accept_length_sampled: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None

@@ -1,16 +1,16 @@
 """A pool's speed model learned from its own finished requests (online, bounded memory).
 
 :mod:`router.decision.predict` needs, per pool, ``t0`` (s per output token of a batch of one),
-``b_knee`` (sequences), ``a`` (s per output token per context token) and ``p`` (s per
-uncached prompt token). Every finished request gives the router its dispatch-to-end time
+``b_knee`` (sequences), ``a`` (s per output token per context token), ``k`` (s per decode
+step per context token of the batch) and ``p`` (s per uncached prompt token). Every finished request gives the router its dispatch-to-end time
 ``y`` (s), its output tokens ``M`` (``usage.completion_tokens``), its prompt and cached tokens
 ``P``, ``C`` and the endpoint's batch ``b`` while it ran (the mean of its load at dispatch and
-at the end, requests). With ``theta = (p, t0, t0 / b_knee, a)`` the model of
+at the end, requests). With ``theta = (p, t0, t0 / b_knee, a, k)`` the model of
 :mod:`router.decision.predict` is linear in ``theta``:
 
-    plain:        y = p * U + t0 * M + (t0 / b_knee) * M * b + a * M * L
+    plain:        y = p * U + t0 * M + (t0 / b_knee) * M * b + a * M * L + k * M * b * L
     speculative:  y = p * U + t0 * M (1 + c gamma) / tau + (t0 / b_knee) * M * b (gamma + 1 + c gamma) / tau
-                      + a * M * L (1 + c gamma) / tau
+                      + (a * M * L + k * M * b * L) (1 + c gamma) / tau
 
 (``U = P - C`` uncached prompt tokens, ``L`` the mean context of the batch it decoded in, else
 ``P + M / 2``; ``gamma`` and ``c``
@@ -20,7 +20,8 @@ forgetting (each observation's weight decays by ``forgetting`` per later observa
 about ``1 / (1 - forgetting)`` recent requests count: drift in load mix, drafter or engine is
 followed) and a ridge pull toward the prior ``theta_0`` that does not decay (a direction the
 traffic does not excite, such as the batch slope of an idle pool, stays at the prior instead
-of drifting); its precision per parameter is scaled by the larger of the prior's value and
+of drifting; a parameter whose prior is 0, such as ``k`` in a ``speed`` block without it,
+stays 0); its precision per parameter is scaled by the larger of the prior's value and
 the fit's (:func:`prior_precision`), so a prior too small (too fast) is held no tighter than a
 right one. Residuals are relative (each row is divided by ``y``), so a 50 s request and a
 0.5 s one weigh the same. The prior is the pool's ``speed`` block when the YAML has one
@@ -29,8 +30,8 @@ traffic the pools differ only by their live accept length and load, and the fit 
 them apart. Requests that waited in the engine's queue (``num_queue_reqs`` > 0 at dispatch)
 are left out: their time is the queue's (modelled apart, from the KV and running caps).
 
-Pure: no I/O, no clock; the caller passes each observation's time. Memory: one 4 x 4 matrix
-and two 4-vectors per fit.
+Pure: no I/O, no clock; the caller passes each observation's time. Memory: one 5 x 5 matrix
+and two 5-vectors per fit.
 """
 
 from __future__ import annotations
@@ -59,10 +60,15 @@ __all__ = [
 #: (50 tokens/s for one sequence, decode compute equal to the weight reads at 32 sequences,
 #: 5,000 prompt tokens/s of prefill, one more t0 per 100k tokens of context). Only ratios
 #: between pools steer the decision, and the fit replaces these within a few dozen requests.
+#: No KV-read term (``kv_read_s_per_token`` 0, held there): tried with 5e-8 and 1e-8, on the
+#: SGLang-scheduler engine model (loadtests/sglang_sched.py, whose steps do read the batch's
+#: KV) the fit's checked error rose from 0.06-0.09 to 0.17-0.28 (each shift of the day pulls
+#: the fit back toward a prior term the engine's data did not need); a ``speed`` block from
+#: ``specgate calibrate`` carries it where the load test measured it (docs/loadtests.md).
 DEFAULT_PRIOR = SpeedModel(decode_s_per_token=0.02, batch_knee=32.0, attention_s_per_token=2e-7,
                            prefill_s_per_token=2e-4)
 
-_N = 4  # theta = (p, t0, t0 / b_knee, a)
+_N = 5  # theta = (p, t0, t0 / b_knee, a, k)
 
 #: Upper edges (prompt tokens) of the context buckets of the acceptance table; the last
 #: bucket is everything above. Acceptance falls with context (vllm-project/vllm#47602,
@@ -70,7 +76,7 @@ _N = 4  # theta = (p, t0, t0 / b_knee, a)
 CONTEXT_BUCKETS: tuple[int, ...] = (1024, 4096, 16384, 65536)
 
 #: After its first ``4 * REFIT_EVERY`` observations a fit solves for its model (and publishes
-#: its acceptance table) every this many: the 4 x 4 solve costs tens of microseconds in Python,
+#: its acceptance table) every this many: the 5 x 5 solve costs tens of microseconds in Python,
 #: and a new model on every finished request would defeat the snapshot cache.
 REFIT_EVERY = 8
 
@@ -141,7 +147,7 @@ class Observation:
 
 def _theta(model: SpeedModel) -> list[float]:
     return [model.prefill_s_per_token, model.decode_s_per_token,
-            model.decode_s_per_token / model.batch_knee, model.attention_s_per_token]
+            model.decode_s_per_token / model.batch_knee, model.attention_s_per_token, model.kv_read_s_per_token]
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -217,7 +223,8 @@ class SpeedFit:
         self._theta0 = _theta(model)
         self._model = self._refit() if self.count else replace(
             self.prior, prefill_s_per_token=model.prefill_s_per_token, decode_s_per_token=model.decode_s_per_token,
-            batch_knee=model.batch_knee, attention_s_per_token=model.attention_s_per_token)
+            batch_knee=model.batch_knee, attention_s_per_token=model.attention_s_per_token,
+            kv_read_s_per_token=model.kv_read_s_per_token)
         self._model_theta = _theta(self._model)
         self.version += 1
 
@@ -238,7 +245,8 @@ class SpeedFit:
         error, age (s), and the measured tau per ``class/bucket``."""
         m = self._model
         return {"decode_s_per_token": m.decode_s_per_token, "batch_knee": round(m.batch_knee, 3),
-                "attention_s_per_token": m.attention_s_per_token, "prefill_s_per_token": m.prefill_s_per_token,
+                "attention_s_per_token": m.attention_s_per_token, "kv_read_s_per_token": m.kv_read_s_per_token,
+                "prefill_s_per_token": m.prefill_s_per_token,
                 "observations": self.count, "error": None if self.error is None else round(self.error, 4),
                 "changes": self.changes,
                 "age_s": None if self.updated_at is None else round(now - self.updated_at, 3),
@@ -254,8 +262,8 @@ class SpeedFit:
         if gamma > 0 and obs.accept_length is not None:
             tau = min(max(obs.accept_length, 1.0), gamma + 1.0)
             k = (1 + c * gamma) / tau
-            return [u, m * k, m * obs.batch * (gamma + 1 + c * gamma) / tau, m * ctx * k]
-        return [u, m, m * obs.batch, m * ctx]
+            return [u, m * k, m * obs.batch * (gamma + 1 + c * gamma) / tau, m * ctx * k, m * obs.batch * ctx * k]
+        return [u, m, m * obs.batch, m * ctx, m * obs.batch * ctx]
 
     def predict_s(self, obs: Observation, row: list[float] | None = None) -> float:
         """The current model's time for ``obs`` (s; no queueing); ``row``: its :meth:`row`
@@ -328,10 +336,11 @@ class SpeedFit:
         theta = _solve(a, b)
         if theta is None or not all(math.isfinite(t) for t in theta):
             return self._model
-        t0 = [max(t, t0 / 100) for t, t0 in zip(theta, self._theta0, strict=True)]  # positive, at most 100x below
-        p, decode, slope, attn = t0
+        # positive, at most 100x below the prior; a term whose prior is 0 is off and stays so
+        t0 = [max(t, t0 / 100) if t0 > 0 else 0.0 for t, t0 in zip(theta, self._theta0, strict=True)]
+        p, decode, slope, attn, kv_read = t0
         return replace(self.prior, prefill_s_per_token=p, decode_s_per_token=decode,
-                       batch_knee=decode / slope, attention_s_per_token=attn)
+                       batch_knee=decode / slope, attention_s_per_token=attn, kv_read_s_per_token=kv_read)
 
 
 def prior_precision(theta0: list[float], theta: list[float], weight: float) -> list[float]:

@@ -9,8 +9,8 @@ decode is memory-bound at small batch and turns compute-bound past a knee, where
 
 Per output token, for a batch of ``b`` sequences at context ``L`` (seconds):
 
-    T_plain(b, L)  = t0 * (1 + b / b_knee) + a * L
-    T_verify(b, L) = t0 * (1 + b * (gamma + 1) / b_knee) + a * L
+    T_plain(b, L)  = t0 * (1 + b / b_knee) + a * L + k * b * L
+    T_verify(b, L) = t0 * (1 + b * (gamma + 1) / b_knee) + a * L + k * b * L
     T_spec(b, L)   = (T_verify(b, L) + c * gamma * T_plain(b, L)) / tau
 
 and for the whole request, with ``P`` prompt tokens of which ``C`` are cached on the endpoint
@@ -31,9 +31,15 @@ about one engine's worth per request lifetime. A heuristic, not a queueing model
 an engine whose KV is full predicted slow, which neither the batch nor the running cap
 shows.
 
+The last term is attention's KV reads: a decode step reads every running sequence's KV, so
+its time grows with the batch *times* its context (``b * L`` tokens of KV to load per step:
+Pope et al., "Efficiently Scaling Transformer Inference", arXiv:2211.05102, section 2), where ``a * L`` alone would let a batch of twelve long prompts decode as fast per step as
+one. ``k = 0`` is the form without it.
+
 Parameters (:class:`SpeedModel`, per pool, from ``specgate calibrate``): ``t0`` =
 ``decode_s_per_token`` (s), ``b_knee`` = ``batch_knee`` (sequences), ``a`` =
-``attention_s_per_token`` (s per context token per output token), ``p`` =
+``attention_s_per_token`` (s per context token per output token), ``k`` =
+``kv_read_s_per_token`` (s per decode step per context token of the batch), ``p`` =
 ``prefill_s_per_token`` (s per uncached prompt token), ``R`` = ``max_running_requests``
 (sequences, optional); for a speculative pool ``gamma`` (draft tokens per cycle), ``c`` (drafter
 cost ratio, ``T_draft / (gamma * T_target)``) and ``tau`` (mean accepted length per verify step,
@@ -56,6 +62,8 @@ class SpeedModel:
         decode_s_per_token: t0, seconds per output token of a batch of one at short context.
         batch_knee: b_knee, the batch (sequences) at which the step's compute equals t0.
         attention_s_per_token: a, seconds per output token per context token.
+        kv_read_s_per_token: k, seconds per decode step per context token of the whole batch
+            (``b * L`` tokens); 0: a step's time does not grow with batch times context.
         prefill_s_per_token: p, seconds per uncached prompt token.
         max_running_requests: R, sequences the engine runs at once (None: no queueing).
         gamma: draft tokens per cycle (speculative pools; 0 for plain).
@@ -69,15 +77,21 @@ class SpeedModel:
     max_running_requests: int | None = None
     gamma: int = 0
     c: float = 0.0
+    kv_read_s_per_token: float = 0.0
 
 
-def token_s(model: SpeedModel, *, batch: float, context: float, accept_length: float | None) -> float:
+def token_s(model: SpeedModel, *, batch: float, context: float, accept_length: float | None,
+            kv_tokens: float | None = None) -> float:
     """Seconds per output token at ``batch`` sequences and ``context`` tokens.
 
     ``accept_length`` (tau) None or a plain model (``gamma == 0``) gives ``T_plain``; else
-    ``T_spec`` with ``tau`` clamped to ``[1, gamma + 1]``.
+    ``T_spec`` with ``tau`` clamped to ``[1, gamma + 1]``. ``kv_tokens``: the KV a step reads
+    (the running sequences' contexts summed, tokens; None: ``batch * context``, which counts
+    requests waiting in the engine's queue as if they decoded).
     """
-    t0, knee, attn = model.decode_s_per_token, model.batch_knee, model.attention_s_per_token * context
+    t0, knee = model.decode_s_per_token, model.batch_knee
+    attn = model.attention_s_per_token * context + model.kv_read_s_per_token * (
+        batch * context if kv_tokens is None else kv_tokens)
     plain = t0 * (1.0 + batch / knee) + attn
     if accept_length is None or model.gamma <= 0:
         return plain
@@ -90,7 +104,7 @@ def token_s(model: SpeedModel, *, batch: float, context: float, accept_length: f
 def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_tokens: int,
                  output_tokens: int, accept_length: float | None, kv_need_tokens: int = 0,
                  kv_free_tokens: int | None = None, kv_used_tokens: int = 0,
-                 context_tokens: float | None = None) -> float:
+                 context_tokens: float | None = None, kv_read_tokens: float | None = None) -> float:
     """Predicted seconds from dispatch to the last token (see the module docstring).
 
     Args:
@@ -104,6 +118,8 @@ def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_to
         context_tokens: the mean context of the batch the request decodes in (tokens; every
             sequence of a batch waits for the step, whose attention reads every sequence's
             KV); None: the request's own ``P + M / 2``.
+        kv_read_tokens: the KV each of its decode steps reads (the engine's used KV and this
+            request's ``P + M / 2``, tokens; None: the running batch times ``context_tokens``).
     """
     prefill = model.prefill_s_per_token * max(0, prompt_tokens - cached_tokens)
     running = batch
@@ -111,7 +127,8 @@ def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_to
     if cap is not None:
         running = min(batch, cap)
     context = prompt_tokens + output_tokens / 2 if context_tokens is None else context_tokens
-    decode = output_tokens * token_s(model, batch=running, context=context, accept_length=accept_length)
+    decode = output_tokens * token_s(model, batch=running, context=context, accept_length=accept_length,
+                                     kv_tokens=kv_read_tokens)
     total = prefill + decode
     service = total
     if cap is not None and batch > cap:

@@ -77,6 +77,7 @@ def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str
     need = (features.num_prompts * features.predicted_weight + pool.reserved) * (1 + e.queued)
     t = completion_s(pool.speed, batch=e.load + features.n, prompt_tokens=p,
                      context_tokens=batch_context(e, p, m),
+                     kv_read_tokens=None if e.kv_free_tokens is None else e.kv_used_tokens + p + m / 2,
                      cached_tokens=e.cached_tokens if cached_tokens is None else cached_tokens, output_tokens=m,
                      accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
                      kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)

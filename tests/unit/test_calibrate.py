@@ -36,7 +36,7 @@ def test_fixed_report_exact_thresholds() -> None:
     assert (cal.saturation_enter, cal.saturation_exit) == (15, 11)
     # the plain pool's complete speed block; the speculative one's needs both accept lengths
     assert cal.patch() == {"routing": {"long_prompt_tokens": 81231, "saturation": {"enter": 15, "exit": 11}},
-                           "pools": [{"name": "plain", "speed": {"decode_s_per_token": 0.004, "batch_knee": 16.0, "attention_s_per_token": 0.0,
+                           "pools": [{"name": "plain", "speed": {"decode_s_per_token": 0.004, "batch_knee": 16.0, "attention_s_per_token": 0.0, "kv_read_s_per_token": 0.0,
                                     "prefill_s_per_token": 0.0}}]}
     ev = cal.evidence
     assert ev["long_prompt_tokens"]["load"] == 1

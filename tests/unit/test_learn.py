@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -199,3 +200,32 @@ def test_the_acceptance_table_follows_a_change_of_task_within_a_minute():
     assert fit.status(464.0)["changes"] == fit.changes
     _, tau_counted = table_after(1e12)  # per observation alone: the last 200 requests
     assert tau_counted > 2.9
+
+
+def _kv_traffic(fit: SpeedFit, model: SpeedModel, n: int, *, seed: int) -> list[Observation]:
+    """Requests whose batch and context vary apart (so ``b * L`` is not ``b`` or ``L`` alone)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        p, m, b = rng.choice([200, 1000, 4000]), rng.randint(20, 400), rng.randint(1, 16)
+        ctx = rng.choice([300.0, 1500.0, 6000.0])
+        y = completion_s(model, batch=b, prompt_tokens=p, cached_tokens=0, output_tokens=m, accept_length=None,
+                         context_tokens=ctx)
+        obs = Observation(p, 0, m, b, y * rng.uniform(0.97, 1.03), None, ctx)
+        fit.observe(obs, float(i))
+        out.append(obs)
+    return out
+
+
+def test_a_speed_block_s_kv_read_term_is_learned_and_a_zero_one_stays_zero():
+    true = replace(TRUE, kv_read_s_per_token=5e-8)  # a batch of 16 at 6,000 tokens: +0.0048 s a token
+    fit = SpeedFit(replace(true, kv_read_s_per_token=1.5e-7, decode_s_per_token=0.02), prior_weight=0.01)
+    seen = _kv_traffic(fit, true, 400, seed=4)
+    assert fit.model.kv_read_s_per_token == pytest.approx(5e-8, rel=0.15)
+    assert fit.model.decode_s_per_token == pytest.approx(0.01, rel=0.1)
+    assert statistics.median(abs(fit.predict_s(o) - o.duration_s) / o.duration_s for o in seen[-100:]) < 0.05
+    assert fit.status(400.0)["kv_read_s_per_token"] == fit.model.kv_read_s_per_token
+    # the default prior has no such term, and the fit keeps it so: the others absorb what they can
+    plain = SpeedFit(DEFAULT_PRIOR, prior_weight=0.01)
+    _kv_traffic(plain, true, 400, seed=4)
+    assert plain.model.kv_read_s_per_token == 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from router.decision.acceptance import AcceptanceTracker, temperature_class
 from router.decision.bypass import BypassState
 from router.decision.policy import Decision, EndpointSnapshot, PoolSnapshot, Reason, Rules, decide
 from router.decision.predict import SpeedModel, completion_s, token_s
+from router.decision.predicted import predict_request
 from router.request.features import RequestFeatures
 
 RULES = Rules(max_context_tokens=4096, default_max_tokens=256, long_prompt_tokens=1024)
@@ -199,3 +201,32 @@ def test_flags_flip_at_most_once_per_interval():
     assert states == [True, True, True, False, False, True, True]
     assert b.flipped_at["saturated"] == 11.0
     assert math.isinf(b.flipped_at["low_acceptance:greedy"])
+
+
+def test_the_kv_read_term_grows_with_the_batch_times_its_context():
+    kv = SpeedModel(decode_s_per_token=0.01, batch_knee=32, attention_s_per_token=1e-7, kv_read_s_per_token=2e-8)
+    # T_plain(b, L) = t0 (1 + b / b_knee) + a L + k b L
+    assert token_s(kv, batch=12, context=1000, accept_length=None) == pytest.approx(
+        0.01 * (1 + 12 / 32) + 1e-7 * 1000 + 2e-8 * 12 * 1000)
+    # the KV a step reads, when known, replaces b * L: requests queued in the engine read none
+    assert token_s(kv, batch=12, context=1000, accept_length=None, kv_tokens=3000) == pytest.approx(
+        0.01 * (1 + 12 / 32) + 1e-7 * 1000 + 2e-8 * 3000)
+    # the verify pass reads each sequence's KV once, like a plain step
+    spec = replace(kv, gamma=3, c=0.1)
+    plain = 0.01 * (1 + 12 / 32) + 1e-4 + 2.4e-4
+    verify = 0.01 * (1 + 12 * 4 / 32) + 1e-4 + 2.4e-4
+    assert token_s(spec, batch=12, context=1000, accept_length=2.0) == pytest.approx((verify + 0.1 * 3 * plain) / 2.0)
+    # k = 0 is the form without the term
+    assert token_s(replace(kv, kv_read_s_per_token=0.0), batch=12, context=1000, accept_length=None) == \
+        pytest.approx(0.01 * (1 + 12 / 32) + 1e-7 * 1000)
+
+
+def test_the_prediction_reads_the_engine_s_used_kv_for_the_step_not_its_queued_requests():
+    kv = SpeedModel(decode_s_per_token=0.01, batch_knee=32, kv_read_s_per_token=1e-7)
+    snap = PoolSnapshot("plain", False, 100_000, 0, (EndpointSnapshot("http://p", True, load=10, queued=6,
+                                                                     kv_free_tokens=50_000, kv_used_tokens=4_000),),
+                        speed=kv)
+    f = RequestFeatures(prompt_tokens=1000, max_new_tokens=100, temperature_class="greedy")
+    # 4 running sequences: 4,000 used + this request's 1,000 + 50 read per step, batch 11 for the rest
+    step = 0.01 * (1 + 11 / 32) + 1e-7 * 5050
+    assert predict_request(f, snap, "http://p") == pytest.approx(100 * step)

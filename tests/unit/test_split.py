@@ -91,7 +91,7 @@ def test_speed_model_fit_recovers_a_known_model() -> None:
     text = cal.patch_yaml()
     [plain_patch] = yaml.safe_load(text)["pools"]
     assert plain_patch["name"] == "plain" and plain_patch["speed"] == pytest.approx(
-        {"decode_s_per_token": 0.02, "batch_knee": 40.0, "attention_s_per_token": 5e-08, "prefill_s_per_token": 1e-05},
+        {"decode_s_per_token": 0.02, "batch_knee": 40.0, "attention_s_per_token": 5e-08, "kv_read_s_per_token": 0.0, "prefill_s_per_token": 1e-05},
         rel=1e-4)
     assert "# warning: the speculative pool's block is left out, it lacks an accept length" in text
     from loadtests.speedfit import speed_blocks
@@ -136,7 +136,8 @@ def test_one_run_with_both_classes_gives_complete_speed_blocks(tmp_path: Path) -
     assert pools["spec"]["accept_length_greedy"] == pytest.approx(expected_tokens(m.alpha(knee), 4), rel=0.03)
     assert pools["spec"]["accept_length_sampled"] == pytest.approx(expected_tokens(m.alpha(knee) - 0.3, 4), rel=0.03)
     assert pools["plain"] == pytest.approx({"decode_s_per_token": 0.02, "batch_knee": 40.0,
-                                            "attention_s_per_token": 5e-08, "prefill_s_per_token": 1e-05}, rel=1e-4)
+                                            "attention_s_per_token": 5e-08, "kv_read_s_per_token": 0.0,
+                                            "prefill_s_per_token": 1e-05}, rel=1e-4)
     cfg = parse_config(merged)
     assert {p.name: p.speed is not None for p in cfg.pools} == {"spec": True, "plain": True}
     assert "left out" not in text
