@@ -1,6 +1,6 @@
 """The speed-model fit (loadtests/speedfit.py) on an engine whose time per token grows with load
 times context, as the demo's SGLang CPU pools measure (each decode step reads every running
-sequence's KV; long prompts joining are prefilled between steps): the model's ``kv_read`` term."""
+sequence's KV; long prompts joining are prefilled between steps)."""
 
 from __future__ import annotations
 
@@ -40,34 +40,27 @@ def test_one_joint_least_squares_makes_the_knee_degenerate_there() -> None:
     assert t0 < 0 and t0 / slope < 0.1
 
 
-def test_the_kv_read_term_is_recovered_from_the_context_slope_at_each_load() -> None:
-    # d tpot / d L is ATTN + K * b at every load: the line through the three loads' slopes gives
-    # both; t0 and the knee then come from the shortest bucket with that context term taken off
-    fit = fit_speed_model(_report())
-    plain = fit["pools"]["plain"]
-    assert (plain["t0_s"], plain["batch_knee"], plain["attn_s_per_token"], plain["kv_read_s_per_token"]) == \
-        pytest.approx((T0, KNEE, ATTN, K), rel=1e-3)
-    assert not [w for w in fit["warnings"] if w.startswith("plain: at ")]
-    assert fit["residual_s"]["plain"] == pytest.approx(0.0, abs=1e-5)
-    blocks = speed_blocks(fit)
-    assert blocks["plain"]["kv_read_s_per_token"] == pytest.approx(K, rel=1e-3)
-    # the speculative pool runs the same target on the same hardware: its t0, knee and context
-    # terms are the plain pool's, its own cost is the drafter's c
-    assert (blocks["spec"]["decode_s_per_token"], blocks["spec"]["batch_knee"], blocks["spec"]["kv_read_s_per_token"]) \
-        == (plain["t0_s"], plain["batch_knee"], plain["kv_read_s_per_token"])
-
-
-def test_lengths_at_one_load_only_leave_the_kv_read_term_out() -> None:
-    # without a second load measured at two lengths, the product cannot be told from attention:
-    # the lowest load's context slope is attention, the term is 0, and the fit says so
+def test_the_fit_takes_each_term_where_it_dominates() -> None:
     report = _report()
-    report["points"] = [p for p in report["points"]
-                        if p["load"] == 1 or p["targets"]["plain"]["prompt_tokens"]["p50"] < 1000]
+    short = {length for b, length, _ in _plain_points(report) if length < 1000}
+    assert len(short) == 1
+    ls = short.pop()
     fit = fit_speed_model(report)
     plain = fit["pools"]["plain"]
-    assert plain["kv_read_s_per_token"] == 0.0
+    # attention from load 1 across lengths: ATTN + K; t0 and the slope from the shortest bucket
+    # after that attention: t0 = T0 - K * Ls, slope = T0 / KNEE + K * Ls
     assert plain["attn_s_per_token"] == pytest.approx(ATTN + K, rel=1e-3)
-    assert "prompt lengths measured at one load only: kv_read_s_per_token not fitted (0)" in fit["warnings"]
+    assert plain["t0_s"] == pytest.approx(T0 - K * ls, rel=1e-3)
+    assert plain["batch_knee"] == pytest.approx((T0 - K * ls) / (T0 / KNEE + K * ls), rel=1e-3)
+    assert 0.3 < plain["batch_knee"] < KNEE
+    misfit = [w for w in fit["warnings"] if w.startswith("plain: at ")]
+    assert [w.split(" the time")[0] for w in misfit] == ["plain: at 1000-1400 x 4", "plain: at 1000-1400 x 12"]
+    assert "2.30x the fitted model's" in misfit[1]
+    blocks = speed_blocks(fit)
+    assert blocks["plain"]["batch_knee"] == plain["batch_knee"]
+    # the speculative pool runs the same target on the same hardware: its t0 and knee are the plain
+    # pool's, its own cost is the drafter's c
+    assert (blocks["spec"]["decode_s_per_token"], blocks["spec"]["batch_knee"]) == (plain["t0_s"], plain["batch_knee"])
 
 
 def test_a_model_without_the_product_is_recovered_exactly() -> None:
