@@ -7,14 +7,8 @@ never reaches in here: it reads :class:`~router.decision.snapshot.PoolSnapshot` 
 One endpoint's health, in-flight leases and load are :mod:`router.state.endpoint`'s
 (:class:`~router.state.endpoint.Endpoint`, :class:`~router.state.endpoint.Lease`, re-exported here).
 
-Discovered endpoints (pools with a ``discovery`` block, :mod:`router.loops.discovery`): the watcher
-hands :meth:`Runtime.set_discovered` the pool's ready URL set whenever it changes (no reload).
-A new URL gets a new endpoint (health *unknown* until its first scrape); a URL that leaves the
-set is *draining*: not routable (``healthy`` is False, so snapshots and the policy skip it),
-its in-flight leases run to their end, and the release of its last lease drops it from the pool
-(at once when it has none). A URL that comes back while draining keeps its endpoint (health,
-in-flight). The pool's endpoint map is replaced, never mutated, so a snapshot is one consistent
-view.
+Discovered endpoints (pools with a ``discovery`` block): :meth:`Runtime.set_discovered`, whose
+membership rules (new, draining, dropped once idle) are :mod:`router.state.membership`'s.
 
 Prefix-cache routing (``routing.prefix_cache``, :mod:`router.decision.prefix`): the runtime holds one
 :class:`~router.decision.prefix.PrefixIndex` per pool (carried over by a reload unless the block size
@@ -63,6 +57,7 @@ from router.request.features import PromptCounter, RequestFeatures, TokensPerByt
 from router.state.endpoint import Endpoint, Lease, LeaseLedger
 from router.state.engine_limits import LimitChange, SmallEndpoint, follow, too_small
 from router.state.identity import lacking_adapters, pool_adapters
+from router.state.membership import drop_drained, set_discovered
 from router.state.pool import Pool
 from router.state.snapshot_cache import SnapshotCache
 from router.state.snapshots import accept_lengths, endpoint_snapshot
@@ -371,72 +366,36 @@ class Runtime:
         ep.ledger = self.ledger
         ep.failure_threshold = self.config.health.failure_threshold
         ep.success_threshold = self.config.health.success_threshold
-        ep.warmup_required = self._warmup_required(ep.pool)
+        ep.warmup_required = self.warmup_required(ep.pool)
         pc = next((p for p in self.config.pools if p.name == ep.pool), None)
         ep.declare_adapters(pc.declared_adapters if pc is not None else frozenset())
         ep.speculative = pc.speculative if pc is not None and "generate" in pc.serves else None
         ep.models_at = None  # read what the engine serves again against this config
 
-    def _warmup_required(self, pool_name: str) -> bool:
+    def warmup_required(self, pool_name: str) -> bool:
         """``health.warmup.enabled`` for a pool that serves ``generate`` (router/loops/warmup.py)."""
         pc = next((p for p in self.config.pools if p.name == pool_name), None)
         return (self.warmup_gate and self.config.health.warmup.enabled and pc is not None
                 and "generate" in pc.serves)
 
     def set_discovered(self, pool_name: str, urls: Iterable[str]) -> tuple[list[str], list[str]]:
-        """Make ``urls`` (base URLs, ready endpoints) the routable set of a discovered pool.
+        """:func:`router.state.membership.set_discovered` on this runtime: ``urls`` become the
+        routable set of discovered pool ``pool_name``; returns ``(added, draining)`` URLs.
 
-        New URLs get new endpoints; present ones keep theirs (and stop draining); the others
-        start draining and are dropped once idle (see the module docstring). A URL already
-        serving another pool is ignored (logged).
-
-        Returns:
-            ``(added, draining)`` URLs, each sorted (endpoints that started draining now).
         Raises:
             KeyError: when there is no pool ``pool_name``.
         """
-        pool = next((p for p in self.pools if p.name == pool_name), None)
-        if pool is None:
-            raise KeyError(pool_name)
-        wanted = {u.rstrip("/") for u in pool.config.endpoints}  # static ones never drain
-        for url in urls:
-            url = url.rstrip("/")
-            other = self._by_url.get(url)
-            if other is not None and other.pool != pool_name:
-                log.warning("discovered %s for pool %s already serves pool %s; ignored",
-                            url, pool_name, other.pool)
-                continue
-            wanted.add(url)
-        health = self.config.health
-        added, draining, eps = [], [], []
-        for url in sorted(wanted | set(pool.endpoints)):
-            ep = pool.endpoints.get(url)
-            if ep is None:
-                ep = Endpoint(url=url, pool=pool_name, failure_threshold=health.failure_threshold,
-                              success_threshold=health.success_threshold, ledger=self.ledger,
-                              warmup_required=self._warmup_required(pool_name),
-                              declared_adapters=pool.config.declared_adapters)
-                added.append(url)
-            ep.on_drained = self._drop_drained
-            if url in wanted:
-                ep.draining = False
-            elif not ep.draining:
-                ep.draining = True
-                draining.append(url)
-            if not (ep.draining and ep.inflight == 0):
-                eps.append(ep)
-        pool.replace_endpoints(eps)
-        self._index()
-        return added, draining
+        return set_discovered(self, pool_name, urls)
 
     def _drop_drained(self, endpoint: Endpoint) -> None:
-        for pool in self.pools:
-            if pool.endpoints.get(endpoint.url) is endpoint and endpoint.draining and endpoint.inflight == 0:
-                pool.replace_endpoints(e for e in pool.endpoints.values() if e is not endpoint)
-                self._index()
-                log.info("endpoint %s of pool %s drained and dropped", endpoint.url, pool.name)
+        drop_drained(self, endpoint)
 
-    def _index(self) -> None:
+    def endpoint_at(self, url: str) -> Endpoint | None:
+        """The endpoint of any pool at base URL ``url``, or None."""
+        return self._by_url.get(url)
+
+    def reindex(self) -> None:
+        """Rebuild the URL -> endpoint index after a pool's endpoint map was replaced."""
         self._by_url = {ep.url: ep for pool in self.pools for ep in pool.endpoints.values()}
 
     def set_overrides(self, overrides: Overrides) -> None:
