@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from router.state.fleet import Fleet
     from router.state.models import Resolved
     from router.state.runtime import Runtime
+    from router.upstream.proxy_job import Dispatch
 
 __all__ = ["CONTEXT_KEY", "GenerationContext", "RequestContext", "attach", "attach_context", "end_disconnected", "request_context"]
 
@@ -143,7 +144,7 @@ class GenerationContext(RequestContext):
     chain: PrefixChain | None
     matches: Matches | None
     lease: Lease
-    dispatch: tuple[Any, ...] | None
+    dispatch: Dispatch | None
     pool_bodies: dict[str, bytes]
     abort_rids: tuple[str, ...]
     spec_stats: str | None

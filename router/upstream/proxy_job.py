@@ -6,14 +6,40 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from router.access.limit_rules import Ticket
 from router.decision.policy import Decision
 from router.request.features import RequestFeatures
 from router.state.endpoint import Lease
 
-__all__ = ["ProxyJob", "Redecide", "Redecision"]
+__all__ = ["Dispatch", "JobNotes", "ProxyJob", "Redecide", "Redecision"]
+
+#: An endpoint's state when a request was sent to it: ``(url, load, waits, context, sent_at)``:
+#: its base URL, its load (requests), whether the request waits in the engine, the mean context
+#: of the batch it joins (tokens; None: unknown) and ``time.perf_counter()`` at dispatch (s)
+#: (``router.state.runtime.Runtime.dispatch_state``).
+Dispatch = tuple[str, int, bool, float | None, float]
+
+
+class JobNotes(TypedDict, total=False):
+    """What the router notes on a request on its way (:attr:`ProxyJob.extra`).
+
+    Keys:
+        dispatch: the endpoint's :data:`Dispatch` state, for the live speed model (absent or
+            None: the request does not feed it).
+        spec_stats: the speculative statistics asked of the engine: ``strip`` (asked by the
+            router, removed before the client), ``read`` (asked by the client) or None
+            (:mod:`router.upstream.specstats`).
+        spec_accept_length: the request's own accept length read from the engine's answer
+            (tokens per verify step; None: not reported).
+        aborted: the URL of the endpoint whose generation the router aborted.
+    """
+
+    dispatch: Dispatch | None
+    spec_stats: str | None
+    spec_accept_length: float | None
+    aborted: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +87,7 @@ class ProxyJob:
             (one whose engines read ``priority`` the other way round, router/access/admission.py).
         trace: the W3C trace headers sent on every attempt (:func:`router.ops.trace.trace_headers`).
         span: the request's server span (:mod:`router.ops.tracing`), None with tracing off.
-        extra: per-request notes of the router (``dispatch``: the endpoint's state when the
-            request was sent, for the live speed model; ``spec_stats`` / ``spec_accept_length``:
-            :mod:`router.upstream.specstats`).
+        extra: per-request notes of the router (:class:`JobNotes`).
         caveats: ``{pool: fields}``: served by one of these pools, the response carries
             ``x-specgate-degraded: sampling`` and ``x-specgate-sampling-fields: <fields>``
             (:mod:`router.request.sampling`).
@@ -94,6 +118,6 @@ class ProxyJob:
     outcome: str = "ok"
     ttfb_s: float | None = None
     attempts: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JobNotes = field(default_factory=lambda: JobNotes())
     stale_retries: list[str] = field(default_factory=list)
     rejections: list[tuple[str, str]] = field(default_factory=list)

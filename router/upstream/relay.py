@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from aiohttp.connector import Connection
     from aiohttp.tracing import Trace
 
+    from router.upstream.proxy_job import JobNotes
+
 __all__ = [
     "KEEPALIVE_EVENT",
     "Backpressure",
@@ -406,7 +408,7 @@ class Forwarder:
 
     __slots__ = ("ended", "ends", "extra", "observer", "spec_stats", "tail")
 
-    def __init__(self, ends: tuple[bytes, ...] | None, observer: Any, extra: dict[str, Any]) -> None:
+    def __init__(self, ends: tuple[bytes, ...] | None, observer: Any, extra: JobNotes) -> None:
         self.ends, self.observer, self.extra = ends, observer, extra
         self.spec_stats = extra.get("spec_stats")
         self.ended = False
