@@ -79,6 +79,7 @@ from fastapi import FastAPI, Request
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
+from router.config.tree import UpstreamConfig
 from router.errors import (
     InvalidRequest,
     NoHealthyUpstream,
@@ -92,6 +93,7 @@ from router.front.context import attach_context, end_disconnected
 from router.front.intake import client_request_id, parse_json, read_body
 from router.ops.spans import end_span
 from router.ops.trace import trace_headers
+from router.state.endpoint import Endpoint
 from router.state.models import passthrough_target, resolve_passthrough
 from router.upstream.transport import ConnectFailed, ConnectionBroken, Transport, TransportError
 
@@ -151,8 +153,8 @@ def _candidates(pools: list[Any], excluded: set[str], tie: int) -> Iterator[Any]
     return iter(sorted(rotated, key=lambda e: e.inflight))  # stable: ties keep the rotation
 
 
-async def _call(transport: Transport, endpoint: Any, path: str, body: bytes,
-                request_id: str, upstream: Any, trace: dict[str, str]) -> tuple[int, str, bytes]:
+async def _call(transport: Transport, endpoint: Endpoint, path: str, body: bytes,
+                request_id: str, upstream: UpstreamConfig, trace: dict[str, str]) -> tuple[int, str, bytes]:
     """``POST`` the body to the endpoint (:meth:`router.upstream.transport.Transport.fetch`, within
     ``upstream.nonstream_timeout_s``): ``(status, content type, body)``. A reused connection that
     broke before the status line is a stale keep-alive connection: sent once more on the same
@@ -173,7 +175,7 @@ async def _call(transport: Transport, endpoint: Any, path: str, body: bytes,
     return got.status, got.headers.get("content-type", "application/json"), got.body
 
 
-def _attempt_span(tracing: Any, parent: Any, endpoint: Any, path: str, attempt: int,
+def _attempt_span(tracing: Any, parent: Any, endpoint: Endpoint, path: str, attempt: int,
                   trace: dict[str, str]) -> tuple[Any, dict[str, str]]:
     """One attempt's client span (:meth:`router.ops.tracing.Tracing.start_attempt`) and the trace
     headers to send: ``trace`` with the span's ``traceparent`` (the client's tracestate kept).

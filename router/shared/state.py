@@ -65,7 +65,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import orjson
@@ -77,7 +77,7 @@ from router.ops.metrics import RouterMetrics
 from router.shared.breaker import CircuitBreaker
 from router.shared.redis_client import AUTH_LOG_INTERVAL_S, build_client, failure_kind, is_moved
 
-__all__ = ["CircuitBreaker", "MemoryState", "RedisState", "build_shared_state", "redis_keys"]
+__all__ = ["CircuitBreaker", "LeasedEndpoint", "MemoryState", "RedisState", "build_shared_state", "redis_keys"]
 
 log = logging.getLogger("specgate.state")
 
@@ -123,6 +123,13 @@ def redis_keys(prefix: str) -> dict[str, str]:
     """The key names of a deployment: ``bypass``, ``overrides`` and the ``inflight`` prefix."""
     tag = "{" + prefix + "}"
     return {"bypass": f"{tag}:bypass", "overrides": f"{tag}:overrides", "inflight": f"{tag}:inflight:"}
+
+
+class LeasedEndpoint(Protocol):
+    """What the lease ledger reads of an endpoint (``router.state.endpoint.Endpoint`` has it)."""
+
+    pool: str
+    url: str
 
 
 class MemoryState:
@@ -229,10 +236,10 @@ class RedisState:
         """This object (it records leases)."""
         return self
 
-    def _key(self, endpoint: Any) -> str:
+    def _key(self, endpoint: LeasedEndpoint) -> str:
         return f"{self._inflight_prefix}{endpoint.pool}:{endpoint.url}"
 
-    def acquired(self, endpoint: Any) -> str:
+    def acquired(self, endpoint: LeasedEndpoint) -> str:
         """Record a new lease; queue its ZADD unless degraded (then recovery re-adds it)."""
         self._ids += 1
         lease_id = f"{self.replica_id}:{self._ids}"
@@ -243,7 +250,7 @@ class RedisState:
             self._wake.set()
         return lease_id
 
-    def released(self, endpoint: Any, lease_id: str) -> None:
+    def released(self, endpoint: LeasedEndpoint, lease_id: str) -> None:
         """Record a release; queue a ZREM if the lease may have reached Redis."""
         key = self._open.pop(lease_id, None)
         if key is None:
