@@ -2,8 +2,8 @@
 
 :mod:`router.decision.predict` needs, per pool, ``t0`` (s per output token of a batch of one),
 ``b_knee`` (sequences), ``a`` (s per output token per context token), ``k`` (s per decode
-step per context token of the batch) and ``p`` (s per uncached prompt token). Every finished request gives the router its dispatch-to-end time
-``y`` (s), its output tokens ``M`` (``usage.completion_tokens``), its prompt and cached tokens
+step per context token of the batch) and ``p`` (s per uncached prompt token). Every finished
+request gives the router its dispatch-to-end time ``y`` (s), its output tokens ``M`` (``usage.completion_tokens``), its prompt and cached tokens
 ``P``, ``C`` and the endpoint's batch ``b`` while it ran (the mean of its load at dispatch and
 at the end, requests). With ``theta = (p, t0, t0 / b_knee, a, k)`` the model of
 :mod:`router.decision.predict` is linear in ``theta``:
@@ -63,8 +63,8 @@ __all__ = [
 #: No KV-read term (``kv_read_s_per_token`` 0, held there): tried with 5e-8 and 1e-8, on the
 #: SGLang-scheduler engine model (loadtests/sglang_sched.py, whose steps do read the batch's
 #: KV) the fit's checked error rose from 0.06-0.09 to 0.17-0.28 (each shift of the day pulls
-#: the fit back toward a prior term the engine's data did not need); a ``speed`` block from
-#: ``specgate calibrate`` carries it where the load test measured it (docs/loadtests.md).
+#: the fit back toward a prior term the engine's data did not need); a pool gets it from its
+#: ``speed`` block (set by the operator: ``specgate calibrate`` writes 0, docs/loadtests.md).
 DEFAULT_PRIOR = SpeedModel(decode_s_per_token=0.02, batch_knee=32.0, attention_s_per_token=2e-7,
                            prefill_s_per_token=2e-4)
 

@@ -33,8 +33,9 @@ shows.
 
 The last term is attention's KV reads: a decode step reads every running sequence's KV, so
 its time grows with the batch *times* its context (``b * L`` tokens of KV to load per step:
-Pope et al., "Efficiently Scaling Transformer Inference", arXiv:2211.05102, section 2), where ``a * L`` alone would let a batch of twelve long prompts decode as fast per step as
-one. ``k = 0`` is the form without it.
+Pope et al., "Efficiently Scaling Transformer Inference", arXiv:2211.05102, section 2), where
+``a * L`` alone would let a batch of twelve long prompts decode as fast per step as one.
+``k = 0`` is the form without it.
 
 Parameters (:class:`SpeedModel`, per pool, from ``specgate calibrate``): ``t0`` =
 ``decode_s_per_token`` (s), ``b_knee`` = ``batch_knee`` (sequences), ``a`` =

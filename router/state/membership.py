@@ -60,7 +60,7 @@ def set_discovered(runtime: Runtime, pool_name: str, urls: Iterable[str]) -> tup
                           warmup_required=runtime.warmup_required(pool_name),
                           declared_adapters=pool.config.declared_adapters)
             added.append(url)
-        ep.on_drained = runtime._drop_drained
+        ep.on_drained = runtime.drop_drained
         if url in wanted:
             ep.draining = False
         elif not ep.draining:

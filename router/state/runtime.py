@@ -161,7 +161,7 @@ class Runtime:
                 if prev is not None and prev.config.discovery == pc.discovery:
                     for ep in prev.endpoints.values():
                         self._adopt(ep)
-                        ep.on_drained = self._drop_drained   # drops from this runtime's pool
+                        ep.on_drained = self.drop_drained   # drops from this runtime's pool
                         eps.append(ep)
             for url in pc.endpoints:
                 url = url.rstrip("/")
@@ -387,7 +387,8 @@ class Runtime:
         """
         return set_discovered(self, pool_name, urls)
 
-    def _drop_drained(self, endpoint: Endpoint) -> None:
+    def drop_drained(self, endpoint: Endpoint) -> None:
+        """An endpoint's ``on_drained`` callback: :func:`router.state.membership.drop_drained`."""
         drop_drained(self, endpoint)
 
     def endpoint_at(self, url: str) -> Endpoint | None:

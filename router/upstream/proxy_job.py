@@ -118,6 +118,6 @@ class ProxyJob:
     outcome: str = "ok"
     ttfb_s: float | None = None
     attempts: int = 1
-    extra: JobNotes = field(default_factory=lambda: JobNotes())
+    extra: JobNotes = field(default_factory=JobNotes)
     stale_retries: list[str] = field(default_factory=list)
     rejections: list[tuple[str, str]] = field(default_factory=list)
