@@ -298,8 +298,9 @@ def engine_model_from_fit(fit: Mapping[str, Any], base: Any = None) -> Any:
 
 def speed_blocks(fit: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Each fitted pool's ``speed`` block in the router config's keys (``router.config.tree.SpeedConfig``:
-    ``decode_s_per_token``, ``batch_knee``, ``attention_s_per_token``, ``kv_read_s_per_token`` (0:
-    not fitted, see :func:`fit_speed_model`), ``prefill_s_per_token``; for the speculative pool ``accept_length_greedy`` / ``accept_length_sampled``, the
+    ``decode_s_per_token``, ``batch_knee``, ``attention_s_per_token``, ``kv_read_s_per_token``
+    (0: not fitted, see :func:`fit_speed_model`), ``prefill_s_per_token``; for the speculative
+    pool ``accept_length_greedy`` / ``accept_length_sampled``, the
     accept length E[tau] of the fitted alpha at its knee, where measured). A pool without a
     fitted ``batch_knee`` is left out (the config requires it). Keys: ``plain``, ``spec``.
     """
