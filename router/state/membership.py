@@ -13,19 +13,38 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from router.state.endpoint import Endpoint
+from router.state.endpoint import Endpoint, LeaseLedger
 
 if TYPE_CHECKING:
-    from router.state.runtime import Runtime
+    from router.config.tree import Config
+    from router.state.pool import Pool
 
-__all__ = ["drop_drained", "set_discovered"]
+__all__ = ["Members", "drop_drained", "set_discovered"]
 
 log = logging.getLogger("specgate")
 
 
-def set_discovered(runtime: Runtime, pool_name: str, urls: Iterable[str]) -> tuple[list[str], list[str]]:
+class Members(Protocol):
+    """What membership reads and calls of the runtime that owns the pools
+    (:class:`router.state.runtime.Runtime` has it; a protocol, so this module does not import
+    the runtime that imports it)."""
+
+    pools: tuple[Pool, ...]
+    config: Config
+    ledger: LeaseLedger | None
+
+    def endpoint_at(self, url: str) -> Endpoint | None: ...
+
+    def reindex(self) -> None: ...
+
+    def warmup_required(self, pool_name: str) -> bool: ...
+
+    def drop_drained(self, endpoint: Endpoint) -> None: ...
+
+
+def set_discovered(runtime: Members, pool_name: str, urls: Iterable[str]) -> tuple[list[str], list[str]]:
     """Make ``urls`` (base URLs, ready endpoints) the routable set of ``runtime``'s discovered
     pool ``pool_name``.
 
@@ -73,7 +92,7 @@ def set_discovered(runtime: Runtime, pool_name: str, urls: Iterable[str]) -> tup
     return added, draining
 
 
-def drop_drained(runtime: Runtime, endpoint: Endpoint) -> None:
+def drop_drained(runtime: Members, endpoint: Endpoint) -> None:
     """Drop ``endpoint`` from its pool of ``runtime`` when it is draining and idle (its last
     lease released: the endpoint's ``on_drained`` callback)."""
     for pool in runtime.pools:
