@@ -47,10 +47,12 @@ from router import (
     AcceptanceTracker,
     BypassState,
     Decision,
+    EndpointValues,
     EngineLoad,
     Observation,
     PoolSnapshot,
     PredictionCheck,
+    PrefillMeter,
     RequestFeatures,
     RoutingConfig,
     Rules,
@@ -228,6 +230,7 @@ class PolicyRouter:
                 self._speed[spec] = SpeedModel(
                     decode_s_per_token=s.t0_s, batch_knee=s.batch_knee, attention_s_per_token=s.attn_s_per_token,
                     prefill_s_per_token=s.prefill_s_per_token, kv_read_s_per_token=s.kv_read_s_per_token,
+                    prefill_stall_s_per_token=s.prefill_s_per_token,  # a speed block's default
                     max_running_requests=m.max_running,
                     gamma=settings.gamma if spec else 0, c=settings.drafter_cost_ratio if spec else 0.0)
             short = s.alpha_knee_tokens
@@ -242,7 +245,8 @@ class PolicyRouter:
                     prior = replace(exact, decode_s_per_token=exact.decode_s_per_token * k,
                                     attention_s_per_token=exact.attention_s_per_token * k,
                                     kv_read_s_per_token=exact.kv_read_s_per_token * k,
-                                    prefill_s_per_token=exact.prefill_s_per_token * k)
+                                    prefill_s_per_token=exact.prefill_s_per_token * k,
+                                    prefill_stall_s_per_token=exact.prefill_stall_s_per_token * k)
                 self.fits[spec] = SpeedFit(prior, prior_weight=settings.prior_weight, forgetting=settings.forgetting)
             self._speed, self.priors = {}, {}
         #: per pool, in ``learn`` mode, its predictions checked against what happened and the
@@ -251,8 +255,12 @@ class PolicyRouter:
         #: per pool, every checked prediction of the day as ``(predicted - realised) / realised``
         #: (the checks keep only their recent window; this is for a day's report)
         self.prediction_errors: dict[str, list[float]] = {}
-        # (url, t) -> (load, queued, batch context, decision, features) at dispatch
-        self._dispatched: dict[tuple[str, float], tuple[int, int, float | None, Decision, RequestFeatures]] = {}
+        # (url, t) -> (load, queued, batch context, decision, features, prefill backlog, prompts
+        # sent) at dispatch
+        self._dispatched: dict[tuple[str, float], tuple[int, int, float | None, Decision, RequestFeatures,
+                                                        float, float]] = {}
+        #: per endpoint, the prompt tokens sent there (``Runtime.note_prompt``)
+        self.prefill: dict[str, PrefillMeter] = {}
         self._last: tuple[PoolSnapshot, ...] = ()
 
     def _check(self, pool: str) -> PredictionCheck | None:
@@ -320,7 +328,7 @@ class PolicyRouter:
         dispatched = self._dispatched.pop((url, record.arrival_s), None)
         if dispatched is None or not self.fits or record.pool is None:
             return
-        load, queued, ctx, decision, features = dispatched
+        load, queued, ctx, decision, features, backlog, sent = dispatched
         check = self.checks.get(record.pool)
         if check is not None and decision.basis is not None and record.status == "ok":
             predicted, realised = (predict_request(features, decision.basis, url, record.output_tokens, raw=True),
@@ -336,9 +344,33 @@ class PolicyRouter:
         self.fits[spec].observe(Observation(
             prompt_tokens=record.prompt_tokens, cached_tokens=record.cached_tokens, output_tokens=record.output_tokens,
             batch=max(1.0, (load + end_load) / 2 + 0.5), duration_s=now - record.arrival_s, accept_length=tau,
-            context=ctx), now,
+            context=ctx, stall_tokens=backlog + max(0.0, self._meter(url).total - sent)), now,
             cls, measured=tau is not None)
         share_priors(list(self.fits.values()))
+
+    def _meter(self, url: str) -> PrefillMeter:
+        meter = self.prefill.get(url)
+        if meter is None:
+            meter = self.prefill[url] = PrefillMeter()
+        return meter
+
+    def _values(self, e: EndpointView, cap: int | None, now: float) -> EndpointValues:
+        """``Endpoint.snapshot_values`` of a simulated endpoint (its scrape always fresh)."""
+        meter = self.prefill.get(e.url)
+        if meter is None or meter.total <= 0.0:
+            return endpoint_values(e.url, e.healthy, e.load, 0, _scrape(e, cap), e.inflight)
+        return endpoint_values(e.url, e.healthy, e.load, 0, _scrape(e, cap), e.inflight, meter.value(now))
+
+    def _note_prompt(self, d: Decision, request: RequestView, now: float) -> tuple[float, float]:
+        """``Runtime.note_prompt``: the request's prompt metered at its endpoint, drained at
+        its pool's model's prefill stall; ``(backlog before it, total after it)``."""
+        assert d.endpoint is not None
+        pool = next((p for p in self._last if p.name == d.pool), None)
+        model = None if pool is None else pool.speed
+        if model is None or model.prefill_stall_s_per_token <= 0.0:
+            return 0.0, 0.0
+        meter = self._meter(d.endpoint)
+        return meter.add(request.prompt_tokens, now, model.prefill_stall_s_per_token), meter.total
 
     def snapshots(self, pools: tuple[PoolView, ...], now: float) -> tuple[PoolSnapshot, ...]:
         """The policy's snapshots of the simulator's views, built as ``Runtime.snapshots`` builds
@@ -359,8 +391,7 @@ class PolicyRouter:
             out.append(pool_snapshot(
                 name=p.name, speculative=p.speculative, limit=self.limits[p.speculative],
                 reserved=s.reserved_tokens if p.speculative else 0,
-                endpoints=[endpoint_values(e.url, e.healthy, e.load, 0, _scrape(e, cap), e.inflight)
-                           for e in p.endpoints],
+                endpoints=[self._values(e, cap, now) for e in p.endpoints],
                 speed=self._speed.get(p.speculative), fit=fit, saturated=sat, low_acceptance=low,
                 accept_length_greedy=greedy, accept_length_sampled=sampled,
                 prediction_fallback=check is not None and check.fallback,
@@ -381,8 +412,9 @@ class PolicyRouter:
             snap = next(e for p in self._last for e in p.endpoints if e.url == d.endpoint)
             need = request.prompt_tokens + request.n * request.max_new_tokens
             waits = snap.queued > 0 or (snap.kv_free_tokens is not None and need > snap.kv_free_tokens)
+            backlog, sent = self._note_prompt(d, request, now)
             self._dispatched[(d.endpoint, now)] = (snap.load, int(waits), batch_context(
-                snap, request.prompt_tokens, request.max_new_tokens), d, features)
+                snap, request.prompt_tokens, request.max_new_tokens), d, features, backlog, sent)
             if d.pool is not None:
                 self._check(d.pool)
         return Choice(d.pool, d.endpoint, str(d.reason))

@@ -41,9 +41,10 @@ the pure decision         :func:`decide`, :class:`Decision`, :class:`Outcome`, :
                           :class:`PredictionCheck`, :func:`next_prediction_fallback` and
                           :func:`advance_prediction_check` (the predictions checked, and the
                           fallback's hysteresis step)
-snapshots (the one door   :func:`pool_snapshot`, :func:`endpoint_values`, :func:`accept_lengths`
-from engine signals)      (``router.state.snapshots``: what ``Runtime.snapshots`` and the day
-                          simulator build the policy's inputs with)
+snapshots (the one door   :func:`pool_snapshot`, :func:`endpoint_values` (:class:`EndpointValues`),
+from engine signals)      :func:`accept_lengths` (``router.state.snapshots``: what
+                          ``Runtime.snapshots`` and the day simulator build the policy's inputs
+                          with); :class:`PrefillMeter` (an endpoint's prompt tokens sent)
 requests                  :func:`parse_chat`, :func:`parse_completions`, :class:`PromptCounter`
 request controls          :func:`resolve_priority`, :func:`validate_sampling`,
 (benchmarks)              :func:`check_min_tokens`, :func:`speculative_caveats`,
@@ -141,7 +142,7 @@ _SURFACE = MappingProxyType({
     "DEFAULT_PRIOR": "router.decision.learn", "share_priors": "router.decision.learn", "context_bucket": "router.decision.learn",
     "predict_request": "router.decision.policy", "PredictionCheck": "router.decision.prediction_check",
     "next_prediction_fallback": "router.decision.hysteresis", "advance_prediction_check": "router.decision.hysteresis",
-    "pool_snapshot": "router.state.snapshots",
+    "pool_snapshot": "router.state.snapshots", "EndpointValues": "router.state.snapshots", "PrefillMeter": "router.state.prefill_meter",
     "endpoint_values": "router.state.snapshots", "accept_lengths": "router.state.snapshots", "parse_chat": "router.request.parsing",
     "parse_completions": "router.request.parsing", "PromptCounter": "router.request.features",
     "resolve_priority": "router.access.admission", "validate_sampling": "router.request.sampling",
@@ -168,6 +169,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "ConnectionLimits",
     "Decision",
     "EndpointSnapshot",
+    "EndpointValues",
     "EngineLoad",
     "Fleet",
     "H1Transport",
@@ -179,6 +181,7 @@ __all__ = [  # the names of _SURFACE (tests/unit/test_public_surface.py)
     "PoolConfig",
     "PoolSnapshot",
     "PredictionCheck",
+    "PrefillMeter",
     "PriorityGrant",
     "PromptCounter",
     "RateLimitConfig",

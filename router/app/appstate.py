@@ -211,7 +211,8 @@ def _learning_gauges(series: LearningSeries, pool: str, fit: SpeedFit, now: floa
     for param, value in (("decode_s_per_token", model.decode_s_per_token), ("batch_knee", model.batch_knee),
                          ("attention_s_per_token", model.attention_s_per_token),
                          ("kv_read_s_per_token", model.kv_read_s_per_token),
-                         ("prefill_s_per_token", model.prefill_s_per_token)):
+                         ("prefill_s_per_token", model.prefill_s_per_token),
+                         ("prefill_stall_s_per_token", model.prefill_stall_s_per_token)):
         series.param.labels(pool, param).set(value)
     series.observations.labels(pool).set(fit.count)
     series.error.labels(pool).set(-1.0 if fit.error is None else fit.error)

@@ -129,6 +129,10 @@ class SpeedConfig(Strict):
             step reads every running sequence's KV); 0: the step's time does not grow with the
             batch times its context, and a learning router keeps it at 0 for this pool.
         prefill_s_per_token: seconds per uncached prompt token.
+        prefill_stall_s_per_token: seconds a request waits per prompt token that other
+            requests prefill on its engine while it is in flight (SGLang runs a prefill batch
+            in place of a decode step); None: ``prefill_s_per_token``, the engine's own prefill
+            speed; 0: prefill never delays another request (a learning router keeps it at 0).
         max_running_requests: sequences the engine runs at once (SGLang's
             ``--max-running-requests``); None: no queueing term.
         accept_length_greedy: prior tau (tokens per verify step) of greedy requests on a
@@ -141,6 +145,7 @@ class SpeedConfig(Strict):
     attention_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
     prefill_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
     kv_read_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    prefill_stall_s_per_token: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     max_running_requests: PositiveInt | None = None
     accept_length_greedy: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
     accept_length_sampled: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None

@@ -2,14 +2,16 @@
 
 :mod:`router.decision.predict` needs, per pool, ``t0`` (s per output token of a batch of one),
 ``b_knee`` (sequences), ``a`` (s per output token per context token), ``k`` (s per decode
-step per context token of the batch) and ``p`` (s per uncached prompt token). Every finished
+step per context token of the batch), ``p`` (s per uncached prompt token) and ``s`` (s per
+prompt token other requests prefill on the endpoint while it runs). Every finished
 request gives the router its dispatch-to-end time ``y`` (s), its output tokens ``M`` (``usage.completion_tokens``), its prompt and cached tokens
 ``P``, ``C`` and the endpoint's batch ``b`` while it ran (the mean of its load at dispatch and
-at the end, requests). With ``theta = (p, t0, t0 / b_knee, a, k)`` the model of
+at the end, requests) and ``S`` (``Observation.stall_tokens``). With
+``theta = (p, t0, t0 / b_knee, a, k, s)`` the model of
 :mod:`router.decision.predict` is linear in ``theta``:
 
-    plain:        y = p * U + t0 * M + (t0 / b_knee) * M * b + a * M * L + k * M * b * L
-    speculative:  y = p * U + t0 * M (1 + c gamma) / tau + (t0 / b_knee) * M * b (gamma + 1 + c gamma) / tau
+    plain:        y = p * U + s * S + t0 * M + (t0 / b_knee) * M * b + a * M * L + k * M * b * L
+    speculative:  y = p * U + s * S + t0 * M (1 + c gamma) / tau + (t0 / b_knee) * M * b (gamma + 1 + c gamma) / tau
                       + (a * M * L + k * M * b * L) (1 + c gamma) / tau
 
 (``U = P - C`` uncached prompt tokens, ``L`` the mean context of the batch it decoded in, else
@@ -30,8 +32,8 @@ traffic the pools differ only by their live accept length and load, and the fit 
 them apart. Requests that waited in the engine's queue (``num_queue_reqs`` > 0 at dispatch)
 are left out: their time is the queue's (modelled apart, from the KV and running caps).
 
-Pure: no I/O, no clock; the caller passes each observation's time. Memory: one 5 x 5 matrix
-and two 5-vectors per fit.
+Pure: no I/O, no clock; the caller passes each observation's time. Memory: one 6 x 6 matrix
+and two 6-vectors per fit.
 """
 
 from __future__ import annotations
@@ -66,9 +68,9 @@ __all__ = [
 #: the fit back toward a prior term the engine's data did not need); a pool gets it from its
 #: ``speed`` block (set by the operator: ``specgate calibrate`` writes 0, docs/loadtests.md).
 DEFAULT_PRIOR = SpeedModel(decode_s_per_token=0.02, batch_knee=32.0, attention_s_per_token=2e-7,
-                           prefill_s_per_token=2e-4)
+                           prefill_s_per_token=2e-4, prefill_stall_s_per_token=2e-5)
 
-_N = 5  # theta = (p, t0, t0 / b_knee, a, k)
+_N = 6  # theta = (p, t0, t0 / b_knee, a, k, s)
 
 #: Upper edges (prompt tokens) of the context buckets of the acceptance table; the last
 #: bucket is everything above. Acceptance falls with context (vllm-project/vllm#47602,
@@ -76,7 +78,7 @@ _N = 5  # theta = (p, t0, t0 / b_knee, a, k)
 CONTEXT_BUCKETS: tuple[int, ...] = (1024, 4096, 16384, 65536)
 
 #: After its first ``4 * REFIT_EVERY`` observations a fit solves for its model (and publishes
-#: its acceptance table) every this many: the 5 x 5 solve costs tens of microseconds in Python,
+#: its acceptance table) every this many: the 6 x 6 solve costs tens of microseconds in Python,
 #: and a new model on every finished request would defeat the snapshot cache.
 REFIT_EVERY = 8
 
@@ -134,6 +136,10 @@ class Observation:
         accept_length: tau of the request (speculative pools; None on plain pools).
         context: the mean context of its batch (:func:`router.decision.policy.batch_context` at
             dispatch, tokens); None: its own ``P + M / 2``.
+        stall_tokens: prompt tokens other requests prefilled on the endpoint while it was in
+            flight: those not yet prefilled when it was dispatched (the fluid backlog,
+            :class:`router.state.prefill_meter.PrefillMeter`) and those sent there before it
+            ended (tokens; the regressor of ``s``, :mod:`router.decision.predict`).
     """
 
     prompt_tokens: int
@@ -143,11 +149,13 @@ class Observation:
     duration_s: float
     accept_length: float | None = None
     context: float | None = None
+    stall_tokens: float = 0.0
 
 
 def _theta(model: SpeedModel) -> list[float]:
     return [model.prefill_s_per_token, model.decode_s_per_token,
-            model.decode_s_per_token / model.batch_knee, model.attention_s_per_token, model.kv_read_s_per_token]
+            model.decode_s_per_token / model.batch_knee, model.attention_s_per_token, model.kv_read_s_per_token,
+            model.prefill_stall_s_per_token]
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -224,7 +232,7 @@ class SpeedFit:
         self._model = self._refit() if self.count else replace(
             self.prior, prefill_s_per_token=model.prefill_s_per_token, decode_s_per_token=model.decode_s_per_token,
             batch_knee=model.batch_knee, attention_s_per_token=model.attention_s_per_token,
-            kv_read_s_per_token=model.kv_read_s_per_token)
+            kv_read_s_per_token=model.kv_read_s_per_token, prefill_stall_s_per_token=model.prefill_stall_s_per_token)
         self._model_theta = _theta(self._model)
         self.version += 1
 
@@ -246,7 +254,7 @@ class SpeedFit:
         m = self._model
         return {"decode_s_per_token": m.decode_s_per_token, "batch_knee": round(m.batch_knee, 3),
                 "attention_s_per_token": m.attention_s_per_token, "kv_read_s_per_token": m.kv_read_s_per_token,
-                "prefill_s_per_token": m.prefill_s_per_token,
+                "prefill_s_per_token": m.prefill_s_per_token, "prefill_stall_s_per_token": m.prefill_stall_s_per_token,
                 "observations": self.count, "error": None if self.error is None else round(self.error, 4),
                 "changes": self.changes,
                 "age_s": None if self.updated_at is None else round(now - self.updated_at, 3),
@@ -262,8 +270,9 @@ class SpeedFit:
         if gamma > 0 and obs.accept_length is not None:
             tau = min(max(obs.accept_length, 1.0), gamma + 1.0)
             k = (1 + c * gamma) / tau
-            return [u, m * k, m * obs.batch * (gamma + 1 + c * gamma) / tau, m * ctx * k, m * obs.batch * ctx * k]
-        return [u, m, m * obs.batch, m * ctx, m * obs.batch * ctx]
+            return [u, m * k, m * obs.batch * (gamma + 1 + c * gamma) / tau, m * ctx * k, m * obs.batch * ctx * k,
+                    obs.stall_tokens]
+        return [u, m, m * obs.batch, m * ctx, m * obs.batch * ctx, obs.stall_tokens]
 
     def predict_s(self, obs: Observation, row: list[float] | None = None) -> float:
         """The current model's time for ``obs`` (s; no queueing); ``row``: its :meth:`row`
@@ -338,9 +347,10 @@ class SpeedFit:
             return self._model
         # positive, at most 100x below the prior; a term whose prior is 0 is off and stays so
         t0 = [max(t, t0 / 100) if t0 > 0 else 0.0 for t, t0 in zip(theta, self._theta0, strict=True)]
-        p, decode, slope, attn, kv_read = t0
+        p, decode, slope, attn, kv_read, stall = t0
         return replace(self.prior, prefill_s_per_token=p, decode_s_per_token=decode,
-                       batch_knee=decode / slope, attention_s_per_token=attn, kv_read_s_per_token=kv_read)
+                       batch_knee=decode / slope, attention_s_per_token=attn, kv_read_s_per_token=kv_read,
+                       prefill_stall_s_per_token=stall)
 
 
 def prior_precision(theta0: list[float], theta: list[float], weight: float) -> list[float]:

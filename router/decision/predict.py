@@ -16,7 +16,7 @@ Per output token, for a batch of ``b`` sequences at context ``L`` (seconds):
 and for the whole request, with ``P`` prompt tokens of which ``C`` are cached on the endpoint
 and ``M`` output tokens:
 
-    prefill = p * (P - C)
+    prefill = p * (P - C) + s * B
     decode  = M * T(b, L)   L: the batch's mean context (the engine's used KV and this request's
                             P + M / 2 over its running requests and this one), else P + M / 2
     queue   = (b - R) / R * (prefill + decode) when b > R (R: the engine's running-request cap)
@@ -31,6 +31,18 @@ about one engine's worth per request lifetime. A heuristic, not a queueing model
 an engine whose KV is full predicted slow, which neither the batch nor the running cap
 shows.
 
+``B`` is the other requests' prefill ahead of it on the engine: SGLang runs a step either as
+a prefill (extend) batch or as a decode batch, a prefill whenever one can be formed
+(``--enable-mixed-chunk`` off by default; ``scheduler.py``, ``get_next_batch_to_run``), so a
+request waits for the prompts sent before it that the engine has not prefilled yet (the
+router's fluid estimate, drained at ``1 / s`` tokens per second:
+:class:`router.state.prefill_meter.PrefillMeter`), and each of them costs it ``s``. The prompts
+that arrive while it decodes stop it too; the fit counts them (``Observation.stall_tokens``)
+but the prediction does not forecast them: with an arrival-rate term the learned router did
+worse on the simulated days (``docs/performance.md``, "Prefill ahead of a request"). On a CPU
+engine prefill takes seconds and the term is most of a loaded request's wait; on a GPU engine
+it is small, and a fit without a ``speed`` block starts it small (:data:`router.decision.learn.DEFAULT_PRIOR`).
+
 The last term is attention's KV reads: a decode step reads every running sequence's KV, so
 its time grows with the batch *times* its context (``b * L`` tokens of KV to load per step:
 Pope et al., "Efficiently Scaling Transformer Inference", arXiv:2211.05102, section 2), where
@@ -41,7 +53,8 @@ Parameters (:class:`SpeedModel`, per pool, from ``specgate calibrate``): ``t0`` 
 ``decode_s_per_token`` (s), ``b_knee`` = ``batch_knee`` (sequences), ``a`` =
 ``attention_s_per_token`` (s per context token per output token), ``k`` =
 ``kv_read_s_per_token`` (s per decode step per context token of the batch), ``p`` =
-``prefill_s_per_token`` (s per uncached prompt token), ``R`` = ``max_running_requests``
+``prefill_s_per_token`` (s per uncached prompt token), ``s`` = ``prefill_stall_s_per_token``
+(s a request waits per prompt token other requests prefill on its engine), ``R`` = ``max_running_requests``
 (sequences, optional); for a speculative pool ``gamma`` (draft tokens per cycle), ``c`` (drafter
 cost ratio, ``T_draft / (gamma * T_target)``) and ``tau`` (mean accepted length per verify step,
 bonus included: SGLang's ``spec_accept_length``), tracked live per temperature class.
@@ -66,6 +79,9 @@ class SpeedModel:
         kv_read_s_per_token: k, seconds per decode step per context token of the whole batch
             (``b * L`` tokens); 0: a step's time does not grow with batch times context.
         prefill_s_per_token: p, seconds per uncached prompt token.
+        prefill_stall_s_per_token: s, seconds a request waits per prompt token that other
+            requests prefill on its engine while it waits or decodes (0: prefill never delays
+            another request's tokens).
         max_running_requests: R, sequences the engine runs at once (None: no queueing).
         gamma: draft tokens per cycle (speculative pools; 0 for plain).
         c: the drafter's relative cost (speculative pools).
@@ -79,6 +95,7 @@ class SpeedModel:
     gamma: int = 0
     c: float = 0.0
     kv_read_s_per_token: float = 0.0
+    prefill_stall_s_per_token: float = 0.0
 
 
 def token_s(model: SpeedModel, *, batch: float, context: float, accept_length: float | None,
@@ -105,7 +122,8 @@ def token_s(model: SpeedModel, *, batch: float, context: float, accept_length: f
 def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_tokens: int,
                  output_tokens: int, accept_length: float | None, kv_need_tokens: int = 0,
                  kv_free_tokens: int | None = None, kv_used_tokens: int = 0,
-                 context_tokens: float | None = None, kv_read_tokens: float | None = None) -> float:
+                 context_tokens: float | None = None, kv_read_tokens: float | None = None,
+                 prefill_backlog_tokens: float = 0.0) -> float:
     """Predicted seconds from dispatch to the last token (see the module docstring).
 
     Args:
@@ -121,8 +139,11 @@ def completion_s(model: SpeedModel, *, batch: int, prompt_tokens: int, cached_to
             KV); None: the request's own ``P + M / 2``.
         kv_read_tokens: the KV each of its decode steps reads (the engine's used KV and this
             request's ``P + M / 2``, tokens; None: the running batch times ``context_tokens``).
+        prefill_backlog_tokens: B, prompt tokens sent to the endpoint before it and not yet
+            prefilled (tokens).
     """
-    prefill = model.prefill_s_per_token * max(0, prompt_tokens - cached_tokens)
+    prefill = (model.prefill_s_per_token * max(0, prompt_tokens - cached_tokens)
+               + model.prefill_stall_s_per_token * prefill_backlog_tokens)
     running = batch
     cap = model.max_running_requests
     if cap is not None:

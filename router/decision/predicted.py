@@ -80,7 +80,8 @@ def predict_request(features: RequestFeatures, pool: PoolSnapshot, endpoint: str
                      kv_read_tokens=None if e.kv_free_tokens is None else e.kv_used_tokens + p + m / 2,
                      cached_tokens=e.cached_tokens if cached_tokens is None else cached_tokens, output_tokens=m,
                      accept_length=pool.accept_length(features.temperature_class, p) if pool.speculative else None,
-                     kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens)
+                     kv_need_tokens=need, kv_free_tokens=e.kv_free_tokens, kv_used_tokens=e.kv_used_tokens,
+                     prefill_backlog_tokens=e.prefill_backlog_tokens)
     return t if raw or not pool.correction else t * correction(features, pool)
 
 

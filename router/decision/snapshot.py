@@ -85,6 +85,8 @@ class EndpointSnapshot:
         inflight: the router's requests there not finished yet (all replicas' when they share
             state; requests), exact at the decision: what the shorter queue reads
             (:func:`router.decision.predicted.shortest_queue`).
+        prefill_backlog_tokens: prompt tokens this router sent there and the engine has not
+            prefilled yet (tokens, a fluid estimate; the ``B`` of :mod:`router.decision.predict`).
     """
 
     url: str
@@ -95,6 +97,7 @@ class EndpointSnapshot:
     kv_free_tokens: int | None = None
     kv_used_tokens: int = 0
     inflight: int = 0
+    prefill_backlog_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

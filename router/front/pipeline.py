@@ -388,16 +388,24 @@ def _note_prefix(ctx: GenerationContext, runtime: Runtime, decision: Decision) -
 def _lease(ctx: GenerationContext, features: RequestFeatures) -> None:
     """The lease on the decided endpoint (in-flight +1 until the response ends) and, when the
     request is measured for the speed model (:meth:`Runtime.measures`), the endpoint's state at
-    dispatch, ``(url, load, waits, context, sent_at)`` (``sent_at``: ``time.perf_counter()``
-    now, the clock of ``ProxyJob.received_at``). Fills ``lease`` and ``dispatch`` (None: not
-    measured)."""
+    dispatch, ``(url, load, waits, context, sent_at, backlog, prompts_sent)`` (``sent_at``:
+    ``time.perf_counter()`` now, the clock of ``ProxyJob.received_at``; the last two from
+    :meth:`Runtime.note_prompt`). Fills ``lease`` and ``dispatch`` (None: not measured)."""
     decision, runtime = ctx.decision, ctx.runtime
     assert decision.endpoint is not None  # routed: it is set
     ctx.lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class, bool(features.adapters))
     now = ctx.state.clock()
+    sent = runtime.note_prompt(decision, features, _cached(ctx, decision), now)
     if runtime.measures(decision.pool, now):
         ctx.dispatch = (decision.endpoint, *runtime.dispatch_state(decision.endpoint, now, features),
-                        time.perf_counter())
+                        time.perf_counter(), *sent)
+
+
+def _cached(ctx: GenerationContext, decision: Decision) -> int:
+    """Prompt tokens of the request the prefix index expects cached at the decided endpoint
+    (0 without prefix routing)."""
+    pool = ctx.matches.get(decision.pool) if ctx.matches and decision.pool is not None else None
+    return pool.get(decision.endpoint, 0) if pool and decision.endpoint is not None else 0
 
 
 def _job(ctx: GenerationContext, features: RequestFeatures) -> ProxyJob:
@@ -510,4 +518,5 @@ def _redecide(ctx: GenerationContext, excluded: frozenset[str],
     assert d.endpoint is not None  # routed: it is set
     if ctx.chain is not None:
         _note_prefix(ctx, rt, d)
+    rt.note_prompt(d, features, _cached(ctx, d), ctx.state.clock())
     return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class, bool(features.adapters)))

@@ -78,7 +78,7 @@ def _learn(state: AppState, runtime: Runtime, job: ProxyJob, duration_s: float) 
             or job.features.adapters  # an adapter's speed and acceptance are not the base model's
             or job.decision.pool is None):
         return None
-    url, load, waits, context, sent_at = dispatch
+    url, load, waits, context, sent_at, backlog, sent = dispatch
     output = usage.get("completion_tokens")
     sequences = job.features.n * job.features.num_prompts
     if url != job.lease.endpoint.url or type(output) is not int or output < sequences:
@@ -103,5 +103,6 @@ def _learn(state: AppState, runtime: Runtime, job: ProxyJob, duration_s: float) 
                   cached_tokens=cached // job.features.num_prompts if type(cached) is int else 0,
                   output_tokens=round(output / sequences), dispatch_load=load, duration_s=duration_s,
                   temperature=job.features.temperature_class, now=state.clock(),
-                  accept_length=job.extra.get("spec_accept_length"), context=context, sequences=sequences)
+                  accept_length=job.extra.get("spec_accept_length"), context=context, sequences=sequences,
+                  stall_tokens=backlog + max(0.0, runtime.prompts_sent(url) - sent))
     return error

@@ -140,8 +140,8 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 class LearningSeries:
     """The live speed models' series (:mod:`router.decision.learn`; ``routing.learning``), set at each
     ``/metrics`` read: ``specgate_speed_model{pool,param}`` (``decode_s_per_token``,
-    ``batch_knee``, ``attention_s_per_token``, ``kv_read_s_per_token``, ``prefill_s_per_token``:
-    seconds, sequences),
+    ``batch_knee``, ``attention_s_per_token``, ``kv_read_s_per_token``, ``prefill_s_per_token``,
+    ``prefill_stall_s_per_token``: seconds, sequences),
     ``specgate_speed_model_observations{pool}`` (requests taken), ``..._error{pool}`` (relative
     prediction error, exponentially averaged; -1 before any), ``..._age_seconds{pool}`` (since
     the last observation; -1: never), ``specgate_accept_length_learned{pool,class,bucket}``

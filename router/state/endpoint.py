@@ -47,6 +47,7 @@ from yarl import URL
 from router.decision.acceptance import AcceptanceTracker
 from router.state.engine_metrics import EngineLoad
 from router.state.identity import EngineModels, ServerInfo
+from router.state.prefill_meter import PrefillMeter
 from router.state.snapshots import EndpointValues, endpoint_values
 
 __all__ = ["Endpoint", "Lease", "LeaseLedger"]
@@ -148,6 +149,7 @@ class Endpoint:
             checked.
         speculation: the engine's ``speculative_algorithm`` as ``/server_info`` last said
             (``""``: none), None: never said (:mod:`router.state.identity`, "Speculation").
+        prefill: the prompt tokens this router sent it (:class:`router.state.prefill_meter.PrefillMeter`).
     """
 
     url: str
@@ -190,6 +192,7 @@ class Endpoint:
     recheck: str | None = None
     speculative: bool | None = None
     speculation: str | None = None
+    prefill: PrefillMeter = field(default_factory=PrefillMeter, repr=False)
     _siblings: list[Endpoint] = field(default_factory=list, repr=False)
     _targets: dict[str, URL] = field(default_factory=dict, repr=False)
 
@@ -392,7 +395,10 @@ class Endpoint:
             engine, load = None, inflight
         if self.backpressure_until is not None and now < self.backpressure_until:
             load = max(load, floor)
-        return endpoint_values(self.url, self.healthy, load, cached, engine, inflight)
+        meter = self.prefill
+        if meter.total <= 0.0:  # no prompt metered (no prediction for its pool): 0
+            return endpoint_values(self.url, self.healthy, load, cached, engine, inflight)
+        return endpoint_values(self.url, self.healthy, load, cached, engine, inflight, meter.value(now))
 
     def accept_length(self, now: float, stale_after_s: float) -> float | None:
         """The scraped ``spec_accept_length`` if fresh and positive, else None (unknown)."""

@@ -40,6 +40,8 @@ class Pool:
             decode_s_per_token=speed.decode_s_per_token, batch_knee=speed.batch_knee,
             attention_s_per_token=speed.attention_s_per_token, prefill_s_per_token=speed.prefill_s_per_token,
             kv_read_s_per_token=speed.kv_read_s_per_token,
+            prefill_stall_s_per_token=(speed.prefill_s_per_token if speed.prefill_stall_s_per_token is None
+                                       else speed.prefill_stall_s_per_token),
             max_running_requests=speed.max_running_requests, gamma=gamma, c=c)
         #: the live speed model (routing.learning), set by the Runtime; None: not learning
         self.fit: SpeedFit | None = None

@@ -291,15 +291,41 @@ class Runtime:
         return (values.load, waits or need > values.kv_free_tokens,
                 batch_context(endpoint_snapshot(values), features.predicted_prompt_tokens, features.max_new_tokens))
 
+    def note_prompt(self, decision: Decision, features: RequestFeatures, cached_tokens: int,
+                    now: float) -> tuple[float, float]:
+        """Meter the uncached prompt tokens of a request dispatched now (``decision``: routed)
+        at its endpoint (:class:`router.state.prefill_meter.PrefillMeter`), drained at its pool's
+        prefill speed; returns ``(backlog, sent)``: the tokens before it still to prefill and the
+        endpoint's total after it (tokens). A pool without a speed model, or whose model has no
+        prefill stall, meters nothing (``(0, 0)``)."""
+        pool = self.pool(decision.pool)
+        ep = self._by_url.get(decision.endpoint) if decision.endpoint is not None else None
+        if pool is None or ep is None:
+            return 0.0, 0.0
+        model = pool.fit.model if pool.fit is not None else pool.speed
+        if model is None or model.prefill_stall_s_per_token <= 0.0:
+            return 0.0, 0.0
+        tokens = features.num_prompts * max(0, features.predicted_prompt_tokens - cached_tokens)
+        meter = ep.prefill
+        backlog = meter.add(tokens, now, model.prefill_stall_s_per_token)
+        return backlog, meter.total
+
+    def prompts_sent(self, url: str) -> float:
+        """The prompt tokens metered at ``url`` so far (:meth:`note_prompt`; 0: unknown)."""
+        ep = self._by_url.get(url)
+        return 0.0 if ep is None else ep.prefill.total
+
     def learn(self, pool_name: str, url: str, *, prompt_tokens: int, cached_tokens: int, output_tokens: int,
               dispatch_load: int, duration_s: float, temperature: str, now: float,
-              accept_length: float | None = None, context: float | None = None, sequences: int = 1) -> bool:
+              accept_length: float | None = None, context: float | None = None, sequences: int = 1,
+              stall_tokens: float = 0.0) -> bool:
         """Feed one finished request (answered in full; ``output_tokens`` per sequence of its
         ``sequences``) to its pool's fit. The batch is the mean of the endpoint's load at
         dispatch and now, its sequences counted; ``context`` the batch's mean context (or None); tau
         (speculative pools) the request's own ``accept_length`` (SGLang's
-        ``spec_tokens_details``, :mod:`router.upstream.specstats`), else the class's live estimate.
-        Returns whether it was taken."""
+        ``spec_tokens_details``, :mod:`router.upstream.specstats`), else the class's live estimate;
+        ``stall_tokens`` the other requests' prompt tokens it waited for
+        (:attr:`router.decision.learn.Observation.stall_tokens`). Returns whether it was taken."""
         pool = self.pool(pool_name)
         if pool is None or pool.fit is None:
             return False
@@ -311,7 +337,8 @@ class Runtime:
                    or pool.prior_accept_lengths.get(temperature))
         pool.fit.observe(Observation(prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
                                      output_tokens=output_tokens, batch=max(1.0, (dispatch_load + end_load) / 2 + 0.5 * sequences),
-                                     duration_s=duration_s, accept_length=tau, context=context), now, temperature,
+                                     duration_s=duration_s, accept_length=tau, context=context,
+                                     stall_tokens=stall_tokens), now, temperature,
                          measured=pool.speculative and accept_length is not None)
         if self._sharing:
             fits = [p.fit for p in self.pools if p.fit is not None]

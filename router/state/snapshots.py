@@ -46,10 +46,11 @@ class EndpointValues(NamedTuple):
     kv_free_tokens: int | None = None
     kv_used_tokens: int = 0
     inflight: int = 0
+    prefill_backlog_tokens: int = 0
 
 
 def endpoint_values(url: str, healthy: bool, load: int, cached_tokens: int, engine: EngineLoad | None,
-                    inflight: int = 0) -> EndpointValues:
+                    inflight: int = 0, prefill_backlog_tokens: int = 0) -> EndpointValues:
     """One endpoint's snapshot values.
 
     Args:
@@ -61,6 +62,8 @@ def endpoint_values(url: str, healthy: bool, load: int, cached_tokens: int, engi
         engine: its last scrape while fresh (``scrape.stale_after_s``), else None: then the
             engine's own signals read as unknown (queue 0, KV free None, KV used 0).
         inflight: the router's requests there not finished (all replicas' when shared).
+        prefill_backlog_tokens: prompt tokens sent there and not yet prefilled (tokens,
+            :meth:`router.state.prefill_meter.PrefillMeter.value`).
 
     From a fresh scrape: the queue (``sglang:num_queue_reqs``), the KV used
     (:attr:`~router.state.engine_metrics.EngineLoad.kv_used`) and the KV free, the capacity
@@ -69,11 +72,13 @@ def endpoint_values(url: str, healthy: bool, load: int, cached_tokens: int, engi
     # positional, in the field order of the class above: a NamedTuple's keyword __new__ costs
     # about twice tuple.__new__ (Python-level), and this runs for every endpoint of every decision
     if engine is None:
-        return _new(EndpointValues, (url, healthy, load, cached_tokens, 0, None, 0, inflight))
+        return _new(EndpointValues, (url, healthy, load, cached_tokens, 0, None, 0, inflight,
+                                     prefill_backlog_tokens))
     cap = engine.max_total_num_tokens
     used = engine.kv_used
     return _new(EndpointValues, (url, healthy, load, cached_tokens, engine.num_queue_reqs,
-                                 None if cap is None else max(0, cap - used), used, inflight))
+                                 None if cap is None else max(0, cap - used), used, inflight,
+                                 prefill_backlog_tokens))
 
 
 def accept_lengths(live: Mapping[str, float | None], fit: SpeedFit | None, prior: Mapping[str, float | None]

@@ -19,7 +19,7 @@ __all__ = ["Dispatch", "JobNotes", "ProxyJob", "Redecide", "Redecision"]
 #: its base URL, its load (requests), whether the request waits in the engine, the mean context
 #: of the batch it joins (tokens; None: unknown) and ``time.perf_counter()`` at dispatch (s)
 #: (``router.state.runtime.Runtime.dispatch_state``).
-Dispatch = tuple[str, int, bool, float | None, float]
+Dispatch = tuple[str, int, bool, float | None, float, float, float]
 
 
 class JobNotes(TypedDict, total=False):

@@ -42,11 +42,12 @@ def test_endpoint_values_are_the_endpoint_snapshots_fields_by_name_and_default()
 
 def test_endpoint_values_read_the_queue_and_kv_of_a_fresh_scrape_only() -> None:
     scrape = EngineLoad(num_running_reqs=2, num_queue_reqs=3, token_usage=0.25, max_total_num_tokens=1000)
-    assert endpoint_values("http://a", True, 5, 40, scrape, 4) == ("http://a", True, 5, 40, 3, 750, 250, 4)
-    assert endpoint_values("http://a", False, 5, 0, None) == ("http://a", False, 5, 0, 0, None, 0, 0)
+    assert endpoint_values("http://a", True, 5, 40, scrape, 4) == ("http://a", True, 5, 40, 3, 750, 250, 4, 0)
+    assert endpoint_values("http://a", False, 5, 0, None) == ("http://a", False, 5, 0, 0, None, 0, 0, 0)
+    assert endpoint_values("http://a", True, 5, 0, None, 1, 1200) == ("http://a", True, 5, 0, 0, None, 0, 1, 1200)
     # no KV capacity exported: the queue is read, the free KV is unknown, the used one as exported
     no_cap = EngineLoad(num_queue_reqs=2, kv_used_tokens=300)
-    assert endpoint_values("http://a", True, 1, 0, no_cap) == ("http://a", True, 1, 0, 2, None, 300, 0)
+    assert endpoint_values("http://a", True, 1, 0, no_cap) == ("http://a", True, 1, 0, 2, None, 300, 0, 0)
     full = EngineLoad(max_total_num_tokens=100, kv_used_tokens=130)  # over capacity: none free
     assert endpoint_values("http://a", True, 0, 0, full).kv_free_tokens == 0
 
