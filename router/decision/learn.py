@@ -67,8 +67,14 @@ __all__ = [
 #: KV) the fit's checked error rose from 0.06-0.09 to 0.17-0.28 (each shift of the day pulls
 #: the fit back toward a prior term the engine's data did not need); a pool gets it from its
 #: ``speed`` block (set by the operator: ``specgate calibrate`` writes 0, docs/loadtests.md).
+#: No prefill stall either (``prefill_stall_s_per_token`` 0, held there): started at 2e-5 the
+#: fit learned the real CPU pools' 2.6e-4 and cut their prediction error from 0.44-0.55 to
+#: 0.30-0.35, but on the load-test quick start's engines, whose prefill stalls nothing, the
+#: sixth parameter moved the others and the router's worst cell fell from 0.955-0.966x to
+#: 0.84-0.97x; a pool gets ``s`` from its ``speed`` block, where it defaults to the block's
+#: ``prefill_s_per_token`` (docs/performance.md, "Prefill ahead of a request").
 DEFAULT_PRIOR = SpeedModel(decode_s_per_token=0.02, batch_knee=32.0, attention_s_per_token=2e-7,
-                           prefill_s_per_token=2e-4, prefill_stall_s_per_token=2e-5)
+                           prefill_s_per_token=2e-4)
 
 _N = 6  # theta = (p, t0, t0 / b_knee, a, k, s)
 

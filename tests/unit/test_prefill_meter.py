@@ -66,7 +66,8 @@ def test_the_prediction_waits_for_the_backlog_at_the_stall_cost() -> None:
 
 def test_the_fit_learns_the_stall_from_the_prompts_a_request_waited_for() -> None:
     true = replace(MODEL, prefill_stall_s_per_token=3e-4)  # a slow prefill (a CPU engine)
-    fit = SpeedFit(replace(DEFAULT_PRIOR, prefill_s_per_token=1e-4), prior_weight=0.01)
+    # a speed block's prior: s at its p
+    fit = SpeedFit(replace(DEFAULT_PRIOR, prefill_s_per_token=1e-4, prefill_stall_s_per_token=1e-4), prior_weight=0.01)
     rng = random.Random(7)
     seen = []
     for i in range(400):
@@ -79,8 +80,9 @@ def test_the_fit_learns_the_stall_from_the_prompts_a_request_waited_for() -> Non
     assert fit.model.prefill_s_per_token == pytest.approx(1e-4, rel=0.15)
     assert statistics.median(abs(fit.predict_s(o) - o.duration_s) / o.duration_s for o in seen[-100:]) < 0.03
     assert fit.status(400.0)["prefill_stall_s_per_token"] == fit.model.prefill_stall_s_per_token
-    # a prior without the term keeps it off
-    off = SpeedFit(replace(DEFAULT_PRIOR, prefill_stall_s_per_token=0.0), prior_weight=0.01)
+    # the default prior has no such term, and the fit keeps it so
+    assert DEFAULT_PRIOR.prefill_stall_s_per_token == 0.0
+    off = SpeedFit(DEFAULT_PRIOR, prior_weight=0.01)
     for obs in seen:
         off.observe(obs, 0.0)
     assert off.model.prefill_stall_s_per_token == 0.0
@@ -101,19 +103,22 @@ def _routed(pool: str, url: str) -> Decision:
     return Decision(pool, url, Reason.LONG_CONTEXT)
 
 
-def test_the_runtime_meters_each_dispatch_at_its_pools_prefill_speed() -> None:
-    rt = _runtime(True)
+SPEED = {"decode_s_per_token": 0.01, "batch_knee": 8, "prefill_s_per_token": 1e-4}
+
+
+def test_the_runtime_meters_each_dispatch_at_its_pools_prefill_stall() -> None:
+    rt = _runtime(True, SPEED)
     plain = rt.pools[1]
     assert plain.fit is not None
-    s = plain.fit.model.prefill_stall_s_per_token  # the default prior's: 2e-5
+    s = plain.fit.model.prefill_stall_s_per_token  # the speed block's p: 1e-4
     features = RequestFeatures(prompt_tokens=1500, max_new_tokens=20)
     assert rt.note_prompt(_routed("plain", "http://p:1"), features, 500, 1.0) == (0.0, 1000.0)  # 500 cached
-    assert s == 2e-5
-    assert rt.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.01) == (pytest.approx(1000 - 0.01 / s),
+    assert s == 1e-4
+    assert rt.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.05) == (pytest.approx(1000 - 0.05 / s),
                                                                                2500.0)
     assert rt.prompts_sent("http://p:1") == 2500.0 and rt.prompts_sent("http://s:1") == 0.0
-    assert rt.snapshots(1.01)[1].endpoints[0].prefill_backlog_tokens == 2000  # 500 left and 1,500
-    assert rt.snapshots(1.06)[1].endpoints[0].prefill_backlog_tokens == 0
+    assert rt.snapshots(1.05)[1].endpoints[0].prefill_backlog_tokens == 2000  # 500 left and 1,500
+    assert rt.snapshots(1.25)[1].endpoints[0].prefill_backlog_tokens == 0
     # a finished request's observation carries what it waited for
     assert rt.learn("plain", "http://p:1", prompt_tokens=1500, cached_tokens=0, output_tokens=20, dispatch_load=0,
                     duration_s=2.0, temperature="greedy", now=3.0, stall_tokens=1500.0)
@@ -123,6 +128,8 @@ def test_a_pool_without_a_stall_term_meters_nothing() -> None:
     features = RequestFeatures(prompt_tokens=1500, max_new_tokens=20)
     off = _runtime(False)  # no speed model: nothing predicts with the meter
     assert off.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.0) == (0.0, 0.0)
+    learned = _runtime(True)  # the default prior: no stall term
+    assert learned.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.0) == (0.0, 0.0)
     zero = _runtime(False, {"decode_s_per_token": 0.01, "batch_knee": 8, "prefill_s_per_token": 1e-4,
                             "prefill_stall_s_per_token": 0})
     assert zero.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.0) == (0.0, 0.0)
