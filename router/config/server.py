@@ -161,11 +161,16 @@ class ServerConfig(Strict):
     #: a ``router_shutdown`` error (a stream: one terminal SSE event) and aborted upstream.
     drain_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
     headers: HeaderLimitsConfig = HeaderLimitsConfig()
-    #: Seconds a request's body may take to arrive once its head did (router/front/http_limits.py):
-    #: a body dripped a byte at a time or stalled mid-way is then answered 408 and the
-    #: connection closed. 60 s carries the 32 MiB default body cap at ~4.5 Mbit/s; time the
-    #: server itself stops reading (a pipelined request waiting its turn) does not count.
-    body_timeout_s: PositiveFloat = 60.0
+    #: Seconds a request's body may take to arrive once its head did, one second more per
+    #: ``body_min_rate_bytes_s`` bytes of it received (router/front/http_limits.py; Apache's
+    #: ``RequestReadTimeout body=20,MinRate=500``): a body dripped a byte at a time or stalled
+    #: mid-way is then answered 408 and the connection closed, while a large body that keeps
+    #: arriving at that rate or faster is never cut. Time the server itself stops reading (a
+    #: pipelined request waiting its turn) does not count.
+    body_timeout_s: PositiveFloat = 20.0
+    #: Body bytes that extend ``body_timeout_s`` by one second each: the slowest steady upload
+    #: that is never cut (bytes/s).
+    body_min_rate_bytes_s: PositiveInt = 500
     #: Seconds a client connection may stay idle with no request on it: before its first
     #: byte, and from the end of a response to the next request's first byte; then it is
     #: closed (router/front/http_limits.py). Behind a load balancer that reuses connections, set it

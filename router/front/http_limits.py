@@ -34,13 +34,15 @@ Over any limit the answer is written at once and the connection closed::
 
 The body and the framing around it (``specgate_request_framing_rejections_total{reason}``):
 
-- ``server.body_timeout_s``: a body that has not arrived whole this long after its head (sent
-  a byte at a time, or stalled mid-way) is answered 408 ``request_timeout`` and the connection
-  closed (``body_timeout``); the handler waiting for it sees a disconnect, and nothing was
-  leased yet. Armed only when a body spans more than one read; when it falls while the server
-  is not reading the connection (a pipelined request waiting its turn, a body buffered past
-  uvicorn's high-water mark) it starts again. If the router had already answered (an early
-  413 or 404), the connection is just closed.
+- ``server.body_timeout_s``: a body that has not arrived whole this long after its head, one
+  second more per ``server.body_min_rate_bytes_s`` bytes of it received (Apache's
+  ``RequestReadTimeout body=20,MinRate=500``: a body sent a byte at a time, or stalled
+  mid-way, is cut; one that keeps arriving at that rate is not) is answered 408
+  ``request_timeout`` and the connection closed (``body_timeout``); the handler waiting for it
+  sees a disconnect, and nothing was leased yet. Armed only when a body spans more than one
+  read; when it falls while the server is not reading the connection (a pipelined request
+  waiting its turn, a body buffered past uvicorn's high-water mark) it starts again. If the
+  router had already answered (an early 413 or 404), the connection is just closed.
 - malformed framing (``malformed``): bytes httptools cannot parse (a bad chunk size or chunk
   end, an invalid request line or header), or a body cut by the client's end of stream
   before its ``Content-Length`` or last chunk, get a JSON 400 ``invalid_http_request``
@@ -141,11 +143,12 @@ def bad_request_response(detail: str) -> bytes:
         f"invalid HTTP request: {detail}", "invalid_request_error", None, "invalid_http_request"))
 
 
-def body_timeout_response(timeout_s: float) -> bytes:
-    """The whole 408 response for a body that did not arrive within ``timeout_s``."""
+def body_timeout_response(timeout_s: float, min_rate: int) -> bytes:
+    """The whole 408 response for a body that did not arrive within ``timeout_s`` seconds and
+    one more per ``min_rate`` bytes received."""
     return _response(b"HTTP/1.1 408 Request Timeout", error_body(
-        f"the request body did not arrive within {timeout_s:g} s", "invalid_request_error", None,
-        "request_timeout"))
+        f"the request body did not arrive within {timeout_s:g} s (and 1 s more per {min_rate} bytes received)",
+        "invalid_request_error", None, "request_timeout"))
 
 
 class _HeadTooLarge(Exception):
@@ -193,6 +196,9 @@ class _LimitedProtocol(HttpToolsProtocol):
         limits = source()
         self._limits, self._count, self._count_framing = limits.server.headers, limits.count_head, limits.count_framing
         self._body_timeout_s = limits.server.body_timeout_s
+        self._body_min_rate = limits.server.body_min_rate_bytes_s
+        self._body_since = 0.0  # loop time the body timer started (s)
+        self._body_bytes = 0  # bytes read since then (each body_min_rate of them: 1 s more)
         self._linger_s = limits.server.linger_s
         # uvicorn's idle timer, per connection (typed int there; it is handed to call_later as seconds)
         self.timeout_keep_alive = limits.server.keepalive_timeout_s  # type: ignore[assignment]
@@ -237,6 +243,8 @@ class _LimitedProtocol(HttpToolsProtocol):
                 return
             if end < 0:
                 self._tail = seen[-3:]
+        elif self._in_body:
+            self._body_bytes += len(data)
         self._unset_keepalive_if_required()
         while True:
             try:
@@ -260,7 +268,7 @@ class _LimitedProtocol(HttpToolsProtocol):
             if self._head_bytes and self._head_timer is None:
                 self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
         elif self._in_body and self._body_timer is None:
-            self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
+            self._start_body_timer()
 
     def _should_upgrade(self) -> bool:
         """Called by uvicorn when a head offers an upgrade (``Connection: upgrade`` and
@@ -296,16 +304,24 @@ class _LimitedProtocol(HttpToolsProtocol):
         if self._in_body and not self._rejected:  # the client ended its stream mid-body
             self._malformed("the request body ended before its Content-Length or last chunk")
 
+    def _start_body_timer(self) -> None:
+        self._body_since, self._body_bytes = self.loop.time(), 0
+        self._body_timer = self.loop.call_at(self._body_since + self._body_timeout_s, self._body_late)
+
     def _body_late(self) -> None:
         self._body_timer = None
         if not self._in_body or self._rejected or self.transport.is_closing():
             return
         if self.flow.read_paused:  # the server is not reading: not the client's delay
-            self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
+            self._start_body_timer()
+            return
+        due = self._body_since + self._body_timeout_s + self._body_bytes / self._body_min_rate
+        if self.loop.time() < due:  # the body kept arriving: one second more per min_rate bytes
+            self._body_timer = self.loop.call_at(due, self._body_late)
             return
         self._count_framing("body_timeout")
         if self.cycle is None or not self.cycle.response_started:
-            self.transport.write(body_timeout_response(self._body_timeout_s))
+            self.transport.write(body_timeout_response(self._body_timeout_s, self._body_min_rate))
             self._linger()
             return
         self._rejected = True
