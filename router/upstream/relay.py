@@ -66,6 +66,7 @@ __all__ = [
     "find_abort",
     "may_carry_usage",
     "next_event",
+    "read_within",
     "retry_after_seconds",
     "sse_data",
     "stream_done",
@@ -486,6 +487,16 @@ class Deadline:
         self.handle.cancel()
         if self.fired and self.task.uncancel() <= self.cancelling and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
+
+
+async def read_within(read: Callable[[], Awaitable[bytes]], when: float, task: asyncio.Task[Any]) -> bytes | None:
+    """``await read()`` (``task``: the current one), or None once loop time ``when`` (s) passed
+    first (the read is then cancelled, nothing lost: the bytes stay in the stream's buffer)."""
+    try:
+        with Deadline(when, task):
+            return await read()
+    except TimeoutError:
+        return None
 
 
 async def abort_request(session: aiohttp.ClientSession, base_url: str, rids: tuple[str, ...],
