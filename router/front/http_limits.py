@@ -71,7 +71,9 @@ The connection and the HTTP semantics uvicorn's protocol gets wrong for real cli
   and however its bytes are split, and the connection stays in step for the next request.
   httptools drops the body of such a request (MagicStack/httptools#124, Kludex/uvicorn#2722);
   :meth:`_LimitedProtocol._without_upgrade` has llhttp read it by its framing. A prior-knowledge
-  HTTP/2 preface (``PRI * HTTP/2.0``) gets the JSON 400 ``invalid_http_request`` and the close;
+  HTTP/2 preface (``PRI * HTTP/2.0``) gets the JSON 400 ``invalid_http_request`` and the close,
+  another request line of a major version other than 1 (``GET / HTTP/2.0``) a JSON 505
+  ``http_version_not_supported`` and the close;
 - HTTP/1.0 requests: a response without ``Content-Length`` (a stream) is delimited by the
   close, never chunked (:class:`router.front.http_cycles.CloseDelimitedCycle`);
 - ``Expect``: ``100-continue`` is honoured only in HTTP/1.1 (RFC 9110 section 10.1.1: ignored
@@ -149,6 +151,18 @@ def body_timeout_response(timeout_s: float, min_rate: int) -> bytes:
     return _response(b"HTTP/1.1 408 Request Timeout", error_body(
         f"the request body did not arrive within {timeout_s:g} s (and 1 s more per {min_rate} bytes received)",
         "invalid_request_error", None, "request_timeout"))
+
+
+def version_response(version: str) -> bytes:
+    """The whole 505 response for a request line of another major version than 1 (``HTTP/2.0``,
+    ``HTTP/0.9``: llhttp parses them as HTTP/1.x heads; RFC 9110 section 15.6.6)."""
+    return _response(b"HTTP/1.1 505 HTTP Version Not Supported", error_body(
+        f"HTTP/{version} is not supported: send HTTP/1.1 or HTTP/1.0 (no HTTP/2 on this port)",
+        "invalid_request_error", None, "http_version_not_supported"))
+
+
+class _BadVersion(Exception):
+    pass
 
 
 class _HeadTooLarge(Exception):
@@ -255,6 +269,9 @@ class _LimitedProtocol(HttpToolsProtocol):
                 if isinstance(cause, _HeadTooLarge):
                     self._reject(cause.limit)
                     return
+                if isinstance(cause, _BadVersion):
+                    self._malformed(f"HTTP/{cause}", version_response(str(cause)))
+                    return
                 self._malformed(str(exc) or "a parser callback failed")
                 return
             except httptools.HttpParserError as exc:
@@ -334,9 +351,9 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._body_timer.cancel()
             self._body_timer = None
 
-    def _malformed(self, detail: str) -> None:
-        """Bytes that are no HTTP request (module docstring): a JSON 400 and close, or,
-        while a response is still owed on the connection, close once it is complete."""
+    def _malformed(self, detail: str, answer: bytes | None = None) -> None:
+        """Bytes that are no HTTP request (module docstring): a JSON 400 (or ``answer``) and
+        close, or, while a response is still owed on the connection, close once it is complete."""
         self._rejected = True
         self._stop_body_timer()
         self._count_framing("malformed")
@@ -350,7 +367,7 @@ class _LimitedProtocol(HttpToolsProtocol):
                 return
             cycle.keep_alive = False
         elif not self.pipeline and (cycle is None or cycle.response_complete or self._in_body):
-            self.transport.write(bad_request_response(detail))
+            self.transport.write(answer or bad_request_response(detail))
             self._linger()
             return
         elif not self.pipeline and cycle is not None:
@@ -491,6 +508,8 @@ class _LimitedProtocol(HttpToolsProtocol):
         http_version = parser.get_http_version()
         scope["method"] = parser.get_method().decode("ascii")
         if http_version != "1.1":
+            if http_version[:2] != "1.":
+                raise _BadVersion(http_version)
             scope["http_version"] = http_version
             self.expect_100_continue = False  # RFC 9110 section 10.1.1: ignored in HTTP/1.0
         if parser.should_upgrade() and self._should_upgrade():
