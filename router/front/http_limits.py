@@ -20,7 +20,9 @@ httptools' CPU per request. :func:`limited_protocol` keeps httptools and adds, p
   byte) is answered 408 ``request_timeout`` and the connection closed. The timer is armed
   only when a head spans more than one read, so the usual request costs none.
 
-Over any limit the answer is written at once and the connection closed::
+Over any limit the answer is written at once and the connection closed (when the head follows a
+request still being answered, pipelined, nothing is written into that answer: the connection
+closes once it is complete)::
 
     HTTP/1.1 431 Request Header Fields Too Large
     content-type: application/json
@@ -417,7 +419,18 @@ class _LimitedProtocol(HttpToolsProtocol):
             lost()
 
     def _reject(self, limit: str) -> None:
+        """A head over a limit (431) or too slow (408): answered and closed; or, when the head
+        follows a request still being answered (pipelined), nothing is written into that
+        response: the head and what follows are dropped and the connection closes after it."""
         self._count(limit)
+        cycle = self.cycle
+        if self.pipeline or (cycle is not None and not cycle.response_complete):
+            self._rejected = True
+            self._stop_head_timer()
+            if not self.pipeline:
+                cycle.keep_alive = False  # type: ignore[union-attr]  # not None here
+            self._close_after_response = True
+            return
         self.transport.write(rejection_response(limit, self._limits))
         self._linger()
 

@@ -168,3 +168,34 @@ def test_a_head_dripped_slower_than_the_head_timeout_is_408(tmp_path, tokenizer_
         assert r.status_code == 200  # whole heads are not timed
     finally:
         s.close()
+
+
+@pytest.mark.parametrize(("second", "limit"), [
+    (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n", "head_timeout"),  # never ends
+    (b"POST /v1/chat/completions HTTP/1.1\r\nx-big: " + b"a" * 100_000, "bytes"),  # over 64 KiB
+])
+def test_a_pipelined_head_cut_while_a_stream_is_sent_leaves_that_stream_whole(tmp_path, tokenizer_dir,
+                                                                              second: bytes, limit: str) -> None:
+    from tests.support.raw_http import RawConn
+    from tests.support.sse import sse_events
+
+    s = Stack(tmp_path, tokenizer_dir, **{"server.headers": {"head_timeout_s": 0.3}})
+    try:
+        events = [f'data: {{"choices":[{{"index":0,"delta":{{"content":"t{i}"}}}}]}}\n\n' for i in range(6)]
+        s.script(s.spec, {"sse_events": [*events, "data: [DONE]\n\n"], "chunk_delay_s": 0.25})  # 1.75 s
+        stream = json.dumps({"model": "tiny-llama", "stream": True, "max_tokens": 8,
+                             "messages": [{"role": "user", "content": "hi"}]}).encode()
+        with RawConn(s.router.port) as c:
+            c.send(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                   b"content-length: %d\r\n\r\n" % len(stream) + stream)
+            status_line, headers = c.head()  # the stream has started: the next head follows it
+            c.send(second)
+            r = c.response_after(status_line, headers)
+            assert (r.status, r.framing) == (200, "chunked")
+            chunks, done = sse_events(r.body)  # no 408 or 431 written into the stream
+            assert done and [ch["choices"][0]["delta"]["content"] for ch in chunks] == [f"t{i}" for i in range(6)]
+            assert c.closed_within(3) < 1  # then closed: the cut head is never answered
+        assert wait_until(lambda: s.router.metric("specgate_header_limit_rejections_total", limit=limit) == 1, 5,
+                          "the rejection counted")
+    finally:
+        s.close()
