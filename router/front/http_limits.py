@@ -428,7 +428,7 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._rejected = True
             self._stop_head_timer()
             if not self.pipeline:
-                cycle.keep_alive = False  # type: ignore[union-attr]  # not None here
+                cycle.keep_alive = False
             self._close_after_response = True
             return
         self.transport.write(rejection_response(limit, self._limits))

@@ -489,9 +489,11 @@ class Deadline:
             raise TimeoutError from exc
 
 
-async def read_within(read: Callable[[], Awaitable[bytes]], when: float, task: asyncio.Task[Any]) -> bytes | None:
-    """``await read()`` (``task``: the current one), or None once loop time ``when`` (s) passed
-    first (the read is then cancelled, nothing lost: the bytes stay in the stream's buffer)."""
+async def read_within(read: Callable[[], Awaitable[bytes]], when: float,
+                      task: asyncio.Task[Any] | None) -> bytes | None:
+    """``await read()`` (``task``: the current one, or None to look it up), or None once loop
+    time ``when`` (s) passed first (the read is then cancelled, nothing lost: the bytes stay
+    in the stream's buffer)."""
     try:
         with Deadline(when, task):
             return await read()
