@@ -136,8 +136,9 @@ class HeaderLimitsConfig(Strict):
             Envoy's default is 60 KiB).
         max_fields: header fields per request (Envoy's default 100).
         max_field_bytes: one field's name and value, or the request target (bytes).
-        head_timeout_s: seconds a request's head may take to arrive once its first byte did
-            (a client dripping header bytes): then 408 and the connection closed.
+        head_timeout_s: seconds a request's head may take to arrive, counted from the
+            connection's start or the end of its previous response (a client dripping header
+            bytes, idle first or not): then 408 and the connection closed.
     """
 
     max_bytes: Annotated[int, Field(strict=True, ge=1024, le=16 * 1024 * 1024)] = 64 * 1024

@@ -15,10 +15,12 @@ httptools' CPU per request. :func:`limited_protocol` keeps httptools and adds, p
   count bytes as they arrive, not headers after parsing);
 - ``max_fields``: header fields, counted as the parser yields them;
 - ``max_field_bytes``: one field's name plus value, and the request target;
-- ``head_timeout_s``: a head that has not arrived whole this long after its first byte (a
-  client dripping bytes to hold the connection: uvicorn's keep-alive timer restarts on every
-  byte) is answered 408 ``request_timeout`` and the connection closed. The timer is armed
-  only when a head spans more than one read, so the usual request costs none.
+- ``head_timeout_s``: a head that has not arrived whole this long after the connection opened
+  or its previous response ended (nginx's ``client_header_timeout``; after its first byte when
+  it follows a request still being answered) is answered 408 ``request_timeout`` and the
+  connection closed: a client dripping bytes to hold the connection (uvicorn's keep-alive
+  timer restarts on every byte), or idle first and dripping after. The timer is armed only
+  when a head spans more than one read, so the usual request costs none.
 
 Over any limit the answer is written at once and the connection closed (when the head follows a
 request still being answered, pipelined, nothing is written into that answer: the connection
@@ -215,6 +217,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._body_min_rate = limits.server.body_min_rate_bytes_s
         self._body_since = 0.0  # loop time the body timer started (s)
         self._body_bytes = 0  # bytes read since then (each body_min_rate of them: 1 s more)
+        self._idle_since = 0.0  # loop time the connection opened or its last response ended (s)
         self._linger_s = limits.server.linger_s
         # uvicorn's idle timer, per connection (typed int there; it is handed to call_later as seconds)
         self.timeout_keep_alive = limits.server.keepalive_timeout_s  # type: ignore[assignment]
@@ -242,6 +245,7 @@ class _LimitedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._response_transport = ResponseTransport(transport, self.close_answered)
+        self._idle_since = self.loop.time()
         # uvicorn arms its idle timer only after a first response (Kludex/uvicorn#1192): a
         # connection that never sends a byte is closed on the same keep-alive timeout
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
@@ -285,7 +289,9 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         if self._in_head:
             if self._head_bytes and self._head_timer is None:
-                self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
+                cycle = self.cycle  # counted from the idle start, unless a response is owed
+                since = self._idle_since if cycle is None or cycle.response_complete else self.loop.time()
+                self._head_timer = self.loop.call_at(since + self._limits.head_timeout_s, self._head_late)
         elif self._in_body and self._body_timer is None:
             self._start_body_timer()
 
@@ -395,7 +401,9 @@ class _LimitedProtocol(HttpToolsProtocol):
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
         else:
-            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+            self._idle_since = self.loop.time()
+            self.timeout_keep_alive_task = self.loop.call_at(self._idle_since + self.timeout_keep_alive,
+                                                             self.timeout_keep_alive_handler)
 
     def _head_late(self) -> None:
         self._head_timer = None

@@ -199,3 +199,31 @@ def test_a_pipelined_head_cut_while_a_stream_is_sent_leaves_that_stream_whole(tm
                           "the rejection counted")
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("after_response", [False, True])
+def test_the_head_timeout_counts_from_the_idle_start_not_the_first_byte(tmp_path, tokenizer_dir,
+                                                                        after_response: bool) -> None:
+    """A connection idle first (from its start, or from the end of its previous response), then
+    dripping a head: the 408 comes ``head_timeout_s`` after the idle start."""
+    s = Stack(tmp_path, tokenizer_dir, **{"server.headers": {"head_timeout_s": 1.0}})
+    try:
+        with socket.create_connection(("127.0.0.1", s.router.port), timeout=10) as c:
+            if after_response:
+                c.sendall(head(b"\r\n") + BODY)
+                answer = b""
+                while not answer.endswith(b"}"):
+                    answer += c.recv(65536)
+                assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+            t0 = time.monotonic()
+            time.sleep(0.8)  # idle (the input): below the keep-alive timeout
+            c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
+            c.sendall(b"host: x\r\n")
+            raw = b""
+            while chunk := c.recv(65536):
+                raw += chunk
+            waited = time.monotonic() - t0
+        assert raw.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), raw[:200]
+        assert 0.9 < waited < 1.5  # not 0.8 + 1.0
+    finally:
+        s.close()
