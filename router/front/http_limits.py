@@ -23,8 +23,8 @@ httptools' CPU per request. :func:`limited_protocol` keeps httptools and adds, p
   when a head spans more than one read, so the usual request costs none.
 
 Over any limit the answer is written at once and the connection closed (when the head follows a
-request still being answered, pipelined, nothing is written into that answer: the connection
-closes once it is complete)::
+request still being answered, pipelined, nothing is written into that answer: the 431 or 408
+follows it, then the close)::
 
     HTTP/1.1 431 Request Header Fields Too Large
     content-type: application/json
@@ -228,6 +228,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._tail = b""  # the last 3 head bytes: a CRLFCRLF split between two reads
         self._rejected = False
         self._close_after_response = False  # malformed bytes after a request still being answered
+        self._owed_answer = b""  # the 431/408 of a head cut while an earlier response was sent
         self._lingering = False  # answered and half-closed: what still arrives is discarded
         self._upgrade_offer = False  # the request being parsed offered an upgrade (ignored)
         self._replaying = False  # parsing the head written for an ignored upgrade offer
@@ -388,6 +389,10 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         self.server_state.total_requests += 1
         if self._close_after_response and not self.pipeline:
+            if self._owed_answer:  # a head cut while this response was sent: its 431 or 408 now
+                self.transport.write(self._owed_answer)
+                self._linger()
+                return
             self.transport.close()
             return
         transport = self.transport  # uvicorn's on_response_complete, inline
@@ -427,19 +432,20 @@ class _LimitedProtocol(HttpToolsProtocol):
             lost()
 
     def _reject(self, limit: str) -> None:
-        """A head over a limit (431) or too slow (408): answered and closed; or, when the head
-        follows a request still being answered (pipelined), nothing is written into that
-        response: the head and what follows are dropped and the connection closes after it."""
+        """A head over a limit (431) or too slow (408): answered and closed (lingering); when
+        the head follows a request still being answered (pipelined), nothing is written into
+        that response: the head and what follows are dropped, and the answer and the close
+        come once that response is complete (:meth:`on_response_complete`)."""
         self._count(limit)
+        answer = rejection_response(limit, self._limits)
         cycle = self.cycle
         if self.pipeline or (cycle is not None and not cycle.response_complete):
             self._rejected = True
             self._stop_head_timer()
-            if not self.pipeline:
-                cycle.keep_alive = False
+            self._owed_answer = answer
             self._close_after_response = True
             return
-        self.transport.write(rejection_response(limit, self._limits))
+        self.transport.write(answer)
         self._linger()
 
     def _linger(self) -> None:

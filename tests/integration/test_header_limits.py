@@ -194,7 +194,12 @@ def test_a_pipelined_head_cut_while_a_stream_is_sent_leaves_that_stream_whole(tm
             assert (r.status, r.framing) == (200, "chunked")
             chunks, done = sse_events(r.body)  # no 408 or 431 written into the stream
             assert done and [ch["choices"][0]["delta"]["content"] for ch in chunks] == [f"t{i}" for i in range(6)]
-            assert c.closed_within(3) < 1  # then closed: the cut head is never answered
+            cut = c.response()  # then the cut head's answer, and the close
+            assert cut.status == (408 if limit == "head_timeout" else 431)
+            assert json.loads(cut.body)["error"]["code"] == (
+                "request_timeout" if limit == "head_timeout" else "request_header_fields_too_large")
+            assert cut.headers["connection"] == "close"
+            assert c.closed_within(3) < 1
         assert wait_until(lambda: s.router.metric("specgate_header_limit_rejections_total", limit=limit) == 1, 5,
                           "the rejection counted")
     finally:
@@ -227,3 +232,18 @@ def test_the_head_timeout_counts_from_the_idle_start_not_the_first_byte(tmp_path
         assert 0.9 < waited < 1.5  # not 0.8 + 1.0
     finally:
         s.close()
+
+
+def test_a_request_then_an_8_mib_header_in_one_write_get_the_answer_then_the_431(stack: Stack) -> None:
+    from tests.support.raw_http import RawConn
+
+    with RawConn(stack.router.port) as c:
+        c.send(head(b"\r\n") + BODY + b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * (8 << 20)
+               + b"\r\n\r\n")  # as a pipelining client writes them: whole, before reading
+        first, cut = c.response(), c.response()
+        assert first.status == 200 and json.loads(first.body)["object"] == "chat.completion"
+        assert (cut.status, cut.headers["connection"]) == (431, "close")
+        assert json.loads(cut.body)["error"] == {
+            "message": "request header fields too large (limit: 65536 bytes)", "type": "invalid_request_error",
+            "param": None, "code": "request_header_fields_too_large"}
+        assert c.closed_within(7) < 6  # the FIN after the 431 (a lingering close, not a reset)
