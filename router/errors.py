@@ -260,12 +260,22 @@ _OVERLENGTH_MARKERS = (
 )
 
 
+#: SGLang 0.5.23's 400 for an adapter it does not hold (``lora_registry.acquire``,
+#: ``tokenizer_manager._validate_and_resolve_lora``): one unloaded after the router last read
+#: the engine's ``/v1/models``. The client gets the router's own 404 ``model_not_found``.
+_ADAPTER_MARKERS = (
+    "requested lora adapters are not loaded",
+    "but lora is not enabled",
+)
+
+
 def map_engine_error(status: int, body: bytes, *, param: str) -> SpecgateError:
     """Normalise an engine's error response (before the first byte) into our tree.
 
     SGLang answers with a flat ``{"object": "error", "message", "type", "code": 400}`` body
     (0.5.23) or a nested ``{"error": {...}}`` one (newer); both are accepted. Over-length
-    wordings become :class:`ContextLengthExceeded` with ``param``; other 4xx keep their
+    wordings become :class:`ContextLengthExceeded` with ``param``, a LoRA adapter the engine
+    does not hold :class:`ModelNotFound` (404, ``param: "model"``); other 4xx keep their
     status; 5xx become :class:`UpstreamError` (502).
 
     Args:
@@ -292,4 +302,6 @@ def map_engine_error(status: int, body: bytes, *, param: str) -> SpecgateError:
     lowered = message.lower()
     if any(marker in lowered for marker in _OVERLENGTH_MARKERS):
         return ContextLengthExceeded(message or "context length exceeded", param=param, status=400)
+    if any(marker in lowered for marker in _ADAPTER_MARKERS):  # unloaded since the router last read it
+        return ModelNotFound(message, param="model")
     return UpstreamClientError(message or f"upstream returned HTTP {status}", status=status)

@@ -136,8 +136,9 @@ class HeaderLimitsConfig(Strict):
             Envoy's default is 60 KiB).
         max_fields: header fields per request (Envoy's default 100).
         max_field_bytes: one field's name and value, or the request target (bytes).
-        head_timeout_s: seconds a request's head may take to arrive once its first byte did
-            (a client dripping header bytes): then 408 and the connection closed.
+        head_timeout_s: seconds a request's head may take to arrive, counted from the
+            connection's start or the end of its previous response (a client dripping header
+            bytes, idle first or not): then 408 and the connection closed.
     """
 
     max_bytes: Annotated[int, Field(strict=True, ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
@@ -161,11 +162,16 @@ class ServerConfig(Strict):
     #: a ``router_shutdown`` error (a stream: one terminal SSE event) and aborted upstream.
     drain_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 30.0
     headers: HeaderLimitsConfig = HeaderLimitsConfig()
-    #: Seconds a request's body may take to arrive once its head did (router/front/http_limits.py):
-    #: a body dripped a byte at a time or stalled mid-way is then answered 408 and the
-    #: connection closed. 60 s carries the 32 MiB default body cap at ~4.5 Mbit/s; time the
-    #: server itself stops reading (a pipelined request waiting its turn) does not count.
-    body_timeout_s: PositiveFloat = 60.0
+    #: Seconds a request's body may take to arrive once its head did, one second more per
+    #: ``body_min_rate_bytes_s`` bytes of it received (router/front/http_limits.py; Apache's
+    #: ``RequestReadTimeout body=20,MinRate=500``): a body dripped a byte at a time or stalled
+    #: mid-way is then answered 408 and the connection closed, while a large body that keeps
+    #: arriving at that rate or faster is never cut. Time the server itself stops reading (a
+    #: pipelined request waiting its turn) does not count.
+    body_timeout_s: PositiveFloat = 20.0
+    #: Body bytes that extend ``body_timeout_s`` by one second each: the slowest steady upload
+    #: that is never cut (bytes/s).
+    body_min_rate_bytes_s: PositiveInt = 500
     #: Seconds a client connection may stay idle with no request on it: before its first
     #: byte, and from the end of a response to the next request's first byte; then it is
     #: closed (router/front/http_limits.py). Behind a load balancer that reuses connections, set it

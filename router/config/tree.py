@@ -235,7 +235,9 @@ class UpstreamConfig(Strict):
     #: Seconds of engine silence in a relayed stream, after the status line, before the router
     #: writes an SSE comment (``: keep-alive``) to the client, and again every as many seconds
     #: while the silence lasts (below the 60 s idle timeout of nginx and cloud load balancers);
-    #: 0: never. ``idle_timeout_s`` still ends a stream the engine leaves silent that long.
+    #: 0: never. ``idle_timeout_s`` still ends a stream the engine leaves silent that long. Also
+    #: how long a stream whose role chunk came holds its status for the first content (hidden
+    #: reasoning, a buffered tool call) before committing it (0: ``idle_timeout_s``).
     stream_keepalive_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 15.0
 
 

@@ -15,12 +15,16 @@ httptools' CPU per request. :func:`limited_protocol` keeps httptools and adds, p
   count bytes as they arrive, not headers after parsing);
 - ``max_fields``: header fields, counted as the parser yields them;
 - ``max_field_bytes``: one field's name plus value, and the request target;
-- ``head_timeout_s``: a head that has not arrived whole this long after its first byte (a
-  client dripping bytes to hold the connection: uvicorn's keep-alive timer restarts on every
-  byte) is answered 408 ``request_timeout`` and the connection closed. The timer is armed
-  only when a head spans more than one read, so the usual request costs none.
+- ``head_timeout_s``: a head that has not arrived whole this long after the connection opened
+  or its previous response ended (nginx's ``client_header_timeout``; after its first byte when
+  it follows a request still being answered) is answered 408 ``request_timeout`` and the
+  connection closed: a client dripping bytes to hold the connection (uvicorn's keep-alive
+  timer restarts on every byte), or idle first and dripping after. The timer is armed only
+  when a head spans more than one read, so the usual request costs none.
 
-Over any limit the answer is written at once and the connection closed::
+Over any limit the answer is written at once and the connection closed (when the head follows a
+request still being answered, pipelined, nothing is written into that answer: the 431 or 408
+follows it, then the close)::
 
     HTTP/1.1 431 Request Header Fields Too Large
     content-type: application/json
@@ -34,13 +38,15 @@ Over any limit the answer is written at once and the connection closed::
 
 The body and the framing around it (``specgate_request_framing_rejections_total{reason}``):
 
-- ``server.body_timeout_s``: a body that has not arrived whole this long after its head (sent
-  a byte at a time, or stalled mid-way) is answered 408 ``request_timeout`` and the connection
-  closed (``body_timeout``); the handler waiting for it sees a disconnect, and nothing was
-  leased yet. Armed only when a body spans more than one read; when it falls while the server
-  is not reading the connection (a pipelined request waiting its turn, a body buffered past
-  uvicorn's high-water mark) it starts again. If the router had already answered (an early
-  413 or 404), the connection is just closed.
+- ``server.body_timeout_s``: a body that has not arrived whole this long after its head, one
+  second more per ``server.body_min_rate_bytes_s`` bytes of it received (Apache's
+  ``RequestReadTimeout body=20,MinRate=500``: a body sent a byte at a time, or stalled
+  mid-way, is cut; one that keeps arriving at that rate is not) is answered 408
+  ``request_timeout`` and the connection closed (``body_timeout``); the handler waiting for it
+  sees a disconnect, and nothing was leased yet. Armed only when a body spans more than one
+  read; when it falls while the server is not reading the connection (a pipelined request
+  waiting its turn, a body buffered past uvicorn's high-water mark) it starts again. If the
+  router had already answered (an early 413 or 404), the connection is just closed.
 - malformed framing (``malformed``): bytes httptools cannot parse (a bad chunk size or chunk
   end, an invalid request line or header), or a body cut by the client's end of stream
   before its ``Content-Length`` or last chunk, get a JSON 400 ``invalid_http_request``
@@ -69,7 +75,9 @@ The connection and the HTTP semantics uvicorn's protocol gets wrong for real cli
   and however its bytes are split, and the connection stays in step for the next request.
   httptools drops the body of such a request (MagicStack/httptools#124, Kludex/uvicorn#2722);
   :meth:`_LimitedProtocol._without_upgrade` has llhttp read it by its framing. A prior-knowledge
-  HTTP/2 preface (``PRI * HTTP/2.0``) gets the JSON 400 ``invalid_http_request`` and the close;
+  HTTP/2 preface (``PRI * HTTP/2.0``) gets the JSON 400 ``invalid_http_request`` and the close,
+  another request line of a major version other than 1 (``GET / HTTP/2.0``) a JSON 505
+  ``http_version_not_supported`` and the close;
 - HTTP/1.0 requests: a response without ``Content-Length`` (a stream) is delimited by the
   close, never chunked (:class:`router.front.http_cycles.CloseDelimitedCycle`);
 - ``Expect``: ``100-continue`` is honoured only in HTTP/1.1 (RFC 9110 section 10.1.1: ignored
@@ -141,11 +149,24 @@ def bad_request_response(detail: str) -> bytes:
         f"invalid HTTP request: {detail}", "invalid_request_error", None, "invalid_http_request"))
 
 
-def body_timeout_response(timeout_s: float) -> bytes:
-    """The whole 408 response for a body that did not arrive within ``timeout_s``."""
+def body_timeout_response(timeout_s: float, min_rate: int) -> bytes:
+    """The whole 408 response for a body that did not arrive within ``timeout_s`` seconds and
+    one more per ``min_rate`` bytes received."""
     return _response(b"HTTP/1.1 408 Request Timeout", error_body(
-        f"the request body did not arrive within {timeout_s:g} s", "invalid_request_error", None,
-        "request_timeout"))
+        f"the request body did not arrive within {timeout_s:g} s (and 1 s more per {min_rate} bytes received)",
+        "invalid_request_error", None, "request_timeout"))
+
+
+def version_response(version: str) -> bytes:
+    """The whole 505 response for a request line of another major version than 1 (``HTTP/2.0``,
+    ``HTTP/0.9``: llhttp parses them as HTTP/1.x heads; RFC 9110 section 15.6.6)."""
+    return _response(b"HTTP/1.1 505 HTTP Version Not Supported", error_body(
+        f"HTTP/{version} is not supported: send HTTP/1.1 or HTTP/1.0 (no HTTP/2 on this port)",
+        "invalid_request_error", None, "http_version_not_supported"))
+
+
+class _BadVersion(Exception):
+    pass
 
 
 class _HeadTooLarge(Exception):
@@ -193,6 +214,10 @@ class _LimitedProtocol(HttpToolsProtocol):
         limits = source()
         self._limits, self._count, self._count_framing = limits.server.headers, limits.count_head, limits.count_framing
         self._body_timeout_s = limits.server.body_timeout_s
+        self._body_min_rate = limits.server.body_min_rate_bytes_s
+        self._body_since = 0.0  # loop time the body timer started (s)
+        self._body_bytes = 0  # bytes read since then (each body_min_rate of them: 1 s more)
+        self._idle_since = 0.0  # loop time the connection opened or its last response ended (s)
         self._linger_s = limits.server.linger_s
         # uvicorn's idle timer, per connection (typed int there; it is handed to call_later as seconds)
         self.timeout_keep_alive = limits.server.keepalive_timeout_s  # type: ignore[assignment]
@@ -203,6 +228,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._tail = b""  # the last 3 head bytes: a CRLFCRLF split between two reads
         self._rejected = False
         self._close_after_response = False  # malformed bytes after a request still being answered
+        self._owed_answer = b""  # the 431/408 of a head cut while an earlier response was sent
         self._lingering = False  # answered and half-closed: what still arrives is discarded
         self._upgrade_offer = False  # the request being parsed offered an upgrade (ignored)
         self._replaying = False  # parsing the head written for an ignored upgrade offer
@@ -220,6 +246,7 @@ class _LimitedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._response_transport = ResponseTransport(transport, self.close_answered)
+        self._idle_since = self.loop.time()
         # uvicorn arms its idle timer only after a first response (Kludex/uvicorn#1192): a
         # connection that never sends a byte is closed on the same keep-alive timeout
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
@@ -237,6 +264,8 @@ class _LimitedProtocol(HttpToolsProtocol):
                 return
             if end < 0:
                 self._tail = seen[-3:]
+        elif self._in_body:
+            self._body_bytes += len(data)
         self._unset_keepalive_if_required()
         while True:
             try:
@@ -246,6 +275,9 @@ class _LimitedProtocol(HttpToolsProtocol):
                 cause = exc.__context__ or exc.__cause__
                 if isinstance(cause, _HeadTooLarge):
                     self._reject(cause.limit)
+                    return
+                if isinstance(cause, _BadVersion):
+                    self._malformed(f"HTTP/{cause}", version_response(str(cause)))
                     return
                 self._malformed(str(exc) or "a parser callback failed")
                 return
@@ -258,9 +290,11 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         if self._in_head:
             if self._head_bytes and self._head_timer is None:
-                self._head_timer = self.loop.call_later(self._limits.head_timeout_s, self._head_late)
+                cycle = self.cycle  # counted from the idle start, unless a response is owed
+                since = self._idle_since if cycle is None or cycle.response_complete else self.loop.time()
+                self._head_timer = self.loop.call_at(since + self._limits.head_timeout_s, self._head_late)
         elif self._in_body and self._body_timer is None:
-            self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
+            self._start_body_timer()
 
     def _should_upgrade(self) -> bool:
         """Called by uvicorn when a head offers an upgrade (``Connection: upgrade`` and
@@ -296,16 +330,24 @@ class _LimitedProtocol(HttpToolsProtocol):
         if self._in_body and not self._rejected:  # the client ended its stream mid-body
             self._malformed("the request body ended before its Content-Length or last chunk")
 
+    def _start_body_timer(self) -> None:
+        self._body_since, self._body_bytes = self.loop.time(), 0
+        self._body_timer = self.loop.call_at(self._body_since + self._body_timeout_s, self._body_late)
+
     def _body_late(self) -> None:
         self._body_timer = None
         if not self._in_body or self._rejected or self.transport.is_closing():
             return
         if self.flow.read_paused:  # the server is not reading: not the client's delay
-            self._body_timer = self.loop.call_later(self._body_timeout_s, self._body_late)
+            self._start_body_timer()
+            return
+        due = self._body_since + self._body_timeout_s + self._body_bytes / self._body_min_rate
+        if self.loop.time() < due:  # the body kept arriving: one second more per min_rate bytes
+            self._body_timer = self.loop.call_at(due, self._body_late)
             return
         self._count_framing("body_timeout")
         if self.cycle is None or not self.cycle.response_started:
-            self.transport.write(body_timeout_response(self._body_timeout_s))
+            self.transport.write(body_timeout_response(self._body_timeout_s, self._body_min_rate))
             self._linger()
             return
         self._rejected = True
@@ -318,9 +360,9 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._body_timer.cancel()
             self._body_timer = None
 
-    def _malformed(self, detail: str) -> None:
-        """Bytes that are no HTTP request (module docstring): a JSON 400 and close, or,
-        while a response is still owed on the connection, close once it is complete."""
+    def _malformed(self, detail: str, answer: bytes | None = None) -> None:
+        """Bytes that are no HTTP request (module docstring): a JSON 400 (or ``answer``) and
+        close, or, while a response is still owed on the connection, close once it is complete."""
         self._rejected = True
         self._stop_body_timer()
         self._count_framing("malformed")
@@ -334,7 +376,7 @@ class _LimitedProtocol(HttpToolsProtocol):
                 return
             cycle.keep_alive = False
         elif not self.pipeline and (cycle is None or cycle.response_complete or self._in_body):
-            self.transport.write(bad_request_response(detail))
+            self.transport.write(answer or bad_request_response(detail))
             self._linger()
             return
         elif not self.pipeline and cycle is not None:
@@ -347,6 +389,10 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         self.server_state.total_requests += 1
         if self._close_after_response and not self.pipeline:
+            if self._owed_answer:  # a head cut while this response was sent: its 431 or 408 now
+                self.transport.write(self._owed_answer)
+                self._linger()
+                return
             self.transport.close()
             return
         transport = self.transport  # uvicorn's on_response_complete, inline
@@ -360,7 +406,9 @@ class _LimitedProtocol(HttpToolsProtocol):
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
         else:
-            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+            self._idle_since = self.loop.time()
+            self.timeout_keep_alive_task = self.loop.call_at(self._idle_since + self.timeout_keep_alive,
+                                                             self.timeout_keep_alive_handler)
 
     def _head_late(self) -> None:
         self._head_timer = None
@@ -384,8 +432,20 @@ class _LimitedProtocol(HttpToolsProtocol):
             lost()
 
     def _reject(self, limit: str) -> None:
+        """A head over a limit (431) or too slow (408): answered and closed (lingering); when
+        the head follows a request still being answered (pipelined), nothing is written into
+        that response: the head and what follows are dropped, and the answer and the close
+        come once that response is complete (:meth:`on_response_complete`)."""
         self._count(limit)
-        self.transport.write(rejection_response(limit, self._limits))
+        answer = rejection_response(limit, self._limits)
+        cycle = self.cycle
+        if self.pipeline or (cycle is not None and not cycle.response_complete):
+            self._rejected = True
+            self._stop_head_timer()
+            self._owed_answer = answer
+            self._close_after_response = True
+            return
+        self.transport.write(answer)
         self._linger()
 
     def _linger(self) -> None:
@@ -475,6 +535,8 @@ class _LimitedProtocol(HttpToolsProtocol):
         http_version = parser.get_http_version()
         scope["method"] = parser.get_method().decode("ascii")
         if http_version != "1.1":
+            if http_version[:2] != "1.":
+                raise _BadVersion(http_version)
             scope["http_version"] = http_version
             self.expect_100_continue = False  # RFC 9110 section 10.1.1: ignored in HTTP/1.0
         if parser.should_upgrade() and self._should_upgrade():

@@ -116,6 +116,7 @@ from router.upstream.relay import (
     complete_events,
     find_abort,
     next_event,
+    read_within,
     retry_after_seconds,
     sse_data,
 )
@@ -320,7 +321,7 @@ class ProxyResponse(Response):
                             raise _Failover(err)
                         raise err
                     if job.features.stream:
-                        first = await self._first_events(resp)
+                        first = await self._first_events(resp, first_deadline)
                     else:
                         first = await resp.read()
             except TimeoutError:
@@ -412,24 +413,31 @@ class ProxyResponse(Response):
         job.status = resp.status
         await self._relay(resp, first, endpoint, send)
 
-    async def _first_events(self, resp: UpstreamResponse) -> bytes:
+    async def _first_events(self, resp: UpstreamResponse, deadline: float) -> bytes:
         """Read a 200 stream until its first *content* event and return the bytes read.
 
-        SGLang sends the role chunk together with the first content chunk, so holding the
-        events before content (role chunk, usage) costs no latency. Raises for an engine
-        refusal made after its status line (sgl-project/sglang#28175): an error event
+        SGLang sends the role chunk at the first token, usually with the first content chunk,
+        so holding the events before content (role chunk, usage) costs no latency. Raises for
+        an engine refusal made after its status line (sgl-project/sglang#28175): an error event
         (:meth:`_stream_error`) or ``finish_reason: "abort"`` before any content
         (:class:`_Backpressure`, ``stream_abort``). Returns early on ``[DONE]``, end of body,
-        non-JSON framing or ``_MAX_HELD`` bytes, leaving those to :meth:`_relay`.
+        non-JSON framing or ``_MAX_HELD`` bytes, leaving those to :meth:`_relay`; and once a
+        data event came (the role chunk: the first byte is in) with no content
+        ``upstream.stream_keepalive_s`` (else ``idle_timeout_s``) later, as with hidden
+        reasoning or a buffered tool call: the status commits and :meth:`_relay` times the
+        silence and fills it with comments, instead of the first-byte ``deadline`` (loop time)
+        failing over a generation that is running.
         """
         buf = await resp.content.readany()
         pos = 0
+        hold = 0.0  # loop time at which the held events commit (set by the first data event)
         while True:
             found = next_event(buf, pos)
             if found is None:
                 if len(buf) >= _MAX_HELD:
                     return buf
-                more = await resp.content.readany()
+                more = await (read_within(resp.content.readany, hold, self._task) if hold
+                              else resp.content.readany())
                 if not more:
                     return buf
                 buf += more
@@ -443,6 +451,10 @@ class ProxyResponse(Response):
             if kind == "abort":
                 self.job.outcome = "engine_overloaded"
                 raise _Backpressure("stream_abort", None)
+            if not hold and sse_data(buf[pos:end]) is not None:  # the engine generates: its first byte is in
+                up = self._up
+                hold = min(asyncio.get_running_loop().time() + (up.stream_keepalive_s or up.idle_timeout_s),
+                           deadline - 0.01)  # before the first-byte deadline's own timer
             pos = after
 
     def _stream_error(self, payload: bytes) -> None:

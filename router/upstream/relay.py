@@ -66,6 +66,7 @@ __all__ = [
     "find_abort",
     "may_carry_usage",
     "next_event",
+    "read_within",
     "retry_after_seconds",
     "sse_data",
     "stream_done",
@@ -277,10 +278,16 @@ def body_abort(body: bytes) -> str | None:
         else "before_content"
 
 
-def stream_done(tail: bytes) -> bool:
-    """Whether ``tail`` (the last bytes of a relayed stream) holds the ``[DONE]`` event, with
-    or without the space after ``data:``."""
-    return tail.find(b"data: [DONE]") >= 0 or tail.find(b"data:[DONE]") >= 0
+#: A ``data`` line of ``[DONE]`` (one optional space after ``data:``), at a line start and ending
+#: its line: never one inside a JSON string, which cannot hold a raw line end.
+_DONE_LINE = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\](?:[\r\n]|$)")
+
+
+def stream_done(data: bytes) -> bool:
+    """Whether ``data`` (relayed bytes from an event boundary, or a stream's last bytes) holds
+    the ``[DONE]`` event, with or without the space after ``data:``, whatever follows it in
+    the stream (comments, ``id:`` fields, another event)."""
+    return data.find(b"[DONE]") >= 0 and _DONE_LINE.search(data) is not None
 
 
 def retry_after_seconds(headers: Any) -> int | None:
@@ -411,6 +418,8 @@ class Forwarder:
     def __init__(self, ends: tuple[bytes, ...] | None, observer: Any, extra: JobNotes) -> None:
         self.ends, self.observer, self.extra = ends, observer, extra
         self.spec_stats = extra.get("spec_stats")
+        #: The stream's end event went by (``[DONE]``, or one of ``ends``): what follows it
+        #: (a trailing comment, an ``id:`` line) does not make the stream incomplete.
         self.ended = False
         self.tail = b""
 
@@ -425,9 +434,12 @@ class Forwarder:
                 if not data:
                     return data
         tail = self.tail
-        if self.ends is not None and not self.ended:
-            seen = tail[-32:] + data
-            self.ended = any(seen.find(e) >= 0 for e in self.ends)
+        if not self.ended:
+            if self.ends is None:  # chunks start at an event boundary (the relay cuts whole events)
+                self.ended = data.find(b"[DONE]") >= 0 and stream_done(data)
+            else:
+                seen = tail[-32:] + data
+                self.ended = any(seen.find(e) >= 0 for e in self.ends)
         if self.observer is not None:
             self.observer.feed(data)
         self.tail = data if len(data) >= 32 else (tail + data)[-32:]  # the stream's last 32 bytes
@@ -435,7 +447,7 @@ class Forwarder:
 
     def complete(self) -> bool:
         """Whether the stream forwarded so far ended as a complete one."""
-        return self.ended if self.ends is not None else stream_done(self.tail[-32:])
+        return self.ended or (self.ends is None and stream_done(self.tail[-32:]))
 
 
 class Deadline:
@@ -475,6 +487,18 @@ class Deadline:
         self.handle.cancel()
         if self.fired and self.task.uncancel() <= self.cancelling and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
+
+
+async def read_within(read: Callable[[], Awaitable[bytes]], when: float,
+                      task: asyncio.Task[Any] | None) -> bytes | None:
+    """``await read()`` (``task``: the current one, or None to look it up), or None once loop
+    time ``when`` (s) passed first (the read is then cancelled, nothing lost: the bytes stay
+    in the stream's buffer)."""
+    try:
+        with Deadline(when, task):
+            return await read()
+    except TimeoutError:
+        return None
 
 
 async def abort_request(session: aiohttp.ClientSession, base_url: str, rids: tuple[str, ...],

@@ -182,7 +182,7 @@ def test_default_router_config_is_exact() -> None:
             "backpressure_max_hold_s": 30.0,
         },
         "server": {"host": "0.0.0.0", "port": 8000, "reload_interval_s": 1.0, "log_requests": True,
-                   "drain_listen_s": 5, "drain_timeout_s": 30, "body_timeout_s": 60.0,
+                   "drain_listen_s": 5, "drain_timeout_s": 30, "body_timeout_s": 20.0, "body_min_rate_bytes_s": 500,
                    "keepalive_timeout_s": 30.0, "linger_s": 5.0,
                    "headers": {"max_bytes": 65536, "max_fields": 100, "max_field_bytes": 8192,
                                "head_timeout_s": 30.0}},

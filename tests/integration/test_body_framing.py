@@ -131,7 +131,7 @@ def test_a_body_dripped_a_byte_at_a_time_is_408_and_closed(fs: Stack, watch: Wat
         waited = time.monotonic() - t0
     ((status, headers, body),) = responses(raw)
     assert (status, headers["connection"]) == (408, "close")
-    assert error_of(body) == {"message": "the request body did not arrive within 0.5 s",
+    assert error_of(body) == {"message": "the request body did not arrive within 0.5 s (and 1 s more per 500 bytes received)",
                               "type": "invalid_request_error", "param": None, "code": "request_timeout"}
     assert TIMEOUT_S * 0.8 < waited < 4
     watch.check(body_timeout=1)
@@ -144,6 +144,21 @@ def test_a_body_that_stalls_midway_is_408(fs: Stack, watch: Watch) -> None:
     ((status, _, body),) = responses(raw)
     assert status == 408 and error_of(body)["code"] == "request_timeout"
     watch.check(body_timeout=1)
+
+
+def test_a_body_that_keeps_arriving_above_the_min_rate_is_not_cut(fs: Stack, watch: Watch) -> None:
+    body = json.dumps({"model": "tiny-llama", "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "a " * 1500}]}).encode()
+    with socket.create_connection(("127.0.0.1", fs.router.port), timeout=10) as s:
+        s.sendall(head(length=len(body), extra=b"connection: close\r\n"))
+        t0 = time.monotonic()
+        for at in range(0, len(body), 100):  # 2,000 bytes/s, 4x body_min_rate_bytes_s: 1.5 s in all
+            time.sleep(0.05)
+            s.sendall(body[at:at + 100])
+        assert time.monotonic() - t0 > 2 * TIMEOUT_S  # well past body_timeout_s alone
+        ((status, _, answer),) = responses(read_all(s))
+    assert status == 200, answer
+    watch.check(engine_calls=1)
 
 
 def test_a_body_in_several_quick_reads_is_served_and_the_timer_restarts(fs: Stack, watch: Watch) -> None:

@@ -230,3 +230,20 @@ def test_an_adapter_loaded_after_start_is_found_without_a_404(tmp_path, tokenize
         assert list_reads() == reads + 1
     finally:
         e.close()
+
+
+def test_an_adapter_unloaded_after_the_router_read_it_is_404_model_not_found(tmp_path, tokenizer_dir):
+    e = Engines(tmp_path, tokenizer_dir, lora=True)
+    try:
+        e.plain.relaunch(restart=False, lora_paths=("sql=/adapters/sql", "law=/adapters/law"))
+        body = {"model": f"{MODEL}:law", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+        assert e.client.post(CHAT, json=body).status_code == 200  # read on the unknown name: law is loaded
+        e.plain.relaunch(restart=False, lora_paths=("sql=/adapters/sql",))  # /unload_lora_adapter law
+        for stream in (False, True):
+            r = e.client.post(CHAT, json={**body, "stream": stream})
+            assert r.status_code == 404, r.text
+            error = r.json()["error"]
+            assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", "model", "model_not_found")
+            assert error["message"].startswith("The following requested LoRA adapters are not loaded: law")
+    finally:
+        e.close()

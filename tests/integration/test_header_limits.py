@@ -168,3 +168,82 @@ def test_a_head_dripped_slower_than_the_head_timeout_is_408(tmp_path, tokenizer_
         assert r.status_code == 200  # whole heads are not timed
     finally:
         s.close()
+
+
+@pytest.mark.parametrize(("second", "limit"), [
+    (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n", "head_timeout"),  # never ends
+    (b"POST /v1/chat/completions HTTP/1.1\r\nx-big: " + b"a" * 100_000, "bytes"),  # over 64 KiB
+])
+def test_a_pipelined_head_cut_while_a_stream_is_sent_leaves_that_stream_whole(tmp_path, tokenizer_dir,
+                                                                              second: bytes, limit: str) -> None:
+    from tests.support.raw_http import RawConn
+    from tests.support.sse import sse_events
+
+    s = Stack(tmp_path, tokenizer_dir, **{"server.headers": {"head_timeout_s": 0.3}})
+    try:
+        events = [f'data: {{"choices":[{{"index":0,"delta":{{"content":"t{i}"}}}}]}}\n\n' for i in range(6)]
+        s.script(s.spec, {"sse_events": [*events, "data: [DONE]\n\n"], "chunk_delay_s": 0.25})  # 1.75 s
+        stream = json.dumps({"model": "tiny-llama", "stream": True, "max_tokens": 8,
+                             "messages": [{"role": "user", "content": "hi"}]}).encode()
+        with RawConn(s.router.port) as c:
+            c.send(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                   b"content-length: %d\r\n\r\n" % len(stream) + stream)
+            status_line, headers = c.head()  # the stream has started: the next head follows it
+            c.send(second)
+            r = c.response_after(status_line, headers)
+            assert (r.status, r.framing) == (200, "chunked")
+            chunks, done = sse_events(r.body)  # no 408 or 431 written into the stream
+            assert done and [ch["choices"][0]["delta"]["content"] for ch in chunks] == [f"t{i}" for i in range(6)]
+            cut = c.response()  # then the cut head's answer, and the close
+            assert cut.status == (408 if limit == "head_timeout" else 431)
+            assert json.loads(cut.body)["error"]["code"] == (
+                "request_timeout" if limit == "head_timeout" else "request_header_fields_too_large")
+            assert cut.headers["connection"] == "close"
+            assert c.closed_within(3) < 1
+        assert wait_until(lambda: s.router.metric("specgate_header_limit_rejections_total", limit=limit) == 1, 5,
+                          "the rejection counted")
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("after_response", [False, True])
+def test_the_head_timeout_counts_from_the_idle_start_not_the_first_byte(tmp_path, tokenizer_dir,
+                                                                        after_response: bool) -> None:
+    """A connection idle first (from its start, or from the end of its previous response), then
+    dripping a head: the 408 comes ``head_timeout_s`` after the idle start."""
+    s = Stack(tmp_path, tokenizer_dir, **{"server.headers": {"head_timeout_s": 1.0}})
+    try:
+        with socket.create_connection(("127.0.0.1", s.router.port), timeout=10) as c:
+            if after_response:
+                c.sendall(head(b"\r\n") + BODY)
+                answer = b""
+                while not answer.endswith(b"}"):
+                    answer += c.recv(65536)
+                assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+            t0 = time.monotonic()
+            time.sleep(0.8)  # idle (the input): below the keep-alive timeout
+            c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
+            c.sendall(b"host: x\r\n")
+            raw = b""
+            while chunk := c.recv(65536):
+                raw += chunk
+            waited = time.monotonic() - t0
+        assert raw.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), raw[:200]
+        assert 0.9 < waited < 1.5  # not 0.8 + 1.0
+    finally:
+        s.close()
+
+
+def test_a_request_then_an_8_mib_header_in_one_write_get_the_answer_then_the_431(stack: Stack) -> None:
+    from tests.support.raw_http import RawConn
+
+    with RawConn(stack.router.port) as c:
+        c.send(head(b"\r\n") + BODY + b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * (8 << 20)
+               + b"\r\n\r\n")  # as a pipelining client writes them: whole, before reading
+        first, cut = c.response(), c.response()
+        assert first.status == 200 and json.loads(first.body)["object"] == "chat.completion"
+        assert (cut.status, cut.headers["connection"]) == (431, "close")
+        assert json.loads(cut.body)["error"] == {
+            "message": "request header fields too large (limit: 65536 bytes)", "type": "invalid_request_error",
+            "param": None, "code": "request_header_fields_too_large"}
+        assert c.closed_within(7) < 6  # the FIN after the 431 (a lingering close, not a reset)

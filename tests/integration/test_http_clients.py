@@ -370,3 +370,21 @@ def test_a_405_names_the_allowed_methods(hs: Stack, method: bytes, path: bytes, 
         r = c.response()
     assert_error(r, b"HTTP/1.1 405 Method Not Allowed", "method_not_allowed")
     assert r.headers["allow"] == allow
+
+
+@pytest.mark.parametrize("version", [b"2.0", b"0.9"])  # llhttp parses these; it refuses HTTP/3.0 itself (400)
+def test_a_request_line_of_another_major_version_is_505_and_closed(hs: Stack, version: bytes) -> None:
+    with RawConn(hs.router.port) as c:
+        c.send(b"GET /v1/models HTTP/" + version + b"\r\nhost: x\r\n\r\n")
+        r = c.response()
+        error = assert_error(r, b"HTTP/1.1 505 HTTP Version Not Supported", "http_version_not_supported")
+        assert error["message"] == f"HTTP/{version.decode()} is not supported: send HTTP/1.1 or HTTP/1.0 (no HTTP/2 on this port)"
+        assert r.headers["connection"] == "close"
+        assert c.closed_within(3) < 1
+
+
+def test_another_major_version_pipelined_after_a_request_closes_after_its_answer(hs: Stack) -> None:
+    with RawConn(hs.router.port) as c:
+        c.send(request(chat()) + chat() + b"GET /v1/models HTTP/2.0\r\nhost: x\r\n\r\n")
+        assert_completion(c.response())
+        assert c.closed_within(3) < 1  # nothing written into or after the first answer

@@ -72,6 +72,23 @@ def test_comments_between_every_event_relay_every_chunk(stack: Stack) -> None:
     assert raw == "".join([*events, KEEPALIVE, DONE]).encode()  # relayed as sent, [DONE] last, no error event
 
 
+@pytest.mark.parametrize("after", [
+    ": the stream is finished, the connection closes next\n\n",  # a comment longer than 32 bytes
+    "id: 99999999999999999999999999999999\n\n",
+    "event: end\ndata: {\"note\": \"an event after the end, longer than 32 bytes\"}\n\n",
+])
+@pytest.mark.parametrize("done", [DONE, "data:[DONE]\r\n\r\n", "event: done\ndata: [DONE]\nid: 12345678901234567890123\n\n"])
+def test_bytes_after_the_done_event_do_not_make_a_complete_stream_fail(stack: Stack, done: str, after: str) -> None:
+    events = [content(i, finish="length" if i == 3 else None) for i in range(4)]
+    stack.script(stack.spec, {"sse_events": [*events, done, after]})
+    r = stack.client.post(CHAT, json=chat())
+    assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "spec")
+    assert r.content == "".join([*events, done, after]).encode()  # relayed as sent, no error event appended
+    assert stack.router.settled_metric("specgate_requests_total", 1, pool="spec", reason="speculative",
+                                       status="200") == 1
+    assert stack.router.metric("specgate_upstream_failures_total", pool="spec", kind="upstream_truncated") == 0
+
+
 @pytest.mark.parametrize(("options", "spaced", "final"), [
     ({"include_usage": True, "continuous_usage_stats": True}, False, True),
     ({"continuous_usage_stats": True}, False, False),

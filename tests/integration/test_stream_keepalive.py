@@ -88,3 +88,43 @@ def test_off_when_zero(tmp_path, tokenizer_dir):
         assert (status, raw) == (200, (content(0) + content(1) + DONE).encode())
     finally:
         s.close()
+
+
+ROLE = ('data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant",'
+        '"content":""},"finish_reason":null}]}\n\n')
+ABORT = 'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"abort"}]}\n\n'
+
+
+@pytest.fixture
+def slow_first(tmp_path, tokenizer_dir):
+    """Comments every 0.25 s, and a first-byte timeout (1 s) shorter than the engine's silence
+    between its role chunk and its first content."""
+    s = Stack(tmp_path, tokenizer_dir, upstream={"first_byte_timeout_s": 1.0, "idle_timeout_s": 5.0,
+                                                 "nonstream_timeout_s": 10.0, "stream_keepalive_s": 0.25})
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_silence_after_the_role_chunk_commits_and_beats_instead_of_timing_out(slow_first):
+    """Hidden reasoning (``stream_reasoning: false``) or a buffered tool call: SGLang sends the
+    role chunk at the first token, then nothing until the first visible delta."""
+    events = [ROLE, *(content(i) for i in range(3)), DONE]
+    slow_first.script(slow_first.spec, {"sse_events": events, "chunk_delay_s": 1.2})  # content at 1.2 s
+    status, raw, gaps = timed(slow_first)
+    assert status == 200
+    assert raw.startswith(ROLE.encode())  # the role chunk first: the status went out with it
+    assert raw.replace(KEEPALIVE, b"") == "".join(events).encode()  # nothing else added, no error event
+    assert raw.index(KEEPALIVE) < raw.index(content(0).encode())  # comments fill the silence before content
+    assert max(gaps) < 0.6
+    assert len(slow_first.backend_requests(slow_first.spec)) == 1  # no first-byte timeout, no failover
+    assert slow_first.backend_requests(slow_first.plain) == []
+
+
+def test_a_refusal_right_after_the_role_chunk_still_fails_over(slow_first):
+    slow_first.script(slow_first.spec, {"sse_events": [ROLE, ABORT, DONE], "chunk_delay_s": 0.1})
+    r = slow_first.client.post(CHAT, json={"model": "tiny-llama", "stream": True, "max_tokens": 8,
+                                           "messages": [{"role": "user", "content": "hi"}]})
+    assert (r.status_code, r.headers["x-specgate-pool"]) == (200, "plain")
+    assert b"abort" not in r.content and not r.content.startswith(b":")

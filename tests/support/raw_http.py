@@ -79,7 +79,10 @@ class RawConn:
 
     def response(self) -> RawResponse:
         """The next response, its body read by its framing (to the close when it has none)."""
-        status_line, headers = self.head()
+        return self.response_after(*self.head())
+
+    def response_after(self, status_line: bytes, headers: dict[str, str]) -> RawResponse:
+        """The response whose status line and fields :meth:`head` read, its body read now."""
         if "content-length" in headers:
             return RawResponse(status_line, headers, self._take(int(headers["content-length"])), "length")
         if headers.get("transfer-encoding", "").lower() == "chunked":

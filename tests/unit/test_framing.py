@@ -75,6 +75,14 @@ def test_body_abort(body, verdict):
 def test_stream_done_with_or_without_the_space():
     assert stream_done(b"...\n\ndata: [DONE]\n\n") and stream_done(b"data:[DONE]\n\n")
     assert not stream_done(b'data: {"x":"[DONE]"}\n\n')
+    assert not stream_done(b'data: {"x":"\\ndata: [DONE]\\n"}\n\n')  # an escaped line end in a JSON string
+
+
+def test_stream_done_whatever_follows_the_done_event():
+    assert stream_done(b"data: [DONE]\n\n: a trailing comment of any length, after the end\n\n")
+    assert stream_done(b"event: done\r\ndata:[DONE]\r\nid: 7\r\n\r\n")
+    assert stream_done(b"data: [DONE]")  # the stream's last bytes, its blank line missing
+    assert not stream_done(b"data: [DONE] and more\n\n")
 
 
 def test_cr_and_crlf_line_ends_are_read_by_the_grammar():
