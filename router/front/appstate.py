@@ -34,7 +34,8 @@ class AdapterRefresh(Protocol):
     (:class:`router.loops.engine_reads.ModelRefresh`)."""
 
     async def refresh(self, runtime: Runtime) -> bool:
-        """Re-read ``runtime``'s generation endpoints' lists; False when it did not (too soon)."""
+        """Re-read ``runtime``'s generation endpoints' lists (waiting for the rate limit's
+        window when the last read was too recent); False when it did not read."""
         ...
 
 

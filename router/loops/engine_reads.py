@@ -14,11 +14,13 @@ None). A failed or malformed read changes nothing.
 naming an unknown adapter is answered 404 ``model_not_found``, the router reads the
 ``/v1/models`` of every generation endpoint of that model once more:
 
-- **bounded**: the request waits at most ``scrape.timeout_s`` (the reads' own timeout);
+- **bounded**: the request waits at most :data:`MIN_REFRESH_S` plus ``scrape.timeout_s`` (the
+  reads' own timeout);
 - **rate-limited**: one refresh per model at a time (concurrent requests wait for the same
-  one), and none within :data:`MIN_REFRESH_S` of the last one's start (a request then gets its
-  404 at once): a client sending unknown names costs each engine at most one ``/v1/models``
-  read per second.
+  one), and none within :data:`MIN_REFRESH_S` of the last one's start (a request then waits
+  for that second to pass and reads again, so an adapter loaded just after a refresh is still
+  found): a client sending unknown names costs each engine at most one ``/v1/models`` read per
+  second.
 """
 
 from __future__ import annotations
@@ -110,15 +112,18 @@ class ModelRefresh:
 
     async def refresh(self, runtime: Runtime) -> bool:
         """Re-read the lists of ``runtime``'s generation endpoints (or wait for the refresh in
-        flight); False without reading when the last refresh of this model started less than
-        :data:`MIN_REFRESH_S` ago. Never raises for an engine's failure."""
+        flight); when the last refresh of this model started less than :data:`MIN_REFRESH_S`
+        ago, first wait for that second to pass. Returns True once the read has ended. Never
+        raises for an engine's failure."""
         name = runtime.model_name
         task = self._running.get(name)
-        if task is None:
+        while task is None:
             now = self._clock()
             last = self._started.get(name)
             if last is not None and now - last < MIN_REFRESH_S:
-                return False
+                await asyncio.sleep(last + MIN_REFRESH_S - now)
+                task = self._running.get(name)  # another request's wait may have started it
+                continue
             self._started[name] = now
             task = self._running[name] = asyncio.get_running_loop().create_task(self._read(runtime))
             task.add_done_callback(lambda _t: self._running.pop(name, None))
