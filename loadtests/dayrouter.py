@@ -366,11 +366,15 @@ class PolicyRouter:
         its pool's model's prefill stall; ``(backlog before it, total after it)``."""
         assert d.endpoint is not None
         pool = next((p for p in self._last if p.name == d.pool), None)
-        model = None if pool is None else pool.speed
-        if model is None or model.prefill_stall_s_per_token <= 0.0:
+        if pool is None:
+            return 0.0, 0.0
+        fit = self.fits.get(pool.speculative)
+        s = fit.stall_s_per_token if fit is not None else (
+            0.0 if pool.speed is None else pool.speed.prefill_stall_s_per_token)
+        if s <= 0.0:
             return 0.0, 0.0
         meter = self._meter(d.endpoint)
-        return meter.add(request.prompt_tokens, now, model.prefill_stall_s_per_token), meter.total
+        return meter.add(request.prompt_tokens, now, s), meter.total
 
     def snapshots(self, pools: tuple[PoolView, ...], now: float) -> tuple[PoolSnapshot, ...]:
         """The policy's snapshots of the simulator's views, built as ``Runtime.snapshots`` builds

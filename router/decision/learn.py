@@ -25,12 +25,25 @@ traffic does not excite, such as the batch slope of an idle pool, stays at the p
 of drifting; a parameter whose prior is 0, such as ``k`` in a ``speed`` block without it,
 stays 0); its precision per parameter is scaled by the larger of the prior's value and
 the fit's (:func:`prior_precision`), so a prior too small (too fast) is held no tighter than a
-right one. Residuals are relative (each row is divided by ``y``), so a 50 s request and a
-0.5 s one weigh the same. The prior is the pool's ``speed`` block when the YAML has one
-(``specgate calibrate``), else :data:`DEFAULT_PRIOR`, the same for every pool: before any
-traffic the pools differ only by their live accept length and load, and the fit then tells
-them apart. Requests that waited in the engine's queue (``num_queue_reqs`` > 0 at dispatch)
-are left out: their time is the queue's (modelled apart, from the KV and running caps).
+right one.
+
+``s`` is a candidate, not a given: an engine's prefill holds up its other requests on a CPU
+(a prompt is a large fraction of a second) and hardly at all on an accelerator, and a sixth
+parameter held near a wrong prior moves the other five. So the fit solves two models from the
+same normal equations, without ``s`` (the first five parameters, ``s = 0``) and with it, keeps
+each one's exponentially averaged relative error on the requests as they finish (each predicted
+before it learns from them), and publishes the one without ``s`` until the one with it has
+been at most :data:`STALL_SWITCH` of its error (after :data:`MIN_STALL_OBSERVATIONS`), back
+once it is worse: a choice between nested models by their one-step-ahead prediction error
+(prequential model selection, A. P. Dawid 1984, "Statistical theory: the prequential
+approach", J. R. Stat. Soc. A 147(2)).
+
+Residuals are relative (each row is divided by ``y``), so a 50 s request and a 0.5 s one weigh
+the same. The prior is the pool's ``speed`` block when the YAML has one (``specgate
+calibrate``), else :data:`DEFAULT_PRIOR`, the same for every pool: before any traffic the
+pools differ only by their live accept length and load, and the fit then tells them apart.
+Requests that waited in the engine's queue (``num_queue_reqs`` > 0 at dispatch) are left out:
+their time is the queue's (modelled apart, from the KV and running caps).
 
 Pure: no I/O, no clock; the caller passes each observation's time. Memory: one 6 x 6 matrix
 and two 6-vectors per fit.
@@ -67,16 +80,19 @@ __all__ = [
 #: KV) the fit's checked error rose from 0.06-0.09 to 0.17-0.28 (each shift of the day pulls
 #: the fit back toward a prior term the engine's data did not need); a pool gets it from its
 #: ``speed`` block (set by the operator: ``specgate calibrate`` writes 0, docs/loadtests.md).
-#: No prefill stall either (``prefill_stall_s_per_token`` 0, held there): started at 2e-5 the
-#: fit learned the real CPU pools' 2.6e-4 and cut their prediction error from 0.44-0.55 to
-#: 0.30-0.35, but on the load-test quick start's engines, whose prefill stalls nothing, the
-#: sixth parameter moved the others and the router's worst cell fell from 0.955-0.966x to
-#: 0.84-0.97x; a pool gets ``s`` from its ``speed`` block, where it defaults to the block's
-#: ``prefill_s_per_token`` (docs/performance.md, "Prefill ahead of a request").
+#: The prefill stall ``s`` starts at 2e-5 and is a candidate (:class:`SpeedFit`): the fit uses
+#: it only while the model with it predicts clearly better than the one without.
 DEFAULT_PRIOR = SpeedModel(decode_s_per_token=0.02, batch_knee=32.0, attention_s_per_token=2e-7,
-                           prefill_s_per_token=2e-4)
+                           prefill_s_per_token=2e-4, prefill_stall_s_per_token=2e-5)
 
 _N = 6  # theta = (p, t0, t0 / b_knee, a, k, s)
+_S = 5  # s's index in theta
+
+#: The prefill stall is used once the model with it has predicted the recent requests this much
+#: better (its exponentially averaged relative error at most this share of the other's), after
+#: :data:`MIN_STALL_OBSERVATIONS`; it is dropped once it predicts worse.
+STALL_SWITCH = 0.85
+MIN_STALL_OBSERVATIONS = 20
 
 #: Upper edges (prompt tokens) of the context buckets of the acceptance table; the last
 #: bucket is everything above. Acceptance falls with context (vllm-project/vllm#47602,
@@ -207,8 +223,16 @@ class SpeedFit:
         self._prior_weight = prior_weight
         self._a = [[0.0] * _N for _ in range(_N)]
         self._g = [0.0] * _N
-        self._model = prior
-        self._model_theta = _theta(prior)  # _theta(self._model), kept with it
+        # two candidates from the same normal equations: without s (s = 0) and, when the
+        # prior has one, with it; the published model is the one that predicts better
+        self._candidate = self._theta0[_S] > 0
+        self.stall_on = False
+        self._base_theta = [*self._theta0[:_S], 0.0]
+        self._stall_theta = list(self._theta0)
+        self._base_error: float | None = None
+        self._stall_error: float | None = None
+        self._model = replace(prior, prefill_stall_s_per_token=0.0)
+        self._model_theta = self._base_theta  # _theta(self._model), kept with it
         self.count = 0
         self.version = 0  # bumped whenever the model or the acceptance table changes
         self._max_weight = 1.0 / (1.0 - forgetting) if forgetting < 1 else float("inf")
@@ -228,17 +252,30 @@ class SpeedFit:
         """The current speed model (the prior until the first observation)."""
         return self._model
 
+    @property
+    def stall_s_per_token(self) -> float:
+        """``s`` of the candidate with the prefill stall (s per token; 0: no such candidate),
+        used or not: what an endpoint's prompts are metered at, so its observations carry the
+        stall whichever model is published."""
+        return self._stall_theta[_S] if self._candidate else 0.0
+
     def rebase(self, model: SpeedModel) -> None:
         """Take ``model``'s ``theta`` (another pool's fit: the same target model on the same
         hardware) as this fit's prior, keeping its own ``gamma``, ``c`` and running cap, and
         refit. A pool the prediction has not sent work to yet starts from what its sibling
         measured instead of the default prior, which would make it look slower or faster than
         a pool that has learned its real speed (:data:`MIN_OWN_OBSERVATIONS`)."""
-        self._theta0 = _theta(model)
-        self._model = self._refit() if self.count else replace(
-            self.prior, prefill_s_per_token=model.prefill_s_per_token, decode_s_per_token=model.decode_s_per_token,
-            batch_knee=model.batch_knee, attention_s_per_token=model.attention_s_per_token,
-            kv_read_s_per_token=model.kv_read_s_per_token, prefill_stall_s_per_token=model.prefill_stall_s_per_token)
+        own_stall = self._theta0[_S]
+        self._theta0 = [*_theta(model)[:_S], model.prefill_stall_s_per_token or own_stall]
+        if self.count:
+            self._model = self._refit()
+        else:
+            self._base_theta = [*self._theta0[:_S], 0.0]
+            self._stall_theta = list(self._theta0)
+            self._model = replace(
+                self.prior, prefill_s_per_token=model.prefill_s_per_token, decode_s_per_token=model.decode_s_per_token,
+                batch_knee=model.batch_knee, attention_s_per_token=model.attention_s_per_token,
+                kv_read_s_per_token=model.kv_read_s_per_token, prefill_stall_s_per_token=0.0)
         self._model_theta = _theta(self._model)
         self.version += 1
 
@@ -261,6 +298,8 @@ class SpeedFit:
         return {"decode_s_per_token": m.decode_s_per_token, "batch_knee": round(m.batch_knee, 3),
                 "attention_s_per_token": m.attention_s_per_token, "kv_read_s_per_token": m.kv_read_s_per_token,
                 "prefill_s_per_token": m.prefill_s_per_token, "prefill_stall_s_per_token": m.prefill_stall_s_per_token,
+                "prefill_stall": {"used": self.stall_on, "candidate_s_per_token": self.stall_s_per_token,
+                                  "error_with": _round(self._stall_error), "error_without": _round(self._base_error)},
                 "observations": self.count, "error": None if self.error is None else round(self.error, 4),
                 "changes": self.changes,
                 "age_s": None if self.updated_at is None else round(now - self.updated_at, 3),
@@ -308,6 +347,9 @@ class SpeedFit:
         predicted = self.predict_s(obs, row)
         rel = abs(predicted - y) / y
         self.error = rel if self.error is None else 0.9 * self.error + 0.1 * rel
+        if self._candidate:
+            self._base_error = _ewma(self._base_error, abs(_dot(row, self._base_theta) - y) / y)
+            self._stall_error = _ewma(self._stall_error, abs(_dot(row, self._stall_theta) - y) / y)
         if self._cusum is not None and self._cusum.add((y - predicted) / y):
             self._discount()
         x = [v / y for v in row]  # relative residuals: y / y = 1
@@ -343,20 +385,53 @@ class SpeedFit:
         self.version += 1
 
     def _refit(self) -> SpeedModel:
-        lam = prior_precision(self._theta0, self._model_theta, self._prior_weight)
-        a = [row[:] for row in self._a]
-        for i, li in enumerate(lam):
-            a[i][i] += li
-        b = [g + li * t0 for g, li, t0 in zip(self._g, lam, self._theta0, strict=True)]
-        theta = _solve(a, b)
-        if theta is None or not all(math.isfinite(t) for t in theta):
-            return self._model
-        # positive, at most 100x below the prior; a term whose prior is 0 is off and stays so
-        t0 = [max(t, t0 / 100) if t0 > 0 else 0.0 for t, t0 in zip(theta, self._theta0, strict=True)]
-        p, decode, slope, attn, kv_read, stall = t0
+        """Solve both candidates and publish the one that predicts better (``stall_on``:
+        with ``s`` once its error is at most :data:`STALL_SWITCH` of the other's, after
+        :data:`MIN_STALL_OBSERVATIONS`; back without once it is worse)."""
+        base = self._solve_theta(_S, self._base_theta)
+        if base is not None:
+            self._base_theta = [*base, 0.0]
+        if self._candidate:
+            stall = self._solve_theta(_N, self._stall_theta)
+            if stall is not None:
+                self._stall_theta = stall
+            eb, es = self._base_error, self._stall_error
+            if eb is not None and es is not None:
+                if not self.stall_on and self.count >= MIN_STALL_OBSERVATIONS and es <= STALL_SWITCH * eb:
+                    self.stall_on = True
+                elif self.stall_on and es > eb:
+                    self.stall_on = False
+        p, decode, slope, attn, kv_read, stall_s = self._stall_theta if self.stall_on else self._base_theta
         return replace(self.prior, prefill_s_per_token=p, decode_s_per_token=decode,
                        batch_knee=decode / slope, attention_s_per_token=attn, kv_read_s_per_token=kv_read,
-                       prefill_stall_s_per_token=stall)
+                       prefill_stall_s_per_token=stall_s)
+
+    def _solve_theta(self, n: int, current: list[float]) -> list[float] | None:
+        """The ridge solution of the first ``n`` parameters (the rest held at 0), ``current``
+        their last solution (the prior's scale, :func:`prior_precision`); None when singular."""
+        theta0 = self._theta0[:n]
+        lam = prior_precision(theta0, current[:n], self._prior_weight)
+        a = [row[:n] for row in self._a[:n]]
+        for i, li in enumerate(lam):
+            a[i][i] += li
+        b = [g + li * t0 for g, li, t0 in zip(self._g[:n], lam, theta0, strict=True)]
+        theta = _solve(a, b)
+        if theta is None or not all(math.isfinite(t) for t in theta):
+            return None
+        # positive, at most 100x below the prior; a term whose prior is 0 is off and stays so
+        return [max(t, t0 / 100) if t0 > 0 else 0.0 for t, t0 in zip(theta, theta0, strict=True)]
+
+
+def _dot(x: list[float], theta: list[float]) -> float:
+    return sum(a * b for a, b in zip(x, theta, strict=True))
+
+
+def _ewma(mean: float | None, x: float) -> float:
+    return x if mean is None else 0.9 * mean + 0.1 * x
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def prior_precision(theta0: list[float], theta: list[float], weight: float) -> list[float]:

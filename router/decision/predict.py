@@ -41,8 +41,8 @@ that arrive while it decodes stop it too; the fit counts them (``Observation.sta
 but the prediction does not forecast them: with an arrival-rate term the learned router did
 worse on the simulated days (``docs/performance.md``, "Prefill ahead of a request"). On a CPU
 engine prefill takes seconds and the term is most of a loaded request's wait; on a GPU engine
-it is small. A ``speed`` block's ``s`` defaults to its ``p``; a fit without a block has none
-(:data:`router.decision.learn.DEFAULT_PRIOR`).
+it is small. A ``speed`` block's ``s`` defaults to its ``p``; a learning pool uses one only
+while it predicts clearly better than the model without it (:class:`router.decision.learn.SpeedFit`).
 
 The last term is attention's KV reads: a decode step reads every running sequence's KV, so
 its time grows with the batch *times* its context (``b * L`` tokens of KV to load per step:

@@ -296,18 +296,21 @@ class Runtime:
         """Meter the uncached prompt tokens of a request dispatched now (``decision``: routed)
         at its endpoint (:class:`router.state.prefill_meter.PrefillMeter`), drained at its pool's
         prefill speed; returns ``(backlog, sent)``: the tokens before it still to prefill and the
-        endpoint's total after it (tokens). A pool without a speed model, or whose model has no
-        prefill stall, meters nothing (``(0, 0)``)."""
+        endpoint's total after it (tokens). A learning pool meters at its fit's candidate ``s``
+        (:attr:`router.decision.learn.SpeedFit.stall_s_per_token`, used by the model or not), a
+        pool with a ``speed`` block at the block's; one without either meters nothing (``(0, 0)``)."""
         pool = self.pool(decision.pool)
         ep = self._by_url.get(decision.endpoint) if decision.endpoint is not None else None
         if pool is None or ep is None:
             return 0.0, 0.0
-        model = pool.fit.model if pool.fit is not None else pool.speed
-        if model is None or model.prefill_stall_s_per_token <= 0.0:
+        fit = pool.fit
+        s = fit.stall_s_per_token if fit is not None else (
+            0.0 if pool.speed is None else pool.speed.prefill_stall_s_per_token)
+        if s <= 0.0:
             return 0.0, 0.0
         tokens = features.num_prompts * max(0, features.predicted_prompt_tokens - cached_tokens)
         meter = ep.prefill
-        backlog = meter.add(tokens, now, model.prefill_stall_s_per_token)
+        backlog = meter.add(tokens, now, s)
         return backlog, meter.total
 
     def prompts_sent(self, url: str) -> float:

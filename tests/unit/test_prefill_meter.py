@@ -64,28 +64,41 @@ def test_the_prediction_waits_for_the_backlog_at_the_stall_cost() -> None:
     assert base(off, 3000) == pytest.approx(alone)
 
 
-def test_the_fit_learns_the_stall_from_the_prompts_a_request_waited_for() -> None:
-    true = replace(MODEL, prefill_stall_s_per_token=3e-4)  # a slow prefill (a CPU engine)
-    # a speed block's prior: s at its p
-    fit = SpeedFit(replace(DEFAULT_PRIOR, prefill_s_per_token=1e-4, prefill_stall_s_per_token=1e-4), prior_weight=0.01)
+def _stall_traffic(fits: list[SpeedFit], s_true: float, n: int = 400) -> list[Observation]:
+    true = replace(MODEL, prefill_stall_s_per_token=0.0)
     rng = random.Random(7)
     seen = []
-    for i in range(400):
+    for i in range(n):
         p, m, b, stall = rng.choice([200, 1000, 2000]), rng.randint(20, 200), rng.randint(1, 8), rng.uniform(0, 8000)
         y = completion_s(true, batch=b, prompt_tokens=p, cached_tokens=0, output_tokens=m, accept_length=None)
-        obs = Observation(p, 0, m, b, (y + 3e-4 * stall) * rng.uniform(0.97, 1.03), stall_tokens=stall)
-        fit.observe(obs, float(i))
+        obs = Observation(p, 0, m, b, (y + s_true * stall) * rng.uniform(0.97, 1.03), stall_tokens=stall)
+        for fit in fits:
+            fit.observe(obs, float(i))
         seen.append(obs)
-    assert fit.model.prefill_stall_s_per_token == pytest.approx(3e-4, rel=0.1)
+    return seen
+
+
+def test_the_fit_uses_the_stall_once_it_predicts_clearly_better() -> None:
+    fit = SpeedFit(DEFAULT_PRIOR, prior_weight=0.01)  # s a candidate from 2e-5
+    assert fit.model.prefill_stall_s_per_token == 0.0 and fit.stall_s_per_token == 2e-5 and not fit.stall_on
+    seen = _stall_traffic([fit], 3e-4)  # a slow prefill that holds up the others (a CPU engine)
+    assert fit.stall_on
+    assert fit.model.prefill_stall_s_per_token == fit.stall_s_per_token == pytest.approx(3e-4, rel=0.1)
     assert fit.model.prefill_s_per_token == pytest.approx(1e-4, rel=0.15)
     assert statistics.median(abs(fit.predict_s(o) - o.duration_s) / o.duration_s for o in seen[-100:]) < 0.03
-    assert fit.status(400.0)["prefill_stall_s_per_token"] == fit.model.prefill_stall_s_per_token
-    # the default prior has no such term, and the fit keeps it so
-    assert DEFAULT_PRIOR.prefill_stall_s_per_token == 0.0
-    off = SpeedFit(DEFAULT_PRIOR, prior_weight=0.01)
-    for obs in seen:
-        off.observe(obs, 0.0)
-    assert off.model.prefill_stall_s_per_token == 0.0
+    status = fit.status(400.0)
+    assert status["prefill_stall_s_per_token"] == fit.model.prefill_stall_s_per_token
+    stall = status["prefill_stall"]
+    assert isinstance(stall, dict) and stall["used"] is True and stall["error_with"] < 0.85 * stall["error_without"]
+
+
+def test_an_engine_whose_prefill_stalls_nothing_keeps_the_model_without_it() -> None:
+    fit = SpeedFit(DEFAULT_PRIOR, prior_weight=0.01)
+    off = SpeedFit(replace(DEFAULT_PRIOR, prefill_stall_s_per_token=0.0), prior_weight=0.01)  # no candidate
+    _stall_traffic([fit, off], 0.0)  # prompts arrive, nothing waits for them
+    assert not fit.stall_on and off.stall_s_per_token == 0.0
+    assert fit.model == off.model  # the published model is the one without s, to the bit
+    assert fit.model.prefill_stall_s_per_token == 0.0
 
 
 def _runtime(learning: bool, speed: dict | None = None) -> Runtime:
@@ -110,7 +123,7 @@ def test_the_runtime_meters_each_dispatch_at_its_pools_prefill_stall() -> None:
     rt = _runtime(True, SPEED)
     plain = rt.pools[1]
     assert plain.fit is not None
-    s = plain.fit.model.prefill_stall_s_per_token  # the speed block's p: 1e-4
+    s = plain.fit.stall_s_per_token  # the candidate s at the speed block's p: 1e-4
     features = RequestFeatures(prompt_tokens=1500, max_new_tokens=20)
     assert rt.note_prompt(_routed("plain", "http://p:1"), features, 500, 1.0) == (0.0, 1000.0)  # 500 cached
     assert s == 1e-4
@@ -128,8 +141,9 @@ def test_a_pool_without_a_stall_term_meters_nothing() -> None:
     features = RequestFeatures(prompt_tokens=1500, max_new_tokens=20)
     off = _runtime(False)  # no speed model: nothing predicts with the meter
     assert off.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.0) == (0.0, 0.0)
-    learned = _runtime(True)  # the default prior: no stall term
-    assert learned.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.0) == (0.0, 0.0)
+    learned = _runtime(True)  # the default prior: a candidate s, metered at 2e-5 though unused
+    assert learned.pools[1].speed is None
+    assert learned.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.0) == (0.0, 1500.0)
     zero = _runtime(False, {"decode_s_per_token": 0.01, "batch_knee": 8, "prefill_s_per_token": 1e-4,
                             "prefill_stall_s_per_token": 0})
     assert zero.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.0) == (0.0, 0.0)
