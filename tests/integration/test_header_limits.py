@@ -42,6 +42,17 @@ def exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
 LIMIT_TEXT = {"bytes": "65536 bytes", "fields": "100 fields", "field_bytes": "8192 bytes per field"}
 
 
+def _answer_408(c: socket.socket, t0: float) -> tuple[bytes, float]:
+    """Everything the router sends until it closes, which must be a 408, and the seconds since
+    ``t0`` (monotonic) that took."""
+    raw = b""
+    while chunk := c.recv(65536):
+        raw += chunk
+    waited = time.monotonic() - t0
+    assert raw.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), raw[:200]
+    return raw, waited
+
+
 def assert_431_or_closed(raw: bytes, limits: tuple[str, ...]) -> str | None:
     """The 431 for one of ``limits`` (or nothing: the server may reset before the client reads);
     returns the limit its message names (None when nothing arrived)."""
@@ -156,11 +167,7 @@ def test_a_head_dripped_slower_than_the_head_timeout_is_408(tmp_path, tokenizer_
             for _ in range(3):  # a byte now and then: uvicorn's keep-alive timer alone would restart
                 time.sleep(0.1)
                 c.sendall(b"x")
-            raw = b""
-            while chunk := c.recv(65536):
-                raw += chunk
-            waited = time.monotonic() - t0
-        assert raw.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), raw[:200]
+            raw, waited = _answer_408(c, t0)
         assert json.loads(raw.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
         assert 0.4 < waited < 5
         assert s.router.metric("specgate_header_limit_rejections_total", limit="head_timeout") == 1
@@ -224,11 +231,7 @@ def test_the_head_timeout_counts_from_the_idle_start_not_the_first_byte(tmp_path
             time.sleep(0.8)  # idle (the input): below the keep-alive timeout
             c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
             c.sendall(b"host: x\r\n")
-            raw = b""
-            while chunk := c.recv(65536):
-                raw += chunk
-            waited = time.monotonic() - t0
-        assert raw.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), raw[:200]
+            _, waited = _answer_408(c, t0)
         assert 0.9 < waited < 1.5  # not 0.8 + 1.0
     finally:
         s.close()

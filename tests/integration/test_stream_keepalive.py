@@ -35,14 +35,19 @@ def timed(stack: Stack) -> tuple[int, bytes, list[float]]:
     return r.status_code, b"".join(parts), [b - a for a, b in pairwise(times[1:])]
 
 
-@pytest.fixture
-def beating(tmp_path, tokenizer_dir):
-    s = Stack(tmp_path, tokenizer_dir, upstream={"first_byte_timeout_s": 5.0, "idle_timeout_s": 5.0,
+def _beating_stack(tmp_path, tokenizer_dir, first_byte_timeout_s: float):
+    """A stack whose router sends a comment every 0.25 s of engine silence."""
+    s = Stack(tmp_path, tokenizer_dir, upstream={"first_byte_timeout_s": first_byte_timeout_s, "idle_timeout_s": 5.0,
                                                  "nonstream_timeout_s": 10.0, "stream_keepalive_s": 0.25})
     try:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def beating(tmp_path, tokenizer_dir):
+    yield from _beating_stack(tmp_path, tokenizer_dir, 5.0)
 
 
 def test_comments_fill_the_engine_silence_and_are_the_only_addition(beating):
@@ -99,12 +104,7 @@ ABORT = 'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,
 def slow_first(tmp_path, tokenizer_dir):
     """Comments every 0.25 s, and a first-byte timeout (1 s) shorter than the engine's silence
     between its role chunk and its first content."""
-    s = Stack(tmp_path, tokenizer_dir, upstream={"first_byte_timeout_s": 1.0, "idle_timeout_s": 5.0,
-                                                 "nonstream_timeout_s": 10.0, "stream_keepalive_s": 0.25})
-    try:
-        yield s
-    finally:
-        s.close()
+    yield from _beating_stack(tmp_path, tokenizer_dir, 1.0)
 
 
 def test_silence_after_the_role_chunk_commits_and_beats_instead_of_timing_out(slow_first):
