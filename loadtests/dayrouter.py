@@ -326,6 +326,8 @@ class PolicyRouter:
         if record is None:
             return
         dispatched = self._dispatched.pop((url, record.arrival_s), None)
+        if dispatched is not None and dispatched[6]:
+            self._meter(url).settled(dispatched[6])  # Lease.release
         if dispatched is None or not self.fits or record.pool is None:
             return
         load, queued, ctx, decision, features, backlog, sent = dispatched

@@ -396,6 +396,7 @@ def _lease(ctx: GenerationContext, features: RequestFeatures) -> None:
     ctx.lease = runtime.endpoint(decision.endpoint).lease(features.temperature_class, bool(features.adapters))
     now = ctx.state.clock()
     sent = runtime.note_prompt(decision, features, _cached(ctx, decision), now)
+    ctx.lease.prompts_sent = sent[1]
     if runtime.measures(decision.pool, now):
         ctx.dispatch = (decision.endpoint, *runtime.dispatch_state(decision.endpoint, now, features),
                         time.perf_counter(), *sent)
@@ -518,5 +519,6 @@ def _redecide(ctx: GenerationContext, excluded: frozenset[str],
     assert d.endpoint is not None  # routed: it is set
     if ctx.chain is not None:
         _note_prefix(ctx, rt, d)
-    rt.note_prompt(d, features, _cached(ctx, d), ctx.state.clock())
-    return Redecision(d, rt.endpoint(d.endpoint).lease(features.temperature_class, bool(features.adapters)))
+    lease = rt.endpoint(d.endpoint).lease(features.temperature_class, bool(features.adapters))
+    lease.prompts_sent = rt.note_prompt(d, features, _cached(ctx, d), ctx.state.clock())[1]
+    return Redecision(d, lease)

@@ -70,7 +70,7 @@ class LeaseLedger(Protocol):
 class Lease:
     """One request's hold on an endpoint's in-flight count; release is idempotent."""
 
-    __slots__ = ("adapter", "endpoint", "lease_id", "released", "scrape", "temperature")
+    __slots__ = ("adapter", "endpoint", "lease_id", "prompts_sent", "released", "scrape", "temperature")
 
     def __init__(self, endpoint: Endpoint, temperature: str = "sampled", adapter: bool = False) -> None:
         self.endpoint = endpoint
@@ -78,6 +78,9 @@ class Lease:
         self.temperature = temperature
         self.adapter = adapter  # a LoRA request: its decode steps are not the base model's acceptance
         self.scrape = endpoint.scrapes  # the scrapes recorded before it started (Endpoint.load)
+        #: the endpoint's prompt total after this request's (:class:`router.state.prefill_meter.PrefillMeter`),
+        #: set when its prompt was metered; its release settles the prompts up to it
+        self.prompts_sent = 0.0
         endpoint.inflight += 1
         endpoint.acceptance.started(temperature, adapter)
         ledger = endpoint.ledger
@@ -92,6 +95,8 @@ class Lease:
             if self.scrape < endpoint.scrapes:  # the last scrape counted it as running
                 endpoint.finished_since_scrape += 1
             endpoint.acceptance.finished(self.temperature, self.adapter)
+            if self.prompts_sent:
+                endpoint.prefill.settled(self.prompts_sent)
             ledger = endpoint.ledger
             if ledger is not None and self.lease_id is not None:
                 ledger.released(endpoint, self.lease_id)

@@ -12,7 +12,12 @@ router sees every prompt it sends, so it keeps, per endpoint:
   0;
 - the **total** (tokens) ever sent, so a finished request's :class:`router.decision.learn.Observation`
   counts the prompts that arrived while it ran (the total at its end less the total after its
-  own dispatch).
+  own dispatch);
+- what is **settled**: the engine prefills in arrival order, so once a request has finished,
+  every prompt sent up to it is prefilled, and the backlog is at most the tokens sent since
+  (:meth:`PrefillMeter.settled`): a backlog drained slower than the engine really prefills
+  (``s`` too large, as a ``speed`` block's ``p`` can be for a fast engine) does not outlive the
+  requests that carried it.
 
 Each replica meters its own dispatches only (prompts other replicas send the engine are not
 seen here). Not thread-safe: the event loop's only. Time is passed in (monotonic s).
@@ -30,12 +35,13 @@ class PrefillMeter:
         total: prompt tokens sent to the endpoint so far (tokens, only grows).
     """
 
-    __slots__ = ("_at", "_backlog", "_drain_s", "total")
+    __slots__ = ("_at", "_backlog", "_drain_s", "_through", "total")
 
     def __init__(self) -> None:
         self._backlog = 0.0
         self._at = 0.0
         self._drain_s = 0.0  # s per token of the last dispatch (0: drained at once)
+        self._through = 0.0  # the total after the latest-sent request that has finished
         self.total = 0.0
 
     def backlog(self, now: float) -> float:
@@ -43,7 +49,12 @@ class PrefillMeter:
         dispatch at the speed recorded with it)."""
         if self._backlog <= 0.0 or self._drain_s <= 0.0:
             return 0.0
-        return max(0.0, self._backlog - (now - self._at) / self._drain_s)
+        return max(0.0, min(self._backlog - (now - self._at) / self._drain_s, self.total - self._through))
+
+    def settled(self, through: float) -> None:
+        """A request whose dispatch brought the total to ``through`` (tokens) has finished: every
+        prompt sent up to it is prefilled."""
+        self._through = max(self._through, through)
 
     def add(self, tokens: float, now: float, s_per_token: float) -> float:
         """Record ``tokens`` uncached prompt tokens sent at ``now`` to an engine that prefills

@@ -34,6 +34,28 @@ def test_the_backlog_is_a_fluid_queue_drained_at_the_prefill_speed() -> None:
     assert instant.backlog(0.0) == 0.0 and instant.total == 5000.0
 
 
+def test_a_finished_request_settles_every_prompt_sent_up_to_it() -> None:
+    meter = PrefillMeter()
+    meter.add(1000, 0.0, 1e-3)  # drained at 1,000 tokens a second: an engine slower than this one
+    first = meter.total
+    meter.add(600, 0.1, 1e-3)
+    assert meter.backlog(0.2) == pytest.approx(1400.0)
+    meter.settled(first)  # the first request finished: its prompt and all before it are prefilled
+    assert meter.backlog(0.2) == 600.0
+    meter.settled(meter.total)  # and the second: nothing is left
+    assert meter.backlog(0.2) == 0.0
+    assert meter.add(300, 0.3, 1e-3) == 0.0 and meter.backlog(0.3) == 300.0
+    meter.settled(first)  # an older request finishing later settles nothing more
+    assert meter.backlog(0.3) == 300.0
+    ep = Endpoint(url="http://a", pool="p", state="healthy")
+    lease = ep.lease()
+    ep.prefill.add(2000, 0.0, 1e-3)
+    lease.prompts_sent = ep.prefill.total
+    assert ep.prefill.backlog(0.5) == 1500.0
+    lease.release()
+    assert ep.prefill.backlog(0.5) == 0.0
+
+
 def test_a_snapshot_carries_the_meter_to_two_significant_digits() -> None:
     meter = PrefillMeter()
     assert meter.value(0.0) == 0
