@@ -385,11 +385,13 @@ class Endpoint:
         load = self.load(now, stale_after_s)
         return max(load, floor) if self.backpressured(now) else load
 
-    def snapshot_values(self, now: float, stale_after_s: float, floor: int, cached: int) -> EndpointValues:
+    def snapshot_values(self, now: float, stale_after_s: float, floor: int, cached: int,
+                        backlog: bool = True) -> EndpointValues:
         """Its :class:`router.state.snapshots.EndpointValues` now (:func:`router.state.snapshots.endpoint_values`
         of its :attr:`healthy`, its :meth:`backpressure_load` with ``floor`` and ``stale_after_s``,
-        ``cached`` tokens, its last scrape while fresh and its :meth:`inflight_view`); it runs for
-        every endpoint of every decision."""
+        ``cached`` tokens, its last scrape while fresh and its :meth:`inflight_view`, and with
+        ``backlog`` its prefill meter's backlog, else 0); it runs for every endpoint of every
+        decision."""
         engine = self.engine
         scraped_at = self.scraped_at
         inflight = self.inflight_view(now, stale_after_s)
@@ -401,7 +403,7 @@ class Endpoint:
         if self.backpressure_until is not None and now < self.backpressure_until:
             load = max(load, floor)
         meter = self.prefill
-        if meter.total <= 0.0:  # no prompt metered (no prediction for its pool): 0
+        if not backlog or meter.total <= 0.0:  # not read, or no prompt metered: 0
             return endpoint_values(self.url, self.healthy, load, cached, engine, inflight)
         return endpoint_values(self.url, self.healthy, load, cached, engine, inflight, meter.value(now))
 

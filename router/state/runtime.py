@@ -547,7 +547,11 @@ class Runtime:
                 greedy, sampled = accept_lengths(live, p.fit, p.prior_accept_lengths)
             else:
                 sat, low, greedy, sampled = False, _NONE, None, None
-            endpoints = tuple([e.snapshot_values(now, stale, floor, m.get(e.url, 0) if m else 0)
+            # the backlog only where the pool's model reads it (a value that moves with every
+            # instant would defeat the snapshot cache for nothing)
+            model = p.fit.model if p.fit is not None else p.speed
+            backlog = model is not None and model.prefill_stall_s_per_token > 0.0
+            endpoints = tuple([e.snapshot_values(now, stale, floor, m.get(e.url, 0) if m else 0, backlog)
                                for e in p.endpoints.values()])
             revoked, check = p.canary_revoked, p.check  # Pool.capabilities, with the config's part computed once
             out.append(self._snapshot_cache.get(
