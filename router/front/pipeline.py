@@ -374,12 +374,11 @@ def _note_prefix(ctx: GenerationContext, runtime: Runtime, decision: Decision) -
     runtime), with a prefix chain: record the chain at its endpoint, observe the matched share
     of the predicted prompt tokens (what the matches were computed for,
     :attr:`RequestFeatures.predicted_prompt_tokens`)."""
-    chain, matches, features = ctx.chain, ctx.matches, ctx.features
+    chain, features = ctx.chain, ctx.features
     assert decision.pool is not None and decision.endpoint is not None  # routed: both are set
     assert chain is not None and features is not None  # called with a chain, after _features
     runtime.record_prefix(decision, chain)
-    pool = matches.get(decision.pool) if matches else None  # no throwaway {} per request
-    cached = pool.get(decision.endpoint, 0) if pool else 0
+    cached = _cached(ctx, decision)
     prompt_tokens = features.predicted_prompt_tokens
     ctx.state.metrics.prefix_match_ratio.observe(
         (decision.pool, decision.endpoint_reason or "least_load"), cached / prompt_tokens if prompt_tokens else 0.0)
