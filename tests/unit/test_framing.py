@@ -85,6 +85,17 @@ def test_stream_done_whatever_follows_the_done_event():
     assert not stream_done(b"data: [DONE] and more\n\n")
 
 
+@pytest.mark.parametrize(("data", "done"), [
+    (b'data: {"x":"[DONE]"}\n\ndata: [DONE]\n\n', True),  # the second one ends the stream
+    (b"data: [DONE]", True), (b"data:[DONE]", True), (b"\rdata: [DONE]\r", True),
+    (b"[DONE]\n\n", False), (b" [DONE]\n", False), (b":[DONE]\n", False),  # no data field
+    (b"xdata: [DONE]\n\n", False), (b"data:  [DONE]\n\n", False), (b"data: [DONE]x", False),
+    (b"event: a\ndata: [DONE][DONE]\n", False), (b"data: x\n\nid: [DONE]\n\n", False),
+])
+def test_stream_done_reads_the_done_line_by_its_neighbours(data, done):
+    assert stream_done(data) is done
+
+
 def test_cr_and_crlf_line_ends_are_read_by_the_grammar():
     from router.upstream.relay import complete_events, next_event
 
@@ -99,3 +110,17 @@ def test_cr_and_crlf_line_ends_are_read_by_the_grammar():
         assert find_abort(chunk) == len(b"data: a" + sep)
     assert sse_data(b"data: a\rdata:b") == b"a\nb"
     assert classify_event(abort.replace(b"data: ", b"data:")) == "abort"
+
+
+def test_stream_done_agrees_with_the_grammar_on_random_chunks():
+    """The SSE grammar as a regular expression (a ``data`` line of ``[DONE]``, one optional
+    space) is the reference; 5,000 seeded chunks of the pieces that matter."""
+    import random
+    import re
+
+    line = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\](?:[\r\n]|$)")
+    pieces = [b"data:", b"data: ", b" ", b"[DONE]", b"\n", b"\r", b"x", b":", b"[DONE", b"DONE]"]
+    rng = random.Random(7)
+    for _ in range(5000):
+        chunk = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        assert stream_done(chunk) is (line.search(chunk) is not None), chunk
