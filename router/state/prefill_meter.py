@@ -77,5 +77,7 @@ class PrefillMeter:
         x = self.backlog(now)
         if x < 100.0:
             return int(x)
-        scale = int(10 ** (len(str(int(x))) - 2))
+        scale = 10
+        while x >= 100 * scale:
+            scale *= 10
         return round(x / scale) * scale

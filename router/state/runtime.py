@@ -196,6 +196,9 @@ class Runtime:
         #: the pools a request can be routed to (``serves`` has ``generate``), each with the
         #: kinds its config serves (``PoolConfig.served_capabilities``; None: every kind)
         self._generating = tuple((p, p.config.served_capabilities) for p in self.pools if "generate" in p.config.serves)
+        #: two or more generation pools have a speed model: a decision can compare predictions
+        #: (:func:`router.decision.policy.decide`), the only reader of a snapshot's prefill backlog
+        self._predicting = sum(1 for p, _ in self._generating if p.fit is not None or p.speed is not None) >= 2
 
     def _start_learning(self, previous: Runtime | None) -> None:
         """Give every generation pool its :class:`router.decision.learn.SpeedFit` (``routing.learning``);
@@ -547,10 +550,10 @@ class Runtime:
                 greedy, sampled = accept_lengths(live, p.fit, p.prior_accept_lengths)
             else:
                 sat, low, greedy, sampled = False, _NONE, None, None
-            # the backlog only where the pool's model reads it (a value that moves with every
-            # instant would defeat the snapshot cache for nothing)
+            # the backlog only where the pool's model reads it and a decision can predict (a
+            # value that moves with every instant would defeat the snapshot cache for nothing)
             model = p.fit.model if p.fit is not None else p.speed
-            backlog = model is not None and model.prefill_stall_s_per_token > 0.0
+            backlog = self._predicting and model is not None and model.prefill_stall_s_per_token > 0.0
             endpoints = tuple([e.snapshot_values(now, stale, floor, m.get(e.url, 0) if m else 0, backlog)
                                for e in p.endpoints.values()])
             revoked, check = p.canary_revoked, p.check  # Pool.capabilities, with the config's part computed once

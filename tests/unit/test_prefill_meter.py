@@ -123,14 +123,17 @@ def test_an_engine_whose_prefill_stalls_nothing_keeps_the_model_without_it() -> 
     assert fit.model.prefill_stall_s_per_token == 0.0
 
 
-def _runtime(learning: bool, speed: dict | None = None) -> Runtime:
+def _runtime(learning: bool, speed: dict | None = None, spec_speed: dict | None = None) -> Runtime:
     plain: dict = {"name": "plain", "speculative": False, "endpoints": ["http://p:1"]}
+    spec: dict = {"name": "spec", "speculative": True, "endpoints": ["http://s:1"]}
     if speed is not None:
         plain["speed"] = speed
+    if spec_speed is not None:
+        spec["speed"] = spec_speed
     doc = {"model": {"name": "m", "tokenizer": "/tmp/t"}, "limits": {"max_context_tokens": 4096},
            "routing": {"long_prompt_tokens": 1024, "saturation": {"enter": 8, "exit": 6},
                        "learning": {"enabled": learning}},
-           "pools": [{"name": "spec", "speculative": True, "endpoints": ["http://s:1"]}, plain]}
+           "pools": [spec, plain]}
     return Runtime(parse_config(doc), PromptCounter.__new__(PromptCounter))
 
 
@@ -154,11 +157,15 @@ def test_the_runtime_meters_each_dispatch_at_its_pools_prefill_stall() -> None:
     assert rt.prompts_sent("http://p:1") == 2500.0 and rt.prompts_sent("http://s:1") == 0.0
     # the fit's model does not use its candidate s yet: the snapshot leaves the backlog out
     assert rt.snapshots(1.05)[1].endpoints[0].prefill_backlog_tokens == 0
-    fixed = _runtime(False, SPEED)  # a speed block's model, used as it is: s = p
-    fixed.note_prompt(_routed("plain", "http://p:1"), features, 500, 1.0)
-    fixed.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.05)
+    fixed = _runtime(False, SPEED, {**SPEED, "accept_length_greedy": 2.5, "accept_length_sampled": 2.0})  # speed blocks' models, used as they are: s = p
+    alone = _runtime(False, SPEED)  # the only pool with a model: no decision predicts
+    for rt_ in (fixed, alone):
+        rt_.note_prompt(_routed("plain", "http://p:1"), features, 500, 1.0)
+        rt_.note_prompt(_routed("plain", "http://p:1"), features, 0, 1.05)
     assert fixed.snapshots(1.05)[1].endpoints[0].prefill_backlog_tokens == 2000  # 500 left and 1,500
     assert fixed.snapshots(1.25)[1].endpoints[0].prefill_backlog_tokens == 0
+    assert alone.snapshots(1.05)[1].endpoints[0].prefill_backlog_tokens == 0  # metered, never read
+    assert alone.prompts_sent("http://p:1") == 2500.0
     # a finished request's observation carries what it waited for
     assert rt.learn("plain", "http://p:1", prompt_tokens=1500, cached_tokens=0, output_tokens=20, dispatch_load=0,
                     duration_s=2.0, temperature="greedy", now=3.0, stall_tokens=1500.0)
