@@ -12,7 +12,9 @@ httptools' CPU per request. :func:`limited_protocol` keeps httptools and adds, p
 - ``max_bytes``: the head's bytes (request line, fields, line ends), counted on each chunk
   *before* it reaches the parser: the chunk that would pass the limit is never parsed, so a
   connection holds at most the limit plus one read of head bytes (python-hyper/h11#155:
-  count bytes as they arrive, not headers after parsing);
+  count bytes as they arrive, not headers after parsing). A read is parsed a part at a time
+  (head, ``Content-Length`` body, next head), so a head in the same read as the request before
+  it counts too (after a chunked body: the bytes after the read's last blank line);
 - ``max_fields``: header fields, counted as the parser yields them;
 - ``max_field_bytes``: one field's name plus value, and the request target;
 - ``head_timeout_s``: a head that has not arrived whole this long after the connection opened
@@ -22,19 +24,11 @@ httptools' CPU per request. :func:`limited_protocol` keeps httptools and adds, p
   timer restarts on every byte), or idle first and dripping after. The timer is armed only
   when a head spans more than one read, so the usual request costs none.
 
-Over any limit the answer is written at once and the connection closed (when the head follows a
-request still being answered, pipelined, nothing is written into that answer: the 431 or 408
-follows it, then the close)::
-
-    HTTP/1.1 431 Request Header Fields Too Large
-    content-type: application/json
-    connection: close
-
-    {"error":{"message":"request header fields too large (limit: 65536 bytes)",
-              "type":"invalid_request_error","param":null,"code":"request_header_fields_too_large"}}
-
-(RFC 6585 section 5), and ``specgate_header_limit_rejections_total{limit}`` counts it
-(``bytes``, ``fields``, ``field_bytes``; ``head_timeout`` for the 408).
+Over any limit the answer (a JSON 431 ``request_header_fields_too_large``, RFC 6585 section 5;
+:mod:`router.front.http_answers`) is written at once and the connection closed (when the head
+follows a request still being answered, pipelined, nothing is written into that answer: the 431
+or 408 follows it, then the close), and ``specgate_header_limit_rejections_total{limit}`` counts
+it (``bytes``, ``fields``, ``field_bytes``; ``head_timeout`` for the 408).
 
 The body and the framing around it (``specgate_request_framing_rejections_total{reason}``):
 
@@ -54,6 +48,10 @@ The body and the framing around it (``specgate_request_framing_rejections_total{
   the connection (pipelined, or this one answered early) is still being answered, no 400 is
   written into its response: the bad bytes and anything after them are dropped, and the
   connection is closed once that response is complete.
+- a ``Transfer-Encoding`` other than ``chunked`` alone (RFC 9112 section 6.1,
+  :mod:`router.front.http_answers`): a 400 as above, or a JSON 501 ``unsupported_transfer_coding``
+  (``transfer_coding``) for a coding before a final ``chunked`` (``gzip, chunked``), closed the
+  same way; llhttp refuses one beside a ``Content-Length`` (400, ``malformed``).
 
 A client that closes its connection mid-body gets nothing (nobody to answer); the handler
 sees the disconnect and returns without a 500.
@@ -104,8 +102,14 @@ import httptools
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from router.config.server import HeaderLimitsConfig, ServerConfig
-from router.errors import error_body
+from router.config.server import ServerConfig
+from router.front.http_answers import (
+    bad_request_response,
+    body_timeout_response,
+    rejection_response,
+    transfer_coding_error,
+    version_response,
+)
 from router.front.http_cycles import (
     CloseDelimitedCycle,
     ContinueCycle,
@@ -138,58 +142,19 @@ class ConnectionLimits:
 LimitsSource = Callable[[], ConnectionLimits]
 
 
-def _response(status_line: bytes, body: bytes) -> bytes:
-    return (status_line + b"\r\ncontent-type: application/json\r\ncontent-length: " + str(len(body)).encode()
-            + b"\r\nconnection: close\r\n\r\n" + body)
-
-
-def bad_request_response(detail: str) -> bytes:
-    """The whole 400 response for bytes that are no valid HTTP/1.1 request (``detail``: why)."""
-    return _response(b"HTTP/1.1 400 Bad Request", error_body(
-        f"invalid HTTP request: {detail}", "invalid_request_error", None, "invalid_http_request"))
-
-
-def body_timeout_response(timeout_s: float, min_rate: int) -> bytes:
-    """The whole 408 response for a body that did not arrive within ``timeout_s`` seconds and
-    one more per ``min_rate`` bytes received."""
-    return _response(b"HTTP/1.1 408 Request Timeout", error_body(
-        f"the request body did not arrive within {timeout_s:g} s (and 1 s more per {min_rate} bytes received)",
-        "invalid_request_error", None, "request_timeout"))
-
-
-def version_response(version: str) -> bytes:
-    """The whole 505 response for a request line of another major version than 1 (``HTTP/2.0``,
-    ``HTTP/0.9``: llhttp parses them as HTTP/1.x heads; RFC 9110 section 15.6.6)."""
-    return _response(b"HTTP/1.1 505 HTTP Version Not Supported", error_body(
-        f"HTTP/{version} is not supported: send HTTP/1.1 or HTTP/1.0 (no HTTP/2 on this port)",
-        "invalid_request_error", None, "http_version_not_supported"))
-
-
-class _BadVersion(Exception):
-    pass
-
-
 class _HeadTooLarge(Exception):
     def __init__(self, limit: str) -> None:
         super().__init__(limit)
         self.limit = limit
 
 
-def rejection_response(limit: str, limits: HeaderLimitsConfig) -> bytes:
-    """The whole 431 response for a head over ``limit`` (``bytes``, ``fields``, ``field_bytes``),
-    or the 408 for ``head_timeout``."""
-    if limit == "head_timeout":
-        body = error_body(f"the request head did not arrive within {limits.head_timeout_s:g} s",
-                          "invalid_request_error", None, "request_timeout")
-        return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: "
-                + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
-    what = {"bytes": f"{limits.max_bytes} bytes", "fields": f"{limits.max_fields} fields",
-            "field_bytes": f"{limits.max_field_bytes} bytes per field"}[limit]
-    body = error_body(f"request header fields too large (limit: {what})", "invalid_request_error", None,
-                      "request_header_fields_too_large")
-    return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n"
-            b"x-should-retry: false\r\n\r\n" + body)
+class _BadFraming(Exception):
+    """A head the router refuses with ``answer`` (a 505 for its version, a 400 or 501 for its
+    ``Transfer-Encoding``), counted as ``reason``."""
+
+    def __init__(self, detail: str, answer: bytes, reason: str) -> None:
+        super().__init__(detail)
+        self.answer, self.reason = answer, reason
 
 
 def app_limits(app: Any) -> LimitsSource:
@@ -226,6 +191,9 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._fields = 0
         self._tail = b""  # the last 3 head bytes: a CRLFCRLF split between two reads
+        self._length = self._codings = b""  # the head's Content-Length, its Transfer-Encodings (joined)
+        self._body_left = 0  # Content-Length bytes still to come; -1: chunked (the end is unknown)
+        self._unsplit = False  # parsing a chunked body and what follows it in the same read
         self._rejected = False
         self._close_after_response = False  # malformed bytes after a request still being answered
         self._owed_answer = b""  # the 431/408 of a head cut while an earlier response was sent
@@ -252,42 +220,50 @@ class _LimitedProtocol(HttpToolsProtocol):
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
     def data_received(self, data: bytes) -> None:
+        """Parse ``data`` a part at a time (a head, a ``Content-Length`` body, a chunked body and
+        what follows it), each head's bytes counted before the parser sees them. llhttp parses
+        a stream: the split changes what is counted, never what is parsed."""
         if self._rejected:  # answered and closing (or lingering: the bytes are discarded)
             return
-        if self._in_head:
-            tail = self._tail
-            seen = tail + data if tail else data
-            end = seen.find(b"\r\n\r\n")
-            self._head_bytes += len(data) if end < 0 else max(0, end + 4 - len(tail))
-            if self._head_bytes > self._limits.max_bytes:
-                self._reject("bytes")
-                return
-            if end < 0:
-                self._tail = seen[-3:]
-        elif self._in_body:
-            self._body_bytes += len(data)
         self._unset_keepalive_if_required()
-        while True:
-            try:
-                self.parser.feed_data(data)
-                break
-            except httptools.HttpParserCallbackError as exc:
-                cause = exc.__context__ or exc.__cause__
-                if isinstance(cause, _HeadTooLarge):
-                    self._reject(cause.limit)
+        pos, size = 0, len(data)
+        while pos < size:
+            stop = size
+            if self._in_head:
+                tail = self._tail
+                end = (tail + data[pos:pos + 3]).find(b"\r\n\r\n") if tail else -1
+                if end >= 0:
+                    stop = pos + end + 4 - len(tail)
+                elif (end := data.find(b"\r\n\r\n", pos)) >= 0:
+                    stop = end + 4
+                else:
+                    self._tail = (tail + data[pos:])[-3:] if size - pos < 3 else data[-3:]
+                self._head_bytes += stop - pos
+                if self._head_bytes > self._limits.max_bytes:
+                    self._reject("bytes")
                     return
-                if isinstance(cause, _BadVersion):
-                    self._malformed(f"HTTP/{cause}", version_response(str(cause)))
-                    return
-                self._malformed(str(exc) or "a parser callback failed")
+            elif self._in_body:
+                left = self._body_left
+                if 0 < left < size - pos:  # the rest of the read is the next request's
+                    stop = pos + left
+                self._body_left = max(0, left - (stop - pos)) if left >= 0 else -1
+                self._body_bytes += stop - pos
+            self._unsplit = self._in_body and self._body_left < 0
+            if not self._feed(data if stop - pos == size else memoryview(data)[pos:stop]):
                 return
-            except httptools.HttpParserError as exc:
-                self._malformed(str(exc) or "unparsable bytes")
-                return
-            except httptools.HttpParserUpgrade as exc:  # the offer is ignored: parse on as HTTP/1.1
-                data = self._without_upgrade(data[exc.args[0]:])
-        if self._rejected:
-            return
+            # a chunked body ended in this piece (only llhttp knows where): the bytes after its last
+            # blank line are the next head's (exact when the request before that head is chunked
+            # or bodyless; else over by that request's body bytes after a blank line)
+            if self._unsplit:
+                self._unsplit = False
+                if self._in_head:
+                    found = data.rfind(b"\r\n\r\n", pos, stop)
+                    start = found + 4 if found >= 0 else min(pos + 3, stop)
+                    self._head_bytes, self._tail = stop - start, data[max(start, stop - 3):stop]
+                    if self._head_bytes > self._limits.max_bytes:
+                        self._reject("bytes")
+                        return
+            pos = stop
         if self._in_head:
             if self._head_bytes and self._head_timer is None:
                 cycle = self.cycle  # counted from the idle start, unless a response is owed
@@ -296,6 +272,27 @@ class _LimitedProtocol(HttpToolsProtocol):
         elif self._in_body and self._body_timer is None:
             self._start_body_timer()
 
+    def _feed(self, data: bytes | memoryview) -> bool:
+        """Hand ``data`` to the parser; False when the connection was answered or is closing."""
+        while True:
+            try:
+                self.parser.feed_data(data)
+                return not self._rejected
+            except httptools.HttpParserCallbackError as exc:
+                cause = exc.__context__ or exc.__cause__
+                if isinstance(cause, _HeadTooLarge):
+                    self._reject(cause.limit)
+                elif isinstance(cause, _BadFraming):
+                    self._malformed(str(cause), cause.answer, cause.reason)
+                else:
+                    self._malformed(str(exc) or "a parser callback failed")
+                return False
+            except httptools.HttpParserError as exc:
+                self._malformed(str(exc) or "unparsable bytes")
+                return False
+            except httptools.HttpParserUpgrade as exc:  # the offer is ignored: parse on as HTTP/1.1
+                data = self._without_upgrade(data[exc.args[0]:])
+
     def _should_upgrade(self) -> bool:
         """Called by uvicorn when a head offers an upgrade (``Connection: upgrade`` and
         ``Upgrade``, or ``CONNECT``): the router speaks no other protocol, so the offer is
@@ -303,7 +300,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._upgrade_offer = True
         return False
 
-    def _without_upgrade(self, rest: bytes) -> bytes:
+    def _without_upgrade(self, rest: bytes | memoryview) -> bytes:
         """What to parse after httptools stopped at an upgrade offer: a head carrying only the
         request's framing (``Content-Length``, ``Transfer-Encoding``, ``Connection: close``),
         then ``rest``, the bytes after the real head. httptools skips the body of any request
@@ -312,7 +309,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         cycle, and then the next request, with a new parser. Its callbacks touch nothing of
         the request (:meth:`on_headers_complete` restores what ``on_message_begin`` reset)."""
         self._upgrade_offer = False
-        lines = [b"POST / HTTP/", self.scope["http_version"].encode(), b"\r\n"]
+        lines: list[bytes | memoryview] = [b"POST / HTTP/", self.scope["http_version"].encode(), b"\r\n"]
         for name, value in self.headers:
             if name in (b"content-length", b"transfer-encoding"):
                 lines += [name, b": ", value, b"\r\n"]
@@ -360,12 +357,13 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._body_timer.cancel()
             self._body_timer = None
 
-    def _malformed(self, detail: str, answer: bytes | None = None) -> None:
+    def _malformed(self, detail: str, answer: bytes | None = None, reason: str = "malformed") -> None:
         """Bytes that are no HTTP request (module docstring): a JSON 400 (or ``answer``) and
-        close, or, while a response is still owed on the connection, close once it is complete."""
+        close, or, while a response is still owed on the connection, close once it is complete;
+        counted as ``reason``."""
         self._rejected = True
         self._stop_body_timer()
-        self._count_framing("malformed")
+        self._count_framing(reason)
         self.logger.warning("Invalid HTTP request received: %s", detail)
         cycle = self.cycle
         if self._in_body and self.pipeline:  # the broken one is queued behind another: drop it
@@ -492,7 +490,11 @@ class _LimitedProtocol(HttpToolsProtocol):
         if len(name) + len(value) > limits.max_field_bytes:
             raise _HeadTooLarge("field_bytes")
         name = name.lower()
-        if name == b"expect":
+        if name == b"content-length":
+            self._length = value
+        elif name == b"transfer-encoding":
+            self._codings = self._codings + b"," + value if self._codings else value
+        elif name == b"expect":
             self._on_expect(value)
         self.headers.append((name, value))
 
@@ -510,7 +512,16 @@ class _LimitedProtocol(HttpToolsProtocol):
         if self._replaying:  # the head of _without_upgrade: the request has its cycle already
             self._replaying = False
             self.url, self.headers, self.scope, self.expect_100_continue, self._fields = self._replay_saved
+            self._length = self._codings = b""
             return
+        codings, length = self._codings, self._length
+        self._codings = self._length = b""
+        if codings and (error := transfer_coding_error(codings, self.parser.get_http_version())):
+            raise _BadFraming(*error)  # a 400 or 501: the router frames chunked alone
+        if codings or self._unsplit:  # the body's end is llhttp's to find (chunked, or read with one)
+            self._body_left = -1
+        else:
+            self._body_left = int(length) if length.strip(b" \t").isdigit() else -1 if length else 0
         self._in_head = False
         if self._head_timer is not None:
             self._stop_head_timer()
@@ -536,7 +547,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         scope["method"] = parser.get_method().decode("ascii")
         if http_version != "1.1":
             if http_version[:2] != "1.":
-                raise _BadVersion(http_version)
+                raise _BadFraming(f"HTTP/{http_version}", version_response(http_version), "malformed")
             scope["http_version"] = http_version
             self.expect_100_continue = False  # RFC 9110 section 10.1.1: ignored in HTTP/1.0
         if parser.should_upgrade() and self._should_upgrade():

@@ -320,7 +320,9 @@ class RouterMetrics:
             "Requests cut for their body's framing (router/front/http_limits.py): reason body_timeout "
             "(the body did not arrive within server.body_timeout_s after the head: 408) or "
             "malformed (bad chunked framing, a body shorter than its Content-Length, bytes that "
-            "are no HTTP request: 400) or expectation (an Expect other than 100-continue: 417); "
+            "are no HTTP request, a Transfer-Encoding whose final coding is not chunked: 400) or "
+            "transfer_coding (a coding before a final chunked, such as gzip: 501) or expectation "
+            "(an Expect other than 100-continue: 417); "
             "the connection was closed.", ["reason"])
         self.priority_requests = LoopCounter(
             "specgate_priority_requests",

@@ -76,7 +76,7 @@ class Watch:
 
     def __init__(self, stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
         self.stack, self.caplog = stack, caplog
-        self.before = {r: self.framing(r) for r in ("body_timeout", "malformed")}
+        self.before = {r: self.framing(r) for r in ("body_timeout", "malformed", "transfer_coding")}
         self.engine_calls = self.calls()
 
     def framing(self, reason: str) -> float:
@@ -89,9 +89,11 @@ class Watch:
     def counted(self, reason: str) -> int:
         return int(self.framing(reason) - self.before[reason])
 
-    def check(self, *, body_timeout: int = 0, malformed: int = 0, engine_calls: int = 0) -> None:
-        wait_until(lambda: (self.counted("body_timeout"), self.counted("malformed")) == (body_timeout, malformed), 5,
-                   lambda: f"rejections {(self.counted('body_timeout'), self.counted('malformed'))}")
+    def check(self, *, body_timeout: int = 0, malformed: int = 0, transfer_coding: int = 0,
+              engine_calls: int = 0) -> None:
+        want = {"body_timeout": body_timeout, "malformed": malformed, "transfer_coding": transfer_coding}
+        wait_until(lambda: {r: self.counted(r) for r in want} == want, 5,
+                   lambda: f"rejections {({r: self.counted(r) for r in want})}")
         assert self.calls() - self.engine_calls == engine_calls
         assert self.stack.settled_inflight() == 0
         registry = self.stack.router.state.metrics.registry
@@ -272,3 +274,49 @@ def test_a_request_cut_by_the_body_timeout_ends_its_span(tmp_path: Path, tokeniz
         assert s.settled_inflight() == 0
     finally:
         s.close()
+
+
+CHUNKS = b"%x\r\n%s\r\n0\r\n\r\n" % (len(BODY), BODY)
+NOT_CHUNKED_LAST = "the final transfer coding must be chunked, applied once (RFC 9112 section 6.3)"
+
+
+@pytest.mark.parametrize(("fields", "version", "status", "message"), [
+    (b"transfer-encoding: gzip, chunked\r\n", b"1.1", 501, "gzip"),  # served unzipped before
+    (b"transfer-encoding: deflate , Chunked\r\n", b"1.1", 501, "deflate"),
+    (b"transfer-encoding: br\r\ntransfer-encoding: chunked\r\n", b"1.1", 501, "br"),  # over two field lines
+    (b"transfer-encoding: br\r\n", b"1.1", 400, NOT_CHUNKED_LAST),
+    (b"transfer-encoding: identity\r\n", b"1.1", 400, NOT_CHUNKED_LAST),
+    (b"transfer-encoding: chunked, gzip\r\n", b"1.1", 400, "Invalid `Transfer-Encoding` header value"),
+    (b"transfer-encoding: chunked\r\n", b"1.0", 400, "Transfer-Encoding in an HTTP/1.0 request (RFC 9112 section 6.1)"),
+    (b"transfer-encoding: chunked\r\ncontent-length: %d\r\n" % len(CHUNKS), b"1.1", 400,
+     "Content-Length can't be present with Transfer-Encoding"),
+])
+def test_a_transfer_coding_other_than_chunked_alone_is_refused_and_closed(
+        fs: Stack, watch: Watch, fields: bytes, version: bytes, status: int, message: str) -> None:
+    """RFC 9112 sections 6.1 and 6.3: chunked not final (or in HTTP/1.0, or beside a
+    Content-Length): 400; another coding before a final chunked: 501. Closed after either."""
+    with socket.create_connection(("127.0.0.1", fs.router.port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/" + version + b"\r\nhost: x\r\ncontent-type: application/json\r\n"
+                  + fields + b"\r\n" + CHUNKS + head() + BODY)  # and a request after it, never answered
+        ((got, headers, body),) = responses(read_all(s))
+    assert (got, headers["connection"], headers["content-type"]) == (status, "close", "application/json")
+    if status == 501:
+        assert error_of(body) == {
+            "message": f"transfer coding '{message}' is not supported: send the body with Content-Length, or with "
+                       "Transfer-Encoding: chunked alone", "type": "invalid_request_error", "param": None,
+            "code": "unsupported_transfer_coding"}
+        watch.check(transfer_coding=1)
+    else:
+        assert error_of(body) == {"message": f"invalid HTTP request: {message}", "type": "invalid_request_error",
+                                  "param": None, "code": "invalid_http_request"}
+        watch.check(malformed=1)
+
+
+@pytest.mark.parametrize("value", [b"CHUNKED", b"  chunked  "])
+def test_chunked_alone_in_any_case_is_served(fs: Stack, watch: Watch, value: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", fs.router.port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                  b"connection: close\r\ntransfer-encoding: " + value + b"\r\n\r\n" + CHUNKS)
+        ((status, _, _),) = responses(read_all(s))
+    assert status == 200
+    watch.check(engine_calls=1)

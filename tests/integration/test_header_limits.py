@@ -250,3 +250,38 @@ def test_a_request_then_an_8_mib_header_in_one_write_get_the_answer_then_the_431
             "message": "request header fields too large (limit: 65536 bytes)", "type": "invalid_request_error",
             "param": None, "code": "request_header_fields_too_large"}
         assert c.closed_within(7) < 6  # the FIN after the 431 (a lingering close, not a reset)
+
+
+@pytest.mark.parametrize(("first", "rest_after_answer"), [
+    (head(b"\r\n") + BODY, False),  # a Content-Length request, then the cut head, in one write
+    (head(b"\r\n") + BODY, True),  # the same, and the head's last bytes after the answer
+    (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"  # a chunked one
+     b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(BODY), BODY), False),
+    (b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n", False),  # one without a body
+])
+def test_a_head_in_the_same_read_as_the_request_before_it_counts_against_max_bytes(
+        tmp_path, tokenizer_dir, first: bytes, rest_after_answer: bool) -> None:
+    """The bytes of a head that arrive in one read with a whole request before it are counted:
+    past ``max_bytes`` (4096 here) it gets its 431 after that request's answer, not the 408 of
+    the head timer (20 s here, past the client's 10 s wait)."""
+    from tests.support.raw_http import RawConn
+
+    s = Stack(tmp_path, tokenizer_dir, **{"server.headers": {"max_bytes": 4096, "head_timeout_s": 20.0}})
+    try:
+        cut = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 6000
+        with RawConn(s.router.port) as c:
+            c.send(first + (cut[:3000] if rest_after_answer else cut))  # under 4096 in a read of its own
+            assert c.response().status == 200
+            if rest_after_answer:
+                c.send(cut[3000:])
+            answer = c.response()
+            assert (answer.status, answer.headers["connection"]) == (431, "close")
+            assert json.loads(answer.body)["error"] == {
+                "message": "request header fields too large (limit: 4096 bytes)", "type": "invalid_request_error",
+                "param": None, "code": "request_header_fields_too_large"}
+            assert c.closed_within(7) < 6
+        assert s.router.metric("specgate_header_limit_rejections_total", limit="bytes") == 1
+        assert s.router.metric("specgate_header_limit_rejections_total", limit="head_timeout") == 0
+        assert s.settled_inflight() == 0
+    finally:
+        s.close()
