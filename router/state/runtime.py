@@ -2,10 +2,8 @@
 
 State lives on instances built by the app's lifespan (never module globals). The policy
 never reaches in here: it reads :class:`~router.decision.snapshot.PoolSnapshot` values built by
-:meth:`Runtime.snapshots`.
-
-One endpoint's health, in-flight leases and load are :mod:`router.state.endpoint`'s
-(:class:`~router.state.endpoint.Endpoint`, :class:`~router.state.endpoint.Lease`, re-exported here).
+:meth:`Runtime.snapshots`. One endpoint's health, in-flight leases and load are
+:mod:`router.state.endpoint`'s (:class:`~router.state.endpoint.Endpoint`, ``Lease``, re-exported).
 
 Discovered endpoints (pools with a ``discovery`` block): :meth:`Runtime.set_discovered`, whose
 membership rules (new, draining, dropped once idle) are :mod:`router.state.membership`'s.
@@ -67,9 +65,6 @@ _new_tuple = tuple.__new__
 __all__ = ["Endpoint", "Lease", "LeaseLedger", "Pool", "Runtime"]
 
 log = logging.getLogger("specgate")
-
-
-
 
 _NONE: frozenset[str] = frozenset()
 
@@ -226,12 +221,11 @@ class Runtime:
                 check.new_model()  # a new prior: the cells' biases were the old model's
 
     def advance_checks(self, now: float) -> list[tuple[str, bool]]:
-        """Advance every pool's prediction-fallback hysteresis
-        (:func:`router.decision.hysteresis.next_prediction_fallback` on its median relative error,
-        ``routing.learning.check``; the one step that changes it, once per scrape round).
-        Also refreshes each check's :attr:`~router.decision.prediction_check.PredictionCheck.measured`
-        cells (what exploration reads) and their corrections (what the snapshots carry). Returns ``(pool, new state)`` of the pools whose state
-        changed (each logged)."""
+        """Advance every pool's prediction-fallback hysteresis (:func:`router.decision.hysteresis.
+        next_prediction_fallback` on its median relative error, ``routing.learning.check``; once
+        per scrape round), and refresh each check's measured cells (what exploration reads) and
+        corrections (what the snapshots carry). Returns ``(pool, new state)`` of the pools whose
+        state changed (each logged)."""
         cc = self.routing.learning.check
         changed = []
         for pool in self.pools:
@@ -296,12 +290,11 @@ class Runtime:
 
     def note_prompt(self, decision: Decision, features: RequestFeatures, cached_tokens: int,
                     now: float) -> tuple[float, float]:
-        """Meter the uncached prompt tokens of a request dispatched now (``decision``: routed)
-        at its endpoint (:class:`router.state.prefill_meter.PrefillMeter`), drained at its pool's
-        prefill speed; returns ``(backlog, sent)``: the tokens before it still to prefill and the
-        endpoint's total after it (tokens). A learning pool meters at its fit's candidate ``s``
-        (:attr:`router.decision.learn.SpeedFit.stall_s_per_token`, used by the model or not), a
-        pool with a ``speed`` block at the block's; one without either meters nothing (``(0, 0)``)."""
+        """Meter the uncached prompt tokens of a request dispatched now (``decision``: routed) at
+        its endpoint (:class:`router.state.prefill_meter.PrefillMeter`); returns ``(backlog,
+        sent)``: the tokens before it still to prefill and the endpoint's total after it. Drained
+        at a learning pool's candidate ``s`` (:attr:`router.decision.learn.SpeedFit.
+        stall_s_per_token`, used by the model or not), else its ``speed`` block's; neither: ``(0, 0)``."""
         pool = self.pool(decision.pool)
         ep = self._by_url.get(decision.endpoint) if decision.endpoint is not None else None
         if pool is None or ep is None:
