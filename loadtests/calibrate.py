@@ -45,7 +45,8 @@ Thresholds (``m`` = ``min_speedup``, default 1.0: "speculation stops paying")
 Speed model: the evidence also carries per-pool speed-model parameters (t0, batch knee,
 attention and prefill s/token, alpha, c, gamma) fitted by :func:`loadtests.speedfit.fit_speed_model`
 when the report allows (a plain target; for alpha and c, accept lengths and gamma), and the patch's
-comments list them; ``specgate calibrate-split --report`` replays a day with them.
+comments list them; ``specgate calibrate-split --report`` replays a day with them. That fit weighs
+noisy points down, where a threshold below refuses them (:mod:`loadtests.speedfit`).
 
 Noise is not evidence (:mod:`loadtests.evidence`): before either threshold is read, its axis
 (the lowest-load row; the saturation bucket's column) is checked. When a measured cell on it

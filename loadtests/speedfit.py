@@ -7,7 +7,7 @@ prompt length ``L`` (tokens), the per-engine batch ``b`` (closed loop: concurren
 target's endpoint count; open loop: the measured mean running + queued) and, for the
 speculative target, the mean ``sglang:spec_accept_length`` ``tau``.
 
-Fits, in order (least squares, ``numpy.linalg.lstsq``):
+Fits, in order (weighted least squares, ``numpy.polyfit``; the weights below):
 
 1. plain: ``tpot = t0 + (t0 / b_knee) * b + attn * L`` -> ``t0_s``, ``batch_knee``,
    ``attn_s_per_token``, each term where it dominates: ``attn`` from the lowest load measured
@@ -25,7 +25,8 @@ Fits, in order (least squares, ``numpy.linalg.lstsq``):
    against two at 1.74x and 3.33x), but ``specgate calibrate-split``'s replay of the plain
    target's requests then read +252% against +18% (an open-loop replay of the load test's
    waves, whose backlog the steeper load curve turns into a runaway), so it is not fitted
-   (docs/loadtests.md). ``t0`` is the time of a batch of one at short context
+   (docs/loadtests.md; the replay now starts each run at the previous run's replayed end,
+   :mod:`loadtests.splitlog`, which removes that backlog: the term has not been tried since). ``t0`` is the time of a batch of one at short context
    (:class:`router.decision.predict.SpeedModel`), so it is fitted there; a point the fitted model
    misses by more than :data:`MISFIT_RATIO` either way is named in a warning;
 2. prefill, per pool: ``ttft - tpot = prefill * L`` (through the origin) at the lowest load;
@@ -43,10 +44,30 @@ Fits, in order (least squares, ``numpy.linalg.lstsq``):
 ``gamma`` comes from the report's ``speculation`` block (or the argument). The result names
 each parameter by pool and carries the residuals and the points used.
 
-Noise is not evidence (:mod:`loadtests.evidence`): a point whose runs disagree for that target
-(its ``spread`` verdict, of the runs' median decode tokens/s, is ``noisy``, ``unsettled`` or
-``bimodal``) is left out of every fit, with a warning naming it, its spread and the suggested
-``--repetitions``; when that leaves the plain target no point, nothing is fitted.
+Noise is a wider error bar, not no measurement. A point whose runs disagree for that target is
+a noisier measurement of the same time per token, so the fit is weighted least squares
+(NIST/SEMATECH e-Handbook of Statistical Methods, section 4.1.4.3 "Weighted Least Squares
+Regression", https://www.itl.nist.gov/div898/handbook/pmd/section1/pmd143.htm; A. C. Aitken,
+"On least squares and linear combination of observations", Proc. R. Soc. Edinburgh 55, 1935):
+each point counts with the inverse of its variance. The scale of a point's noise is the log of
+its ``spread`` (max / min of the runs' median decode tokens/s, :func:`loadtests.stats.spread_verdict`):
+the range of the runs' logs, proportional to their standard deviation at a fixed number of runs
+(the range estimator ``sigma = R / d2(n)`` of D. C. Montgomery, "Introduction to Statistical
+Quality Control", ch. 6; a report's points share ``--repetitions``, so ``d2(n)`` cancels), so its weight is
+:func:`noise_weight`: ``min(1, (ln t / ln spread) ** 2)`` with ``t`` the report's spread
+threshold (``workload.spread_threshold``, 1.10 by default): 1 for a ``stable``, ``single`` or
+``converging`` point and for any spread within ``t`` (the floor: runs that agree within the
+threshold are not told apart), about 0.27 at 1.20x, 0.03 at 1.78x. It applies to ``unsettled``
+and ``noisy`` points in every least squares above (``numpy.polyfit``'s ``w`` is the square root
+of it), the mean without a second load and the prefill line, and as a weighted median to ``c``;
+not to the alpha curve (an accept length is a count of tokens per step: a co-tenant that
+slows the runs does not change it, so every point kept counts equally there). Each
+down-weighted point is named in a warning with its weight. Left out, with
+a warning naming it and the suggested ``--repetitions``: a ``bimodal`` point (two recurring
+modes: its median describes neither) and an ``unsettled`` or ``noisy`` point without a finite
+spread (no error bar to weigh it by). Which side of break-even a cell is on
+(:mod:`loadtests.evidence`, ``specgate calibrate``'s thresholds) is a yes/no question and keeps
+its stricter rule. When nothing is left for the plain target, nothing is fitted.
 
 Errors: :class:`FitError` (no plain and spec data to fit from).
 """
@@ -60,7 +81,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MISFIT_RATIO", "FitError", "alpha_curve", "engine_model_from_fit", "fit_speed_model", "speed_blocks"]
+__all__ = ["MISFIT_RATIO", "FitError", "alpha_curve", "engine_model_from_fit", "fit_speed_model", "noise_weight",
+           "speed_blocks"]
 
 #: A point whose measured time per token is more than this many times the fitted model's (or
 #: less than its inverse) is named in a warning: the model's form does not hold there.
@@ -100,33 +122,87 @@ def _points(report: Mapping[str, Any], target: Mapping[str, Any]) -> list[dict[s
     return out
 
 
-def _trusted(points: list[dict[str, Any]], role: str, warnings: list[str]) -> list[dict[str, Any]]:
-    """``points`` without those whose runs disagree; one warning per point left out."""
-    from loadtests.evidence import suggested_repetitions, untrusted
+def noise_weight(verdict: str | None, spread: float | None, threshold: float) -> float | None:
+    """A point's weight in the fit (module docstring): 1 unless its runs disagree; for an
+    ``unsettled`` or ``noisy`` point ``min(1, (ln threshold / ln spread) ** 2)``; None (left out)
+    for a ``bimodal`` point and for an ``unsettled`` or ``noisy`` one without a finite spread.
+
+    Args:
+        verdict: the point's spread verdict (:func:`loadtests.stats.spread_verdict`), or None.
+        spread: max / min of its runs (dimensionless, >= 1), or None.
+        threshold: the report's spread threshold (> 1).
+    """
+    if verdict == "bimodal":
+        return None
+    if verdict not in ("unsettled", "noisy"):
+        return 1.0
+    if spread is None or not math.isfinite(spread):
+        return None
+    if spread <= threshold:
+        return 1.0
+    return min(1.0, (math.log(threshold) / math.log(spread)) ** 2)
+
+
+def _weighed(points: list[dict[str, Any]], role: str, threshold: float, warnings: list[str]) -> list[dict[str, Any]]:
+    """``points`` with their ``weight`` (:func:`noise_weight`), without those left out; one
+    warning per point down-weighted or left out."""
+    from loadtests.evidence import suggested_repetitions
 
     kept = []
     for p in points:
-        if not untrusted(p["verdict"]):
-            kept.append(p)
-            continue
+        w = noise_weight(p["verdict"], p["spread"], threshold)
         spread = p["spread"]
         text = f"{spread:.2f}x" if spread is not None and math.isfinite(spread) else "unknown"
-        warnings.append(f"{role}: {p['bucket']} x {p['load']:g} left out of the fit: its runs are "
-                        f"{p['verdict']} (decode tok/s spread {text} over {p['runs'] or '?'} runs; rerun "
-                        f"with --repetitions {suggested_repetitions(p['runs'])})")
+        runs = f"decode tok/s spread {text} over {p['runs'] or '?'} runs"
+        if w is None:
+            warnings.append(f"{role}: {p['bucket']} x {p['load']:g} left out of the fit: its runs are "
+                            f"{p['verdict']} ({runs}; rerun with --repetitions {suggested_repetitions(p['runs'])})")
+            continue
+        p["weight"] = w
+        if w < 1.0:
+            warnings.append(f"{role}: {p['bucket']} x {p['load']:g} weighted {w:.2f} in the fit: its runs are "
+                            f"{p['verdict']} ({runs}; weight (ln {threshold:g} / ln spread)^2)")
+        kept.append(p)
     return kept
+
+
+def _spread_threshold(report: Mapping[str, Any]) -> float:
+    """The report's spread threshold (``workload.spread_threshold``, default
+    :data:`loadtests.stats.DEFAULT_SPREAD_THRESHOLD`)."""
+    from loadtests.stats import DEFAULT_SPREAD_THRESHOLD
+
+    t = (report.get("workload") or {}).get("spread_threshold")
+    return float(t) if t and float(t) > 1 else DEFAULT_SPREAD_THRESHOLD
+
+
+def _wmedian(values: list[float], weights: list[float]) -> float:
+    """The weighted median: the first value (sorted) whose cumulative weight passes half the
+    total, the mean of two neighbours where it lands on half exactly (so equal weights give
+    :func:`statistics.median`)."""
+    pairs = sorted(zip(values, weights, strict=True))
+    half = 0.5 * sum(w for _, w in pairs)
+    tol = 1e-12 * max(1.0, half)
+    acc = 0.0
+    for i, (v, w) in enumerate(pairs):
+        acc += w
+        if abs(acc - half) <= tol and i + 1 < len(pairs):
+            return 0.5 * (v + pairs[i + 1][0])
+        if acc > half:
+            return v
+    return pairs[-1][0]
 
 
 def _prefill(points: list[dict[str, Any]]) -> float | None:
     low = min((p["b"] for p in points), default=None)
-    rows = [(p["L"], p["ttft"] - p["tpot"]) for p in points if p["b"] == low and p["ttft"] is not None]
-    den = sum(x * x for x, _ in rows)
-    return max(0.0, sum(x * y for x, y in rows) / den) if den > 0 else None
+    rows = [(p["L"], p["ttft"] - p["tpot"], p["weight"]) for p in points if p["b"] == low and p["ttft"] is not None]
+    den = sum(w * x * x for x, _, w in rows)
+    return max(0.0, sum(w * x * y for x, y, w in rows) / den) if den > 0 else None
 
 
-def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """``(intercept, slope)`` of the least-squares line through ``(xs, ys)`` (>= 2 distinct xs)."""
-    slope, intercept = np.polyfit(np.array(xs), np.array(ys), 1)
+def _line(xs: list[float], ys: list[float], ws: list[float]) -> tuple[float, float]:
+    """``(intercept, slope)`` of the weighted least-squares line through ``(xs, ys)`` (>= 2
+    distinct xs; ``ws`` the inverse variances, module docstring)."""
+    slope, intercept = np.polyfit(np.array(xs), np.array(ys), 1, w=np.sqrt(np.array(ws)))
     return float(intercept), float(slope)
 
 
@@ -145,17 +221,18 @@ def _plain_fit(pp: list[dict[str, Any]], warnings: list[str]) -> tuple[dict[str,
     attn = 0.0
     low = [rows for _, rows in sorted(by_load.items()) if len({r["L"] for r in rows}) > 1]
     if low:
-        attn = max(0.0, _line([r["L"] for r in low[0]], [r["tpot"] for r in low[0]])[1])
+        attn = max(0.0, _line([r["L"] for r in low[0]], [r["tpot"] for r in low[0]], [r["weight"] for r in low[0]])[1])
     else:
         warnings.append("one prompt length only: attn_s_per_token not fitted")
     loaded = sorted((rows for rows in by_bucket.values() if len({r["b"] for r in rows}) > 1),
                     key=lambda rows: statistics.fmean(r["L"] for r in rows))
     slope = None
     if loaded:
-        t0, slope = _line([r["b"] for r in loaded[0]], [r["tpot"] - attn * r["L"] for r in loaded[0]])
+        t0, slope = _line([r["b"] for r in loaded[0]], [r["tpot"] - attn * r["L"] for r in loaded[0]],
+                          [r["weight"] for r in loaded[0]])
     else:
         warnings.append("one load only: batch_knee not fitted")
-        t0 = statistics.fmean(p["tpot"] - attn * p["L"] for p in pp)
+        t0 = statistics.fmean([p["tpot"] - attn * p["L"] for p in pp], weights=[p["weight"] for p in pp])
     if t0 <= 0:
         raise FitError(f"the plain fit gives t0 = {t0:.3g} s <= 0: the points do not follow the model")
     plain: dict[str, Any] = {"t0_s": t0}
@@ -210,9 +287,10 @@ def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> d
     all_pp = _points(report, plain_t)
     if not all_pp:
         raise FitError("the plain target has no point with a time per output token")
-    pp = _trusted(all_pp, "plain", warnings)
+    threshold = _spread_threshold(report)
+    pp = _weighed(all_pp, "plain", threshold, warnings)
     if not pp:
-        raise FitError("every plain point's runs disagree (noisy, unsettled or bimodal): rerun with more "
+        raise FitError("every plain point is bimodal or without a spread to weigh it by: rerun with more "
                        "--repetitions; " + "; ".join(warnings))
     plain, resid_s = _plain_fit(pp, warnings)
     pre = _prefill(pp)
@@ -224,7 +302,7 @@ def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> d
     if spec_t is None:
         warnings.append("no spec target: only the plain pool fitted")
         return out
-    sp = _trusted(_points(report, spec_t), "spec", warnings)
+    sp = _weighed(_points(report, spec_t), "spec", threshold, warnings)
     g = gamma if gamma is not None else (report.get("speculation") or {}).get("gamma")
     spec: dict[str, Any] = {k: v for k, v in plain.items() if k != "prefill_s_per_token"}
     spre = _prefill(sp)
@@ -258,13 +336,14 @@ def fit_speed_model(report: Mapping[str, Any], *, gamma: int | None = None) -> d
             warnings.append(f"alpha_{cls} not measured (no {cls} request reported its accept length; "
                             "`specgate loadtest --sampled-fraction 0.5` measures both classes in one run)")
     t0, knee_b, attn = plain["t0_s"], plain.get("batch_knee", math.inf), plain["attn_s_per_token"]
-    cs = []
+    cs, ws = [], []
     for p in with_tau:
         t_plain = t0 * (1 + p["b"] / knee_b) + attn * p["L"]
         t_verify = t0 * (1 + p["b"] * (g + 1) / knee_b) + attn * p["L"]
         tau = min(max(float(p["tau"]), 1.0), g + 1.0)
         cs.append((p["tpot"] * tau - t_verify) / (g * t_plain))
-    spec["c"] = min(0.999, max(0.0, statistics.median(cs)))
+        ws.append(p["weight"])
+    spec["c"] = min(0.999, max(0.0, _wmedian(cs, ws)))
     return out
 
 

@@ -16,8 +16,16 @@ A closed loop's arrivals depend on how fast the target answered: each run's clos
 found from its own times (:func:`loadtests.closedloop.find_loops`: a request sent when a
 response ended) and kept in ``follows``, so a replay sends such a request that gap after its
 predecessor's replayed end, as the load test's worker would have; an open loop's run (and a
-run too short to tell) is replayed at the times it was sent. Either way the simulator's
-prediction is compared with what the load test measured for the same requests
+run too short to tell) is replayed at the times it was sent, counted from its run's start.
+A run starts when the previous one has ended (:mod:`loadtests.runner` runs them one after
+another), so that start is a link too: every request of a run that no closed loop of its own
+links follows the previous run's last measured response, at its own ``t_start`` after it
+(``chained`` counts them). Without it a replay that is slower than the engines were carries
+one run's tail into the next run's wave, a backlog the load test never had, and every later
+run adds to it: on the demo's SGLang CPU pools (a run is one wave of 4 or 12 requests sent at
+once) the replayed mean of a 12-request wave of 100-300 tokens was 4.36 s laid end to end
+against 1.80 s for the same run replayed alone and 1.08 s measured. Either way the
+simulator's prediction is compared with what the load test measured for the same requests
 (:func:`measured_summary`).
 
 :func:`target_deployments` maps each target of the report onto the simulator's deployment of the
@@ -66,8 +74,10 @@ class LoadTestDay:
         runs: measured runs laid end to end.
         span_s: the day's length (s): the last run's end.
         left_out: rows not in the day, by why: ``warmup``, ``failed``, ``other targets``.
-        follows: the runs' closed loops, ``{rid: (predecessor rid, gap_s)}``
-            (:func:`loadtests.daysim.simulate_day`'s ``follows``); closed_runs: the runs found closed.
+        follows: the runs' closed loops and each run's start after the previous run's end,
+            ``{rid: (predecessor rid, gap_s)}`` (:func:`loadtests.daysim.simulate_day`'s
+            ``follows``); closed_runs: the runs found closed.
+        chained: requests that follow the previous run's last response (module docstring).
     """
 
     target: str
@@ -78,14 +88,16 @@ class LoadTestDay:
     left_out: dict[str, int] = field(default_factory=dict)
     follows: dict[int, tuple[int, float]] = field(default_factory=dict)
     closed_runs: int = 0
+    chained: int = 0
 
     def describe(self) -> str:
         """One line saying what is replayed."""
         out = ", ".join(f"{n} {why}" for why, n in self.left_out.items() if n)
         return (f"day: target {self.target!r} of the load test: {len(self.requests)} measured requests of "
                 f"{self.runs} runs, laid end to end at the times its loop sent them ({self.span_s:.1f} s); "
-                f"{self.closed_runs} runs replayed as closed loops ({len(self.follows)} requests sent when a "
-                f"response ended)" + (f"; left out: {out}" if out else ""))
+                f"{self.closed_runs} runs replayed as closed loops ({len(self.follows) - self.chained} requests "
+                f"sent when a response ended), each run after the previous one's end ({self.chained} requests)"
+                + (f"; left out: {out}" if out else ""))
 
 
 def is_load_test_log(rows: Sequence[Mapping[str, Any]]) -> bool:
@@ -136,7 +148,8 @@ def load_test_day(rows: Sequence[Mapping[str, Any]], target: str | None = None, 
     offset = 0.0
     day: list[tuple[float, int, Request, Measured]] = []
     links: dict[int, tuple[int, float]] = {}  # by position in ``day``
-    closed_runs = 0
+    closed_runs = chained = 0
+    last: tuple[int, float] | None = None  # the previous runs' last response: (position, end s)
     for run in runs.values():
         ends = [float(r["t_start"]) + float(r["e2e_s"]) for r in run
                 if r.get("t_start") is not None and r.get("e2e_s") is not None]
@@ -154,6 +167,13 @@ def load_test_day(rows: Sequence[Mapping[str, Any]], target: str | None = None, 
         loops = find_loops([{"arrival_s": a, "duration_s": m.e2e_s, "n": 1} for a, _, _, m in day[first:]])
         closed_runs += loops.closed
         links.update({first + j: (first + i, gap) for j, (i, gap) in loops.links.items()})
+        if last is not None:  # the run starts when the previous one has ended
+            for j in range(first, len(day)):
+                if j not in links:
+                    links[j] = (last[0], day[j][0] - last[1])
+                    chained += 1
+        if len(day) > first:
+            last = max(((j, day[j][0] + day[j][3].e2e_s) for j in range(first, len(day))), key=lambda x: x[1])
         offset += max(ends, default=0.0)
     if not day:
         raise SplitError(f"target {target!r} has no measured request with prompt_tokens, output_tokens, "
@@ -163,7 +183,8 @@ def load_test_day(rows: Sequence[Mapping[str, Any]], target: str | None = None, 
     reqs = [Request(i, r.arrival_s, r.prompt_tokens, r.cached_tokens, r.output_tokens, r.max_new_tokens,
                     r.temperature, r.kind) for i, (_, _, r, _) in enumerate(day)]
     follows = {rid[j]: (rid[i], gap) for j, (i, gap) in links.items()}
-    return LoadTestDay(target, reqs, [m for _, _, _, m in day], len(runs), offset, left, follows, closed_runs)
+    return LoadTestDay(target, reqs, [m for _, _, _, m in day], len(runs), offset, left, follows, closed_runs,
+                       chained)
 
 
 def measured_summary(day: LoadTestDay, *, objective: Objective | None = None) -> dict[str, Any]:

@@ -97,7 +97,7 @@ def test_calibrate_split_replays_one_target_of_a_load_test(tmp_path: Path, capsy
     # two runs of 4 requests, each 0.38 s long (0.3 + 0.08), laid end to end
     assert ("day: target 'router' of the load test: 8 measured requests of 2 runs, laid end to end at the times "
             "its loop sent them (0.8 s); 0 runs replayed as closed loops (0 requests sent when a response "
-            "ended); left out: 8 warmup, 32 other targets") in err
+            "ended), each run after the previous one's end (4 requests); left out: 8 warmup, 32 other targets") in err
     assert "no --report: the targets' engines are unknown" in err
     assert out.startswith("goodput/s: requests per second of the day (first to last arrival, 0.7 s) finishing "
                           "with TTFT <= 5 s and TPOT <= 0.035 s\n")

@@ -41,10 +41,12 @@ def test_one_targets_measured_runs_are_laid_end_to_end() -> None:
     assert [m.e2e_s for m in day.measured] == [0.5, 0.6, 0.3, 0.2]
     assert (day.runs, round(day.span_s, 9)) == (2, 1.1)
     assert day.left_out == {"warmup": 1, "failed": 1, "other targets": 3}
+    # run 2 starts when run 1's last response (rid 1, at 0.7 s) ended: its requests follow it
+    assert (day.follows, day.chained) == ({2: (1, pytest.approx(0.0)), 3: (1, pytest.approx(0.2))}, 2)
     assert day.describe() == ("day: target 'router' of the load test: 4 measured requests of 2 runs, laid end to "
                               "end at the times its loop sent them (1.1 s); 0 runs replayed as closed loops "
-                              "(0 requests sent when a response ended); left out: 1 warmup, 1 failed, "
-                              "3 other targets")
+                              "(0 requests sent when a response ended), each run after the previous one's end "
+                              "(2 requests); left out: 1 warmup, 1 failed, 3 other targets")
 
 
 def test_another_target_and_the_overrides() -> None:
@@ -122,9 +124,36 @@ def test_a_closed_loop_run_is_replayed_closed_and_an_open_one_at_its_times() -> 
     # every request of run 1 but each worker's first follows its worker's previous one, 1 ms after
     # run 1 ends at 0.01 + 6 x 0.701 s; run 2 starts there
     assert day.requests[12].arrival_s == pytest.approx(0.01 + 6 * 0.701 - 0.001)
-    assert set(day.follows) <= set(range(12)) and len(day.follows) == 10
+    loops = {j: link for j, link in day.follows.items() if j < 12}
+    assert len(loops) == 10 and day.chained == 12
+    # run 2's requests follow run 1's last response (worker 1's sixth, rid 11) at their own times
+    assert {j: (i, round(gap, 9)) for j, (i, gap) in day.follows.items() if j >= 12} == \
+        {12 + k: (11, round(0.3 * k, 9)) for k in range(12)}
     by_rid = {r.rid: r for r in day.requests}
-    for j, (i, gap) in day.follows.items():
+    for j, (i, gap) in loops.items():
         assert gap == pytest.approx(0.001)
         assert by_rid[i].arrival_s + day.measured[i].e2e_s + gap == pytest.approx(by_rid[j].arrival_s)
         assert day.measured[i].e2e_s == day.measured[j].e2e_s  # the same worker's request
+
+
+def test_a_replay_slower_than_the_engines_carries_no_backlog_from_one_run_into_the_next() -> None:
+    # three runs, each one wave of 4 requests sent at once and measured at 0.1 s; the replay's engine
+    # (a knee of one sequence) takes about 3 s per wave, so without the run-to-run link each wave
+    # arrives while the previous one still runs; with it, each wave starts when the previous one ended
+    from dataclasses import replace
+
+    from loadtests.dayshapes import default_engine_model
+    from loadtests.daysim import all_plain, simulate_day
+
+    rows = [_row("plain", "64-128", 4, rep, 0.001 * i, 0.1, out=32) for rep in range(3) for i in range(4)]
+    day = load_test_day(rows)
+    assert (day.chained, sorted(day.follows)) == (8, list(range(4, 12)))
+    model = default_engine_model()
+    model = replace(model, speed=replace(model.speed, batch_knee=1.0))
+    chained = simulate_day(day.requests, all_plain(1), model, follows=day.follows)
+    waves = [[r.e2e_s for r in chained.records[4 * k:4 * k + 4]] for k in range(3)]
+    assert waves[0][0] > 3.0   # the replay is slower than the 0.1 s measured
+    assert waves[1] == pytest.approx(waves[0], rel=1e-9) and waves[2] == pytest.approx(waves[0], rel=1e-9)
+    open_loop = simulate_day(day.requests, all_plain(1), model)
+    # open loop, the 12 requests share one batch: each waits for all (the backlog the link removes)
+    assert min(r.e2e_s for r in open_loop.records) > 2 * max(waves[0])
