@@ -198,8 +198,10 @@ def runner_up(candidates: Sequence[tuple[PoolSnapshot, str]], order: Sequence[in
       predicted 4-6x too slow at a new prompt length, every request of it sent to the slower
       pool). The measurement corrects the cell's predictions
       (:meth:`router.decision.prediction_check.PredictionCheck.corrections`). Bounded without a
-      share: one request at a time (idle), until the cell holds ``MIN_CELL_CHECKS`` recent
-      checks (a few per cell and ``max_age_s``); at a cold start (no cell measured) only the
+      share: one request at a time (idle), until the cell is measured
+      (:meth:`~router.decision.prediction_check.PredictionCheck.measured_cells`: one check that
+      finds the pool no faster than predicted, else ``MIN_CELL_CHECKS`` recent checks; a few
+      per cell and ``max_age_s``); at a cold start (no cell measured) only the
       periodic rule explores. A request with an ``anchor`` (it may open a conversation) is
       explored so only to the pool its anchor ranks first among the candidates
       (:func:`router.decision.prefix.rendezvous_score`, as :mod:`router.decision.affinity`

@@ -59,7 +59,8 @@ KINDS = ("completion", "ttft")
 
 #: Recent completion checks a ``(class, bucket)`` cell needs to count as measured
 #: (:meth:`PredictionCheck.measured_cells`): exploration sends a request to a runner-up pool
-#: whose cell for it is not, however slow that pool is predicted there.
+#: whose cell for it is not, however slow that pool is predicted there. A cell whose latest
+#: check found the pool no faster than predicted beyond :data:`CORRECTION_BAND` counts at once.
 MIN_CELL_CHECKS = 4
 
 #: The largest factor a cell's correction moves a prediction by, either way (ratio): a fit
@@ -102,7 +103,7 @@ class PredictionCheck:
         checked: checks taken per kind since start.
         fallbacks: times the fallback turned on.
         measured: :meth:`measured_cells` as of the runtime's last scrape round, and a cell that
-            reached :data:`MIN_CELL_CHECKS` checks since (:meth:`add`).
+            became measured since (:meth:`add`).
         correction: :meth:`corrections` as of the runtime's last scrape round.
         measured_factor: :meth:`corrections` with no band, as of the same round: each measured
             cell's full median bias taken off (what the fallback's tie-break reads,
@@ -151,9 +152,10 @@ class PredictionCheck:
             cell = self._cells[key] = deque(maxlen=self.window)
         cell.append((now, err))
         self.checked[kind] += 1
-        if kind == "completion" and len(cell) == MIN_CELL_CHECKS and (temperature, bucket) not in self.measured:
+        if kind == "completion" and (temperature, bucket) not in self.measured and (
+                len(cell) >= MIN_CELL_CHECKS or err <= CORRECTION_BAND):
             # measured at once, not at the next scrape round: exploration stops as soon as the
-            # cell holds enough checks (the round recounts them by age)
+            # cell is (the round recounts its checks by age)
             self.measured = self.measured | {(temperature, bucket)}
         return err
 
@@ -188,11 +190,18 @@ class PredictionCheck:
 
     def measured_cells(self, now: float) -> frozenset[tuple[str, int]]:
         """The ``(temperature class, context bucket)`` cells with at least
-        :data:`MIN_CELL_CHECKS` recent completion checks."""
+        :data:`MIN_CELL_CHECKS` recent completion checks, or whose latest recent check found
+        the pool no faster than predicted beyond :data:`CORRECTION_BAND` (relative error at
+        most the band): what exploration measures a runner-up's cell for is a pool predicted
+        slower than it is (a fit extrapolated to prompts it has not served), and one check
+        that rules that out is enough; one that confirms it asks for the checks a correction
+        needs. The periodic share (``routing.learning.explore_every``) goes on either way."""
         horizon = now - self.max_age_s
         out = []
         for (kind, cls, bucket), ring in self._cells.items():
-            if kind == "completion" and sum(1 for at, _ in ring if at >= horizon) >= MIN_CELL_CHECKS:
+            if kind != "completion" or not ring or ring[-1][0] < horizon:
+                continue
+            if ring[-1][1] <= CORRECTION_BAND or sum(1 for at, _ in ring if at >= horizon) >= MIN_CELL_CHECKS:
                 out.append((cls, bucket))
         return frozenset(out)
 

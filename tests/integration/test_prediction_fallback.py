@@ -65,20 +65,21 @@ def test_a_wrong_model_falls_back_to_the_shorter_queue_and_a_right_one_takes_ove
         assert n == 4 and error > 0.8
         router.wait_scrape_rounds(1)
         assert router.pool("a").prediction_fallback
-        # the fallback first measures the pool never checked for these requests (b, idle: four
-        # requests, MIN_CELL_CHECKS), then joins the shorter queue: the idle pools tie, and by
-        # what the checks measured a still ranks first (its whole bias off, capped at 4x)
-        assert [_chat(client) for _ in range(4)] == [("b", "explore")] * 4
+        # the fallback first measures the pool never checked for these requests (b, idle: one
+        # request, whose check finds b no faster than predicted: nothing more to look for),
+        # then joins the shorter queue: the idle pools tie, and by what the checks measured a
+        # still ranks first (its whole bias off, capped at 4x)
+        assert _chat(client) == ("b", "explore")
         b_check = router.pool("b").check
-        wait_until(lambda: b_check.checked["completion"] == 4, 5, "b's four checks")  # recorded after the answer
-        assert _chat(client) == ("a", "shortest_queue")
+        wait_until(lambda: b_check.checked["completion"] == 1, 5, "b's check")  # recorded after the answer
+        assert [_chat(client) for _ in range(4)] == [("a", "shortest_queue")] * 4
         ready = client.get("/ready").json()["pools"]
         assert ready["a"]["prediction"]["fallback"] is True and ready["a"]["prediction"]["fallbacks"] == 1
         assert ready["b"]["prediction"]["fallback"] is False
         metrics = client.get("/metrics").text.splitlines()
         assert 'specgate_prediction_fallback{pool="a"} 1.0' in metrics
         assert 'specgate_prediction_fallbacks_total{pool="a"} 1.0' in metrics
-        assert router.settled_metric("specgate_requests_total", 1, pool="a", reason="shortest_queue", status="200") == 1
+        assert router.settled_metric("specgate_requests_total", 4, pool="a", reason="shortest_queue", status="200") == 4
         # the operator corrects the speed block: the new prior is right, the checks come back
         write_router_yaml(path, _config(tokenizer_dir, a.base_url, b.base_url, STEP_S))
         router.wait_reloads(1)
@@ -87,7 +88,7 @@ def test_a_wrong_model_falls_back_to_the_shorter_queue_and_a_right_one_takes_ove
         # of its last 8 put its median below fallback_exit
         for _ in range(5):
             assert _chat(client) == ("a", "shortest_queue")
-        wait_until(lambda: check.checked["completion"] == 10, 5, "ten checked predictions")
+        wait_until(lambda: check.checked["completion"] == 13, 5, "thirteen checked predictions")
         router.wait_scrape_rounds(1)
         assert not router.pool("a").prediction_fallback
         assert _chat(client) == ("a", "plain_only")  # by prediction again (a and b predicted alike: the first)

@@ -77,6 +77,23 @@ def test_status_shows_pool_kind_and_cells():
     assert "correction" not in status["ttft"]["cells"]["greedy/le_4096"]
 
 
+def test_a_cell_is_measured_by_one_check_that_rules_out_a_pool_predicted_too_slow():
+    """Measured: MIN_CELL_CHECKS recent checks, or a latest recent check whose error is at most
+    the band (0.3: the pool no faster than predicted beyond it); a check that finds the pool
+    faster than predicted asks for all four."""
+    check = PredictionCheck(window=8, max_age_s=60.0)
+    check.add("completion", "greedy", 0, 1.2, 1.0, now=0.0)  # predicted 20% too slow: within the band
+    check.add("completion", "greedy", 0, 2.0, 4.0, now=0.0)  # 2x too fast: the pool is slower still
+    check.add("completion", "sampled", 1, 3.0, 1.0, now=0.0)  # 3x too slow: measure on
+    assert check.measured == frozenset({("greedy", 0)}) == check.measured_cells(1.0)  # at once, and by the round
+    for i in range(3):
+        check.add("completion", "sampled", 1, 3.0, 1.0, now=1.0 + i)
+    assert ("sampled", 1) in check.measured and check.measured_cells(4.0) == {("greedy", 0), ("sampled", 1)}
+    check.add("completion", "greedy", 0, 1.5, 1.0, now=5.0)  # the latest now 50% too slow, 3 checks in all
+    assert check.measured_cells(5.0) == {("sampled", 1)}
+    assert check.measured_cells(70.0) == frozenset()  # every check aged out
+
+
 def test_a_measured_cell_corrects_by_its_median_bias():
     """1 / (1 + b), b the median bias of its last 8 checks beyond the band (0.3), once the
     cell holds MIN_CELL_CHECKS recent checks; bounded to [1/4, 4]; ttft checks correct
