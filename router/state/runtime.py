@@ -279,8 +279,8 @@ class Runtime:
         ep = self._by_url.get(url)
         if ep is None:
             return 0, False, None
-        # its snapshot's values: the queue and KV from a fresh scrape only
-        values = ep.snapshot_values(now, self.config.scrape.stale_after_s, 0, 0)
+        # its snapshot's values: the queue and KV from a fresh scrape only (no backlog: unread here)
+        values = ep.snapshot_values(now, self.config.scrape.stale_after_s, 0, 0, backlog=False)
         waits = values.queued > 0
         if features is None or values.kv_free_tokens is None:  # the KV unknown: no context (batch_context's None)
             return values.load, waits, None
