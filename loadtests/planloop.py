@@ -65,16 +65,43 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-__all__ = ["LOOP_DEFAULTS", "OUTCOMES", "Hysteresis", "PlanLoop", "PlanMetrics", "Step"]
+__all__ = ["HEDGE", "LOOP_DEFAULTS", "OUTCOMES", "Hysteresis", "PlanLoop", "PlanMetrics", "Step", "safe_splits"]
 
 #: Every round outcome (:meth:`PlanLoop.decide`'s reasons): the bounded label set.
-OUTCOMES = ("untrusted", "floor", "retreat", "at_advice", "no_prediction", "below_min_gain", "below_cost", "dwell",
-            "step_wait", "gain")
+OUTCOMES = ("untrusted", "floor", "retreat", "at_advice", "no_prediction", "hedge", "below_min_gain", "below_cost",
+            "dwell", "step_wait", "gain")
 
 #: The outcomes that change the split.
-CHANGES = ("floor", "retreat", "gain")
+CHANGES = ("floor", "retreat", "hedge", "gain")
 
 _POOLS = ("speculative", "plain")
+
+
+#: The hedge's default bound (:func:`loadtests.plan.advise`, step 6; measured in docs/performance.md,
+#: "A split safe if the traffic turns sampled").
+HEDGE = 0.5
+
+
+def safe_splits(stressed: Mapping[int, float | None], hedge: float | None, metric: str) -> set[int]:
+    """The splits whose prediction under stress (``stressed``: ``{k: value}``, the window
+    replayed with every request sampled, :func:`loadtests.plan.advise`) is within ``1 + hedge``
+    of the best one's: ``v <= (1 + hedge) * best`` for the seconds, ``v >= best / (1 + hedge)``
+    for ``goodput_rps``. A split without a stressed prediction (nothing completes) is outside,
+    unless no split has one. ``hedge`` None or ``inf``: every split (no hedge).
+
+    Raises:
+        ValueError: ``hedge`` < 0.
+    """
+    if hedge is not None and not hedge >= 0:
+        raise ValueError(f"hedge must be >= 0 (None or inf: none), got {hedge}")
+    known = {k: v for k, v in stressed.items() if v is not None}
+    if hedge is None or math.isinf(hedge) or not known:
+        return set(stressed)
+    if metric == "goodput_rps":
+        top = max(known.values())
+        return {k for k, v in known.items() if v * (1 + hedge) >= top}
+    low = min(known.values())
+    return {k for k, v in known.items() if v <= (1 + hedge) * low}
 
 
 @dataclass(frozen=True)
@@ -167,6 +194,12 @@ def _value(advice: Mapping[str, Any], k: int) -> float | None:
     return None if row is None else row.get(key)
 
 
+def _safe(advice: Mapping[str, Any]) -> set[int] | None:
+    """The advice's hedge-safe splits (None: no hedge, every split)."""
+    safe = (advice.get("hedge") or {}).get("safe")
+    return None if safe is None else set(safe)
+
+
 def _gain(metric: str, current: float | None, target: float | None) -> float | None:
     if target is None:
         return None
@@ -197,31 +230,54 @@ class PlanLoop:
         self.streak = (0, 0)
         #: the last rounds' predictions, ``{k: value}`` each (:meth:`observe`)
         self.history: deque[dict[int, float | None]] = deque(maxlen=hysteresis.smooth_rounds)
+        #: the same rounds' predictions under stress, ``{k: value}`` each (:meth:`observe`)
+        self.stressed: deque[dict[int, float | None]] = deque(maxlen=hysteresis.smooth_rounds)
         #: (side, rounds running) of the retreat evidence (module docstring, step 1)
         self.retreat_streak = (0, 0)
 
     def observe(self, advice: Mapping[str, Any]) -> dict[str, Any]:
         """Record a round's advice and return it with each split's prediction replaced by the
         median of that split's predictions over the last ``smooth_rounds`` rounds (the ones that
-        predicted it; a split no round completes stays None) and ``advised`` recomputed; the
-        round's own predictions stay under ``"raw"`` (``{k: value}``, for the retreat)."""
-        key = "predicted_" + advice["metric"]
+        predicted it; a split no round completes stays None), the same for its prediction under
+        stress (``predicted_<metric>_if_sampled``, when the advice has one), the hedge's safe
+        splits (``advice["hedge"]["safe"]``, :func:`safe_splits`) recomputed from those medians,
+        and ``advised`` recomputed; the round's own predictions stay under ``"raw"`` (``{k:
+        value}``) and its own safe splits under ``"raw_safe"`` (None: every split), for the retreat."""
+        metric = advice["metric"]
+        key, skey = "predicted_" + metric, "predicted_" + metric + "_if_sampled"
         self.history.append({s["speculative"]: s.get(key) for s in advice["splits"]})
+        self.stressed.append({s["speculative"]: s.get(skey) for s in advice["splits"]})
+
+        def median(rounds: deque[dict[int, float | None]], k: int) -> float | None:
+            vals = sorted(v for h in rounds for j, v in h.items() if j == k and v is not None)
+            if not vals:
+                return None
+            mid = len(vals) // 2
+            return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
         splits = []
         for s in advice["splits"]:
-            vals = sorted(v for h in self.history for k, v in h.items() if k == s["speculative"] and v is not None)
-            m = None if not vals else (vals[len(vals) // 2] if len(vals) % 2 else
-                                       (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2)
-            splits.append({**s, key: m if s.get(key) is not None else None})
-        out = {**advice, "splits": splits, "raw": dict(self.history[-1])}
+            k = s["speculative"]
+            row = {**s, key: median(self.history, k) if s.get(key) is not None else None}
+            if skey in s:
+                row[skey] = median(self.stressed, k) if s.get(skey) is not None else None
+            splits.append(row)
+        hedge = advice.get("hedge") or {}
+        out = {**advice, "splits": splits, "raw": dict(self.history[-1]), "raw_safe": hedge.get("safe")}
+        if hedge.get("factor") is not None:
+            safe = safe_splits({s["speculative"]: s.get(skey) for s in splits}, hedge["factor"], metric)
+            out["hedge"] = {**hedge, "safe": sorted(safe)}
         k = self.target(out)
         out["advised"] = {"speculative": k, "plain": self.engines - k}
         return out
 
     def target(self, advice: Mapping[str, Any]) -> int:
-        """The best split within the floors (ties to fewer speculative engines)."""
+        """The best split within the floors and the hedge's safe splits (``advice["hedge"]["safe"]``;
+        all the floors allow when none of them is safe), ties to fewer speculative engines."""
         lo, hi = self.h.floor_speculative, self.engines - self.h.floor_plain
         higher = advice["metric"] == "goodput_rps"
+        safe = _safe(advice)
+        allowed = [k for k in range(lo, hi + 1) if safe is None or k in safe] or list(range(lo, hi + 1))
 
         def key(k: int) -> tuple[float, int]:
             v = _value(advice, k)
@@ -229,7 +285,7 @@ class PlanLoop:
                 return (math.inf, k)
             return (-v if higher else v, k)
 
-        return min(range(lo, hi + 1), key=key)
+        return min(allowed, key=key)
 
     def decide(self, advice: Mapping[str, Any], current: int, now: float) -> Step:
         """The round's step for ``advice`` at ``current`` speculative engines (``now``:
@@ -254,7 +310,9 @@ class PlanLoop:
         raw: Mapping[int, float | None] = advice.get("raw") or {}
         seen = (advice.get("measured") or {}).get(metric)
         lo, hi = self.h.floor_speculative, self.engines - self.h.floor_plain
-        preds = {k: v for k, v in raw.items() if lo <= k <= hi and v is not None and k != current}
+        raw_safe = advice.get("raw_safe")
+        preds = {k: v for k, v in raw.items() if lo <= k <= hi and v is not None and k != current
+                 and (raw_safe is None or k in raw_safe)}
         if metric == "goodput_rps" or seen is None or not preds:
             return 0, current
         best = min(preds, key=lambda k: (preds[k], k))
@@ -277,6 +335,11 @@ class PlanLoop:
         if gain is None:
             return Step("no_prediction", current, target, current)
         direction = 1 if target > current else -1
+        safe = _safe(advice)
+        if safe is not None and current not in safe and target in safe:
+            if self.last_change_at is not None and now - self.last_change_at < h.step_s:
+                return Step("step_wait", current, target, current, gain)
+            return Step("hedge", current, target, current + direction, gain)
         if gain < h.min_gain and not (gain >= h.sustained_gain and self.streak[0] == direction
                                       and self.streak[1] + 1 >= h.sustained_rounds):
             return Step("below_min_gain", current, target, current, gain)
