@@ -12,8 +12,9 @@ and KEDA's cooldown are the same idea: act on a sustained signal, step by step).
    measured at it (``advice["measured"]``, :func:`loadtests.plan.measured`) are at least
    ``retreat_ratio`` (1.5) times this round's prediction for the best split (an untrusted
    advice's own prediction need only exceed the best one: the model is what is in doubt, the
-   measurement is not), that best split lying on the same side each round, one engine moves toward it at once: past the median,
-   an untrusted model, ``min_gain``, the cost and the dwell (``step_s`` still holds). The
+   measurement is not), that best split (among the round's own hedge-safe splits, step 3) lying
+   on the same side each round, one engine moves toward it at once: past the median, an
+   untrusted model, ``min_gain``, the cost and the dwell (``step_s`` still holds). The
    traffic has turned against the current split (sampled requests arriving on an all-speculative
    deployment: its mean several times all-plain's), and holding costs more each round than
    any prediction noise would: the median alone would act a round later, and a model whose
@@ -25,8 +26,16 @@ and KEDA's cooldown are the same idea: act on a sustained signal, step by step).
    of the current split off what the window measured: :func:`loadtests.plan.advise`) holds
    (``untrusted``);
 3. the target is the best split within the floors (``floor_speculative <= k <= N -
-   floor_plain``); a current split below a floor moves toward it at once (``floor``);
+   floor_plain``) and the hedge (``advice["hedge"]``, :func:`loadtests.plan.advise` step 6: the
+   splits whose prediction were the window's traffic all sampled is within ``1 + hedge`` of the
+   best one's, :func:`safe_splits` on the medians); a current split below a floor moves toward
+   it at once (``floor``);
 4. at the target: hold (``at_advice``); a target without a prediction: hold (``no_prediction``);
+   a current split outside the hedge by more than ``min_gain`` (its stressed prediction past
+   ``(1 + hedge)(1 + min_gain)`` times the best) moves one engine toward the target even at a
+   predicted loss, ``step_s`` after the last change, past ``min_gain``, the cost and the dwell
+   (``hedge``): the loop never moves toward a split outside the hedge, but the hedge narrows
+   when the window turns greedier;
 5. the predicted relative gain ``g`` of the target over the current split on the metric
    (``(cur - target) / cur`` for the seconds, ``(target - cur) / cur`` for goodput) must reach
    ``min_gain`` (hysteresis against noise in the prediction; ``below_min_gain``), or, smaller,
@@ -324,6 +333,19 @@ class PlanLoop:
             return 0, current
         return (1 if best > current else -1), best
 
+    def _exposed(self, advice: Mapping[str, Any], current: int) -> bool:
+        """Whether the current split is outside the hedge (``advice["hedge"]``) by more than
+        ``min_gain``: its stressed prediction past ``(1 + hedge)(1 + min_gain)`` times the best one
+        (a split on the hedge's edge, in and out of it with the prediction's noise, is not left
+        at a predicted loss)."""
+        factor = (advice.get("hedge") or {}).get("factor")
+        if factor is None:
+            return False
+        skey = "predicted_" + advice["metric"] + "_if_sampled"
+        stressed = {s["speculative"]: s.get(skey) for s in advice["splits"]}
+        return current in stressed and current not in safe_splits(
+            stressed, (1 + factor) * (1 + self.h.min_gain) - 1, advice["metric"])
+
     def _decide(self, advice: Mapping[str, Any], current: int, now: float) -> Step:
         h = self.h
         if not advice["trusted"]:
@@ -335,8 +357,7 @@ class PlanLoop:
         if gain is None:
             return Step("no_prediction", current, target, current)
         direction = 1 if target > current else -1
-        safe = _safe(advice)
-        if safe is not None and current not in safe and target in safe:
+        if self._exposed(advice, current) and target in (_safe(advice) or ()):
             if self.last_change_at is not None and now - self.last_change_at < h.step_s:
                 return Step("step_wait", current, target, current, gain)
             return Step("hedge", current, target, current + direction, gain)

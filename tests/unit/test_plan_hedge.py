@@ -172,3 +172,13 @@ def test_the_retreat_still_leaves_a_collapsing_split_for_a_safe_one() -> None:
         step = loop.decide(loop.observe(adv), 3, t)
         loop.commit(step, t)
     assert (step.outcome, step.target, step.moved_to) == ("retreat", 0, 2)
+
+
+def test_a_split_on_the_hedge_s_edge_is_not_left_at_a_loss() -> None:
+    # k = 2's stressed 12.4 is past 1.5 x 8 = 12 (not safe: no move toward it) but within
+    # 1.5 x 1.05 x 8 = 12.6 of min_gain's noise: held, not left at a predicted loss
+    loop = PlanLoop(3, H)
+    smooth = loop.observe(_advice(GREEDY[0], [8.0, 9.0, 12.4, 30.0]))
+    assert smooth["hedge"]["safe"] == [0, 1]
+    step = loop.decide(smooth, 2, 0.0)
+    assert (step.outcome, step.target, step.moved_to) == ("below_min_gain", 1, 2)
