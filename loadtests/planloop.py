@@ -30,12 +30,13 @@ and KEDA's cooldown are the same idea: act on a sustained signal, step by step).
    splits whose prediction were the window's traffic all sampled is within ``1 + hedge`` of the
    best one's, :func:`safe_splits` on the medians); a current split below a floor moves toward
    it at once (``floor``);
-4. at the target: hold (``at_advice``); a target without a prediction: hold (``no_prediction``);
-   a current split outside the hedge by more than ``min_gain`` (its stressed prediction past
-   ``(1 + hedge)(1 + min_gain)`` times the best) moves one engine toward the target even at a
-   predicted loss, ``step_s`` after the last change, past ``min_gain``, the cost and the dwell
-   (``hedge``): the loop never moves toward a split outside the hedge, but the hedge narrows
-   when the window turns greedier;
+4. at the target: hold (``at_advice``); a target without a prediction: hold (``no_prediction``).
+   The hedge guards the loop's next bet, not the split it holds: a current split that the hedge
+   leaves out (the window busier, its stressed prediction higher) is not left at a predicted loss
+   (steps 5-6 weigh the gain toward the safe target, negative there), and should the traffic
+   turn, the retreat (step 1) leaves it on what the requests measured. Leaving it at once cost
+   more than it saved on the days that never turned (analytic kv_limited ``slow_long`` 0.67x ->
+   1.22x the better static deployment, docs/performance.md);
 5. the predicted relative gain ``g`` of the target over the current split on the metric
    (``(cur - target) / cur`` for the seconds, ``(target - cur) / cur`` for goodput) must reach
    ``min_gain`` (hysteresis against noise in the prediction; ``below_min_gain``), or, smaller,
@@ -77,11 +78,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 __all__ = ["HEDGE", "LOOP_DEFAULTS", "OUTCOMES", "Hysteresis", "PlanLoop", "PlanMetrics", "Step", "safe_splits"]
 
 #: Every round outcome (:meth:`PlanLoop.decide`'s reasons): the bounded label set.
-OUTCOMES = ("untrusted", "floor", "retreat", "at_advice", "no_prediction", "hedge", "below_min_gain", "below_cost",
-            "dwell", "step_wait", "gain")
+OUTCOMES = ("untrusted", "floor", "retreat", "at_advice", "no_prediction", "below_min_gain", "below_cost", "dwell",
+            "step_wait", "gain")
 
 #: The outcomes that change the split.
-CHANGES = ("floor", "retreat", "hedge", "gain")
+CHANGES = ("floor", "retreat", "gain")
 
 _POOLS = ("speculative", "plain")
 
@@ -333,19 +334,6 @@ class PlanLoop:
             return 0, current
         return (1 if best > current else -1), best
 
-    def _exposed(self, advice: Mapping[str, Any], current: int) -> bool:
-        """Whether the current split is outside the hedge (``advice["hedge"]``) by more than
-        ``min_gain``: its stressed prediction past ``(1 + hedge)(1 + min_gain)`` times the best one
-        (a split on the hedge's edge, in and out of it with the prediction's noise, is not left
-        at a predicted loss)."""
-        factor = (advice.get("hedge") or {}).get("factor")
-        if factor is None:
-            return False
-        skey = "predicted_" + advice["metric"] + "_if_sampled"
-        stressed = {s["speculative"]: s.get(skey) for s in advice["splits"]}
-        return current in stressed and current not in safe_splits(
-            stressed, (1 + factor) * (1 + self.h.min_gain) - 1, advice["metric"])
-
     def _decide(self, advice: Mapping[str, Any], current: int, now: float) -> Step:
         h = self.h
         if not advice["trusted"]:
@@ -357,10 +345,6 @@ class PlanLoop:
         if gain is None:
             return Step("no_prediction", current, target, current)
         direction = 1 if target > current else -1
-        if self._exposed(advice, current) and target in (_safe(advice) or ()):
-            if self.last_change_at is not None and now - self.last_change_at < h.step_s:
-                return Step("step_wait", current, target, current, gain)
-            return Step("hedge", current, target, current + direction, gain)
         if gain < h.min_gain and not (gain >= h.sustained_gain and self.streak[0] == direction
                                       and self.streak[1] + 1 >= h.sustained_rounds):
             return Step("below_min_gain", current, target, current, gain)
