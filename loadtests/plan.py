@@ -54,8 +54,8 @@ error status and live accept lengths).
    prediction for it; the loop's retreat (:mod:`loadtests.planloop`) reads it.
 6. **The hedge** (``hedge``, default :data:`HEDGE`): the window is replayed a second time with
    every request sampled (temperature 1: the turn of the class mix the advice cannot see coming;
-   on kv_limited engines an all-speculative split right for greedy traffic predicted 4.2 s and
-   measured 73 s once the traffic turned sampled, docs/performance.md), and the advice is the
+   on the simulator's kv_limited engines all-speculative, predicted 4.2 s in a greedy half hour,
+   averaged 73 s over the day whose traffic then turned sampled, docs/performance.md), and the advice is the
    best split by the plain replay among the *safe* ones, those whose stressed prediction is
    within ``1 + hedge`` of the best stressed prediction (:func:`loadtests.planloop.safe_splits`).
    A bounded-regret choice: should the traffic turn, the advised split's loss against the best
