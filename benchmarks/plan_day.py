@@ -3,7 +3,7 @@
     /work/main/.venv/bin/python benchmarks/plan_day.py [--families default,kv_limited]
         [--engine-models analytic,sglang] [--engines 4,8] [--shapes diurnal,steady_light]
         [--sweep steady|all|none] [--interval-s 300] [--convert-s 180] [--reach 2] [--seed 0]
-        [--retreat-ratio 1.5] [--retreat-rounds 2] [--floor-speculative 0] [--floor-plain 0]
+        [--retreat-ratio 1.5] [--retreat-rounds 2] [--hedge 0.5] [--floor-speculative 0] [--floor-plain 0]
         [--out runs/plan-day]
 
 Everything runs in the in-process day simulator (:mod:`loadtests.daysim`, virtual time, seeded;
@@ -66,6 +66,7 @@ from loadtests.daysim import (
     all_spec,
     simulate_day,
 )
+from loadtests.plan import HEDGE
 from loadtests.planday import PlanDaySettings, PlannedRouter, out_of_service_s, planned
 from loadtests.planloop import LOOP_DEFAULTS, Hysteresis
 from loadtests.sglang_day import sglang_engines
@@ -117,7 +118,7 @@ class Cell:
                        floor_speculative=a.floor_speculative, floor_plain=a.floor_plain)
         return PlanDaySettings(interval_s=a.interval_s, window_s=a.window_s, window_requests=a.window_requests,
                                convert_s=a.convert_s, hysteresis=h, reach=a.reach, seed=a.seed,
-                               max_replay_error=a.max_replay_error, **kw)
+                               max_replay_error=a.max_replay_error, hedge=a.hedge, **kw)
 
     def measure(self) -> dict[str, Any]:
         """Every run of the cell; returns its summary line's values."""
@@ -230,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retreat-ratio", type=float, default=LOOP_DEFAULTS.retreat_ratio, help="inf: no retreat (the loop before it)")
     ap.add_argument("--retreat-rounds", type=int, default=LOOP_DEFAULTS.retreat_rounds)
     ap.add_argument("--max-replay-error", type=float, default=0.5, help="inf: no replay check (before it)")
+    ap.add_argument("--hedge", type=float, default=HEDGE,
+                    help=f"the advice's bound under stress (every request sampled; default {HEDGE}; inf: no hedge, before it)")
     ap.add_argument("--floor-speculative", type=int, default=LOOP_DEFAULTS.floor_speculative, help="engines the speculative pool keeps")
     ap.add_argument("--floor-plain", type=int, default=LOOP_DEFAULTS.floor_plain, help="engines the plain pool keeps")
     ap.add_argument("--window-s", type=float, default=600.0, help="the router's window (s, default 600)")

@@ -40,7 +40,7 @@ error status and live accept lengths).
    above the speculative pool's limit is replayed where the router sends it, not on a drafter).
 4. **The advice** (:func:`advise`): the split with the best ``--metric``
    (:func:`loadtests.split.best_prediction`: lowest ``mean_s`` / ``p90_s``, highest
-   ``goodput_rps``; ties to fewer speculative engines), and whether the model is trusted: a
+   ``goodput_rps``; ties to fewer speculative engines) among the hedge's safe splits (step 6), and whether the model is trusted: a
    pool whose prediction error's median exceeds ``max_error`` (or whose checker fell back to the
    plain rule), no pool with :data:`MIN_OBSERVATIONS` learned requests, a speculative pool
    whose acceptance was never measured, or a replay of the current split whose mean or p90
@@ -52,6 +52,19 @@ error status and live accept lengths).
 5. **What was measured** (:func:`measured`): the window's own mean and p90 of ``duration_s``
    (arrival to the response's end), the current split's ground truth, beside the replay's
    prediction for it; the loop's retreat (:mod:`loadtests.planloop`) reads it.
+6. **The hedge** (``hedge``, default :data:`HEDGE`): the window is replayed a second time with
+   every request sampled (temperature 1: the turn of the class mix the advice cannot see coming;
+   on the simulator's kv_limited engines all-speculative, predicted 4.2 s in a greedy half hour,
+   averaged 73 s over the day whose traffic then turned sampled, docs/performance.md), and the advice is the
+   best split by the plain replay among the *safe* ones, those whose stressed prediction is
+   within ``1 + hedge`` of the best stressed prediction (:func:`loadtests.planloop.safe_splits`).
+   A bounded-regret choice: should the traffic turn, the advised split's loss against the best
+   split for the turned traffic is at most ``hedge`` relative (by the replay), and within that
+   bound the split best for the traffic of now is chosen (Savage's minimax regret, 1951,
+   "The theory of statistical decision", JASA 46(253), bounded instead of minimised). A window
+   without a greedy request is not replayed again (its stressed replay is itself): the plain
+   argmin is always safe, so the advice is the same as without the hedge. The stressed replay
+   doubles the replay's CPU.
 
 Errors: :class:`PlanError` (an empty window, a document without pools, bad arguments).
 """
@@ -69,11 +82,12 @@ from loadtests.dayreport import summarize
 from loadtests.dayrouter import PolicyRouter, settings_for
 from loadtests.dayshapes import EngineModel, Request, default_engine_model
 from loadtests.daysim import fronted, simulate_day
+from loadtests.planloop import HEDGE, safe_splits
 from loadtests.speedfit import alpha_curve
 from loadtests.split import METRICS, best_prediction
 from router import SPECULATION_MODES, SpeedModel
 
-__all__ = ["MIN_OBSERVATIONS", "PlanError", "PlanModels", "advise", "bucket_tokens", "day_from_window",
+__all__ = ["HEDGE", "MIN_OBSERVATIONS", "PlanError", "PlanModels", "advise", "bucket_tokens", "day_from_window",
            "engine_model_from_speed", "engine_models", "measured", "pool_limits", "predict_splits", "replay_check",
            "replay_day", "trust"]
 
@@ -385,12 +399,17 @@ def current_split(doc: Mapping[str, Any]) -> dict[str, int]:
 
 def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_error: float = 0.3,
            seed: int = 0, base: EngineModel | None = None, ks: Sequence[int] | None = None,
-           max_replay_error: float = 0.5) -> dict[str, Any]:
-    """The advice document ``specgate plan --json`` prints (steps 1-4); ``ks``: predict those
-    splits only (the loop's reach around the current split; default every split).
+           max_replay_error: float = 0.5, hedge: float | None = HEDGE) -> dict[str, Any]:
+    """The advice document ``specgate plan --json`` prints (steps 1-4 and 6); ``ks``: predict those
+    splits only (the loop's reach around the current split; default every split); ``hedge``:
+    step 6's bound (None or ``inf``: no hedge, no stressed replay, the plain argmin).
 
     Shape: ``{"advised": {"speculative": k, "plain": N - k}, "splits": [{"speculative",
-    "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}, ...] (k = 0..N, or ``ks``),
+    "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps",
+    "predicted_mean_s_if_sampled", "predicted_p90_s_if_sampled", "predicted_goodput_rps_if_sampled"}, ...]
+    (k = 0..N, or ``ks``; the ``_if_sampled`` values null without a hedge), "hedge": {"factor": h
+    or null, "stressed": bool (a stressed replay ran; false when the window has no greedy request, its
+    values then the plain ones), "safe": [k] or null, "unhedged": the argmin without the hedge},
     "window": {"requests", "seconds", "sequences", "unreported", "closed_loop":
     :meth:`loadtests.closedloop.Loops.as_dict`}, "metric", "current":
     {"speculative", "plain"} (the router's endpoints now), "trusted": bool, "untrusted_because":
@@ -398,23 +417,40 @@ def advise(doc: Mapping[str, Any], engines: int, *, metric: str = "mean_s", max_
     without a completed request is null.
 
     Raises:
-        PlanError: empty window, unknown metric, engines < 1.
+        PlanError: empty window, unknown metric, engines < 1, hedge < 0.
     """
     if metric not in METRICS or metric == "long_mean_s":
         raise PlanError(f"unknown metric {metric!r}; one of mean_s, p90_s, goodput_rps")
+    if hedge is not None and not hedge >= 0:
+        raise PlanError(f"hedge must be >= 0 (None or inf: no hedge), got {hedge}")
+    factor = None if hedge is None or math.isinf(hedge) else float(hedge)
     requests, follows, loops = replay_day(doc)
     unreported = day_from_window(doc)[1]
     models = engine_models(doc, base)
-    preds = predict_splits(requests, engines, models, seed=seed, ks=ks, limits=pool_limits(doc), follows=follows)
-    best = best_prediction(preds, metric)
+    limits = pool_limits(doc)
+    preds = predict_splits(requests, engines, models, seed=seed, ks=ks, limits=limits, follows=follows)
+    greedy = any(not r.sampled for r in requests)
+    stressed: list[dict[str, Any]] | None = None
+    if factor is not None:  # step 6: the same window with every request sampled (no greedy one: the same day)
+        stressed = preds if not greedy else predict_splits(
+            [replace(r, temperature=1.0) for r in requests], engines, models, seed=seed, ks=ks, limits=limits,
+            follows=follows)
+    unhedged = best_prediction(preds, metric)
+    safe = None if stressed is None else safe_splits({p["k"]: p[metric] for p in stressed}, factor, metric)
+    best = unhedged if safe is None else best_prediction([p for p in preds if p["k"] in safe] or preds, metric)
     seen = measured(doc)
     why = trust(doc, max_error) + replay_check(preds, current_split(doc)["speculative"], seen, metric,
                                                max_replay_error)
+    under = {p["k"]: p for p in stressed or ()}
     win = doc.get("window") or {}
     return {
         "advised": {"speculative": best["k"], "plain": engines - best["k"]},
         "splits": [{"speculative": p["k"], "plain": engines - p["k"], "predicted_mean_s": p["mean_s"],
-                    "predicted_p90_s": p["p90_s"], "predicted_goodput_rps": p["goodput_rps"]} for p in preds],
+                    "predicted_p90_s": p["p90_s"], "predicted_goodput_rps": p["goodput_rps"],
+                    **{f"predicted_{m}_if_sampled": (under.get(p["k"]) or {}).get(m)
+                       for m in ("mean_s", "p90_s", "goodput_rps")}} for p in preds],
+        "hedge": {"factor": factor, "stressed": stressed is not None and greedy,
+                  "safe": None if safe is None else sorted(safe), "unhedged": unhedged["k"]},
         "window": {"requests": int(win.get("requests", len(doc.get("requests") or []))),
                    "seconds": float(win.get("seconds") or 0.0), "sequences": len(requests), "unreported": unreported,
                    "closed_loop": loops.as_dict()},

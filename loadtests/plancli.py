@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.planloop import LOOP_DEFAULTS
+from loadtests.planloop import HEDGE, LOOP_DEFAULTS
 
 __all__ = ["add_commands", "fetch_window", "read_admin_key"]
 
@@ -80,19 +80,23 @@ def _advise(args: argparse.Namespace, key: str) -> dict[str, Any]:
 
     doc = fetch_window(args.router, key, model=args.model, timeout_s=args.timeout)
     return advise(doc, args.engines, metric=args.metric, max_error=args.max_error, seed=args.seed,
-                  max_replay_error=args.max_replay_error)
+                  max_replay_error=args.max_replay_error, hedge=args.hedge)
 
 
 def _text(advice: dict[str, Any]) -> str:
-    lines = [f"{'split':<8} {'mean s':>8} {'p90 s':>8} {'goodput/s':>10}"]
+    lines = [f"{'split':<8} {'mean s':>8} {'p90 s':>8} {'goodput/s':>10} {'mean s if sampled':>18}"]
     for s in advice["splits"]:
         def f(v: Any, w: int = 8) -> str:
             return f"{v:>{w}.3f}" if isinstance(v, float) else f"{'-':>{w}}"
         lines.append(f"{s['speculative']}s+{s['plain']}p{'':<4} {f(s['predicted_mean_s'])} {f(s['predicted_p90_s'])} "
-                     f"{f(s['predicted_goodput_rps'], 10)}")
-    a, w = advice["advised"], advice["window"]
+                     f"{f(s['predicted_goodput_rps'], 10)} {f(s.get('predicted_mean_s_if_sampled'), 18)}")
+    a, w, h = advice["advised"], advice["window"], advice.get("hedge") or {}
     lines.append(f"advice: {a['speculative']} speculative + {a['plain']} plain engines (best {advice['metric']}; "
                  f"window {w['requests']} requests over {w['seconds']:.0f} s)")
+    if h.get("safe") is not None:
+        lines.append(f"hedge {h['factor']}: safe if the traffic turned sampled: "
+                     f"{', '.join(str(k) for k in h['safe'])} speculative"
+                     + (f" (without the hedge: {h['unhedged']})" if h["unhedged"] != a["speculative"] else ""))
     if not advice["trusted"]:
         lines.append("not trusted, not acted on: " + "; ".join(advice["untrusted_because"]))
     return "\n".join(lines)
@@ -149,7 +153,7 @@ def _round(args: argparse.Namespace, key: str, loop: Any, metrics: Any, scaler: 
         from loadtests.plan import advise
 
         advice = advise(doc, args.engines, metric=args.metric, max_error=args.max_error, seed=args.seed,
-                        max_replay_error=args.max_replay_error)
+                        max_replay_error=args.max_replay_error, hedge=args.hedge)
     except plan_error as exc:
         metrics.errors.labels("predict").inc()
         log.warning("plan: no advice this round: %s", exc)
@@ -228,6 +232,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--max-replay-error", type=float, default=0.5,
                    help="the largest relative difference between the replay of the current split and what the "
                         "window's requests measured at it that the advice trusts (default 0.5)")
+    p.add_argument("--hedge", type=float, default=HEDGE,
+                   help="advise only splits whose --metric, were every request of the window sampled, is within "
+                        f"1 + HEDGE of the best split's then (default {HEDGE}; inf: no hedge; doubles the replay's CPU)")
     p.add_argument("--once", action="store_true", help="one advice, then exit")
     p.add_argument("--json", action="store_true", help="print JSON (one object; one line per round in the loop)")
     p.add_argument("--seed", type=int, default=0, help="the simulator's seed")

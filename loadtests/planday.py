@@ -38,7 +38,7 @@ from typing import Any
 
 from loadtests.dayapi import Choice, PoolView, RequestView, Router
 from loadtests.daysim import Deployment, RequestRecord
-from loadtests.plan import PlanError, advise
+from loadtests.plan import HEDGE, PlanError, advise
 from loadtests.planloop import Hysteresis, PlanLoop
 
 __all__ = ["PLAIN", "SPEC", "PlanDaySettings", "PlannedRouter", "out_of_service_s", "planned"]
@@ -61,7 +61,7 @@ class PlanDaySettings:
         reach: a round predicts the splits within this many engines of the current one only
             (None: every split); the loop moves one engine a round, so a farther target only
             weighs the gain.
-        metric, max_error, max_replay_error, seed: :func:`loadtests.plan.advise`'s.
+        metric, max_error, max_replay_error, hedge, seed: :func:`loadtests.plan.advise`'s.
         act: False: advise and record only.
     """
 
@@ -75,6 +75,7 @@ class PlanDaySettings:
     metric: str = "mean_s"
     max_error: float = 0.3
     max_replay_error: float = 0.5
+    hedge: float | None = HEDGE
     seed: int = 0
     act: bool = True
 
@@ -97,7 +98,9 @@ class PlannedRouter:
     Attributes:
         rounds: one dict per round: ``t``, ``outcome``, ``current``, ``target``, ``moved_to``,
             ``gain``, ``advised``, ``trusted``, ``predicted`` (``{k: mean_s}``), ``window``,
-            ``measured`` (the window's own value of the metric, :func:`loadtests.plan.measured`).
+            ``measured`` (the window's own value of the metric, :func:`loadtests.plan.measured`),
+            ``if_sampled`` (``{k: value}`` under the hedge's stress), ``safe`` (the hedge's safe
+            splits after the median; None: no hedge).
         changes: one dict per change: ``t`` (decided), ``url`` (the engine drained), ``to``
             (its new pool), ``drained_s``, ``ready_s`` (back in service), ``new_url``.
     """
@@ -226,7 +229,7 @@ class PlannedRouter:
         ks = None if s.reach is None else range(max(0, cur - s.reach), min(self.engines, cur + s.reach) + 1)
         try:
             adv = self._advise(doc, self.engines, metric=s.metric, max_error=s.max_error, seed=s.seed, ks=ks,
-                               max_replay_error=s.max_replay_error)
+                               max_replay_error=s.max_replay_error, hedge=s.hedge)
         except PlanError as exc:
             rec.update(outcome="no_advice", error=str(exc))
             self.rounds.append(rec)
@@ -236,6 +239,8 @@ class PlannedRouter:
                    predicted={p["speculative"]: p["predicted_" + s.metric] for p in adv["splits"]})
         smooth = self.loop.observe(adv)
         rec["smoothed"] = {p["speculative"]: p["predicted_" + s.metric] for p in smooth["splits"]}
+        rec["if_sampled"] = {p["speculative"]: p.get("predicted_" + s.metric + "_if_sampled") for p in adv["splits"]}
+        rec["safe"] = (smooth.get("hedge") or {}).get("safe")
         step = self.loop.decide(smooth, cur, now)
         rec.update(step.as_dict())
         if step.changed and s.act:

@@ -12,8 +12,9 @@ and KEDA's cooldown are the same idea: act on a sustained signal, step by step).
    measured at it (``advice["measured"]``, :func:`loadtests.plan.measured`) are at least
    ``retreat_ratio`` (1.5) times this round's prediction for the best split (an untrusted
    advice's own prediction need only exceed the best one: the model is what is in doubt, the
-   measurement is not), that best split lying on the same side each round, one engine moves toward it at once: past the median,
-   an untrusted model, ``min_gain``, the cost and the dwell (``step_s`` still holds). The
+   measurement is not), that best split (among the round's own hedge-safe splits, step 3) lying
+   on the same side each round, one engine moves toward it at once: past the median, an
+   untrusted model, ``min_gain``, the cost and the dwell (``step_s`` still holds). The
    traffic has turned against the current split (sampled requests arriving on an all-speculative
    deployment: its mean several times all-plain's), and holding costs more each round than
    any prediction noise would: the median alone would act a round later, and a model whose
@@ -25,8 +26,17 @@ and KEDA's cooldown are the same idea: act on a sustained signal, step by step).
    of the current split off what the window measured: :func:`loadtests.plan.advise`) holds
    (``untrusted``);
 3. the target is the best split within the floors (``floor_speculative <= k <= N -
-   floor_plain``); a current split below a floor moves toward it at once (``floor``);
-4. at the target: hold (``at_advice``); a target without a prediction: hold (``no_prediction``);
+   floor_plain``) and the hedge (``advice["hedge"]``, :func:`loadtests.plan.advise` step 6: the
+   splits whose prediction were the window's traffic all sampled is within ``1 + hedge`` of the
+   best one's, :func:`safe_splits` on the medians); a current split below a floor moves toward
+   it at once (``floor``);
+4. at the target: hold (``at_advice``); a target without a prediction: hold (``no_prediction``).
+   The hedge guards the loop's next bet, not the split it holds: a current split that the hedge
+   leaves out (the window busier, its stressed prediction higher) is not left at a predicted loss
+   (steps 5-6 weigh the gain toward the safe target, negative there), and should the traffic
+   turn, the retreat (step 1) leaves it on what the requests measured. Leaving it at once cost
+   more than it saved on the days that never turned (analytic kv_limited ``slow_long`` 0.67x ->
+   1.22x the better static deployment, docs/performance.md);
 5. the predicted relative gain ``g`` of the target over the current split on the metric
    (``(cur - target) / cur`` for the seconds, ``(target - cur) / cur`` for goodput) must reach
    ``min_gain`` (hysteresis against noise in the prediction; ``below_min_gain``), or, smaller,
@@ -65,7 +75,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-__all__ = ["LOOP_DEFAULTS", "OUTCOMES", "Hysteresis", "PlanLoop", "PlanMetrics", "Step"]
+__all__ = ["HEDGE", "LOOP_DEFAULTS", "OUTCOMES", "Hysteresis", "PlanLoop", "PlanMetrics", "Step", "safe_splits"]
 
 #: Every round outcome (:meth:`PlanLoop.decide`'s reasons): the bounded label set.
 OUTCOMES = ("untrusted", "floor", "retreat", "at_advice", "no_prediction", "below_min_gain", "below_cost", "dwell",
@@ -75,6 +85,33 @@ OUTCOMES = ("untrusted", "floor", "retreat", "at_advice", "no_prediction", "belo
 CHANGES = ("floor", "retreat", "gain")
 
 _POOLS = ("speculative", "plain")
+
+
+#: The hedge's default bound (:func:`loadtests.plan.advise`, step 6; measured in docs/performance.md,
+#: "A split safe if the traffic turns sampled").
+HEDGE = 0.5
+
+
+def safe_splits(stressed: Mapping[int, float | None], hedge: float | None, metric: str) -> set[int]:
+    """The splits whose prediction under stress (``stressed``: ``{k: value}``, the window
+    replayed with every request sampled, :func:`loadtests.plan.advise`) is within ``1 + hedge``
+    of the best one's: ``v <= (1 + hedge) * best`` for the seconds, ``v >= best / (1 + hedge)``
+    for ``goodput_rps``. A split without a stressed prediction (nothing completes) is outside,
+    unless no split has one. ``hedge`` None or ``inf``: every split (no hedge).
+
+    Raises:
+        ValueError: ``hedge`` < 0.
+    """
+    if hedge is not None and not hedge >= 0:
+        raise ValueError(f"hedge must be >= 0 (None or inf: none), got {hedge}")
+    known = {k: v for k, v in stressed.items() if v is not None}
+    if hedge is None or math.isinf(hedge) or not known:
+        return set(stressed)
+    if metric == "goodput_rps":
+        top = max(known.values())
+        return {k for k, v in known.items() if v * (1 + hedge) >= top}
+    low = min(known.values())
+    return {k for k, v in known.items() if v <= (1 + hedge) * low}
 
 
 @dataclass(frozen=True)
@@ -167,6 +204,12 @@ def _value(advice: Mapping[str, Any], k: int) -> float | None:
     return None if row is None else row.get(key)
 
 
+def _safe(advice: Mapping[str, Any]) -> set[int] | None:
+    """The advice's hedge-safe splits (None: no hedge, every split)."""
+    safe = (advice.get("hedge") or {}).get("safe")
+    return None if safe is None else set(safe)
+
+
 def _gain(metric: str, current: float | None, target: float | None) -> float | None:
     if target is None:
         return None
@@ -197,31 +240,54 @@ class PlanLoop:
         self.streak = (0, 0)
         #: the last rounds' predictions, ``{k: value}`` each (:meth:`observe`)
         self.history: deque[dict[int, float | None]] = deque(maxlen=hysteresis.smooth_rounds)
+        #: the same rounds' predictions under stress, ``{k: value}`` each (:meth:`observe`)
+        self.stressed: deque[dict[int, float | None]] = deque(maxlen=hysteresis.smooth_rounds)
         #: (side, rounds running) of the retreat evidence (module docstring, step 1)
         self.retreat_streak = (0, 0)
 
     def observe(self, advice: Mapping[str, Any]) -> dict[str, Any]:
         """Record a round's advice and return it with each split's prediction replaced by the
         median of that split's predictions over the last ``smooth_rounds`` rounds (the ones that
-        predicted it; a split no round completes stays None) and ``advised`` recomputed; the
-        round's own predictions stay under ``"raw"`` (``{k: value}``, for the retreat)."""
-        key = "predicted_" + advice["metric"]
+        predicted it; a split no round completes stays None), the same for its prediction under
+        stress (``predicted_<metric>_if_sampled``, when the advice has one), the hedge's safe
+        splits (``advice["hedge"]["safe"]``, :func:`safe_splits`) recomputed from those medians,
+        and ``advised`` recomputed; the round's own predictions stay under ``"raw"`` (``{k:
+        value}``) and its own safe splits under ``"raw_safe"`` (None: every split), for the retreat."""
+        metric = advice["metric"]
+        key, skey = "predicted_" + metric, "predicted_" + metric + "_if_sampled"
         self.history.append({s["speculative"]: s.get(key) for s in advice["splits"]})
+        self.stressed.append({s["speculative"]: s.get(skey) for s in advice["splits"]})
+
+        def median(rounds: deque[dict[int, float | None]], k: int) -> float | None:
+            vals = sorted(v for h in rounds for j, v in h.items() if j == k and v is not None)
+            if not vals:
+                return None
+            mid = len(vals) // 2
+            return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
         splits = []
         for s in advice["splits"]:
-            vals = sorted(v for h in self.history for k, v in h.items() if k == s["speculative"] and v is not None)
-            m = None if not vals else (vals[len(vals) // 2] if len(vals) % 2 else
-                                       (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2)
-            splits.append({**s, key: m if s.get(key) is not None else None})
-        out = {**advice, "splits": splits, "raw": dict(self.history[-1])}
+            k = s["speculative"]
+            row = {**s, key: median(self.history, k) if s.get(key) is not None else None}
+            if skey in s:
+                row[skey] = median(self.stressed, k) if s.get(skey) is not None else None
+            splits.append(row)
+        hedge = advice.get("hedge") or {}
+        out = {**advice, "splits": splits, "raw": dict(self.history[-1]), "raw_safe": hedge.get("safe")}
+        if hedge.get("factor") is not None:
+            safe = safe_splits({s["speculative"]: s.get(skey) for s in splits}, hedge["factor"], metric)
+            out["hedge"] = {**hedge, "safe": sorted(safe)}
         k = self.target(out)
         out["advised"] = {"speculative": k, "plain": self.engines - k}
         return out
 
     def target(self, advice: Mapping[str, Any]) -> int:
-        """The best split within the floors (ties to fewer speculative engines)."""
+        """The best split within the floors and the hedge's safe splits (``advice["hedge"]["safe"]``;
+        all the floors allow when none of them is safe), ties to fewer speculative engines."""
         lo, hi = self.h.floor_speculative, self.engines - self.h.floor_plain
         higher = advice["metric"] == "goodput_rps"
+        safe = _safe(advice)
+        allowed = [k for k in range(lo, hi + 1) if safe is None or k in safe] or list(range(lo, hi + 1))
 
         def key(k: int) -> tuple[float, int]:
             v = _value(advice, k)
@@ -229,7 +295,7 @@ class PlanLoop:
                 return (math.inf, k)
             return (-v if higher else v, k)
 
-        return min(range(lo, hi + 1), key=key)
+        return min(allowed, key=key)
 
     def decide(self, advice: Mapping[str, Any], current: int, now: float) -> Step:
         """The round's step for ``advice`` at ``current`` speculative engines (``now``:
@@ -254,7 +320,9 @@ class PlanLoop:
         raw: Mapping[int, float | None] = advice.get("raw") or {}
         seen = (advice.get("measured") or {}).get(metric)
         lo, hi = self.h.floor_speculative, self.engines - self.h.floor_plain
-        preds = {k: v for k, v in raw.items() if lo <= k <= hi and v is not None and k != current}
+        raw_safe = advice.get("raw_safe")
+        preds = {k: v for k, v in raw.items() if lo <= k <= hi and v is not None and k != current
+                 and (raw_safe is None or k in raw_safe)}
         if metric == "goodput_rps" or seen is None or not preds:
             return 0, current
         best = min(preds, key=lambda k: (preds[k], k))

@@ -78,7 +78,7 @@ def test_role_allows_exactly_the_two_pools_scale() -> None:
 
 
 def test_the_planner_runs_specgate_plan_with_the_charts_values() -> None:
-    objects = k8s.render(_with(metric="goodput_rps", maxError=0.25, maxReplayError=0.75, intervalSeconds=30, dwellSeconds=900,
+    objects = k8s.render(_with(metric="goodput_rps", maxError=0.25, maxReplayError=0.75, hedge=1.0, intervalSeconds=30, dwellSeconds=900,
                                stepSeconds=60, changeCostSeconds=240.5, minGain=0.1, reverseGain=0.3,
                                sustainedGain=0.01, sustainedRounds=4, smoothRounds=1,
                                retreatRatio=2.5, retreatRounds=3,
@@ -87,7 +87,7 @@ def test_the_planner_runs_specgate_plan_with_the_charts_values() -> None:
     assert args == [
         "plan", "--router", "http://sg-specgate-router.llm.svc:8000", "--engines", "2", "--model", "tiny-llama",
         "--admin-key-file", "/etc/specgate-auth/admin-api-keys/admin-api-keys", "--metric", "goodput_rps",
-        "--max-error", "0.25", "--max-replay-error", "0.75", "--interval", "30", "--dwell-s", "900", "--step-s", "60", "--change-cost-s", "240.5",
+        "--max-error", "0.25", "--max-replay-error", "0.75", "--hedge", "1", "--interval", "30", "--dwell-s", "900", "--step-s", "60", "--change-cost-s", "240.5",
         "--min-gain", "0.1", "--reverse-gain", "0.3", "--sustained-gain", "0.01", "--sustained-rounds", "4",
         "--smooth-rounds", "1", "--retreat-ratio", "2.5", "--retreat-rounds", "3", "--floor-speculative", "1", "--floor-plain", "0", "--metrics-port", "9500",
         "--apply", "--namespace", "llm", "--spec-deployment", "sg-specgate-pool-spec",
@@ -104,7 +104,7 @@ def test_the_planner_runs_specgate_plan_with_the_charts_values() -> None:
     assert (ns.floor_speculative, ns.floor_plain, ns.metrics_port, ns.once) == (1, 0, 9500, False)
     assert (ns.min_gain, ns.reverse_gain, ns.sustained_gain, ns.sustained_rounds, ns.smooth_rounds) == (
         0.1, 0.3, 0.01, 4, 1)
-    assert (ns.retreat_ratio, ns.retreat_rounds, ns.max_replay_error) == (2.5, 3, 0.75)
+    assert (ns.retreat_ratio, ns.retreat_rounds, ns.max_replay_error, ns.hedge) == (2.5, 3, 0.75, 1.0)
     # The admin key file is the router's admin-key Secret, mounted where --admin-key-file says.
     dep = k8s.one(objects, "Deployment", "sg-specgate-planner")
     c = k8s.container(dep["spec"]["template"], "planner")

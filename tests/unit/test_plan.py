@@ -170,12 +170,15 @@ def test_advice_shape() -> None:
         r["duration_s"] = 2.0            # what the replay of the current split (1 + 1) predicts, within 30%
     advice = advise(doc, 3)
     assert set(advice) == {"advised", "splits", "window", "metric", "current", "trusted", "untrusted_because",
-                           "model", "measured"}
+                           "model", "measured", "hedge"}
     assert advice["measured"] == {"requests": 40, "mean_s": 2.0, "p90_s": 2.0}
     assert [(s["speculative"], s["plain"]) for s in advice["splits"]] == [(0, 3), (1, 2), (2, 1), (3, 0)]
-    assert all(set(s) == {"speculative", "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps"}
-               for s in advice["splits"])
-    best = min(advice["splits"], key=lambda s: (s["predicted_mean_s"], s["speculative"]))
+    assert all(set(s) == {"speculative", "plain", "predicted_mean_s", "predicted_p90_s", "predicted_goodput_rps",
+                          "predicted_mean_s_if_sampled", "predicted_p90_s_if_sampled",
+                          "predicted_goodput_rps_if_sampled"} for s in advice["splits"])
+    assert (advice["hedge"]["factor"], advice["hedge"]["stressed"]) == (0.5, True)
+    safe = [s for s in advice["splits"] if s["speculative"] in advice["hedge"]["safe"]]
+    best = min(safe, key=lambda s: (s["predicted_mean_s"], s["speculative"]))
     assert advice["advised"] == {"speculative": best["speculative"], "plain": 3 - best["speculative"]}
     loops = advice["window"].pop("closed_loop")
     assert advice["window"] == {"requests": 40, "seconds": pytest.approx(_doc()["window"]["seconds"]),
