@@ -68,7 +68,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -94,6 +93,7 @@ from loadtests.daysim import DayResult, all_plain, all_spec, routed, simulate_da
 from loadtests.sglang_families import SglangFamily, get_sglang_family
 from loadtests.sglang_sched import SglangStepEngine, sglang_fake_config
 from serving.fake_sglang import FakeServer
+from serving.ports import free_port
 
 MODEL = "day-model"
 TOKENIZER = ROOT / "examples" / "fake-tokenizer"
@@ -137,12 +137,6 @@ class Result:
 def _seed(seed: int, pool_index: int, i: int) -> int:
     """The acceptance-draw seed of engine ``i`` of pool ``pool_index`` (as :func:`simulate_day`)."""
     return seed * 1_000_003 + pool_index * 997 + i
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
@@ -286,7 +280,7 @@ def run_http(name: str, model: EngineModel, settings: PolicySettings, reqs: list
             f.start()
         targets = [f.base_url for f in fakes]
         if routed_here:
-            port = _free_port()
+            port = free_port()
             cfg = workdir / f"{name}.yaml"
             cfg.write_text(yaml.safe_dump(router_yaml(settings, [f.base_url for f in fakes[:k]],
                                                       [f.base_url for f in fakes[k:]], port,

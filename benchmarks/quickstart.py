@@ -27,7 +27,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,18 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.outofbox_http import _set
+from serving.ports import free_port
 
 SPECGATE = str(Path(sys.executable).with_name("specgate"))
 FAKE_FLAGS = ["--batch-knee", "8", "--alpha", "0.8", "--alpha-knee-tokens", "256",
               "--alpha-drop-per-doubling", "0.25", "--context-length", "8192"]
 GRID = ["--grid", "ctx=64-128,256-512,1k-2k;conc=1,4,16", "--output-tokens", "16", "--requests", "16",
         "--warmup", "1", "--repetitions", "3", "--copy-fraction", "0.25", "--gamma", "4", "--drafter-cost", "0.05"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -94,7 +88,7 @@ def _reasons(metrics: str) -> dict[str, float]:
 
 def one_run(work: Path, router_args: list[str]) -> dict[str, Any]:
     """One quick start: fakes, router, grid; the figures of the module docstring."""
-    spec_port, plain_port, router_port = _free_port(), _free_port(), _free_port()
+    spec_port, plain_port, router_port = free_port(), free_port(), free_port()
     doc = yaml.safe_load((ROOT / "examples/loadtest-fakes.yaml").read_text())
     doc["model"]["tokenizer"] = str(ROOT / "examples" / doc["model"]["tokenizer"])
     doc["pools"][0]["endpoints"] = [f"http://127.0.0.1:{spec_port}"]

@@ -62,16 +62,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from serving.ports import free_port
+
 CHAT_BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "Say hello in one word."}],
                         "max_tokens": 8})
 STREAM_BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "Say hello in one word."}],
                           "max_tokens": 8, "stream": True})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ensure_wrk() -> str:

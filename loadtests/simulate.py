@@ -56,7 +56,6 @@ import json
 import math
 import random
 import re
-import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -64,6 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drafters.spec_math import expected_tokens
+from serving.ports import free_port
 
 __all__ = [
     "PacedApp",
@@ -296,7 +296,7 @@ class SimServer:
 
     def __init__(self, app: PacedApp, port: int = 0) -> None:
         self.app = app
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -341,12 +341,6 @@ class SimServer:
         self._server.should_exit = True
         self._thread.join(10)
         self._thread = None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

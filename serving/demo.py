@@ -40,6 +40,8 @@ from typing import Any
 
 import yaml
 
+from serving.ports import free_port
+
 __all__ = ["DemoRequest", "DemoStack", "absolute_config", "run_demo", "start_stack"]
 
 PROMPTS_SHORT = [
@@ -96,14 +98,6 @@ class _Stack:
                 p.popen.wait(5)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def absolute_config(src: Path) -> dict[str, Any]:
     """The router config at ``src`` as a document whose file paths (the tokenizer, the pools'
     ``engine.model_path`` and ``speculative_draft_model_path``) are absolute, relative ones
@@ -126,8 +120,8 @@ def absolute_config(src: Path) -> dict[str, Any]:
 def _prepare_config(src: Path, workdir: Path) -> tuple[Path, dict[str, Any]]:
     doc = absolute_config(src)
     for pool in doc["pools"]:
-        pool["endpoints"] = [f"http://127.0.0.1:{_free_port()}"]
-    doc.setdefault("server", {})["port"] = _free_port()
+        pool["endpoints"] = [f"http://127.0.0.1:{free_port()}"]
+    doc.setdefault("server", {})["port"] = free_port()
     doc["server"]["host"] = "127.0.0.1"
     out = workdir / "demo-config.yaml"
     out.write_text(yaml.safe_dump(doc, sort_keys=False))

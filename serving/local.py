@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+from serving.ports import free_port
 
 __all__ = [
     "CPU_FLAGS",
@@ -78,17 +79,6 @@ class SGLangStartError(RuntimeError):
         super().__init__(f"{message}\n--- SGLang log tail ---\n{log_tail}")
         self.log_tail = log_tail
         self.returncode = returncode
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that was free a moment ago (bind to port 0, read, close).
-
-    Another process may take it before the caller binds; start the server soon after.
-    Raises OSError when ``host`` cannot be bound.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def cpu_env(
@@ -181,6 +171,19 @@ def _tail(path: Path, max_lines: int = 60) -> str:
     return "\n".join(lines[-max_lines:])
 
 
+def _bind_failed(path: Path, since: int, window_bytes: int = 16384) -> bool:
+    """Whether the log at ``path``, past byte offset ``since`` (where this launch began
+    writing; the log is appended to), holds uvicorn's bind failure (``[Errno 98] ... address
+    already in use``) in its last ``window_bytes``."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(since, f.seek(0, os.SEEK_END) - window_bytes))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return "address already in use" in text.lower()
+
+
 class SGLangProcess:
     """One ``python -m sglang.launch_server`` process group.
 
@@ -258,12 +261,15 @@ class SGLangProcess:
 
         Returns self. Sets ``ready_after_s`` (seconds from launch to ready). Raises
         RuntimeError when already started; SGLangStartError (after stopping whatever is left
-        of the process group) when the process exits first or ``ready_timeout_s`` passes.
+        of the process group) when the process exits first, logs that its port was already
+        in use (the scheduler would live on without an HTTP server), or ``ready_timeout_s``
+        passes.
         """
         if self.proc is not None:
             raise RuntimeError("this SGLangProcess was already started")
         t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
+            log_start = log.tell()
             self.proc = subprocess.Popen(
                 self.argv,
                 env=self.env,
@@ -286,6 +292,16 @@ class SGLangProcess:
             if self._health(timeout_s=5.0) == 200 and self.alive():
                 self.ready_after_s = time.monotonic() - t0
                 return self
+            if _bind_failed(self.log_path, since=log_start):
+                # SGLang's HTTP server gave up on its port but its scheduler lives on: waiting
+                # for /health would only run out the clock
+                self.stop()
+                raise SGLangStartError(
+                    f"{self.argv[2]} could not bind {self.host}:{self.port} (address already "
+                    f"in use; log: {self.log_path})",
+                    log_tail=self.log_tail(),
+                    returncode=None,
+                )
             if time.monotonic() > deadline:
                 self.stop()
                 raise SGLangStartError(

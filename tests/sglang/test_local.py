@@ -93,3 +93,39 @@ def test_process_that_dies_raises_with_log_tail(tmp_path):
     assert info.value.returncode not in (None, 0)
     assert "the following arguments are required: --port" in info.value.log_tail
     assert not server.alive()
+
+
+BIND_FAILURE = ("ERROR:    [Errno 98] error while attempting to bind on address "
+                "('127.0.0.1', {port}): address already in use")
+
+
+def test_server_that_cannot_bind_fails_at_once(tmp_path):
+    # SGLang's HTTP server logs uvicorn's bind failure and its scheduler lives on: the start
+    # must say so instead of polling /health until the deadline
+    (tmp_path / "squatted.py").write_text(
+        "import sys, time\n"
+        f"print({BIND_FAILURE!r}.format(port=sys.argv[2]), flush=True)\n"
+        "time.sleep(600)\n")
+    port = free_port()
+    server = SGLangProcess(
+        ["--port", str(port)], port=port, module="squatted", log_path=tmp_path / "squat.log",
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    with pytest.raises(SGLangStartError) as info:
+        server.start(ready_timeout_s=300)
+    assert str(info.value).startswith(f"squatted could not bind 127.0.0.1:{port} (address already in use")
+    assert info.value.returncode is None
+    assert BIND_FAILURE.format(port=port) in info.value.log_tail
+    assert not server.alive() and server._group_pids() == []
+
+
+def test_an_earlier_launchs_bind_failure_in_the_log_is_not_this_ones(tmp_path):
+    port = free_port()
+    log = tmp_path / "fake.log"
+    log.write_text(BIND_FAILURE.format(port=port) + "\n")  # the log is appended to
+    server = SGLangProcess(
+        ["--port", str(port)], port=port, module="serving.fake_sglang", log_path=log,
+        env=dict(os.environ),
+    )
+    with server.start(ready_timeout_s=60):
+        assert server.alive()

@@ -1,14 +1,7 @@
-"""Ports."""
+"""Ports: the same chooser the servers of serving/ use (below the kernel's ephemeral range)."""
 
 from __future__ import annotations
 
-import socket
+from serving.ports import free_port
 
 __all__ = ["free_port"]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that was free a moment ago (bound to port 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
