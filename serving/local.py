@@ -281,35 +281,22 @@ class SGLangProcess:
         deadline = t0 + ready_timeout_s
         while True:
             code = self.proc.poll()
+            failure: str | None = None
             if code is not None:
-                self.stop()
-                raise SGLangStartError(
-                    f"{self.argv[2]} exited with status {code} before it was ready "
-                    f"(log: {self.log_path})",
-                    log_tail=self.log_tail(),
-                    returncode=code,
-                )
-            if self._health(timeout_s=5.0) == 200 and self.alive():
+                failure = f"exited with status {code} before it was ready"
+            elif self._health(timeout_s=5.0) == 200 and self.alive():
                 self.ready_after_s = time.monotonic() - t0
                 return self
-            if _bind_failed(self.log_path, since=log_start):
+            elif _bind_failed(self.log_path, since=log_start):
                 # SGLang's HTTP server gave up on its port but its scheduler lives on: waiting
                 # for /health would only run out the clock
+                failure = f"could not bind {self.host}:{self.port}: address already in use"
+            elif time.monotonic() > deadline:
+                failure = f"was not ready within {ready_timeout_s:.0f} s"
+            if failure is not None:
                 self.stop()
-                raise SGLangStartError(
-                    f"{self.argv[2]} could not bind {self.host}:{self.port} (address already "
-                    f"in use; log: {self.log_path})",
-                    log_tail=self.log_tail(),
-                    returncode=None,
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise SGLangStartError(
-                    f"{self.argv[2]} was not ready within {ready_timeout_s:.0f} s "
-                    f"(log: {self.log_path})",
-                    log_tail=self.log_tail(),
-                    returncode=None,
-                )
+                raise SGLangStartError(f"{self.argv[2]} {failure} (log: {self.log_path})",
+                                       log_tail=self.log_tail(), returncode=code)
             time.sleep(poll_interval_s)
 
     def _group_pids(self) -> list[int]:

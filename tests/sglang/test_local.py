@@ -113,7 +113,7 @@ def test_server_that_cannot_bind_fails_at_once(tmp_path):
     )
     with pytest.raises(SGLangStartError) as info:
         server.start(ready_timeout_s=300)
-    assert str(info.value).startswith(f"squatted could not bind 127.0.0.1:{port} (address already in use")
+    assert str(info.value).startswith(f"squatted could not bind 127.0.0.1:{port}: address already in use (log: ")
     assert info.value.returncode is None
     assert BIND_FAILURE.format(port=port) in info.value.log_tail
     assert not server.alive() and server._group_pids() == []
